@@ -1,0 +1,3 @@
+from servekit.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""servekit.catalog."""

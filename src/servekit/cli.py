@@ -1,0 +1,54 @@
+"""The ``servekit`` command: parses, calls one function, prints.
+
+Each command group lives in :mod:`servekit.commands` and registers itself on
+the root app. Heavy imports happen inside command bodies so that ``--help`` and
+the proxy start fast. :class:`~servekit.errors.UsageError` becomes one line on
+stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from servekit.commands import register_all
+from servekit.errors import UsageError
+
+app = typer.Typer(
+    name="servekit",
+    help="Serving layouts as software: catalog, render, run, proxy, accept, bench, kits.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+register_all(app)
+
+
+def main() -> None:
+    """Console entry point: map UsageError to a one-line message and exit 2."""
+    try:
+        app(standalone_mode=False)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()
