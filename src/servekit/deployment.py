@@ -1,0 +1,88 @@
+"""What a running deployment looks like to its clients (accept, bench, verify).
+
+``servekit up`` writes a :class:`Deployment` as ``deployment.json`` in its run
+directory; ``--target NAME`` reads it back; ``--target URL`` builds a minimal one
+by asking the URL. One model, so every consumer sees the same endpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servekit.errors import UsageError
+
+EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
+EngineKind = Literal["vllm", "sim", "external"]
+
+
+class Endpoint(BaseModel):
+    """One HTTP endpoint of a deployment (an API server, a DP rank, the proxy)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    role: EndpointRole
+    url: str
+    engine_id: str | None = None
+    log: Path | None = Field(default=None, description="log file when the process runs here")
+
+
+class Deployment(BaseModel):
+    """A deployment as seen from outside: where to send traffic, what to expect."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layout: str | None = None
+    engine: EngineKind = "external"
+    model: str | None = Field(default=None, description="served model name")
+    entry_url: str = Field(description="where clients send requests: the proxy or the engine")
+    endpoints: tuple[Endpoint, ...] = ()
+    reference_url: str | None = Field(
+        default=None, description="a single non-PD instance serving the same model, for PD==single"
+    )
+    capabilities: tuple[str, ...] = ()
+    run_dir: Path | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    image: str | None = None
+
+    def by_role(self, role: EndpointRole) -> tuple[Endpoint, ...]:
+        return tuple(e for e in self.endpoints if e.role == role)
+
+    @property
+    def is_pd(self) -> bool:
+        return bool(self.by_role("prefill")) and bool(self.by_role("decode"))
+
+    @property
+    def simulated(self) -> bool:
+        return self.engine == "sim"
+
+
+def runs_root() -> Path:
+    """Where ``servekit up`` keeps run directories (``SERVEKIT_RUNS`` overrides)."""
+    return Path(os.environ.get("SERVEKIT_RUNS", ".servekit/runs")).resolve()
+
+
+def run_dir_for(layout: str) -> Path:
+    """The run directory of a layout name such as ``local/1p1d``."""
+    return runs_root() / layout.replace("/", "__")
+
+
+def load_deployment(target: str) -> Deployment:
+    """Resolve ``--target URL|NAME`` to a Deployment.
+
+    A URL becomes an external deployment with that entry; a layout name reads
+    the ``deployment.json`` that ``servekit up`` wrote.
+    """
+    if target.startswith(("http://", "https://")):
+        return Deployment(entry_url=target.rstrip("/"))
+    path = run_dir_for(target) / "deployment.json"
+    if not path.is_file():
+        raise UsageError(
+            f"--target {target}: no running deployment found at {path}; "
+            f"start it with 'servekit up {target}' or pass a URL"
+        )
+    return Deployment.model_validate_json(path.read_text())
