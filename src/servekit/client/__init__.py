@@ -1,0 +1,27 @@
+"""The shared async OpenAI-compatible client (used by accept and bench).
+
+One aiohttp session per :class:`OpenAIClient`; every request comes back as a
+typed :class:`RequestRecord` with ``perf_counter_ns`` stamps taken as bytes
+arrive, its raw bodies and SSE frames, and errors as data. ``/metrics`` is
+parsed into a :class:`MetricsSnapshot`.
+"""
+
+from servekit.client._client import EndpointError, OpenAIClient, TokenizeResult
+from servekit.client._metrics import HistogramSummary, MetricsSnapshot, parse_metrics
+from servekit.client._records import ErrorKind, Frame, RequestKind, RequestRecord, Usage
+from servekit.client._sse import SSEDecoder
+
+__all__ = [
+    "EndpointError",
+    "ErrorKind",
+    "Frame",
+    "HistogramSummary",
+    "MetricsSnapshot",
+    "OpenAIClient",
+    "RequestKind",
+    "RequestRecord",
+    "SSEDecoder",
+    "TokenizeResult",
+    "Usage",
+    "parse_metrics",
+]
