@@ -1,0 +1,154 @@
+"""Finding and loading layouts, with errors that point at the YAML file and line.
+
+A catalog is a folder of ``<hardware>/<name>/layout.yaml``. servekit's own
+catalog ships inside the package; ``--catalog DIR`` or ``SERVEKIT_CATALOG``
+points every command at a user's folder instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from servekit.catalog.schema import Layout
+from servekit.errors import UsageError
+
+LAYOUT_FILE = "layout.yaml"
+
+
+def packaged_catalog() -> Path:
+    """The catalog shipped with servekit (inside the wheel, or the source tree's layouts/)."""
+    bundled = Path(str(resources.files("servekit"))) / "_layouts"
+    if bundled.is_dir():
+        return bundled
+    source_tree = Path(__file__).resolve().parents[3] / "layouts"
+    if source_tree.is_dir():
+        return source_tree
+    raise UsageError("servekit's packaged catalog is missing; reinstall servekit or pass --catalog DIR")
+
+
+def resolve_catalog(catalog: Path | str | None = None) -> Path:
+    """``--catalog`` first, then ``SERVEKIT_CATALOG``, then the packaged catalog."""
+    chosen = catalog or os.environ.get("SERVEKIT_CATALOG")
+    if not chosen:
+        return packaged_catalog()
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"--catalog {path}: not a folder; give a folder of <hardware>/<name>/layout.yaml")
+    return path
+
+
+def layout_names(catalog: Path) -> list[str]:
+    """Every layout name in a catalog, sorted."""
+    return sorted(
+        f"{p.parent.parent.name}/{p.parent.name}" for p in catalog.glob(f"*/*/{LAYOUT_FILE}")
+    )
+
+
+@dataclass(frozen=True)
+class LoadedLayout:
+    """A layout with where it came from (for messages and the ledger beside it)."""
+
+    layout: Layout
+    path: Path
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+
+def layout_path(name: str, catalog: Path) -> Path:
+    path = catalog / name / LAYOUT_FILE
+    if not path.is_file():
+        known = ", ".join(layout_names(catalog)) or "none"
+        raise UsageError(f"unknown layout {name!r}; known layouts: {known} (see 'servekit layouts list')")
+    return path
+
+
+def load(name: str, catalog: Path | str | None = None) -> LoadedLayout:
+    """Load and schema-check one layout by name."""
+    root = resolve_catalog(catalog)
+    path = layout_path(name, root)
+    return LoadedLayout(layout=parse_layout_file(path, expected_name=name), path=path)
+
+
+def load_all(catalog: Path | str | None = None) -> list[LoadedLayout]:
+    root = resolve_catalog(catalog)
+    return [load(name, root) for name in layout_names(root)]
+
+
+def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
+    """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from exc
+    return parse_layout_text(text, str(path), expected_name)
+
+
+def parse_layout_text(text: str, source: str, expected_name: str | None = None) -> Layout:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{where}: malformed YAML ({problem}); fix the syntax at that line") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)")
+    if expected_name is not None and data.get("name") != expected_name:
+        raise UsageError(
+            f"{source}:{_line_of(node, ('name',))}: name is {data.get('name')!r} but the file sits at "
+            f"{expected_name!r}; set name: {expected_name}"
+        )
+    try:
+        return Layout.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_describe(exc, node, source)) from exc
+
+
+def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(node, loc)
+    kind = err["type"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        hint = f"unknown field {field!r}; remove it or check its spelling against docs/layouts.md"
+    elif kind == "missing":
+        hint = f"missing field {field!r}; add it"
+    else:
+        hint = f"field {field!r}: {msg}"
+    more = len(exc.errors()) - 1
+    suffix = f" (+{more} more)" if more else ""
+    return f"{source}:{line}: {hint}{suffix}"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the YAML node at ``loc`` (or of its nearest parent)."""
+    line = node.start_mark.line + 1 if node is not None else 1
+    current = node
+    for part in loc:
+        if isinstance(current, yaml.MappingNode):
+            match = next((v for k, v in current.value if k.value == str(part)), None)
+            key = next((k for k, _ in current.value if k.value == str(part)), None)
+            if match is None:
+                return line
+            line = (key or match).start_mark.line + 1
+            current = match
+        elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(current.value):
+                return line
+            current = current.value[part]
+            line = current.start_mark.line + 1
+        else:
+            return line
+    return line

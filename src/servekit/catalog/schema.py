@@ -1,0 +1,256 @@
+"""The layout schema: one immutable model per ``layouts/<hardware>/<name>/layout.yaml``.
+
+It encodes what the hand-kept folders held as prose (meta.yaml notes, README
+tables): engines with their DP/TP shape and ports, the KV connector, the proxy's
+fan-out, the image, and the provenance (source, derivation, deviations with
+reasons, the verification record). Everything the seeds state is a field here,
+so validation and rendering can check it instead of trusting it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servekit.defaults import SETTINGS_BY_KEY, EngineKind, Role, SettingValue
+
+Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
+LaunchMode = Literal["single", "builtin-dp", "external-dp"]
+Capability = Literal["retrieval", "vision", "tools"]
+ProxyMode = Literal["pd", "prompt-keyed", "replica"]
+KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
+
+ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
+    "ascend-a3": "vllm-ascend",
+    "ascend-a2": "vllm-ascend",
+    "nvidia": "vllm",
+    "cpu": "vllm-cpu",
+}
+
+_PORT_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Model(_Strict):
+    """The served model and what it can do (capabilities gate acceptance checks)."""
+
+    path: str = Field(description="model directory on every node")
+    served_name: str
+    quantization: str | None = None
+    max_model_len: int = Field(gt=0)
+    capabilities: tuple[Capability, ...] = ()
+    trust_remote_code: bool = False
+
+
+class Hardware(_Strict):
+    accelerator: Accelerator
+    devices_per_node: int = Field(ge=0, description="accelerator devices per node (0 on cpu)")
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        return ENGINE_KIND_OF[self.accelerator]
+
+    @property
+    def is_ascend(self) -> bool:
+        return self.accelerator.startswith("ascend")
+
+
+class KVConnector(_Strict):
+    """vLLM's --kv-transfer-config, minus what the Plan fills in (engine_id, kv_port)."""
+
+    name: str
+    module_path: str | None = None
+    role: KVRole
+    extra_config: dict[str, Any] = Field(default_factory=dict)
+    buffer_device: str | None = None
+
+
+class Speculative(_Strict):
+    method: str
+    num_speculative_tokens: int = Field(ge=1)
+    enforce_eager: bool | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def to_config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "method": self.method,
+        }
+        if self.enforce_eager is not None:
+            cfg["enforce_eager"] = self.enforce_eager
+        cfg.update(self.extra)
+        return cfg
+
+
+class Engine(_Strict):
+    """One engine: a set of DP ranks sharing an engine_id, spread over ``nodes``.
+
+    ``launch`` says how its ranks start: ``single`` (one ``vllm serve``),
+    ``builtin-dp`` (one process per node; the first node's is the API master,
+    the others run ``--headless``), ``external-dp`` (one API server per DP rank,
+    started by servekit's per-rank launcher).
+    """
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    role: Role
+    nodes: tuple[int, ...] = Field(min_length=1)
+    launch: LaunchMode = "single"
+    dp_size: int = Field(default=1, ge=1)
+    dp_size_per_node: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    expert_parallel: bool = False
+    partial_node: bool = Field(default=False, description="uses fewer devices than a node has")
+    devices: tuple[int, ...] | None = Field(
+        default=None, description="explicit device ids on its node (engines sharing a node)"
+    )
+    api_port: int = Field(ge=1, le=65535, description="first API port; external DP rank i adds i")
+    rpc_port: int | None = Field(default=None, ge=1, le=65535)
+    engine_id: str | None = None
+    kv_port: int | None = Field(default=None, ge=1, le=65535)
+    kv_connector: KVConnector | None = None
+    speculative: Speculative | None = None
+    settings: dict[str, SettingValue] = Field(
+        default_factory=dict, description="overrides of the defaults table (keys of `servekit defaults`)"
+    )
+    engine_args: dict[str, SettingValue] = Field(
+        default_factory=dict, description="further vLLM flags without leading dashes"
+    )
+    additional_config: dict[str, Any] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    replicas: int = Field(default=1, ge=1, description="identical copies (local replica layouts)")
+
+    @field_validator("settings")
+    @classmethod
+    def _known_settings(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        unknown = sorted(set(value) - set(SETTINGS_BY_KEY))
+        if unknown:
+            known = ", ".join(sorted(SETTINGS_BY_KEY))
+            raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {known}")
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Engine:
+        if self.launch == "single" and self.dp_size != 1:
+            raise ValueError("launch 'single' needs dp_size 1; use builtin-dp or external-dp")
+        if self.dp_size % self.dp_size_per_node != 0:
+            raise ValueError(
+                f"dp_size {self.dp_size} is not a multiple of dp_size_per_node {self.dp_size_per_node}"
+            )
+        return self
+
+    @property
+    def headless_nodes(self) -> tuple[int, ...]:
+        """Nodes whose ranks run ``--headless`` (builtin DP beyond the first node)."""
+        return self.nodes[1:] if self.launch == "builtin-dp" else ()
+
+
+class EndpointRef(_Strict):
+    """Endpoints the proxy fans out to: a node and a port or an inclusive range."""
+
+    node: int = Field(ge=0)
+    ports: str = Field(description="'7100' or '7100-7115'")
+
+    @field_validator("ports", mode="before")
+    @classmethod
+    def _ports(cls, value: object) -> str:
+        text = str(value)
+        m = _PORT_RANGE.match(text)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"ports {text!r} must be 'PORT' or 'FIRST-LAST' with FIRST <= LAST")
+        return text
+
+    def expand(self) -> list[tuple[int, int]]:
+        m = _PORT_RANGE.match(self.ports)
+        assert m is not None
+        first = int(m.group(1))
+        last = int(m.group(2) or first)
+        return [(self.node, p) for p in range(first, last + 1)]
+
+
+class Proxy(_Strict):
+    node: int = Field(default=0, ge=0)
+    host: str = "0.0.0.0"
+    port: int = Field(ge=1, le=65535)
+    mode: ProxyMode = "pd"
+    prefill: tuple[EndpointRef, ...] = ()
+    decode: tuple[EndpointRef, ...] = ()
+    replicas: tuple[EndpointRef, ...] = ()
+
+    def endpoints(self, which: Literal["prefill", "decode", "replicas"]) -> list[tuple[int, int]]:
+        return [ep for ref in getattr(self, which) for ep in ref.expand()]
+
+
+class Verification(_Strict):
+    """The layout's hardware-verification record as the source states it."""
+
+    verified: bool
+    image: str | None = Field(default=None, description="image the verification was made on")
+    date: dt.date | None = None
+    evidence: str | None = None
+    previously_verified: bool = Field(
+        default=False, description="was verified on an earlier image, flipped off until re-run"
+    )
+    note: str | None = None
+
+
+class Deviation(_Strict):
+    what: str
+    reason: str
+    upstream: str | None = None
+
+
+class Provenance(_Strict):
+    source: str = Field(description="upstream document or tutorial the layout comes from")
+    source_document: str | None = Field(default=None, description="the seed page that lists it")
+    derived_from: str | None = None
+    derived: dt.date | None = None
+    deviations: tuple[Deviation, ...] = ()
+    verification: Verification
+    notes: str = ""
+    caveats: tuple[str, ...] = ()
+
+
+class VerifyPlan(_Strict):
+    """What ``servekit verify`` runs for this layout."""
+
+    workloads: tuple[str, ...] = ("single-stream", "multi-stream", "prefill")
+    contexts: tuple[str, ...] = ()
+    concurrency: tuple[int, ...] = (1, 4, 8, 16)
+
+
+class Layout(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$", description="<hardware>/<name>")
+    title: str
+    summary: str
+    model: Model
+    hardware: Hardware
+    nodes: int = Field(ge=1)
+    image: str
+    versions: dict[str, str] = Field(default_factory=dict)
+    engines: tuple[Engine, ...] = Field(min_length=1)
+    proxy: Proxy | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    provenance: Provenance
+    verify: VerifyPlan = VerifyPlan()
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        return self.hardware.engine_kind
+
+    @property
+    def is_pd(self) -> bool:
+        roles = {e.role for e in self.engines}
+        return "prefill" in roles and "decode" in roles
+
+    def engine(self, name: str) -> Engine:
+        for e in self.engines:
+            if e.name == name:
+                return e
+        raise KeyError(name)
