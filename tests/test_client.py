@@ -35,6 +35,9 @@ vllm:generation_tokens_total{engine="1",model_name="m"} 5.0
 # HELP vllm:generation_tokens_created Created.
 # TYPE vllm:generation_tokens_created gauge
 vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9
+# HELP vllm:cache_config_info Cache config.
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="100"} 1.0
 # HELP vllm:iteration_tokens_total Iteration tokens.
 # TYPE vllm:iteration_tokens_total histogram
 vllm:iteration_tokens_total_bucket{engine="0",le="1.0"} 2.0
@@ -341,6 +344,7 @@ def test_parse_metrics_sums_labels_and_drops_created() -> None:
     assert hist.buckets == ((1.0, 3.0), (float("inf"), 4.0))
     assert not any(k.endswith("_created") for k in snap.gauges)
     assert snap.has("vllm:generation_tokens_total") and not snap.has("vllm:nothing")
+    assert snap.info["vllm:cache_config_info"][0]["num_gpu_blocks"] == "100"
 
 
 def test_sse_decoder_reassembles_split_events_crlf_and_multiline_data() -> None:

@@ -36,6 +36,9 @@ class MetricsSnapshot(BaseModel):
     counters: dict[str, float] = Field(default_factory=dict)
     gauges: dict[str, float] = Field(default_factory=dict)
     histograms: dict[str, HistogramSummary] = Field(default_factory=dict)
+    info: dict[str, tuple[dict[str, str], ...]] = Field(
+        default_factory=dict, description="label sets of '*_info' gauges (e.g. cache config)"
+    )
 
     def counter(self, name: str) -> float | None:
         """A counter's value, by name with or without ``_total``; None if absent."""
@@ -64,11 +67,14 @@ def parse_metrics(text: str, t_ns: int | None = None) -> MetricsSnapshot:
     gauges: dict[str, float] = {}
     hist: dict[str, dict[str, float]] = {}
     bounds: dict[str, dict[float, float]] = {}
+    info: dict[str, tuple[dict[str, str], ...]] = {}
     for family in text_string_to_metric_families(text):
         if family.name.endswith("_created"):
             continue
         if family.type == "counter":
             counters[family.name] = _sum_samples(family.samples, family.name + "_total")
+        elif family.type in ("gauge", "info") and family.name.endswith("_info"):
+            info[family.name] = tuple(dict(s.labels) for s in family.samples)
         elif family.type == "gauge":
             gauges[family.name] = _sum_samples(family.samples, family.name)
         elif family.type == "histogram":
@@ -86,6 +92,7 @@ def parse_metrics(text: str, t_ns: int | None = None) -> MetricsSnapshot:
         counters=counters,
         gauges=gauges,
         histograms=histograms,
+        info=info,
     )
 
 
