@@ -1,0 +1,55 @@
+"""Proxy-made errors: a status, the stage that failed and a machine-readable kind.
+
+Backend 4xx answers are not wrapped here: they pass through with their own
+status and body. Everything the proxy itself decides (no healthy instance,
+connection failures after retries, timeouts, a backend 5xx, a prefill without
+kv_transfer_params) becomes one of these, rendered as an OpenAI-style JSON error
+that names the stage, never a bare 500 and never a 200 with an empty body.
+"""
+
+from __future__ import annotations
+
+import json
+
+ERROR_STATUS = {
+    "bad_request": 400,
+    "unauthorized": 401,
+    "upstream_error": 502,
+    "connect_failed": 502,
+    "missing_kv_transfer_params": 502,
+    "stream_interrupted": 502,
+    "no_healthy_instance": 503,
+    "timeout": 504,
+    "payload_too_large": 413,
+}
+
+
+class ProxyError(Exception):
+    """A failure the proxy reports itself, for one stage (prefill, decode, replica)."""
+
+    def __init__(self, kind: str, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.stage = stage
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.kind]
+
+    def payload(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": "proxy_error",
+                "code": self.kind,
+                "stage": self.stage,
+            }
+        }
+
+    def body(self) -> bytes:
+        return json.dumps(self.payload()).encode()
+
+    def sse_event(self) -> bytes:
+        """The error as the last SSE events of a stream that already started."""
+        return b"data: " + self.body() + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,80 @@
+"""Prometheus metrics of one proxy, in its own registry.
+
+Counters and histograms are updated on the request path; per-instance gauges
+(in-flight requests and tokens, health) are read from the pools at scrape time
+by a collector, so routing pays nothing for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from servekit.proxy.instances import Instance, State
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0, 30.0, 60.0, 300.0)  # fmt: skip
+
+
+class _PoolCollector(Collector):
+    """Reads instance state when /metrics is scraped."""
+
+    def __init__(self, instances: Callable[[], Iterable[Instance]]) -> None:
+        self._instances = instances
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["role", "instance"]
+        reqs = GaugeMetricFamily(
+            "servekit_proxy_inflight_requests", "Requests in flight per instance", labels=labels
+        )
+        toks = GaugeMetricFamily(
+            "servekit_proxy_inflight_tokens",
+            "Outstanding work in tokens per instance (prompt estimate + streamed)",
+            labels=labels,
+        )
+        up = GaugeMetricFamily(
+            "servekit_proxy_instance_healthy", "1 when the instance takes new work", labels=labels
+        )
+        for inst in self._instances():
+            key = [inst.role, inst.name]
+            reqs.add_metric(key, inst.requests)
+            toks.add_metric(key, inst.tokens)
+            up.add_metric(key, 1.0 if inst.state is State.HEALTHY else 0.0)
+        yield from (reqs, toks, up)
+
+
+class ProxyMetrics:
+    """The proxy's metrics; one object per proxy, never the global registry."""
+
+    def __init__(self, instances: Callable[[], Iterable[Instance]]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "servekit_proxy_requests", "Client requests by route and status", ["route", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.errors = Counter(
+            "servekit_proxy_errors", "Failures by stage and kind", ["stage", "kind"], registry=r
+        )
+        self.retries = Counter(
+            "servekit_proxy_retries", "Attempts retried on another instance", ["stage"], registry=r
+        )
+        self.latency = Histogram(
+            "servekit_proxy_request_seconds", "Client request duration through the proxy",
+            ["route"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "servekit_proxy_first_byte_seconds", "Request arrival to first byte sent to the client",
+            ["route"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.stage = Histogram(
+            "servekit_proxy_stage_seconds", "Backend stage duration (prefill: whole; decode: "
+            "to first byte)", ["stage"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        r.register(_PoolCollector(instances))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

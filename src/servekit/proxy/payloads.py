@@ -1,0 +1,56 @@
+"""The bodies the proxy sends to each stage, per vLLM's kv_transfer_params protocol.
+
+The prefill copy asks for one token, unstreamed, and announces a remote decode
+(NIXL, Mooncake and vllm-ascend's Mooncake connectors all read these keys); the
+decode request is the client's request with the prefill's answer in
+``kv_transfer_params``. The prompt-keyed mode (ExampleConnector, which keys the
+KV by prompt) sends the same prefill copy without kv_transfer_params and the
+client's request untouched to decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREFILL_KV_PARAMS: dict[str, Any] = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+def prefill_payload(route: str, body: dict[str, Any], with_kv_params: bool) -> dict[str, Any]:
+    """A copy of ``body`` that only prefills: one token, no stream."""
+    payload = dict(body)
+    payload["stream"] = False
+    payload.pop("stream_options", None)
+    if route.endswith("/responses"):
+        payload["max_output_tokens"] = 1
+    else:
+        payload["max_tokens"] = 1
+        payload["min_tokens"] = 1
+        if "max_completion_tokens" in payload:
+            payload["max_completion_tokens"] = 1
+    if with_kv_params:
+        payload["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
+    else:
+        payload.pop("kv_transfer_params", None)
+    return payload
+
+
+def kv_params_of(prefill_response: Any) -> dict[str, Any] | None:
+    """The non-empty kv_transfer_params of a prefill response, or None."""
+    if not isinstance(prefill_response, dict):
+        return None
+    params = prefill_response.get("kv_transfer_params")
+    return params if isinstance(params, dict) and params else None
+
+
+def decode_payload(body: dict[str, Any], kv_params: dict[str, Any]) -> dict[str, Any]:
+    """The client's request carrying the prefill's kv_transfer_params."""
+    payload = dict(body)
+    payload["kv_transfer_params"] = kv_params
+    return payload

@@ -1,0 +1,73 @@
+"""Scheduling policies: pick one instance among the routable ones.
+
+Prefill and decode each get their own policy (``--prefill-policy``,
+``--decode-policy``). Load is outstanding work in tokens, so one 100k-token
+prompt weighs what it costs, not what its JSON weighs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Protocol
+
+from servekit.proxy.instances import Instance
+
+
+class Policy(Protocol):
+    """Chooses an instance; ``candidates`` is never empty."""
+
+    def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance: ...
+
+
+class LeastLoaded:
+    """Fewest outstanding tokens, then fewest requests, then least served."""
+
+    def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
+        return min(candidates, key=lambda i: (i.tokens, i.requests, i.served))
+
+
+class RoundRobin:
+    """Each instance in turn, whatever its load."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
+        inst = candidates[self._next % len(candidates)]
+        self._next += 1
+        return inst
+
+
+def _score(prefix_key: bytes, inst: Instance) -> bytes:
+    return hashlib.blake2b(prefix_key + inst.url.encode(), digest_size=8).digest()
+
+
+class PrefixAffinity:
+    """Same prompt prefix -> same instance (rendezvous hashing), for cache hits.
+
+    Rendezvous hashing keeps most prefixes on their instance when one joins or
+    leaves. A bound keeps one hot prefix from burying an instance: when the
+    chosen instance carries more than ``overload`` times the least loaded one's
+    tokens (plus ``slack``), the least loaded instance takes the request.
+    """
+
+    def __init__(self, overload: float = 2.0, slack: int = 8192) -> None:
+        self.overload = overload
+        self.slack = slack
+
+    def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
+        chosen = max(candidates, key=lambda i: _score(prefix_key, i))
+        lightest = LeastLoaded().choose(candidates, prefix_key)
+        if chosen.tokens > self.overload * lightest.tokens + self.slack:
+            return lightest
+        return chosen
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh policy object by its flag name."""
+    if name == "round-robin":
+        return RoundRobin()
+    if name == "prefix-affinity":
+        return PrefixAffinity()
+    return LeastLoaded()

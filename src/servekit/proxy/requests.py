@@ -1,0 +1,65 @@
+"""What the proxy reads from a request body, cheaply.
+
+Scheduling needs a prompt size in tokens and a prefix key; an exact count would
+need the tokenizer, so the size is estimated from characters (about four per
+token for text, one per id for token-id prompts). The body is never rewritten
+here: :mod:`servekit.proxy.payloads` builds the stage payloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """The parsed client request: body, route and the scheduler's view of it."""
+
+    route: str
+    body: dict[str, Any]
+    prompt_tokens: int
+    prefix_key: bytes
+    stream: bool
+
+
+def _text_of(value: Any) -> str:
+    """Flatten prompt-like content (strings, lists of parts) into text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_text_of(v) for v in value)
+    if isinstance(value, dict):
+        return _text_of(value.get("content", value.get("text", "")))
+    return ""
+
+
+def _token_ids(prompt: Any) -> int | None:
+    """Length of a token-id prompt (a list of ints or a list of such lists)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        return sum(len(p) for p in prompt)
+    return None
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    """The prompt text of a completions, chat or responses body."""
+    if "messages" in body:
+        return _text_of(body["messages"])
+    if "prompt" in body:
+        return _text_of(body["prompt"])
+    return _text_of(body.get("input", "")) + _text_of(body.get("instructions", ""))
+
+
+def make_ticket(route: str, body: dict[str, Any], prefix_chars: int) -> Ticket:
+    """Estimate the prompt's tokens and key its prefix."""
+    ids = _token_ids(body.get("prompt"))
+    text = "" if ids is not None else prompt_of(body)
+    tokens = ids if ids is not None else len(text) // CHARS_PER_TOKEN + 1
+    key = text[:prefix_chars].encode("utf-8", "surrogatepass") if ids is None else b""
+    if ids is not None:
+        key = repr(body.get("prompt"))[:prefix_chars].encode()
+    return Ticket(route, body, tokens, key, bool(body.get("stream", False)))

@@ -1,0 +1,105 @@
+"""Start and stop a proxy: one process, one event loop, one backend session.
+
+:func:`start_proxy` is what tests, benchmarks and the simulator integration use
+(it binds, starts the probes and returns the bound URL); :func:`main` is the
+``python -m servekit.proxy`` entry, which serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from servekit.errors import UsageError
+from servekit.proxy.app import build_app
+from servekit.proxy.config import ProxyConfig, parse_args
+from servekit.proxy.router import Router
+
+log = logging.getLogger("servekit.proxy")
+
+
+@dataclass
+class RunningProxy:
+    """A started proxy: where it listens and how to stop it."""
+
+    router: Router
+    runner: web.AppRunner
+    probes: asyncio.Task[None]
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = self.router.config.host
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.port}"
+
+    async def stop(self) -> None:
+        self.probes.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.probes
+        await self.runner.cleanup()
+        await self.router.session.close()
+
+
+async def start_proxy(config: ProxyConfig) -> RunningProxy:
+    """Bind the proxy (``port=0`` picks a free one) and start the health probes."""
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+    session = aiohttp.ClientSession(connector=connector)
+    router = Router(config, session)
+    runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=2048)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        await session.close()
+        raise UsageError(
+            f"--port {config.port}: cannot listen on {config.host} ({exc.strerror})"
+        ) from None
+    sockets = runner.addresses
+    port = int(sockets[0][1]) if sockets else config.port
+    probes = asyncio.get_running_loop().create_task(router.health.run())
+    return RunningProxy(router, runner, probes, port)
+
+
+async def serve(config: ProxyConfig) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    running = await start_proxy(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("servekit proxy (%s) listening on %s", config.mode, running.url)
+    await stop.wait()
+    await running.stop()
+
+
+def _loop_factory() -> type[asyncio.AbstractEventLoop] | None:
+    """uvloop when it is installed (vLLM brings it), else asyncio's loop."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional, only when serving
+    except ImportError:
+        return None
+    return uvloop.Loop
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of ``python -m servekit.proxy``; usage errors exit 2 in one line."""
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+        logging.basicConfig(
+            level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(config))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

@@ -1,0 +1,225 @@
+"""One request's trip through the stages: prefill, then decode (or one replica).
+
+Rules kept here:
+- a backend 4xx passes through with its status and body (:class:`Answer`);
+- a backend 5xx or an empty 200 becomes a 502 naming the stage;
+- in PD mode a decode request always carries the prefill's non-empty
+  kv_transfer_params (the proxy half of the decode guard);
+- a stream is only started towards the client once the decoder produced its
+  first byte, so anything that fails before that can still be retried or
+  reported with a proper status; after it, failures end the stream with an
+  error event;
+- every lease is released in a ``finally``, and a cancelled handler (client
+  disconnect) closes the backend connection so the engine aborts the request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from servekit.proxy.failures import ProxyError
+from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.payloads import decode_payload, kv_params_of, prefill_payload
+from servekit.proxy.requests import Ticket
+from servekit.proxy.router import Router
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while we streamed to it."""
+
+
+class Answer(Exception):
+    """A backend's non-2xx answer that goes back to the client as it is."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(status)
+        self.response = web.Response(
+            status=status, body=body, headers={"Content-Type": content_type}
+        )
+
+
+@dataclass
+class _Opened:
+    """A decode stream whose first bytes have arrived."""
+
+    lease: Lease
+    resp: aiohttp.ClientResponse
+    first: bytes
+
+
+def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) -> None:
+    """4xx passes through; other non-200 answers and empty bodies become 502."""
+    if 400 <= status < 500:
+        raise Answer(status, body, ctype)
+    if status != 200:
+        raise ProxyError("upstream_error", stage, f"{who} answered HTTP {status}")
+    if not body:
+        raise ProxyError("upstream_error", stage, f"{who} answered 200 with an empty body")
+
+
+class Trip:
+    """The exchanges of one client request."""
+
+    def __init__(self, router: Router, request: web.Request, ticket: Ticket) -> None:
+        self.router = router
+        self.request = request
+        self.ticket = ticket
+        self.started = time.perf_counter()
+        self.first_byte_at: float | None = None
+        rid = request.headers.get("X-Request-Id") or f"proxy-{id(self):x}-{time.monotonic_ns()}"
+        self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
+
+    def _who(self, stage: str, inst: Instance) -> str:
+        return f"{stage} {self.router.describe(inst)}"
+
+    def _timeout(self, total: float) -> aiohttp.ClientTimeout:
+        cfg = self.router.config
+        return aiohttp.ClientTimeout(
+            total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
+        )
+
+    async def _post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
+        """POST and read the whole answer; non-200 answers raise."""
+        lease = acquire(inst, self.ticket.prompt_tokens)
+        try:
+            async with self.router.session.post(
+                inst.url + self.ticket.route, data=data, headers=self.headers,
+                timeout=self._timeout(total),
+            ) as resp:  # fmt: skip
+                body = await resp.read()
+                ctype = resp.headers.get("Content-Type", "application/json")
+                _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+                return body
+        finally:
+            self.router.release(lease)
+
+    async def prefill(self, with_kv_params: bool) -> dict[str, Any] | None:
+        """Run the prefill copy; returns its kv_transfer_params (None if absent)."""
+        payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params)
+        data = json.dumps(payload).encode()
+        cfg = self.router.config
+        t0 = time.perf_counter()
+
+        async def exchange(inst: Instance) -> bytes:
+            return await self._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+
+        body = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
+        self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
+        try:
+            return kv_params_of(json.loads(body))
+        except ValueError:
+            raise ProxyError("upstream_error", "prefill", "prefill answer is not JSON") from None
+
+    async def pd(self, with_kv_params: bool) -> web.StreamResponse:
+        """Prefill then decode; in PD mode decode never goes without kv_transfer_params."""
+        kv = await self.prefill(with_kv_params)
+        if not with_kv_params:
+            return await self.generate("decode", self.ticket.body)
+        if kv is None:
+            msg = "prefill answer carried no kv_transfer_params; is the KV connector configured?"
+            raise ProxyError("missing_kv_transfer_params", "prefill", msg)
+        return await self.generate("decode", decode_payload(self.ticket.body, kv))
+
+    async def generate(self, stage: str, body: dict[str, Any]) -> web.StreamResponse:
+        """The generating stage (decode or replica): whole answer or a stream."""
+        data = json.dumps(body).encode()
+        cfg = self.router.config
+        if not self.ticket.stream:
+
+            async def whole(inst: Instance) -> bytes:
+                return await self._post_whole(stage, inst, data, cfg.decode_timeout_s)
+
+            out = await self.router.attempt(stage, self.ticket.prefix_key, whole)
+            self.first_byte_at = time.perf_counter()
+            return web.Response(body=out, headers={"Content-Type": "application/json"})
+
+        async def open_stream(inst: Instance) -> _Opened:
+            return await self._open_stream(stage, inst, data)
+
+        t0 = time.perf_counter()
+        opened = await self.router.attempt(stage, self.ticket.prefix_key, open_stream)
+        self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
+        return await self._relay(stage, opened)
+
+    async def _open_stream(self, stage: str, inst: Instance, data: bytes) -> _Opened:
+        """POST, check the status and wait for the first bytes of the stream."""
+        lease = acquire(inst, self.ticket.prompt_tokens)
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            resp = await self.router.session.post(
+                inst.url + self.ticket.route, data=data, headers=self.headers,
+                timeout=self._timeout(self.router.config.decode_timeout_s),
+            )  # fmt: skip
+            if resp.status != 200:
+                body = await resp.read()
+                ctype = resp.headers.get("Content-Type", "application/json")
+                _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+            first = await resp.content.readany()
+            _check_status(self._who(stage, inst), stage, 200, first, "")
+            return _Opened(lease, resp, first)
+        except BaseException:
+            if resp is not None:
+                resp.close()
+            self.router.release(lease)
+            raise
+
+    async def _relay(self, stage: str, opened: _Opened) -> web.StreamResponse:
+        """Forward the stream byte for byte; a failure ends it with an error event."""
+        resp, lease = opened.resp, opened.lease
+        out = web.StreamResponse(
+            headers={
+                "Content-Type": resp.headers.get("Content-Type", "text/event-stream"),
+                "X-Request-Id": self.headers["X-Request-Id"],
+            }
+        )
+        complete = False
+        try:
+            await out.prepare(self.request)
+            self.first_byte_at = time.perf_counter()
+            tail = await self._pump(out, resp, lease, opened.first)
+            complete = True
+            if b"[DONE]" not in tail:
+                await self._end_with_error(out, stage, f"{stage} stream ended without [DONE]")
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+            await self._end_with_error(out, stage, f"{stage} stream interrupted")
+        except _ClientGone:
+            self.router.metrics.errors.labels(stage, "client_disconnected").inc()
+            return out
+        finally:
+            if complete:
+                resp.release()
+            else:
+                resp.close()
+            self.router.release(lease)
+        with contextlib.suppress(ConnectionResetError):
+            await out.write_eof()
+        return out
+
+    @staticmethod
+    async def _pump(
+        out: web.StreamResponse, resp: aiohttp.ClientResponse, lease: Lease, chunk: bytes
+    ) -> bytes:
+        """Copy chunks until the backend ends; returns the stream's last bytes."""
+        tail = b""
+        while chunk:
+            try:
+                await out.write(chunk)
+            except ConnectionResetError as exc:
+                raise _ClientGone from exc
+            lease.grow(chunk.count(b"data:"))
+            tail = (tail + chunk)[-32:]
+            chunk = await resp.content.readany()
+        return tail
+
+    async def _end_with_error(self, out: web.StreamResponse, stage: str, message: str) -> None:
+        err = ProxyError("stream_interrupted", stage, message)
+        self.router.metrics.errors.labels(stage, err.kind).inc()
+        with contextlib.suppress(ConnectionResetError):
+            await out.write(err.sse_event())
