@@ -112,9 +112,24 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
     ("vllm", "mixed"): {**_ACCEL, "gpu_memory_utilization": 0.90},
     ("vllm", "prefill"): {**_ACCEL, "gpu_memory_utilization": 0.90},
     ("vllm", "decode"): {**_ACCEL, "gpu_memory_utilization": 0.90, "guard": True},
-    ("vllm-cpu", "mixed"): {"max_num_seqs": 16, "enable_prefix_caching": True, "cpu_kvcache_gib": 1, "guard": False},
-    ("vllm-cpu", "prefill"): {"max_num_seqs": 16, "enable_prefix_caching": True, "cpu_kvcache_gib": 1, "guard": False},
-    ("vllm-cpu", "decode"): {"max_num_seqs": 16, "enable_prefix_caching": True, "cpu_kvcache_gib": 1, "guard": True},
+    ("vllm-cpu", "mixed"): {
+        "max_num_seqs": 16,
+        "enable_prefix_caching": True,
+        "cpu_kvcache_gib": 1,
+        "guard": False,
+    },
+    ("vllm-cpu", "prefill"): {
+        "max_num_seqs": 16,
+        "enable_prefix_caching": True,
+        "cpu_kvcache_gib": 1,
+        "guard": False,
+    },
+    ("vllm-cpu", "decode"): {
+        "max_num_seqs": 16,
+        "enable_prefix_caching": True,
+        "cpu_kvcache_gib": 1,
+        "guard": True,
+    },
 }
 
 

@@ -30,7 +30,9 @@ def packaged_catalog() -> Path:
     source_tree = Path(__file__).resolve().parents[3] / "layouts"
     if source_tree.is_dir():
         return source_tree
-    raise UsageError("servekit's packaged catalog is missing; reinstall servekit or pass --catalog DIR")
+    raise UsageError(
+        "servekit's packaged catalog is missing; reinstall servekit or pass --catalog DIR"
+    )
 
 
 def resolve_catalog(catalog: Path | str | None = None) -> Path:
@@ -40,7 +42,9 @@ def resolve_catalog(catalog: Path | str | None = None) -> Path:
         return packaged_catalog()
     path = Path(chosen).expanduser()
     if not path.is_dir():
-        raise UsageError(f"--catalog {path}: not a folder; give a folder of <hardware>/<name>/layout.yaml")
+        raise UsageError(
+            f"--catalog {path}: not a folder; give a folder of <hardware>/<name>/layout.yaml"
+        )
     return path
 
 
@@ -67,7 +71,9 @@ def layout_path(name: str, catalog: Path) -> Path:
     path = catalog / name / LAYOUT_FILE
     if not path.is_file():
         known = ", ".join(layout_names(catalog)) or "none"
-        raise UsageError(f"unknown layout {name!r}; known layouts: {known} (see 'servekit layouts list')")
+        raise UsageError(
+            f"unknown layout {name!r}; known layouts: {known} (see 'servekit layouts list')"
+        )
     return path
 
 
@@ -88,7 +94,9 @@ def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from exc
+        raise UsageError(
+            f"{path}: cannot read ({exc.strerror}); check the path and permissions"
+        ) from exc
     return parse_layout_text(text, str(path), expected_name)
 
 
@@ -100,13 +108,17 @@ def parse_layout_text(text: str, source: str, expected_name: str | None = None) 
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(f"{where}: malformed YAML ({problem}); fix the syntax at that line") from exc
+        raise UsageError(
+            f"{where}: malformed YAML ({problem}); fix the syntax at that line"
+        ) from exc
     if not isinstance(data, dict):
-        raise UsageError(f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)")
+        raise UsageError(
+            f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)"
+        )
     if expected_name is not None and data.get("name") != expected_name:
         raise UsageError(
-            f"{source}:{_line_of(node, ('name',))}: name is {data.get('name')!r} but the file sits at "
-            f"{expected_name!r}; set name: {expected_name}"
+            f"{source}:{_line_of(node, ('name',))}: name is {data.get('name')!r} but the file "
+            f"sits at {expected_name!r}; set name: {expected_name}"
         )
     try:
         return Layout.model_validate(data)

@@ -116,7 +116,8 @@ class Engine(_Strict):
     kv_connector: KVConnector | None = None
     speculative: Speculative | None = None
     settings: dict[str, SettingValue] = Field(
-        default_factory=dict, description="overrides of the defaults table (keys of `servekit defaults`)"
+        default_factory=dict,
+        description="overrides of the defaults table (keys of `servekit defaults`)",
     )
     engine_args: dict[str, SettingValue] = Field(
         default_factory=dict, description="further vLLM flags without leading dashes"
@@ -141,7 +142,8 @@ class Engine(_Strict):
             raise ValueError("launch 'single' needs dp_size 1; use builtin-dp or external-dp")
         if self.dp_size % self.dp_size_per_node != 0:
             raise ValueError(
-                f"dp_size {self.dp_size} is not a multiple of dp_size_per_node {self.dp_size_per_node}"
+                f"dp_size {self.dp_size} is not a multiple of "
+                f"dp_size_per_node {self.dp_size_per_node}"
             )
         return self
 

@@ -1,0 +1,481 @@
+"""The Plan: every process on every node, computed by one pure function.
+
+``build_plan(layout, options)`` is the heart of servekit. Shell rendering, the
+local supervisor and the simulator all consume its output, so what is tested on
+one machine is what is rendered for the cluster; nothing downstream re-derives
+ports, engine ids or defaults.
+
+Each process carries its concrete ``argv`` and an ``argv_template`` in which the
+values that come from the defaults table are shell references (``${GPU_UTIL}``),
+so rendered scripts let operators tune them at launch (``GPU_UTIL=0.9 run.sh``)
+while the defaults stay those of the one table. A test runs the rendered scripts
+in dry-run mode and checks they expand to exactly ``argv``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servekit.catalog.schema import Engine, Layout
+from servekit.defaults import (
+    SETTINGS_BY_KEY,
+    EngineKind,
+    SettingValue,
+    defaults_for,
+    format_value,
+)
+
+ProcessKind = Literal["engine", "proxy"]
+ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
+GUARD_TEMPLATE = "${GUARD_ARGS[@]}"
+
+DEVICE_ENV: dict[EngineKind, str | None] = {
+    "vllm-ascend": "ASCEND_RT_VISIBLE_DEVICES",
+    "vllm": "CUDA_VISIBLE_DEVICES",
+    "vllm-cpu": None,
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PlanOptions(_Frozen):
+    """Inputs besides the layout: where nodes live and which ports they really use."""
+
+    hosts: tuple[str, ...] | None = Field(
+        default=None, description="address per node; default shell references ${NODE<i>_IP}"
+    )
+    bind_host: str = Field(default="0.0.0.0", description="address engines listen on")
+    port_map: dict[str, int] = Field(
+        default_factory=dict, description="'node:planned_port' -> port actually used"
+    )
+    python: str = Field(default="python3", description="interpreter for python -m entry points")
+    scratch_dir: str = Field(
+        default="/tmp/servekit-kv", description="replaces {scratch} in configs"
+    )
+
+
+class ProcessPlan(_Frozen):
+    """One process on one node, fully resolved."""
+
+    name: str
+    node: int
+    kind: ProcessKind
+    role: ProcessRole
+    engine: str | None = None
+    engine_id: str | None = None
+    dp_rank: int | None = Field(default=None, description="first DP rank this process serves")
+    dp_size: int | None = None
+    headless: bool = False
+    devices: tuple[int, ...] = ()
+    host: str = Field(description="address other nodes reach this process at")
+    api_port: int | None = None
+    kv_port: int | None = None
+    rpc_port: int | None = None
+    argv: tuple[str, ...]
+    argv_template: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="script variable -> value from the defaults table"
+    )
+
+    @property
+    def url(self) -> str | None:
+        if self.api_port is None:
+            return None
+        return f"http://{self.host}:{self.api_port}"
+
+    def bound_ports(self) -> list[int]:
+        """Ports this process listens on (API, DP rpc, KV side channel window)."""
+        ports = [p for p in (self.api_port, self.rpc_port) if p is not None]
+        if self.kv_port is not None:
+            ports.append(self.kv_port)
+        return ports
+
+
+class NodePlan(_Frozen):
+    index: int
+    processes: tuple[ProcessPlan, ...]
+
+
+class Plan(_Frozen):
+    layout: str
+    title: str
+    engine_kind: EngineKind
+    served_model_name: str
+    model_path: str
+    max_model_len: int
+    image: str
+    nodes: tuple[NodePlan, ...]
+    entry: str = Field(description="name of the process clients talk to (proxy or an engine)")
+
+    @property
+    def processes(self) -> tuple[ProcessPlan, ...]:
+        return tuple(p for n in self.nodes for p in n.processes)
+
+    def process(self, name: str) -> ProcessPlan:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def api_processes(self, role: ProcessRole | None = None) -> tuple[ProcessPlan, ...]:
+        """Processes that serve HTTP (headless ranks excluded), optionally of one role."""
+        return tuple(
+            p for p in self.processes if p.api_port is not None and (role is None or p.role == role)
+        )
+
+
+class _Args:
+    """argv and its template built side by side, so they cannot drift."""
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+        self.template: list[str] = []
+
+    def lit(self, *tokens: str) -> None:
+        self.argv.extend(tokens)
+        self.template.extend(tokens)
+
+    def var(self, flag: str, value: str, var: str) -> None:
+        self.argv.extend((flag, value))
+        self.template.extend((flag, "${" + var + "}"))
+
+
+def planned_ports(layout: Layout) -> list[tuple[int, int]]:
+    """Every (node, port) a layout binds, before any port mapping."""
+    plan = build_plan(layout, PlanOptions())
+    found = {(p.node, port) for p in plan.processes for port in p.bound_ports()}
+    return sorted(found)
+
+
+def build_plan(layout: Layout, options: PlanOptions | None = None) -> Plan:
+    """Compute every process of ``layout`` on every node. Pure: same inputs, same Plan."""
+    opts = options or PlanOptions()
+    ctx = _Context(layout, opts)
+    per_node: dict[int, list[ProcessPlan]] = {i: [] for i in range(layout.nodes)}
+    for engine in layout.engines:
+        for proc in _engine_processes(ctx, engine):
+            per_node.setdefault(proc.node, []).append(proc)
+    entry = ""
+    if layout.proxy is not None:
+        proxy = _proxy_process(ctx)
+        per_node.setdefault(proxy.node, []).append(proxy)
+        entry = proxy.name
+    else:
+        first = next(p for procs in per_node.values() for p in procs if p.api_port is not None)
+        entry = first.name
+    nodes = tuple(NodePlan(index=i, processes=tuple(per_node[i])) for i in sorted(per_node))
+    return Plan(
+        layout=layout.name,
+        title=layout.title,
+        engine_kind=layout.engine_kind,
+        served_model_name=layout.model.served_name,
+        model_path=layout.model.path,
+        max_model_len=layout.model.max_model_len,
+        image=layout.image,
+        nodes=nodes,
+        entry=entry,
+    )
+
+
+class _Context:
+    def __init__(self, layout: Layout, opts: PlanOptions) -> None:
+        self.layout = layout
+        self.opts = opts
+        self.kind = layout.engine_kind
+        self.device_cursor: dict[int, int] = {}
+
+    def host(self, node: int) -> str:
+        if self.opts.hosts is not None:
+            if node >= len(self.opts.hosts):
+                raise ValueError(f"no host address for node {node}")
+            return self.opts.hosts[node]
+        return "${NODE" + str(node) + "_IP}"
+
+    def port(self, node: int, planned: int) -> int:
+        return self.opts.port_map.get(f"{node}:{planned}", planned)
+
+    def take_devices(self, engine: Engine, node: int, count: int) -> tuple[int, ...]:
+        if self.kind == "vllm-cpu":
+            return ()
+        if engine.devices is not None:
+            return engine.devices
+        start = self.device_cursor.get(node, 0)
+        self.device_cursor[node] = start + count
+        return tuple(range(start, start + count))
+
+
+def _settings(ctx: _Context, engine: Engine) -> dict[str, SettingValue]:
+    values = defaults_for(ctx.kind, engine.role)
+    values.update(engine.settings)
+    return values
+
+
+def _apply_settings(
+    args: _Args, env: dict[str, str], settings: dict[str, SettingValue]
+) -> dict[str, str]:
+    used: dict[str, str] = {}
+    for key, value in settings.items():
+        setting = SETTINGS_BY_KEY[key]
+        text = format_value(value)
+        used[setting.var] = text
+        if setting.how == "flag":
+            args.var(setting.target, text, setting.var)
+        elif setting.how == "bool-flag":
+            flag = setting.target if value else "--no-" + setting.target.removeprefix("--")
+            args.argv.append(flag)
+            args.template.append("${" + setting.var + "_FLAG}")
+        elif setting.how == "env":
+            env[setting.target] = text
+        elif setting.how == "middleware" and value:
+            args.argv.extend(("--middleware", setting.target))
+            args.template.append(GUARD_TEMPLATE)
+        elif setting.how == "middleware":
+            args.template.append(GUARD_TEMPLATE)
+    return used
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _expand_scratch(value: Any, scratch: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{scratch}", scratch)
+    if isinstance(value, dict):
+        return {k: _expand_scratch(v, scratch) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_scratch(v, scratch) for v in value]
+    return value
+
+
+def kv_transfer_config(engine: Engine, kv_port: int | None, scratch: str) -> dict[str, Any] | None:
+    """vLLM's --kv-transfer-config for an engine (key order as upstream writes it)."""
+    conn = engine.kv_connector
+    if conn is None:
+        return None
+    cfg: dict[str, Any] = {"kv_connector": conn.name, "kv_role": conn.role}
+    if kv_port is not None:
+        cfg["kv_port"] = str(kv_port)
+    if engine.engine_id is not None:
+        cfg["engine_id"] = str(engine.engine_id)
+    if conn.module_path:
+        cfg["kv_connector_module_path"] = conn.module_path
+    if conn.buffer_device:
+        cfg["kv_buffer_device"] = conn.buffer_device
+    if conn.extra_config:
+        cfg["kv_connector_extra_config"] = _expand_scratch(conn.extra_config, scratch)
+    return cfg
+
+
+def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
+    layout = ctx.layout
+    args = _Args()
+    if ctx.kind == "vllm-cpu":
+        args.lit(
+            ctx.opts.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            layout.model.path,
+        )
+    else:
+        args.lit("vllm", "serve", layout.model.path)
+    if port is not None:
+        args.lit("--host", ctx.opts.bind_host, "--port", str(port))
+    args.lit("--served-model-name", layout.model.served_name)
+    args.lit("--max-model-len", str(layout.model.max_model_len))
+    if engine.tp > 1 or ctx.kind != "vllm-cpu":
+        args.lit("--tensor-parallel-size", str(engine.tp))
+    if engine.expert_parallel:
+        args.lit("--enable-expert-parallel")
+    if layout.model.quantization:
+        args.lit("--quantization", layout.model.quantization)
+    if layout.model.trust_remote_code:
+        args.lit("--trust-remote-code")
+    return args
+
+
+def _tail_args(ctx: _Context, engine: Engine, args: _Args, kv_port: int | None) -> None:
+    if engine.speculative is not None:
+        args.lit("--speculative-config", _json(engine.speculative.to_config()))
+    kv = kv_transfer_config(engine, kv_port, ctx.opts.scratch_dir)
+    if kv is not None:
+        args.lit("--kv-transfer-config", _json(kv))
+    if engine.additional_config:
+        args.lit("--additional-config", _json(engine.additional_config))
+    for key, value in engine.engine_args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.lit(flag)
+        elif value is not False:
+            args.lit(flag, format_value(value))
+    args.lit(*engine.extra_args)
+
+
+def _engine_processes(ctx: _Context, engine: Engine) -> list[ProcessPlan]:
+    if engine.launch == "single":
+        return [
+            _one_process(ctx, engine, node=engine.nodes[0], replica=r)
+            for r in range(engine.replicas)
+        ]
+    if engine.launch == "builtin-dp":
+        return [_builtin_dp_process(ctx, engine, i) for i in range(len(engine.nodes))]
+    return [
+        _external_dp_process(ctx, engine, j, i)
+        for j in range(len(engine.nodes))
+        for i in range(engine.dp_size_per_node)
+    ]
+
+
+def _process(
+    ctx: _Context,
+    engine: Engine,
+    *,
+    name: str,
+    node: int,
+    args: _Args,
+    devices: tuple[int, ...],
+    api_port: int | None,
+    kv_port: int | None,
+    rpc_port: int | None,
+    dp_rank: int | None,
+    headless: bool = False,
+) -> ProcessPlan:
+    env = dict(ctx.layout.env)
+    env.update(engine.env)
+    used = _apply_settings(args, env, _settings(ctx, engine))
+    _tail_args(ctx, engine, args, kv_port)
+    device_var = DEVICE_ENV[ctx.kind]
+    if device_var and devices:
+        env[device_var] = ",".join(str(d) for d in devices)
+    return ProcessPlan(
+        name=name,
+        node=node,
+        kind="engine",
+        role=engine.role,
+        engine=engine.name,
+        engine_id=engine.engine_id,
+        dp_rank=dp_rank,
+        dp_size=engine.dp_size,
+        headless=headless,
+        devices=devices,
+        host=ctx.host(node),
+        api_port=api_port,
+        kv_port=kv_port,
+        rpc_port=rpc_port,
+        argv=tuple(args.argv),
+        argv_template=tuple(args.template),
+        env=env,
+        settings=used,
+    )
+
+
+def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> ProcessPlan:
+    port = ctx.port(node, engine.api_port + replica)
+    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
+    args = _base_args(ctx, engine, port)
+    name = engine.name if engine.replicas == 1 else f"{engine.name}-{replica}"
+    return _process(
+        ctx,
+        engine,
+        name=name,
+        node=node,
+        args=args,
+        devices=ctx.take_devices(engine, node, engine.tp),
+        api_port=port,
+        kv_port=kv_port,
+        rpc_port=None,
+        dp_rank=None,
+    )
+
+
+def _dp_common(ctx: _Context, engine: Engine, args: _Args, rpc: int | None) -> None:
+    args.lit("--data-parallel-size", str(engine.dp_size))
+    args.lit("--data-parallel-address", ctx.host(engine.nodes[0]))
+    if rpc is not None:
+        args.lit("--data-parallel-rpc-port", str(rpc))
+
+
+def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
+    node = engine.nodes[j]
+    headless = j > 0
+    port = None if headless else ctx.port(node, engine.api_port)
+    rpc = ctx.port(engine.nodes[0], engine.rpc_port) if engine.rpc_port is not None else None
+    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
+    args = _base_args(ctx, engine, port)
+    if headless:
+        args.lit("--headless")
+    _dp_common(ctx, engine, args, rpc)
+    args.lit("--data-parallel-size-local", str(engine.dp_size_per_node))
+    start_rank = j * engine.dp_size_per_node
+    if headless:
+        args.lit("--data-parallel-start-rank", str(start_rank))
+    suffix = "-headless" if headless else ""
+    return _process(
+        ctx,
+        engine,
+        name=f"{engine.name}.n{node}{suffix}",
+        node=node,
+        args=args,
+        devices=ctx.take_devices(engine, node, engine.dp_size_per_node * engine.tp),
+        api_port=port,
+        kv_port=kv_port,
+        rpc_port=rpc if not headless else None,
+        dp_rank=start_rank,
+        headless=headless,
+    )
+
+
+def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> ProcessPlan:
+    node = engine.nodes[j]
+    rank = j * engine.dp_size_per_node + i
+    port = ctx.port(node, engine.api_port + i)
+    rpc = ctx.port(engine.nodes[0], engine.rpc_port) if engine.rpc_port is not None else None
+    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
+    args = _base_args(ctx, engine, port)
+    _dp_common(ctx, engine, args, rpc)
+    args.lit("--data-parallel-rank", str(rank))
+    return _process(
+        ctx,
+        engine,
+        name=f"{engine.name}.dp{rank}",
+        node=node,
+        args=args,
+        devices=ctx.take_devices(engine, node, engine.tp),
+        api_port=port,
+        kv_port=kv_port,
+        rpc_port=rpc if rank == 0 else None,
+        dp_rank=rank,
+    )
+
+
+def _proxy_process(ctx: _Context) -> ProcessPlan:
+    proxy = ctx.layout.proxy
+    assert proxy is not None
+    port = ctx.port(proxy.node, proxy.port)
+    args = _Args()
+    args.lit(ctx.opts.python, "-m", "servekit.proxy", "--host", proxy.host, "--port", str(port))
+    args.lit("--mode", proxy.mode)
+    for flag, which in (
+        ("--prefill", "prefill"),
+        ("--decode", "decode"),
+        ("--replica", "replicas"),
+    ):
+        for node, planned in proxy.endpoints(which):  # type: ignore[arg-type]
+            args.lit(flag, f"http://{ctx.host(node)}:{ctx.port(node, planned)}")
+    return ProcessPlan(
+        name="proxy",
+        node=proxy.node,
+        kind="proxy",
+        role="proxy",
+        host=ctx.host(proxy.node),
+        api_port=port,
+        argv=tuple(args.argv),
+        argv_template=tuple(args.template),
+    )
