@@ -84,7 +84,7 @@ async def serve(config: ProxyConfig) -> None:
 def _loop_factory() -> type[asyncio.AbstractEventLoop] | None:
     """uvloop when it is installed (vLLM brings it), else asyncio's loop."""
     try:
-        import uvloop  # noqa: PLC0415 - optional, only when serving
+        import uvloop
     except ImportError:
         return None
     return uvloop.Loop
