@@ -1,0 +1,254 @@
+"""The verification ledger: one JSON line per verify run, kept beside the layout.
+
+The seeds flipped ``verified: true|false`` by hand in meta.yaml and a README table
+that nothing checked. servekit keeps the evidence instead: every ``servekit verify``
+run appends a :class:`LedgerRecord` (image, engine versions, date, result, the
+sha256 of its evidence bundle) to ``<layout folder>/verification.jsonl``, and
+:func:`verification_status` derives the state from those records and the layout
+as it is *now*. Changing the image or an engine version therefore makes a layout
+``stale`` on its own, with the reason shown, and a simulated run never counts as
+hardware verification.
+
+:func:`status_from_records` is pure (no I/O); :func:`verification_status` reads
+one small file. ``layouts list`` and ``layouts check`` call it for every layout.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servekit.catalog.loader import LoadedLayout
+from servekit.catalog.schema import Layout
+from servekit.errors import UsageError
+from servekit.fsutil import atomic_write_text
+
+LEDGER_FILE = "verification.jsonl"
+LEDGER_SCHEMA = "servekit.ledger/1"
+
+RunEngine = Literal["vllm", "sim", "external"]
+RunResult = Literal["pass", "fail"]
+State = Literal["verified", "stale", "unverified", "derived", "simulated-only"]
+StatusSource = Literal["ledger", "provenance", "none"]
+
+
+class LedgerRecord(BaseModel):
+    """One verify run of one layout, as written to the ledger."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal["servekit.ledger/1"] = LEDGER_SCHEMA
+    layout: str
+    image: str
+    versions: dict[str, str] = Field(default_factory=dict, description="engine versions run")
+    servekit_version: str
+    date: dt.datetime = Field(description="UTC time the run finished")
+    engine: RunEngine = Field(description="vllm: real engines; sim: the simulator")
+    result: RunResult
+    acceptance: str | None = Field(default=None, description="passed/ran, e.g. '11/11'")
+    evidence_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of SHA256SUMS")
+    report: str = Field(description="path of the report folder the run wrote")
+    note: str | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.engine == "sim"
+
+    @property
+    def day(self) -> str:
+        return self.date.date().isoformat()
+
+
+class VerificationStatus(BaseModel):
+    """A layout's verification state now, the record it rests on, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: State
+    reason: str = Field(description="one line, e.g. 'verified on X, now Y'")
+    source: StatusSource
+    record: LedgerRecord | None = Field(default=None, description="the ledger record it rests on")
+    image: str | None = Field(default=None, description="image the verification was made on")
+    date: dt.date | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.state == "verified"
+
+
+def ledger_path(loaded: LoadedLayout) -> Path:
+    """Where the ledger of ``loaded`` lives: beside its layout.yaml."""
+    return loaded.folder / LEDGER_FILE
+
+
+def read_records(path: Path) -> list[LedgerRecord]:
+    """Every record of a ledger file, oldest first; a missing file is an empty ledger."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    records: list[LedgerRecord] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            records.append(_parse_line(line, f"{path}:{number}"))
+    return records
+
+
+def _parse_line(line: str, where: str) -> LedgerRecord:
+    try:
+        return LedgerRecord.model_validate(json.loads(line))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not a JSON line ({exc.msg}); fix or remove that line") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(record)"
+        raise UsageError(
+            f"{where}: ledger field {field!r}: {err['msg']}; fix or remove that line"
+        ) from exc
+
+
+def append_record(loaded: LoadedLayout, record: LedgerRecord) -> Path:
+    """Append ``record`` to the layout's ledger atomically; returns the ledger path.
+
+    The whole file is rewritten through a temp file and a rename, so a crash
+    leaves the old ledger or the new one, never a torn last line.
+    """
+    if record.layout != loaded.layout.name:
+        raise UsageError(
+            f"ledger record for {record.layout!r} cannot go beside {loaded.layout.name!r}; "
+            "pass the record of this layout"
+        )
+    path = ledger_path(loaded)
+    existing = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if existing and not existing.endswith("\n"):
+        existing += "\n"
+    atomic_write_text(path, existing + record.model_dump_json() + "\n")
+    return path
+
+
+def verification_status(
+    loaded: LoadedLayout, records: Sequence[LedgerRecord] | None = None
+) -> VerificationStatus:
+    """The verification state of a layout from its ledger (read unless given)."""
+    found = read_records(ledger_path(loaded)) if records is None else records
+    return status_from_records(loaded.layout, found)
+
+
+def matches_current(layout: Layout, record: LedgerRecord) -> bool:
+    """True when ``record`` ran the layout's current image and engine versions."""
+    if record.image != layout.image:
+        return False
+    return all(record.versions.get(k) == v for k, v in layout.versions.items())
+
+
+def status_from_records(layout: Layout, records: Sequence[LedgerRecord]) -> VerificationStatus:
+    """Pure: the state of ``layout`` given its ledger records (any order)."""
+    mine = sorted((r for r in records if r.layout == layout.name), key=lambda r: r.date)
+    hardware = [r for r in mine if r.result == "pass" and not r.simulated]
+    current = [r for r in hardware if matches_current(layout, r)]
+    if current:
+        return _from_record("verified", current[-1], _verified_reason(current[-1]))
+    seed = _seed_status(layout)
+    if seed is not None and seed.verified:
+        return seed
+    sim_note = _sim_note(mine)
+    if hardware:
+        return _from_record("stale", hardware[-1], _stale_reason(layout, hardware[-1]) + sim_note)
+    if seed is not None:
+        return seed.model_copy(update={"reason": seed.reason + sim_note})
+    return _unverified(layout, mine)
+
+
+def _from_record(state: State, record: LedgerRecord, reason: str) -> VerificationStatus:
+    return VerificationStatus(
+        state=state,
+        reason=reason,
+        source="ledger",
+        record=record,
+        image=record.image,
+        date=record.date.date(),
+    )
+
+
+def _verified_reason(record: LedgerRecord) -> str:
+    where = f"acceptance {record.acceptance}, " if record.acceptance else ""
+    return f"verified on {record.image} ({where}{record.engine} run {record.day})"
+
+
+def _stale_reason(layout: Layout, record: LedgerRecord) -> str:
+    if record.image != layout.image:
+        return f"verified on {record.image} ({record.day}), now {layout.image}; re-run verify"
+    changed = [
+        f"{k} {record.versions.get(k, 'unrecorded')} -> {v}"
+        for k, v in layout.versions.items()
+        if record.versions.get(k) != v
+    ]
+    return f"verified with {', '.join(changed)} changed since ({record.day}); re-run verify"
+
+
+def _seed_status(layout: Layout) -> VerificationStatus | None:
+    """What the layout's own provenance says, checked against the current image."""
+    prov = layout.provenance
+    seed = prov.verification
+    if seed.verified and seed.image == layout.image:
+        reason = f"verified on {seed.image}" + (f" ({seed.date})" if seed.date else "")
+        return _seed("verified", reason + " per the layout's provenance record", seed.date, layout)
+    if seed.verified:
+        reason = f"verified on {seed.image or 'an unrecorded image'}, now {layout.image}"
+        return _seed("stale", reason + "; re-run verify", seed.date, layout, seed.image)
+    if seed.previously_verified:
+        reason = f"was hardware-verified at an earlier image; not re-run on {layout.image}"
+        return _seed("stale", reason, seed.date, layout, seed.image)
+    if prov.derived_from:
+        reason = f"derived from {prov.derived_from}, not separately validated"
+        return _seed("derived", reason, None, layout, None)
+    return None
+
+
+def _seed(
+    state: State,
+    reason: str,
+    date: dt.date | None,
+    layout: Layout,
+    image: str | None = "",
+) -> VerificationStatus:
+    return VerificationStatus(
+        state=state,
+        reason=reason,
+        source="provenance",
+        image=layout.image if image == "" else image,
+        date=date,
+    )
+
+
+def _sim_note(records: Sequence[LedgerRecord]) -> str:
+    sims = [r for r in records if r.simulated and r.result == "pass"]
+    if not sims:
+        return ""
+    return f"; simulated run passed {sims[-1].day} (not hardware-verified)"
+
+
+def _unverified(layout: Layout, records: Sequence[LedgerRecord]) -> VerificationStatus:
+    sims = [r for r in records if r.simulated and r.result == "pass"]
+    if sims:
+        last = sims[-1]
+        return _from_record(
+            "simulated-only",
+            last,
+            f"simulated run only ({last.day}); not hardware-verified",
+        )
+    if records:
+        last = records[-1]
+        return _from_record(
+            "unverified", last, f"last {last.engine} run {last.result}ed on {last.day}"
+        )
+    return VerificationStatus(
+        state="unverified",
+        reason=f"no passing hardware run recorded for {layout.image}",
+        source="none",
+    )
