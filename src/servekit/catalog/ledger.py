@@ -29,7 +29,7 @@ from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
 
 LEDGER_FILE = "verification.jsonl"
-LEDGER_SCHEMA = "servekit.ledger/1"
+LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"
 
 RunEngine = Literal["vllm", "sim", "external"]
 RunResult = Literal["pass", "fail"]
