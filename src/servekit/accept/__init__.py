@@ -1,1 +1,31 @@
-"""servekit.accept."""
+"""servekit.accept: the acceptance matrix as a command and a Python API.
+
+``servekit verify`` calls :func:`run_acceptance` with a Deployment, reads and
+writes :class:`AcceptResult` files, and puts :func:`render_markdown`'s section
+into the release report.
+"""
+
+from servekit.accept.markdown import render_markdown, summary_line
+from servekit.accept.models import (
+    AcceptResult,
+    CheckResult,
+    EvidenceFile,
+    read_result,
+    write_result,
+)
+from servekit.accept.options import AcceptOptions
+from servekit.accept.runner import RESULT_FILE, run_acceptance, run_acceptance_async
+
+__all__ = [
+    "RESULT_FILE",
+    "AcceptOptions",
+    "AcceptResult",
+    "CheckResult",
+    "EvidenceFile",
+    "read_result",
+    "render_markdown",
+    "run_acceptance",
+    "run_acceptance_async",
+    "summary_line",
+    "write_result",
+]

@@ -1,0 +1,1 @@
+"""The acceptance checks, one module per group of the matrix."""

@@ -1,0 +1,213 @@
+"""Correctness invariants that hold for any model at temperature 0.
+
+They need no knowledge of what the right answer is, only that the same
+question gets the same answer whatever path it takes: through PD or a single
+instance, from the prefix cache or not, streamed or not, alone or in a crowd,
+beside a long request, on any replica. The tiny CPU model is as good a witness
+as a 600B one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from servekit.accept.checks.common import (
+    PROMPTS,
+    complete,
+    first_diff,
+    metric_sum,
+    text_or_reason,
+)
+from servekit.accept.corpus import filler
+from servekit.accept.env import Probe, base_url
+from servekit.accept.outcome import Outcome, failed, passed, skipped
+from servekit.accept.registry import Check
+from servekit.accept.replies import cached_tokens, read_stream, usage
+
+PREFIX_HIT_METRICS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+
+
+async def _answers(probe: Probe, url: str, prompts: tuple[str, ...]) -> list[str] | str:
+    """Serial greedy answers from ``url``, or the first failure's reason."""
+    out: list[str] = []
+    for prompt in prompts:
+        text, why = text_or_reason(await complete(probe, url, prompt))
+        if text is None:
+            return why
+        out.append(text)
+    return out
+
+
+def _compare(label: str, want: list[str], got: list[str], prompts: tuple[str, ...]) -> str | None:
+    for prompt, a, b in zip(prompts, want, got, strict=True):
+        if a != b:
+            return f"{label}: {prompt!r} {first_diff(a, b)}"
+    return None
+
+
+async def pd_equals_single(probe: Probe) -> Outcome:
+    """Through the deployment equals a single reference instance."""
+    ref = probe.env.deployment.reference_url
+    if ref is None:
+        return skipped("no reference endpoint given (Deployment.reference_url)")
+    prompts = PROMPTS[:4]
+    want = await _answers(probe, base_url(ref), prompts)
+    got = await _answers(probe, probe.env.entry, prompts)
+    if isinstance(want, str) or isinstance(got, str):
+        return failed(f"request failed: {want if isinstance(want, str) else got}")
+    diff = _compare("deployment vs reference", want, got, prompts)
+    return failed(diff) if diff else passed(f"{len(prompts)} answers equal the reference")
+
+
+async def _prefix_hits(probe: Probe) -> float:
+    urls = [base_url(e.url) for e in probe.env.engines()] or [probe.env.entry]
+    total = 0.0
+    for url in urls:
+        ex = await probe.get(f"{url}/metrics")
+        if ex.status == 200:
+            total += metric_sum(ex.body, PREFIX_HIT_METRICS)
+    return total
+
+
+async def prefix_hot_cold(probe: Probe) -> Outcome:
+    """The same long prompt twice: hot equals cold byte for byte, and hits the cache."""
+    prompt = (
+        f"Reading session {secrets.token_hex(6)}.\n\n{filler(1600)}\n\nIn one sentence, the town is"
+    )
+    before = await _prefix_hits(probe)
+    cold_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
+    hot_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
+    after = await _prefix_hits(probe)
+    cold, why_cold = text_or_reason(cold_ex)
+    hot, why_hot = text_or_reason(hot_ex)
+    if cold is None or hot is None:
+        return failed(f"request failed: {why_cold or why_hot}")
+    cached = cached_tokens(usage(hot_ex))
+    measures: dict[str, str | int | float | bool] = {
+        "metric_hits_delta": after - before,
+        "cold_s": cold_ex.elapsed_s,
+        "hot_s": hot_ex.elapsed_s,
+    }
+    if cached is not None:
+        measures["cached_tokens"] = cached
+    if hot != cold:
+        return failed(f"hot answer differs from cold: {first_diff(cold, hot)}", **measures)
+    if not (cached or after - before > 0):
+        return failed("hot request shows no cached tokens (usage or /metrics)", **measures)
+    return passed("hot equals cold byte for byte and hit the prefix cache", **measures)
+
+
+async def stream_equals_nonstream(probe: Probe) -> Outcome:
+    """The concatenated stream equals the non-streamed answer."""
+    entry = probe.env.entry
+    prompt = PROMPTS[6]
+    plain, why = text_or_reason(await complete(probe, entry, prompt, max_tokens=32))
+    if plain is None:
+        return failed(f"request failed: {why}")
+    ex = await probe.stream(
+        f"{entry}/v1/completions", probe.completion(prompt, max_tokens=32, stream=True)
+    )
+    if not ex.ok:
+        return failed(f"stream failed: {ex.describe()}")
+    streamed = read_stream(ex).text
+    if streamed != plain:
+        return failed(f"stream differs from non-stream: {first_diff(plain, streamed)}")
+    return passed(f"stream equals non-stream ({len(plain)} characters)")
+
+
+async def concurrent_equals_serial(probe: Probe) -> Outcome:
+    """N concurrent requests, identical and different, equal their serial answers."""
+    n = probe.options.concurrency
+    prompts = tuple(PROMPTS[i % len(PROMPTS)] for i in range(n))
+    serial = await _answers(probe, probe.env.entry, prompts)
+    if isinstance(serial, str):
+        return failed(f"request failed: {serial}")
+    for label, batch in (("identical", (prompts[0],) * n), ("different", prompts)):
+        exchanges = await asyncio.gather(*(complete(probe, probe.env.entry, p) for p in batch))
+        got = [text_or_reason(ex) for ex in exchanges]
+        if any(text is None for text, _ in got):
+            return failed(f"{label} batch: {next(w for t, w in got if t is None)}")
+        want = [serial[prompts.index(p)] for p in batch]
+        diff = _compare(f"{label} x{n}", want, [t or "" for t, _ in got], batch)
+        if diff:
+            return failed(diff)
+    return passed(f"{n} concurrent identical and different requests equal serial", n=n)
+
+
+def _long_prompt_chars(max_model_len: int | None) -> int:
+    tokens = min((max_model_len or 8192) // 3, 8192)
+    return max(tokens * 3, 400)
+
+
+async def long_beside_short(probe: Probe) -> Outcome:
+    """Short answers do not change while a long request runs beside them."""
+    entry = probe.env.entry
+    shorts = PROMPTS[:3]
+    baseline = await _answers(probe, entry, shorts)
+    if isinstance(baseline, str):
+        return failed(f"request failed: {baseline}")
+    long_prompt = f"{filler(_long_prompt_chars(probe.env.max_model_len))}\n\nSummary:"
+    long_task = asyncio.create_task(complete(probe, entry, long_prompt, max_tokens=64))
+    beside = await asyncio.gather(*(complete(probe, entry, p) for p in shorts))
+    long_ex = await long_task
+    if not long_ex.ok:
+        return failed(f"long request failed: {long_ex.describe()}")
+    got = [text_or_reason(ex) for ex in beside]
+    if any(text is None for text, _ in got):
+        return failed(f"short request failed: {next(w for t, w in got if t is None)}")
+    diff = _compare("beside a long request", baseline, [t or "" for t, _ in got], shorts)
+    if diff:
+        return failed(diff)
+    return passed(f"{len(shorts)} short answers unchanged beside a long request")
+
+
+async def replicas_agree(probe: Probe) -> Outcome:
+    """Every mixed replica gives the same greedy answers."""
+    replicas = probe.env.deployment.by_role("mixed")
+    if len(replicas) < 2:
+        return skipped(f"{len(replicas)} mixed replica(s): nothing to compare")
+    prompts = PROMPTS[:2]
+    first = await _answers(probe, base_url(replicas[0].url), prompts)
+    if isinstance(first, str):
+        return failed(f"{replicas[0].name}: {first}")
+    for replica in replicas[1:]:
+        other = await _answers(probe, base_url(replica.url), prompts)
+        if isinstance(other, str):
+            return failed(f"{replica.name}: {other}")
+        diff = _compare(f"{replicas[0].name} vs {replica.name}", first, other, prompts)
+        if diff:
+            return failed(diff)
+    return passed(f"{len(replicas)} replicas agree", replicas=len(replicas))
+
+
+CHECKS = (
+    Check(
+        "invariant.pd_equals_single",
+        "invariant",
+        "PD output equals a single instance",
+        pd_equals_single,
+    ),
+    Check(
+        "invariant.prefix_hot_cold", "invariant", "prefix cache: hot equals cold", prefix_hot_cold
+    ),
+    Check(
+        "invariant.stream_equals_nonstream",
+        "invariant",
+        "stream equals non-stream",
+        stream_equals_nonstream,
+    ),
+    Check(
+        "invariant.concurrent_equals_serial",
+        "invariant",
+        "concurrent equals serial",
+        concurrent_equals_serial,
+    ),
+    Check(
+        "invariant.long_beside_short",
+        "invariant",
+        "long request does not change short ones",
+        long_beside_short,
+    ),
+    Check("invariant.replicas_agree", "invariant", "replicas agree", replicas_agree),
+)

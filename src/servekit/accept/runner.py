@@ -1,0 +1,140 @@
+"""Running the matrix against a deployment: one check at a time, each one judged.
+
+Checks run in registry order so their traffic never overlaps (except where a
+check makes its own concurrency). A check that raises is a failure with the
+exception as its reason, never a crash of the run, and never a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from servekit.accept.env import Env, Probe, base_url
+from servekit.accept.evidence import EvidenceStore
+from servekit.accept.models import AcceptResult, CheckResult, write_result
+from servekit.accept.options import AcceptOptions, parse_contexts
+from servekit.accept.outcome import Outcome, failed
+from servekit.accept.registry import Check, all_checks, select
+from servekit.accept.wire import Wire
+from servekit.deployment import Deployment
+
+RESULT_FILE = "result.json"
+OnResult = Callable[[CheckResult], None]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _model_card(doc: Any) -> tuple[str | None, int | None]:
+    """The first served model's id and max_model_len from a /v1/models reply."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list) or not doc["data"]:
+        return None, None
+    card = doc["data"][0]
+    if not isinstance(card, dict):
+        return None, None
+    model = card.get("id") if isinstance(card.get("id"), str) else None
+    limit = card.get("max_model_len")
+    return model, limit if isinstance(limit, int) else None
+
+
+async def discover(env: Env) -> None:
+    """Fill in the served model and max_model_len from /v1/models (entry, then engine)."""
+    for url in dict.fromkeys((env.entry, env.tokenize_base)):
+        model, limit = _model_card((await env.wire.get(f"{url}/v1/models")).json_body())
+        env.model = env.model or env.deployment.model or model
+        env.max_model_len = env.max_model_len or limit
+        if env.model and env.max_model_len:
+            return
+
+
+async def run_check(env: Env, check: Check) -> CheckResult:
+    """Run one check and turn its outcome (or exception) into a result."""
+    probe = Probe(env, check.id)
+    started = _now()
+    start = time.perf_counter()
+    try:
+        outcome = await check.run(probe)
+    except Exception as exc:  # a crashing check is a failure with its reason
+        outcome = failed(f"check crashed: {type(exc).__name__}: {exc}")
+    return _result(check, outcome, probe, started, time.perf_counter() - start)
+
+
+def _result(check: Check, outcome: Outcome, probe: Probe, started: str, took: float) -> CheckResult:
+    return CheckResult(
+        id=check.id,
+        group=check.group,
+        verdict=outcome.verdict,
+        reason=outcome.reason,
+        started_at=started,
+        duration_s=round(took, 6),
+        timings=outcome.timings,
+        measurements=outcome.measurements,
+        evidence=tuple(probe.evidence),
+    )
+
+
+async def run_acceptance_async(
+    deployment: Deployment,
+    options: AcceptOptions,
+    out_dir: Path,
+    *,
+    target: str | None = None,
+    on_result: OnResult | None = None,
+) -> AcceptResult:
+    """Run the selected checks, write ``out_dir/result.json`` and return the result."""
+    checks = select(all_checks(options), options.only)
+    started = _now()
+    start = time.perf_counter()
+    results: list[CheckResult] = []
+    async with Wire(timeout_s=options.timeout_s) as wire:
+        env = Env(deployment=deployment, options=options, wire=wire, store=EvidenceStore(out_dir))
+        await discover(env)
+        for check in checks:
+            result = await run_check(env, check)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    accept = AcceptResult(
+        target=target or base_url(deployment.entry_url),
+        model=env.model,
+        simulated=deployment.simulated,
+        started_at=started,
+        duration_s=round(time.perf_counter() - start, 3),
+        contexts=options.contexts,
+        checks=tuple(results),
+    )
+    write_result(accept, out_dir / RESULT_FILE)
+    return accept
+
+
+def run_acceptance(
+    deployment: Deployment,
+    *,
+    out_dir: Path,
+    only: Iterable[str] = (),
+    contexts: Iterable[str | int] | None = None,
+    options: AcceptOptions | None = None,
+    target: str | None = None,
+    on_result: OnResult | None = None,
+) -> AcceptResult:
+    """The Python API ``servekit verify`` calls: run the matrix, return the result.
+
+    ``only`` and ``contexts`` override the same fields of ``options``; contexts
+    may be sizes in tokens or labels such as ``"144k"``.
+    """
+    opts = options or AcceptOptions()
+    update: dict[str, Any] = {}
+    if only:
+        update["only"] = tuple(only)
+    if contexts is not None:
+        update["contexts"] = parse_contexts(str(c) for c in contexts)
+    opts = opts.model_copy(update=update)
+    return asyncio.run(
+        run_acceptance_async(deployment, opts, out_dir, target=target, on_result=on_result)
+    )
