@@ -1,1 +1,54 @@
-"""servekit.bench."""
+"""Benchmarks: workloads, load generation, statistics, baselines, reports, plots.
+
+The Python API (``servekit bench`` and ``servekit verify`` use it)::
+
+    from servekit.bench import RunSettings, SingleStream, MultiStream, run_bench
+    result = run_bench(deployment, [SingleStream(), MultiStream()], RunSettings(runs=3))
+    write_outputs(result, Path("out"), baseline=BenchResult.read(Path("old/bench.json")))
+    markdown = render_section(result)   # for the release report
+
+Method and metric definitions: docs/bench.md.
+"""
+
+from servekit.bench.baseline import Delta, compare
+from servekit.bench.config import (
+    DEFAULT_WORKLOADS,
+    WORKLOAD_NAMES,
+    ConcurrencySweep,
+    KVCapacity,
+    MultiStream,
+    Prefill,
+    RateSweep,
+    RunSettings,
+    SingleStream,
+    Workload,
+)
+from servekit.bench.output import write_outputs
+from servekit.bench.report import render_markdown, render_section
+from servekit.bench.runner import bench_async, run_bench
+from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
+
+__all__ = [
+    "DEFAULT_WORKLOADS",
+    "SCHEMA_VERSION",
+    "WORKLOAD_NAMES",
+    "BenchInputs",
+    "BenchResult",
+    "ConcurrencySweep",
+    "Delta",
+    "Figure",
+    "KVCapacity",
+    "MultiStream",
+    "Point",
+    "Prefill",
+    "RateSweep",
+    "RunSettings",
+    "SingleStream",
+    "Workload",
+    "bench_async",
+    "compare",
+    "render_markdown",
+    "render_section",
+    "run_bench",
+    "write_outputs",
+]

@@ -1,0 +1,104 @@
+"""What to measure: one pydantic model per workload, plus the run settings.
+
+Each field carries its description, which the CLI help and docs/bench.md
+repeat, so the configuration surface is written down once. Defaults follow the
+seeds' method (``shared/reference/verification.md``): ISL/OSL 1024/256, N in
+{1, 4, 8, 16}, prefill at N = 1/2/4, three runs per figure.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SLOName = Literal["ttft", "tpot", "e2el"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SingleStream(_Spec):
+    """One greedy ``ignore_eos`` stream at a time on an idle engine."""
+
+    kind: Literal["single_stream"] = "single_stream"
+    prompt_tokens: int = Field(1024, ge=1, description="exact prompt length (via /tokenize)")
+    output_tokens: int = Field(256, ge=2, description="generated tokens (ignore_eos)")
+    sample_interval_s: float = Field(0.25, gt=0, description="/metrics sampling period")
+    max_retries: int = Field(3, ge=0, description="re-runs of a point invalidated by other load")
+
+
+class MultiStream(_Spec):
+    """N concurrent streams with unique prefixes (no prefix-cache help)."""
+
+    kind: Literal["multi_stream"] = "multi_stream"
+    streams: tuple[int, ...] = Field((1, 4, 8, 16), description="concurrent streams per point")
+    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
+    output_tokens: int = Field(256, ge=2, description="generated tokens (ignore_eos)")
+
+
+class Prefill(_Spec):
+    """Prefill throughput with cold prefixes, after a warm-up request."""
+
+    kind: Literal["prefill"] = "prefill"
+    streams: tuple[int, ...] = Field((1, 2, 4), description="concurrent prefills per point")
+    prompt_tokens: int = Field(1024, ge=1, description="exact prompt length")
+
+
+class RateSweep(_Spec):
+    """Open-loop load at fixed request rates (constant or Poisson arrivals)."""
+
+    kind: Literal["rate_sweep"] = "rate_sweep"
+    rates: tuple[float, ...] = Field((1.0, 2.0, 4.0), description="requests per second")
+    arrival: Literal["constant", "poisson"] = Field("poisson", description="arrival process")
+    requests: int = Field(32, ge=1, description="requests per point and run")
+    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
+    output_tokens: int = Field(256, ge=1, description="generated tokens (ignore_eos)")
+    seed: int = Field(0, description="seed of the Poisson arrivals")
+
+
+class ConcurrencySweep(_Spec):
+    """Closed-loop load: at most C requests in flight."""
+
+    kind: Literal["concurrency_sweep"] = "concurrency_sweep"
+    concurrencies: tuple[int, ...] = Field((1, 4, 16), description="requests in flight")
+    requests: int = Field(32, ge=1, description="requests per point and run")
+    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
+    output_tokens: int = Field(256, ge=1, description="generated tokens (ignore_eos)")
+
+
+class KVCapacity(_Spec):
+    """KV cache capacity in tokens from the engine log or /metrics."""
+
+    kind: Literal["kv_capacity"] = "kv_capacity"
+
+
+Workload = Annotated[
+    SingleStream | MultiStream | Prefill | RateSweep | ConcurrencySweep | KVCapacity,
+    Field(discriminator="kind"),
+]
+
+WORKLOAD_NAMES: dict[str, type[_Spec]] = {
+    "single": SingleStream,
+    "multi": MultiStream,
+    "prefill": Prefill,
+    "rate": RateSweep,
+    "concurrency": ConcurrencySweep,
+    "kv": KVCapacity,
+}
+
+DEFAULT_WORKLOADS = ("single", "multi", "prefill", "kv")
+
+
+class RunSettings(_Spec):
+    """Settings shared by every workload."""
+
+    runs: int = Field(3, ge=1, description="runs per figure; the figure is their median")
+    warmup: int = Field(1, ge=0, description="warm-up requests before measuring (discarded)")
+    slo_ms: dict[SLOName, float] = Field(
+        default_factory=dict, description="goodput SLOs in ms, e.g. ttft=200 tpot=50"
+    )
+    idle_timeout_s: float = Field(120.0, gt=0, description="how long to wait for an idle engine")
+    request_timeout_s: float = Field(600.0, gt=0, description="per-request read timeout")
+    api_key: str | None = Field(None, description="bearer token for the target")

@@ -1,0 +1,61 @@
+"""What every workload needs: the client, prompts, settings and progress.
+
+One :class:`BenchContext` per benchmark run, so every workload shares the one
+client (one connection pool) and one prompt-id counter (no prefix is ever
+reused within a run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from servekit.bench.config import RunSettings
+from servekit.bench.load import run_concurrent, stream_body
+from servekit.bench.prompts import PromptBuilder
+from servekit.bench.sampler import wait_idle
+from servekit.client import OpenAIClient, RequestRecord
+from servekit.deployment import Deployment
+
+ProgressFn = Callable[[str, int, int], None]
+"""Called as (what is running, runs done, runs in total)."""
+
+
+def quiet(what: str, done: int, total: int) -> None:
+    """Default progress sink: report nothing."""
+
+
+@dataclass
+class BenchContext:
+    """Shared state of one benchmark run."""
+
+    client: OpenAIClient
+    deployment: Deployment
+    settings: RunSettings
+    model: str | None = None
+    progress: ProgressFn = quiet
+    prompts: PromptBuilder = field(init=False)
+    idle_checked: bool = True
+
+    def __post_init__(self) -> None:
+        self.prompts = PromptBuilder(self.client)
+
+    def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+        """A greedy ignore_eos streamed completion body for this target's model."""
+        return stream_body(prompt, max_tokens, self.model)
+
+    async def wait_idle(self) -> None:
+        """Wait until the engine is idle; remember if the target cannot say."""
+        known = await wait_idle(self.client, self.settings.idle_timeout_s)
+        self.idle_checked = self.idle_checked and known
+
+    async def warm_up(self, prompt_tokens: int, output_tokens: int) -> list[RequestRecord]:
+        """Send the configured warm-up requests (results discarded, never measured)."""
+        n = self.settings.warmup
+        if n <= 0:
+            return []
+        prompts = await self.prompts.build_many(prompt_tokens, n)
+        bodies = [self.body(p, output_tokens) for p in prompts]
+        records, _ = await run_concurrent(self.client, bodies, 1)
+        return records

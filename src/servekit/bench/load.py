@@ -1,0 +1,84 @@
+"""Load generation: closed-loop (concurrency) and open-loop (request rate).
+
+Every request goes through the one shared client, so all of them share one
+connection pool. Records come back in submission order, failures included;
+the duration is from the first dispatch to the last completion, as in
+``vllm bench serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from servekit.client import OpenAIClient, RequestRecord
+
+
+def stream_body(prompt: str, max_tokens: int, model: str | None) -> dict[str, Any]:
+    """A greedy ``ignore_eos`` streamed completion that reports usage."""
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model is not None:
+        body["model"] = model
+    return body
+
+
+async def run_concurrent(
+    client: OpenAIClient, bodies: Sequence[dict[str, Any]], concurrency: int
+) -> tuple[list[RequestRecord], float]:
+    """Send all bodies with at most ``concurrency`` in flight; (records, seconds)."""
+    gate = asyncio.Semaphore(max(concurrency, 1))
+
+    async def one(body: dict[str, Any]) -> RequestRecord:
+        async with gate:
+            return await client.completion(body)
+
+    t0 = time.perf_counter()
+    records = await asyncio.gather(*(one(b) for b in bodies))
+    return list(records), time.perf_counter() - t0
+
+
+def arrival_offsets(
+    n: int, rate: float, arrival: Literal["constant", "poisson"], seed: int
+) -> list[float]:
+    """Dispatch times in seconds from the start: fixed gaps or exponential ones."""
+    if n <= 0:
+        return []
+    if arrival == "constant":
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    gaps[0] = 0.0
+    return [float(x) for x in np.cumsum(gaps)]
+
+
+async def run_at_rate(
+    client: OpenAIClient,
+    bodies: Sequence[dict[str, Any]],
+    rate: float,
+    arrival: Literal["constant", "poisson"],
+    seed: int = 0,
+) -> tuple[list[RequestRecord], float]:
+    """Dispatch bodies on an arrival schedule without waiting for answers."""
+    offsets = arrival_offsets(len(bodies), rate, arrival, seed)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    start = time.perf_counter()
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    for body, offset in zip(bodies, offsets, strict=True):
+        delay = t0 + offset - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(client.completion(body)))
+    records = await asyncio.gather(*tasks)
+    return list(records), time.perf_counter() - start

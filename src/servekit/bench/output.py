@@ -1,0 +1,20 @@
+"""Write a result's files: bench.json, bench.md and the PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servekit.bench.plots import write_plots
+from servekit.bench.report import render_markdown
+from servekit.bench.schema import BenchResult
+from servekit.fsutil import atomic_write_text
+
+
+def write_outputs(
+    result: BenchResult, out_dir: Path, baseline: BenchResult | None = None
+) -> list[Path]:
+    """Write everything into ``out_dir`` (each file atomically); the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.write(out_dir / "bench.json")
+    atomic_write_text(out_dir / "bench.md", render_markdown(result, baseline))
+    return [out_dir / "bench.json", out_dir / "bench.md", *write_plots(result, out_dir)]

@@ -1,0 +1,101 @@
+"""PNG plots: throughput against load, and latency distributions.
+
+matplotlib with the Agg backend (no display); each plot is rendered to bytes
+and written atomically. Plots exist only for workloads that were measured.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from servekit.bench.schema import BenchResult, Point
+from servekit.fsutil import atomic_write_bytes
+
+
+def _pyplot() -> Any:
+    """pyplot on the Agg backend, imported only when a plot is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: object, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _series(points: list[Point], x: str, y: str) -> tuple[list[float], list[float], list[float]]:
+    xs, ys, err = [], [], []
+    for p in points:
+        fig = p.figures.get(y)
+        if fig is None or fig.median is None:
+            continue
+        xs.append(float(p.params[x]))
+        ys.append(fig.median)
+        err.append(max(fig.median - (fig.min or fig.median), (fig.max or fig.median) - fig.median))
+    return xs, ys, err
+
+
+def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path) -> Path:
+    """Figures (with min-max bars) against the load parameter ``x``."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in ys:
+        xs, vals, err = _series(points, x, name)
+        if xs:
+            ax.errorbar(xs, vals, yerr=err, marker="o", capsize=3, label=name)
+    ax.set_xlabel(x)
+    ax.set_ylabel(points[0].figures[ys[0]].unit if ys[0] in points[0].figures else "")
+    ax.set_title(f"{points[0].workload}: throughput vs {x}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
+
+
+def latency_plot(points: list[Point], path: Path) -> Path:
+    """Box plots of per-request TTFT, TPOT and E2EL for each sweep point."""
+    plt = _pyplot()
+    metrics = ("ttft_ms", "tpot_ms", "e2el_ms")
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    for ax, metric in zip(axes, metrics, strict=True):
+        data = [
+            [v for run in p.evidence.get("per_request", []) for v in run.get(metric, [])]
+            for p in points
+        ]
+        ax.boxplot([d or [0.0] for d in data], tick_labels=[p.label for p in points])
+        ax.set_title(metric)
+        ax.tick_params(axis="x", rotation=30)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{points[0].workload}: latency distributions")
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
+
+
+def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Every plot that applies to the measured workloads."""
+    groups: dict[str, list[Point]] = {}
+    for p in result.points:
+        groups.setdefault(p.workload, []).append(p)
+    written: list[Path] = []
+    if pts := groups.get("multi_stream"):
+        ys: tuple[str, ...] = ("total_tok_per_s", "per_stream_tok_per_s")
+        written.append(throughput_plot(pts, "streams", ys, out_dir / "multi_stream.png"))
+    if pts := groups.get("prefill"):
+        ys = ("prefill_tok_per_s",)
+        written.append(throughput_plot(pts, "streams", ys, out_dir / "prefill.png"))
+    for workload, x in (("concurrency_sweep", "concurrency"), ("rate_sweep", "rate")):
+        if pts := groups.get(workload):
+            ys = ("output_throughput", "total_token_throughput")
+            written.append(throughput_plot(pts, x, ys, out_dir / f"{workload}.png"))
+            written.append(latency_plot(pts, out_dir / f"{workload}_latency.png"))
+    return written

@@ -1,0 +1,150 @@
+"""Markdown for a BenchResult: summary tables, the baseline table, a report section.
+
+Every cell is "median (min-max)" over the runs, so spread is never hidden;
+errors and invalid runs get their own columns. :func:`render_section` is what
+the release report embeds; :func:`render_markdown` is the standalone file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servekit.bench.baseline import Delta, compare
+from servekit.bench.schema import BenchResult, Figure, Point
+
+KEY_FIGURES: dict[str, tuple[str, ...]] = {
+    "single_stream": ("tok_per_s", "ms_per_step", "acceptance_length", "ttft_ms"),
+    "multi_stream": ("total_tok_per_s", "per_stream_tok_per_s", "ms_per_step", "ttft_p50_ms"),
+    "prefill": ("prefill_tok_per_s", "ttft_p50_ms"),
+    "rate_sweep": (
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "goodput",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_p50_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
+        "e2el_p50_ms",
+        "e2el_p99_ms",
+    ),
+    "kv_capacity": ("kv_cache_tokens",),
+}
+KEY_FIGURES["concurrency_sweep"] = KEY_FIGURES["rate_sweep"]
+
+TITLES = {
+    "single_stream": "Single-stream decode",
+    "multi_stream": "Multi-stream decode",
+    "prefill": "Prefill (cold prefix)",
+    "rate_sweep": "Request-rate sweep",
+    "concurrency_sweep": "Concurrency sweep",
+    "kv_capacity": "KV cache capacity",
+}
+
+
+def number(value: float | None, unit: str = "") -> str:
+    """A figure as the seeds write them: thousands separators, sensible decimals."""
+    if value is None:
+        return "n/a"
+    if unit == "tokens" or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def cell(fig: Figure | None) -> str:
+    """'median (min-max)'; a single run shows just the value."""
+    if fig is None or fig.median is None:
+        return "n/a"
+    if len(fig.runs) <= 1 or fig.min == fig.max:
+        return number(fig.median, fig.unit)
+    return (
+        f"{number(fig.median, fig.unit)} ({number(fig.min, fig.unit)}-{number(fig.max, fig.unit)})"
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def workload_table(points: Sequence[Point]) -> str:
+    """One table for the points of one workload."""
+    names = KEY_FIGURES.get(points[0].workload) or tuple(points[0].figures)
+    units = {n: next((p.figures[n].unit for p in points if n in p.figures), "") for n in names}
+    header = ["point", *(f"{n} [{units[n]}]" for n in names), "requests", "errors", "invalid"]
+    rows = [
+        [
+            p.label,
+            *(cell(p.figures.get(n)) for n in names),
+            str(p.requests),
+            str(p.errors),
+            str(p.invalid_runs),
+        ]
+        for p in points
+    ]
+    return _table(header, rows)
+
+
+def delta_table(rows: Sequence[Delta]) -> str:
+    """The seeds' table: before -> after (delta), marked better or worse."""
+    body = []
+    for d in rows:
+        change = "n/a" if d.change is None else f"{d.change * 100:+.1f}%"
+        mark = {True: " better", False: " worse", None: ""}[d.better]
+        body.append(
+            [
+                f"{d.workload} {d.label}",
+                f"{d.figure} [{d.unit}]",
+                f"{number(d.before, d.unit)} -> {number(d.after, d.unit)} ({change}){mark}",
+            ]
+        )
+    return _table(["point", "figure", "before -> after (delta)"], body)
+
+
+def _grouped(result: BenchResult) -> dict[str, list[Point]]:
+    groups: dict[str, list[Point]] = {}
+    for p in result.points:
+        groups.setdefault(p.workload, []).append(p)
+    return groups
+
+
+def render_section(result: BenchResult, baseline: BenchResult | None = None, level: int = 2) -> str:
+    """The benchmark section of a release report (Markdown, heading at ``level``)."""
+    h = "#" * level
+    inp = result.inputs
+    parts = [
+        f"{h} Benchmarks",
+        "",
+        f"Target `{inp.target}` ({inp.engine}, model `{inp.model}`), "
+        f"{inp.settings.runs} runs per figure, median (min-max); measured {result.created} "
+        f"by {inp.harness}. Definitions: docs/bench.md.",
+    ]
+    if inp.note:
+        parts += ["", f"Note: {inp.note}"]
+    for workload, points in _grouped(result).items():
+        parts += ["", f"{h}# {TITLES.get(workload, workload)}", "", workload_table(points)]
+    if baseline is not None:
+        rows = compare(baseline, result)
+        parts += ["", f"{h}# Against the baseline ({baseline.created})", ""]
+        parts.append(delta_table(rows) if rows else "No figure in common with the baseline.")
+    return "\n".join(parts) + "\n"
+
+
+def render_markdown(result: BenchResult, baseline: BenchResult | None = None) -> str:
+    """A standalone Markdown report with the inputs spelled out."""
+    inp = result.inputs
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(inp.versions.items())) or "unknown"
+    head = [
+        f"# servekit bench: {inp.target}",
+        "",
+        f"- entry: {inp.entry_url}",
+        f"- layout: {inp.layout or 'n/a'}; engine: {inp.engine}; image: {inp.image or 'n/a'}",
+        f"- versions: {versions}",
+        f"- schema: {result.schema_version}; duration {result.duration_s:.1f} s",
+        "",
+    ]
+    return "\n".join(head) + render_section(result, baseline, level=2)

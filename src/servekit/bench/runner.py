@@ -1,0 +1,113 @@
+"""Run a list of workloads against a deployment and collect a BenchResult.
+
+This is the Python API ``servekit bench`` and ``servekit verify`` call:
+``run_bench(deployment, workloads, settings)`` returns the result; writing the
+JSON, Markdown and plots is :func:`servekit.bench.output.write_outputs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from servekit import __version__
+from servekit.bench.config import (
+    ConcurrencySweep,
+    KVCapacity,
+    MultiStream,
+    Prefill,
+    RateSweep,
+    RunSettings,
+    SingleStream,
+    Workload,
+)
+from servekit.bench.context import BenchContext, ProgressFn, quiet
+from servekit.bench.schema import BenchInputs, BenchResult, Point
+from servekit.bench.workloads import kv_capacity, multi_stream, prefill, single_stream, sweeps
+from servekit.client import EndpointError, OpenAIClient
+from servekit.deployment import Deployment
+from servekit.errors import UsageError
+
+Measure = Callable[[Any, BenchContext], Awaitable[list[Point]]]
+
+MEASURES: dict[type, Measure] = {
+    SingleStream: single_stream.measure,
+    MultiStream: multi_stream.measure,
+    Prefill: prefill.measure,
+    RateSweep: sweeps.measure_rate,
+    ConcurrencySweep: sweeps.measure_concurrency,
+    KVCapacity: kv_capacity.measure,
+}
+
+
+async def bench_async(
+    deployment: Deployment,
+    workloads: Sequence[Workload],
+    settings: RunSettings | None = None,
+    *,
+    target: str | None = None,
+    progress: ProgressFn = quiet,
+    note: str | None = None,
+) -> BenchResult:
+    """Measure every workload in order against ``deployment.entry_url``."""
+    settings = settings or RunSettings()
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    client = OpenAIClient(
+        deployment.entry_url,
+        settings.api_key,
+        model=deployment.model,
+        timeout_s=settings.request_timeout_s,
+        keep_frames=False,
+        keep_body=False,
+    )
+    async with client:
+        model = await _resolve_model(client, deployment)
+        ctx = BenchContext(client, deployment, settings, model=model, progress=progress)
+        points: list[Point] = []
+        for spec in workloads:
+            points += await MEASURES[type(spec)](spec, ctx)
+    inputs = BenchInputs(
+        target=target or deployment.layout or deployment.entry_url,
+        entry_url=deployment.entry_url,
+        layout=deployment.layout,
+        engine=deployment.engine,
+        model=model,
+        versions=dict(deployment.versions),
+        image=deployment.image,
+        workloads=tuple(workloads),
+        settings=settings.model_copy(update={"api_key": None}),
+        harness=f"servekit {__version__}",
+        note=note,
+    )
+    return BenchResult(
+        created=created, inputs=inputs, points=tuple(points), duration_s=time.perf_counter() - t0
+    )
+
+
+async def _resolve_model(client: OpenAIClient, deployment: Deployment) -> str:
+    try:
+        return await client.resolve_model()
+    except EndpointError as exc:
+        raise UsageError(
+            f"--target {deployment.entry_url}: cannot list models ({exc}); "
+            "is the server up and is this its root URL?"
+        ) from exc
+
+
+def run_bench(
+    deployment: Deployment,
+    workloads: Sequence[Workload],
+    settings: RunSettings | None = None,
+    *,
+    target: str | None = None,
+    progress: ProgressFn = quiet,
+    note: str | None = None,
+) -> BenchResult:
+    """Synchronous entry point (``servekit verify`` calls this)."""
+    return asyncio.run(
+        bench_async(deployment, workloads, settings, target=target, progress=progress, note=note)
+    )

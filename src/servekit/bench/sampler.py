@@ -1,0 +1,95 @@
+"""Engine state from ``/metrics``: waiting for idle, and sampling during a run.
+
+A point is only valid when the engine served nothing else while it was
+measured, so the harness waits for ``running = waiting = 0`` first and samples
+``/metrics`` every 0.25 s while the point runs; the samples are its evidence.
+Targets without vLLM metrics (a proxy without /metrics) are treated as idle
+and the point records that the check could not be made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+
+
+def load_of(snap: MetricsSnapshot) -> tuple[float, float] | None:
+    """(running, waiting) from a snapshot; None when the target does not expose them."""
+    running, waiting = snap.gauge(RUNNING), snap.gauge(WAITING)
+    if running is None or waiting is None:
+        return None
+    return running, waiting
+
+
+async def try_metrics(client: OpenAIClient) -> MetricsSnapshot | None:
+    """A snapshot, or None when the target has no usable /metrics."""
+    try:
+        return await client.metrics()
+    except EndpointError:
+        return None
+
+
+async def wait_idle(client: OpenAIClient, timeout_s: float, poll_s: float = 0.1) -> bool:
+    """Wait until nothing runs or waits; False if the target cannot tell us."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = await try_metrics(client)
+        load = load_of(snap) if snap is not None else None
+        if load is None:
+            return False
+        if load == (0.0, 0.0):
+            return True
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"engine not idle after {timeout_s:.0f} s (running, waiting)={load}")
+        await asyncio.sleep(poll_s)
+
+
+class Sampler:
+    """Samples /metrics every ``interval_s`` in the background."""
+
+    def __init__(self, client: OpenAIClient, interval_s: float) -> None:
+        self._client = client
+        self._interval = interval_s
+        self.samples: list[MetricsSnapshot] = []
+
+    async def _sample(self) -> None:
+        snap = await try_metrics(self._client)
+        if snap is not None:
+            self.samples.append(snap)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self._sample()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Sampler]:
+        """Sample before, every interval during, and after the block."""
+        await self._sample()
+        task = asyncio.create_task(self._loop())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await self._sample()
+
+    def max_running(self) -> float | None:
+        """Most requests seen running (or waiting) in one sample; None without metrics."""
+        loads = [load_of(s) for s in self.samples]
+        seen = [r + w for r, w in (x for x in loads if x is not None)]
+        return max(seen) if seen else None
+
+    def counter_delta(self, name: str) -> float | None:
+        """Last minus first sample of a counter; None if absent."""
+        values = [s.counter(name) for s in self.samples]
+        present = [v for v in values if v is not None]
+        return present[-1] - present[0] if len(present) >= 2 else None

@@ -1,0 +1,1 @@
+"""One module per workload; each turns a spec into measured points."""

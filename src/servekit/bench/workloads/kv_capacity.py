@@ -1,0 +1,86 @@
+"""KV cache capacity in tokens, from the engine log or from /metrics.
+
+The seeds read the engine log's last ``KV cache size: N tokens`` line; servekit
+does the same for every endpoint whose log it knows (``servekit up`` records
+them), and otherwise reads vLLM's ``vllm:cache_config_info`` (num_gpu_blocks x
+block_size, per engine) from the endpoint's /metrics. It is a property of the
+deployment, not a timing: one value, no runs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from servekit.bench.config import KVCapacity
+from servekit.bench.context import BenchContext
+from servekit.bench.schema import Figure, Point
+from servekit.client import MetricsSnapshot, OpenAIClient
+from servekit.deployment import Endpoint
+
+KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
+CACHE_INFO = "vllm:cache_config_info"
+
+
+def kv_from_log(path: Path) -> int | None:
+    """The last ``KV cache size: N tokens`` value in a log file, if any."""
+    if not path.is_file():
+        return None
+    found = KV_LINE.findall(path.read_text(errors="replace"))
+    return int(found[-1].replace(",", "")) if found else None
+
+
+def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
+    """Sum over engines of num_gpu_blocks x block_size from the cache info gauge."""
+    total = 0
+    for labels in snap.info.get(CACHE_INFO, ()):
+        try:
+            total += int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+        except (KeyError, ValueError):
+            continue
+    return total or None
+
+
+async def _from_endpoint(ep: Endpoint, ctx: BenchContext) -> tuple[int | None, dict[str, Any]]:
+    ev: dict[str, Any] = {"url": ep.url, "log": str(ep.log) if ep.log else None}
+    log_value = kv_from_log(ep.log) if ep.log else None
+    ev["log_tokens"] = log_value
+    # Any failure here only loses the metrics cross-check, never the figure.
+    async with OpenAIClient(ep.url, ctx.settings.api_key, timeout_s=30) as client:
+        try:
+            ev["metrics_tokens"] = kv_from_metrics(await client.metrics())
+        except Exception as exc:
+            ev["metrics_tokens"], ev["metrics_error"] = None, str(exc)
+    value = log_value if log_value is not None else ev["metrics_tokens"]
+    ev["source"] = "engine log" if log_value is not None else "metrics"
+    return value, ev
+
+
+async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
+    """One point per engine endpoint (the entry URL when no endpoints are known)."""
+    dep = ctx.deployment
+    engines = [e for e in dep.endpoints if e.role != "proxy"]
+    if not engines:
+        engines = [Endpoint(name="entry", role="mixed", url=dep.entry_url)]
+    points = []
+    for ep in engines:
+        value, ev = await _from_endpoint(ep, ctx)
+        fig = Figure(
+            unit="tokens",
+            median=value,
+            min=value,
+            max=value,
+            runs=(float(value),) if value is not None else (),
+            method=f"{ev['source']}: see docs/bench.md#kv-capacity",
+        )
+        points.append(
+            Point(
+                workload="kv_capacity",
+                label=ep.name,
+                params={"role": ep.role},
+                figures={"kv_cache_tokens": fig},
+                evidence=ev,
+            )
+        )
+    return points

@@ -1,0 +1,118 @@
+"""Single-stream decode: ms/step, acceptance length A and tok/s, together.
+
+Method (shared/reference/verification.md): wait for an idle engine, warm up,
+send one greedy ``ignore_eos`` stream with a prompt of exactly N tokens and
+sample /metrics every 0.25 s. The decode window runs from the first streamed
+token to the last. Steps are the delta of spec-decode drafts when the engine
+exposes them (A = 1 + accepted / drafts), else the number of token frames after
+the first (one frame per engine step; A = tokens per frame). ms/step = window /
+steps; tok/s = A x 1000 / ms/step. A run during which more than one request
+was running or waiting is invalid and re-run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servekit.bench.config import SingleStream
+from servekit.bench.context import BenchContext
+from servekit.bench.sampler import Sampler
+from servekit.bench.schema import Point
+from servekit.bench.stats import error_kinds, figure
+from servekit.client import RequestRecord
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+
+
+def shot_figures(rec: RequestRecord, sampler: Sampler) -> dict[str, Any]:
+    """One shot's (ms/step, A, tok/s) and the evidence behind them."""
+    t = rec.token_times_ns
+    out: dict[str, Any] = {"ok": rec.ok, "error": rec.error, "max_running": sampler.max_running()}
+    out["samples"] = len(sampler.samples)
+    if not rec.ok or len(t) < 2:
+        return out
+    window_ms = (t[-1] - t[0]) / 1e6
+    drafts = sampler.counter_delta(DRAFTS)
+    accepted = sampler.counter_delta(ACCEPTED)
+    if drafts:
+        steps, accept = drafts, 1.0 + (accepted or 0.0) / drafts
+        source = "spec_decode drafts delta"
+    else:
+        steps = float(len(t) - 1)
+        accept = (rec.output_tokens - 1) / steps
+        source = "token frames after the first"
+    ms_per_step = window_ms / steps
+    out.update(
+        window_ms=window_ms,
+        steps=steps,
+        steps_source=source,
+        drafts=drafts,
+        accepted=accepted,
+        output_tokens=rec.output_tokens,
+        ttft_ms=(rec.ttft_ns or 0) / 1e6,
+        ms_per_step=ms_per_step,
+        acceptance_length=accept,
+        tok_per_s=accept * 1000.0 / ms_per_step,
+        stream_tok_per_s=(rec.output_tokens - 1) * 1000.0 / window_ms,
+        request_sha256=rec.request_sha256,
+    )
+    return out
+
+
+async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, dict[str, Any]]:
+    await ctx.wait_idle()
+    prompt = await ctx.prompts.build(spec.prompt_tokens)
+    sampler = Sampler(ctx.client, spec.sample_interval_s)
+    async with sampler.running():
+        rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
+    return rec, shot_figures(rec, sampler)
+
+
+def _valid(ev: dict[str, Any]) -> bool:
+    running = ev.get("max_running")
+    return bool(ev.get("ok")) and (running is None or running <= 1)
+
+
+async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
+    """Measure R valid shots (each re-run up to ``max_retries`` times)."""
+    await ctx.wait_idle()
+    await ctx.warm_up(spec.prompt_tokens, min(spec.output_tokens, 16))
+    shots: list[dict[str, Any]] = []
+    records: list[RequestRecord] = []
+    invalid = 0
+    for i in range(ctx.settings.runs):
+        ctx.progress(f"single_stream ISL={spec.prompt_tokens}", i, ctx.settings.runs)
+        for _attempt in range(spec.max_retries + 1):
+            rec, ev = await _shot(spec, ctx)
+            records.append(rec)
+            if _valid(ev) or not rec.ok:
+                break
+            invalid += 1
+        shots.append(ev)
+    good = [s for s in shots if _valid(s)]
+    method = "see docs/bench.md#single-stream-decode"
+    figures = {
+        name: figure((s[name] for s in good), unit, method)
+        for name, unit in (
+            ("ms_per_step", "ms"),
+            ("acceptance_length", "tokens/step"),
+            ("tok_per_s", "tok/s"),
+            ("ttft_ms", "ms"),
+            ("stream_tok_per_s", "tok/s"),
+        )
+    }
+    ctx.progress(f"single_stream ISL={spec.prompt_tokens}", ctx.settings.runs, ctx.settings.runs)
+    return [
+        Point(
+            workload="single_stream",
+            label=f"ISL={spec.prompt_tokens}",
+            params={"prompt_tokens": spec.prompt_tokens, "output_tokens": spec.output_tokens},
+            figures=figures,
+            requests=len(records),
+            errors=sum(not r.ok for r in records),
+            error_kinds=error_kinds(records),
+            invalid_runs=invalid,
+            evidence={"runs": shots, "idle_checked": ctx.idle_checked},
+        )
+    ]
