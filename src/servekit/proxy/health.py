@@ -89,5 +89,6 @@ class HealthChecker:
     @staticmethod
     def _set(inst: Instance, state: State, reason: str) -> None:
         if inst.state is not state:
-            log.warning("%s %s -> %s (%s)", inst.name, inst.state.value, state.value, reason)
+            level = logging.INFO if state is State.HEALTHY else logging.WARNING
+            log.log(level, "%s %s -> %s (%s)", inst.name, inst.state.value, state.value, reason)
             inst.state = state
