@@ -32,7 +32,12 @@ class EvidenceStore:
         n = self._counters.get(check_id, 0) + 1
         self._counters[check_id] = n
         folder = Path("evidence") / _UNSAFE.sub("_", check_id)
-        request = {"method": exchange.method, "url": exchange.url, "json": exchange.request}
+        request = {
+            "method": exchange.method,
+            "url": exchange.url,
+            "json": exchange.request,
+            "sha256_of_bytes_sent": exchange.request_sha256 or None,
+        }
         response: dict[str, Any] = {
             "status": exchange.status,
             "error": exchange.error,

@@ -1,22 +1,26 @@
 """HTTP exchanges with an engine, recorded as data for evidence and judging.
 
-Every request a check makes becomes an :class:`Exchange`: what was sent, what
-came back (status, body, SSE frames), how long it took, or the error, so a
-refused connection is a verdict with a reason and never a traceback. This is
-the acceptance suite's thin seam over aiohttp; it keeps the raw bytes because
-the evidence files must be exactly what crossed the wire.
+Requests go through the shared :class:`servekit.client.OpenAIClient` (one
+aiohttp session for the whole run); each answer is turned into an
+:class:`Exchange`, the acceptance suite's view of it: what was sent, what came
+back (status, body, SSE frames), how long it took, or the transport error. An
+HTTP error status is data here (the guard check *wants* a 400), so only a
+failure to get any answer sets :attr:`Exchange.error`.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
+from servekit.client import OpenAIClient, RequestKind, RequestRecord
+
 DEFAULT_TIMEOUT_S = 600.0
+NS = 1e-9
 
 
 class Exchange(BaseModel):
@@ -27,6 +31,7 @@ class Exchange(BaseModel):
     method: str
     url: str
     request: dict[str, Any] | None = None
+    request_sha256: str = ""
     status: int | None = None
     body: str = ""
     frames: tuple[str, ...] = Field(default=(), description="SSE data payloads, in order")
@@ -52,105 +57,74 @@ class Exchange(BaseModel):
         return f"{self.method} {self.url}: HTTP {self.status} {self.body[:120]!r}"
 
 
+def _kind(path: str) -> RequestKind:
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completion"
+    return "raw"
+
+
+def to_exchange(rec: RequestRecord, payload: dict[str, Any] | None) -> Exchange:
+    """The acceptance view of a client record."""
+    frames = tuple(f.data for f in rec.frames)
+    return Exchange(
+        method=rec.method,
+        url=rec.url,
+        request=payload,
+        request_sha256=rec.request_sha256 if payload is not None else "",
+        status=rec.status,
+        body=rec.response_body or "",
+        frames=frames,
+        error=rec.error if rec.status is None else None,
+        elapsed_s=(rec.t_end_ns - rec.t_start_ns) * NS,
+        ttft_s=rec.ttft_ns * NS if rec.ttft_ns is not None else None,
+    )
+
+
 class Wire:
-    """A shared aiohttp session; use as ``async with Wire() as wire``."""
+    """Full-URL requests over one shared session; use as ``async with Wire() as wire``."""
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self._clients: dict[str, OpenAIClient] = {}
 
     async def __aenter__(self) -> Wire:
-        connector = aiohttp.TCPConnector(limit=64, force_close=False)
-        self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self._timeout_s)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
+    def _client(self, base: str) -> OpenAIClient:
         if self._session is None:
             raise RuntimeError("Wire used outside 'async with'")
-        return self._session
+        if base not in self._clients:
+            self._clients[base] = OpenAIClient(
+                base, timeout_s=self._timeout_s, session=self._session
+            )
+        return self._clients[base]
+
+    async def _send(self, method: str, url: str, payload: dict[str, Any] | None) -> Exchange:
+        parts = urlsplit(url)
+        client = self._client(f"{parts.scheme}://{parts.netloc}")
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        rec = await client.send(_kind(path) if payload else "raw", method, path, payload)
+        return to_exchange(rec, payload)
 
     async def get(self, url: str) -> Exchange:
         """GET ``url``; errors become data."""
-        start = time.perf_counter()
-        try:
-            async with self.session.get(url) as resp:
-                body = await resp.text(errors="replace")
-                return Exchange(
-                    method="GET",
-                    url=url,
-                    status=resp.status,
-                    body=body,
-                    elapsed_s=time.perf_counter() - start,
-                )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return _failed("GET", url, None, exc, start=start)
+        return await self._send("GET", url, None)
 
     async def post(self, url: str, payload: dict[str, Any]) -> Exchange:
         """POST JSON ``payload`` to ``url`` and read the whole answer."""
-        start = time.perf_counter()
-        try:
-            async with self.session.post(url, json=payload) as resp:
-                body = await resp.text(errors="replace")
-                return Exchange(
-                    method="POST",
-                    url=url,
-                    request=payload,
-                    status=resp.status,
-                    body=body,
-                    elapsed_s=time.perf_counter() - start,
-                )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return _failed("POST", url, payload, exc, start=start)
+        return await self._send("POST", url, payload)
 
     async def stream(self, url: str, payload: dict[str, Any]) -> Exchange:
-        """POST a streaming request and keep every SSE ``data:`` payload in order."""
-        start = time.perf_counter()
-        frames: list[str] = []
-        raw: list[str] = []
-        ttft: float | None = None
-        try:
-            async with self.session.post(url, json=payload) as resp:
-                async for line_bytes in resp.content:
-                    line = line_bytes.decode("utf-8", errors="replace")
-                    raw.append(line)
-                    stripped = line.strip()
-                    if stripped.startswith("data:"):
-                        if ttft is None:
-                            ttft = time.perf_counter() - start
-                        frames.append(stripped[len("data:") :].strip())
-                return Exchange(
-                    method="POST",
-                    url=url,
-                    request=payload,
-                    status=resp.status,
-                    body="".join(raw),
-                    frames=tuple(frames),
-                    elapsed_s=time.perf_counter() - start,
-                    ttft_s=ttft,
-                )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return _failed("POST", url, payload, exc, start=start, body="".join(raw))
-
-
-def _failed(
-    method: str,
-    url: str,
-    payload: dict[str, Any] | None,
-    exc: BaseException,
-    *,
-    start: float,
-    body: str = "",
-) -> Exchange:
-    return Exchange(
-        method=method,
-        url=url,
-        request=payload,
-        body=body,
-        error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
-        elapsed_s=time.perf_counter() - start,
-    )
+        """POST a streaming request (``stream`` set in ``payload``); frames kept in order."""
+        return await self._send("POST", url, {**payload, "stream": True})
