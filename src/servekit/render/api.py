@@ -1,0 +1,30 @@
+"""``servekit render``: layout + overrides -> Plan -> files on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from servekit.catalog.loader import load
+from servekit.catalog.rules import check_layout
+from servekit.errors import UsageError
+from servekit.render.overrides import apply_overrides
+from servekit.render.plan import build_plan
+from servekit.render.shell import write_rendering
+
+
+def render_layout(
+    name: str, out: Path, sets: list[str], catalog: Path | None, console: Console | None = None
+) -> list[Path]:
+    """Render one layout; refuses (exit 2) a layout whose overrides break a rule."""
+    con = console or Console()
+    layout = apply_overrides(load(name, catalog).layout, sets)
+    errors = [f for f in check_layout(layout) if f.level == "error"]
+    if errors:
+        raise UsageError(
+            f"{errors[0].line()} (fix it or drop the --set; 'servekit layouts check' lists all)"
+        )
+    written = write_rendering(build_plan(layout), out)
+    con.print(f"rendered {layout.name}: {len(written)} files in {out}")
+    return written

@@ -1,0 +1,80 @@
+"""``--set KEY=VALUE`` overrides, validated exactly like the YAML.
+
+Keys are dotted paths into the layout (``model.path``, ``proxy.port``,
+``engines.decode0.settings.max_num_seqs``); engines are addressed by name, and
+``engines.*.X`` sets X on every engine. Values are parsed as YAML scalars. The
+result is re-validated by the same schema, so an override can never produce a
+layout the catalog would reject.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from servekit.catalog.schema import Layout
+from servekit.errors import UsageError
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set proxy.port=9000")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--set {item!r}: value is not a valid YAML scalar ({exc})") from exc
+    return key.strip().split("."), value
+
+
+def _assign(node: Any, path: list[str], value: Any, full: str) -> None:
+    head, rest = path[0], path[1:]
+    if isinstance(node, list):
+        targets = (
+            node
+            if head == "*"
+            else [e for e in node if isinstance(e, dict) and e.get("name") == head]
+        )
+        if not targets:
+            names = ", ".join(str(e.get("name")) for e in node if isinstance(e, dict))
+            raise UsageError(
+                f"--set {full}: no entry named {head!r}; choose one of: {names} (or *)"
+            )
+        for target in targets:
+            if not rest:
+                raise UsageError(
+                    f"--set {full}: name a field of {head!r}, e.g. {full}.settings.max_num_seqs"
+                )
+            _assign(target, rest, value, full)
+        return
+    if not isinstance(node, dict):
+        raise UsageError(f"--set {full}: {head!r} is inside a value that has no fields")
+    if not rest:
+        node[head] = value
+        return
+    if head not in node or node[head] is None:
+        node[head] = {}
+    _assign(node[head], rest, value, full)
+
+
+def apply_overrides(layout: Layout, items: list[str]) -> Layout:
+    """Return ``layout`` with every ``--set`` applied, re-validated by the schema."""
+    if not items:
+        return layout
+    data = layout.model_dump(mode="json", exclude_defaults=False)
+    for item in items:
+        path, value = parse_set(item)
+        _assign(data, path, value, item.partition("=")[0])
+    try:
+        return Layout.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise UsageError(
+                f"--set: unknown key {field!r}; see 'servekit layouts show {layout.name}' for the fields"
+            ) from exc
+        msg = err["msg"].removeprefix("Value error, ")
+        raise UsageError(f"--set: {field}: {msg}") from exc
