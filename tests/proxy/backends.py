@@ -153,7 +153,9 @@ class FakeEngine:
         return web.Response(status=self.health_status)
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "tiny", "owned_by": self.name}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "tiny", "owned_by": self.name}]}
+        )
 
     def gen_requests(self) -> list[Seen]:
         return [s for s in self.seen if s.path in GEN_ROUTES]

@@ -17,6 +17,7 @@ import aiohttp
 
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.server import RunningProxy, start_proxy
+
 from .backends import FakeEngine
 
 T = TypeVar("T")
@@ -79,7 +80,11 @@ async def stack(
     **config: Any,
 ) -> AsyncIterator[Stack]:
     """Start engines and a proxy (port 0) with fast probes; tear all down after."""
-    p, d, r = await _engines("p", prefill), await _engines("d", decode), await _engines("r", replica)
+    p, d, r = (
+        await _engines("p", prefill),
+        await _engines("d", decode),
+        await _engines("r", replica),
+    )
     settings = {**FAST_HEALTH, **config}
     cfg = ProxyConfig(
         prefill=tuple(e.url for e in p),

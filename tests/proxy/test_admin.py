@@ -20,7 +20,9 @@ def test_add_then_remove_instances_at_run_time() -> None:
     async def scenario() -> None:
         async with stack() as s:
             extra = await FakeEngine("d9").start()
-            status, doc = await admin(s, "/admin/instances/add", {"role": "decode", "urls": [extra.url]})
+            status, doc = await admin(
+                s, "/admin/instances/add", {"role": "decode", "urls": [extra.url]}
+            )
             assert status == 200 and doc["action"] == "add"
             pool = s.proxy.router.pools["decode"]
             await wait_until(lambda: pool.healthy_count() == 2, "added decoder admitted")
@@ -78,11 +80,15 @@ def test_legacy_instances_paths_of_the_example_proxy() -> None:
         async with stack() as s:
             extra = await FakeEngine("p9").start()
             hostport = extra.url.removeprefix("http://")
-            status, _ = await admin(s, "/instances/add", {"type": "prefill", "instances": [hostport]})
+            status, _ = await admin(
+                s, "/instances/add", {"type": "prefill", "instances": [hostport]}
+            )
             assert status == 200
             pool = s.proxy.router.pools["prefill"]
             await wait_until(lambda: pool.healthy_count() == 2, "legacy add admitted")
-            status, _ = await admin(s, "/instances/remove", {"type": "prefill", "instances": hostport})
+            status, _ = await admin(
+                s, "/instances/remove", {"type": "prefill", "instances": hostport}
+            )
             assert status == 200 and len(pool.members) == 1
             await extra.stop()
 

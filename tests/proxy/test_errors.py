@@ -110,8 +110,9 @@ def test_reset_after_first_byte_ends_stream_with_error_event_and_no_retry() -> N
             status, out = await s.post("/v1/completions", STREAM)
             assert status == 200
             events = [e for e in out.split(b"\n\n") if e]
-            assert events[0] == s.decode[0].stream_bytes().split(b"\n\n")[0] or events[0] == (
-                s.decode[1].stream_bytes().split(b"\n\n")[0]
+            assert (
+                events[0] == s.decode[0].stream_bytes().split(b"\n\n")[0]
+                or events[0] == (s.decode[1].stream_bytes().split(b"\n\n")[0])
             )
             err = json.loads(events[-2].removeprefix(b"data: "))["error"]
             assert err["code"] == "stream_interrupted" and err["stage"] == "decode"

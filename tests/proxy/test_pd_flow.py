@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from servekit.proxy.payloads import PREFILL_KV_PARAMS
+
 from .harness import run, stack
 
 

@@ -90,15 +90,19 @@ def _loop_factory() -> type[asyncio.AbstractEventLoop] | None:
     return uvloop.Loop
 
 
+def run(config: ProxyConfig) -> None:
+    """Configure logging and serve ``config`` until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(config))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry of ``python -m servekit.proxy``; usage errors exit 2 in one line."""
     try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
-        logging.basicConfig(
-            level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(config))
+        run(parse_args(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
