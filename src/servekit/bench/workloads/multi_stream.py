@@ -58,7 +58,6 @@ async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
         runs: list[dict[str, Any]] = []
         records: list[RequestRecord] = []
         for i in range(ctx.settings.runs):
-            ctx.progress(f"multi_stream N={n}", i, ctx.settings.runs)
             prompts = await ctx.prompts.build_many(spec.input_tokens, n)
             await ctx.wait_idle()
             batch, _ = await run_concurrent(
@@ -66,6 +65,7 @@ async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
             )
             records += batch
             runs.append(batch_figures(batch))
+            ctx.progress(f"multi_stream N={n}", i + 1, ctx.settings.runs)
         points.append(_point(spec, n, runs, records))
     return points
 

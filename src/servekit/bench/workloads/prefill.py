@@ -52,12 +52,12 @@ async def measure(spec: Prefill, ctx: BenchContext) -> list[Point]:
         runs: list[dict[str, Any]] = []
         records: list[RequestRecord] = []
         for i in range(ctx.settings.runs):
-            ctx.progress(f"prefill N={n}", i, ctx.settings.runs)
             prompts = await ctx.prompts.build_many(spec.prompt_tokens, n)
             await ctx.wait_idle()
             batch, _ = await run_concurrent(ctx.client, [ctx.body(p, 1) for p in prompts], n)
             records += batch
             runs.append(batch_figures(batch, spec.prompt_tokens))
+            ctx.progress(f"prefill N={n}", i + 1, ctx.settings.runs)
         method = "see docs/bench.md#prefill-throughput"
         points.append(
             Point(

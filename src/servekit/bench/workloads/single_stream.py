@@ -82,7 +82,6 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
     records: list[RequestRecord] = []
     invalid = 0
     for i in range(ctx.settings.runs):
-        ctx.progress(f"single_stream ISL={spec.prompt_tokens}", i, ctx.settings.runs)
         for _attempt in range(spec.max_retries + 1):
             rec, ev = await _shot(spec, ctx)
             records.append(rec)
@@ -90,6 +89,7 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
                 break
             invalid += 1
         shots.append(ev)
+        ctx.progress(f"single_stream ISL={spec.prompt_tokens}", i + 1, ctx.settings.runs)
     good = [s for s in shots if _valid(s)]
     method = "see docs/bench.md#single-stream-decode"
     figures = {
@@ -102,7 +102,6 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
             ("stream_tok_per_s", "tok/s"),
         )
     }
-    ctx.progress(f"single_stream ISL={spec.prompt_tokens}", ctx.settings.runs, ctx.settings.runs)
     return [
         Point(
             workload="single_stream",

@@ -46,7 +46,6 @@ async def _point(
     records: list[RequestRecord] = []
     samples: list[dict[str, list[float]]] = []
     for i in range(ctx.settings.runs):
-        ctx.progress(f"{workload} {label}", i, ctx.settings.runs)
         prompts = await ctx.prompts.build_many(spec.input_tokens, spec.requests)
         await ctx.wait_idle()
         batch, duration = await send([ctx.body(p, spec.output_tokens) for p in prompts])
@@ -54,6 +53,7 @@ async def _point(
         metrics = serving_metrics(batch, duration, spec.input_tokens, ctx.settings.slo_ms)
         runs.append({"duration_s": duration, **metrics})
         samples.append(per_request(batch))
+        ctx.progress(f"{workload} {label}", i + 1, ctx.settings.runs)
     names = [k for k in runs[0] if k not in COUNTS and k != "duration_s"]
     method = "see docs/bench.md#serving-metrics"
     figures: dict[str, Figure] = {

@@ -1,0 +1,97 @@
+"""What ``servekit bench`` does once its flags are parsed.
+
+Resolve the target, build the workloads, run them under a rich progress
+display, write the outputs, print the tables (and the baseline comparison).
+Exit code 0 when every measured request succeeded, 1 when any failed (the
+figures are still written: errors are counted, not hidden).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from rich.console import Console
+from rich.markdown import Markdown
+
+from servekit.bench.config import RunSettings
+from servekit.bench.options import build_workloads, parse_slos
+from servekit.bench.output import write_outputs
+from servekit.bench.progress import rich_progress
+from servekit.bench.report import render_section
+from servekit.bench.runner import run_bench
+from servekit.bench.schema import BenchResult
+from servekit.deployment import load_deployment
+from servekit.errors import UsageError
+
+
+class BenchArgs(BaseModel):
+    """The flags of ``servekit bench``, as given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str
+    workloads: tuple[str, ...] = ()
+    runs: int = 3
+    warmup: int = 1
+    isl: int | None = None
+    osl: int | None = None
+    streams: str | None = None
+    prefill_streams: str | None = None
+    rates: str | None = None
+    arrival: str = "poisson"
+    concurrency: str | None = None
+    requests: int | None = None
+    slo: tuple[str, ...] = ()
+    baseline: Path | None = None
+    out: Path | None = None
+    api_key: str | None = None
+    note: str | None = None
+
+
+def _settings(args: BenchArgs) -> RunSettings:
+    try:
+        return RunSettings(
+            runs=args.runs, warmup=args.warmup, slo_ms=parse_slos(args.slo), api_key=args.api_key
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"--{first['loc'][0]}: {first['msg']}") from None
+
+
+def default_out() -> Path:
+    """``.servekit/bench/<UTC time>``."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path(".servekit/bench") / stamp
+
+
+def main(args: BenchArgs, console: Console | None = None) -> int:
+    """Run the benchmark the flags describe; the process exit code."""
+    console = console or Console()
+    settings = _settings(args)
+    workloads = build_workloads(
+        args.workloads,
+        isl=args.isl,
+        osl=args.osl,
+        streams=args.streams,
+        prefill_streams=args.prefill_streams,
+        rates=args.rates,
+        arrival=args.arrival,
+        concurrency=args.concurrency,
+        requests=args.requests,
+    )
+    baseline = BenchResult.read(args.baseline) if args.baseline else None
+    deployment = load_deployment(args.target)
+    with rich_progress(console) as progress:
+        result = run_bench(
+            deployment, workloads, settings, target=args.target, progress=progress, note=args.note
+        )
+    out = args.out or default_out()
+    paths = write_outputs(result, out, baseline)
+    console.print(Markdown(render_section(result, baseline)))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    errors = sum(p.errors for p in result.points)
+    if errors:
+        console.print(f"[red]{errors} measured request(s) failed; see bench.json error_kinds[/red]")
+    return 1 if errors else 0

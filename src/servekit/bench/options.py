@@ -1,0 +1,133 @@
+"""Command-line values to workload specs: the parsing ``servekit bench`` needs.
+
+Kept here, not in the CLI module, so the CLI only forwards strings and every
+mistake becomes one :class:`~servekit.errors.UsageError` naming the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import ValidationError
+
+from servekit.bench.config import (
+    DEFAULT_WORKLOADS,
+    WORKLOAD_NAMES,
+    ConcurrencySweep,
+    KVCapacity,
+    MultiStream,
+    Prefill,
+    RateSweep,
+    SingleStream,
+    SLOName,
+    Workload,
+)
+from servekit.errors import UsageError
+
+SLO_NAMES: tuple[SLOName, ...] = ("ttft", "tpot", "e2el")
+
+
+def parse_numbers(flag: str, text: str | None) -> tuple[float, ...] | None:
+    """'1,4,8' -> (1.0, 4.0, 8.0); None stays None."""
+    if text is None:
+        return None
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {text}: expected comma-separated numbers such as 1,4,8") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{flag} {text}: give one or more positive numbers")
+    return values
+
+
+def parse_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
+    """'1,4,8' -> (1, 4, 8), each a whole positive number."""
+    values = parse_numbers(flag, text)
+    if values is None:
+        return None
+    if any(v != int(v) for v in values):
+        raise UsageError(f"{flag} {text}: give whole numbers such as 1,4,8")
+    return tuple(int(v) for v in values)
+
+
+def parse_slos(items: Sequence[str]) -> dict[SLOName, float]:
+    """['ttft=200', 'tpot=50'] -> {'ttft': 200.0, 'tpot': 50.0} (milliseconds)."""
+    slos: dict[SLOName, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        match = next((n for n in SLO_NAMES if n == name.strip()), None)
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = -1.0
+        if match is None or ms <= 0:
+            raise UsageError(f"--slo {item}: expected NAME=MS with NAME one of ttft, tpot, e2el")
+        slos[match] = ms
+    return slos
+
+
+def build_workloads(
+    names: Sequence[str],
+    *,
+    isl: int | None = None,
+    osl: int | None = None,
+    streams: str | None = None,
+    prefill_streams: str | None = None,
+    rates: str | None = None,
+    arrival: str = "poisson",
+    concurrency: str | None = None,
+    requests: int | None = None,
+) -> list[Workload]:
+    """Workload specs from ``--workload`` names and their shared flags."""
+    chosen = list(names) or list(DEFAULT_WORKLOADS)
+    unknown = [n for n in chosen if n not in WORKLOAD_NAMES]
+    if unknown:
+        raise UsageError(
+            f"--workload {unknown[0]}: unknown; choose from {', '.join(WORKLOAD_NAMES)}"
+        )
+    if arrival not in ("constant", "poisson"):
+        raise UsageError(f"--arrival {arrival}: choose constant or poisson")
+    shared = {k: v for k, v in (("requests", requests),) if v is not None}
+    io = {"isl": isl, "osl": osl}
+    try:
+        return [
+            _one(n, io, streams, prefill_streams, rates, arrival, concurrency, shared)
+            for n in chosen
+        ]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"workload option {field}: {first['msg']}") from None
+
+
+def _one(  # noqa: PLR0917 - private fan-out of the flags above
+    name: str,
+    io: dict[str, int | None],
+    streams: str | None,
+    prefill_streams: str | None,
+    rates: str | None,
+    arrival: str,
+    concurrency: str | None,
+    shared: dict[str, int],
+) -> Workload:
+    isl = {} if io["isl"] is None else {"input_tokens": io["isl"]}
+    osl = {} if io["osl"] is None else {"output_tokens": io["osl"]}
+    arr: Literal["constant", "poisson"] = "constant" if arrival == "constant" else "poisson"
+    if name == "single":
+        p = {} if io["isl"] is None else {"prompt_tokens": io["isl"]}
+        return SingleStream(**p, **osl)
+    if name == "multi":
+        n = parse_ints("--streams", streams)
+        return MultiStream(**isl, **osl, **({"streams": n} if n else {}))
+    if name == "prefill":
+        n = parse_ints("--prefill-streams", prefill_streams)
+        p = {} if io["isl"] is None else {"prompt_tokens": io["isl"]}
+        return Prefill(**p, **({"streams": n} if n else {}))
+    if name == "rate":
+        r = parse_numbers("--rates", rates)
+        return RateSweep(**isl, **osl, **shared, arrival=arr, **({"rates": r} if r else {}))
+    if name == "concurrency":
+        c = parse_ints("--concurrency", concurrency)
+        return ConcurrencySweep(**isl, **osl, **shared, **({"concurrencies": c} if c else {}))
+    return KVCapacity()
