@@ -1,0 +1,356 @@
+"""One simulated engine behind one API server: admission, PD roles, faults, death.
+
+The HTTP layer (``http.py``) parses and formats; this class decides. A request
+goes through: dead or starting, model name, injected faults, context length,
+the PD role (claim remote KV, or die like the seed's unguarded decoder when a
+decode-role engine would have to prefill by itself), then the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from servekit.sim.clock import Clock
+from servekit.sim.engine import Engine, EngineDeadError, Seq
+from servekit.sim.faults import FaultDice, FaultSpec, patch_faults
+from servekit.sim.kvcache import KvCache, block_hashes
+from servekit.sim.metrics import EngineStats, Gauges, StatsCollector, make_registry
+from servekit.sim.openai import ApiError, GenRequest
+from servekit.sim.pd import KvRegistry, KvTransferError, Producer
+from servekit.sim.spec import EndpointSpec
+from servekit.sim.textgen import Voice, answer_pieces, continuation
+
+REPLAY_LIMIT = 128
+_IDS = itertools.count(1)
+_PREFIX = os.urandom(4).hex()
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A request accepted by the engine, and what its response needs."""
+
+    seq: Seq
+    request: GenRequest
+    request_id: str
+    kv_params: dict[str, Any] | None = None
+
+
+class SimEndpoint:
+    """State and decisions of one endpoint."""
+
+    def __init__(self, spec: EndpointSpec, clock: Clock, kvreg: KvRegistry, seed: int) -> None:
+        self.spec = spec
+        self.profile = spec.resolved_profile()
+        self.clock = clock
+        self.kvreg = kvreg
+        self.url = ""
+        self.stats = EngineStats()
+        self.kv = KvCache(self.profile.num_blocks, self.profile.block_size)
+        self.engine = Engine(self.profile, clock, self.kv, self.stats)
+        self.faults = spec.faults
+        self.dice = FaultDice(seed)
+        self.disagree_seed = spec.disagree_seed
+        self.dead = spec.faults.dead
+        self.started_at = clock.now()
+        self._changed = asyncio.Event()
+        self.log = _endpoint_logger(spec)
+        self.producer: Producer | None = None
+        if spec.role == "prefill":
+            self.producer = Producer(spec.engine, spec.host, spec.side_port, spec.tp)
+            kvreg.add_producer(self.producer)
+        cache_info = {
+            "block_size": str(self.profile.block_size),
+            "num_gpu_blocks": str(self.profile.num_blocks),
+            "enable_prefix_caching": str(self.profile.enable_prefix_caching),
+            "profile": self.profile.name,
+        }
+        self.collector = StatsCollector(
+            self.stats,
+            Gauges(
+                running=lambda: len(self.engine.running),
+                waiting=lambda: len(self.engine.waiting),
+                kv_usage=self.kv.usage,
+            ),
+            {"model_name": spec.served_model_name, "engine": str(spec.dp_rank)},
+            cache_info,
+        )
+        self.registry = make_registry(self.collector)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        self.engine.start()
+        self._log_start()
+
+    async def stop(self) -> None:
+        await self.engine.stop()
+        for handler in list(self.log.handlers):
+            handler.close()
+            self.log.removeHandler(handler)
+
+    def starting(self) -> bool:
+        return self.clock.now() - self.started_at < self.faults.slow_start_s
+
+    def health_status(self) -> int:
+        if self.dead:
+            return 500
+        return 503 if self.starting() else 200
+
+    def kill(self, reason: str) -> None:
+        """The engine dies: /health 500, queued and running requests fail."""
+        if self.dead:
+            return
+        self.log.error("EngineDeadError: EngineCore encountered an issue (%s)", reason)
+        self._halt(reason)
+
+    def _halt(self, reason: str) -> None:
+        self.dead = True
+        self.engine.fail_all(EngineDeadError(reason))
+        if self.producer is not None:
+            self.kvreg.drop_engine(self.producer.engine_id)
+        self._notify()
+
+    def restart(self, slow_start_s: float | None = None) -> None:
+        """A fresh engine: empty KV cache, counters reset, faults cleared but slow start."""
+        self.log.info("Restarting engine %s", self.spec.name)
+        self._halt("restarted")
+        if slow_start_s is not None:
+            self.faults = patch_faults(self.faults, {"slow_start_s": slow_start_s})
+        self.faults = patch_faults(self.faults, {"dead": False, "hang": False})
+        self.kv.reset()
+        self.stats = EngineStats()
+        self.engine.stats = self.stats
+        self.collector.stats = self.stats
+        self.dead = False
+        self.started_at = self.clock.now()
+        self._log_start()
+        self._notify()
+
+    def set_faults(self, patch: dict[str, Any]) -> FaultSpec:
+        """Apply a partial fault patch; ``disagree_seed`` may ride along."""
+        patch = dict(patch)
+        if "disagree_seed" in patch:
+            seed = patch.pop("disagree_seed")
+            if seed is not None and not isinstance(seed, int):
+                raise ApiError(400, "disagree_seed: expected an integer or null")
+            self.disagree_seed = seed
+        self.faults = patch_faults(self.faults, patch)
+        if self.faults.dead and not self.dead:
+            self.kill("fault injected")
+        elif not self.faults.dead and self.dead:
+            self.restart()
+        self._notify()
+        self.log.warning("faults set: %s", self.faults.model_dump(exclude_defaults=True))
+        return self.faults
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "url": self.url,
+            "role": self.spec.role,
+            "engine_id": self.spec.engine,
+            "health": self.health_status(),
+            "dead": self.dead,
+            "faults": self.faults.model_dump(),
+            "disagree_seed": self.disagree_seed,
+            "running": len(self.engine.running),
+            "waiting": len(self.engine.waiting),
+            "kv_usage": self.kv.usage(),
+            "steps": self.engine.steps,
+            "virtual_time": self.engine.vt,
+            "profile": self.profile.name,
+            "label": self.profile.label,
+        }
+
+    # -- requests ----------------------------------------------------------
+
+    def check_serving(self) -> None:
+        if self.dead:
+            raise ApiError(500, "EngineCore is dead; restart the instance", "EngineDeadError")
+        if self.starting():
+            raise ApiError(503, "the engine is still starting", "ServiceUnavailableError")
+
+    async def admit(self, req: GenRequest, request_id: str | None) -> Admitted:
+        """Run a request through every gate and hand it to the engine."""
+        self.check_serving()
+        spec = self.spec
+        if req.model is not None and req.model != spec.served_model_name:
+            raise ApiError(404, f"The model `{req.model}` does not exist.", "NotFoundError")
+        await self._faults_before()
+        rid = request_id or f"{_PREFIX}-{next(_IDS)}"
+        prompt_len = len(req.prompt_ids)
+        limit = self._max_tokens(req, prompt_len)
+        digest = hash(tuple(req.prompt_ids))
+        remote = await self._pd_in(req, rid, digest, prompt_len)
+        output, finish = self._output(req, digest, limit)
+        hashes = block_hashes(req.prompt_ids, self.kv.block_size) if not remote else []
+        if not self.engine.fits(prompt_len + len(output)):
+            raise ApiError(400, "the request needs more KV blocks than the engine has")
+        seq = Seq(prompt_len, hashes, output, finish, self.clock.now(), remote, req.stream)
+        admitted = Admitted(seq, req, rid)
+        seq.on_finish = self._pd_out(admitted, digest)
+        self.engine.submit(seq)
+        return admitted
+
+    async def wait_done(self, seq: Seq) -> None:
+        try:
+            await seq.done
+        except EngineDeadError as exc:
+            raise ApiError(500, f"EngineCore died: {exc}", "EngineDeadError") from exc
+
+    def reset_due(self) -> bool:
+        return self.dice.hit(self.faults.reset_rate)
+
+    async def _faults_before(self) -> None:
+        f = self.faults
+        if self.dice.hit(f.error_rate):
+            raise ApiError(f.error_status, "injected fault", "InjectedFaultError")
+        while self.faults.hang and not self.dead:
+            await self._changed.wait()
+        self.check_serving()
+        if self.dice.hit(f.spike_rate):
+            await self.clock.sleep(f.spike_s)
+
+    def _max_tokens(self, req: GenRequest, prompt_len: int) -> int:
+        room = self.spec.max_model_len - prompt_len
+        limit = req.max_tokens if req.max_tokens is not None else room
+        if limit > room or room < 1:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.spec.max_model_len} tokens. "
+                f"However, you requested {prompt_len + max(limit, 1)} tokens "
+                f"({prompt_len} in the messages, {limit} in the completion). "
+                "Please reduce the length of the messages or completion.",
+            )
+        return limit
+
+    def _output(self, req: GenRequest, digest: int, limit: int) -> tuple[list[str], str]:
+        voice = Voice(self.disagree_seed, self.faults.misbehave, self.spec.retrieval)
+        out = answer_pieces(
+            req.prompt_text,
+            req.question_text,
+            digest,
+            sampling=req.sampling,
+            voice=voice,
+            natural=self.profile.answer_tokens,
+        )
+        want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
+        if len(out) < want:
+            more = continuation(digest, req.sampling, voice)
+            out.extend(next(more) for _ in range(want - len(out)))
+        if len(out) >= limit:
+            return out[:limit], "length"
+        return out, "stop"
+
+    async def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> bool:
+        """Decode side: True when the prompt's KV comes from a prefill instance."""
+        if self.spec.role != "decode":
+            return False
+        params = req.kv_transfer_params or {}
+        if params.get("do_remote_prefill"):
+            try:
+                self.kvreg.claim(params, digest, self.clock.now())
+            except KvTransferError as exc:
+                self.log.error("KV transfer failed for %s: %s", rid, exc)
+                raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
+        elif not (self.spec.kv_mode == "prompt" and self.kvreg.lookup_prompt(digest)):
+            if self.spec.unguarded_incident and prompt_len > 0:
+                self._incident(rid, prompt_len)
+            return False
+        else:
+            self.log.info("External Cache Hit! request %s", rid)
+        self.stats.external_queries += prompt_len
+        self.stats.external_hits += prompt_len
+        await self.clock.sleep(self.profile.transfer_time(prompt_len))
+        return True
+
+    def _pd_out(self, admitted: Admitted, digest: int) -> Any:
+        """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""
+        params = admitted.request.kv_transfer_params or {}
+        producer = self.producer
+        if producer is None:
+            return None
+        if self.spec.kv_mode == "prompt":
+
+            def store(seq: Seq) -> bool:
+                self.kvreg.store_prompt(digest, seq.prompt_len)
+                return False
+
+            return store
+        if not params.get("do_remote_decode"):
+            return None
+
+        def hold(seq: Seq) -> bool:
+            alloc = seq.alloc
+
+            def release() -> None:
+                if alloc is not None and not self.dead:
+                    self.kv.free(alloc)
+                    self.engine.wake()
+
+            admitted.kv_params = self.kvreg.offer(
+                producer,
+                request_id=admitted.request_id,
+                prompt=(digest, seq.prompt_len),
+                n_blocks=self.kv.blocks_for(seq.prompt_len),
+                window=(self.engine.vt, self.profile.kv_hold_timeout_s),
+                release=release,
+            )
+            return True
+
+        return hold
+
+    def _incident(self, rid: str, prompt_len: int) -> None:
+        self.log.error(
+            "RuntimeError: decode-role instance asked to prefill %d tokens for request %s; "
+            "the fixed %d-token replay limit was exceeded in the worker",
+            prompt_len,
+            rid,
+            REPLAY_LIMIT,
+        )
+        self.log.error("AssertionError: replay window overflow; EngineCore exiting")
+        self.kill(f"unguarded decode prefilled request {rid}")
+        raise ApiError(
+            500, "EngineCore died while prefilling on a decode instance", "EngineDeadError"
+        )
+
+    def _log_start(self) -> None:
+        p = self.profile
+        self.log.info(
+            "Starting simulated engine %s (role %s, engine_id %s, profile %s: %s)",
+            self.spec.name,
+            self.spec.role,
+            self.spec.engine,
+            p.name,
+            p.label,
+        )
+        self.log.info("GPU KV cache size: %s tokens", f"{p.num_blocks * p.block_size:,}")
+        per_req = self.spec.max_model_len
+        self.log.info(
+            "Maximum concurrency for %s tokens per request: %.2fx",
+            f"{per_req:,}",
+            p.num_blocks * p.block_size / per_req,
+        )
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def _endpoint_logger(spec: EndpointSpec) -> logging.Logger:
+    log = logging.getLogger(f"servekit.sim.engine.{spec.name}")
+    log.setLevel(logging.INFO)
+    if spec.log is not None:
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(spec.log)
+        handler.setFormatter(
+            logging.Formatter("%(levelname)s %(asctime)s [sim] %(message)s", "%m-%d %H:%M:%S")
+        )
+        log.addHandler(handler)
+        log.propagate = False
+    return log

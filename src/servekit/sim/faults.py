@@ -1,0 +1,61 @@
+"""Faults a simulated endpoint can suffer, set in the spec or at run time.
+
+The faults are the ones real clusters met: errors at a rate, latency spikes, a
+wedged engine that never answers (while /health still says 200), a connection
+reset in the middle of a stream, a slow start (503 while loading weights),
+death (500 until restarted) and an engine that answers wrongly.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servekit.errors import UsageError
+
+Misbehave = Literal["none", "wrong_code", "echo_prompt", "long_answer"]
+
+
+class FaultSpec(BaseModel):
+    """Fault settings of one endpoint; all off by default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests failed")
+    error_status: int = Field(default=500, ge=400, le=599)
+    spike_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests delayed")
+    spike_s: float = Field(default=0.0, ge=0, description="virtual seconds added by a spike")
+    hang: bool = Field(default=False, description="accept requests and never answer")
+    reset_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests reset")
+    reset_after_tokens: int = Field(default=1, ge=0, description="tokens streamed before reset")
+    slow_start_s: float = Field(default=0.0, ge=0, description="/health 503 this long at start")
+    dead: bool = Field(default=False, description="engine dead: /health 500, requests fail")
+    misbehave: Misbehave = Field(default="none", description="answer retrieval wrongly")
+
+
+def patch_faults(current: FaultSpec, patch: Any) -> FaultSpec:
+    """Merge a partial mapping into ``current``; one UsageError line when invalid."""
+    if not isinstance(patch, dict):
+        raise UsageError("faults: expected a JSON object of fault fields")
+    try:
+        return FaultSpec.model_validate({**current.model_dump(), **patch})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise UsageError(f"faults: field {loc}: {first['msg']}") from exc
+
+
+class FaultDice:
+    """Seeded draws, so a fault pattern at a given rate is reproducible."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def hit(self, rate: float) -> bool:
+        if rate <= 0:
+            return False
+        if rate >= 1:
+            return True
+        return self._rng.random() < rate

@@ -1,0 +1,213 @@
+"""The aiohttp application of one endpoint: vLLM's routes plus /sim admin routes.
+
+Handlers only translate between HTTP and :class:`SimEndpoint`; errors are
+:class:`ApiError` turned into vLLM-shaped JSON bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from typing import Any
+
+from aiohttp import web
+
+from servekit.errors import UsageError
+from servekit.guard import guard_error_body, guard_rejects
+from servekit.sim.endpoint import Admitted, SimEndpoint
+from servekit.sim.engine import EngineDeadError, Seq
+from servekit.sim.metrics import render
+from servekit.sim.openai import ApiError, Kind, dumps, load_json, parse_generation, parse_tokenize
+from servekit.sim.shapes import ChunkWriter, final_body
+
+ENDPOINT = web.AppKey("endpoint", SimEndpoint)
+JSON = "application/json"
+
+
+def json_response(doc: Any, status: int = 200) -> web.Response:
+    return web.Response(body=dumps(doc), status=status, content_type=JSON)
+
+
+def error_response(exc: ApiError) -> web.Response:
+    return web.Response(body=exc.body(), status=exc.status, content_type=JSON)
+
+
+def build_app(ep: SimEndpoint) -> web.Application:
+    """One endpoint's application (its own router, its own metrics registry)."""
+    app = web.Application(client_max_size=1 << 30)
+    app[ENDPOINT] = ep
+    app.router.add_post("/v1/completions", _generation("completion"))
+    app.router.add_post("/v1/chat/completions", _generation("chat"))
+    app.router.add_post("/v1/responses", _generation("responses"))
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/tokenize", tokenize)
+    add_admin_routes(app.router, "/sim", lambda request: request.app[ENDPOINT])
+    return app
+
+
+def _generation(kind: Kind) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await generate(request, kind)
+
+    return handler
+
+
+async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
+    ep = request.app[ENDPOINT]
+    body = await request.read()
+    if ep.spec.guard and guard_rejects(request.method, request.path, body):
+        ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
+        return web.Response(status=400, body=guard_error_body(request.path), content_type=JSON)
+    try:
+        req = parse_generation(kind, load_json(body))
+        adm = await ep.admit(req, request.headers.get("X-Request-Id"))
+    except ApiError as exc:
+        return error_response(exc)
+    if req.stream:
+        return await _stream(request, ep, adm)
+    reset = ep.reset_due()
+    try:
+        await ep.wait_done(adm.seq)
+    except ApiError as exc:
+        return error_response(exc)
+    if reset:
+        _reset(request)
+    return web.Response(body=final_body(adm, ep.spec.served_model_name), content_type=JSON)
+
+
+async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.StreamResponse:
+    seq = adm.seq
+    writer = ChunkWriter(adm, ep.spec.served_model_name)
+    reset_at = ep.faults.reset_after_tokens if ep.reset_due() else None
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    try:
+        await resp.prepare(request)
+        await resp.write(writer.opening())
+        sent = 0
+        while True:
+            item = await seq.chunks.get()
+            if item is None:
+                break
+            if reset_at is not None and sent + len(item) > reset_at:
+                _reset(request)
+                ep.engine.abort(seq)
+                return resp
+            sent += len(item)
+            finish = seq.finish_reason if sent >= len(seq.output) else None
+            await resp.write(writer.text("".join(item), finish))
+        await resp.write(_stream_end(writer, seq))
+    except (ConnectionError, asyncio.CancelledError):
+        ep.engine.abort(seq)
+        raise
+    return resp
+
+
+def _stream_end(writer: ChunkWriter, seq: Seq) -> bytes:
+    if seq.done.done() and seq.done.exception() is not None:
+        exc = seq.done.exception()
+        reason = str(exc) if isinstance(exc, EngineDeadError) else repr(exc)
+        return writer.error(500, f"EngineCore died: {reason}", "EngineDeadError")
+    return writer.closing()
+
+
+def _reset(request: web.Request) -> None:
+    """Drop the connection with a TCP reset, as a crashing server would."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def models(request: web.Request) -> web.Response:
+    spec = request.app[ENDPOINT].spec
+    name = spec.served_model_name
+    card = {
+        "id": name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "vllm",
+        "root": name,
+        "parent": None,
+        "max_model_len": spec.max_model_len,
+    }
+    return json_response({"object": "list", "data": [card]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=request.app[ENDPOINT].health_status())
+
+
+async def version(request: web.Request) -> web.Response:
+    return json_response({"version": "servekit-sim"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = render(request.app[ENDPOINT].registry)
+    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    ep = request.app[ENDPOINT]
+    try:
+        ids = parse_tokenize(load_json(await request.read()))
+    except ApiError as exc:
+        return error_response(exc)
+    return json_response(
+        {
+            "count": len(ids),
+            "max_model_len": ep.spec.max_model_len,
+            "tokens": ids,
+            "token_strs": None,
+        }
+    )
+
+
+def add_admin_routes(router: web.UrlDispatcher, prefix: str, pick: Any) -> None:
+    """POST {prefix}/faults|kill|restart, GET {prefix}/state; ``pick`` finds the endpoint."""
+
+    async def faults(request: web.Request) -> web.Response:
+        ep: SimEndpoint = pick(request)
+        try:
+            patch = load_json(await request.read())
+            ep.set_faults(patch)
+        except ApiError as exc:
+            return error_response(exc)
+        except UsageError as exc:
+            return error_response(ApiError(400, str(exc)))
+        return json_response(ep.state())
+
+    async def kill(request: web.Request) -> web.Response:
+        ep: SimEndpoint = pick(request)
+        ep.kill("killed through the admin API")
+        return json_response(ep.state())
+
+    async def restart(request: web.Request) -> web.Response:
+        ep: SimEndpoint = pick(request)
+        raw = await request.read()
+        try:
+            doc = load_json(raw) if raw.strip() else {}
+            slow = doc.get("slow_start_s")
+            if slow is not None and (not isinstance(slow, int | float) or slow < 0):
+                raise ApiError(400, "slow_start_s: expected a number >= 0")
+        except ApiError as exc:
+            return error_response(exc)
+        ep.restart(None if slow is None else float(slow))
+        return json_response(ep.state())
+
+    async def state(request: web.Request) -> web.Response:
+        return json_response(pick(request).state())
+
+    router.add_post(f"{prefix}/faults", faults)
+    router.add_post(f"{prefix}/kill", kill)
+    router.add_post(f"{prefix}/restart", restart)
+    router.add_get(f"{prefix}/state", state)

@@ -1,0 +1,208 @@
+"""/metrics with vLLM's metric names, one CollectorRegistry per endpoint.
+
+The engine updates plain numbers in :class:`EngineStats` (single-threaded, no
+locks, cheap on the hot path) and :class:`StatsCollector` turns them into
+prometheus_client metric families at scrape time. Histograms take a count per
+observation because one engine step gives the same inter-token latency to every
+sequence in the batch. Latencies are the model's virtual seconds (equal to wall
+seconds at ``time_scale`` 1).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+)
+TTFT_BUCKETS += (2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS: tuple[float, ...] = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+)
+ITL_BUCKETS += (2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS: tuple[float, ...] = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+)
+E2E_BUCKETS += (60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+@dataclass(slots=True)
+class Hist:
+    """Bucket counts and sum of one histogram."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.total += value * n
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += c
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+        return out
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters and histograms of one engine, updated by the scheduler."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    external_queries: int = 0
+    external_hits: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    preemptions: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    ttft: Hist = field(default_factory=lambda: Hist(TTFT_BUCKETS))
+    itl: Hist = field(default_factory=lambda: Hist(ITL_BUCKETS))
+    e2e: Hist = field(default_factory=lambda: Hist(E2E_BUCKETS))
+
+
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """Live values read at scrape time."""
+
+    running: Callable[[], int]
+    waiting: Callable[[], int]
+    kv_usage: Callable[[], float]
+
+
+class StatsCollector(Collector):
+    """Exposes one engine's stats under vLLM's names and labels."""
+
+    def __init__(
+        self, stats: EngineStats, gauges: Gauges, labels: dict[str, str], cache: dict[str, str]
+    ) -> None:
+        self.stats = stats
+        self._gauges = gauges
+        self._labels = labels
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        s, g = self.stats, self._gauges
+        yield self._gauge("vllm:num_requests_running", "Running sequences.", g.running())
+        yield self._gauge("vllm:num_requests_waiting", "Waiting sequences.", g.waiting())
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV cache usage (1 = 100%).", g.kv_usage())
+        yield from self._counters(s)
+        yield self._hist("vllm:time_to_first_token_seconds", "Time to first token.", s.ttft)
+        yield self._hist("vllm:inter_token_latency_seconds", "Inter-token latency.", s.itl)
+        yield self._hist("vllm:time_per_output_token_seconds", "Deprecated ITL alias.", s.itl)
+        yield self._hist("vllm:e2e_request_latency_seconds", "End-to-end latency.", s.e2e)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "KV cache configuration.",
+            labels=[*self._labels, *self._cache],
+        )
+        info.add_metric([*self._labels.values(), *self._cache.values()], 1.0)
+        yield info
+        yield self._gauge("vllm:num_gpu_blocks", "KV blocks.", float(self._cache["num_gpu_blocks"]))
+
+    def _counters(self, s: EngineStats) -> Iterator[Metric]:
+        pairs = (
+            ("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens),
+            ("vllm:generation_tokens", "Generation tokens processed.", s.generation_tokens),
+            ("vllm:prefix_cache_queries", "Prefix cache queries (tokens).", s.prefix_queries),
+            ("vllm:prefix_cache_hits", "Prefix cache hits (tokens).", s.prefix_hits),
+            ("vllm:external_prefix_cache_queries", "KV connector queries.", s.external_queries),
+            ("vllm:external_prefix_cache_hits", "KV connector hits.", s.external_hits),
+            ("vllm:spec_decode_num_drafts", "Speculative drafts.", s.drafts),
+            ("vllm:spec_decode_num_draft_tokens", "Draft tokens.", s.draft_tokens),
+            ("vllm:spec_decode_num_accepted_tokens", "Accepted tokens.", s.accepted_tokens),
+            ("vllm:num_preemptions", "Preemptions.", s.preemptions),
+        )
+        for name, doc, value in pairs:
+            c = CounterMetricFamily(name, doc, labels=list(self._labels))
+            c.add_metric(list(self._labels.values()), float(value))
+            yield c
+        done = CounterMetricFamily(
+            "vllm:request_success",
+            "Finished requests.",
+            labels=[*self._labels, "finished_reason"],
+        )
+        for reason, n in sorted(s.finished.items()):
+            done.add_metric([*self._labels.values(), reason], float(n))
+        yield done
+
+    def _gauge(self, name: str, doc: str, value: float) -> Metric:
+        m = GaugeMetricFamily(name, doc, labels=list(self._labels))
+        m.add_metric(list(self._labels.values()), float(value))
+        return m
+
+    def _hist(self, name: str, doc: str, h: Hist) -> Metric:
+        m = HistogramMetricFamily(name, doc, labels=list(self._labels))
+        m.add_metric(list(self._labels.values()), h.cumulative(), h.total)
+        return m
+
+
+def make_registry(collector: StatsCollector) -> CollectorRegistry:
+    """A registry of its own per endpoint: no global state shared between endpoints."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The text exposition format."""
+    return generate_latest(registry)

@@ -1,0 +1,147 @@
+"""KV handoff between prefill and decode endpoints, as vLLM's connectors do it.
+
+All endpoints share one process, so one :class:`KvRegistry` stands for the
+transfer engines of every instance. A prefill-role endpoint that finishes a
+request with ``do_remote_decode`` keeps its blocks and offers them under
+kv_transfer_params; a decode-role endpoint claims them once. Params that name
+an unknown engine or address, blocks never produced, already consumed, expired
+or prefilled for another prompt are refused, as a real connector would fail.
+The prompt-keyed mode (vLLM's ExampleConnector) needs no params: decode finds
+the prefilled KV by a digest of the prompt.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PROMPT_KEYED_MAX = 4096
+
+
+class KvTransferError(Exception):
+    """kv_transfer_params the connector cannot honour."""
+
+
+@dataclass(frozen=True, slots=True)
+class Producer:
+    """A prefill endpoint as the transfer layer sees it."""
+
+    engine_id: str
+    host: str
+    port: int
+    tp_size: int
+
+
+@dataclass(slots=True)
+class Offer:
+    """Prefilled KV waiting for its decoder."""
+
+    producer: Producer
+    prompt_digest: int
+    prompt_len: int
+    block_ids: list[int]
+    expires: float
+    release: Callable[[], None]
+    consumed: bool = False
+
+
+class KvRegistry:
+    """Every offered transfer of one simulator process."""
+
+    def __init__(self) -> None:
+        self._producers: dict[str, list[Producer]] = {}
+        self._offers: dict[tuple[str, str], Offer] = {}
+        self._block_ids = itertools.count(1)
+        self._by_prompt: OrderedDict[int, int] = OrderedDict()
+
+    def add_producer(self, producer: Producer) -> None:
+        self._producers.setdefault(producer.engine_id, []).append(producer)
+
+    def offer(
+        self,
+        producer: Producer,
+        *,
+        request_id: str,
+        prompt: tuple[int, int],
+        n_blocks: int,
+        window: tuple[float, float],
+        release: Callable[[], None],
+    ) -> dict[str, Any]:
+        """Hold prefilled blocks for a decoder; the params the prefill response carries.
+
+        ``window`` is (now, timeout) in virtual seconds.
+        """
+        digest, prompt_len = prompt
+        now, timeout = window
+        expires = now + timeout
+        self.collect(now)
+        ids = [next(self._block_ids) for _ in range(max(1, n_blocks))]
+        key = (producer.engine_id, request_id)
+        old = self._offers.pop(key, None)
+        if old is not None and not old.consumed:
+            old.release()
+        self._offers[key] = Offer(producer, digest, prompt_len, ids, expires, release)
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": producer.engine_id,
+            "remote_host": producer.host,
+            "remote_port": producer.port,
+            "remote_block_ids": ids,
+            "remote_request_id": request_id,
+            "tp_size": producer.tp_size,
+        }
+
+    def claim(self, params: dict[str, Any], prompt_digest: int, now: float) -> Offer:
+        """Take the offer the params name; KvTransferError when they do not match one."""
+        engine = str(params.get("remote_engine_id"))
+        producers = self._producers.get(engine)
+        if not producers:
+            raise KvTransferError(f"remote_engine_id {engine!r} names no prefill engine")
+        address = (params.get("remote_host"), params.get("remote_port"))
+        if address not in {(p.host, p.port) for p in producers}:
+            raise KvTransferError(
+                f"remote_host/remote_port {address[0]}:{address[1]} is not a KV port "
+                f"of engine {engine}"
+            )
+        offer = self._offers.get((engine, str(params.get("remote_request_id"))))
+        if offer is None or offer.block_ids != params.get("remote_block_ids"):
+            raise KvTransferError("remote_block_ids were never produced by that engine")
+        if offer.consumed:
+            raise KvTransferError("remote_block_ids were already consumed by another request")
+        if offer.expires < now:
+            raise KvTransferError("remote_block_ids expired before the decoder pulled them")
+        if offer.prompt_digest != prompt_digest:
+            raise KvTransferError("the prompt differs from the one prefilled for these blocks")
+        offer.consumed = True
+        offer.release()
+        return offer
+
+    def collect(self, now: float) -> None:
+        """Forget expired offers, releasing the blocks nobody claimed (vLLM's abort timeout)."""
+        stale = [k for k, o in self._offers.items() if o.expires < now]
+        for key in stale:
+            offer = self._offers.pop(key)
+            if not offer.consumed:
+                offer.release()
+
+    def drop_engine(self, engine_id: str) -> None:
+        """A producer restarted: its offered blocks are gone."""
+        for key in [k for k in self._offers if k[0] == engine_id]:
+            offer = self._offers.pop(key)
+            if not offer.consumed:
+                offer.release()
+
+    def store_prompt(self, prompt_digest: int, prompt_len: int) -> None:
+        """Prompt-keyed mode: a producer saved the KV of this prompt."""
+        self._by_prompt[prompt_digest] = prompt_len
+        self._by_prompt.move_to_end(prompt_digest)
+        while len(self._by_prompt) > PROMPT_KEYED_MAX:
+            self._by_prompt.popitem(last=False)
+
+    def lookup_prompt(self, prompt_digest: int) -> bool:
+        """Prompt-keyed mode: whether a producer saved this prompt's KV."""
+        return prompt_digest in self._by_prompt

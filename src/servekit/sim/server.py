@@ -1,0 +1,157 @@
+"""Run a SimSpec: every endpoint on its own port, all in one asyncio process.
+
+Each endpoint has its own aiohttp application and runner (its own router and
+metrics registry); the optional admin server reaches every endpoint by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from servekit.errors import UsageError
+from servekit.sim.clock import Clock
+from servekit.sim.endpoint import SimEndpoint
+from servekit.sim.http import add_admin_routes, build_app, json_response
+from servekit.sim.pd import KvRegistry
+from servekit.sim.spec import SimSpec
+
+log = logging.getLogger("servekit.sim")
+
+
+class SimServer:
+    """A running simulator: its endpoints by name and their base URLs."""
+
+    def __init__(self, spec: SimSpec) -> None:
+        self.spec = spec
+        self.clock = Clock(spec.time_scale)
+        self.kv_registry = KvRegistry()
+        self.endpoints: dict[str, SimEndpoint] = {
+            e.name: SimEndpoint(e, self.clock, self.kv_registry, spec.seed + i)
+            for i, e in enumerate(spec.endpoints)
+        }
+        self.admin_url: str | None = None
+        self._runners: list[web.AppRunner] = []
+
+    @property
+    def urls(self) -> dict[str, str]:
+        """Base URL of every endpoint, by endpoint name."""
+        return {name: ep.url for name, ep in self.endpoints.items()}
+
+    async def start(self) -> None:
+        try:
+            for ep in self.endpoints.values():
+                ep.url = await self._bind(build_app(ep), ep.spec.host, ep.spec.port)
+                ep.start()
+            if self.spec.admin is not None:
+                admin = self.spec.admin
+                self.admin_url = await self._bind(self._admin_app(), admin.host, admin.port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for runner in reversed(self._runners):
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+        self._runners.clear()
+        for ep in self.endpoints.values():
+            await ep.stop()
+
+    async def _bind(self, app: web.Application, host: str, port: int) -> str:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise UsageError(
+                f"port {host}:{port}: cannot listen ({exc.strerror}); pick another"
+            ) from exc
+        bound = runner.addresses[0][1] if runner.addresses else port
+        return f"http://{host}:{bound}"
+
+    def _admin_app(self) -> web.Application:
+        app = web.Application()
+
+        def pick(request: web.Request) -> SimEndpoint:
+            name = request.match_info["name"]
+            if name not in self.endpoints:
+                raise web.HTTPNotFound(text=f"no endpoint named {name}")
+            return self.endpoints[name]
+
+        async def listing(request: web.Request) -> web.Response:
+            return json_response([ep.state() for ep in self.endpoints.values()])
+
+        async def health(request: web.Request) -> web.Response:
+            return web.Response(status=200)
+
+        app.router.add_get("/sim/endpoints", listing)
+        app.router.add_get("/health", health)
+        add_admin_routes(app.router, "/sim/endpoints/{name}", pick)
+        return app
+
+    def describe(self) -> dict[str, Any]:
+        """Where everything listens (written to ``--ready-file``)."""
+        return {
+            "admin_url": self.admin_url,
+            "endpoints": [
+                {
+                    "name": ep.spec.name,
+                    "role": ep.spec.role,
+                    "engine_id": ep.spec.engine,
+                    "url": ep.url,
+                    "profile": ep.profile.name,
+                    "label": ep.profile.label,
+                }
+                for ep in self.endpoints.values()
+            ],
+        }
+
+
+async def serve(spec: SimSpec) -> SimServer:
+    """Start a simulator in the running event loop; ``await server.stop()`` ends it."""
+    server = SimServer(spec)
+    await server.start()
+    return server
+
+
+def run(spec: SimSpec, ready_file: Path | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then close every port cleanly."""
+    asyncio.run(_run(spec, ready_file))
+
+
+async def _run(spec: SimSpec, ready_file: Path | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = await serve(spec)
+    try:
+        info = server.describe()
+        for ep in info["endpoints"]:
+            log.info("sim endpoint %s (%s) at %s", ep["name"], ep["role"], ep["url"])
+        if server.admin_url:
+            log.info("sim admin at %s", server.admin_url)
+        if ready_file is not None:
+            _write_atomically(ready_file, json.dumps(info, indent=2) + "\n")
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers polling for the ready file never see half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

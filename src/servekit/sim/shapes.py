@@ -1,0 +1,133 @@
+"""Response bodies and SSE chunks in the shapes vLLM's OpenAI server sends."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from servekit.sim.endpoint import Admitted
+from servekit.sim.openai import dumps
+
+
+def usage(adm: Admitted) -> dict[str, Any]:
+    seq = adm.seq
+    return {
+        "prompt_tokens": seq.prompt_len,
+        "total_tokens": seq.prompt_len + seq.emitted,
+        "completion_tokens": seq.emitted,
+        "prompt_tokens_details": {"cached_tokens": seq.cached_tokens},
+    }
+
+
+def final_body(adm: Admitted, model: str) -> bytes:
+    """The non-streaming answer of a completion, chat or responses request."""
+    kind = adm.request.kind
+    if kind == "responses":
+        return _responses_body(adm, model)
+    seq = adm.seq
+    text = seq.text
+    if kind == "chat":
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "logprobs": None,
+            "finish_reason": seq.finish_reason,
+            "stop_reason": None,
+        }
+        obj, prefix = "chat.completion", "chatcmpl-"
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": seq.finish_reason,
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
+        obj, prefix = "text_completion", "cmpl-"
+    return dumps(
+        {
+            "id": prefix + adm.request_id,
+            "object": obj,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": usage(adm),
+            "kv_transfer_params": adm.kv_params,
+        }
+    )
+
+
+def _responses_body(adm: Admitted, model: str) -> bytes:
+    u = usage(adm)
+    return dumps(
+        {
+            "id": "resp_" + adm.request_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": "completed" if adm.seq.finish_reason == "stop" else "incomplete",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_" + adm.request_id,
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": adm.seq.text, "annotations": []}],
+                }
+            ],
+            "usage": {
+                "input_tokens": u["prompt_tokens"],
+                "output_tokens": u["completion_tokens"],
+                "total_tokens": u["total_tokens"],
+                "input_tokens_details": {
+                    "cached_tokens": u["prompt_tokens_details"]["cached_tokens"]
+                },
+            },
+        }
+    )
+
+
+class ChunkWriter:
+    """SSE events of one streamed answer."""
+
+    def __init__(self, adm: Admitted, model: str) -> None:
+        self.adm = adm
+        chat = adm.request.kind == "chat"
+        self._chat = chat
+        self._head = {
+            "id": ("chatcmpl-" if chat else "cmpl-") + adm.request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def opening(self) -> bytes:
+        """Chat streams open with the assistant role (vLLM does the same)."""
+        if not self._chat:
+            return b""
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+        return self._event([{**choice, "finish_reason": None}])
+
+    def text(self, text: str, finish: str | None) -> bytes:
+        if self._chat:
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None}
+        choice["finish_reason"] = finish
+        choice["stop_reason"] = None
+        return self._event([choice])
+
+    def closing(self) -> bytes:
+        out = b""
+        if self.adm.request.include_usage:
+            out += b"data: " + dumps({**self._head, "choices": [], "usage": usage(self.adm)})
+            out += b"\n\n"
+        return out + b"data: [DONE]\n\n"
+
+    def error(self, status: int, message: str, err_type: str) -> bytes:
+        doc = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+        return b"data: " + dumps(doc) + b"\n\ndata: [DONE]\n\n"
+
+    def _event(self, choices: list[dict[str, Any]]) -> bytes:
+        return b"data: " + dumps({**self._head, "choices": choices}) + b"\n\n"

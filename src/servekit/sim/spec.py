@@ -1,0 +1,177 @@
+"""What to simulate: the endpoints, their roles and identities, profiles and faults.
+
+A :class:`SimSpec` is the one input of the simulator. servekit's planner converts
+a layout's Plan into one (``servekit up NAME --engine sim``); people write one by
+hand as JSON or YAML (``servekit sim --spec FILE``) or build a quick one
+(``servekit sim --endpoints N``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servekit.errors import UsageError
+from servekit.sim.faults import FaultSpec
+from servekit.sim.profile import Profile, load_profile
+
+Role = Literal["mixed", "prefill", "decode"]
+KvMode = Literal["params", "prompt"]
+
+
+class EndpointSpec(BaseModel):
+    """One simulated API server (a DP rank or an instance) on its own port."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    host: str = "127.0.0.1"
+    port: int = Field(ge=0, le=65535, description="0 picks a free port")
+    role: Role = "mixed"
+    engine_id: str | None = Field(default=None, description="defaults to the endpoint name")
+    kv_port: int = Field(default=0, ge=0, le=65535)
+    kv_mode: KvMode = Field(
+        default="params", description="params: kv_transfer_params; prompt: KV found by prompt"
+    )
+    dp_rank: int = Field(default=0, ge=0)
+    dp_size: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    served_model_name: str = "sim-model"
+    max_model_len: int = Field(default=32768, ge=16)
+    profile: str | Profile = "zero"
+    guard: bool = Field(default=False, description="decode guard loaded")
+    unguarded_incident: bool = Field(
+        default=False, description="a request needing local prefill kills the engine"
+    )
+    disagree_seed: int | None = Field(default=None, description="makes this output differ")
+    retrieval: bool = Field(default=True, description="answer needle questions correctly")
+    faults: FaultSpec = FaultSpec()
+    log: Path | None = Field(default=None, description="engine log file (KV cache size line)")
+
+    @model_validator(mode="after")
+    def _check(self) -> EndpointSpec:
+        if self.dp_rank >= self.dp_size:
+            raise ValueError(f"dp_rank {self.dp_rank} must be below dp_size {self.dp_size}")
+        if self.unguarded_incident and self.role != "decode":
+            raise ValueError("unguarded_incident applies to role decode only")
+        return self
+
+    @property
+    def engine(self) -> str:
+        return self.engine_id if self.engine_id is not None else self.name
+
+    @property
+    def side_port(self) -> int:
+        """The KV side-channel port a prefill instance advertises (kv_port + dp_rank x tp)."""
+        return self.kv_port + self.dp_rank * self.tp
+
+    def resolved_profile(self) -> Profile:
+        return self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
+
+
+class AdminSpec(BaseModel):
+    """The admin server: faults and state of every endpoint in one place."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(ge=0, le=65535)
+
+
+class SimSpec(BaseModel):
+    """Everything one simulator process serves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoints: tuple[EndpointSpec, ...] = Field(min_length=1)
+    admin: AdminSpec | None = None
+    time_scale: float = Field(
+        default=1.0, gt=0, description="wall seconds per virtual second (0.1 = 10x faster)"
+    )
+    seed: int = Field(default=0, description="seed of fault draws")
+
+    @model_validator(mode="after")
+    def _check(self) -> SimSpec:
+        names = [e.name for e in self.endpoints]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"endpoint names must be unique; repeated: {', '.join(dup)}")
+        bound = [(e.host, e.port) for e in self.endpoints if e.port != 0]
+        if self.admin is not None and self.admin.port != 0:
+            bound.append((self.admin.host, self.admin.port))
+        clash = sorted({f"{h}:{p}" for h, p in bound if bound.count((h, p)) > 1})
+        if clash:
+            raise ValueError(f"each endpoint needs its own host:port; repeated: {', '.join(clash)}")
+        roles: dict[str, str] = {}
+        for e in self.endpoints:
+            if roles.setdefault(e.engine, e.role) != e.role:
+                raise ValueError(f"engine_id {e.engine} is used by endpoints of different roles")
+        return self
+
+
+def spec_from_mapping(data: Any, where: str = "spec") -> SimSpec:
+    """Validate a mapping as a SimSpec; the first problem becomes one UsageError line."""
+    try:
+        spec = SimSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise UsageError(f"{where}: field {loc}: {first['msg']}") from exc
+    for ep in spec.endpoints:
+        ep.resolved_profile()
+    return spec
+
+
+def load_spec(path: Path) -> SimSpec:
+    """Read a spec file: ``.json``, or YAML for ``.yaml``/``.yml``."""
+    if not path.is_file():
+        raise UsageError(f"--spec {path}: no such file; write a SimSpec as JSON or YAML")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise UsageError(f"--spec {path}: not valid {path.suffix or 'YAML'}: {exc}") from exc
+    return spec_from_mapping(data, where=f"--spec {path}")
+
+
+def quick_spec(
+    endpoints: int,
+    *,
+    role: Role = "mixed",
+    base_port: int = 8100,
+    model: str = "sim-model",
+    profile: str = "zero",
+    host: str = "127.0.0.1",
+    max_model_len: int = 32768,
+    admin_port: int | None = None,
+    time_scale: float = 1.0,
+) -> SimSpec:
+    """N endpoints of one role on consecutive ports (``servekit sim --endpoints N``)."""
+    if endpoints < 1:
+        raise UsageError("--endpoints: must be at least 1")
+    if base_port != 0 and base_port + endpoints - 1 > 65535:
+        raise UsageError("--base-port: the ports run past 65535; pick a lower base port")
+    eps = [
+        {
+            "name": f"{role}-{i}",
+            "host": host,
+            "port": base_port + i if base_port else 0,
+            "role": role,
+            "engine_id": role,
+            "dp_rank": i,
+            "dp_size": endpoints,
+            "served_model_name": model,
+            "max_model_len": max_model_len,
+            "profile": profile,
+            "guard": role == "decode",
+        }
+        for i in range(endpoints)
+    ]
+    admin = None if admin_port is None else {"host": host, "port": admin_port}
+    return spec_from_mapping(
+        {"endpoints": eps, "admin": admin, "time_scale": time_scale}, where="sim options"
+    )

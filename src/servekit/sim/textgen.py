@@ -1,0 +1,174 @@
+"""What the simulated model says: a pure function of the prompt and the sampling.
+
+Retrieval follows the contract with the acceptance checks: when the prompt's
+tail asks ``What is the secret code for needle X?`` and the prompt holds
+``The secret code for needle X is CODE.``, the answer is ``CODE``; a prompt
+saying ``Repeat the code CODE`` gets ``CODE``. Anything else gets seeded
+pseudo-text. The same inputs give the same tokens whether the request streams,
+runs hot or cold, alone or in a batch, through PD or not; ``disagree_seed``
+changes the pseudo-text (and the codes) to prove invariant checks can fail, and
+``misbehave`` makes retrieval answers wrong to prove the judge can fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from servekit.sim.faults import Misbehave
+from servekit.sim.tokenizer import pieces
+
+_QUESTION = re.compile(r"What is the secret code for needle ([A-Z])\?")
+_REPEAT = re.compile(r"Repeat the code ([A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)")
+_TAIL_CHARS = 2000
+_WORDS = (
+    "the",
+    "engine",
+    "serves",
+    "tokens",
+    "while",
+    "cache",
+    "keeps",
+    "blocks",
+    "and",
+    "proxy",
+    "routes",
+    "each",
+    "request",
+    "to",
+    "a",
+    "decoder",
+    "that",
+    "streams",
+    "text",
+    "back",
+    "client",
+    "over",
+    "quiet",
+    "network",
+    "under",
+    "steady",
+    "load",
+    "with",
+    "many",
+    "short",
+    "prompts",
+    "few",
+    "long",
+    "ones",
+    "in",
+    "every",
+    "batch",
+)
+_LONG_ANSWER_WORDS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """The sampling parameters that change what is generated."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """Per-endpoint behaviour that changes the output."""
+
+    disagree_seed: int | None = None
+    misbehave: Misbehave = "none"
+    retrieval: bool = True
+
+
+def answer_pieces(
+    prompt_text: str | None,
+    question_text: str | None,
+    prompt_digest: int,
+    *,
+    sampling: Sampling,
+    voice: Voice,
+    natural: tuple[int, int],
+) -> list[str]:
+    """The natural answer (up to its end of sequence) as token pieces."""
+    seed = stable_seed(prompt_digest, sampling, voice.disagree_seed)
+    if voice.retrieval and prompt_text is not None:
+        code = _retrieval_code(prompt_text, question_text or prompt_text[-_TAIL_CHARS:])
+        if code is not None:
+            return _deliver(code, prompt_text, question_text, voice, seed)
+    lo, hi = natural
+    count = lo + seed % (hi - lo + 1)
+    out: list[str] = []
+    stream = pseudo_pieces(seed)
+    while len(out) < count:
+        out.append(next(stream))
+    if out[-1] != ".":
+        out.append(".")
+    return out
+
+
+def continuation(prompt_digest: int, sampling: Sampling, voice: Voice) -> Iterator[str]:
+    """Endless text after the natural answer, for ``ignore_eos`` and ``min_tokens``."""
+    return pseudo_pieces(stable_seed(prompt_digest, sampling, voice.disagree_seed, "eos"))
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed from plain values that is the same in every process (unlike ``hash``)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def pseudo_pieces(seed: int) -> Iterator[str]:
+    """Endless seeded word pieces, a full stop every few words."""
+    rng = random.Random(seed)
+    words = _WORDS
+    while True:
+        for _ in range(rng.randint(5, 12)):
+            yield " " + words[rng.randrange(len(words))]
+        yield "."
+
+
+def _retrieval_code(prompt_text: str, ask_text: str) -> str | None:
+    asks = _QUESTION.findall(ask_text)
+    if asks:
+        sentence = f"The secret code for needle {asks[-1]} is "
+        at = prompt_text.rfind(sentence)
+        if at >= 0:
+            tail = prompt_text[at + len(sentence) : at + len(sentence) + 64]
+            match = re.match(r"([A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)\.", tail)
+            if match:
+                return match.group(1)
+    repeat = _REPEAT.findall(ask_text)
+    return repeat[-1] if repeat else None
+
+
+def _deliver(
+    code: str, prompt_text: str, question_text: str | None, voice: Voice, seed: int
+) -> list[str]:
+    if voice.disagree_seed is not None:
+        code = _garble(code, voice.disagree_seed)
+    if voice.misbehave == "wrong_code":
+        return pieces(_garble(code, 1))
+    if voice.misbehave == "echo_prompt":
+        return pieces((question_text or prompt_text)[-400:])
+    if voice.misbehave == "long_answer":
+        words = pseudo_pieces(seed)
+        return pieces(code) + [next(words) for _ in range(_LONG_ANSWER_WORDS)]
+    return pieces(code)
+
+
+def _garble(code: str, salt: int) -> str:
+    """A different code of the same shape (letters and digits rotated)."""
+    out = []
+    for ch in code:
+        if ch.isdigit():
+            out.append(str((int(ch) + 1 + salt) % 10))
+        elif ch.isalpha():
+            base = ord("A") if ch.isupper() else ord("a")
+            out.append(chr(base + (ord(ch) - base + 1 + salt) % 26))
+        else:
+            out.append(ch)
+    return "".join(out)
