@@ -7,11 +7,15 @@ command so that ``servekit --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 model_app = typer.Typer(help="Build models for local runs.", no_args_is_help=True)
+
+EngineOpt = Annotated[
+    str, typer.Option("--engine", help="vllm: real vLLM on the CPU; sim: the simulator")
+]
 
 
 @model_app.command("tiny")
@@ -19,12 +23,89 @@ def model_tiny(
     out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
 ) -> None:
     """Build the deterministic tiny Llama (weights, tokenizer, chat template) offline."""
-    from servekit.local.tinymodel import build_tiny_model  # noqa: PLC0415
+    from servekit.local.tinymodel import build_tiny_model
 
     for path in build_tiny_model(out):
         typer.echo(str(path))
 
 
+def _engine(value: str) -> Literal["vllm", "sim"]:
+    from servekit.errors import UsageError
+
+    if value == "vllm":
+        return "vllm"
+    if value == "sim":
+        return "sim"
+    raise UsageError(f"--engine {value}: unknown engine; use --engine vllm or --engine sim")
+
+
+def up(
+    name: Annotated[str, typer.Argument(help="layout name, e.g. local/1p1d")],
+    *,
+    engine: EngineOpt = "vllm",
+    detach: Annotated[
+        bool, typer.Option("--detach", help="return once ready; a background supervisor watches")
+    ] = False,
+    free_ports: Annotated[
+        bool, typer.Option("--free-ports", help="map every planned port to a free local one")
+    ] = False,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="seconds to wait for readiness")
+    ] = 600.0,
+    catalog: Annotated[str | None, typer.Option("--catalog", help="layout folder")] = None,
+) -> None:
+    """Run a layout's Plan on this machine and supervise it."""
+    from rich.console import Console
+
+    from servekit.local.control import up_detached, up_foreground
+    from servekit.local.prepare import prepare_run
+
+    spec = prepare_run(name, _engine(engine), free_ports=free_ports, catalog=catalog)
+    console = Console(stderr=True)
+    run = up_detached if detach else up_foreground
+    raise typer.Exit(run(spec, console, ready_timeout))
+
+
+def down(
+    name: Annotated[str | None, typer.Argument(help="layout to stop (default: all)")] = None,
+) -> None:
+    """Stop a run (or every run): process groups, no orphans, scratch removed."""
+    from servekit.local.control import down as stop
+
+    for line in stop(name):
+        typer.echo(line)
+
+
+def status(
+    name: Annotated[str | None, typer.Argument(help="layout (default: every run)")] = None,
+) -> None:
+    """Show each process of a run: port, pid, phase, live health, uptime."""
+    from rich.console import Console
+
+    from servekit.local.control import status as show
+
+    raise typer.Exit(show(name, Console()))
+
+
+def logs(
+    process: Annotated[str, typer.Argument(help="process name, e.g. decode or proxy")],
+    layout: Annotated[str | None, typer.Option("--layout", help="which run")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="lines to show")] = 50,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
+) -> None:
+    """Print the end of one process's log."""
+    from servekit.local.control import logs as show
+
+    try:
+        show(process, layout, lines, follow, typer.echo)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
 def register(app: typer.Typer) -> None:
     """Attach the local-run commands and the ``model`` group to the root app."""
     app.add_typer(model_app, name="model")
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("status")(status)
+    app.command("logs")(logs)

@@ -30,7 +30,7 @@ def corpus_text() -> str:
 def train_tokenizer_json(spec: TinySpec) -> str:
     """Train the BPE and return its ``tokenizer.json`` text."""
     try:
-        from tokenizers import (  # noqa: PLC0415 - only servekit[local] ships it
+        from tokenizers import (
             Tokenizer,
             decoders,
             models,

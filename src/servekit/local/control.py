@@ -1,0 +1,243 @@
+"""The user's verbs: up (foreground or detached), down, status, logs.
+
+``up`` prepares the run (all checks first, so bad input starts nothing), then
+either supervises in this process or starts :mod:`servekit.local.daemon` in its
+own session and follows ``state.json`` until the run is ready or has failed.
+``down`` asks the supervisor to stop (SIGTERM) and, if it is gone, stops the
+recorded process groups itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from servekit.deployment import run_dir_for, runs_root
+from servekit.errors import UsageError
+from servekit.local import procs
+from servekit.local.display import ProgressView, state_table
+from servekit.local.readiness import ReadyTarget, probe_all
+from servekit.local.rundir import RunDir
+from servekit.local.runspec import RunSpec
+from servekit.local.state import RunState, pid_alive, read_state
+from servekit.local.supervisor import EXIT_FAILED, Supervisor
+
+POLL_S = 0.5
+EXIT_INTERRUPTED = 130
+
+
+def summary(spec: RunSpec) -> str:
+    """What to tell the user once everything answers."""
+    return (
+        f"{spec.layout} is ready ({spec.engine}): {spec.entry_url} serves {spec.model!r}\n"
+        f"run records: {spec.run_dir} (deployment.json, plan.json, logs/)"
+    )
+
+
+def up_foreground(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
+    """Supervise here until Ctrl-C, ``servekit down`` or a death."""
+    with ProgressView(console) as view:
+        supervisor = Supervisor(spec, on_change=view.update, ready_timeout_s=ready_timeout_s)
+
+        def ready(_: RunState) -> None:
+            view.close()
+            console.print(summary(spec))
+            console.print("supervising; Ctrl-C or 'servekit down' stops everything")
+
+        code = supervisor.run(on_ready=ready)
+    if code != 0:
+        console.print(f"[red]{spec.layout} failed:[/red] {supervisor.state.message}")
+    else:
+        console.print(f"{spec.layout} stopped ({supervisor.state.message}); nothing left running")
+    return code
+
+
+def _start_daemon(spec: RunSpec, ready_timeout_s: float) -> subprocess.Popen[bytes]:
+    run = RunDir(spec.run_dir)
+    argv = [sys.executable, "-m", "servekit.local.daemon", str(run.root), str(ready_timeout_s)]
+    with open(run.supervisor_log, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=spec.cwd,
+            start_new_session=True,
+        )
+
+
+def _follow(
+    run: RunDir, daemon: subprocess.Popen[bytes], update: Callable[[RunState], None]
+) -> RunState | None:
+    """Poll state.json until the run is ready or over (or the daemon vanished)."""
+    while True:
+        state = read_state(run.state)
+        if state is not None and state.supervisor_pid == daemon.pid:
+            update(state)
+            if state.phase in ("ready", "failed", "stopped"):
+                return state
+        if daemon.poll() is not None:
+            state = read_state(run.state)
+            return state if state is not None and state.supervisor_pid == daemon.pid else None
+        time.sleep(POLL_S)
+
+
+def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
+    """Start the background supervisor, show progress, return once ready (0) or failed."""
+    run = RunDir(spec.run_dir)
+    daemon = _start_daemon(spec, ready_timeout_s)
+    try:
+        with ProgressView(console) as view:
+            state = _follow(run, daemon, view.update)
+    except KeyboardInterrupt:
+        _stop_supervisor(daemon.pid, timeout_s=60.0)
+        console.print(f"{spec.layout}: start-up interrupted; stopped")
+        return EXIT_INTERRUPTED
+    if state is not None and state.phase == "ready":
+        console.print(summary(spec))
+        console.print(
+            f"supervisor pid {daemon.pid} keeps watching; stop with: servekit down {spec.layout}"
+        )
+        return 0
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        daemon.wait(timeout=60.0)
+    if state is None:
+        tail = "\n".join(procs.tail(run.supervisor_log, 15))
+        console.print(f"[red]{spec.layout}: the supervisor exited early[/red]\n{tail}")
+    else:
+        console.print(f"[red]{spec.layout} failed:[/red] {state.message}")
+    return EXIT_FAILED
+
+
+def _stop_supervisor(pid: int, timeout_s: float) -> bool:
+    """SIGTERM the supervisor and wait for it to finish its teardown."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not pid_alive(pid)
+
+
+def active_runs() -> list[RunDir]:
+    """Run directories whose state says something may still be running."""
+    found = []
+    for path in sorted(runs_root().glob("*/state.json")):
+        state = read_state(path)
+        if state is not None and state.phase not in ("failed", "stopped"):
+            found.append(RunDir(path.parent))
+    return found
+
+
+def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
+    """Stop one run: through its supervisor, or directly if the supervisor is gone."""
+    state = read_state(run.state)
+    if state is None:
+        return f"{run.root.name}: nothing recorded"
+    stopped_cleanly = False
+    if pid_alive(state.supervisor_pid):
+        stopped_cleanly = _stop_supervisor(state.supervisor_pid, timeout_s)
+    leftovers = {p.pid for p in state.processes if p.pid is not None and pid_alive(p.pid)}
+    survivors = procs.stop_group_pids(leftovers) if leftovers else set()
+    if survivors:
+        return f"{state.layout}: could not stop pids {sorted(survivors)}"
+    if not stopped_cleanly:
+        import shutil
+
+        shutil.rmtree(run.scratch, ignore_errors=True)
+        run.deployment.unlink(missing_ok=True)
+    return f"{state.layout}: stopped"
+
+
+def down(name: str | None) -> list[str]:
+    """Stop the named run, or every active run when no name is given."""
+    if name is not None:
+        run = RunDir(run_dir_for(name))
+        if not run.state.exists():
+            raise UsageError(f"{name} has no run here ({run.root}); nothing to stop")
+        return [stop_run(run)]
+    runs = active_runs()
+    return [stop_run(r) for r in runs] or ["nothing running"]
+
+
+def _live_health(state: RunState) -> dict[str, str]:
+    targets = [ReadyTarget(p.name, p.url, None) for p in state.processes if p.url is not None]
+    if not targets:
+        return {}
+    results = asyncio.run(probe_all(targets, timeout_s=2.0))
+    return {
+        t.process: ("ok" if r.ready else r.detail) for t, r in zip(targets, results, strict=True)
+    }
+
+
+def status(name: str | None, console: Console) -> int:
+    """Print a table per run: process, port, pid, phase, live health, uptime."""
+    runs = (
+        [RunDir(run_dir_for(name))]
+        if name
+        else [RunDir(p.parent) for p in sorted(runs_root().glob("*/state.json"))]
+    )
+    shown = 0
+    for run in runs:
+        state = read_state(run.state)
+        if state is None:
+            continue
+        shown += 1
+        supervisor = "alive" if pid_alive(state.supervisor_pid) else "gone"
+        health = _live_health(state) if state.phase in ("ready", "starting") else None
+        console.print(state_table(state, health))
+        console.print(f"supervisor pid {state.supervisor_pid} ({supervisor}); records: {run.root}")
+        if state.message:
+            console.print(f"last event: {state.message}")
+    if not shown:
+        raise UsageError(f"no runs under {runs_root()}; start one with: servekit up NAME")
+    return 0
+
+
+def find_log(process: str, name: str | None) -> Path:
+    """The log of ``process`` in the named run, or in the only run that has it."""
+    runs = (
+        [RunDir(run_dir_for(name))]
+        if name
+        else [RunDir(p.parent) for p in sorted(runs_root().glob("*/launch.json"))]
+    )
+    hits = [r for r in runs if (r.log_of(process)).is_file()]
+    if len(hits) == 1:
+        return hits[0].log_of(process)
+    if len(hits) > 1:
+        names = ", ".join(r.root.name.replace("__", "/") for r in hits)
+        raise UsageError(
+            f"process {process!r} exists in several runs ({names}); pick one with --layout"
+        )
+    known = sorted({p.stem for r in runs for p in r.logs.glob("*.log")})
+    raise UsageError(
+        f"no log for process {process!r}; known processes: {', '.join(known) or 'none'}"
+    )
+
+
+def logs(
+    process: str, name: str | None, lines: int, follow: bool, out: Callable[[str], None]
+) -> None:
+    """Print the last ``lines`` of one process log; with ``follow``, keep printing."""
+    path = find_log(process, name)
+    for line in procs.tail(path, lines):
+        out(line)
+    if not follow:
+        return
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        while True:
+            chunk = fh.readline()
+            if chunk:
+                out(chunk.decode("utf-8", errors="replace").rstrip("\n"))
+            else:
+                time.sleep(POLL_S)

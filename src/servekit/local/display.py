@@ -1,0 +1,81 @@
+"""The rich views of a run: live start-up progress and the ``status`` table.
+
+Both are drawn from a :class:`~servekit.local.state.RunState`, so the foreground
+supervisor, the detached ``up`` (which reads ``state.json``) and ``status`` show
+the same thing.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from servekit.local.state import ProcState, RunState
+
+PHASE_STYLE = {"pending": "dim", "starting": "yellow", "ready": "green", "exited": "red"}
+
+
+def _age(since: float | None, now: float) -> str:
+    if since is None:
+        return "-"
+    seconds = int(now - since)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _row(proc: ProcState, now: float, health: str | None) -> list[str]:
+    style = PHASE_STYLE.get(proc.phase, "")
+    phase = f"[{style}]{proc.phase}[/{style}]" if style else proc.phase
+    if proc.exit_code is not None:
+        phase += f" (code {proc.exit_code})"
+    uptime = "-" if proc.phase == "exited" else _age(proc.started_at, now)
+    cells = [proc.name, proc.role, str(proc.port or "-"), str(proc.pid or "-"), phase]
+    cells += [health] if health is not None else [proc.detail]
+    return [*cells, uptime]
+
+
+def state_table(state: RunState, health: dict[str, str] | None = None) -> Table:
+    """One row per process; ``health`` (name -> text) replaces the detail column."""
+    now = time.time()
+    title = f"{state.layout} ({state.engine}): {state.phase}"
+    table = Table(title=title, title_justify="left")
+    last = "health" if health is not None else "detail"
+    for column in ("process", "role", "port", "pid", "phase", last, "uptime"):
+        table.add_column(column)
+    for proc in state.processes:
+        table.add_row(*_row(proc, now, None if health is None else health.get(proc.name, "-")))
+    return table
+
+
+class ProgressView:
+    """A live table that redraws whenever the supervisor reports a change."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
+        self._live: Live | None = None
+
+    def __enter__(self) -> ProgressView:
+        self._live = Live(console=self._console, refresh_per_second=4, transient=False)
+        self._live.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.__exit__(exc_type, exc, tb)
+            self._live = None
+
+    def close(self) -> None:
+        """Stop redrawing (the last table stays on screen)."""
+        self.__exit__(None, None, None)
+
+    def update(self, state: RunState) -> None:
+        if self._live is not None:
+            self._live.update(state_table(state))

@@ -1,0 +1,70 @@
+"""Checks that run before anything starts: bad input is one line and exit 2.
+
+Each check raises :class:`~servekit.errors.UsageError` naming what is wrong and
+the fix, and none of them starts a process, so a refused ``up`` leaves nothing
+running.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from servekit.catalog.schema import Layout
+from servekit.errors import UsageError
+from servekit.local.runspec import EngineChoice
+from servekit.local.state import pid_alive, read_state
+
+LOCAL_ACCELERATOR = "cpu"
+
+
+def check_hardware(layout: Layout, engine: EngineChoice) -> None:
+    """Real engines here run on the CPU; anything else needs the simulator."""
+    hw = layout.hardware
+    if engine == "vllm" and hw.accelerator != LOCAL_ACCELERATOR:
+        raise UsageError(
+            f"layout {layout.name} needs {hw.accelerator} hardware ({layout.nodes} node(s) x "
+            f"{hw.devices_per_node} devices) and this machine runs vLLM on the CPU only; "
+            f"run it on the simulator: servekit up {layout.name} --engine sim"
+        )
+
+
+def check_engine_installed(module: str = "vllm") -> None:
+    """The engine must import in this interpreter (it is the one that launches it)."""
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(
+            f"the vLLM engine is not installed in {sys.executable}; install the extra: "
+            "pip install 'servekit[local]' (or run scripts/bootstrap.sh engine)"
+        )
+
+
+def check_model_dir(path: Path) -> None:
+    """The model folder exists, is readable, and holds a config.json."""
+    build = f"build it with: servekit model tiny --out {path}"
+    if not path.exists():
+        raise UsageError(f"model directory {path} is missing; {build}")
+    if not path.is_dir():
+        raise UsageError(f"model directory {path} is not a folder; {build}")
+    config = path / "config.json"
+    if not os.access(path, os.R_OK | os.X_OK) or (
+        config.exists() and not os.access(config, os.R_OK)
+    ):
+        raise UsageError(
+            f"model directory {path} is unreadable; fix its permissions (chmod -R a+rX)"
+        )
+    if not config.is_file():
+        raise UsageError(f"model directory {path} has no config.json; {build}")
+
+
+def check_not_running(state_path: Path, layout: str) -> None:
+    """One run per layout: refuse to start over a live supervisor."""
+    state = read_state(state_path)
+    if state is None or state.phase in ("failed", "stopped"):
+        return
+    if pid_alive(state.supervisor_pid):
+        raise UsageError(
+            f"{layout} is already running (supervisor pid {state.supervisor_pid}); "
+            f"stop it first: servekit down {layout}"
+        )

@@ -1,0 +1,84 @@
+"""``servekit up NAME --engine sim``: one simulator process serves every engine endpoint.
+
+The Plan's API processes become the simulator's endpoints (same names, roles,
+engine ids and mapped ports); the proxy stays a real process launched with the
+Plan's own argv, so the proxy is exercised exactly as with real engines.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from servekit.errors import UsageError
+from servekit.fsutil import atomic_write_text
+from servekit.local.rundir import RunDir
+from servekit.local.runspec import Launch, RunSpec
+from servekit.render.plan import Plan, ProcessPlan
+
+SIM_PROCESS = "sim"
+GUARD_FLAG = "--middleware"
+
+
+def require_sim() -> None:
+    """The simulator must be runnable with ``python -m servekit.sim``."""
+    if importlib.util.find_spec("servekit.sim.__main__") is None:
+        raise UsageError(
+            "this servekit build has no simulator entry point (python -m servekit.sim); "
+            "use --engine vllm or update servekit"
+        )
+
+
+def _endpoint(proc: ProcessPlan, plan: Plan, kv_mode: str) -> dict[str, object]:
+    return {
+        "name": proc.name,
+        "host": proc.host,
+        "port": proc.api_port,
+        "role": proc.role,
+        "engine_id": proc.engine_id,
+        "kv_mode": kv_mode,
+        "dp_rank": proc.dp_rank or 0,
+        "dp_size": proc.dp_size or 1,
+        "served_model_name": plan.served_model_name,
+        "max_model_len": plan.max_model_len,
+        "guard": GUARD_FLAG in proc.argv,
+    }
+
+
+def sim_spec_doc(plan: Plan) -> dict[str, object]:
+    """A SimSpec document for every non-headless engine API process of the Plan."""
+    proxy_argv = next((p.argv for p in plan.processes if p.kind == "proxy"), ())
+    kv_mode = "prompt" if "prompt-keyed" in proxy_argv else "params"
+    engines = [p for p in plan.api_processes() if p.kind == "engine" and not p.headless]
+    return {"endpoints": [_endpoint(p, plan, kv_mode) for p in engines]}
+
+
+def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
+    """Replace the engine launches with one simulator launch serving all their ports."""
+    from servekit.sim.spec import spec_from_mapping
+
+    doc = sim_spec_doc(plan)
+    sim_spec = spec_from_mapping(doc, where="plan -> sim spec")
+    path = run.root / "sim.json"
+    atomic_write_text(path, sim_spec.model_dump_json(indent=2) + "\n")
+    engines = [x for x in spec.launches if x.kind == "engine"]
+    sim = Launch(
+        name=SIM_PROCESS,
+        role="sim",
+        kind="sim",
+        argv=(sys.executable, "-m", "servekit.sim", "--spec", str(path)),
+        env={},
+        url=None,
+        port=None,
+        ready_urls=tuple(x.url for x in engines if x.url is not None),
+        ready_model=plan.served_model_name,
+        log=run.log_of(SIM_PROCESS),
+    )
+    others = tuple(x for x in spec.launches if x.kind != "engine")
+    endpoints = tuple(
+        e.model_copy(update={"process": SIM_PROCESS}) if e.role != "proxy" else e
+        for e in spec.endpoints
+    )
+    return spec.model_copy(
+        update={"engine": "sim", "launches": (sim, *others), "endpoints": endpoints}
+    )
