@@ -106,6 +106,9 @@ def parse_layout_text(text: str, source: str, expected_name: str | None = None) 
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        context = getattr(exc, "context_mark", None)
+        if mark is not None and context is not None and mark.index >= len(text.rstrip()):
+            mark = context  # an unclosed bracket: point at where it opened, not at the end
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(

@@ -127,6 +127,12 @@ class Engine(_Strict):
     extra_args: tuple[str, ...] = ()
     replicas: int = Field(default=1, ge=1, description="identical copies (local replica layouts)")
 
+    @field_validator("engine_id", mode="before")
+    @classmethod
+    def _engine_id_text(cls, value: object) -> object:
+        """Engine ids are strings in vLLM's config; accept a bare YAML number too."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @field_validator("settings")
     @classmethod
     def _known_settings(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:

@@ -1,0 +1,46 @@
+"""Shared fixtures: the packaged catalog and helpers to write throwaway catalogs."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from servekit.catalog.loader import packaged_catalog
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def catalog_dir() -> Path:
+    return packaged_catalog()
+
+
+def _layout_data(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((packaged_catalog() / name / "layout.yaml").read_text())
+    assert isinstance(data, dict)
+    return copy.deepcopy(data)
+
+
+@pytest.fixture
+def layout_data() -> Callable[[str], dict[str, Any]]:
+    """A catalog layout as plain data, for tests that break it on purpose."""
+    return _layout_data
+
+
+@pytest.fixture
+def write_catalog(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
+    """Write one layout dict into a fresh catalog folder and return the folder."""
+
+    def write(data: dict[str, Any]) -> Path:
+        root = tmp_path / "catalog"
+        folder = root / data["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "layout.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        return root
+
+    return write
