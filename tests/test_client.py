@@ -347,6 +347,12 @@ def test_parse_metrics_sums_labels_and_drops_created() -> None:
     assert snap.info["vllm:cache_config_info"][0]["num_gpu_blocks"] == "100"
 
 
+def test_untyped_series_are_read_by_name() -> None:
+    snap = parse_metrics("vllm:spec_decode_num_drafts_total 7\nsome_gauge 3\n", t_ns=1)
+    assert snap.counter("vllm:spec_decode_num_drafts") == 7.0
+    assert snap.gauge("some_gauge") == 3.0
+
+
 def test_sse_decoder_reassembles_split_events_crlf_and_multiline_data() -> None:
     dec = SSEDecoder()
     assert dec.feed(b'data: {"a"', 1) == []

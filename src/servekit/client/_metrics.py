@@ -4,6 +4,7 @@ vLLM labels every series by model and engine; benchmarks and checks want the
 deployment total, so each family is summed over its label sets. Counter names
 are stored without the ``_total`` suffix (as the Prometheus parser names the
 family) and looked up with or without it; ``*_created`` series are dropped.
+Untyped series are read as counters when named ``*_total``, else as gauges.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def parse_metrics(text: str, t_ns: int | None = None) -> MetricsSnapshot:
             gauges[family.name] = _sum_samples(family.samples, family.name)
         elif family.type == "histogram":
             _add_histogram(family.name, family.samples, hist, bounds)
+        elif family.type == "unknown" and family.name.endswith("_total"):
+            counters[family.name.removesuffix("_total")] = _sum_samples(family.samples, family.name)
+        elif family.type == "unknown":
+            gauges[family.name] = _sum_samples(family.samples, family.name)
     histograms = {
         name: HistogramSummary(
             sum=parts.get("sum", 0.0),

@@ -1,0 +1,158 @@
+"""Each workload end to end through run_bench against the fake engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servekit.bench import (
+    ConcurrencySweep,
+    KVCapacity,
+    MultiStream,
+    Prefill,
+    RateSweep,
+    RunSettings,
+    SingleStream,
+    run_bench,
+)
+from servekit.deployment import Deployment, Endpoint
+
+from .fake_engine import EngineConfig, FakeEngine, count_tokens
+
+FAST = RunSettings(runs=2, warmup=1, idle_timeout_s=10)
+
+
+def dep(engine: FakeEngine) -> Deployment:
+    return Deployment(entry_url=engine.url)
+
+
+def test_single_stream_without_spec_decode_counts_frames(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=32, output_tokens=8)], FAST)
+    (point,) = result.points
+    assert point.workload == "single_stream" and point.label == "ISL=32"
+    assert point.requests == 2 and point.errors == 0 and point.invalid_runs == 0
+    figs = point.figures
+    assert figs["acceptance_length"].runs == (1.0, 1.0)
+    for run in point.evidence["runs"]:
+        assert run["steps_source"] == "token frames after the first" and run["steps"] == 7
+        assert run["tok_per_s"] == pytest.approx(
+            run["acceptance_length"] * 1000 / run["ms_per_step"]
+        )
+    assert figs["tok_per_s"].median is not None
+    assert figs["tok_per_s"].min <= figs["tok_per_s"].median <= figs["tok_per_s"].max  # type: ignore[operator]
+    # Warm-up plus two shots, every prompt exactly 32 tokens and distinct.
+    assert engine.state.prompt_tokens == [32, 32, 32]
+    assert len(set(engine.state.prompts)) == 3
+    assert result.inputs.model == "fake-model"
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(tokens_per_step=3)], indirect=True)
+def test_single_stream_reads_acceptance_from_spec_decode_counters(engine: FakeEngine) -> None:
+    # 7 tokens: 1 + 3 + 3 -> 2 drafts, 4 accepted -> A = 3.0 exactly.
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=7)], FAST)
+    (point,) = result.points
+    assert point.figures["acceptance_length"].runs == (3.0, 3.0)
+    assert {r["steps_source"] for r in point.evidence["runs"]} == {"spec_decode drafts delta"}
+    assert {r["drafts"] for r in point.evidence["runs"]} == {2.0}
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(phantom_on=frozenset({2}))], indirect=True)
+def test_single_stream_point_with_other_load_is_invalid_and_rerun(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    (point,) = result.points
+    assert point.invalid_runs == 1
+    assert point.requests == 3  # two valid shots and the discarded one
+    assert len(point.figures["tok_per_s"].runs) == 2
+    assert all(r["max_running"] <= 1 for r in point.evidence["runs"])
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(metrics=False)], indirect=True)
+def test_target_without_metrics_still_measures_and_says_so(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    (point,) = result.points
+    assert point.evidence["idle_checked"] is False
+    assert point.figures["ms_per_step"].median is not None
+
+
+def test_multi_stream_points_and_unique_prefixes(engine: FakeEngine) -> None:
+    spec = MultiStream(streams=(1, 4), input_tokens=24, output_tokens=6)
+    result = run_bench(dep(engine), [spec], FAST)
+    assert [p.label for p in result.points] == ["N=1", "N=4"]
+    assert [p.requests for p in result.points] == [2, 8]
+    for p in result.points:
+        for name in ("per_stream_tok_per_s", "total_tok_per_s", "ms_per_step", "ttft_p50_ms"):
+            assert len(p.figures[name].runs) == 2, name
+    assert result.points[1].evidence["runs"][0]["output_tokens"] == 24
+    prefixes = [p.split()[0] for p in engine.state.prompts]
+    assert len(prefixes) == len(set(prefixes)) == 1 + 2 + 8
+    assert set(engine.state.prompt_tokens) == {24}
+
+
+def test_prefill_uses_cold_prefixes_and_one_output_token(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [Prefill(streams=(1, 2), prompt_tokens=40)], FAST)
+    assert [p.label for p in result.points] == ["N=1", "N=2"]
+    run = result.points[1].evidence["runs"][0]
+    assert run["prompt_tokens"] == 80 and run["cached_tokens"] == 0
+    assert result.points[1].figures["prefill_tok_per_s"].median is not None
+    assert len(set(engine.state.prompts)) == len(engine.state.prompts) == 1 + 2 + 4
+
+
+def test_concurrency_sweep_caps_in_flight_and_computes_goodput(engine: FakeEngine) -> None:
+    spec = ConcurrencySweep(concurrencies=(3,), requests=9, input_tokens=16, output_tokens=5)
+    settings = FAST.model_copy(update={"slo_ms": {"ttft": 60_000.0, "e2el": 60_000.0}})
+    result = run_bench(dep(engine), [spec], settings)
+    (point,) = result.points
+    assert point.label == "C=3" and point.requests == 18 and point.errors == 0
+    assert engine.state.max_running <= 3
+    figs = point.figures
+    assert figs["goodput"].runs == figs["request_throughput"].runs  # every request meets it
+    for name in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p99_ms", "tpot_p50_ms"):
+        assert figs[name].median is not None, name
+    assert figs["ttft_p50_ms"].unit == "ms" and figs["output_throughput"].unit == "tok/s"
+    assert len(point.evidence["per_request"][0]["ttft_ms"]) == 9
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(fail_every=3)], indirect=True)
+def test_failed_requests_are_counted_never_dropped(engine: FakeEngine) -> None:
+    spec = RateSweep(
+        rates=(200.0,), arrival="constant", requests=6, input_tokens=8, output_tokens=3
+    )
+    result = run_bench(dep(engine), [spec], RunSettings(runs=1, warmup=0))
+    (point,) = result.points
+    assert point.requests == 6 and point.errors == 2
+    assert point.error_kinds == {"http": 2}
+    assert point.evidence["runs"][0]["failed"] == 2.0
+    assert point.evidence["runs"][0]["completed"] == 4.0
+
+
+def test_poisson_rate_sweep_labels_and_figures(engine: FakeEngine) -> None:
+    spec = RateSweep(rates=(50.0, 100.0), requests=4, input_tokens=8, output_tokens=3)
+    result = run_bench(dep(engine), [spec], RunSettings(runs=1, warmup=0))
+    assert [p.label for p in result.points] == ["rate=50/s poisson", "rate=100/s poisson"]
+    assert all(p.figures["request_throughput"].median for p in result.points)
+
+
+def test_kv_capacity_from_log_then_metrics(engine: FakeEngine, tmp_path: Path) -> None:
+    log = tmp_path / "decode.log"
+    log.write_text("INFO KV cache size: 1,000 tokens\nINFO GPU KV cache size: 2,987,727 tokens\n")
+    deployment = Deployment(
+        entry_url=engine.url,
+        endpoints=(
+            Endpoint(name="proxy", role="proxy", url=engine.url),
+            Endpoint(name="decode-0", role="decode", url=engine.url, log=log),
+            Endpoint(name="prefill-0", role="prefill", url=engine.url),
+        ),
+    )
+    result = run_bench(deployment, [KVCapacity()], FAST)
+    by_label = {p.label: p for p in result.points}
+    assert set(by_label) == {"decode-0", "prefill-0"}
+    assert by_label["decode-0"].figures["kv_cache_tokens"].median == 2_987_727
+    assert by_label["decode-0"].evidence["metrics_tokens"] == 64 * 16
+    assert by_label["prefill-0"].figures["kv_cache_tokens"].median == 64 * 16
+    assert by_label["prefill-0"].evidence["source"] == "metrics"
+
+
+def test_prompt_lengths_are_exact_for_every_workload(engine: FakeEngine) -> None:
+    run_bench(dep(engine), [MultiStream(streams=(2,), input_tokens=33, output_tokens=2)], FAST)
+    assert all(count_tokens(p) == 33 for p in engine.state.prompts)
