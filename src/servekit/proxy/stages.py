@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,7 @@ class Trip:
         self.ticket = ticket
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
-        rid = request.headers.get("X-Request-Id") or f"proxy-{id(self):x}-{time.monotonic_ns()}"
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
     def _who(self, stage: str, inst: Instance) -> str:
