@@ -1,0 +1,74 @@
+"""``servekit bench`` as a user runs it: a real process against a loopback engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .fake_engine import FakeEngine
+
+
+def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_bench_writes_results_and_compares_with_a_baseline(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    common = ["bench", "--target", engine.url, "--workload", "single", "--workload", "multi"]
+    common += ["--streams", "1,2", "--isl", "16", "--osl", "4", "--runs", "1"]
+    first = servekit(*common, "--out", str(tmp_path / "a"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "Single-stream decode" in first.stdout and "Multi-stream decode" in first.stdout
+    saved = json.loads((tmp_path / "a" / "bench.json").read_text())
+    assert [p["label"] for p in saved["points"]] == ["ISL=16", "N=1", "N=2"]
+    second = servekit(
+        *common,
+        "--out",
+        str(tmp_path / "b"),
+        "--baseline",
+        str(tmp_path / "a" / "bench.json"),
+        cwd=tmp_path,
+    )
+    assert second.returncode == 0, second.stderr
+    assert "before -> after (delta)" in second.stdout
+    assert "Against the baseline" in (tmp_path / "b" / "bench.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--workload", "nope"], "--workload nope: unknown"),
+        (["--slo", "ttft"], "--slo ttft: expected NAME=MS"),
+        (["--streams", "1,x"], "--streams 1,x: expected comma-separated numbers"),
+        (["--arrival", "bursty"], "--arrival bursty: choose constant or poisson"),
+        (["--baseline", "missing.json"], "--baseline missing.json: no such file"),
+        (["--runs", "0"], "--runs: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_path: Path) -> None:
+    proc = servekit("bench", "--target", "http://127.0.0.1:9", *extra, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {proc.stderr.strip().removeprefix('error: ')}"
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_layout_name_is_a_usage_error(tmp_path: Path) -> None:
+    proc = servekit("bench", "--target", "local/none", cwd=tmp_path)
+    assert proc.returncode == 2 and "servekit up local/none" in proc.stderr
+
+
+def test_unreachable_url_is_a_usage_error(tmp_path: Path) -> None:
+    proc = servekit("bench", "--target", "http://127.0.0.1:9", "--runs", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and "cannot list models" in proc.stderr
