@@ -1,0 +1,177 @@
+"""``servekit kit build | verify | rebuild | inspect``: image-layer kits.
+
+Parses options, calls one function of :mod:`servekit.kit`, prints. Exit codes:
+0 all checks pass, 1 a check failed, 2 bad input (UsageError).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+MaxSize = Annotated[
+    int, typer.Option("--max-size", help="Largest size (bytes) a stream may decompress to")
+]
+MaxRatio = Annotated[int, typer.Option("--max-ratio", help="Largest decompression ratio")]
+DEFAULT_MAX_SIZE = 64 << 30
+DEFAULT_MAX_RATIO = 1000
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``kit`` sub-app to the root app."""
+    kit = typer.Typer(help="Image-layer kits: base image + working layers, rebuilt and proven.")
+    kit.command("build")(build)
+    kit.command("verify")(verify)
+    kit.command("rebuild")(rebuild)
+    kit.command("inspect")(inspect)
+    app.add_typer(kit, name="kit")
+
+
+def build(
+    *,
+    base: Annotated[str, typer.Option(help="Base image: OCI dir or docker-archive .tar")],
+    out: Annotated[Path, typer.Option(help="Kit file to write (NAME.tar.zst)")],
+    source: Annotated[str | None, typer.Option(help="Source image built on the base")] = None,
+    payload: Annotated[Path | None, typer.Option(help="Payload spec (YAML/JSON)")] = None,
+    payload_root: Annotated[
+        Path | None, typer.Option(help="Project root for payload sources (default: spec's folder)")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Kit folder name (default: from --out)")] = None,
+    base_ref: Annotated[
+        str | None, typer.Option(help="Reference to record for the base, e.g. repo/img:tag")
+    ] = None,
+    repo: Annotated[Path | None, typer.Option(help="Git repo for the repo_rev stamp")] = None,
+    engine: Annotated[
+        list[str] | None, typer.Option(help="Engine version NAME=VERSION (repeatable)")
+    ] = None,
+    date: Annotated[
+        str | None, typer.Option(help="'created' stamp (default: repo HEAD date)")
+    ] = None,
+    max_size: MaxSize = DEFAULT_MAX_SIZE,
+    max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
+) -> None:
+    """Build a deterministic kit from a source image or a payload spec."""
+    from servekit.kit.build import BuildRequest, build_kit
+    from servekit.kit.streams import Limits
+
+    req = BuildRequest(
+        base=base,
+        out=out,
+        base_ref=base_ref,
+        source=source,
+        payload=payload,
+        payload_root=payload_root,
+        name=name,
+        repo=repo,
+        engines=_pairs(engine or []),
+        created=date,
+        limits=Limits(max_total=max_size, max_ratio=max_ratio),
+    )
+    result = build_kit(req)
+    m = result.manifest
+    typer.echo(
+        f"{result.archive}: {len(m.layers)} working layer(s), {m.image.payload_count} payload"
+        f" file(s), {m.image.fs_entries} entries; sha256 {result.sha256}"
+    )
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    from servekit.errors import UsageError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--engine {item!r}: write NAME=VERSION, e.g. vllm=0.27.1")
+        out[key] = value
+    return out
+
+
+def _exit(ok: bool) -> None:
+    """Exit 0 or 1 through SystemExit, which every CLI entry honours."""
+    raise SystemExit(0 if ok else 1)
+
+
+def verify(
+    archive: Annotated[Path, typer.Argument(help="Kit .tar.zst (or unpacked folder)")],
+    *,
+    kind: Annotated[str, typer.Option(help="Engine kind whose defaults scripts must match")] = (
+        "vllm-ascend"
+    ),
+    role: Annotated[
+        str | None,
+        typer.Option(help="Role for the defaults (default: from each script's name)"),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+    max_size: MaxSize = DEFAULT_MAX_SIZE,
+    max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
+) -> None:
+    """Check a kit without running anything from it; exit 1 on any failure."""
+    from rich.console import Console
+
+    from servekit.kit.streams import Limits
+    from servekit.kit.tables import checks_table
+    from servekit.kit.verify import verify_kit
+
+    report = verify_kit(archive, Limits(max_total=max_size, max_ratio=max_ratio), kind, role)
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        Console(width=160).print(checks_table(report, "kit verify"))
+    _exit(report.ok)
+
+
+def rebuild(
+    kit: Annotated[Path, typer.Argument(help="Kit .tar.zst or unpacked folder")],
+    base: Annotated[str, typer.Option(help="Base image: OCI dir or docker-archive .tar")],
+    *,
+    out: Annotated[Path, typer.Option(help="OCI layout dir, or FILE.tar for docker-archive")],
+    tag: Annotated[str | None, typer.Option(help="Tag (OCI ref name or repo:tag)")] = None,
+    max_size: MaxSize = DEFAULT_MAX_SIZE,
+    max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
+) -> None:
+    """Apply the kit onto its base and prove the result equals the source."""
+    from rich.console import Console
+
+    from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+    from servekit.kit.streams import Limits
+
+    req = RebuildRequest(kit, base, out, tag, Limits(max_total=max_size, max_ratio=max_ratio))
+    report = rebuild_kit(req)
+    from servekit.kit.tables import checks_table
+
+    Console(width=160).print(checks_table(report, "kit rebuild"))
+    _exit(report.ok)
+
+
+def inspect(
+    target: Annotated[str, typer.Argument(help="Kit (.tar.zst or folder) or image reference")],
+    *,
+    fs: Annotated[
+        bool, typer.Option("--fs", help="Also print an image's filesystem manifest")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Show a kit's layers, payload, config delta and stamps, or an image's layers."""
+    from rich.console import Console
+
+    from servekit.kit.inspector import inspect_image, inspect_kit, is_kit
+    from servekit.kit.tables import print_image, print_kit
+
+    console = Console(width=160)
+    if is_kit(target):
+        manifest = inspect_kit(Path(target))
+        if json_out:
+            typer.echo(manifest.model_dump_json(indent=2))
+        else:
+            print_kit(console, manifest)
+        return
+    summary = inspect_image(target, with_fs=fs)
+    if json_out:
+        typer.echo(summary.model_dump_json(indent=2))
+    elif fs:
+        typer.echo("\n".join(summary.fs_manifest or []))
+    else:
+        print_image(console, summary)

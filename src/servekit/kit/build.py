@@ -1,0 +1,338 @@
+"""``kit build``: base + (source image | payload spec) -> a deterministic kit.
+
+Both routes end in the same place: working layer tars in a staging folder, the
+source image's applied filesystem state, the target config bytes. From those
+:func:`_finish` writes MANIFEST.json, the side files and the archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import servekit
+from servekit.errors import UsageError
+from servekit.kit.configdelta import apply_delta, compute_delta
+from servekit.kit.errors import KitRefused
+from servekit.kit.fsmanifest import FILE, FsState, manifest_text
+from servekit.kit.image import Image, read_image
+from servekit.kit.kitarchive import pack, write_sidecar
+from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
+from servekit.kit.models import (
+    BaseInfo,
+    CodeBaseline,
+    ConfigDelta,
+    Generator,
+    ImageInfo,
+    KitManifest,
+    LayerInfo,
+    PayloadFile,
+)
+from servekit.kit.oci import canonical_json
+from servekit.kit.render import render_all
+from servekit.kit.streams import Limits
+
+REPO_REV_LABEL = "servekit.repo_rev"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything ``kit build`` takes from the command line."""
+
+    base: str
+    out: Path
+    base_ref: str | None = None
+    source: str | None = None
+    payload: Path | None = None
+    payload_root: Path | None = None
+    name: str | None = None
+    repo: Path | None = None
+    engines: dict[str, str] = field(default_factory=dict)
+    created: str | None = None
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The archive written, its digest and the manifest it carries."""
+
+    archive: Path
+    sha256: str
+    manifest: KitManifest
+
+
+@dataclass
+class _Working:
+    """What a build route hands to :func:`_finish`."""
+
+    state: FsState
+    config_bytes: bytes
+    delta: ConfigDelta
+    layers: list[LayerInfo] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)
+
+
+def first_difference(expected: list[str], actual: list[str], what: str) -> str | None:
+    """A sentence naming the first layer where two diffID lists differ."""
+    for i, (want, have) in enumerate(zip(expected, actual, strict=False)):
+        if want != have:
+            return f"{what} layer {i + 1}: expected {want}, found {have}"
+    if len(actual) < len(expected):
+        return f"{what} has {len(actual)} layers, expected at least {len(expected)}"
+    return None
+
+
+def apply_layer(image: Image, index: int, state: FsState, opts: ScanOptions) -> LayerScan:
+    """Scan layer ``index`` of ``image`` into ``state`` and check its digests."""
+    layer = image.layers[index]
+    with layer.opener() as blob:
+        scan = scan_layer(blob, state, opts)
+    if layer.digest is not None and scan.blob_sha256 != layer.digest:
+        raise KitRefused(f"{opts.what}: blob digest {scan.blob_sha256} != manifest {layer.digest}")
+    if scan.diff_id != layer.diff_id:
+        raise KitRefused(f"{opts.what}: diffID {scan.diff_id} != config {layer.diff_id}")
+    return scan
+
+
+def _layer_info(scan: LayerScan, file: str) -> LayerInfo:
+    return LayerInfo(
+        file=file,
+        diff_id=scan.diff_id,
+        sha256=scan.blob_sha256,
+        compressed_size=scan.compressed_size,
+        raw_size=scan.raw_size,
+        entries=scan.entries,
+        whiteouts=sorted(scan.whiteouts),
+        opaque_dirs=sorted(scan.opaque_dirs),
+    )
+
+
+def _from_source(req: BuildRequest, base: Image, stage: Path) -> _Working:
+    assert req.source is not None
+    source = read_image(req.source)
+    problem = first_difference(base.diff_ids, source.diff_ids, "source")
+    if problem is not None:
+        raise UsageError(f"--base is not the base of --source: {problem}")
+    work = _Working(FsState(), source.config_bytes, compute_delta(base.config, source.config))
+    for i in range(len(source.layers)):
+        working = i >= len(base.layers)
+        file = f"layers/{source.layers[i].diff_id.split(':', 1)[1]}.tar"
+        what = f"{req.source} layer {i + 1}"
+        if not working:
+            apply_layer(source, i, work.state, ScanOptions(what, limits=req.limits))
+            continue
+        with (stage / file).open("wb") as tee:
+            scan = apply_layer(
+                source, i, work.state, ScanOptions(what, True, req.limits, None, tee)
+            )
+        work.layers.append(_layer_info(scan, file))
+        work.files.update(scan.files)
+    return work
+
+
+def _from_payload(
+    req: BuildRequest, base: Image, stage: Path, code: CodeBaseline | None
+) -> _Working:
+    from servekit.kit.layerwrite import write_layer
+    from servekit.kit.payload import expand, load_spec
+
+    assert req.payload is not None
+    spec = load_spec(req.payload)
+    state = FsState()
+    for i in range(len(base.layers)):
+        apply_layer(base, i, state, ScanOptions(f"{req.base} layer {i + 1}", limits=req.limits))
+    members = expand(spec, req.payload_root or req.payload.parent, state)
+    tmp = stage / "layers" / ".new.tar"
+    with tmp.open("wb") as out:
+        write_layer(out, members)
+    with tmp.open("rb") as blob:
+        scan = scan_layer(blob, state, ScanOptions("payload layer", True, req.limits))
+    file = f"layers/{scan.diff_id.split(':', 1)[1]}.tar"
+    tmp.replace(stage / file)
+    delta = spec.config
+    if code is not None:
+        delta = delta.model_copy(update={"labels": {**delta.labels, REPO_REV_LABEL: code.repo_rev}})
+    config = _payload_config(base.config, delta, scan.diff_id, req, spec.name)
+    work = _Working(
+        state, canonical_json(config), delta, [_layer_info(scan, file)], set(scan.files)
+    )
+    return work
+
+
+def _payload_config(
+    base: dict[str, Any], delta: ConfigDelta, diff_id: str, req: BuildRequest, name: str | None
+) -> dict[str, Any]:
+    config = apply_delta(base, delta)
+    config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(diff_id)
+    entry: dict[str, Any] = {"created_by": f"servekit kit build {name or req.out.name}"}
+    if req.created:
+        entry["created"] = config["created"] = req.created
+    config.setdefault("history", []).append(entry)
+    return config
+
+
+def _payload_files(work: _Working) -> list[PayloadFile]:
+    out = []
+    for path in sorted(work.files):
+        entry = work.state.get(path)
+        if entry is not None and entry.kind == FILE:
+            out.append(
+                PayloadFile(
+                    path=path,
+                    sha256=entry.sha256,
+                    size=entry.size,
+                    mode=f"{entry.mode:04o}",
+                    uid=entry.uid,
+                    gid=entry.gid,
+                )
+            )
+    return out
+
+
+def kit_name(req: BuildRequest) -> str:
+    """The kit's folder name: --name, else the archive name without .tar.zst."""
+    if req.name:
+        name = req.name
+    else:
+        name = req.out.name
+        for suffix in (".tar.zst", ".tzst"):
+            name = name.removesuffix(suffix)
+    if not name or "/" in name or name.startswith("."):
+        raise UsageError(f"--name {name!r}: give a plain folder name such as mykit-v1")
+    return name
+
+
+def build_kit(req: BuildRequest) -> BuildResult:
+    """Build a kit archive and its sidecar; return what was written."""
+    if (req.source is None) == (req.payload is None):
+        raise UsageError("kit build: give exactly one of --source IMAGE or --payload SPEC")
+    if not req.out.name.endswith((".tar.zst", ".tzst")):
+        raise UsageError(f"--out {req.out}: the kit file name must end in .tar.zst")
+    name = kit_name(req)
+    code = _code(req)
+    req = replace(req, created=_created(req))
+    base = read_image(req.base)
+    with tempfile.TemporaryDirectory(prefix="servekit-kit-") as tmp:
+        stage = Path(tmp) / name
+        (stage / "layers").mkdir(parents=True)
+        if req.source is not None:
+            work = _from_source(req, base, stage)
+        else:
+            work = _from_payload(req, base, stage, code)
+        manifest = _manifest(req, name, base, work, code)
+        _write_stage(stage, manifest, work)
+        return _write_archive(req.out, stage, name, manifest)
+
+
+def _created(req: BuildRequest) -> str | None:
+    """The 'created' stamp: --date, else SOURCE_DATE_EPOCH, else the repo's HEAD date."""
+    if req.created:
+        return req.created
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch:
+        if not epoch.isdigit():
+            raise UsageError(f"SOURCE_DATE_EPOCH={epoch!r}: give whole seconds since 1970")
+        return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if req.repo is not None:
+        from servekit.kit.stamp import commit_date
+
+        return commit_date(req.repo)
+    return None
+
+
+def _code(req: BuildRequest) -> CodeBaseline | None:
+    if req.repo is None:
+        if req.engines:
+            raise UsageError("--engine needs --repo (engine versions belong to the code baseline)")
+        return None
+    from servekit.kit.stamp import code_baseline
+
+    return code_baseline(req.repo, req.engines)
+
+
+def _base_reference(req: BuildRequest, base: Image) -> str:
+    """--base-ref, else the image's own name when it is a full reference, else --base."""
+    if req.base_ref:
+        return req.base_ref
+    if base.name and (":" in base.name or "/" in base.name):
+        return base.name
+    return req.base
+
+
+def _manifest(
+    req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
+) -> KitManifest:
+    payload = _payload_files(work)
+    image_id = "sha256:" + hashlib.sha256(work.config_bytes).hexdigest()
+    return KitManifest(
+        name=name,
+        generator=Generator(name="servekit", version=servekit.__version__),
+        created=req.created,
+        base=BaseInfo(
+            reference=_base_reference(req, base),
+            image_id=base.image_id,
+            layer_count=len(base.layers),
+            diff_ids=base.diff_ids,
+        ),
+        image=ImageInfo(
+            source=req.source,
+            image_id=image_id,
+            layer_count=len(base.layers) + len(work.layers),
+            fs_entries=len(work.state.entries),
+            payload_count=len(payload),
+        ),
+        layers=work.layers,
+        payload=payload,
+        config_delta=work.delta,
+        code=code,
+    )
+
+
+def sha256sum_line(digest: str, path: str) -> str:
+    """One line in ``sha256sum`` format."""
+    return f"{digest}  {path}\n"
+
+
+def _write_stage(stage: Path, manifest: KitManifest, work: _Working) -> None:
+    (stage / "MANIFEST.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    (stage / "config.json").write_bytes(work.config_bytes)
+    (stage / "base-diffids.txt").write_text("".join(f"{d}\n" for d in manifest.base.diff_ids))
+    (stage / "fs-manifest.txt").write_text(manifest_text(work.state.lines()))
+    (stage / "payload.sha256").write_text(
+        "".join(sha256sum_line(p.sha256, p.path.lstrip("/")) for p in manifest.payload)
+    )
+    for fname, text in render_all(manifest).items():
+        (stage / fname).write_text(text)
+    _write_sums(stage)
+
+
+def _write_sums(stage: Path) -> None:
+    from servekit.kit.kitarchive import kit_members
+    from servekit.kit.streams import sha256_file
+
+    lines = [
+        sha256sum_line(sha256_file(str(stage / rel)), rel)
+        for rel in kit_members(stage)
+        if not rel.endswith("/") and rel != "SHA256SUMS"
+    ]
+    (stage / "SHA256SUMS").write_text("".join(lines))
+
+
+def _write_archive(out: Path, stage: Path, name: str, manifest: KitManifest) -> BuildResult:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pack(stage, name, fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    digest = write_sidecar(out)
+    return BuildResult(out, digest, manifest)

@@ -1,0 +1,175 @@
+"""docker-archive tarballs, as ``docker save`` writes and ``docker load`` reads.
+
+``manifest.json`` lists per image its config member, repo tags and layer
+members (each the uncompressed layer tar). Layers are read in place as slices of
+the outer tar. Written archives use the classic ``<diffid>/layer.tar`` names,
+fixed mtimes and numeric owners.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from servekit.kit.errors import KitRefused
+from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, parse_config
+from servekit.kit.oci import canonical_json
+from servekit.kit.paths import member_path
+from servekit.kit.streams import CHUNK, Limits, SliceReader, as_binary
+
+MAX_JSON = 16 << 20
+FIXED_MTIME = 0
+
+
+def _members(path: Path, what: str) -> dict[str, tarfile.TarInfo]:
+    try:
+        with tarfile.open(path, "r:") as tar:
+            return {member_path(m.name, what): m for m in tar.getmembers()}
+    except tarfile.TarError as exc:
+        raise KitRefused(f"{what}: not an uncompressed tar ({exc})") from exc
+
+
+def _resolve(members: dict[str, tarfile.TarInfo], name: str, what: str) -> tarfile.TarInfo:
+    path = member_path(name, what)
+    for _ in range(8):
+        info = members.get(path)
+        if info is None:
+            raise KitRefused(f"{what}: member {name!r} is missing")
+        if info.isreg():
+            return info
+        if not info.issym():
+            raise KitRefused(f"{what}: member {name!r} is not a regular file")
+        parent = path.rsplit("/", 1)[0]
+        path = member_path(f"{parent}/{info.linkname}".lstrip("/"), what)
+    raise KitRefused(f"{what}: member {name!r} has too many symlink hops")
+
+
+def _read_member(path: Path, info: tarfile.TarInfo, what: str) -> bytes:
+    if info.size > MAX_JSON:
+        raise KitRefused(f"{what}: {info.name} is too large for JSON")
+    with path.open("rb") as fh:
+        fh.seek(info.offset_data)
+        data = fh.read(info.size)
+    if len(data) != info.size:
+        raise KitRefused(
+            f"{what}: {info.name}: header says {info.size} bytes, archive holds {len(data)}"
+        )
+    return data
+
+
+def _pick(entries: list[dict[str, Any]], name: str | None, what: str) -> dict[str, Any]:
+    if name is not None:
+        for entry in entries:
+            if name in (entry.get("RepoTags") or []):
+                return entry
+        raise KitRefused(f"{what}: no image tagged {name!r} in manifest.json")
+    if len(entries) != 1:
+        raise KitRefused(f"{what}: manifest.json holds {len(entries)} images; add :REPO:TAG")
+    return entries[0]
+
+
+def read_docker_archive(path: Path, name: str | None, reference: str) -> Image:
+    """Read a docker-archive tarball."""
+    what = f"docker-archive {path}"
+    members = _members(path, what)
+    try:
+        entries = json.loads(_read_member(path, _resolve(members, "manifest.json", what), what))
+    except ValueError as exc:
+        raise KitRefused(f"{what}: manifest.json is not JSON ({exc})") from exc
+    if not isinstance(entries, list) or not entries:
+        raise KitRefused(f"{what}: manifest.json lists no image")
+    entry = _pick(entries, name, what)
+    config_bytes = _read_member(path, _resolve(members, str(entry.get("Config")), what), what)
+    diff_ids = parse_config(config_bytes, what)
+    names = entry.get("Layers") or []
+    if len(names) != len(diff_ids):
+        raise KitRefused(f"{what}: {len(names)} layers but config lists {len(diff_ids)} diffIDs")
+    layers = tuple(
+        _layer(path, _resolve(members, str(n), what), d)
+        for n, d in zip(names, diff_ids, strict=True)
+    )
+    tags = entry.get("RepoTags") or []
+    return Image(
+        reference, "docker-archive", name or (tags[0] if tags else None), config_bytes, layers
+    )
+
+
+def _layer(path: Path, info: tarfile.TarInfo, diff_id: str) -> LayerBlob:
+    offset, size = info.offset_data, info.size
+
+    @contextmanager
+    def opener() -> Iterator[BinaryIO]:
+        with path.open("rb") as fh:
+            yield as_binary(SliceReader(fh, offset, size))
+
+    return LayerBlob(opener, size, OCI_LAYER_TAR, None, diff_id)
+
+
+def _info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = FIXED_MTIME
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+@contextmanager
+def _plain_layer(layer: LayerBlob, limits: Limits) -> Iterator[tuple[BinaryIO, int]]:
+    """The layer as an uncompressed tar stream and its size (spooled if compressed)."""
+    if layer.media_type == OCI_LAYER_TAR:
+        with layer.opener() as fh:
+            yield fh, layer.size
+        return
+    from servekit.kit.layertar import open_plain
+
+    with tempfile.TemporaryFile() as spool, layer.opener() as fh:
+        with open_plain(fh, limits, "layer") as plain:
+            while block := plain.read(CHUNK):
+                spool.write(block)
+        size = spool.tell()
+        spool.seek(0)
+        yield spool, size
+
+
+def write_docker_archive(
+    dest: BinaryIO, config_bytes: bytes, layers: list[LayerBlob], tag: str | None, limits: Limits
+) -> None:
+    """Write a docker-archive (uncompressed layers) to an open file."""
+    import hashlib
+
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    layer_names: list[str] = []
+    with tarfile.open(fileobj=dest, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info(config_name, len(config_bytes)), _bytes(config_bytes))
+        for layer in layers:
+            name = layer.diff_id.split(":", 1)[1] + "/layer.tar"
+            if name not in layer_names:
+                with _plain_layer(layer, limits) as (stream, size):
+                    tar.addfile(_info(name, size), stream)
+            layer_names.append(name)
+        manifest = [
+            {"Config": config_name, "RepoTags": [tag] if tag else None, "Layers": layer_names}
+        ]
+        data = canonical_json(manifest)
+        tar.addfile(_info("manifest.json", len(data)), _bytes(data))
+        if tag and ":" in tag:
+            repo, _, label = tag.rpartition(":")
+            top = layers[-1].diff_id.split(":", 1)[1] if layers else ""
+            data = canonical_json({repo: {label: top}})
+            tar.addfile(_info("repositories", len(data)), _bytes(data))
+
+
+def _bytes(data: bytes) -> BinaryIO:
+    import io
+
+    return io.BytesIO(data)
+
+
+__all__ = ["read_docker_archive", "write_docker_archive"]

@@ -1,0 +1,14 @@
+"""The one error a kit raises for input it will not touch.
+
+Hostile or malformed images and kits are bad user input, so :class:`KitRefused`
+is a :class:`~servekit.errors.UsageError`: one line naming what was refused and
+why, exit code 2. ``kit verify`` catches it and reports a failed check instead.
+"""
+
+from __future__ import annotations
+
+from servekit.errors import UsageError
+
+
+class KitRefused(UsageError):
+    """An image, layer, payload or kit that breaks a safety or format rule."""

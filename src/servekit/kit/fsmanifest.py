@@ -1,0 +1,189 @@
+"""The filesystem manifest: an image's applied filesystem as sorted lines.
+
+One line per entry, tab-separated: type, mode, uid, gid, size, path, link
+target, sha256 of the content. mtimes are left out on purpose (a rebuild or an
+unpack changes them and they do not change what runs). Hardlinks are listed as
+the regular file they share content with, so a manifest read from layer tars
+and one walked from an unpacked rootfs (``umoci unpack``) compare equal.
+
+:class:`FsState` applies layers in order with OCI semantics: a whiteout
+``.wh.NAME`` removes ``NAME`` from lower layers, an opaque marker
+``.wh..wh..opq`` hides everything a lower layer put in that directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from servekit.kit.errors import KitRefused
+from servekit.kit.paths import ROOT, escape_field, parents, unescape_field
+
+DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
+NO_SHA = "-"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One filesystem entry as the manifest records it."""
+
+    kind: str
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    path: str
+    link: str = ""
+    sha256: str = NO_SHA
+
+    def line(self) -> str:
+        """The manifest line: fields separated by tabs, paths escaped."""
+        return "\t".join(
+            (
+                self.kind,
+                f"{self.mode:04o}",
+                str(self.uid),
+                str(self.gid),
+                str(self.size),
+                escape_field(self.path),
+                escape_field(self.link) if self.link else "-",
+                self.sha256,
+            )
+        )
+
+
+def implicit_dir(path: str) -> Entry:
+    """A parent directory a layer uses without listing it (root-owned 0755)."""
+    return Entry(DIR, 0o755, 0, 0, 0, path)
+
+
+class FsState:
+    """An image filesystem being assembled layer by layer (metadata + hashes)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self._children: dict[str, set[str]] = {ROOT: set()}
+
+    def get(self, path: str) -> Entry | None:
+        return self.entries.get(path)
+
+    def remove_tree(self, path: str) -> None:
+        """Remove ``path`` and everything under it."""
+        for child in list(self._children.pop(path, ())):
+            self.remove_tree(child)
+        if self.entries.pop(path, None) is not None:
+            self._children.get(os.path.dirname(path), set()).discard(path)
+
+    def clear_dir(self, path: str) -> None:
+        """Remove everything under ``path`` but keep ``path`` (opaque dir)."""
+        for child in list(self._children.get(path, ())):
+            self.remove_tree(child)
+
+    def put(self, entry: Entry) -> None:
+        """Add or replace an entry, creating missing parents as plain dirs."""
+        old = self.entries.get(entry.path)
+        if old is not None and old.kind == DIR and entry.kind != DIR:
+            self.remove_tree(entry.path)
+        for parent in parents(entry.path):
+            have = self.entries.get(parent)
+            if have is None or have.kind != DIR:
+                if have is not None:
+                    self.remove_tree(parent)
+                self._link(implicit_dir(parent))
+        self._link(entry)
+
+    def _link(self, entry: Entry) -> None:
+        self.entries[entry.path] = entry
+        self._children.setdefault(os.path.dirname(entry.path), set()).add(entry.path)
+        if entry.kind == DIR:
+            self._children.setdefault(entry.path, set())
+
+    def lines(self) -> list[str]:
+        """Sorted manifest lines (by path, as UTF-8 bytes)."""
+        ordered = sorted(
+            self.entries.values(), key=lambda e: e.path.encode("utf-8", "surrogateescape")
+        )
+        return [e.line() for e in ordered]
+
+
+def with_path(entry: Entry, path: str) -> Entry:
+    return replace(entry, path=path)
+
+
+def manifest_text(lines: Iterable[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def parse_manifest(text: str) -> list[str]:
+    """Lines of a manifest file (no trailing blank)."""
+    return [line for line in text.split("\n") if line]
+
+
+def parse_line(line: str) -> Entry:
+    """An :class:`Entry` back from its manifest line (refuses a malformed line)."""
+    fields = line.split("\t")
+    try:
+        kind, mode, uid, gid, size, path, link, sha = fields
+        return Entry(
+            kind,
+            int(mode, 8),
+            int(uid),
+            int(gid),
+            int(size),
+            unescape_field(path),
+            "" if link == "-" else unescape_field(link),
+            sha,
+        )
+    except ValueError as exc:
+        raise KitRefused(f"filesystem manifest line {line[:80]!r} is malformed") from exc
+
+
+def diff_lines(expected: list[str], actual: list[str], limit: int = 20) -> list[str]:
+    """A short unified-style list of lines only in one side (``-``/``+``)."""
+    exp, act = set(expected), set(actual)
+    missing = [f"- {line}" for line in expected if line not in act]
+    extra = [f"+ {line}" for line in actual if line not in exp]
+    return (missing + extra)[:limit]
+
+
+def _walk_entry(root: Path, path: Path, st: os.stat_result) -> Entry:
+    rel = ROOT + path.relative_to(root).as_posix()
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return Entry(DIR, mode, st.st_uid, st.st_gid, 0, rel)
+    if stat.S_ISLNK(st.st_mode):
+        return Entry(SYMLINK, 0o777, st.st_uid, st.st_gid, 0, rel, os.readlink(path))
+    if stat.S_ISREG(st.st_mode):
+        sha = hashlib.sha256()
+        with path.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                sha.update(block)
+        return Entry(FILE, mode, st.st_uid, st.st_gid, st.st_size, rel, "", sha.hexdigest())
+    kind = {stat.S_IFCHR: CHAR, stat.S_IFBLK: BLOCK, stat.S_IFIFO: FIFO}.get(
+        stat.S_IFMT(st.st_mode), "?"
+    )
+    link = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" if kind in (CHAR, BLOCK) else ""
+    return Entry(kind, mode, st.st_uid, st.st_gid, 0, rel, link)
+
+
+def walk_dir(root: Path, exclude: Iterable[str] = ()) -> Iterator[Entry]:
+    """Entries of an unpacked rootfs on disk (for comparing with ``umoci unpack``).
+
+    ``exclude`` names image paths (``/proc``) whose subtrees are skipped, as one
+    does when walking a live container.
+    """
+    skip = set(exclude)
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        for name in sorted(dirnames) + sorted(filenames):
+            path = base / name
+            entry = _walk_entry(root, path, path.lstat())
+            if entry.path in skip:
+                if name in dirnames:
+                    dirnames.remove(name)
+                continue
+            yield entry

@@ -1,0 +1,93 @@
+"""``kit inspect``: what a kit or an image holds, without changing anything.
+
+A kit (``.tar.zst`` or unpacked folder) shows its MANIFEST.json; an image (OCI
+layout or docker-archive) shows its layers and runtime config. ``--fs`` adds the
+image's filesystem manifest, the same lines a kit records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from servekit.kit.build import apply_layer
+from servekit.kit.fsmanifest import FsState
+from servekit.kit.image import read_image
+from servekit.kit.kitdir import open_kit
+from servekit.kit.layertar import ScanOptions
+from servekit.kit.models import KitManifest
+from servekit.kit.streams import Limits
+
+CONFIG_KEYS = ("Env", "Labels", "Entrypoint", "Cmd", "WorkingDir")
+
+
+class ImageLayer(BaseModel):
+    """One layer as an image lists it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    diff_id: str
+    digest: str | None
+    size: int
+    media_type: str
+
+
+class ImageSummary(BaseModel):
+    """An image's identity, layers and runtime config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reference: str
+    format: str
+    name: str | None
+    image_id: str
+    layers: list[ImageLayer]
+    config: dict[str, Any]
+    fs_manifest: list[str] | None = None
+
+
+def is_kit(target: str) -> bool:
+    """A kit is a .tar.zst/.tzst file or a folder holding MANIFEST.json."""
+    path = Path(target)
+    return target.endswith((".tar.zst", ".tzst")) or (path / "MANIFEST.json").is_file()
+
+
+def inspect_kit(path: Path, limits: Limits | None = None) -> KitManifest:
+    """The kit's manifest (members are not checked here: that is verify's job)."""
+    with open_kit(path, limits or Limits()) as kit:
+        return kit.read_manifest()
+
+
+def inspect_image(ref: str, with_fs: bool = False, limits: Limits | None = None) -> ImageSummary:
+    """Layers and config of an image; with ``with_fs``, also its filesystem manifest."""
+    image = read_image(ref)
+    section = image.config.get("config") or {}
+    fs: list[str] | None = None
+    if with_fs:
+        state = FsState()
+        for i in range(len(image.layers)):
+            apply_layer(
+                image, i, state, ScanOptions(f"{ref} layer {i + 1}", limits=limits or Limits())
+            )
+        fs = state.lines()
+    return ImageSummary(
+        reference=ref,
+        format=image.fmt,
+        name=image.name,
+        image_id=image.image_id,
+        layers=[
+            ImageLayer(
+                index=i + 1,
+                diff_id=layer.diff_id,
+                digest=layer.digest,
+                size=layer.size,
+                media_type=layer.media_type,
+            )
+            for i, layer in enumerate(image.layers)
+        ],
+        config={k: section[k] for k in CONFIG_KEYS if section.get(k) is not None},
+        fs_manifest=fs,
+    )

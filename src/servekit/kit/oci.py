@@ -1,0 +1,181 @@
+"""OCI image layouts: ``oci-layout``, ``index.json`` and ``blobs/sha256``.
+
+Reading picks one manifest (by ``org.opencontainers.image.ref.name`` or the only
+one), checks every JSON blob against its digest and leaves layer blobs to be
+checked by :func:`~servekit.kit.layertar.scan_layer` as they stream. Writing
+produces compact, key-sorted JSON so the same image gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from servekit.kit.errors import KitRefused
+from servekit.kit.image import (
+    DOCKER_MANIFEST,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    REF_NAME,
+    Image,
+    LayerBlob,
+    check_digest,
+    oci_layer_type,
+    parse_config,
+)
+from servekit.kit.streams import CHUNK
+
+MAX_JSON = 16 << 20
+
+
+def canonical_json(data: object) -> bytes:
+    """Compact, key-sorted JSON: the same value always gives the same bytes."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _blob_path(root: Path, digest: str, what: str) -> Path:
+    check_digest(digest, what)
+    path = root / "blobs" / "sha256" / digest.split(":", 1)[1]
+    if not path.is_file():
+        raise KitRefused(f"{what}: blob {digest} is missing from {root}")
+    return path
+
+
+def _json_blob(root: Path, digest: str, what: str) -> bytes:
+    path = _blob_path(root, digest, what)
+    if path.stat().st_size > MAX_JSON:
+        raise KitRefused(f"{what}: blob {digest} is too large for JSON")
+    data = path.read_bytes()
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise KitRefused(f"{what}: blob {digest} does not match its digest")
+    return data
+
+
+def _load_json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise KitRefused(f"{what}: invalid JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise KitRefused(f"{what}: expected a JSON object")
+    return value
+
+
+def _pick(manifests: list[dict[str, Any]], name: str | None, what: str) -> dict[str, Any]:
+    if name is not None:
+        for desc in manifests:
+            if desc.get("annotations", {}).get(REF_NAME) == name:
+                return desc
+        raise KitRefused(f"{what}: no manifest named {name!r} in index.json")
+    if len(manifests) != 1:
+        names = [d.get("annotations", {}).get(REF_NAME) for d in manifests]
+        raise KitRefused(f"{what}: index.json holds {len(manifests)} manifests {names}; add :NAME")
+    return manifests[0]
+
+
+def _resolve_manifest(root: Path, desc: dict[str, Any], what: str) -> dict[str, Any]:
+    """Follow nested indexes down to one image manifest (linux/amd64 or the only one)."""
+    for _ in range(4):
+        data = _load_json(_json_blob(root, desc.get("digest", ""), what), what)
+        if data.get("mediaType", desc.get("mediaType")) != OCI_INDEX:
+            return data
+        subs = data.get("manifests", [])
+        amd64 = [d for d in subs if d.get("platform", {}).get("architecture") == "amd64"]
+        desc = _pick(amd64 or subs, None, what)
+    raise KitRefused(f"{what}: nested indexes go too deep")
+
+
+def read_oci(root: Path, name: str | None, reference: str) -> Image:
+    """Read an OCI image layout directory."""
+    what = f"OCI layout {root}"
+    if not (root / "oci-layout").is_file() or not (root / "index.json").is_file():
+        raise KitRefused(f"{what}: missing oci-layout or index.json")
+    index = _load_json((root / "index.json").read_bytes(), what)
+    desc = _pick(list(index.get("manifests", [])), name, what)
+    manifest = _resolve_manifest(root, desc, what)
+    if manifest.get("mediaType", OCI_MANIFEST) not in (OCI_MANIFEST, DOCKER_MANIFEST):
+        raise KitRefused(f"{what}: manifest media type {manifest.get('mediaType')!r} unsupported")
+    config_bytes = _json_blob(root, manifest.get("config", {}).get("digest", ""), what)
+    diff_ids = parse_config(config_bytes, what)
+    descs = manifest.get("layers", [])
+    if len(descs) != len(diff_ids):
+        raise KitRefused(f"{what}: {len(descs)} layers but config lists {len(diff_ids)} diffIDs")
+    layers = tuple(_layer(root, d, diff, what) for d, diff in zip(descs, diff_ids, strict=True))
+    ref_name = name or desc.get("annotations", {}).get(REF_NAME)
+    return Image(reference, "oci", ref_name, config_bytes, layers)
+
+
+def _layer(root: Path, desc: dict[str, Any], diff_id: str, what: str) -> LayerBlob:
+    digest = check_digest(desc.get("digest"), what)
+    path = _blob_path(root, digest, what)
+    media = oci_layer_type(str(desc.get("mediaType", "")))
+
+    @contextmanager
+    def opener() -> Iterator[BinaryIO]:
+        with path.open("rb") as fh:
+            yield fh
+
+    return LayerBlob(opener, path.stat().st_size, media, digest, diff_id)
+
+
+def _put_blob(blobs: Path, data: bytes) -> tuple[str, int]:
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    return "sha256:" + digest, len(data)
+
+
+def _copy_blob(blobs: Path, layer: LayerBlob) -> str:
+    """Copy a layer blob in, hashing it; returns the digest actually written."""
+    tmp = blobs / ".incoming"
+    sha = hashlib.sha256()
+    with layer.opener() as src, tmp.open("wb") as dst:
+        while block := src.read(CHUNK):
+            sha.update(block)
+            dst.write(block)
+    digest = sha.hexdigest()
+    tmp.replace(blobs / digest)
+    return "sha256:" + digest
+
+
+def write_oci(
+    root: Path,
+    config_bytes: bytes,
+    layers: list[LayerBlob],
+    tag: str | None,
+    annotations: dict[str, str] | None = None,
+) -> None:
+    """Write an OCI layout into the empty directory ``root``.
+
+    ``annotations`` go on the image manifest (not the config), so stamps such as
+    the code revision never change the image id.
+    """
+    blobs = root / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (root / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+    config_digest, config_size = _put_blob(blobs, config_bytes)
+    descs = []
+    for layer in layers:
+        digest = _copy_blob(blobs, layer)
+        size = (blobs / digest.split(":", 1)[1]).stat().st_size
+        descs.append(
+            {"mediaType": oci_layer_type(layer.media_type), "digest": digest, "size": size}
+        )
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
+        "layers": descs,
+    }
+    if annotations:
+        manifest["annotations"] = annotations
+    man_digest, man_size = _put_blob(blobs, canonical_json(manifest))
+    entry: dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": man_digest, "size": man_size}
+    if tag:
+        entry["annotations"] = {REF_NAME: tag}
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+    (root / "index.json").write_bytes(canonical_json(index))

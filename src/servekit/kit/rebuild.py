@@ -1,0 +1,164 @@
+"""``kit rebuild KIT --base IMAGE --out OCI_DIR|FILE.tar``: the image, proven.
+
+The base's diffIDs must equal the kit's record (fatal otherwise, naming the
+first difference). The result is written to a staging place next to ``--out``,
+read back, and proven: its diffIDs, its image id, a filesystem manifest equal to
+the source's entry for entry, and the payload sha256. Only a proven image is
+moved into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from servekit.errors import UsageError
+from servekit.kit.build import apply_layer, first_difference
+from servekit.kit.checks import CheckReport, CheckResult, outcome
+from servekit.kit.errors import KitRefused
+from servekit.kit.fsmanifest import FsState, diff_lines, parse_manifest
+from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, read_image
+from servekit.kit.kitdir import KitDir, open_kit
+from servekit.kit.layertar import ScanOptions
+from servekit.kit.models import KitManifest
+from servekit.kit.streams import Limits
+
+REVISION = "org.opencontainers.image.revision"
+
+
+@dataclass(frozen=True)
+class RebuildRequest:
+    """What ``kit rebuild`` takes from the command line."""
+
+    kit: Path
+    base: str
+    out: Path
+    tag: str | None = None
+    limits: Limits = field(default_factory=Limits)
+
+
+def _kit_layer(path: Path, diff_id: str) -> LayerBlob:
+    @contextlib.contextmanager
+    def opener() -> Iterator[BinaryIO]:
+        with path.open("rb") as fh:
+            yield fh
+
+    return LayerBlob(opener, path.stat().st_size, OCI_LAYER_TAR, diff_id, diff_id)
+
+
+def check_base(manifest: KitManifest, base: Image) -> None:
+    """Refuse a base whose diffIDs are not exactly the kit's record."""
+    problem = first_difference(manifest.base.diff_ids, base.diff_ids, "--base")
+    if problem is None and len(base.diff_ids) != len(manifest.base.diff_ids):
+        problem = f"--base has {len(base.diff_ids)} layers, the kit's base has {manifest.base.layer_count}"
+    if problem is not None:
+        raise UsageError(f"--base is not this kit's base: {problem}")
+
+
+def rebuild_kit(req: RebuildRequest) -> CheckReport:
+    """Rebuild, prove, and move into place only when every check passes."""
+    if req.out.exists():
+        raise UsageError(f"--out {req.out} exists; give a new path")
+    with open_kit(req.kit, req.limits) as kit:
+        problems = kit.sum_problems()
+        if problems:
+            raise KitRefused(f"kit members do not match SHA256SUMS: {problems[0]}; run kit verify")
+        manifest = kit.read_manifest()
+        base = read_image(req.base)
+        check_base(manifest, base)
+        layers = list(base.layers) + [
+            _kit_layer(kit.member(layer.file), layer.diff_id) for layer in manifest.layers
+        ]
+        config = kit.member("config.json").read_bytes()
+        with _staging(req.out) as staged:
+            _write(staged, req, manifest, config, layers)
+            report = prove(kit, manifest, staged, req.limits).model_copy(
+                update={"subject": str(req.out)}
+            )
+            if report.ok:
+                os.replace(staged, req.out)
+    return report
+
+
+@contextlib.contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp / out.name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write(
+    staged: Path, req: RebuildRequest, m: KitManifest, config: bytes, layers: list[LayerBlob]
+) -> None:
+    if req.out.name.endswith(".tar"):
+        from servekit.kit.dockerarchive import write_docker_archive
+
+        with staged.open("wb") as fh:
+            write_docker_archive(fh, config, layers, req.tag, req.limits)
+        return
+    from servekit.kit.oci import write_oci
+
+    annotations = {REVISION: m.code.repo_rev} if m.code else None
+    write_oci(staged, config, layers, req.tag or "latest", annotations)
+
+
+def prove(kit: KitDir, m: KitManifest, image_ref: Path, limits: Limits) -> CheckReport:
+    """Read a rebuilt image back and compare it with the kit's record."""
+    image = read_image(str(image_ref))
+    want = m.base.diff_ids + [layer.diff_id for layer in m.layers]
+    checks = [outcome("diffids", _diff_problems(want, image.diff_ids), f"{len(want)} layers equal")]
+    checks.append(
+        outcome(
+            "image id",
+            []
+            if image.image_id == m.image.image_id
+            else [f"{image.image_id} != {m.image.image_id}"],
+            m.image.image_id,
+        )
+    )
+    state = FsState()
+    n_base = len(m.base.diff_ids)
+    for i in range(len(image.layers)):
+        opts = ScanOptions(f"rebuilt layer {i + 1}", i >= n_base, limits)
+        apply_layer(image, i, state, opts)
+    checks.append(_fs_check(kit, state))
+    checks.append(_payload_check(m, state))
+    return CheckReport(subject=str(image_ref), checks=checks)
+
+
+def _diff_problems(want: list[str], have: list[str]) -> list[str]:
+    problem = first_difference(want, have, "rebuilt image")
+    if problem is None and len(have) != len(want):
+        problem = f"rebuilt image has {len(have)} layers, expected {len(want)}"
+    return [problem] if problem else []
+
+
+def _fs_check(kit: KitDir, state: FsState) -> CheckResult:
+    want = parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8"))
+    have = state.lines()
+    problems = diff_lines(want, have)
+    if len(want) != len(have):
+        problems.insert(0, f"{len(have)} entries, the source had {len(want)}")
+    return outcome("filesystem", problems, f"{len(have)} entries, 0 differences")
+
+
+def _payload_check(m: KitManifest, state: FsState) -> CheckResult:
+    problems = []
+    for item in m.payload:
+        entry = state.get(item.path)
+        if entry is None or (entry.sha256, entry.size, f"{entry.mode:04o}") != (
+            item.sha256,
+            item.size,
+            item.mode,
+        ):
+            problems.append(f"{item.path}: differs from the kit's payload record")
+    return outcome("payload", problems, f"{len(m.payload)} file(s) sha256 equal")

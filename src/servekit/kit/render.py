@@ -1,0 +1,38 @@
+"""The kit's generated text files: README.md, Dockerfile, rebuild.sh, selftest.sh.
+
+Rendered from MANIFEST.json alone with jinja2, so the files say exactly what
+the manifest records and the same manifest always gives the same text.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+
+import jinja2
+
+from servekit.kit.models import KitManifest
+
+GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
+
+
+def _whiteout(path: str) -> str:
+    return posixpath.join(posixpath.dirname(path), ".wh." + posixpath.basename(path))
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("servekit.kit", "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shq"] = shlex.quote
+    env.filters["whiteout"] = _whiteout
+    return env
+
+
+def render_all(manifest: KitManifest) -> dict[str, str]:
+    """Every generated file's text, keyed by its name in the kit."""
+    env = _env()
+    return {name: env.get_template(name + ".j2").render(m=manifest) for name in GENERATED}

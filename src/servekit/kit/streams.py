@@ -1,0 +1,167 @@
+"""Readers that hash, count, bound and slice byte streams.
+
+Every layer and kit is read through these wrappers so that one pass over the
+bytes yields the digests (blob sha256, diffID) and enforces the decompression
+limits: nothing is read twice and nothing unbounded reaches ``tarfile``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from typing import BinaryIO, cast
+
+from servekit.kit.errors import KitRefused
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what decompression may produce (anti decompression bomb).
+
+    ``max_total`` caps the bytes one stream may expand to; ``max_ratio`` caps
+    expanded/compressed once more than ``ratio_floor`` bytes came out (small
+    streams of zeros legitimately compress very well). ``max_entries`` caps tar
+    members per layer or kit.
+    """
+
+    max_total: int = 64 << 30
+    max_ratio: int = 1000
+    ratio_floor: int = 64 << 20
+    max_entries: int = 5_000_000
+
+
+class HashingReader(io.RawIOBase):
+    """Pass bytes through while feeding a sha256 and counting them."""
+
+    def __init__(self, inner: BinaryIO, tee: BinaryIO | None = None) -> None:
+        super().__init__()
+        self._inner = inner
+        self._tee = tee
+        self.sha = hashlib.sha256()
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._inner.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._take(data)
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size)
+        self._take(data)
+        return data
+
+    def _take(self, data: bytes) -> None:
+        if data:
+            self.sha.update(data)
+            self.count += len(data)
+            if self._tee is not None:
+                self._tee.write(data)
+
+    def drain(self) -> None:
+        """Read to the end so the digest covers the whole stream."""
+        while self.read(CHUNK):
+            pass
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+
+class BoundedReader(io.RawIOBase):
+    """Refuse a decompressed stream that grows past the limits.
+
+    ``source`` counts the compressed bytes consumed so far; the ratio check
+    compares against it.
+    """
+
+    def __init__(self, inner: BinaryIO, source: HashingReader, limits: Limits, what: str) -> None:
+        super().__init__()
+        self._inner = inner
+        self._source = source
+        self._limits = limits
+        self._what = what
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = CHUNK
+        data = self._inner.read(size)
+        self.count += len(data)
+        self._check()
+        return data
+
+    def _check(self) -> None:
+        lim = self._limits
+        if self.count > lim.max_total:
+            raise KitRefused(
+                f"{self._what}: expands past {lim.max_total} bytes (decompression bomb?);"
+                " raise --max-size if this is legitimate"
+            )
+        if self.count > lim.ratio_floor and self.count > lim.max_ratio * max(1, self._source.count):
+            raise KitRefused(
+                f"{self._what}: expands more than {lim.max_ratio}x (decompression bomb?);"
+                " raise --max-ratio if this is legitimate"
+            )
+
+
+class SliceReader(io.RawIOBase):
+    """A read-only window ``[offset, offset+size)`` of a file (a tar member)."""
+
+    def __init__(self, fh: BinaryIO, offset: int, size: int) -> None:
+        super().__init__()
+        self._fh = fh
+        self._pos = offset
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > self._left:
+            size = self._left
+        if size == 0:
+            return b""
+        self._fh.seek(self._pos)
+        data = self._fh.read(size)
+        self._pos += len(data)
+        self._left -= len(data)
+        return data
+
+
+def sha256_file(path: str, chunk: int = CHUNK) -> str:
+    """Hex sha256 of a file's bytes."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def as_binary(stream: object) -> BinaryIO:
+    """View one of these readers as the ``BinaryIO`` that tarfile and zstd take."""
+    return cast(BinaryIO, stream)
+
+
+def forget_members(tar: object) -> None:
+    """Drop the member list a streaming TarFile accumulates (bounded memory)."""
+    setattr(tar, "members", [])  # noqa: B010

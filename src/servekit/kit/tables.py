@@ -1,0 +1,97 @@
+"""Rich tables for the kit commands (presentation only, no decisions)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from servekit.kit.checks import CheckReport
+from servekit.kit.inspector import ImageSummary
+from servekit.kit.models import KitManifest
+
+STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+
+
+def checks_table(report: CheckReport, title: str) -> Table:
+    """One row per check: name, PASS/FAIL/SKIP, detail."""
+    table = Table(title=f"{title}: {report.subject}")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for check in report.checks:
+        table.add_row(check.name, f"[{STYLE[check.status]}]{check.status.upper()}[/]", check.detail)
+    return table
+
+
+def _delta_rows(m: KitManifest) -> list[tuple[str, str]]:
+    d = m.config_delta
+    rows = [(f"Env {k}", v) for k, v in sorted(d.env.items())]
+    rows += [(f"Env {k}", "(removed)") for k in d.env_removed]
+    rows += [(f"Label {k}", v) for k, v in sorted(d.labels.items())]
+    rows += [(f"Label {k}", "(removed)") for k in d.labels_removed]
+    for key, value in (("Entrypoint", d.entrypoint), ("Cmd", d.cmd), ("WorkingDir", d.working_dir)):
+        if value is not None:
+            rows.append((key, json.dumps(value)))
+    return rows
+
+
+def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None:
+    """Stamps, layers, payload and config delta of a kit."""
+    stamps = Table(title=f"kit {m.name}", show_header=False)
+    stamps.add_row("generator", f"{m.generator.name} {m.generator.version}")
+    stamps.add_row("created", m.created or "-")
+    stamps.add_row("repo_rev", m.code.repo_rev if m.code else "-")
+    stamps.add_row(
+        "base", f"{m.base.reference} ({m.base.layer_count} layers, {m.base.image_id[:19]})"
+    )
+    stamps.add_row("image id", m.image.image_id)
+    stamps.add_row("filesystem", f"{m.image.fs_entries} entries")
+    console.print(stamps)
+    layers = Table(title="working layers")
+    for col in ("file", "raw bytes", "blob bytes", "entries", "whiteouts", "opaque"):
+        layers.add_column(col)
+    for layer in m.layers:
+        layers.add_row(
+            layer.file,
+            str(layer.raw_size),
+            str(layer.compressed_size),
+            str(layer.entries),
+            str(len(layer.whiteouts)),
+            str(len(layer.opaque_dirs)),
+        )
+    console.print(layers)
+    payload = Table(title=f"payload ({len(m.payload)} files)")
+    for col in ("path", "mode", "owner", "bytes", "sha256"):
+        payload.add_column(col)
+    for item in m.payload[:payload_limit]:
+        payload.add_row(
+            item.path, item.mode, f"{item.uid}:{item.gid}", str(item.size), item.sha256[:16]
+        )
+    console.print(payload)
+    delta = Table(title="config delta")
+    delta.add_column("field")
+    delta.add_column("value", overflow="fold")
+    for key, value in _delta_rows(m) or [("(none)", "")]:
+        delta.add_row(key, value)
+    console.print(delta)
+
+
+def print_image(console: Console, s: ImageSummary) -> None:
+    """Identity, layers and config of an image."""
+    console.print(f"{s.format} {s.reference}  name={s.name or '-'}  id={s.image_id}")
+    layers = Table(title=f"layers ({len(s.layers)})")
+    for col in ("#", "diffID", "blob digest", "bytes", "media type"):
+        layers.add_column(col)
+    for layer in s.layers:
+        layers.add_row(
+            str(layer.index), layer.diff_id, layer.digest or "-", str(layer.size), layer.media_type
+        )
+    console.print(layers)
+    config = Table(title="config")
+    config.add_column("field")
+    config.add_column("value", overflow="fold")
+    for key, value in s.config.items():
+        config.add_row(key, json.dumps(value))
+    console.print(config)

@@ -1,0 +1,239 @@
+"""``kit verify ARCHIVE``: prove a kit is intact and safe without running it.
+
+Checks, in order: the ``.sha256`` sidecar, safe unpacking, every member against
+SHA256SUMS, MANIFEST.json, the config and diffID lists, each working layer
+(digest, size, counts, safety rules), payload sha256, ``compile()`` of Python
+payload files (never imported), script defaults against servekit's table, and
+the generated files against their manifest. Nothing from the archive runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servekit.errors import UsageError
+from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed
+from servekit.kit.errors import KitRefused
+from servekit.kit.fsmanifest import FsState, parse_line, parse_manifest
+from servekit.kit.kitarchive import read_sidecar
+from servekit.kit.kitdir import KitDir, open_kit
+from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
+from servekit.kit.models import KitManifest
+from servekit.kit.render import render_all
+from servekit.kit.scriptdefaults import (
+    DEFAULT_KIND,
+    find_defaults,
+    is_shell_script,
+    mismatches,
+    script_role,
+    table,
+)
+from servekit.kit.streams import Limits, sha256_file
+
+
+@dataclass
+class _Scanned:
+    """Working layers read back from the kit."""
+
+    files: dict[str, LayerScan] = field(default_factory=dict)
+    captured: dict[str, bytes] = field(default_factory=dict)
+    final: dict[str, str] = field(default_factory=dict)
+
+
+DefaultsTable = Callable[[str], Mapping[str, str]]
+
+
+def verify_kit(
+    path: Path,
+    limits: Limits | None = None,
+    kind: str = DEFAULT_KIND,
+    role: str | None = None,
+    defaults: DefaultsTable | None = None,
+) -> CheckReport:
+    """Run every check on a kit archive (or unpacked folder) and report.
+
+    Script defaults are compared with the table for ``kind`` and ``role`` (by
+    default each script's role comes from its name: decode, prefill or mixed);
+    ``defaults`` replaces servekit's table (role -> NAME -> value).
+    """
+    limits = limits or Limits()
+    lookup = defaults or (lambda r: table(kind, r))
+    checks = [_sidecar(path)]
+    try:
+        with open_kit(path, limits) as kit:
+            checks += _inside(kit, limits, lambda p: lookup(role or script_role(p)))
+    except KitRefused as exc:
+        checks.append(failed("archive", [str(exc)]))
+    return CheckReport(subject=str(path), checks=checks)
+
+
+def _sidecar(path: Path) -> CheckResult:
+    if path.is_dir():
+        return CheckResult(name="sidecar", status="skip", detail="a folder has no .sha256 sidecar")
+    want = read_sidecar(path)
+    if want is None:
+        return failed("sidecar", [f"{path.name}.sha256 is missing"])
+    have = sha256_file(str(path))
+    if want != have:
+        return failed("sidecar", [f"archive sha256 {have} != sidecar {want}"])
+    return passed("sidecar", f"sha256 {have}")
+
+
+def _inside(kit: KitDir, limits: Limits, defaults: DefaultsTable) -> list[CheckResult]:
+    checks = [passed("archive", "unpacked: files and folders only, within limits")]
+    problems = kit.sum_problems()
+    checks.append(outcome("members", problems, "every member matches SHA256SUMS"))
+    try:
+        manifest = kit.read_manifest()
+    except KitRefused as exc:
+        return [*checks, failed("manifest", [str(exc)])]
+    checks.append(passed("manifest", f"{manifest.name}: {len(manifest.layers)} working layer(s)"))
+    checks.append(_config(kit, manifest))
+    scanned, layer_check = _layers(kit, manifest, limits)
+    checks.append(layer_check)
+    checks.append(_payload(kit, manifest, scanned))
+    checks.append(_compile(scanned))
+    checks.append(_defaults(scanned, defaults))
+    checks.append(_generated(kit, manifest))
+    return checks
+
+
+def _config(kit: KitDir, m: KitManifest) -> CheckResult:
+    problems = []
+    try:
+        data = kit.member("config.json").read_bytes()
+        diff_ids = json.loads(data)["rootfs"]["diff_ids"]
+    except (KitRefused, ValueError, KeyError, TypeError) as exc:
+        return failed("config", [f"config.json unreadable ({exc})"])
+    if "sha256:" + sha256_file(str(kit.member("config.json"))) != m.image.image_id:
+        problems.append("config.json does not hash to image.image_id")
+    if diff_ids != m.base.diff_ids + [layer.diff_id for layer in m.layers]:
+        problems.append("config rootfs.diff_ids != base diffIDs + working layer diffIDs")
+    listed = kit.member("base-diffids.txt").read_text().split()
+    if listed != m.base.diff_ids or m.base.layer_count != len(m.base.diff_ids):
+        problems.append("base-diffids.txt or base.layer_count disagrees with MANIFEST base")
+    if m.image.layer_count != len(diff_ids):
+        problems.append("image.layer_count disagrees with config")
+    return outcome("config", problems, f"image id {m.image.image_id[:19]}, {len(diff_ids)} layers")
+
+
+def _seed_state(kit: KitDir) -> FsState:
+    """The recorded filesystem, so hardlinks into base layers resolve."""
+    state = FsState()
+    for line in parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8")):
+        state.put(parse_line(line))
+    return state
+
+
+def _wanted(path: str) -> bool:
+    return path.endswith((".py", ".sh")) or "/bin/" in path or "script" in path
+
+
+def _layers(kit: KitDir, m: KitManifest, limits: Limits) -> tuple[_Scanned, CheckResult]:
+    scanned = _Scanned()
+    problems: list[str] = []
+    try:
+        state = _seed_state(kit)
+        for layer in m.layers:
+            path = kit.member(layer.file)
+            with path.open("rb") as blob:
+                opts = ScanOptions(f"kit layer {layer.file}", True, limits, _wanted)
+                scan = scan_layer(blob, state, opts)
+            problems += _layer_problems(layer.file, scan, layer.model_dump())
+            scanned.files[layer.file] = scan
+            scanned.captured.update(scan.captured)
+            scanned.final.update({p: e.sha256 for p, e in scan.files.items()})
+    except KitRefused as exc:
+        problems.append(str(exc))
+    return scanned, outcome("layers", problems, f"{len(m.layers)} layer(s): digests, sizes, safe")
+
+
+def _layer_problems(file: str, scan: LayerScan, want: dict[str, object]) -> list[str]:
+    have = {
+        "diff_id": scan.diff_id,
+        "raw_size": scan.raw_size,
+        "entries": scan.entries,
+        "whiteouts": sorted(scan.whiteouts),
+        "opaque_dirs": sorted(scan.opaque_dirs),
+    }
+    return [
+        f"{file}: {key} is {value!r}, MANIFEST says {want[key]!r}"
+        for key, value in have.items()
+        if want[key] != value
+    ]
+
+
+def _payload(kit: KitDir, m: KitManifest, scanned: _Scanned) -> CheckResult:
+    problems = []
+    recorded = {}
+    for line in parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8")):
+        entry = parse_line(line)
+        recorded[entry.path] = entry
+    if len(recorded) != m.image.fs_entries:
+        problems.append(
+            f"fs-manifest.txt has {len(recorded)} entries, MANIFEST says {m.image.fs_entries}"
+        )
+    for item in m.payload:
+        if scanned.final.get(item.path) != item.sha256:
+            problems.append(f"{item.path}: layer content sha256 differs from MANIFEST")
+        rec = recorded.get(item.path)
+        if rec is None or rec.sha256 != item.sha256 or f"{rec.mode:04o}" != item.mode:
+            problems.append(f"{item.path}: fs-manifest.txt disagrees with MANIFEST payload")
+    listed = kit.member("payload.sha256").read_text(encoding="utf-8").splitlines()
+    if listed != [f"{p.sha256}  {p.path.lstrip('/')}" for p in m.payload]:
+        problems.append("payload.sha256 disagrees with MANIFEST payload")
+    if len(m.payload) != m.image.payload_count:
+        problems.append("image.payload_count disagrees with the payload list")
+    return outcome("payload", problems, f"{len(m.payload)} file(s) sha256 equal")
+
+
+def _compile(scanned: _Scanned) -> CheckResult:
+    sources = {p: d for p, d in scanned.captured.items() if p.endswith(".py")}
+    problems = []
+    for path, data in sorted(sources.items()):
+        try:
+            compile(data, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+    if not sources:
+        return CheckResult(name="compile", status="skip", detail="no Python payload files")
+    return outcome("compile", problems, f"{len(sources)} Python file(s) compile")
+
+
+def _defaults(scanned: _Scanned, defaults: DefaultsTable) -> CheckResult:
+    """Script defaults against the table for each script's role."""
+    problems: list[str] = []
+    compared = 0
+    try:
+        for path, data in sorted(scanned.captured.items()):
+            if not is_shell_script(path, data):
+                continue
+            expected = defaults(path)
+            found = [
+                d
+                for d in find_defaults(path, data.decode("utf-8", "replace"))
+                if d.name in expected
+            ]
+            compared += len(found)
+            problems += mismatches(found, expected)
+    except UsageError as exc:
+        return failed("defaults", [str(exc)])
+    if not compared:
+        return CheckResult(
+            name="defaults", status="skip", detail="no shipped script sets a table default"
+        )
+    return outcome("defaults", problems, f"{compared} script default(s) equal the table")
+
+
+def _generated(kit: KitDir, m: KitManifest) -> CheckResult:
+    problems = []
+    for name, text in render_all(m).items():
+        path = kit.root / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            problems.append(f"{name} differs from what MANIFEST.json generates")
+    return outcome(
+        "generated", problems, "README, Dockerfile, rebuild.sh, selftest.sh match MANIFEST"
+    )
