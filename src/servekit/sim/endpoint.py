@@ -182,16 +182,24 @@ class SimEndpoint:
         if req.model is not None and req.model != spec.served_model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist.", "NotFoundError")
         await self._faults_before()
+        arrival = self.clock.now()
         rid = request_id or f"{_PREFIX}-{next(_IDS)}"
         prompt_len = len(req.prompt_ids)
         limit = self._max_tokens(req, prompt_len)
         digest = hash(tuple(req.prompt_ids))
-        remote = await self._pd_in(req, rid, digest, prompt_len)
+        delay = self._spike()
+        transfer = self._pd_in(req, rid, digest, prompt_len)
+        remote = transfer is not None
+        delay += transfer or 0.0
         output, finish = self._output(req, digest, limit)
         hashes = block_hashes(req.prompt_ids, self.kv.block_size) if not remote else []
         if not self.engine.fits(prompt_len + len(output)):
             raise ApiError(400, "the request needs more KV blocks than the engine has")
-        seq = Seq(prompt_len, hashes, output, finish, self.clock.now(), remote, req.stream)
+        await self.clock.sleep(delay)
+        self.check_serving()
+        seq = Seq(prompt_len, hashes, output, finish, arrival, arrival + delay)
+        seq.remote_kv = remote
+        seq.stream = req.stream
         admitted = Admitted(seq, req, rid)
         seq.on_finish = self._pd_out(admitted, digest)
         self.engine.submit(seq)
@@ -213,8 +221,10 @@ class SimEndpoint:
         while self.faults.hang and not self.dead:
             await self._changed.wait()
         self.check_serving()
-        if self.dice.hit(f.spike_rate):
-            await self.clock.sleep(f.spike_s)
+
+    def _spike(self) -> float:
+        f = self.faults
+        return f.spike_s if self.dice.hit(f.spike_rate) else 0.0
 
     def _max_tokens(self, req: GenRequest, prompt_len: int) -> int:
         room = self.spec.max_model_len - prompt_len
@@ -247,10 +257,10 @@ class SimEndpoint:
             return out[:limit], "length"
         return out, "stop"
 
-    async def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> bool:
-        """Decode side: True when the prompt's KV comes from a prefill instance."""
+    def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
+        """Decode side: the KV transfer time when the prompt's KV comes from prefill."""
         if self.spec.role != "decode":
-            return False
+            return None
         params = req.kv_transfer_params or {}
         if params.get("do_remote_prefill"):
             try:
@@ -261,13 +271,12 @@ class SimEndpoint:
         elif not (self.spec.kv_mode == "prompt" and self.kvreg.lookup_prompt(digest)):
             if self.spec.unguarded_incident and prompt_len > 0:
                 self._incident(rid, prompt_len)
-            return False
+            return None
         else:
             self.log.info("External Cache Hit! request %s", rid)
         self.stats.external_queries += prompt_len
         self.stats.external_hits += prompt_len
-        await self.clock.sleep(self.profile.transfer_time(prompt_len))
-        return True
+        return self.profile.transfer_time(prompt_len)
 
     def _pd_out(self, admitted: Admitted, digest: int) -> Any:
         """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""

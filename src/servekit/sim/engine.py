@@ -36,6 +36,7 @@ class Seq:
     output: list[str]
     finish_reason: str
     arrival: float
+    ready: float
     remote_kv: bool = False
     stream: bool = False
     on_finish: Callable[[Seq], bool] | None = None
@@ -65,7 +66,13 @@ class Seq:
 
 
 class Engine:
-    """The scheduler of one simulated engine."""
+    """The scheduler of one simulated engine.
+
+    While busy the engine runs on its own virtual timeline (each step starts
+    where the last ended) and only paces itself against the wall clock, so its
+    metrics are exact model accounting even when the host is too loaded to keep
+    up; it re-anchors at the first ready sequence after being idle.
+    """
 
     def __init__(self, profile: Profile, clock: Clock, kv: KvCache, stats: EngineStats) -> None:
         self.profile = profile
@@ -76,6 +83,7 @@ class Engine:
         self.running: list[Seq] = []
         self.vt = 0.0
         self.steps = 0
+        self._busy = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -127,14 +135,17 @@ class Engine:
     async def _loop(self) -> None:
         while True:
             if not self.waiting and not self.running:
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
             self._admit()
             if not self.running:
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 continue
             await self._step()
+
+    async def _idle(self) -> None:
+        self._busy = False
+        self._wake.clear()
+        await self._wake.wait()
 
     def _admit(self) -> None:
         limit = self.profile.max_num_seqs
@@ -145,6 +156,9 @@ class Engine:
             if alloc is None:
                 return
             self.waiting.popleft()
+            if self._busy and seq.ready > self.vt:
+                seq.arrival -= seq.ready - self.vt
+                seq.ready = self.vt
             seq.alloc = alloc
             seq.computed = seq.prompt_len if seq.remote_kv else alloc.cached_tokens
             self.stats.prefix_queries += seq.prompt_len
@@ -166,7 +180,10 @@ class Engine:
         if chunks:
             dt += prof.prefill_overhead_s
             dt += sum(prof.prefill_chunk(n, s.computed + n) for s, n in chunks)
-        start = max(self.vt, self.clock.now())
+        start = self.vt
+        if not self._busy:
+            start = max(start, min(s.ready for s in self.running))
+            self._busy = True
         self.vt = start + dt
         if dt > 0:
             await self.clock.sleep_until(self.vt)
