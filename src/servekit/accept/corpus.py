@@ -34,8 +34,8 @@ def filler(chars: int) -> str:
         section += 1
         for index, para in enumerate(paragraphs()):
             piece = f"Section {section}. {para}" if index == 0 else para
+            length += len(piece) + (2 if parts else 0)
             parts.append(piece)
-            length += len(piece) + 2
             if length >= chars:
                 break
     text = "\n\n".join(parts)

@@ -61,4 +61,6 @@ def accept(  # noqa: PLR0917 (typer maps each parameter to a flag)
         selfcheck=selfcheck,
         list_checks=list_checks,
     )
-    raise typer.Exit(code)
+    # SystemExit, not typer.Exit: the root app runs with standalone_mode=False, where
+    # click turns typer.Exit into a return value that servekit.cli.main discards.
+    raise SystemExit(code)

@@ -32,10 +32,13 @@ async def decode_direct(probe: Probe) -> Outcome:
         url = base_url(decoder.url)
         refused = await probe.post(f"{url}/v1/chat/completions", body)
         health = await probe.get(f"{url}/health")
+        problems = []
         if refused.status != 400:
-            return failed(f"{decoder.name}: plain request answered {refused.describe()}, not 400")
+            problems.append(f"plain request answered {refused.describe()}, not 400")
         if health.status != 200:
-            return failed(f"{decoder.name}: /health {health.describe()} right after the request")
+            problems.append(f"/health right after: {health.describe()}")
+        if problems:
+            return failed(f"{decoder.name}: {'; '.join(problems)}")
         codes.append(_error_code(refused.json_body()) or "")
     routed = await probe.post(f"{probe.env.entry}/v1/chat/completions", body)
     if answer_text(routed) is None:

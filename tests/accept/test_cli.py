@@ -1,0 +1,94 @@
+"""`servekit accept` as users run it: exit 0 all pass, 1 any failure, 2 usage error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servekit.accept.scripted import ScriptedConfig, running_scripted
+
+from .cluster import scripted_pd
+
+
+def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", "accept", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "SERVEKIT_RUNS": str(cwd / "runs")},
+    )
+
+
+def test_passing_url_target_exits_0_and_writes_result_and_markdown(tmp_path: Path) -> None:
+    with running_scripted(ScriptedConfig()) as url:
+        proc = servekit(
+            "--target", url, "--capability", "retrieval", "--context", "2k",
+            "--only", "api", "--only", "needle.2k", "--out", "res", cwd=tmp_path,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "res" / "result.json").read_text())
+    assert {c["verdict"] for c in doc["checks"]} == {"pass", "skip"}
+    assert len(doc["checks"]) == 6 + 11
+    assert "Acceptance: 16/16 passed" in (tmp_path / "res" / "accept.md").read_text()
+    assert "needle.2k.turn3" in proc.stdout
+
+
+def test_a_failing_check_exits_1(tmp_path: Path) -> None:
+    with running_scripted(ScriptedConfig(answer_mode="wrong_code")) as url:
+        proc = servekit(
+            "--target", url, "--capability", "retrieval", "--context", "2k",
+            "--only", "needle.2k.A", "--out", "res", cwd=tmp_path,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL" in proc.stdout
+
+
+def test_layout_name_target_reads_deployment_json(tmp_path: Path) -> None:
+    with scripted_pd(tmp_path) as dep:
+        run_dir = tmp_path / "runs" / "local__1p1d"
+        run_dir.mkdir(parents=True)
+        (run_dir / "deployment.json").write_text(dep.model_dump_json())
+        proc = servekit("--target", "local/1p1d", "--only", "guard", "--out", "o", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "guard.decode_direct" in proc.stdout
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    cases = [
+        ("--context", "12q", "--target", "http://127.0.0.1:9"),
+        ("--only", "nosuchcheck", "--target", "http://127.0.0.1:9"),
+        ("--depths", "0.5", "--target", "http://127.0.0.1:9"),
+        ("--only", "guard"),
+        ("--target", "local/not-running"),
+    ]
+    for args in cases:
+        proc = servekit(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith("error: ")
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_selfcheck_catches_every_negative_control(tmp_path: Path) -> None:
+    proc = servekit("--selfcheck", "--out", "sc", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "sc" / "result.json").read_text())
+    rows = doc["checks"]
+    assert len(rows) == 4 * 11
+    assert all(r["verdict"] == "pass" for r in rows)
+    for control in ("wrong_code", "echo", "overlong"):
+        assert all("judged fail" in r["reason"] for r in rows if f".{control}." in r["id"])
+    assert all("judged pass" in r["reason"] for r in rows if ".right." in r["id"])
+
+
+def test_list_names_every_check(tmp_path: Path) -> None:
+    proc = servekit("--list", "--context", "144k,1m", cwd=tmp_path)
+    assert proc.returncode == 0
+    ids = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    assert "guard.decode_direct" in ids
+    assert sum(i.startswith("needle.144k.") for i in ids) == 11
+    assert sum(i.startswith("needle.1m.") for i in ids) == 11
