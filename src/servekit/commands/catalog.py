@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 CatalogOpt = Annotated[
-    Optional[Path],  # noqa: UP045 - typer needs Optional at runtime on 3.11
+    Path | None,
     typer.Option(
         "--catalog", help="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
     ),
@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
     @layouts.command("check")
     def check(
         names: Annotated[
-            Optional[list[str]], typer.Argument(help="layouts to check (default: all)")
-        ] = None,  # noqa: UP045
+            list[str] | None, typer.Argument(help="layouts to check (default: all)")
+        ] = None,
         strict: Annotated[bool, typer.Option("--strict", help="warnings fail too")] = False,
         catalog: CatalogOpt = None,
     ) -> None:
@@ -48,12 +48,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("defaults")
     def defaults(
-        role: Annotated[
-            Optional[str], typer.Option("--role", help="mixed, prefill or decode")
-        ] = None,  # noqa: UP045
+        role: Annotated[str | None, typer.Option("--role", help="mixed, prefill or decode")] = None,
         kind: Annotated[
-            Optional[str], typer.Option("--kind", help="vllm-ascend, vllm or vllm-cpu")
-        ] = None,  # noqa: UP045
+            str | None, typer.Option("--kind", help="vllm-ascend, vllm or vllm-cpu")
+        ] = None,
     ) -> None:
         """Print the one defaults table every rendered surface takes its values from."""
         from servekit.catalog import views

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         name: str,
         out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
         set_: Annotated[
-            Optional[list[str]],  # noqa: UP045
+            list[str] | None,
             typer.Option(
                 "--set", help="override a field, e.g. engines.decode0.settings.max_num_seqs=64"
             ),
