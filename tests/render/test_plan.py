@@ -91,7 +91,11 @@ def test_builtin_dp_headless_rank_points_at_the_master() -> None:
     assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.3"
     assert head.engine_id == plan.process("decode0.n2").engine_id == "2"
     proxy = list(plan.process("proxy").argv)
-    assert proxy.count("--decode") == 1 and "http://10.0.0.3:7100" in proxy
+    assert proxy[proxy.index("--decode") + 1 :] == ["http://10.0.0.3:7100"]
+    assert proxy[proxy.index("--prefill") + 1 : proxy.index("--decode")] == [
+        "http://10.0.0.1:7100",
+        "http://10.0.0.2:7100",
+    ]
 
 
 def test_defaults_table_reaches_argv_unless_the_layout_overrides() -> None:

@@ -461,14 +461,19 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     port = ctx.port(proxy.node, proxy.port)
     args = _Args()
     args.lit(ctx.opts.python, "-m", "servekit.proxy", "--host", proxy.host, "--port", str(port))
-    args.lit("--mode", proxy.mode)
+    if proxy.mode != "replica":
+        args.lit("--mode", proxy.mode)
     for flag, which in (
         ("--prefill", "prefill"),
         ("--decode", "decode"),
         ("--replica", "replicas"),
     ):
-        for node, planned in proxy.endpoints(which):  # type: ignore[arg-type]
-            args.lit(flag, f"http://{ctx.host(node)}:{ctx.port(node, planned)}")
+        urls = [
+            f"http://{ctx.host(node)}:{ctx.port(node, planned)}"
+            for node, planned in proxy.endpoints(which)  # type: ignore[arg-type]
+        ]
+        if urls:
+            args.lit(flag, *urls)
     return ProcessPlan(
         name="proxy",
         node=proxy.node,
