@@ -1,0 +1,360 @@
+"""servekit's proxy vs vllm-ascend's example proxy, side by side on the same backends.
+
+    .venv/bin/python benchmarks/proxy_compare.py /tmp/ext/load_balance_proxy_server_example.py \
+        --example-python /tmp/exvenv/bin/python
+
+The example proxy is read from outside the repository (never vendored) and run
+with its own interpreter (fastapi, uvicorn, httpx installed there). Both proxies
+run as one process each, in front of the same zero-latency PD backends (one
+prefill, one decode): servekit's simulator with the ``zero`` profile, or with
+``--backend lean`` a minimal aiohttp backend started by this script.
+
+Measured:
+- TTFT (request sent -> first streamed byte) at concurrency 1, interleaved
+  direct / servekit / example; "direct" is the client doing the PD exchange
+  itself (prefill, then the decode stream), so the difference is what the proxy
+  adds. p50 and p99 over ``--ttft-requests`` after a warm-up.
+- Sustained rate: streamed requests completed per second with ``--concurrency``
+  closed-loop streams for ``--duration`` seconds each; the best level that had
+  no errors is the proxy's sustained rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 8
+KV = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- backends ---------------------------------------------------------------
+
+
+def lean_backend_app(role: str, tokens: int) -> web.Application:
+    """A zero-latency PD backend: prefill answers kv_transfer_params, decode streams."""
+    frame = b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":" tok"}]}\n\n'
+    stream = frame * tokens + b"data: [DONE]\n\n"
+    prefill_answer = json.dumps(
+        {
+            "id": "c",
+            "choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
+            "kv_transfer_params": {
+                "remote_engine_id": "p",
+                "remote_block_ids": [1],
+                "remote_host": "127.0.0.1",
+                "remote_port": 1,
+            },
+        }
+    ).encode()
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if role == "prefill" or not body.get("stream"):
+            return web.Response(body=prefill_answer, content_type="application/json")
+        if not body.get("kv_transfer_params"):
+            return web.json_response({"error": "guard"}, status=400)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(stream)
+        await resp.write_eof()
+        return resp
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", health)
+    return app
+
+
+def serve_backend(kind: str, prefill_port: int, decode_port: int, tokens: int) -> None:
+    """Run in a child process: both backends in one event loop, until killed."""
+    if kind == "sim":
+        from servekit.sim.server import run
+        from servekit.sim.spec import spec_from_mapping
+
+        eps = [
+            {"name": "p0", "port": prefill_port, "role": "prefill", "profile": "zero"},
+            {"name": "d0", "port": decode_port, "role": "decode", "profile": "zero",
+             "guard": True},
+        ]  # fmt: skip
+        run(spec_from_mapping({"endpoints": eps}))
+        return
+
+    async def main() -> None:
+        for role, port in (("prefill", prefill_port), ("decode", decode_port)):
+            runner = web.AppRunner(lean_backend_app(role, tokens), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --- processes ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def child(argv: list[str], log: Path, cwd: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def wait_ok(url: str, bound_s: float = 60.0) -> None:
+    deadline = time.monotonic() + bound_s
+    async with aiohttp.ClientSession() as c:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with c.get(url) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    raise SystemExit(f"{url} never answered 200; see the logs")
+
+
+# --- measurements -------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    send: Callable[[aiohttp.ClientSession, dict[str, Any]], Awaitable[tuple[float, bool]]]
+    ttft_ms: list[float] = field(default_factory=list)
+    rates: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+
+def request_body(tokens: int) -> dict[str, Any]:
+    return {"model": "sim-model", "prompt": PROMPT, "max_tokens": tokens, "stream": True}
+
+
+async def stream_from(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], t0: float
+) -> tuple[float, bool]:
+    """POST a streamed request; returns (seconds to first byte, ended with [DONE])."""
+    async with session.post(url, json=body) as resp:
+        first = await resp.content.readany()
+        ttft = time.perf_counter() - t0
+        tail = first[-32:]
+        async for chunk in resp.content.iter_any():
+            tail = (tail + chunk)[-32:]
+        return ttft, resp.status == 200 and b"[DONE]" in tail
+
+
+def via_proxy(
+    base: str,
+) -> Callable[[aiohttp.ClientSession, dict[str, Any]], Awaitable[tuple[float, bool]]]:
+    async def send(session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[float, bool]:
+        return await stream_from(session, base + "/v1/completions", body, time.perf_counter())
+
+    return send
+
+
+def direct(
+    prefill: str, decode: str
+) -> Callable[[aiohttp.ClientSession, dict[str, Any]], Awaitable[tuple[float, bool]]]:
+    """The client doing the PD exchange itself: the baseline without a proxy."""
+
+    async def send(session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[float, bool]:
+        t0 = time.perf_counter()
+        pre = {**body, "stream": False, "max_tokens": 1, "min_tokens": 1, "kv_transfer_params": KV}
+        async with session.post(prefill + "/v1/completions", json=pre) as resp:
+            kv = (await resp.json())["kv_transfer_params"]
+        return await stream_from(
+            session, decode + "/v1/completions", {**body, "kv_transfer_params": kv}, t0
+        )
+
+    return send
+
+
+async def measure_ttft(targets: list[Target], n: int, warmup: int, tokens: int) -> None:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        body = request_body(tokens)
+        for i in range(warmup + n):
+            for t in targets:
+                ttft, ok = await t.send(session, body)
+                if not ok:
+                    raise SystemExit(f"{t.name}: a TTFT request failed")
+                if i >= warmup:
+                    t.ttft_ms.append(ttft * 1000)
+
+
+async def measure_rate(
+    t: Target, concurrency: int, duration: float, tokens: int
+) -> tuple[float, int]:
+    """Closed loop: ``concurrency`` streams back to back; (completed/s, errors)."""
+    connector = aiohttp.TCPConnector(limit=0)
+    done = errors = 0
+    async with aiohttp.ClientSession(connector=connector) as session:
+        body = request_body(tokens)
+        stop_at = time.perf_counter() + duration
+
+        async def worker() -> None:
+            nonlocal done, errors
+            while time.perf_counter() < stop_at:
+                try:
+                    _, ok = await t.send(session, body)
+                except (aiohttp.ClientError, OSError, KeyError, ValueError):
+                    ok = False
+                done, errors = (done + 1, errors) if ok else (done, errors + 1)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return done / elapsed, errors
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def sustained(t: Target) -> float:
+    clean = [rate for rate, errors in t.rates.values() if errors == 0]
+    return max(clean, default=0.0)
+
+
+def table(base: Target, ours: Target, theirs: Target) -> str:
+    rows: list[tuple[str, str, str, str, str]] = [("", "direct", "servekit", "example", "ratio")]
+
+    def fmt(v: float) -> str:
+        return f"{v:.3f}"
+
+    for q in (50, 99):
+        d, s, e = (pct(t.ttft_ms, q) for t in (base, ours, theirs))
+        rows.append((f"TTFT p{q} (ms)", fmt(d), fmt(s), fmt(e), ""))
+        rows.append((f"added TTFT p{q} (ms)", "-", fmt(s - d), fmt(e - d),
+                     f"{(e - d) / (s - d):.1f}x less" if s - d > 0 else ""))  # fmt: skip
+    for c in ours.rates:
+        (rs, es), (re_, ee) = ours.rates[c], theirs.rates[c]
+        rows.append((f"rate @{c} streams (req/s)", "-", f"{rs:.0f} ({es} err)", f"{re_:.0f} ({ee} err)",
+                     f"{rs / re_:.2f}x" if re_ else ""))  # fmt: skip
+    s_rate, e_rate = sustained(ours), sustained(theirs)
+    ratio = f"{s_rate / e_rate:.2f}x" if e_rate else "inf"
+    rows.append(("sustained rate (req/s)", "-", f"{s_rate:.0f}", f"{e_rate:.0f}", ratio))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+# --- main ---------------------------------------------------------------------
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "example", nargs="?", type=Path, help="path of load_balance_proxy_server_example.py"
+    )
+    p.add_argument("--example-python", default="/tmp/exvenv/bin/python",
+                   help="interpreter with fastapi, uvicorn, httpx")  # fmt: skip
+    p.add_argument("--backend", choices=("sim", "lean"), default="sim")
+    p.add_argument("--tokens", type=int, default=16, help="streamed tokens per request")
+    p.add_argument("--ttft-requests", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per rate level")
+    p.add_argument("--json", type=Path, help="write the figures here too")
+    p.add_argument("--serve-backend", nargs=2, type=int, metavar=("PREFILL", "DECODE"),
+                   help=argparse.SUPPRESS)  # fmt: skip
+    return p.parse_args()
+
+
+async def run_all(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    base = Target("direct", direct(urls["prefill"], urls["decode"]))
+    ours = Target("servekit", via_proxy(urls["servekit"]))
+    theirs = Target("example", via_proxy(urls["example"]))
+    await measure_ttft([base, ours, theirs], args.ttft_requests, args.warmup, args.tokens)
+    for c in args.concurrency:
+        for t in (ours, theirs):
+            t.rates[c] = await measure_rate(t, c, args.duration, args.tokens)
+    print(table(base, ours, theirs))
+    return {
+        t.name: {
+            "ttft_ms_p50": pct(t.ttft_ms, 50),
+            "ttft_ms_p99": pct(t.ttft_ms, 99),
+            "ttft_ms_mean": statistics.fmean(t.ttft_ms),
+            "rates": {str(c): {"req_per_s": r, "errors": e} for c, (r, e) in t.rates.items()},
+            "sustained_req_per_s": sustained(t),
+        }
+        for t in (base, ours, theirs)
+    }
+
+
+def main() -> None:
+    args = parse()
+    if args.serve_backend:
+        serve_backend(args.backend, *args.serve_backend, args.tokens)
+        return
+    if args.example is None or not args.example.is_file():
+        raise SystemExit("give the path of vllm-ascend's load_balance_proxy_server_example.py")
+    logs = Path(tempfile.mkdtemp(prefix="proxy-compare-"))
+    pp, dp, sp, ep = (free_port() for _ in range(4))
+    urls = {k: f"http://127.0.0.1:{p}" for k, p in
+            {"prefill": pp, "decode": dp, "servekit": sp, "example": ep}.items()}  # fmt: skip
+    backend = [sys.executable, __file__, "--backend", args.backend, "--tokens", str(args.tokens),
+               "--serve-backend", str(pp), str(dp)]  # fmt: skip
+    servekit = [sys.executable, "-m", "servekit.proxy", "--prefill", urls["prefill"],
+                "--decode", urls["decode"], "--port", str(sp), "--log-level", "warning"]  # fmt: skip
+    example = [args.example_python, str(args.example.resolve()), "--host", "127.0.0.1",
+               "--port", str(ep), "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", str(pp),
+               "--decoder-hosts", "127.0.0.1", "--decoder-ports", str(dp),
+               "--log-level", "WARNING"]  # fmt: skip
+    env_note = f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f} backend={args.backend}"
+    print(f"# {env_note}; logs in {logs}")
+    with (
+        child(backend, logs / "backend.log"),
+        child(servekit, logs / "servekit.log"),
+        child(example, logs / "example.log", cwd=str(args.example.resolve().parent)),
+    ):
+        asyncio.run(wait_ok(urls["decode"] + "/health"))
+        asyncio.run(wait_ok(urls["servekit"] + "/health"))
+        asyncio.run(wait_ok(urls["example"] + "/healthcheck"))
+        figures = asyncio.run(run_all(args, urls))
+    print(f"# load after: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"env": env_note, "figures": figures}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
