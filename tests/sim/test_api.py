@@ -212,9 +212,10 @@ def test_non_json_body_is_400(sim: RunningSim) -> None:
 def test_metrics_carry_vllm_names_and_count(sim: RunningSim) -> None:
     _, before = get(f"{sim.url}/metrics")
     gen0 = metric(before, "vllm:generation_tokens_total")
-    _, doc = post(
+    status, _ = post(
         f"{sim.url}/v1/completions", {"prompt": "count me", "max_tokens": 7, "ignore_eos": True}
     )
+    assert status == 200
     _, after = get(f"{sim.url}/metrics")
     for name in VLLM_METRICS:
         metric(after, name)

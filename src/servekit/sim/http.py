@@ -173,41 +173,44 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 def add_admin_routes(router: web.UrlDispatcher, prefix: str, pick: Any) -> None:
-    """POST {prefix}/faults|kill|restart, GET {prefix}/state; ``pick`` finds the endpoint."""
+    """POST {prefix}/faults|kill|restart, GET {prefix}/state.
 
-    async def faults(request: web.Request) -> web.Response:
-        ep: SimEndpoint = pick(request)
-        try:
-            patch = load_json(await request.read())
-            ep.set_faults(patch)
-        except ApiError as exc:
-            return error_response(exc)
-        except UsageError as exc:
-            return error_response(ApiError(400, str(exc)))
-        return json_response(ep.state())
+    ``pick(request)`` finds the endpoint or raises ApiError (404 on the admin port).
+    """
 
-    async def kill(request: web.Request) -> web.Response:
-        ep: SimEndpoint = pick(request)
-        ep.kill("killed through the admin API")
-        return json_response(ep.state())
+    def route(action: Any) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            try:
+                ep: SimEndpoint = pick(request)
+                raw = await request.read()
+                doc = load_json(raw) if raw.strip() else {}
+                return json_response(action(ep, doc))
+            except ApiError as exc:
+                return error_response(exc)
+            except UsageError as exc:
+                return error_response(ApiError(400, str(exc)))
 
-    async def restart(request: web.Request) -> web.Response:
-        ep: SimEndpoint = pick(request)
-        raw = await request.read()
-        try:
-            doc = load_json(raw) if raw.strip() else {}
-            slow = doc.get("slow_start_s")
-            if slow is not None and (not isinstance(slow, int | float) or slow < 0):
-                raise ApiError(400, "slow_start_s: expected a number >= 0")
-        except ApiError as exc:
-            return error_response(exc)
-        ep.restart(None if slow is None else float(slow))
-        return json_response(ep.state())
+        return handler
 
-    async def state(request: web.Request) -> web.Response:
-        return json_response(pick(request).state())
+    router.add_post(f"{prefix}/faults", route(_set_faults))
+    router.add_post(f"{prefix}/kill", route(_kill))
+    router.add_post(f"{prefix}/restart", route(_restart))
+    router.add_get(f"{prefix}/state", route(lambda ep, _doc: ep.state()))
 
-    router.add_post(f"{prefix}/faults", faults)
-    router.add_post(f"{prefix}/kill", kill)
-    router.add_post(f"{prefix}/restart", restart)
-    router.add_get(f"{prefix}/state", state)
+
+def _set_faults(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
+    ep.set_faults(doc)
+    return ep.state()
+
+
+def _kill(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
+    ep.kill("killed through the admin API")
+    return ep.state()
+
+
+def _restart(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
+    slow = doc.get("slow_start_s")
+    if slow is not None and (not isinstance(slow, int | float) or slow < 0):
+        raise ApiError(400, "slow_start_s: expected a number >= 0")
+    ep.restart(None if slow is None else float(slow))
+    return ep.state()

@@ -21,6 +21,7 @@ from servekit.errors import UsageError
 from servekit.sim.clock import Clock
 from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.http import add_admin_routes, build_app, json_response
+from servekit.sim.openai import ApiError
 from servekit.sim.pd import KvRegistry
 from servekit.sim.spec import SimSpec
 
@@ -86,7 +87,8 @@ class SimServer:
         def pick(request: web.Request) -> SimEndpoint:
             name = request.match_info["name"]
             if name not in self.endpoints:
-                raise web.HTTPNotFound(text=f"no endpoint named {name}")
+                known = ", ".join(self.endpoints)
+                raise ApiError(404, f"no endpoint named {name}; known: {known}", "NotFoundError")
             return self.endpoints[name]
 
         async def listing(request: web.Request) -> web.Response:

@@ -1,0 +1,163 @@
+"""Faults set in the spec or at run time through the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from servekit.sim.testing import RunningSim, running_sim
+
+from .webclient import get, metric, post
+
+NEEDLE = "The secret code for needle B is QQ11-2233.\n\nWhat is the secret code for needle B?"
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSim]:
+    spec = {"endpoints": [{"name": "a", "port": 0}, {"name": "b", "port": 0}], "admin": {"port": 0}}
+    with running_sim(spec) as running:
+        yield running
+
+
+def _faults(sim: RunningSim, name: str, **patch: Any) -> tuple[int, Any]:
+    return post(f"{sim.admin_url}/sim/endpoints/{name}/faults", patch)
+
+
+def _complete(url: str, timeout: float = 10.0, **extra: Any) -> tuple[int, Any]:
+    return post(f"{url}/v1/completions", {"prompt": "hello", "max_tokens": 8, **extra}, timeout)
+
+
+def test_error_rate_and_status(sim: RunningSim) -> None:
+    assert _faults(sim, "a", error_rate=1.0, error_status=503)[0] == 200
+    assert [_complete(sim.urls["a"])[0] for _ in range(5)] == [503] * 5
+    assert _complete(sim.urls["b"])[0] == 200
+    _faults(sim, "a", error_rate=0.5)
+    codes = [_complete(sim.urls["a"])[0] for _ in range(40)]
+    assert codes.count(503) > 5 and codes.count(200) > 5
+
+
+def test_latency_spike_shows_in_the_model_ttft(sim: RunningSim) -> None:
+    _faults(sim, "a", spike_rate=1.0, spike_s=0.3)
+    for _ in range(3):
+        assert _complete(sim.urls["a"])[0] == 200
+    _, text = get(f"{sim.urls['a']}/metrics")
+    mean = metric(text, "vllm:time_to_first_token_seconds_sum") / metric(
+        text, "vllm:time_to_first_token_seconds_count"
+    )
+    assert mean == pytest.approx(0.3, abs=0.03)
+
+
+def test_hang_never_answers_while_health_says_200_until_cleared(sim: RunningSim) -> None:
+    _faults(sim, "a", hang=True)
+    with pytest.raises(TimeoutError):
+        _complete(sim.urls["a"], timeout=0.5)
+    assert get(f"{sim.urls['a']}/health")[0] == 200
+    result: list[int] = []
+    waiter = threading.Thread(target=lambda: result.append(_complete(sim.urls["a"])[0]))
+    waiter.start()
+    time.sleep(0.2)
+    assert result == []
+    _faults(sim, "a", hang=False)
+    waiter.join(timeout=10)
+    assert result == [200]
+
+
+async def _stream_until_reset(url: str) -> tuple[list[str], BaseException | None]:
+    lines: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        try:
+            body = {"prompt": "hello", "max_tokens": 40, "ignore_eos": True, "stream": True}
+            async with session.post(f"{url}/v1/completions", json=body) as resp:
+                async for raw in resp.content:
+                    if raw.strip():
+                        lines.append(raw.decode().strip())
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            return lines, exc
+    return lines, None
+
+
+def test_connection_reset_mid_stream(sim: RunningSim) -> None:
+    _faults(sim, "a", reset_rate=1.0, reset_after_tokens=0)
+    lines, error = asyncio.run(_stream_until_reset(sim.urls["a"]))
+    assert error is not None
+    assert "data: [DONE]" not in lines
+    with pytest.raises(ConnectionError):
+        _complete(sim.urls["a"])
+    lines, error = asyncio.run(_stream_until_reset(sim.urls["b"]))
+    assert error is None and lines[-1] == "data: [DONE]"
+
+
+def test_slow_start_answers_503_then_serves() -> None:
+    spec = {"endpoints": [{"name": "a", "port": 0, "faults": {"slow_start_s": 0.4}}]}
+    with running_sim(spec) as sim:
+        assert get(f"{sim.url}/health")[0] == 503
+        assert _complete(sim.url)[0] == 503
+        deadline = time.monotonic() + 10
+        while get(f"{sim.url}/health")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _complete(sim.url)[0] == 200
+
+
+def test_dead_at_start_and_restart_through_the_endpoint() -> None:
+    spec = {"endpoints": [{"name": "a", "port": 0, "faults": {"dead": True}}]}
+    with running_sim(spec) as sim:
+        assert get(f"{sim.url}/health")[0] == 500
+        assert _complete(sim.url)[0] == 500
+        status, state = post(f"{sim.url}/sim/restart", {"slow_start_s": 0})
+        assert status == 200 and state["health"] == 200
+        assert _complete(sim.url)[0] == 200
+
+
+def test_kill_fails_running_stream_and_restart_resets_counters() -> None:
+    spec = {
+        "endpoints": [
+            {"name": "a", "port": 0, "profile": {"name": "slow", "decode_step_s": [[1, 0.02]]}}
+        ]
+    }
+    with running_sim(spec) as sim:
+        assert _complete(sim.url)[0] == 200
+        outcome: list[Any] = []
+        t = threading.Thread(
+            target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url)))
+        )
+        t.start()
+        time.sleep(0.2)
+        assert post(f"{sim.url}/sim/kill", {})[0] == 200
+        t.join(timeout=10)
+        lines, _ = outcome[0]
+        assert any("EngineDeadError" in line for line in lines)
+        assert get(f"{sim.url}/health")[0] == 500
+        post(f"{sim.url}/sim/restart", {})
+        _, text = get(f"{sim.url}/metrics")
+        assert metric(text, "vllm:generation_tokens_total") == 0
+        assert _complete(sim.url)[0] == 200
+
+
+def test_misbehave_and_disagree_at_run_time(sim: RunningSim) -> None:
+    def answer(name: str) -> str:
+        _, doc = post(f"{sim.urls[name]}/v1/completions", {"prompt": NEEDLE, "max_tokens": 64})
+        return str(doc["choices"][0]["text"])
+
+    assert answer("a") == answer("b") == "QQ11-2233"
+    _faults(sim, "a", misbehave="wrong_code")
+    assert answer("a") != "QQ11-2233"
+    _faults(sim, "a", misbehave="none", disagree_seed=5)
+    assert answer("a") != answer("b")
+    sim.set_faults("a", disagree_seed=None)
+    assert answer("a") == "QQ11-2233"
+
+
+def test_admin_rejects_bad_fault_fields_and_lists_endpoints(sim: RunningSim) -> None:
+    status, doc = _faults(sim, "a", error_rate=2)
+    assert status == 400 and "error_rate" in doc["error"]["message"]
+    status, doc = _faults(sim, "a", nonsense=1)
+    assert status == 400 and "nonsense" in doc["error"]["message"]
+    assert post(f"{sim.admin_url}/sim/endpoints/zzz/faults", {})[0] == 404
+    status, body = get(f"{sim.admin_url}/sim/endpoints")
+    assert status == 200 and b'"name":"a"' in body and b'"name":"b"' in body
