@@ -9,6 +9,7 @@ fixed mtimes and numeric owners.
 from __future__ import annotations
 
 import json
+import posixpath
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -44,8 +45,10 @@ def _resolve(members: dict[str, tarfile.TarInfo], name: str, what: str) -> tarfi
             return info
         if not info.issym():
             raise KitRefused(f"{what}: member {name!r} is not a regular file")
-        parent = path.rsplit("/", 1)[0]
-        path = member_path(f"{parent}/{info.linkname}".lstrip("/"), what)
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), info.linkname))
+        if info.linkname.startswith("/") or not joined.startswith("/") or joined == "/":
+            raise KitRefused(f"{what}: member {name!r} links outside the archive")
+        path = joined
     raise KitRefused(f"{what}: member {name!r} has too many symlink hops")
 
 
