@@ -112,3 +112,15 @@ def test_models_come_from_a_backend() -> None:
             assert status == 200 and doc["data"][0]["id"] == "tiny"
 
     run(scenario())
+
+
+def test_pd_refuses_batched_prompts_that_would_share_remote_blocks() -> None:
+    async def scenario() -> None:
+        async with stack() as s:
+            status, out = await s.post("/v1/completions", {"prompt": ["a", "b"]})
+            assert status == 400 and "one prompt per request" in json.loads(out)["error"]["message"]
+            assert s.prefill[0].gen_requests() == []
+            status, _ = await s.post("/v1/completions", {"prompt": [1, 2, 3]})  # token ids: one
+            assert status == 200
+
+    run(scenario())

@@ -17,7 +17,7 @@ from aiohttp.typedefs import Middleware
 
 from servekit.proxy import admin
 from servekit.proxy.failures import ProxyError
-from servekit.proxy.requests import make_ticket
+from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Answer, Trip
 
@@ -52,6 +52,10 @@ async def _run_trip(router: Router, request: web.Request) -> tuple[web.StreamRes
     ticket = make_ticket(request.path, body, router.config.prefix_chars)
     trip = Trip(router, request, ticket)
     mode = router.config.mode
+    if mode == "pd" and prompt_count(body) > 1:
+        # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
+        msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
+        raise ProxyError("bad_request", "proxy", msg)
     if mode == "replica":
         return await trip.generate("replica", body), trip
     return await trip.pd(with_kv_params=mode == "pd"), trip

@@ -45,6 +45,14 @@ def _token_ids(prompt: Any) -> int | None:
     return None
 
 
+def prompt_count(body: dict[str, Any]) -> int:
+    """How many prompts a completions body batches (a list of ids is one prompt)."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, list) or not prompt or _token_ids(prompt) == len(prompt):
+        return 1
+    return len(prompt)
+
+
 def prompt_of(body: dict[str, Any]) -> str:
     """The prompt text of a completions, chat or responses body."""
     if "messages" in body:
