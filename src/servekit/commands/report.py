@@ -1,0 +1,102 @@
+"""``servekit verify`` and ``servekit catalog site``: parsing only.
+
+The flow lives in :mod:`servekit.report.verify`, the site in
+:mod:`servekit.report.site`; both are imported inside the command bodies so
+``servekit --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+EngineOpt = Annotated[
+    str, typer.Option("--engine", help="vllm: real engines here; sim: simulated engines")
+]
+CatalogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--catalog", help="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
+    ),
+]
+ENGINES = ("vllm", "sim")
+
+
+def _engine(value: str) -> Literal["vllm", "sim"]:
+    from servekit.errors import UsageError
+
+    if value == "vllm":
+        return "vllm"
+    if value == "sim":
+        return "sim"
+    raise UsageError(f"--engine {value}: use vllm (real engines) or sim (simulated engines)")
+
+
+def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
+    name: Annotated[str, typer.Argument(help="layout name, e.g. local/1p1d")],
+    engine: EngineOpt = "vllm",
+    target: Annotated[
+        str | None, typer.Option("--target", help="attach to a running URL or layout instead")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="run folder (default .servekit/reports/...)")
+    ] = None,
+    baseline: Annotated[
+        Path | None, typer.Option("--baseline", help="a saved bench.json to compare against")
+    ] = None,
+    kit: Annotated[
+        Path | None, typer.Option("--kit", help="image kit archive to self-check")
+    ] = None,
+    quick: Annotated[
+        bool | None,
+        typer.Option("--quick/--full", help="short workloads (default: quick on sim only)"),
+    ] = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Bring a layout up, run acceptance and benchmarks, write the report, tear down."""
+    from servekit.report.adapters import real_components
+    from servekit.report.verify import VerifyOptions, verify
+
+    cat = str(catalog) if catalog else None
+    opts = VerifyOptions(
+        name=name,
+        engine=_engine(engine),
+        target=target,
+        out=out,
+        baseline=baseline,
+        kit=kit,
+        quick=quick,
+        catalog=cat,
+    )
+    outcome = verify(opts, real_components(cat))
+    for line in outcome.run_dir.joinpath("report.md").read_text().splitlines()[:3]:
+        if line.strip():
+            typer.echo(line)
+    if outcome.ledger is not None:
+        typer.echo(f"ledger: {outcome.ledger} (+1 {outcome.run.engine} record)")
+    else:
+        typer.echo("ledger: unchanged (only a passing run is recorded)")
+    typer.echo(f"report: {outcome.report_md}")
+    typer.echo(f"html:   {outcome.report_html}")
+    raise typer.Exit(outcome.exit_code)
+
+
+def site_command(
+    out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
+    catalog: CatalogOpt = None,
+) -> None:
+    """Write the static HTML catalog: an index with filters and a page per layout."""
+    from servekit.report.site import build_site
+
+    index = build_site(out, str(catalog) if catalog else None)
+    typer.echo(str(index))
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``verify`` and the ``catalog`` group (``catalog site``)."""
+    app.command("verify")(verify_command)
+    catalog_app = typer.Typer(help="The catalog as a static site.", no_args_is_help=True)
+    catalog_app.command("site")(site_command)
+    app.add_typer(catalog_app, name="catalog")

@@ -1,0 +1,97 @@
+"""Binding verify's Protocols to servekit's real parts (runner, accept, bench, kit).
+
+Each adapter imports its package inside the call, so ``servekit --help`` and the
+catalog site never load the engine stack.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from servekit.accept.models import AcceptResult
+from servekit.bench.config import RunSettings, Workload
+from servekit.bench.schema import BenchResult
+from servekit.catalog.loader import LoadedLayout
+from servekit.deployment import Deployment, load_deployment, run_dir_for
+from servekit.errors import UsageError
+from servekit.report.components import Components, EngineChoice
+from servekit.report.evidence import sha256_file
+from servekit.report.models import KitCheck
+
+READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
+
+
+class LocalRunner:
+    """``servekit up NAME --detach --free-ports`` and ``servekit down NAME`` as calls."""
+
+    def __init__(self, catalog: str | None = None, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.catalog = catalog
+        self.ready_timeout_s = ready_timeout_s
+
+    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+        from rich.console import Console
+
+        from servekit.local.control import up_detached
+        from servekit.local.prepare import prepare_run
+
+        name = loaded.layout.name
+        spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog)
+        code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
+        if code != 0:
+            raise UsageError(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
+        return load_deployment(name)
+
+    def down(self, loaded: LoadedLayout) -> str:
+        from servekit.local.control import down
+
+        return "; ".join(down(loaded.layout.name))
+
+
+def attach(target: str) -> Deployment:
+    """``--target URL|NAME``: a URL or the deployment.json of a running layout."""
+    return load_deployment(target)
+
+
+def accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
+    from servekit.accept.runner import run_acceptance
+
+    return run_acceptance(deployment, out_dir=out_dir, contexts=list(contexts))
+
+
+def bench(
+    deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
+) -> BenchResult:
+    from servekit.bench.runner import run_bench
+
+    return run_bench(deployment, workloads, settings)
+
+
+def kit(archive: Path, out_dir: Path) -> KitCheck:
+    """``servekit kit verify ARCHIVE``: every check, kept as evidence."""
+    from servekit.fsutil import atomic_write_text
+    from servekit.kit.verify import verify_kit
+
+    report = verify_kit(archive)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "kit-verify.json", report.model_dump_json(indent=2) + "\n")
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip")}
+    failures = [f"{c.name}: {c.detail}" for c in report.checks if c.status == "fail"]
+    summary = f"{counts['pass']}/{counts['pass'] + counts['fail']} kit checks passed"
+    if failures:
+        summary += f" ({failures[0]})"
+    return KitCheck(
+        archive=str(archive),
+        archive_sha256=sha256_file(archive) if archive.is_file() else None,
+        ok=report.ok,
+        summary=summary,
+        evidence="kit/kit-verify.json",
+    )
+
+
+def real_components(catalog: str | None = None) -> Components:
+    """The parts a real ``servekit verify`` uses."""
+    return Components(
+        runner=LocalRunner(catalog), attach=attach, accept=accept, bench=bench, kit=kit
+    )

@@ -1,0 +1,91 @@
+"""'Honest boundaries': what this run did not cover, and what was simulated.
+
+The seed's release page ends with "two boundaries, stated as they are". Here
+they are computed: declared workloads that did not produce a figure, checks
+that were skipped, a missing kit, a simulated engine, a quick run, an attached
+target, a derived layout. Silence about a gap would read as coverage.
+"""
+
+from __future__ import annotations
+
+from servekit.accept.models import AcceptResult
+from servekit.bench.schema import BenchResult
+from servekit.report.models import KitCheck, VerifyRun
+
+BENCH_KIND = {
+    "single-stream": "single_stream",
+    "multi-stream": "multi_stream",
+    "prefill": "prefill",
+    "kv-capacity": "kv_capacity",
+    "rate-sweep": "rate_sweep",
+    "concurrency-sweep": "concurrency_sweep",
+}
+
+
+def _engine_lines(run: VerifyRun) -> list[str]:
+    lines: list[str] = []
+    if run.simulated:
+        lines.append(
+            "Every figure in this report comes from simulated engines (servekit sim): it "
+            "checks the flow, the proxy and the plan, not the hardware or the model. "
+            "This run is recorded as simulated and never counts as hardware verification."
+        )
+    if run.target:
+        lines.append(
+            f"Attached to a running deployment at {run.target}: this run neither started "
+            "nor stopped it, so its launch configuration was not checked against the Plan."
+        )
+    if run.quick:
+        lines.append(
+            "Quick mode: short prompts and outputs, one run per figure; the figures are a "
+            "smoke test, not the seeds' 1024/256 caliber with a median of several runs."
+        )
+    if run.derived_from:
+        lines.append(f"Layout derived from {run.derived_from}; not separately validated upstream.")
+    return lines
+
+
+def _accept_lines(accept: AcceptResult | None) -> list[str]:
+    if accept is None:
+        return ["The acceptance suite did not run."]
+    lines = [f"Skipped check {c.id}: {c.reason}" for c in accept.checks if c.verdict == "skip"]
+    if accept.contexts:
+        sizes = ", ".join(f"{n:,}" for n in accept.contexts)
+        lines.append(f"Long-context acceptance ran at {sizes} tokens only.")
+    return lines
+
+
+def _bench_lines(run: VerifyRun, bench: BenchResult | None) -> list[str]:
+    if bench is None:
+        return ["No benchmark ran; no performance figure is claimed."]
+    measured = {p.workload for p in bench.points}
+    lines = [
+        f"Declared workload {w} produced no figure."
+        for w in run.declared_workloads
+        if BENCH_KIND.get(w, w) not in measured
+    ]
+    for point in bench.points:
+        if point.errors:
+            lines.append(f"{point.workload} {point.label}: {point.errors} failed requests.")
+        if point.invalid_runs:
+            lines.append(
+                f"{point.workload} {point.label}: {point.invalid_runs} runs discarded "
+                "(another request was running)."
+            )
+    return lines
+
+
+def boundaries(
+    run: VerifyRun,
+    accept: AcceptResult | None,
+    bench: BenchResult | None,
+    kit: KitCheck | None,
+) -> tuple[str, ...]:
+    """Every boundary of this run, most important first."""
+    lines = _engine_lines(run) + _accept_lines(accept) + _bench_lines(run, bench)
+    if kit is None:
+        lines.append("No image kit was given (--kit): the image layer was not self-checked.")
+    down = run.step("down")
+    if down is not None and down.status == "fail":
+        lines.append(f"Teardown failed: {down.detail}")
+    return tuple(lines)

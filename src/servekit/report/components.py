@@ -1,0 +1,70 @@
+"""The parts ``servekit verify`` joins, as small Protocols.
+
+The flow in :mod:`servekit.report.verify` only knows these interfaces; the real
+runner, acceptance suite, benchmark and kit verifier are bound in
+:mod:`servekit.report.adapters`, and tests bind their own. This keeps the
+orchestration testable without patching import paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from servekit.accept.models import AcceptResult
+from servekit.bench.config import RunSettings, Workload
+from servekit.bench.schema import BenchResult
+from servekit.catalog.loader import LoadedLayout
+from servekit.deployment import Deployment
+from servekit.report.models import KitCheck
+
+EngineChoice = Literal["vllm", "sim"]
+
+
+class Runner(Protocol):
+    """Brings a layout up detached and tears it down."""
+
+    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment: ...
+
+    def down(self, loaded: LoadedLayout) -> str: ...
+
+
+class Attacher(Protocol):
+    """Resolves ``--target URL|NAME`` to a running deployment."""
+
+    def __call__(self, target: str) -> Deployment: ...
+
+
+class Acceptor(Protocol):
+    """Runs the acceptance suite, writing its result and evidence under ``out_dir``."""
+
+    def __call__(
+        self, deployment: Deployment, out_dir: Path, contexts: Sequence[str]
+    ) -> AcceptResult: ...
+
+
+class Bencher(Protocol):
+    """Measures the workloads against the deployment."""
+
+    def __call__(
+        self, deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
+    ) -> BenchResult: ...
+
+
+class KitVerifier(Protocol):
+    """Self-checks an image kit archive, writing its evidence under ``out_dir``."""
+
+    def __call__(self, archive: Path, out_dir: Path) -> KitCheck: ...
+
+
+@dataclass(frozen=True)
+class Components:
+    """One of each part."""
+
+    runner: Runner
+    attach: Attacher
+    accept: Acceptor
+    bench: Bencher
+    kit: KitVerifier

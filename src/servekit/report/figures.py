@@ -1,0 +1,167 @@
+"""The verification table and the headline, computed from the result files.
+
+Nothing here is typed by hand: each row is read from the acceptance result, the
+benchmark points or the kit check, and every figure links to the file it came
+from. A simulated figure always says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from servekit.accept.models import AcceptResult, CheckResult
+from servekit.bench.schema import BenchResult, Point
+from servekit.report.models import KitCheck, VerifyRun
+from servekit.report.numbers import fmt_figure
+from servekit.report.view import Mark, Part, Row
+
+PointFiles = Mapping[tuple[str, str], str]
+
+SINGLE = ("tok_per_s", "ms_per_step", "acceptance_length")
+MULTI = ("total_tok_per_s", "per_stream_tok_per_s")
+PREFILL = ("prefill_tok_per_s",)
+KV = ("kv_cache_tokens",)
+TITLES = {
+    "tok_per_s": "decode",
+    "ms_per_step": "ms/step",
+    "acceptance_length": "A",
+    "total_tok_per_s": "total",
+    "per_stream_tok_per_s": "per stream",
+    "prefill_tok_per_s": "prefill",
+    "kv_cache_tokens": "KV",
+}
+
+
+def sim_suffix(run: VerifyRun) -> str:
+    return " (simulated)" if run.simulated else ""
+
+
+def _check(accept: AcceptResult | None, check_id: str) -> CheckResult | None:
+    if accept is None:
+        return None
+    return next((c for c in accept.checks if c.id == check_id), None)
+
+
+def _check_part(check: CheckResult, accept_dir: str) -> Part:
+    responses = [e for e in check.evidence if e.kind == "response"]
+    href = f"{accept_dir}/{responses[0].path}" if responses else f"{accept_dir}/result.json"
+    return Part(f"{check.id} {check.verdict}", href)
+
+
+def service_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> Row:
+    """Service up: the up step and the health and models checks."""
+    up = run.step("up")
+    parts = [Part(f"up: {up.detail}" if up else "up: not run", run.files.deployment)]
+    checks = [_check(accept, i) for i in ("service.health", "service.models")]
+    parts += [_check_part(c, accept_dir) for c in checks if c is not None]
+    ok = up is not None and up.status == "ok" and all(c and c.verdict == "pass" for c in checks)
+    return Row("Service up", tuple(parts), "ok" if ok else "fail")
+
+
+def acceptance_row(run: VerifyRun, accept: AcceptResult | None) -> Row:
+    if accept is None:
+        step = run.step("accept")
+        return Row("Acceptance", (Part(step.detail if step else "not run"),), "fail")
+    c = accept.counts
+    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {c.skipped} skipped{sim_suffix(run)}"
+    return Row("Acceptance", (Part(text, run.files.accept),), "ok" if accept.ok else "fail")
+
+
+def _point_parts(point: Point, names: tuple[str, ...], href: str | None) -> list[Part]:
+    figs = [(n, point.figures[n]) for n in names if n in point.figures]
+    if not figs:
+        figs = list(point.figures.items())[:2]
+    texts = [f"{TITLES.get(n, n)} {fmt_figure(f)}" for n, f in figs]
+    label = f"{point.label}: " if point.label else ""
+    return [Part(label + ", ".join(texts), href)]
+
+
+def _points_row(
+    item: str, workload: str, names: tuple[str, ...], bench: BenchResult, files: PointFiles
+) -> Row | None:
+    points = [p for p in bench.points if p.workload == workload]
+    if not points:
+        return None
+    parts: list[Part] = []
+    mark: Mark = "ok"
+    for point in points:
+        parts += _point_parts(point, names, files.get(point.key))
+        first = point.figures.get(names[0]) if names else None
+        if point.errors or first is None or first.median is None:
+            mark = "fail"
+    return Row(item, tuple(parts), mark)
+
+
+BENCH_ROWS = (
+    ("Single-stream decode", "single_stream", SINGLE),
+    ("Multi-stream decode (concurrency)", "multi_stream", MULTI),
+    ("Prefill (cold prefix)", "prefill", PREFILL),
+    ("Concurrency sweep", "concurrency_sweep", ()),
+    ("Rate sweep", "rate_sweep", ()),
+    ("KV capacity", "kv_capacity", KV),
+)
+
+
+def bench_rows(run: VerifyRun, bench: BenchResult | None, files: PointFiles) -> list[Row]:
+    if bench is None:
+        step = run.step("bench")
+        return [Row("Benchmarks", (Part(step.detail if step else "not run"),), "fail")]
+    rows: list[Row] = []
+    for item, workload, names in BENCH_ROWS:
+        row = _points_row(item + sim_suffix(run), workload, names, bench, files)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def kit_row(run: VerifyRun, kit: KitCheck | None) -> Row:
+    if kit is None:
+        return Row("Image kit self-check", (Part("not run (no --kit given)"),), "none")
+    return Row(
+        "Image kit self-check", (Part(kit.summary, kit.evidence),), "ok" if kit.ok else "fail"
+    )
+
+
+def verification_table(
+    run: VerifyRun,
+    *,
+    accept: AcceptResult | None,
+    bench: BenchResult | None,
+    kit: KitCheck | None,
+    files: PointFiles,
+    accept_dir: str,
+) -> tuple[Row, ...]:
+    """The seed's verification table, one row per item."""
+    rows = [service_row(run, accept, accept_dir), acceptance_row(run, accept)]
+    rows += bench_rows(run, bench, files)
+    rows.append(kit_row(run, kit))
+    return tuple(rows)
+
+
+def _first(bench: BenchResult | None, workload: str) -> Point | None:
+    if bench is None:
+        return None
+    return next((p for p in bench.points if p.workload == workload), None)
+
+
+def headline(
+    run: VerifyRun, accept: AcceptResult | None, bench: BenchResult | None, files: PointFiles
+) -> tuple[Part, ...]:
+    """The report's first line: acceptance N/N and the headline benchmark figures."""
+    sim = sim_suffix(run)
+    parts: list[Part] = []
+    if accept is not None:
+        c = accept.counts
+        parts.append(Part(f"acceptance {c.passed}/{c.ran}{sim}", run.files.accept))
+    else:
+        parts.append(Part("acceptance not run"))
+    for workload, name, what in (
+        ("single_stream", "tok_per_s", "single-stream decode"),
+        ("multi_stream", "total_tok_per_s", "multi-stream decode"),
+        ("prefill", "prefill_tok_per_s", "prefill"),
+    ):
+        point = _first(bench, workload)
+        if point is not None and name in point.figures:
+            text = f"{what} {fmt_figure(point.figures[name])} ({point.label}){sim}"
+            parts.append(Part(text, files.get(point.key)))
+    return tuple(parts)
