@@ -14,6 +14,7 @@ from pathlib import Path
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.registry import Check
+from servekit.deployment import Deployment
 
 ERROR_PATTERN = re.compile(r"\b(AssertionError|EngineDeadError|RuntimeError)\b")
 
@@ -47,6 +48,17 @@ async def models(probe: Probe) -> Outcome:
     return passed(f"/v1/models lists {want!r}", models=len(ids))
 
 
+def expected_counts(dep: Deployment) -> dict[str, int]:
+    """The instance counts a proxy in front of ``dep`` reports, by its health keys."""
+    counts: dict[str, int] = {}
+    if dep.by_role("prefill") or dep.by_role("decode"):
+        counts["prefill_instances"] = len(dep.by_role("prefill"))
+        counts["decode_instances"] = len(dep.by_role("decode"))
+    if dep.by_role("mixed"):
+        counts["replica_instances"] = len(dep.by_role("mixed"))
+    return counts
+
+
 async def proxy_health(probe: Probe) -> Outcome:
     """The proxy's health payload counts the instances the deployment has."""
     proxies = probe.env.deployment.by_role("proxy")
@@ -56,11 +68,7 @@ async def proxy_health(probe: Probe) -> Outcome:
     doc = ex.json_body()
     if ex.status != 200 or not isinstance(doc, dict):
         return failed(f"proxy health is not a JSON 200: {ex.describe()}")
-    dep = probe.env.deployment
-    want = {
-        "prefill_instances": len(dep.by_role("prefill")),
-        "decode_instances": len(dep.by_role("decode")),
-    }
+    want = expected_counts(probe.env.deployment)
     got = {k: doc.get(k) for k in want}
     if got != want:
         return failed(f"proxy health reports {got}, the deployment has {want}")
