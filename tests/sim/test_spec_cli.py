@@ -1,0 +1,181 @@
+"""SimSpec validation, the ``servekit sim`` command and the public API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import servekit.sim
+from servekit.errors import UsageError
+from servekit.sim.spec import load_spec, quick_spec, spec_from_mapping
+from servekit.sim.testing import running_sim
+
+from .webclient import get, post
+
+SERVEKIT = [sys.executable, "-m", "servekit"]
+
+
+def _ep(**kw: Any) -> dict[str, Any]:
+    return {"name": "e", "port": 0, **kw}
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ({"endpoints": []}, "field endpoints"),
+        ({"endpoints": [_ep(), _ep()]}, "repeated: e"),
+        ({"endpoints": [_ep(port=9000), _ep(name="f", port=9000)]}, "127.0.0.1:9000"),
+        ({"endpoints": [_ep(dp_rank=2, dp_size=2)]}, "dp_rank 2 must be below dp_size 2"),
+        ({"endpoints": [_ep(unguarded_incident=True)]}, "role decode only"),
+        (
+            {
+                "endpoints": [
+                    _ep(role="prefill", engine_id="x"),
+                    _ep(name="f", role="decode", engine_id="x"),
+                ]
+            },
+            "different roles",
+        ),
+        ({"endpoints": [_ep(profile="nope")]}, "unknown profile 'nope'"),
+        ({"endpoints": [_ep(faults={"error_rate": 3})]}, "endpoints.0.faults.error_rate"),
+        ({"endpoints": [_ep(colour="red")]}, "endpoints.0.colour"),
+        ({"endpoints": [_ep()], "time_scale": 0}, "time_scale"),
+    ],
+)
+def test_bad_specs_are_one_line_usage_errors(spec: dict[str, Any], needle: str) -> None:
+    with pytest.raises(UsageError) as info:
+        spec_from_mapping(spec)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_spec_files_json_and_yaml(tmp_path: Path) -> None:
+    doc = {"endpoints": [_ep(role="decode", guard=True)], "admin": {"port": 0}}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+    assert load_spec(tmp_path / "s.json") == load_spec(tmp_path / "s.yaml")
+    (tmp_path / "bad.yaml").write_text("endpoints: [")
+    with pytest.raises(UsageError, match="not valid"):
+        load_spec(tmp_path / "bad.yaml")
+    with pytest.raises(UsageError, match="no such file"):
+        load_spec(tmp_path / "missing.json")
+
+
+def test_quick_spec_numbers_ports_and_ranks() -> None:
+    spec = quick_spec(3, role="decode", base_port=9100, model="m", profile="cpu-tiny")
+    assert [e.port for e in spec.endpoints] == [9100, 9101, 9102]
+    assert [e.dp_rank for e in spec.endpoints] == [0, 1, 2]
+    assert all(e.guard and e.served_model_name == "m" for e in spec.endpoints)
+    with pytest.raises(UsageError, match="--endpoints"):
+        quick_spec(0)
+
+
+def test_running_sim_reports_bad_specs_and_busy_ports() -> None:
+    with pytest.raises(UsageError), running_sim({"endpoints": [_ep(port=-1)]}):
+        pass
+    with running_sim({"endpoints": [_ep()]}) as sim:
+        port = int(sim.url.rsplit(":", 1)[1])
+        busy = {"endpoints": [_ep(port=port)]}
+        with pytest.raises(UsageError, match=f"port 127.0.0.1:{port}"), running_sim(busy):
+            pass
+
+
+def test_public_api_is_pinned() -> None:
+    assert servekit.sim.__all__ == sorted(servekit.sim.__all__)
+    assert set(servekit.sim.__all__) == {
+        "EndpointSpec",
+        "FaultSpec",
+        "Profile",
+        "SimServer",
+        "SimSpec",
+        "load_profile",
+        "load_spec",
+        "quick_spec",
+        "run",
+        "serve",
+    }
+
+
+def test_sim_imports_only_guard_and_errors_from_servekit() -> None:
+    code = "import sys, servekit.sim.testing; print(sorted(m for m in sys.modules if m.startswith('servekit')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout.replace("'", '"')))
+    others = {m for m in loaded if not m.startswith("servekit.sim")}
+    assert others == {"servekit", "servekit.errors", "servekit.guard"}
+
+
+def _wait_ready(path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "sim did not start"
+        time.sleep(0.05)
+    info: dict[str, Any] = json.loads(path.read_text())
+    return info
+
+
+def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    cmd = [
+        *SERVEKIT,
+        "sim",
+        "--endpoints",
+        "3",
+        "--base-port",
+        "0",
+        "--model",
+        "m",
+        "--admin-port",
+        "0",
+        "--ready-file",
+        str(ready),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        info = _wait_ready(ready, proc)
+        urls = [e["url"] for e in info["endpoints"]]
+        assert len(set(urls)) == 3
+        for url in urls:
+            assert get(f"{url}/health")[0] == 200
+        status, doc = post(
+            f"{urls[2]}/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 4}
+        )
+        assert status == 200 and doc["usage"]["completion_tokens"] == 4
+        assert get(f"{info['admin_url']}/sim/endpoints")[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert err.count("GPU KV cache size: 16,777,216 tokens") == 3
+
+
+def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
+    spec = tmp_path / "sim.yaml"
+    spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep(name="f")]}))
+    out = subprocess.run(
+        [*SERVEKIT, "sim", "--spec", str(spec), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0 and json.loads(out.stdout)["endpoints"][1]["name"] == "f"
+    spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
+    for args in (["--spec", str(spec)], [], ["--endpoints", "2", "--role", "boss"]):
+        bad = subprocess.run(
+            [*SERVEKIT, "sim", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        assert bad.returncode == 2
+        assert bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
