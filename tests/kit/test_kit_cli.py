@@ -1,0 +1,117 @@
+"""The kit commands end to end through the real console entry (exit codes 0/1/2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servekit.defaults import script_defaults
+
+from .imagegen import M, base_layers, layer_tar, write_docker_archive, write_oci
+
+
+def servekit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
+    table = script_defaults("vllm-ascend", "mixed")
+    script = "#!/bin/bash\n" + "".join(f"{k}=${{{k}:-{v}}}\n" for k, v in table.items())
+    layers = base_layers()
+    working = layer_tar([M("opt", "d", mode=0o755), M("opt/serve.sh", "f", script.encode(), 0o755)])
+    base = write_docker_archive(tmp_path / "base.tar", layers)
+    src = write_oci(tmp_path / "src", [*layers, working])
+    kit = tmp_path / "demo-v1.tar.zst"
+
+    built = servekit("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    assert built.returncode == 0, built.stderr
+    assert "1 working layer(s)" in built.stdout
+
+    verified = servekit("kit", "verify", str(kit), "--json")
+    assert verified.returncode == 0, verified.stdout
+    report = json.loads(verified.stdout)
+    assert {c["name"]: c["status"] for c in report["checks"]}["defaults"] == "pass"
+
+    table_out = servekit("kit", "verify", str(kit))
+    assert table_out.returncode == 0 and "PASS" in table_out.stdout
+
+    rebuilt = servekit(
+        "kit", "rebuild", str(kit), "--base", str(base), "--out", str(tmp_path / "o")
+    )
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert "0 differences" in rebuilt.stdout
+
+    shown = servekit("kit", "inspect", str(kit), "--json")
+    assert json.loads(shown.stdout)["name"] == "demo-v1"
+    assert "/opt/serve.sh" in servekit("kit", "inspect", str(kit)).stdout
+    image = json.loads(servekit("kit", "inspect", str(tmp_path / "o"), "--json").stdout)
+    assert image["format"] == "oci" and len(image["layers"]) == 3
+    fs = servekit("kit", "inspect", str(tmp_path / "o"), "--fs").stdout.splitlines()
+    assert any(line.split("\t")[5] == "/opt/serve.sh" for line in fs)
+
+
+def test_failed_check_exits_1(tmp_path: Path) -> None:
+    layers = base_layers()
+    bad = layer_tar([M("opt", "d", mode=0o755), M("opt/x.py", "f", b"def (:\n")])
+    base = write_oci(tmp_path / "b", layers)
+    src = write_oci(tmp_path / "s", [*layers, bad])
+    kit = tmp_path / "k.tar.zst"
+    assert (
+        servekit(
+            "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
+        ).returncode
+        == 0
+    )
+    result = servekit("kit", "verify", str(kit))
+    assert result.returncode == 1
+    assert "FAIL" in result.stdout and "compile" in result.stdout
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    result = servekit(
+        "kit",
+        "build",
+        "--base",
+        str(tmp_path / "nope"),
+        "--source",
+        "x",
+        "--out",
+        str(tmp_path / "k.tar.zst"),
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    engine = servekit(
+        "kit",
+        "build",
+        "--base",
+        "b",
+        "--source",
+        "s",
+        "--out",
+        str(tmp_path / "k.tar.zst"),
+        "--engine",
+        "novalue",
+    )
+    assert engine.returncode == 2 and "--engine" in engine.stderr
+
+
+def test_rebuild_onto_the_wrong_base_exits_2_naming_the_layer(tmp_path: Path) -> None:
+    layers = base_layers()
+    base = write_oci(tmp_path / "b", layers)
+    src = write_oci(tmp_path / "s", [*layers, layer_tar([M("y", "f", b"y")])])
+    kit = tmp_path / "k.tar.zst"
+    servekit("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    wrong = write_oci(tmp_path / "w", [layers[0], layer_tar([M("z", "f", b"z")])])
+    result = servekit(
+        "kit", "rebuild", str(kit), "--base", str(wrong), "--out", str(tmp_path / "o")
+    )
+    assert result.returncode == 2
+    assert "layer 2" in result.stderr
