@@ -33,6 +33,8 @@ def compare(
 ) -> tuple[Change, ...]:
     """Every figure measured in both runs, before -> after with the relative delta."""
     changes = _inputs_changes(before, after, baseline_href)
+    sim_before = " (simulated)" if before.inputs.engine == "sim" else ""
+    sim_after = " (simulated)" if after.inputs.engine == "sim" else ""
     for point in after.points:
         old = before.point(point.workload, point.label)
         if old is None:
@@ -45,8 +47,8 @@ def compare(
             changes.append(
                 Change(
                     item=f"{point.workload} {point.label} {name}",
-                    before=fmt(prev.median, prev.unit) + unit,
-                    after=fmt(fig.median, fig.unit) + unit,
+                    before=fmt(prev.median, prev.unit) + unit + sim_before,
+                    after=fmt(fig.median, fig.unit) + unit + sim_after,
                     delta=delta(prev.median, fig.median),
                     href=files.get(point.key),
                     baseline_href=baseline_href,

@@ -45,10 +45,21 @@ def _engine_lines(run: VerifyRun) -> list[str]:
     return lines
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _accept_lines(accept: AcceptResult | None) -> list[str]:
     if accept is None:
         return ["The acceptance suite did not run."]
-    lines = [f"Skipped check {c.id}: {c.reason}" for c in accept.checks if c.verdict == "skip"]
+    by_reason: dict[str, list[str]] = {}
+    for c in accept.checks:
+        if c.verdict == "skip":
+            by_reason.setdefault(c.reason, []).append(c.id)
+    lines = [
+        f"Skipped {_plural(len(ids), 'check')} ({', '.join(ids)}): {reason}; not counted as passed."
+        for reason, ids in by_reason.items()
+    ]
     if accept.contexts:
         sizes = ", ".join(f"{n:,}" for n in accept.contexts)
         lines.append(f"Long-context acceptance ran at {sizes} tokens only.")

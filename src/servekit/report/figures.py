@@ -138,10 +138,14 @@ def verification_table(
     return tuple(rows)
 
 
-def _first(bench: BenchResult | None, workload: str) -> Point | None:
+def _pick(bench: BenchResult | None, workload: str, last: bool) -> Point | None:
+    """The first point of a workload (or the last: the highest concurrency)."""
     if bench is None:
         return None
-    return next((p for p in bench.points if p.workload == workload), None)
+    points = [p for p in bench.points if p.workload == workload]
+    if not points:
+        return None
+    return points[-1] if last else points[0]
 
 
 def headline(
@@ -155,12 +159,12 @@ def headline(
         parts.append(Part(f"acceptance {c.passed}/{c.ran}{sim}", run.files.accept))
     else:
         parts.append(Part("acceptance not run"))
-    for workload, name, what in (
-        ("single_stream", "tok_per_s", "single-stream decode"),
-        ("multi_stream", "total_tok_per_s", "multi-stream decode"),
-        ("prefill", "prefill_tok_per_s", "prefill"),
+    for workload, name, what, last in (
+        ("single_stream", "tok_per_s", "single-stream decode", False),
+        ("multi_stream", "total_tok_per_s", "multi-stream decode", True),
+        ("prefill", "prefill_tok_per_s", "prefill", False),
     ):
-        point = _first(bench, workload)
+        point = _pick(bench, workload, last)
         if point is not None and name in point.figures:
             text = f"{what} {fmt_figure(point.figures[name])} ({point.label}){sim}"
             parts.append(Part(text, files.get(point.key)))
