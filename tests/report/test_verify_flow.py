@@ -15,7 +15,8 @@ from servekit.errors import UsageError
 from servekit.report.build import build_report
 from servekit.report.models import KitCheck
 from servekit.report.verify import VerifyOptions, verify
-from tests.report.conftest import SimRunner, components
+
+from .support import SimRunner, components
 
 LINK = re.compile(r"\]\(([^)]+)\)")
 
@@ -162,7 +163,8 @@ def test_attach_with_target_leaves_the_deployment_running(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
     from servekit.sim.testing import running_sim
-    from tests.report.conftest import sim_spec
+
+    from .support import sim_spec
 
     idle = SimRunner()
     with running_sim(sim_spec()) as sim:
