@@ -34,6 +34,21 @@ log = logging.getLogger("servekit.guard")
 ENV_SWITCH = "SERVEKIT_DECODE_GUARD"
 
 
+def _make_visible(logger: logging.Logger) -> None:
+    """Make refusals reach the engine log whatever logging setup the server did.
+
+    Servers configure logging after importing middleware modules (a dictConfig can
+    disable loggers created before it); the middleware is built after that.
+    """
+    logger.disabled = False
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s"))
+        logger.addHandler(handler)
+
+
 def guard_enabled() -> bool:
     """Off only when ``SERVEKIT_DECODE_GUARD`` says so (off, 0, false, no)."""
     return os.environ.get(ENV_SWITCH, "on").strip().lower() not in ("off", "0", "false", "no")
@@ -78,6 +93,8 @@ class DecodeGuardMiddleware:
     def __init__(self, app: ASGIApp, enabled: bool | None = None) -> None:
         self.app = app
         self.enabled = guard_enabled() if enabled is None else enabled
+        _make_visible(log)
+        log.info("decode guard %s", "on" if self.enabled else f"off ({ENV_SWITCH})")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
