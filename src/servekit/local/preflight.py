@@ -33,7 +33,11 @@ def check_hardware(layout: Layout, engine: EngineChoice) -> None:
 
 def check_engine_installed(module: str = "vllm") -> None:
     """The engine must import in this interpreter (it is the one that launches it)."""
-    if importlib.util.find_spec(module) is None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         raise UsageError(
             f"the vLLM engine is not installed in {sys.executable}; install the extra: "
             "pip install 'servekit[local]' (or run scripts/bootstrap.sh engine)"

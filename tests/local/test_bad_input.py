@@ -1,0 +1,136 @@
+"""Bad input to ``servekit up``: one line, exit 2, nothing started, nothing recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servekit.errors import UsageError
+from servekit.local import preflight
+from servekit.local.tinymodel import build_tiny_model
+
+MODEL = Path(".servekit/models/tiny")
+
+
+def servekit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SERVEKIT_RUNS": str(cwd / "runs")}
+    cmd = [sys.executable, "-m", "servekit", *args]
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def assert_nothing_started(cwd: Path) -> None:
+    runs = cwd / "runs"
+    assert not list(runs.glob("*/state.json")), "a refused up must not start a supervisor"
+    assert not list(runs.glob("*/logs/*.log"))
+
+
+def test_unknown_layout(tmp_path: Path) -> None:
+    result = servekit(tmp_path, "up", "local/nope")
+    assert_refused(result, "unknown layout 'local/nope'", "local/1p1d")
+    assert_nothing_started(tmp_path)
+
+
+def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> None:
+    result = servekit(tmp_path, "up", "a3/1p1d")
+    assert_refused(result, "needs ascend-a3 hardware", "--engine sim")
+    assert_nothing_started(tmp_path)
+
+
+def test_missing_model_directory_says_how_to_build_it(tmp_path: Path) -> None:
+    pytest.importorskip("vllm", reason="the model check follows the engine check")
+    result = servekit(tmp_path, "up", "local/single")
+    assert_refused(result, "model directory", "is missing", "servekit model tiny --out")
+    assert_nothing_started(tmp_path)
+
+
+def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
+    pytest.importorskip("vllm", reason="the port check follows the engine check")
+    build_tiny_model(tmp_path / MODEL)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # held elsewhere already: same refusal
+            holder.bind(("127.0.0.1", 8100))
+        holder.listen()
+        result = servekit(tmp_path, "up", "local/single")
+    assert_refused(result, "port 8100 (engine) is already in use", "--free-ports")
+    assert_nothing_started(tmp_path)
+
+
+def test_unknown_engine(tmp_path: Path) -> None:
+    result = servekit(tmp_path, "up", "local/single", "--engine", "tgi")
+    assert_refused(result, "--engine tgi", "vllm", "sim")
+
+
+def test_engine_not_installed_names_the_extra() -> None:
+    with pytest.raises(UsageError) as err:
+        preflight.check_engine_installed("servekit_no_such_engine")
+    assert "pip install 'servekit[local]'" in str(err.value)
+
+
+def test_model_path_that_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "model"
+    path.write_text("not a folder")
+    with pytest.raises(UsageError, match="is not a folder"):
+        preflight.check_model_dir(path)
+
+
+def test_model_directory_without_config(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"has no config\.json"):
+        preflight.check_model_dir(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder; permissions cannot bite")
+def test_unreadable_model_directory(tmp_path: Path) -> None:
+    build_tiny_model(tmp_path / "m")
+    (tmp_path / "m").chmod(0)
+    try:
+        with pytest.raises(UsageError, match="is unreadable"):
+            preflight.check_model_dir(tmp_path / "m")
+    finally:
+        (tmp_path / "m").chmod(0o755)
+
+
+def test_engine_missing_from_the_interpreter_is_refused_by_the_cli(tmp_path: Path) -> None:
+    # A Python whose path hides vllm: a sitecustomize that blocks the import.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class _Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'vllm' or name.startswith('vllm.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _Hide())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shim), "SERVEKIT_RUNS": str(tmp_path / "runs")}
+    cmd = [sys.executable, "-m", "servekit", "up", "local/single"]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert_refused(result, "vLLM engine is not installed", "servekit[local]")
+    assert_nothing_started(tmp_path)
+
+
+def test_already_running_is_refused(tmp_path: Path) -> None:
+    from servekit.local.state import RunState, write_state
+
+    state_path = tmp_path / "state.json"
+    write_state(state_path, RunState(layout="local/single", engine="vllm", started_at=0.0))
+    with pytest.raises(UsageError, match="already running"):
+        preflight.check_not_running(state_path, "local/single")
