@@ -80,7 +80,9 @@ def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
         typer.echo("ledger: unchanged (only a passing run is recorded)")
     typer.echo(f"report: {outcome.report_md}")
     typer.echo(f"html:   {outcome.report_html}")
-    raise typer.Exit(outcome.exit_code)
+    # SystemExit, not typer.Exit: under the root app's standalone_mode=False click
+    # turns typer.Exit into a return value that servekit.cli.main discards.
+    raise SystemExit(outcome.exit_code)
 
 
 def site_command(

@@ -7,6 +7,7 @@ catalog site never load the engine stack.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,12 +16,34 @@ from servekit.bench.config import RunSettings, Workload
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
-from servekit.errors import UsageError
 from servekit.report.components import Components, EngineChoice
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
+
+
+class StartFailed(Exception):
+    """The deployment was started but never became ready (a verify failure, not bad input)."""
+
+
+def ensure_tiny_model(loaded: LoadedLayout) -> None:
+    """Build the deterministic tiny model when a CPU layout points at a missing one.
+
+    ``servekit verify local/1p1d`` on a fresh machine must work without a
+    separate ``servekit model tiny`` step; the build is offline and seeded, so the
+    model is the same bytes everywhere.
+    """
+    layout = loaded.layout
+    path = Path(layout.model.path)
+    if layout.hardware.accelerator != "cpu" or path.is_absolute() or path.name != "tiny":
+        return
+    if (path / "config.json").is_file():
+        return
+    from servekit.local.tinymodel import build_tiny_model
+
+    print(f"building the tiny model at {path} (servekit model tiny)", file=sys.stderr)
+    build_tiny_model(path)
 
 
 class LocalRunner:
@@ -37,10 +60,12 @@ class LocalRunner:
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
+        if engine == "vllm":
+            ensure_tiny_model(loaded)
         spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog)
         code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
         if code != 0:
-            raise UsageError(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
+            raise StartFailed(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
         return load_deployment(name)
 
     def down(self, loaded: LoadedLayout) -> str:

@@ -36,7 +36,7 @@ class Steps:
         try:
             value = fn()
         except (StepFailed, Exception) as exc:
-            self._add(name, "fail", _one_line(exc), start)
+            self._add(name, "fail", one_line(exc), start)
             return None
         self._add(name, "ok", describe(value), start)
         return value
@@ -55,7 +55,8 @@ class Steps:
         self.outcomes.append(outcome)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, for a step's detail."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -29,7 +29,7 @@ from servekit.report.build import RUN_FILE, build_report
 from servekit.report.components import Components, EngineChoice
 from servekit.report.evidence import sha256_file, write_sums
 from servekit.report.models import Files, KitCheck, RunEngine, VerifyRun
-from servekit.report.steps import StepFailed, Steps
+from servekit.report.steps import StepFailed, Steps, one_line
 from servekit.report.workloads import contexts_for, settings_for, workloads_for
 
 Clock = Callable[[], dt.datetime]
@@ -118,10 +118,17 @@ class _Flow:
             )
             return
         self.started_here = True
-        self.deployment = self.steps.run(
-            "up",
-            lambda: self.parts.runner.up(self.loaded, self.opts.engine),
-            lambda d: f"{len(d.endpoints)} endpoints ready, entry {d.entry_url}",
+        start = self.steps.now()
+        try:
+            dep = self.parts.runner.up(self.loaded, self.opts.engine)
+        except UsageError:
+            raise  # bad input (wrong hardware, port taken, no model): exit 2, no report
+        except Exception as exc:
+            self.steps.mark("up", False, one_line(exc), start)
+            return
+        self.deployment = dep
+        self.steps.mark(
+            "up", True, f"{len(dep.endpoints)} endpoints ready, entry {dep.entry_url}", start
         )
 
     def measure(self) -> None:
