@@ -113,9 +113,12 @@ def _extract_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, w
 
 def unpack(archive: Path, dest: Path, limits: Limits) -> Path:
     """Unpack a kit into ``dest`` (a fresh folder) and return the kit folder."""
+    return unpack_hashed(archive, dest, limits)[0]
+
+
+def unpack_hashed(archive: Path, dest: Path, limits: Limits) -> tuple[Path, str]:
+    """Unpack like :func:`unpack`; also return the archive's sha256 (one read)."""
     what = f"kit {archive.name}"
-    top: str | None = None
-    seen: set[str] = set()
     with archive.open("rb") as raw:
         comp = HashingReader(as_binary(raw))
         stream = zstandard.ZstdDecompressor().stream_reader(
@@ -124,30 +127,39 @@ def unpack(archive: Path, dest: Path, limits: Limits) -> Path:
         bounded = as_binary(BoundedReader(stream, comp, limits, what))
         try:
             with tarfile.open(fileobj=bounded, mode="r|", bufsize=CHUNK) as tar:
-                while (member := tar.next()) is not None:
-                    if len(seen) >= limits.max_entries:
-                        raise KitRefused(f"{what}: more than {limits.max_entries} members")
-                    path = member_path(member.name, what)
-                    if path == ROOT:
-                        raise KitRefused(f"{what}: member {member.name!r} names the root")
-                    top = _top(path, top, what)
-                    if path in seen:
-                        raise KitRefused(f"{what}: member {path!r} appears twice")
-                    seen.add(path)
-                    if member.isdir():
-                        (dest / path[1:]).mkdir(parents=True, exist_ok=True)
-                    elif member.isreg():
-                        _extract_file(tar, member, dest / path[1:], what)
-                    else:
-                        raise KitRefused(
-                            f"{what}: member {member.name!r} is a link or special file;"
-                            " kits hold only files and folders"
-                        )
-                    forget_members(tar)
+                top = _extract_all(tar, dest, limits, what)
+            comp.drain()
         except (tarfile.TarError, EOFError, zstandard.ZstdError, OSError) as exc:
             if isinstance(exc, KitRefused):
                 raise
             raise KitRefused(f"{what}: not a readable .tar.zst ({exc})") from exc
     if top is None:
         raise KitRefused(f"{what}: the archive is empty")
-    return dest / top
+    return dest / top, comp.hexdigest()
+
+
+def _extract_all(tar: tarfile.TarFile, dest: Path, limits: Limits, what: str) -> str | None:
+    """Extract every member (files and folders only); return the top folder name."""
+    top: str | None = None
+    seen: set[str] = set()
+    while (member := tar.next()) is not None:
+        if len(seen) >= limits.max_entries:
+            raise KitRefused(f"{what}: more than {limits.max_entries} members")
+        path = member_path(member.name, what)
+        if path == ROOT:
+            raise KitRefused(f"{what}: member {member.name!r} names the root")
+        top = _top(path, top, what)
+        if path in seen:
+            raise KitRefused(f"{what}: member {path!r} appears twice")
+        seen.add(path)
+        if member.isdir():
+            (dest / path[1:]).mkdir(parents=True, exist_ok=True)
+        elif member.isreg():
+            _extract_file(tar, member, dest / path[1:], what)
+        else:
+            raise KitRefused(
+                f"{what}: member {member.name!r} is a link or special file;"
+                " kits hold only files and folders"
+            )
+        forget_members(tar)
+    return top

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.kitarchive import kit_members, unpack
+from servekit.kit.kitarchive import kit_members, unpack_hashed
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits, sha256_file
 
@@ -28,6 +28,7 @@ class KitDir:
     """An unpacked kit folder."""
 
     root: Path
+    archive_sha256: str | None = None
 
     def read_manifest(self) -> KitManifest:
         """Parse MANIFEST.json strictly (unknown or missing fields refuse the kit)."""
@@ -49,8 +50,22 @@ class KitDir:
             raise KitRefused(f"kit {self.root.name}: member {rel!r} is missing")
         return path
 
-    def sum_problems(self) -> list[str]:
-        """Members that SHA256SUMS misses, lists twice, or hashes differently."""
+    def listed_sums(self) -> dict[str, str]:
+        """SHA256SUMS as member -> hex digest."""
+        out: dict[str, str] = {}
+        for line in self.member(SUMS).read_text(encoding="utf-8", errors="replace").splitlines():
+            digest, _, rel = line.partition("  ")
+            out[rel] = digest
+        return out
+
+    def sum_problems(self, hashed: dict[str, str] | None = None) -> list[str]:
+        """Members that SHA256SUMS misses, lists twice, or hashes differently.
+
+        ``hashed`` gives digests already computed elsewhere (a layer scan
+        computes each layer file's sha256 as its diffID), so no byte is hashed
+        twice.
+        """
+        hashed = hashed or {}
         listed: dict[str, str] = {}
         problems: list[str] = []
         for line in self.member(SUMS).read_text(encoding="utf-8", errors="replace").splitlines():
@@ -62,7 +77,8 @@ class KitDir:
         problems += [f"{rel}: not listed in {SUMS}" for rel in sorted(present - listed.keys())]
         problems += [f"{rel}: listed but absent" for rel in sorted(listed.keys() - present)]
         for rel in sorted(present & listed.keys()):
-            if sha256_file(str(self.root / rel)) != listed[rel]:
+            digest = hashed.get(rel) or sha256_file(str(self.root / rel))
+            if digest != listed[rel]:
                 problems.append(f"{rel}: sha256 differs from {SUMS}")
         return problems
 
@@ -76,4 +92,5 @@ def open_kit(path: Path, limits: Limits) -> Iterator[KitDir]:
     if not path.is_file():
         raise KitRefused(f"kit {path}: no such file or folder")
     with tempfile.TemporaryDirectory(prefix="servekit-kit-") as tmp:
-        yield KitDir(unpack(path, Path(tmp), limits))
+        root, digest = unpack_hashed(path, Path(tmp), limits)
+        yield KitDir(root, digest)

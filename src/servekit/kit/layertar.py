@@ -83,8 +83,9 @@ def scan_layer(blob: BinaryIO, state: FsState, opts: ScanOptions) -> LayerScan:
     """Apply one layer blob to ``state`` and return its digests and counts."""
     comp = HashingReader(blob)
     buffered = as_binary(io.BufferedReader(comp, CHUNK))
-    bounded = BoundedReader(_decompressor(buffered), comp, opts.limits, opts.what)
-    diff = HashingReader(as_binary(bounded), tee=opts.tee)
+    plain = _decompressor(buffered)
+    bounded = BoundedReader(plain, comp, opts.limits, opts.what)
+    diff = HashingReader(as_binary(bounded), tee=opts.tee, hashing=plain is not buffered)
     scan = LayerScan()
     applier = _Applier(state, opts, scan)
     try:
@@ -98,7 +99,7 @@ def scan_layer(blob: BinaryIO, state: FsState, opts: ScanOptions) -> LayerScan:
         raise KitRefused(f"{opts.what}: not a readable layer tar ({exc})") from exc
     applier.commit()
     scan.blob_sha256 = "sha256:" + comp.hexdigest()
-    scan.diff_id = "sha256:" + diff.hexdigest()
+    scan.diff_id = scan.blob_sha256 if plain is buffered else "sha256:" + diff.hexdigest()
     scan.compressed_size = comp.count
     scan.raw_size = diff.count
     return scan

@@ -34,12 +34,18 @@ class Limits:
 
 
 class HashingReader(io.RawIOBase):
-    """Pass bytes through while feeding a sha256 and counting them."""
+    """Pass bytes through while feeding a sha256 and counting them.
 
-    def __init__(self, inner: BinaryIO, tee: BinaryIO | None = None) -> None:
+    With ``hashing=False`` it only counts and tees: used where another reader
+    already hashes the very same bytes (an uncompressed layer's blob digest is
+    its diffID).
+    """
+
+    def __init__(self, inner: BinaryIO, tee: BinaryIO | None = None, hashing: bool = True) -> None:
         super().__init__()
         self._inner = inner
         self._tee = tee
+        self._hashing = hashing
         self.sha = hashlib.sha256()
         self.count = 0
 
@@ -60,7 +66,8 @@ class HashingReader(io.RawIOBase):
 
     def _take(self, data: bytes) -> None:
         if data:
-            self.sha.update(data)
+            if self._hashing:
+                self.sha.update(data)
             self.count += len(data)
             if self._tee is not None:
                 self._tee.write(data)

@@ -61,44 +61,46 @@ def verify_kit(
     """
     limits = limits or Limits()
     lookup = defaults or (lambda r: table(kind, r))
-    checks = [_sidecar(path)]
     try:
         with open_kit(path, limits) as kit:
+            checks = [_sidecar(path, kit.archive_sha256)]
+            checks.append(passed("archive", "unpacked: files and folders only, within limits"))
             checks += _inside(kit, limits, lambda p: lookup(role or script_role(p)))
     except KitRefused as exc:
-        checks.append(failed("archive", [str(exc)]))
+        checks = [_sidecar(path, None), failed("archive", [str(exc)])]
     return CheckReport(subject=str(path), checks=checks)
 
 
-def _sidecar(path: Path) -> CheckResult:
+def _sidecar(path: Path, have: str | None) -> CheckResult:
     if path.is_dir():
         return CheckResult(name="sidecar", status="skip", detail="a folder has no .sha256 sidecar")
     want = read_sidecar(path)
     if want is None:
         return failed("sidecar", [f"{path.name}.sha256 is missing"])
-    have = sha256_file(str(path))
+    have = have or sha256_file(str(path))
     if want != have:
         return failed("sidecar", [f"archive sha256 {have} != sidecar {want}"])
     return passed("sidecar", f"sha256 {have}")
 
 
 def _inside(kit: KitDir, limits: Limits, defaults: DefaultsTable) -> list[CheckResult]:
-    checks = [passed("archive", "unpacked: files and folders only, within limits")]
-    problems = kit.sum_problems()
-    checks.append(outcome("members", problems, "every member matches SHA256SUMS"))
     try:
         manifest = kit.read_manifest()
     except KitRefused as exc:
-        return [*checks, failed("manifest", [str(exc)])]
-    checks.append(passed("manifest", f"{manifest.name}: {len(manifest.layers)} working layer(s)"))
-    checks.append(_config(kit, manifest))
+        members = outcome("members", kit.sum_problems(), "every member matches SHA256SUMS")
+        return [members, failed("manifest", [str(exc)])]
     scanned, layer_check = _layers(kit, manifest, limits)
-    checks.append(layer_check)
-    checks.append(_payload(kit, manifest, scanned))
-    checks.append(_compile(scanned))
-    checks.append(_defaults(scanned, defaults))
-    checks.append(_generated(kit, manifest))
-    return checks
+    hashed = {file: scan.blob_sha256.split(":", 1)[1] for file, scan in scanned.files.items()}
+    return [
+        outcome("members", kit.sum_problems(hashed), "every member matches SHA256SUMS"),
+        passed("manifest", f"{manifest.name}: {len(manifest.layers)} working layer(s)"),
+        _config(kit, manifest),
+        layer_check,
+        _payload(kit, manifest, scanned),
+        _compile(scanned),
+        _defaults(scanned, defaults),
+        _generated(kit, manifest),
+    ]
 
 
 def _config(kit: KitDir, m: KitManifest) -> CheckResult:
