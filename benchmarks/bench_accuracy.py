@@ -7,7 +7,7 @@ medians must land within 2% of the configured values.
 
     .venv/bin/python benchmarks/bench_accuracy.py [--ttft-ms 100] [--itl-ms 20] [--runs 3]
 
-Writes the full result to benchmarks/out/accuracy/ (bench.json, bench.md).
+Writes the full result to .servekit/bench/accuracy/ (bench.json, bench.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--requests", type=int, default=8)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/accuracy"))
+    ap.add_argument("--out", type=Path, default=Path(".servekit/bench/accuracy"))
     args = ap.parse_args()
     prof = profile(args.ttft_ms / 1000, args.itl_ms / 1000)
     spec = {"endpoints": [{"name": "acc", "port": 0, "profile": prof.model_dump(mode="json")}]}

@@ -111,6 +111,9 @@ def test_concurrency_sweep_caps_in_flight_and_computes_goodput(engine: FakeEngin
         assert figs[name].median is not None, name
     assert figs["ttft_p50_ms"].unit == "ms" and figs["output_throughput"].unit == "tok/s"
     assert len(point.evidence["per_request"][0]["ttft_ms"]) == 9
+    # The harness's own loop lag is measured during every run.
+    assert all(r["loop_lag_p99_ms"] is not None for r in point.evidence["runs"])
+    assert "loop_lag_p99_ms" not in figs
 
 
 @pytest.mark.parametrize("engine", [EngineConfig(fail_every=3)], indirect=True)

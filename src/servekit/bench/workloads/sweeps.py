@@ -5,7 +5,8 @@ for OSL tokens each; a rate point dispatches them on a constant or Poisson
 schedule without waiting, a concurrency point keeps at most C in flight. The
 run's TTFT/TPOT/ITL/E2EL percentiles, throughputs and goodput come from
 :func:`servekit.bench.stats.serving_metrics`; each figure is the median over
-runs of that run's value.
+runs of that run's value. The harness's own event-loop lag during each run is
+kept in the evidence (``loop_lag_*_ms``): what the harness itself added.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from servekit.bench.config import ConcurrencySweep, RateSweep
 from servekit.bench.context import BenchContext
+from servekit.bench.lag import LoopLagProbe
 from servekit.bench.load import run_at_rate, run_concurrent
 from servekit.bench.schema import Figure, Point
 from servekit.bench.stats import error_kinds, figure, per_request, serving_metrics
@@ -48,13 +50,14 @@ async def _point(
     for i in range(ctx.settings.runs):
         prompts = await ctx.prompts.build_many(spec.input_tokens, spec.requests)
         await ctx.wait_idle()
-        batch, duration = await send([ctx.body(p, spec.output_tokens) for p in prompts])
+        async with LoopLagProbe().running() as probe:
+            batch, duration = await send([ctx.body(p, spec.output_tokens) for p in prompts])
         records += batch
         metrics = serving_metrics(batch, duration, spec.input_tokens, ctx.settings.slo_ms)
-        runs.append({"duration_s": duration, **metrics})
+        runs.append({"duration_s": duration, **metrics, **probe.summary()})
         samples.append(per_request(batch))
         ctx.progress(f"{workload} {label}", i + 1, ctx.settings.runs)
-    names = [k for k in runs[0] if k not in COUNTS and k != "duration_s"]
+    names = [k for k in runs[0] if k not in COUNTS and k != "duration_s" and "lag" not in k]
     method = "see docs/bench.md#serving-metrics"
     figures: dict[str, Figure] = {
         n: figure((r[n] for r in runs), unit_of(n), method) for n in names

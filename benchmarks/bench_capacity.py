@@ -1,0 +1,175 @@
+"""Benchmark (c): how much load the harness itself sustains from one core.
+
+A zero-latency simulator runs in its own process (pinned to the last core when
+there are two or more); the harness is pinned to core 0. Measured with the
+harness's own load generators (prompts are built before timing):
+
+- open-loop rates: offered vs achieved request rate, dispatch lag (actual start
+  minus scheduled start) p50/p99, and harness CPU seconds per request, which
+  gives the request rate one core sustains (1 / CPU per request);
+- closed loop at C = 1 and C = 100 streams: TTFT p50/p99 as the harness sees
+  it, the simulator's own TTFT (its histogram, from request arrival), and the
+  difference: the latency added between the two, harness included.
+
+    .venv/bin/python benchmarks/bench_capacity.py [--rates 100,200,400,800] [--streams 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+from typing import Any
+
+import numpy as np
+from bench_common import pin_self, sim_process
+
+from servekit.bench.lag import LoopLagProbe
+from servekit.bench.load import arrival_offsets, run_at_rate, run_concurrent, stream_body
+from servekit.bench.prompts import PromptBuilder
+from servekit.bench.stats import serving_metrics
+from servekit.client import OpenAIClient, RequestRecord
+
+TTFT_HIST = "vllm:time_to_first_token_seconds"
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def server_ttft(client: OpenAIClient) -> tuple[float, float]:
+    h = (await client.metrics()).histogram(TTFT_HIST)
+    return (h.sum, h.count) if h else (0.0, 0.0)
+
+
+def lag_ms(records: list[RequestRecord], offsets: list[float]) -> list[float]:
+    t0 = records[0].t_start_ns
+    return [
+        ((r.t_start_ns - t0) / 1e9 - off) * 1000 for r, off in zip(records, offsets, strict=True)
+    ]
+
+
+def table(rows: list[dict[str, Any]]) -> None:
+    """Print dict rows as aligned columns."""
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(fmt(r[c])) for r in rows)) + 2 for c in cols}
+    print("".join(c.rjust(width[c]) for c in cols))
+    for r in rows:
+        print("".join(fmt(r[c]).rjust(width[c]) for c in cols))
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+async def rate_row(
+    client: OpenAIClient, prompts: list[str], rate: float, osl: int
+) -> dict[str, Any]:
+    n = min(len(prompts), max(200, int(rate * 2)))
+    bodies = [stream_body(p, osl, client.model) for p in prompts[:n]]
+    c0 = cpu_s()
+    async with LoopLagProbe().running() as probe:
+        recs, dur = await run_at_rate(client, bodies, rate, "constant")
+    cpu = cpu_s() - c0
+    lags = lag_ms(recs, arrival_offsets(n, rate, "constant", 0))
+    ok = sum(r.ok for r in recs)
+    return {
+        "offered/s": rate,
+        "achieved/s": ok / dur,
+        "start_lag_p50_ms": float(np.percentile(lags, 50)),
+        "start_lag_p99_ms": float(np.percentile(lags, 99)),
+        "loop_lag_p99_ms": probe.summary()["loop_lag_p99_ms"],
+        "cpu_ms/req": cpu / n * 1000,
+        "1core_req/s": n / cpu,
+        "errors": n - ok,
+    }
+
+
+async def stream_row(
+    client: OpenAIClient, prompts: list[str], c: int, n: int, osl: int
+) -> dict[str, Any]:
+    bodies = [stream_body(p, osl, client.model) for p in prompts[:n]]
+    s0 = await server_ttft(client)
+    c0 = cpu_s()
+    async with LoopLagProbe().running() as probe:
+        recs, dur = await run_concurrent(client, bodies, c)
+    cpu = cpu_s() - c0
+    s1 = await server_ttft(client)
+    m = serving_metrics(recs, dur, 16, {})
+    served = (s1[0] - s0[0]) / max(s1[1] - s0[1], 1) * 1000
+    ttfts = [r.ttft_ns / 1e6 for r in recs if r.ok and r.ttft_ns is not None]
+    frames = sum(len(r.token_times_ns) for r in recs)
+    lag = probe.summary()
+    return {
+        "C": c,
+        "ttft_p50_ms": m["ttft_p50_ms"],
+        "ttft_p99_ms": m["ttft_p99_ms"],
+        "sim_ttft_mean_ms": served,
+        "added_mean_ms": float(np.mean(ttfts)) - served,
+        "frames/s": frames / dur,
+        "cpu_us/frame": cpu / frames * 1e6,
+        "loop_lag_p50_ms": lag["loop_lag_p50_ms"],
+        "loop_lag_p99_ms": lag["loop_lag_p99_ms"],
+        "errors": int(m["failed"] or 0),
+    }
+
+
+async def main_async(url: str, args: argparse.Namespace) -> None:
+    async with OpenAIClient(url, keep_frames=False, keep_body=False) as client:
+        await client.resolve_model()
+        need = max(args.requests, 200, int(max(args.rates) * 2))
+        print(f"building {need} prompts of {args.isl} tokens ...")
+        prompts = await PromptBuilder(client).build_many(args.isl, need)
+        await run_concurrent(client, [stream_body(p, 4, client.model) for p in prompts[:20]], 4)
+        print("\n== open-loop request rate (constant arrivals) ==")
+        table([await rate_row(client, prompts, r, args.osl) for r in args.rates])
+        print("\n== closed loop: TTFT seen by the harness vs by the simulator ==")
+        rows = [await stream_row(client, prompts, 1, 100, args.osl)]
+        rows.append(await stream_row(client, prompts, args.streams, args.requests, args.osl))
+        table(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument(
+        "--rates",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[100.0, 200.0, 400.0, 800.0],
+    )
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--isl", type=int, default=16)
+    ap.add_argument("--osl", type=int, default=16)
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="decode step of the simulator (0: the zero-latency profile)",
+    )
+    args = ap.parse_args()
+    ncpu = os.cpu_count() or 1
+    sim_cpus = {ncpu - 1} if ncpu >= 2 else None
+    profile: Any = "zero"
+    if args.step_ms > 0:
+        step = args.step_ms / 1000
+        profile = {
+            "name": "paced",
+            "decode_step_s": [[1, step], [1024, step]],
+            "max_num_seqs": 1024,
+            "max_num_batched_tokens": 1048576,
+        }
+    spec = {"endpoints": [{"name": "zero", "port": 0, "profile": profile}]}
+    with sim_process(spec, sim_cpus) as url:
+        if ncpu >= 2:
+            pin_self({0})
+        print(f"harness pinned to core 0, simulator to core {ncpu - 1}; load {os.getloadavg()}")
+        asyncio.run(main_async(url, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""How late the harness's own event loop runs: its added latency, measured.
+
+Every timestamp the client takes waits for the event loop to get round to the
+socket; when the loop is busy, stamps are late by the loop's lag. A probe task
+asks to wake every ``interval_s`` and records how late it woke. Its
+distribution during a run bounds what the harness added to TTFT and ITL, so a
+result can show the harness was not the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+
+class LoopLagProbe:
+    """Records the wake-up lateness of a periodic task, in milliseconds."""
+
+    def __init__(self, interval_s: float = 0.002) -> None:
+        self.interval_s = interval_s
+        self.lags_ms: list[float] = []
+
+    async def _loop(self) -> None:
+        while True:
+            due = time.perf_counter() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self.lags_ms.append(max(0.0, (time.perf_counter() - due) * 1000))
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[LoopLagProbe]:
+        """Probe while the block runs."""
+        task = asyncio.create_task(self._loop())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def summary(self) -> dict[str, float | None]:
+        """p50, p99 and max lag in ms (None when nothing was sampled)."""
+        if not self.lags_ms:
+            return {"loop_lag_p50_ms": None, "loop_lag_p99_ms": None, "loop_lag_max_ms": None}
+        arr = np.asarray(self.lags_ms)
+        return {
+            "loop_lag_p50_ms": float(np.percentile(arr, 50)),
+            "loop_lag_p99_ms": float(np.percentile(arr, 99)),
+            "loop_lag_max_ms": float(arr.max()),
+        }
