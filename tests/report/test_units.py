@@ -1,0 +1,132 @@
+"""Small pieces of the report: number formats, workloads, boundaries, usage, verdicts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from servekit.accept.models import AcceptResult, CheckResult
+from servekit.bench.config import KVCapacity, MultiStream, Prefill, SingleStream
+from servekit.catalog.loader import load
+from servekit.errors import UsageError
+from servekit.render.plan import build_plan
+from servekit.report.boundaries import boundaries
+from servekit.report.models import StepOutcome, VerifyRun
+from servekit.report.numbers import delta, fmt
+from servekit.report.usage import usage
+from servekit.report.workloads import contexts_for, workloads_for
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (2987727, "tokens", "2,987,727"),
+        (113.44, "tok/s", "113.4"),
+        (24.844, "ms", "24.84"),
+        (0.0363, "ms", "0.0363"),
+        (None, "ms", "n/a"),
+    ],
+)
+def test_fmt(value: float | None, unit: str, text: str) -> None:
+    assert fmt(value, unit) == text
+
+
+def test_delta() -> None:
+    assert delta(113.4, 116.4) == "+2.6%"
+    assert delta(25.28, 24.84) == "-1.7%"
+    assert delta(None, 1.0) == delta(0.0, 1.0) == "n/a"
+
+
+def test_quick_workloads_follow_the_layout_and_add_kv(catalog: Path) -> None:
+    layout = load("local/1p1d", str(catalog)).layout
+    wl = workloads_for(layout, quick=True)
+    assert [type(w) for w in wl] == [SingleStream, MultiStream, Prefill, KVCapacity]
+    multi = wl[1]
+    assert isinstance(multi, MultiStream) and multi.streams == layout.verify.concurrency
+    assert isinstance(wl[0], SingleStream) and wl[0].prompt_tokens == 128
+    full = workloads_for(layout, quick=False)
+    assert isinstance(full[0], SingleStream) and full[0].prompt_tokens == 1024
+
+
+def test_unknown_workload_names_the_field(catalog: Path) -> None:
+    layout = load("local/1p1d", str(catalog)).layout
+    bad = layout.model_copy(
+        update={"verify": layout.verify.model_copy(update={"workloads": ("x",)})}
+    )
+    with pytest.raises(UsageError, match=r"verify\.workloads has unknown workload 'x'"):
+        workloads_for(bad, quick=True)
+
+
+def test_contexts_fit_the_model(catalog: Path) -> None:
+    assert contexts_for(load("local/1p1d", str(catalog)).layout, quick=False) == ("2k",)
+    assert contexts_for(load("a3/1p1d", str(catalog)).layout, quick=False) == ("144k", "1m")
+    assert contexts_for(load("a3/1p1d", str(catalog)).layout, quick=True) == ("2k",)
+
+
+def run_record(**kw: object) -> VerifyRun:
+    base: dict[str, object] = {
+        "layout": "a3/2p2d",
+        "title": "t",
+        "engine": "sim",
+        "image": "img",
+        "servekit_version": "0.1.0",
+        "started": dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        "finished": dt.datetime(2026, 11, 1, 0, 5, tzinfo=dt.UTC),
+        "steps": (
+            StepOutcome(name="up", status="ok"),
+            StepOutcome(name="accept", status="ok"),
+            StepOutcome(name="bench", status="ok"),
+        ),
+        "declared_workloads": ("single-stream", "prefill"),
+        "derived_from": "a3/1p1d",
+    }
+    base.update(kw)
+    return VerifyRun.model_validate(base)
+
+
+def test_verdict_needs_up_accept_bench_and_a_good_kit() -> None:
+    assert run_record().passed
+    kit_bad = (*run_record().steps, StepOutcome(name="kit", status="fail"))
+    assert not run_record(steps=kit_bad).passed
+    down_bad = (*run_record().steps, StepOutcome(name="down", status="fail", detail="x"))
+    assert run_record(steps=down_bad).passed
+    assert not run_record(steps=run_record().steps[:2]).passed
+
+
+def test_boundaries_name_sim_derivation_skips_and_missing_workloads() -> None:
+    skip = [
+        CheckResult(id=f"needle.2k.{c}", group="needle", verdict="skip", reason="no retrieval")
+        for c in "AB"
+    ]
+    accept = AcceptResult(
+        target="x", model="m", simulated=True, started_at="t", duration_s=1.0,
+        contexts=(2048,), checks=tuple(skip),
+    )  # fmt: skip
+    lines = boundaries(run_record(), accept, None, None)
+    text = "\n".join(lines)
+    assert lines[0].startswith("Every figure in this report comes from simulated engines")
+    assert "derived from a3/1p1d" in text.lower()
+    assert "Skipped 2 checks (needle.2k.A, needle.2k.B): no retrieval" in text
+    assert "No benchmark ran" in text
+    assert "No image kit was given" in text
+    assert "2,048 tokens only" in text
+
+
+def test_usage_for_a_cluster_layout_renders_and_names_the_entry(catalog: Path) -> None:
+    plan = build_plan(load("a3/1p1d", str(catalog)).layout)
+    steps = usage(plan)
+    lines = [line for s in steps for line in s.lines]
+    assert "servekit render a3/1p1d --out out/a3-1p1d" in lines
+    assert "bash out/a3-1p1d/node1/run.sh   # on node 1" in lines
+    assert any(
+        "http://${NODE0_IP}:8080/v1/chat/completions" in x and "deepseek_v4" in x for x in lines
+    )
+
+
+def test_usage_for_a_local_layout_uses_up(catalog: Path) -> None:
+    plan = build_plan(load("local/1p1d", str(catalog)).layout)
+    lines = [line for s in usage(plan) for line in s.lines]
+    assert lines[0] == "servekit up local/1p1d"
+    assert "http://127.0.0.1:8000/v1/chat/completions" in lines[1]
