@@ -179,3 +179,23 @@ def test_bad_json_and_non_object_bodies_are_400() -> None:
             assert s.prefill[0].gen_requests() == []
 
     run(scenario())
+
+
+def test_decode_timeout_bounds_the_first_byte_not_the_whole_stream() -> None:
+    async def scenario() -> None:
+        async with stack(decode_timeout_s=0.3) as s:
+            s.decode[0].fault = "hang"
+            status, out = await s.post("/v1/completions", STREAM)
+            assert status == 504 and error_of(out) == {
+                "message": "decode decode-0 timed out",
+                "type": "proxy_error",
+                "code": "timeout",
+                "stage": "decode",
+            }
+            # a stream longer than the timeout, with short gaps, runs to the end
+            s.decode[0].fault, s.decode[0].tokens, s.decode[0].frame_delay = "slow_stream", 12, 0.05
+            status, out = await s.post("/v1/completions", STREAM)
+            assert status == 200 and out == s.decode[0].stream_bytes()
+            assert s.loads_are_zero()
+
+    run(scenario())

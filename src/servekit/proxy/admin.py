@@ -20,9 +20,9 @@ from servekit.proxy.router import Router
 
 
 class Change(BaseModel):
-    """Body of the admin POSTs."""
+    """Body of the admin POSTs (schema built on first use: keeps start-up short)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     role: Literal["prefill", "decode", "replica"] | None = None
     urls: tuple[str, ...] = Field(min_length=1)

@@ -32,7 +32,7 @@ def error_response(err: ProxyError) -> web.Response:
     return web.Response(status=err.status, body=err.body(), content_type="application/json")
 
 
-async def _read_body(request: web.Request) -> dict[str, Any]:
+async def _read_body(request: web.Request) -> tuple[dict[str, Any], bytes]:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -44,12 +44,12 @@ async def _read_body(request: web.Request) -> dict[str, Any]:
         raise ProxyError("bad_request", "proxy", "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ProxyError("bad_request", "proxy", "request body must be a JSON object")
-    return body
+    return body, raw
 
 
 async def _run_trip(router: Router, request: web.Request) -> tuple[web.StreamResponse, Trip]:
-    body = await _read_body(request)
-    ticket = make_ticket(request.path, body, router.config.prefix_chars)
+    body, raw = await _read_body(request)
+    ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
     trip = Trip(router, request, ticket)
     mode = router.config.mode
     if mode == "pd" and prompt_count(body) > 1:
@@ -57,7 +57,7 @@ async def _run_trip(router: Router, request: web.Request) -> tuple[web.StreamRes
         msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
         raise ProxyError("bad_request", "proxy", msg)
     if mode == "replica":
-        return await trip.generate("replica", body), trip
+        return await trip.generate("replica", raw), trip
     return await trip.pd(with_kv_params=mode == "pd"), trip
 
 

@@ -38,7 +38,7 @@ class ProxyConfig(BaseModel):
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     prefill_timeout_s: float = Field(default=600.0, gt=0)
-    decode_timeout_s: float = Field(default=600.0, gt=0)
+    decode_timeout_s: float = Field(default=3600.0, gt=0)
     stream_idle_timeout_s: float = Field(default=300.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=10)
     retry_backoff_s: float = Field(default=0.05, ge=0)
@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="name backend URLs in error bodies")
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
     p.add_argument("--connect-timeout", type=float, default=5.0, dest="connect_timeout_s")
-    p.add_argument("--prefill-timeout", type=float, default=600.0, dest="prefill_timeout_s")
-    p.add_argument("--decode-timeout", type=float, default=600.0, dest="decode_timeout_s")
+    p.add_argument("--prefill-timeout", type=float, default=600.0, dest="prefill_timeout_s",
+                   help="whole prefill exchange")  # fmt: skip
+    p.add_argument("--decode-timeout", type=float, default=3600.0, dest="decode_timeout_s",
+                   help="first byte of a stream, or a whole unstreamed answer")  # fmt: skip
     p.add_argument("--stream-idle-timeout", type=float, default=300.0, dest="stream_idle_timeout_s")
     p.add_argument("--max-attempts", type=int, default=3, help="tries per stage on connect errors")
     p.add_argument("--retry-backoff", type=float, default=0.05, dest="retry_backoff_s")

@@ -20,6 +20,7 @@ class Ticket:
 
     route: str
     body: dict[str, Any]
+    raw: bytes
     prompt_tokens: int
     prefix_key: bytes
     stream: bool
@@ -62,12 +63,12 @@ def prompt_of(body: dict[str, Any]) -> str:
     return _text_of(body.get("input", "")) + _text_of(body.get("instructions", ""))
 
 
-def make_ticket(route: str, body: dict[str, Any], prefix_chars: int) -> Ticket:
-    """Estimate the prompt's tokens and key its prefix."""
+def make_ticket(route: str, body: dict[str, Any], prefix_chars: int, raw: bytes = b"") -> Ticket:
+    """Estimate the prompt's tokens and key its prefix; ``raw`` is the body as sent."""
     ids = _token_ids(body.get("prompt"))
     text = "" if ids is not None else prompt_of(body)
     tokens = ids if ids is not None else len(text) // CHARS_PER_TOKEN + 1
     key = text[:prefix_chars].encode("utf-8", "surrogatepass") if ids is None else b""
     if ids is not None:
         key = repr(body.get("prompt"))[:prefix_chars].encode()
-    return Ticket(route, body, tokens, key, bool(body.get("stream", False)))
+    return Ticket(route, body, raw, tokens, key, bool(body.get("stream", False)))

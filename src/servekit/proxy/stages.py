@@ -15,6 +15,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -80,7 +81,7 @@ class Trip:
     def _who(self, stage: str, inst: Instance) -> str:
         return f"{stage} {self.router.describe(inst)}"
 
-    def _timeout(self, total: float) -> aiohttp.ClientTimeout:
+    def _timeout(self, total: float | None) -> aiohttp.ClientTimeout:
         cfg = self.router.config
         return aiohttp.ClientTimeout(
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
@@ -122,15 +123,15 @@ class Trip:
         """Prefill then decode; in PD mode decode never goes without kv_transfer_params."""
         kv = await self.prefill(with_kv_params)
         if not with_kv_params:
-            return await self.generate("decode", self.ticket.body)
+            return await self.generate("decode", self.ticket.raw)
         if kv is None:
             msg = "prefill answer carried no kv_transfer_params; is the KV connector configured?"
             raise ProxyError("missing_kv_transfer_params", "prefill", msg)
-        return await self.generate("decode", decode_payload(self.ticket.body, kv))
+        data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
+        return await self.generate("decode", data)
 
-    async def generate(self, stage: str, body: dict[str, Any]) -> web.StreamResponse:
+    async def generate(self, stage: str, data: bytes) -> web.StreamResponse:
         """The generating stage (decode or replica): whole answer or a stream."""
-        data = json.dumps(body).encode()
         cfg = self.router.config
         if not self.ticket.stream:
 
@@ -150,19 +151,24 @@ class Trip:
         return await self._relay(stage, opened)
 
     async def _open_stream(self, stage: str, inst: Instance, data: bytes) -> _Opened:
-        """POST, check the status and wait for the first bytes of the stream."""
+        """POST, check the status and wait for the first bytes of the stream.
+
+        ``--decode-timeout`` bounds the wait for the first bytes; after them only
+        ``--stream-idle-timeout`` applies, so long generations are not cut.
+        """
         lease = acquire(inst, self.ticket.prompt_tokens)
         resp: aiohttp.ClientResponse | None = None
         try:
-            resp = await self.router.session.post(
-                inst.url + self.ticket.route, data=data, headers=self.headers,
-                timeout=self._timeout(self.router.config.decode_timeout_s),
-            )  # fmt: skip
-            if resp.status != 200:
-                body = await resp.read()
-                ctype = resp.headers.get("Content-Type", "application/json")
-                _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
-            first = await resp.content.readany()
+            async with asyncio.timeout(self.router.config.decode_timeout_s):
+                resp = await self.router.session.post(
+                    inst.url + self.ticket.route, data=data, headers=self.headers,
+                    timeout=self._timeout(None),
+                )  # fmt: skip
+                if resp.status != 200:
+                    body = await resp.read()
+                    ctype = resp.headers.get("Content-Type", "application/json")
+                    _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+                first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
             return _Opened(lease, resp, first)
         except BaseException:
