@@ -1,0 +1,193 @@
+"""Benchmark (b): servekit's figures side by side with ``vllm bench serve``.
+
+Both tools measure the same endpoint with the same workload: random-length-free
+prompts of exactly ISL tokens, OSL output tokens with ignore_eos, at most C
+requests in flight, N requests per run. Runs alternate between the two tools
+(vLLM, servekit, vLLM, servekit, ...) so both see the same drift of a shared
+host; each figure is the median over R runs of the run's median.
+
+By default the script builds the tiny model (``servekit model tiny``) and
+starts a real vLLM CPU server for it; ``--url`` measures a running server
+instead (``--tokenizer`` then names a tokenizer folder for vLLM's dataset).
+``vllm bench serve`` is called from Python (``add_cli_args`` on a
+``FlexibleArgumentParser``, then ``main(args)``), as anchors.md describes.
+
+    .venv/bin/python benchmarks/bench_vs_vllm.py [--runs 3] [--requests 40] [--concurrency 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servekit.bench import ConcurrencySweep, RunSettings, run_bench
+from servekit.deployment import Deployment
+
+FIGURES = (
+    ("TTFT median [ms]", "median_ttft_ms", "ttft_p50_ms"),
+    ("TTFT p99 [ms]", "p99_ttft_ms", "ttft_p99_ms"),
+    ("ITL median [ms]", "median_itl_ms", "itl_p50_ms"),
+    ("TPOT median [ms]", "median_tpot_ms", "tpot_p50_ms"),
+    ("E2EL median [ms]", "median_e2el_ms", "e2el_p50_ms"),
+    ("output tok/s", "output_throughput", "output_throughput"),
+    ("requests/s", "request_throughput", "request_throughput"),
+)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(url + "/health", timeout=2) as resp,
+        ):
+            if resp.status == 200:
+                return
+        time.sleep(1)
+    raise RuntimeError(f"{url} not healthy after {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def vllm_server(model_dir: Path, log: Path) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    argv += ["--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--max-model-len", "2048"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, 900, proc)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def vllm_bench(
+    url: str, model: str, tokenizer: Path, args: argparse.Namespace, seed: int
+) -> dict[str, Any]:
+    from vllm.benchmarks import serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    argv = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions"]
+    argv += ["--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random"]
+    argv += ["--random-input-len", str(args.isl), "--random-output-len", str(args.osl)]
+    argv += ["--num-prompts", str(args.requests), "--max-concurrency", str(args.concurrency)]
+    argv += ["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"]
+    argv += ["--metric-percentiles", "50,99", "--disable-tqdm", "--seed", str(seed)]
+    argv += ["--temperature", "0", "--num-warmups", "1"]
+    ns = parser.parse_args(argv)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        return dict(serve.main(ns))
+
+
+def servekit_bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    spec = ConcurrencySweep(
+        concurrencies=(args.concurrency,),
+        requests=args.requests,
+        input_tokens=args.isl,
+        output_tokens=args.osl,
+    )
+    result = run_bench(Deployment(entry_url=url), [spec], RunSettings(runs=1, warmup=1))
+    (point,) = result.points
+    out = {name: fig.median for name, fig in point.figures.items()}
+    out["errors"] = point.errors
+    return out
+
+
+def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> int:
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
+        ours.append(servekit_bench(url, args))
+        print(f"run {i + 1}/{args.runs} done", flush=True)
+    print(
+        f"\nworkload: ISL {args.isl} / OSL {args.osl}, C={args.concurrency}, "
+        f"{args.requests} requests per run, {args.runs} runs (median of run values)"
+    )
+    print(f"{'figure':<20}{'vllm bench serve':>18}{'servekit':>12}{'ratio':>8}  within 5%")
+    worst = 0.0
+    for label, vkey, skey in FIGURES:
+        v = float(np.median([r[vkey] for r in theirs]))
+        s = float(np.median([r[skey] for r in ours]))
+        ratio = s / v if v else float("nan")
+        gated = "p99" not in label
+        if gated:
+            worst = max(worst, abs(ratio - 1))
+        ok = ("yes" if abs(ratio - 1) <= 0.05 else "NO") + ("" if gated else " (info)")
+        print(f"{label:<20}{v:>18.3f}{s:>12.3f}{ratio:>8.3f}  {ok}")
+    failed = sum(r["failed"] for r in theirs), sum(r["errors"] for r in ours)
+    print(
+        f"failed requests: vllm {failed[0]}, servekit {failed[1]}; "
+        f"worst median deviation {worst * 100:.1f}%"
+    )
+    return 0 if worst <= 0.05 else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--url", help="measure this running server instead of starting vLLM")
+    ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for --url")
+    ap.add_argument("--model-dir", type=Path, help="tiny model folder (built when absent)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--isl", type=int, default=128)
+    ap.add_argument("--osl", type=int, default=32)
+    args = ap.parse_args()
+    print(f"host load {os.getloadavg()}", flush=True)
+    if args.url:
+        if args.tokenizer is None:
+            ap.error("--url needs --tokenizer")
+        model = urllib.request.urlopen(args.url + "/v1/models").read()
+        import json
+
+        name = json.loads(model)["data"][0]["id"]
+        return compare(args.url.rstrip("/"), args.tokenizer, name, args)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = args.model_dir or Path(tmp) / "tiny"
+        if not (model_dir / "config.json").is_file():
+            subprocess.run(
+                [sys.executable, "-m", "servekit", "model", "tiny", "--out", str(model_dir)],
+                check=True,
+            )
+        log = Path(tmp) / "vllm.log"
+        t0 = time.monotonic()
+        with vllm_server(model_dir, log) as url:
+            print(f"vLLM CPU ready at {url} after {time.monotonic() - t0:.0f} s", flush=True)
+            return compare(url, model_dir, "tiny", args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
