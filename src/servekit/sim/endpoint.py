@@ -251,8 +251,7 @@ class SimEndpoint:
         )
         want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
         if len(out) < want:
-            more = continuation(digest, req.sampling, voice)
-            out.extend(next(more) for _ in range(want - len(out)))
+            out.extend(continuation(digest, req.sampling, voice, want - len(out)))
         if len(out) >= limit:
             return out[:limit], "length"
         return out, "stop"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 
 from servekit.sim.faults import Misbehave
 from servekit.sim.tokenizer import pieces
@@ -64,6 +64,7 @@ _WORDS = (
     "batch",
 )
 _LONG_ANSWER_WORDS = 60
+_TEXT_PIECES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +101,15 @@ def answer_pieces(
         if code is not None:
             return _deliver(code, prompt_text, question_text, voice, seed)
     lo, hi = natural
-    count = lo + seed % (hi - lo + 1)
-    out: list[str] = []
-    stream = pseudo_pieces(seed)
-    while len(out) < count:
-        out.append(next(stream))
+    out = pseudo_pieces(seed, lo + seed % (hi - lo + 1))
     if out[-1] != ".":
         out.append(".")
     return out
 
 
-def continuation(prompt_digest: int, sampling: Sampling, voice: Voice) -> Iterator[str]:
-    """Endless text after the natural answer, for ``ignore_eos`` and ``min_tokens``."""
-    return pseudo_pieces(stable_seed(prompt_digest, sampling, voice.disagree_seed, "eos"))
+def continuation(prompt_digest: int, sampling: Sampling, voice: Voice, count: int) -> list[str]:
+    """Text after the natural answer, for ``ignore_eos`` and ``min_tokens``."""
+    return pseudo_pieces(stable_seed(prompt_digest, sampling, voice.disagree_seed, "eos"), count)
 
 
 def stable_seed(*parts: object) -> int:
@@ -121,14 +118,28 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest, "big")
 
 
-def pseudo_pieces(seed: int) -> Iterator[str]:
-    """Endless seeded word pieces, a full stop every few words."""
-    rng = random.Random(seed)
-    words = _WORDS
-    while True:
-        for _ in range(rng.randint(5, 12)):
-            yield " " + words[rng.randrange(len(words))]
-        yield "."
+def pseudo_pieces(seed: int, count: int) -> list[str]:
+    """``count`` pieces of pseudo-text from a seed: a slice of one fixed seeded text.
+
+    Slicing a precomputed text is far cheaper than seeding a generator per
+    request, and just as much a pure function of the seed.
+    """
+    text = _text()
+    at = seed % len(text)
+    out = list(text[at : at + count])
+    while len(out) < count:
+        out.extend(text[: count - len(out)])
+    return out
+
+
+@cache
+def _text() -> tuple[str, ...]:
+    rng = random.Random(20261129)
+    out: list[str] = []
+    while len(out) < _TEXT_PIECES:
+        out.extend(" " + _WORDS[rng.randrange(len(_WORDS))] for _ in range(rng.randint(5, 12)))
+        out.append(".")
+    return tuple(out)
 
 
 def _retrieval_code(prompt_text: str, ask_text: str) -> str | None:
@@ -155,8 +166,7 @@ def _deliver(
     if voice.misbehave == "echo_prompt":
         return pieces((question_text or prompt_text)[-400:])
     if voice.misbehave == "long_answer":
-        words = pseudo_pieces(seed)
-        return pieces(code) + [next(words) for _ in range(_LONG_ANSWER_WORDS)]
+        return pieces(code) + pseudo_pieces(seed, _LONG_ANSWER_WORDS)
     return pieces(code)
 
 
