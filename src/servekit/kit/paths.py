@@ -88,6 +88,8 @@ def escape_field(text: str) -> str:
 
 def unescape_field(text: str) -> str:
     """Inverse of :func:`escape_field`."""
+    if "\\" not in text:
+        return text
     out = bytearray()
     i = 0
     while i < len(text):

@@ -6,6 +6,7 @@ the manifest records and the same manifest always gives the same text.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import shlex
 
@@ -20,6 +21,7 @@ def _whiteout(path: str) -> str:
     return posixpath.join(posixpath.dirname(path), ".wh." + posixpath.basename(path))
 
 
+@functools.cache
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("servekit.kit", "templates"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from servekit.errors import UsageError
 from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed
 from servekit.kit.errors import KitRefused
-from servekit.kit.fsmanifest import FsState, parse_line, parse_manifest
+from servekit.kit.fsmanifest import Entry, FsState, parse_line, parse_manifest
 from servekit.kit.kitarchive import read_sidecar
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
@@ -41,6 +41,7 @@ class _Scanned:
     files: dict[str, LayerScan] = field(default_factory=dict)
     captured: dict[str, bytes] = field(default_factory=dict)
     final: dict[str, str] = field(default_factory=dict)
+    recorded: dict[str, Entry] = field(default_factory=dict)
 
 
 DefaultsTable = Callable[[str], Mapping[str, str]]
@@ -122,11 +123,18 @@ def _config(kit: KitDir, m: KitManifest) -> CheckResult:
     return outcome("config", problems, f"image id {m.image.image_id[:19]}, {len(diff_ids)} layers")
 
 
-def _seed_state(kit: KitDir) -> FsState:
+def _recorded(kit: KitDir) -> dict[str, Entry]:
+    """fs-manifest.txt as path -> entry."""
+    text = kit.member("fs-manifest.txt").read_text(encoding="utf-8")
+    entries = (parse_line(line) for line in parse_manifest(text))
+    return {entry.path: entry for entry in entries}
+
+
+def _seed_state(recorded: dict[str, Entry]) -> FsState:
     """The recorded filesystem, so hardlinks into base layers resolve."""
     state = FsState()
-    for line in parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8")):
-        state.put(parse_line(line))
+    for entry in recorded.values():
+        state.put(entry)
     return state
 
 
@@ -138,7 +146,8 @@ def _layers(kit: KitDir, m: KitManifest, limits: Limits) -> tuple[_Scanned, Chec
     scanned = _Scanned()
     problems: list[str] = []
     try:
-        state = _seed_state(kit)
+        scanned.recorded = _recorded(kit)
+        state = _seed_state(scanned.recorded)
         for layer in m.layers:
             path = kit.member(layer.file)
             with path.open("rb") as blob:
@@ -170,10 +179,7 @@ def _layer_problems(file: str, scan: LayerScan, want: dict[str, object]) -> list
 
 def _payload(kit: KitDir, m: KitManifest, scanned: _Scanned) -> CheckResult:
     problems = []
-    recorded = {}
-    for line in parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8")):
-        entry = parse_line(line)
-        recorded[entry.path] = entry
+    recorded = scanned.recorded
     if len(recorded) != m.image.fs_entries:
         problems.append(
             f"fs-manifest.txt has {len(recorded)} entries, MANIFEST says {m.image.fs_entries}"
