@@ -80,3 +80,13 @@ def test_stream_rates_per_stream_tokens_and_step_time() -> None:
 def test_per_request_lists_for_distributions() -> None:
     out = per_request([record(0, [10, 12, 16], out=3)])
     assert out == {"ttft_ms": [10.0], "tpot_ms": [3.0], "e2el_ms": [16.0]}
+
+
+def test_frames_that_arrived_together_give_no_window_instead_of_a_crash() -> None:
+    from servekit.bench.workloads.multi_stream import batch_figures
+
+    rec = record(0, [10, 10, 10], out=3)
+    assert stream_rates([rec]) == ([], [])
+    ev = batch_figures([rec])
+    assert ev["per_stream_tok_per_s"] is None and ev["total_tok_per_s"] is None
+    assert ev["ms_per_step"] is None and ev["ttft_p50_ms"] == 10.0

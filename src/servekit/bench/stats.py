@@ -116,7 +116,8 @@ def stream_rates(records: Sequence[RequestRecord]) -> tuple[list[float], list[fl
     """Per-stream decode tok/s and ms/step from streamed token stamps.
 
     tok/s = (tokens - 1) / (t_last - t_first); ms/step = (t_last - t_first) /
-    (frames - 1), since the engine emits one frame per step per stream.
+    (frames - 1), since the engine emits one frame per step per stream. A
+    stream whose frames all arrived in one read has no window and is skipped.
     """
     rates: list[float] = []
     steps: list[float] = []

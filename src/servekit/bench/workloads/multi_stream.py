@@ -32,7 +32,7 @@ def batch_figures(records: list[RequestRecord]) -> dict[str, Any]:
     """One batch's figures from its records."""
     ok = [r for r in records if r.ok and len(r.token_times_ns) >= 2]
     rates, steps = stream_rates(ok)
-    ev: dict[str, Any] = {"ok": len(ok), "failed": len(records) - len(ok)}
+    ev: dict[str, Any] = {"ok": len(ok), "failed": sum(not r.ok for r in records)}
     if not ok:
         return ev
     first = min(r.token_times_ns[0] for r in ok)
@@ -41,9 +41,9 @@ def batch_figures(records: list[RequestRecord]) -> dict[str, Any]:
     ev.update(
         window_ms=window_s * 1000,
         output_tokens=sum(r.output_tokens for r in ok),
-        per_stream_tok_per_s=float(np.median(rates)),
-        total_tok_per_s=sum(r.output_tokens for r in ok) / window_s,
-        ms_per_step=float(np.median(steps)),
+        per_stream_tok_per_s=float(np.median(rates)) if rates else None,
+        total_tok_per_s=sum(r.output_tokens for r in ok) / window_s if window_s > 0 else None,
+        ms_per_step=float(np.median(steps)) if steps else None,
         ttft_p50_ms=float(np.median([(r.ttft_ns or 0) / 1e6 for r in ok])),
     )
     return ev

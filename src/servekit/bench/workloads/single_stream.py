@@ -33,6 +33,9 @@ def shot_figures(rec: RequestRecord, sampler: Sampler) -> dict[str, Any]:
     if not rec.ok or len(t) < 2:
         return out
     window_ms = (t[-1] - t[0]) / 1e6
+    if window_ms <= 0:
+        out["note"] = "all token frames arrived in one read: no decode window to measure"
+        return out
     drafts = sampler.counter_delta(DRAFTS)
     accepted = sampler.counter_delta(ACCEPTED)
     if drafts:
