@@ -111,7 +111,7 @@ def test_boundaries_name_sim_derivation_skips_and_missing_workloads() -> None:
     assert "Skipped 2 checks (needle.2k.A, needle.2k.B): no retrieval" in text
     assert "No benchmark ran" in text
     assert "No image kit was given" in text
-    assert "2,048 tokens only" in text
+    assert "No long-context (needle) check ran." in text
 
 
 def test_usage_for_a_cluster_layout_renders_and_names_the_entry(catalog: Path) -> None:
@@ -130,3 +130,14 @@ def test_usage_for_a_local_layout_uses_up(catalog: Path) -> None:
     lines = [line for s in usage(plan) for line in s.lines]
     assert lines[0] == "servekit up local/1p1d"
     assert "http://127.0.0.1:8000/v1/chat/completions" in lines[1]
+
+
+def test_boundaries_name_the_contexts_when_needles_ran() -> None:
+    check = CheckResult(id="needle.2k.A", group="needle", verdict="pass", reason="found")
+    accept = AcceptResult(
+        target="x", model="m", simulated=False, started_at="t", duration_s=1.0,
+        contexts=(2048,), checks=(check,),
+    )  # fmt: skip
+    lines = boundaries(run_record(engine="vllm", derived_from=None), accept, None, None)
+    assert "Long-context acceptance ran at 2,048 tokens only." in lines
+    assert not any("simulated" in line for line in lines)

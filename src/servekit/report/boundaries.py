@@ -60,7 +60,11 @@ def _accept_lines(accept: AcceptResult | None) -> list[str]:
         f"Skipped {_plural(len(ids), 'check')} ({', '.join(ids)}): {reason}; not counted as passed."
         for reason, ids in by_reason.items()
     ]
-    if accept.contexts:
+    needles = [c for c in accept.checks if c.group == "needle"]
+    ran = [c for c in needles if c.verdict != "skip"]
+    if needles and not ran:
+        lines.append("No long-context (needle) check ran.")
+    elif ran and accept.contexts:
         sizes = ", ".join(f"{n:,}" for n in accept.contexts)
         lines.append(f"Long-context acceptance ran at {sizes} tokens only.")
     return lines
