@@ -100,3 +100,30 @@ def test_unguarded_incident_kills_the_decoder_and_the_logs_say_so(tmp_path: Path
     assert logs.verdict == "fail"
     for kind in ("EngineDeadError", "RuntimeError", "AssertionError"):
         assert logs.measurements[kind] >= 1, logs.measurements
+
+
+def test_144k_matrix_calibrates_and_passes_on_a_long_context_sim(tmp_path: Path) -> None:
+    from servekit.deployment import Deployment, Endpoint
+    from servekit.sim.testing import running_sim
+
+    spec = {"endpoints": [{"name": "m", "port": 0, "role": "mixed", "max_model_len": 150_000}]}
+    with running_sim(spec) as sim:
+        dep = Deployment(
+            engine="sim",
+            model="sim-model",
+            entry_url=sim.url,
+            endpoints=(Endpoint(name="m", role="mixed", url=sim.url),),
+            capabilities=("retrieval",),
+        )
+        result = run_acceptance(dep, out_dir=tmp_path, only=("needle",), contexts=["144k", "1m"])
+    by = {c.id: c for c in result.checks}
+    assert [c.verdict for c in result.checks if c.id.startswith("needle.144k.")] == ["pass"] * 11
+    assert all(
+        c.verdict == "skip" and "max_model_len 150000" in c.reason
+        for c in result.checks
+        if c.id.startswith("needle.1m.")
+    )
+    a = by["needle.144k.A"].measurements
+    assert abs(int(a["prompt_tokens"]) - int(a["target_tokens"])) <= 737
+    assert int(a["iterations"]) <= 6
+    assert int(by["needle.144k.prefix_hot"].measurements["cached_tokens"]) > 140_000
