@@ -6,10 +6,13 @@ SERVEKIT := $(BIN)/servekit
 
 .PHONY: demo test lint typecheck unit sim-demo clean
 
+# Fresh machine -> real vLLM on the CPU: tiny model, local/1p1d beside a single
+# reference instance, PD answers checked byte for byte, everything stopped.
 demo:
 	scripts/bootstrap.sh engine
 	$(SERVEKIT) layouts check
 	$(SERVEKIT) render a3/1p1d --out out/a3-1p1d
+	$(SERVEKIT) demo
 
 test:
 	scripts/bootstrap.sh engine tools

@@ -102,6 +102,19 @@ def logs(
         raise typer.Exit(0) from None
 
 
+def demo(
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="seconds to wait for readiness")
+    ] = 900.0,
+) -> None:
+    """Real PD on the CPU: local/1p1d answers equal a single instance's, byte for byte."""
+    from rich.console import Console
+
+    from servekit.local.demo import run_demo
+
+    raise typer.Exit(run_demo(Console(), ready_timeout_s=ready_timeout))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the local-run commands and the ``model`` group to the root app."""
     app.add_typer(model_app, name="model")
@@ -109,3 +122,4 @@ def register(app: typer.Typer) -> None:
     app.command("down")(down)
     app.command("status")(status)
     app.command("logs")(logs)
+    app.command("demo")(demo)

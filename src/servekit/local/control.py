@@ -61,7 +61,8 @@ def up_foreground(spec: RunSpec, console: Console, ready_timeout_s: float) -> in
     return code
 
 
-def _start_daemon(spec: RunSpec, ready_timeout_s: float) -> subprocess.Popen[bytes]:
+def start_detached(spec: RunSpec, ready_timeout_s: float) -> subprocess.Popen[bytes]:
+    """Start the background supervisor of a prepared run (it reads launch.json)."""
     run = RunDir(spec.run_dir)
     argv = [sys.executable, "-m", "servekit.local.daemon", str(run.root), str(ready_timeout_s)]
     with open(run.supervisor_log, "ab") as log:
@@ -75,33 +76,33 @@ def _start_daemon(spec: RunSpec, ready_timeout_s: float) -> subprocess.Popen[byt
         )
 
 
-def _follow(
-    run: RunDir, daemon: subprocess.Popen[bytes], update: Callable[[RunState], None]
-) -> RunState | None:
-    """Poll state.json until the run is ready or over (or the daemon vanished)."""
+def _current(spec: RunSpec, daemon: subprocess.Popen[bytes]) -> RunState | None:
+    state = read_state(RunDir(spec.run_dir).state)
+    return state if state is not None and state.supervisor_pid == daemon.pid else None
+
+
+def _settled(state: RunState | None, daemon: subprocess.Popen[bytes]) -> bool:
+    if state is not None and state.phase in ("ready", "failed", "stopped"):
+        return True
+    return daemon.poll() is not None
+
+
+def follow(
+    runs: list[tuple[RunSpec, subprocess.Popen[bytes]]], update: Callable[..., None]
+) -> list[RunState | None]:
+    """Poll each run's state.json until every run is ready or over (or its daemon is gone)."""
     while True:
-        state = read_state(run.state)
-        if state is not None and state.supervisor_pid == daemon.pid:
-            update(state)
-            if state.phase in ("ready", "failed", "stopped"):
-                return state
-        if daemon.poll() is not None:
-            state = read_state(run.state)
-            return state if state is not None and state.supervisor_pid == daemon.pid else None
+        states = [_current(spec, daemon) for spec, daemon in runs]
+        update(*(s for s in states if s is not None))
+        if all(_settled(s, d) for s, (_, d) in zip(states, runs, strict=True)):
+            return [_current(spec, daemon) for spec, daemon in runs]
         time.sleep(POLL_S)
 
 
-def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
-    """Start the background supervisor, show progress, return once ready (0) or failed."""
-    run = RunDir(spec.run_dir)
-    daemon = _start_daemon(spec, ready_timeout_s)
-    try:
-        with ProgressView(console) as view:
-            state = _follow(run, daemon, view.update)
-    except KeyboardInterrupt:
-        _stop_supervisor(daemon.pid, timeout_s=60.0)
-        console.print(f"{spec.layout}: start-up interrupted; stopped")
-        return EXIT_INTERRUPTED
+def report_detached(
+    spec: RunSpec, daemon: subprocess.Popen[bytes], state: RunState | None, console: Console
+) -> int:
+    """Say how a detached start ended: 0 when ready, else the reason and EXIT_FAILED."""
     if state is not None and state.phase == "ready":
         console.print(summary(spec))
         console.print(
@@ -111,11 +112,24 @@ def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     with contextlib.suppress(subprocess.TimeoutExpired):
         daemon.wait(timeout=60.0)
     if state is None:
-        tail = "\n".join(procs.tail(run.supervisor_log, 15))
+        tail = "\n".join(procs.tail(RunDir(spec.run_dir).supervisor_log, 15))
         console.print(f"[red]{spec.layout}: the supervisor exited early[/red]\n{tail}")
     else:
         console.print(f"[red]{spec.layout} failed:[/red] {state.message}")
     return EXIT_FAILED
+
+
+def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
+    """Start the background supervisor, show progress, return once ready (0) or failed."""
+    daemon = start_detached(spec, ready_timeout_s)
+    try:
+        with ProgressView(console) as view:
+            (state,) = follow([(spec, daemon)], view.update)
+    except KeyboardInterrupt:
+        _stop_supervisor(daemon.pid, timeout_s=60.0)
+        console.print(f"{spec.layout}: start-up interrupted; stopped")
+        return EXIT_INTERRUPTED
+    return report_detached(spec, daemon, state, console)
 
 
 def _stop_supervisor(pid: int, timeout_s: float) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from types import TracebackType
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
@@ -76,6 +76,7 @@ class ProgressView:
         """Stop redrawing (the last table stays on screen)."""
         self.__exit__(None, None, None)
 
-    def update(self, state: RunState) -> None:
+    def update(self, *states: RunState) -> None:
+        """Redraw with one table per run."""
         if self._live is not None:
-            self._live.update(state_table(state))
+            self._live.update(Group(*(state_table(s) for s in states)))

@@ -1,0 +1,145 @@
+"""``servekit demo``: real PD on the CPU, checked against a single instance.
+
+Builds the tiny model, starts local/1p1d (prefill + decode through
+ExampleConnector, the proxy in front) and local/single (the reference) side by
+side, sends the same greedy requests to both, and shows that the PD answers equal
+the single instance's byte for byte while the decode instance loaded the prompt's
+KV from the prefill instance (its external prefix-cache hits grow). Then it says
+where the records are and stops everything. The prompts are longer than one KV
+block: ExampleConnector stores only whole blocks, so shorter prompts would hand
+nothing over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from servekit.catalog.loader import load
+from servekit.client import OpenAIClient
+from servekit.local.control import follow, report_detached, start_detached, stop_run
+from servekit.local.display import ProgressView
+from servekit.local.prepare import prepare_run
+from servekit.local.rundir import RunDir
+from servekit.local.runspec import RunSpec
+from servekit.local.tinymodel import build_tiny_model
+from servekit.local.tinymodel.tokenizer import corpus_text
+
+PD_LAYOUT = "local/1p1d"
+REFERENCE_LAYOUT = "local/single"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits"
+CACHE_HIT_LINE = "External Cache Hit"
+MAX_TOKENS = 32
+
+
+def demo_requests() -> list[tuple[str, dict[str, Any]]]:
+    """(kind, body) pairs: long completions from the shipped text and one long chat."""
+    words = corpus_text().split()
+    bodies: list[tuple[str, dict[str, Any]]] = []
+    for start in (0, 400, 800):
+        prompt = " ".join(words[start : start + 260])
+        bodies.append(("completion", {"prompt": prompt}))
+    question = " ".join(words[1200:1460]) + "\nWhat is this text about?"
+    bodies.append(("chat", {"messages": [{"role": "user", "content": question}]}))
+    for _, body in bodies:
+        body.update({"max_tokens": MAX_TOKENS, "temperature": 0})
+    return bodies
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    prompt_tokens: int | None
+    pd_text: str
+    single_text: str
+    error: str | None
+
+    @property
+    def equal(self) -> bool:
+        return self.error is None and self.pd_text.encode() == self.single_text.encode()
+
+
+async def _one(pd: OpenAIClient, ref: OpenAIClient, kind: str, body: dict[str, Any]) -> Outcome:
+    send_pd, send_ref = (pd.chat, ref.chat) if kind == "chat" else (pd.completion, ref.completion)
+    a = await send_pd(dict(body))
+    b = await send_ref(dict(body))
+    error = a.error or b.error
+    tokens = a.usage.prompt_tokens if a.usage else None
+    return Outcome(kind, tokens, a.text, b.text, error)
+
+
+async def _external_hits(url: str) -> float:
+    async with OpenAIClient(url) as client:
+        snap = await client.metrics()
+    return snap.counter(EXTERNAL_HITS) or 0.0
+
+
+async def compare(pd: RunSpec, ref: RunSpec, decode_url: str) -> tuple[list[Outcome], float]:
+    """Send every demo request to both; returns outcomes and the decode's new external hits."""
+    before = await _external_hits(decode_url)
+    async with (
+        OpenAIClient(pd.entry_url, model=pd.model) as pd_client,
+        OpenAIClient(ref.entry_url, model=ref.model) as ref_client,
+    ):
+        outcomes = [await _one(pd_client, ref_client, k, b) for k, b in demo_requests()]
+    return outcomes, await _external_hits(decode_url) - before
+
+
+def _table(outcomes: list[Outcome]) -> Table:
+    table = Table(title="PD (local/1p1d via the proxy) vs single instance, greedy")
+    for col in ("#", "kind", "prompt tokens", "PD answer (start)", "byte-identical"):
+        table.add_column(col)
+    for i, o in enumerate(outcomes, 1):
+        same = "[green]yes[/green]" if o.equal else f"[red]no[/red] {o.error or ''}"
+        table.add_row(str(i), o.kind, str(o.prompt_tokens), repr(o.pd_text[:40]), same)
+    return table
+
+
+def _start(specs: list[RunSpec], console: Console, ready_timeout_s: float) -> list[int]:
+    daemons: list[subprocess.Popen[bytes]] = [start_detached(s, ready_timeout_s) for s in specs]
+    with ProgressView(console) as view:
+        states = follow(list(zip(specs, daemons, strict=True)), view.update)
+    return [
+        report_detached(s, d, st, console) for s, d, st in zip(specs, daemons, states, strict=True)
+    ]
+
+
+def run_demo(
+    console: Console, model_dir: Path | None = None, ready_timeout_s: float = 900.0
+) -> int:
+    """The whole demo; returns 0 when every PD answer equals the reference and KV moved."""
+    model = model_dir or Path(load(PD_LAYOUT).layout.model.path)
+    console.print(f"building the tiny model into {model} (offline, deterministic)")
+    build_tiny_model(model)
+    specs = [
+        prepare_run(PD_LAYOUT, free_ports=True),
+        prepare_run(REFERENCE_LAYOUT, free_ports=True),
+    ]
+    pd, ref = specs
+    try:
+        if any(_start(specs, console, ready_timeout_s)):
+            return 1
+        decode_url = next(e.url for e in pd.endpoints if e.role == "decode")
+        outcomes, hits = asyncio.run(compare(pd, ref, decode_url))
+        console.print(_table(outcomes))
+        decode_log = pd.launch(next(e.process for e in pd.endpoints if e.role == "decode")).log
+        logged = decode_log.read_text(errors="replace").count(CACHE_HIT_LINE)
+        console.print(
+            f"decode loaded KV from prefill: {EXTERNAL_HITS} +{hits:.0f} tokens; "
+            f"'{CACHE_HIT_LINE}' x{logged} in {decode_log}"
+        )
+        ok = all(o.equal for o in outcomes) and hits > 0
+        verdict = "[green]PD == single, byte for byte[/green]" if ok else "[red]MISMATCH[/red]"
+        console.print(f"{verdict}: {sum(o.equal for o in outcomes)}/{len(outcomes)} identical")
+        for spec in specs:
+            console.print(f"records of {spec.layout}: {spec.run_dir}")
+        return 0 if ok else 1
+    finally:
+        for spec in specs:
+            console.print(stop_run(RunDir(spec.run_dir)))
