@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from servekit.errors import UsageError
-from servekit.proxy.config import parse_args
+from servekit.proxy.config import ProxyConfig, build_parser, flag_of, parse_args
 
 
 def test_pd_replica_and_prompt_keyed_parse() -> None:
@@ -91,3 +91,14 @@ def test_servekit_proxy_help_lists_the_same_flags() -> None:
     assert proc.returncode == 0, proc.stderr
     for flag in ("--prefill", "--decode", "--replica", "--mode", "--api-key", "--decode-policy"):
         assert flag in proc.stdout
+
+
+def test_every_config_field_is_a_flag_and_defaults_come_from_the_model() -> None:
+    helptext = build_parser().format_help()
+    for name in ProxyConfig.model_fields:
+        assert flag_of(name) in helptext
+    cfg = parse_args(["--replica", "http://a:1"])
+    defaults = ProxyConfig(replica=("http://a:1",), mode="replica")
+    assert cfg == defaults
+    tuned = parse_args(["--replica", "http://a:1", "--decode-timeout", "7", "--debug"])
+    assert tuned.decode_timeout_s == 7.0 and tuned.debug

@@ -8,51 +8,63 @@
 from __future__ import annotations
 
 import argparse
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from servekit.errors import UsageError
 
 Mode = Literal["pd", "prompt-keyed", "replica"]
 PolicyName = Literal["least-loaded", "round-robin", "prefix-affinity"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 POLICY_NAMES: tuple[PolicyName, ...] = ("least-loaded", "round-robin", "prefix-affinity")
 
 
 class ProxyConfig(BaseModel):
-    """Everything the proxy process needs; immutable after start."""
+    """Everything the proxy process needs; immutable after start.
+
+    Each field is one flag (``--`` + the name in kebab case, ``_s`` dropped); its
+    description is the flag's help, so the model and the command line cannot drift.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Mode = "pd"
-    prefill: tuple[str, ...] = ()
-    decode: tuple[str, ...] = ()
-    replica: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    api_key: str | None = None
-    prefill_policy: PolicyName = "least-loaded"
-    decode_policy: PolicyName = "least-loaded"
-    debug: bool = False
-    max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    connect_timeout_s: float = Field(default=5.0, gt=0)
-    prefill_timeout_s: float = Field(default=600.0, gt=0)
-    decode_timeout_s: float = Field(default=3600.0, gt=0)
-    stream_idle_timeout_s: float = Field(default=300.0, gt=0)
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    retry_backoff_s: float = Field(default=0.05, ge=0)
-    health_interval_s: float = Field(default=2.0, gt=0)
-    health_timeout_s: float = Field(default=2.0, gt=0)
-    eject_after: int = Field(default=3, ge=1)
-    readmit_after: int = Field(default=2, ge=1)
-    prefix_chars: int = Field(default=512, ge=1)
-    log_level: str = "info"
+    prefill: tuple[str, ...] = Field((), description="prefill instances (http://HOST:PORT)")
+    decode: tuple[str, ...] = Field((), description="decode instances")
+    replica: tuple[str, ...] = Field((), description="replicas, no PD (excludes the two above)")
+    mode: Mode = Field("pd", description="PD flavour; replica mode follows from --replica")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (0: any free one)")
+    api_key: str | None = Field(None, description="Bearer key required, forwarded to backends")
+    prefill_policy: PolicyName = Field("least-loaded", description="how prefill is chosen")
+    decode_policy: PolicyName = Field("least-loaded", description="how decode/replica is chosen")
+    debug: bool = Field(False, description="name backend URLs in error bodies")
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="larger bodies get 413")
+    connect_timeout_s: float = Field(5.0, gt=0, description="per connection attempt")
+    prefill_timeout_s: float = Field(600.0, gt=0, description="whole prefill exchange")
+    decode_timeout_s: float = Field(
+        3600.0, gt=0, description="first byte of a stream, or a whole unstreamed answer"
+    )
+    stream_idle_timeout_s: float = Field(300.0, gt=0, description="longest gap between chunks")
+    max_attempts: int = Field(3, ge=1, le=10, description="instances tried per stage")
+    retry_backoff_s: float = Field(0.05, ge=0, description="first retry delay, then doubled")
+    health_interval_s: float = Field(2.0, gt=0, description="between probe rounds")
+    health_timeout_s: float = Field(2.0, gt=0, description="a slower probe fails")
+    eject_after: int = Field(3, ge=1, description="failed probes before ejection")
+    readmit_after: int = Field(2, ge=1, description="good probes before re-admission")
+    prefix_chars: int = Field(512, ge=1, description="prompt prefix keyed by prefix-affinity")
+    log_level: LogLevel = Field("info", description="log verbosity")
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
         """The instance roles this mode routes to."""
         return ("replica",) if self.mode == "replica" else ("prefill", "decode")
+
+
+# Choices offered on the command line where they differ from the field's type.
+FLAG_CHOICES = {"mode": ("pd", "prompt-keyed")}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,34 +74,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"proxy: {message}; see --help")
 
 
+def flag_of(field: str) -> str:
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
+def _add_flag(p: argparse.ArgumentParser, name: str, info: FieldInfo) -> None:
+    kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+    helptext = info.description or ""
+    if info.annotation is bool:
+        p.add_argument(flag_of(name), action="store_true", help=helptext, **kw)
+        return
+    if name in ("prefill", "decode", "replica"):
+        kw.update(nargs="+", metavar="URL")
+    elif name in FLAG_CHOICES or get_origin(info.annotation) is Literal:
+        kw["choices"] = FLAG_CHOICES.get(name) or get_args(info.annotation)
+    elif info.annotation in (int, float):
+        kw["type"] = info.annotation
+        kw["metavar"] = "SECONDS" if name.endswith("_s") else ("PORT" if name == "port" else "N")
+    if info.default not in ((), None):
+        helptext += f" (default {info.default})"
+    p.add_argument(flag_of(name), help=helptext, **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The flags of ``python -m servekit.proxy`` (and ``servekit proxy``)."""
+    """The flags of ``python -m servekit.proxy`` (and ``servekit proxy``), from the model."""
     p = _Parser(prog="servekit proxy", description="PD / replica router with the decode guard.")
-    p.add_argument("--prefill", nargs="+", default=[], metavar="URL", help="prefill instances")
-    p.add_argument("--decode", nargs="+", default=[], metavar="URL", help="decode instances")
-    p.add_argument("--replica", nargs="+", default=[], metavar="URL", help="replicas (no PD)")
-    p.add_argument("--mode", choices=("pd", "prompt-keyed"), help="PD flavour (default pd)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", help="Bearer key required from clients, forwarded to backends")
-    p.add_argument("--prefill-policy", choices=POLICY_NAMES, default="least-loaded")
-    p.add_argument("--decode-policy", choices=POLICY_NAMES, default="least-loaded")
-    p.add_argument("--debug", action="store_true", help="name backend URLs in error bodies")
-    p.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
-    p.add_argument("--connect-timeout", type=float, default=5.0, dest="connect_timeout_s")
-    p.add_argument("--prefill-timeout", type=float, default=600.0, dest="prefill_timeout_s",
-                   help="whole prefill exchange")  # fmt: skip
-    p.add_argument("--decode-timeout", type=float, default=3600.0, dest="decode_timeout_s",
-                   help="first byte of a stream, or a whole unstreamed answer")  # fmt: skip
-    p.add_argument("--stream-idle-timeout", type=float, default=300.0, dest="stream_idle_timeout_s")
-    p.add_argument("--max-attempts", type=int, default=3, help="tries per stage on connect errors")
-    p.add_argument("--retry-backoff", type=float, default=0.05, dest="retry_backoff_s")
-    p.add_argument("--health-interval", type=float, default=2.0, dest="health_interval_s")
-    p.add_argument("--health-timeout", type=float, default=2.0, dest="health_timeout_s")
-    p.add_argument("--eject-after", type=int, default=3, help="failed probes before ejection")
-    p.add_argument("--readmit-after", type=int, default=2, help="good probes before re-admission")
-    p.add_argument("--prefix-chars", type=int, default=512, help="prompt prefix for affinity")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    for name, info in ProxyConfig.model_fields.items():
+        _add_flag(p, name, info)
     return p
 
 
@@ -111,15 +122,15 @@ def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -
 def parse_args(argv: list[str]) -> ProxyConfig:
     """Parse and validate the command line into a :class:`ProxyConfig`."""
     ns = vars(build_parser().parse_args(argv))
-    _check_topology(ns["prefill"], ns["decode"], ns["replica"])
-    if ns["replica"] and ns["mode"]:
-        raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
     for role in ("prefill", "decode", "replica"):
-        ns[role] = tuple(check_url(f"--{role}", u) for u in ns[role])
-    ns["mode"] = "replica" if ns["replica"] else (ns["mode"] or "pd")
+        ns[role] = tuple(check_url(f"--{role}", u) for u in ns.get(role, ()))
+    _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))
+    if ns["replica"]:
+        if "mode" in ns:
+            raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
+        ns["mode"] = "replica"
     try:
         return ProxyConfig(**ns)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0]).removesuffix("_s").replace("_", "-")
-        raise UsageError(f"--{field}: {err['msg']}") from None
+        raise UsageError(f"{flag_of(str(err['loc'][0]))}: {err['msg']}") from None
