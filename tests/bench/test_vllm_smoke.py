@@ -1,0 +1,69 @@
+"""CI smoke: bench local/1p1d on real vLLM CPU for a few seconds.
+
+Starts the layout with ``servekit up --detach`` (real vLLM, the tiny model),
+benches it through its proxy by layout name, and stops it. Marked ``vllm``:
+slow, run by CI, not by the quick suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
+from servekit.deployment import load_deployment
+
+LAYOUT = "local/1p1d"
+
+
+def servekit(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
+    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
+    up = servekit(
+        "up", LAYOUT, "--engine", "vllm", "--detach", "--free-ports", env=env, timeout=900
+    )
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        yield env
+    finally:
+        servekit("down", LAYOUT, env=env, timeout=300)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_bench_1p1d_on_real_vllm(runs_root: dict[str, str]) -> None:
+    deployment = load_deployment(LAYOUT)
+    workloads = [
+        SingleStream(prompt_tokens=64, output_tokens=32),
+        MultiStream(streams=(1, 2), input_tokens=64, output_tokens=16),
+        KVCapacity(),
+    ]
+    result = run_bench(deployment, workloads, RunSettings(runs=1, warmup=1))
+    assert sum(p.errors for p in result.points) == 0
+    single = result.point("single_stream", "ISL=64")
+    assert single is not None and single.invalid_runs == 0
+    # No speculative decoding in this layout: A must be exactly 1.
+    assert single.figures["acceptance_length"].median == 1.0
+    assert (single.figures["tok_per_s"].median or 0) > 0
+    multi = result.point("multi_stream", "N=2")
+    assert multi is not None and (multi.figures["total_tok_per_s"].median or 0) > 0
+    kv = [p for p in result.points if p.workload == "kv_capacity"]
+    assert kv and all((p.figures["kv_cache_tokens"].median or 0) > 0 for p in kv)
+    assert {p.params["role"] for p in kv} >= {"prefill", "decode"}
