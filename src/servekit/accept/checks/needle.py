@@ -78,7 +78,7 @@ async def _calibrated(
     probe: Probe, ctx: int, needles: tuple[Needle, ...], reserve: int
 ) -> Calibration | str:
     """Filler size for a prompt of ``ctx - reserve`` tokens, shared by the run."""
-    key = f"calibration:{ctx}:{len(needles)}"
+    key = f"calibration:{ctx}:{len(needles)}:{reserve}"
     if key in probe.env.state:
         found: Calibration | str = probe.env.state[key]
         return found
@@ -105,13 +105,13 @@ def _judged(
     text: str | None,
     *,
     expected: str,
-    name: str | None,
+    phrases: tuple[str, ...],
     cal: Calibration | None,
 ) -> Outcome:
+    """Judge ``text`` (the answer of ``ex``) and keep what was measured."""
     if text is None:
         return failed(f"request failed: {ex.describe()}")
     codes = tuple(n.code for n in _all_codes(probe))
-    phrases = instruction_phrases(name)
     verdict = judge_answer(text, expected, instructions=phrases, other_codes=codes)
     measures: dict[str, str | int | float | bool] = {
         "answer": text[:200],
@@ -142,13 +142,8 @@ async def short(probe: Probe, ctx: int) -> Outcome:
         {"role": "user", "content": f"{short_instruction(code)}\n{ANSWER_LINE}"},
     ]
     ex = await probe.post(f"{probe.env.entry}/v1/chat/completions", probe.chat(messages))
-    outcome = _judged(probe, ex, answer_text(ex), expected=code, name=None, cal=None)
-    if (
-        outcome.verdict == "pass"
-        and short_instruction(code).casefold() in (answer_text(ex) or "").casefold()
-    ):
-        return failed("answer echoes the instruction", **outcome.measurements)
-    return outcome
+    phrases = (*instruction_phrases(), short_instruction(code))
+    return _judged(probe, ex, answer_text(ex), expected=code, phrases=phrases, cal=None)
 
 
 async def single(probe: Probe, ctx: int, name: str) -> Outcome:
@@ -162,7 +157,9 @@ async def single(probe: Probe, ctx: int, name: str) -> Outcome:
         return failed(cal)
     body = probe.chat(_messages(embed(filler(cal.chars), (needle,)), name))
     ex = await probe.post(f"{probe.env.entry}/v1/chat/completions", body)
-    return _judged(probe, ex, answer_text(ex), expected=needle.code, name=name, cal=cal)
+    return _judged(
+        probe, ex, answer_text(ex), expected=needle.code, phrases=instruction_phrases(name), cal=cal
+    )
 
 
 async def stream(probe: Probe, ctx: int) -> Outcome:
@@ -183,7 +180,14 @@ async def stream(probe: Probe, ctx: int) -> Outcome:
     if not ex.ok or reading.problems:
         why = reading.problems[0] if ex.ok else ex.describe()
         return failed(f"stream failed: {why}")
-    outcome = _judged(probe, ex, reading.text, expected=needle.code, name=needle.name, cal=cal)
+    outcome = _judged(
+        probe,
+        ex,
+        reading.text,
+        expected=needle.code,
+        phrases=instruction_phrases(needle.name),
+        cal=cal,
+    )
     extra = {"ttft_s": ex.ttft_s or 0.0, "finish_reason": reading.finish_reason or ""}
     return outcome.model_copy(update={"measurements": {**outcome.measurements, **extra}})
 
@@ -231,14 +235,16 @@ async def multi_turn(probe: Probe, ctx: int, turn: int) -> Outcome:
     name = TURNS[turn - 1]
     needle = next(n for n in _needles(probe, ctx) if n.name == name)
     cal = probe.env.state.get(f"conversation-cal:{ctx}")
-    return _judged(probe, ex, answer, expected=needle.code, name=name, cal=cal)
+    return _judged(
+        probe, ex, answer, expected=needle.code, phrases=instruction_phrases(name), cal=cal
+    )
 
 
 async def _prefix_prompt(
     probe: Probe, ctx: int
 ) -> tuple[dict[str, Any], Needle, Calibration] | str:
     needle = _needles(probe, ctx)[2]
-    cal = await _calibrated(probe, ctx, (needle,), probe.options.max_tokens + 16)
+    cal = await _calibrated(probe, ctx, (needle,), probe.options.max_tokens)
     if isinstance(cal, str):
         return cal
     nonce = probe.env.state.setdefault(f"prefix-nonce:{ctx}", secrets.token_hex(6))
@@ -260,7 +266,14 @@ async def prefix(probe: Probe, ctx: int, hot: bool) -> Outcome:
         probe.env.state[key] = await probe.post(url, body)
     cold: Exchange = probe.env.state[key]
     ex = await probe.post(url, body) if hot else cold
-    outcome = _judged(probe, ex, answer_text(ex), expected=needle.code, name=needle.name, cal=cal)
+    outcome = _judged(
+        probe,
+        ex,
+        answer_text(ex),
+        expected=needle.code,
+        phrases=instruction_phrases(needle.name),
+        cal=cal,
+    )
     cached = cached_tokens(usage(ex))
     measures = {**outcome.measurements, "cached_tokens": cached if cached is not None else -1}
     if hot and outcome.verdict == "pass" and answer_text(ex) != answer_text(cold):
