@@ -187,8 +187,7 @@ def main() -> None:
         cmd = [
             sys.executable,
             "-m",
-            "servekit",
-            "sim",
+            "servekit.sim",
             "--spec",
             str(spec_path),
             "--ready-file",

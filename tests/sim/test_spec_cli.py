@@ -123,11 +123,13 @@ def _wait_ready(path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
     return info
 
 
-def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry", [[*SERVEKIT, "sim"], [sys.executable, "-m", "servekit.sim"]])
+def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, entry: list[str]
+) -> None:
     ready = tmp_path / "ready.json"
     cmd = [
-        *SERVEKIT,
-        "sim",
+        *entry,
         "--endpoints",
         "3",
         "--base-port",
@@ -169,7 +171,8 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
     )
     assert out.returncode == 0 and json.loads(out.stdout)["endpoints"][1]["name"] == "f"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
-    for args in (["--spec", str(spec)], [], ["--endpoints", "2", "--role", "boss"]):
+    cases = (["--spec", str(spec)], [], ["--endpoints", "2", "--role", "boss"])
+    for args in cases:
         bad = subprocess.run(
             [*SERVEKIT, "sim", *args],
             capture_output=True,
@@ -179,3 +182,12 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
         )
         assert bad.returncode == 2
         assert bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+
+
+def test_module_entry_reports_usage_errors_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from servekit.sim.__main__ import entry
+
+    assert entry(["--endpoints", "0"]) == 2
+    assert capsys.readouterr().err == "error: --endpoints: must be at least 1\n"
+    assert entry(["--endpoints", "2", "--check"]) == 0
+    assert '"mixed-1"' in capsys.readouterr().out
