@@ -115,3 +115,16 @@ def test_rebuild_onto_the_wrong_base_exits_2_naming_the_layer(tmp_path: Path) ->
     )
     assert result.returncode == 2
     assert "layer 2" in result.stderr
+
+
+def test_inspect_fs_of_an_unpacked_rootfs_folder(tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    (root / "proc" / "1").mkdir(parents=True)
+    result = servekit("kit", "inspect", str(root), "--fs", "--exclude", "/proc")
+    assert result.returncode == 0, result.stderr
+    paths = [line.split("\t")[5] for line in result.stdout.splitlines()]
+    assert paths == ["/etc", "/etc/hosts"]
+    plain = servekit("kit", "inspect", str(root))
+    assert plain.returncode == 2 and "--fs" in plain.stderr

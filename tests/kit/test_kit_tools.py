@@ -119,6 +119,14 @@ def test_umoci_unpack_matches_the_kit_filesystem_manifest(
         key=lambda line: line.split("\t")[5].encode(),
     )
     assert walked == kit_fs(kit, tmp_path)
+    shown = subprocess.run(
+        [sys.executable, "-m", "servekit", "kit", "inspect", str(bundle / "rootfs"), "--fs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert shown.stdout.splitlines() == walked
 
 
 def test_generated_scripts_pass_shellcheck(kit: BuildResult, tmp_path: Path) -> None:

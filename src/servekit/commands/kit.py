@@ -149,18 +149,36 @@ def rebuild(
 def inspect(
     target: Annotated[str, typer.Argument(help="Kit (.tar.zst or folder) or image reference")],
     *,
-    fs: Annotated[
-        bool, typer.Option("--fs", help="Also print an image's filesystem manifest")
-    ] = False,
+    fs: Annotated[bool, typer.Option("--fs", help="Print the filesystem manifest instead")] = False,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="Rootfs path to skip with --fs, e.g. /proc")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
-    """Show a kit's layers, payload, config delta and stamps, or an image's layers."""
+    """Show a kit's layers, payload, config delta and stamps, or an image's layers.
+
+    ``--fs`` prints an image's or an unpacked rootfs folder's filesystem manifest.
+    """
     from rich.console import Console
 
-    from servekit.kit.inspector import inspect_image, inspect_kit, is_kit
+    from servekit.errors import UsageError
+    from servekit.kit.inspector import (
+        inspect_image,
+        inspect_kit,
+        is_kit,
+        is_rootfs,
+        rootfs_manifest,
+    )
     from servekit.kit.tables import print_image, print_kit
 
     console = Console(width=160)
+    if is_rootfs(target):
+        if not fs:
+            raise UsageError(
+                f"{target} is a plain folder: add --fs to print its filesystem manifest"
+            )
+        typer.echo("\n".join(rootfs_manifest(Path(target), exclude or [])))
+        return
     if is_kit(target):
         manifest = inspect_kit(Path(target))
         if json_out:

@@ -55,6 +55,22 @@ def is_kit(target: str) -> bool:
     return target.endswith((".tar.zst", ".tzst")) or (path / "MANIFEST.json").is_file()
 
 
+def is_rootfs(target: str) -> bool:
+    """A plain folder that is neither a kit nor an OCI layout: an unpacked rootfs."""
+    path = Path(target)
+    return path.is_dir() and not is_kit(target) and not (path / "oci-layout").exists()
+
+
+def rootfs_manifest(root: Path, exclude: list[str]) -> list[str]:
+    """Filesystem manifest of an unpacked rootfs (e.g. ``umoci unpack`` output)."""
+    from servekit.kit.fsmanifest import walk_dir
+
+    entries = sorted(
+        walk_dir(root, exclude), key=lambda e: e.path.encode("utf-8", "surrogateescape")
+    )
+    return [entry.line() for entry in entries]
+
+
 def inspect_kit(path: Path, limits: Limits | None = None) -> KitManifest:
     """The kit's manifest (members are not checked here: that is verify's job)."""
     with open_kit(path, limits or Limits()) as kit:
