@@ -29,6 +29,7 @@ class EngineConfig:
     num_gpu_blocks: int = 64
     block_size: int = 16
     metrics: bool = True
+    tokenize: bool = True  # a PD proxy offers no /tokenize
 
 
 @dataclass
@@ -39,6 +40,8 @@ class EngineState:
     max_running: int = 0
     drafts: int = 0
     accepted: int = 0
+    tokenize_calls: int = 0
+    metrics_calls: int = 0
     prompts: list[str] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
 
@@ -84,6 +87,9 @@ class FakeEngine:
             await self._runner.cleanup()
 
     async def _tokenize(self, request: web.Request) -> web.StreamResponse:
+        if not self.config.tokenize:
+            return web.json_response({"error": "no /tokenize here"}, status=404)
+        self.state.tokenize_calls += 1
         body = await request.json()
         n = count_tokens(body["prompt"])
         return web.json_response({"count": n, "tokens": list(range(n)), "max_model_len": 8192})
@@ -97,6 +103,7 @@ class FakeEngine:
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         if not self.config.metrics:
             return web.Response(status=404)
+        self.state.metrics_calls += 1
         s, c = self.state, self.config
         text = (
             "# TYPE vllm:num_requests_running gauge\n"

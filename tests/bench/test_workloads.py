@@ -159,3 +159,21 @@ def test_kv_capacity_from_log_then_metrics(engine: FakeEngine, tmp_path: Path) -
 def test_prompt_lengths_are_exact_for_every_workload(engine: FakeEngine) -> None:
     run_bench(dep(engine), [MultiStream(streams=(2,), input_tokens=33, output_tokens=2)], FAST)
     assert all(count_tokens(p) == 33 for p in engine.state.prompts)
+
+
+def test_pd_entry_without_tokenize_or_metrics_uses_the_engine_endpoints() -> None:
+    proxy_like = EngineConfig(metrics=False, tokenize=False)
+    with FakeEngine(proxy_like) as proxy, FakeEngine() as decode:
+        deployment = Deployment(
+            entry_url=proxy.url,
+            endpoints=(
+                Endpoint(name="proxy", role="proxy", url=proxy.url),
+                Endpoint(name="decode-0", role="decode", url=decode.url),
+            ),
+        )
+        result = run_bench(deployment, [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    (point,) = result.points
+    assert point.errors == 0 and point.evidence["idle_checked"] is True
+    assert proxy.state.completions == 3 and proxy.state.tokenize_calls == 0
+    assert decode.state.completions == 0
+    assert decode.state.tokenize_calls >= 3 and decode.state.metrics_calls > 0

@@ -2,7 +2,8 @@
 
 One :class:`BenchContext` per benchmark run, so every workload shares the one
 client (one connection pool) and one prompt-id counter (no prefix is ever
-reused within a run).
+reused within a run). Requests go to the deployment's entry (the proxy for
+PD); /tokenize and /metrics go to its engine endpoints when it lists them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from servekit.bench.config import RunSettings
 from servekit.bench.load import run_concurrent, stream_body
 from servekit.bench.prompts import PromptBuilder
-from servekit.bench.sampler import wait_idle
+from servekit.bench.sampler import MetricsSource, wait_idle
 from servekit.client import OpenAIClient, RequestRecord
 from servekit.deployment import Deployment
 
@@ -36,10 +37,15 @@ class BenchContext:
     model: str | None = None
     progress: ProgressFn = quiet
     prompts: PromptBuilder = field(init=False)
+    metrics: MetricsSource = field(init=False)
     idle_checked: bool = True
 
     def __post_init__(self) -> None:
-        self.prompts = PromptBuilder(self.client)
+        engines = [e.url for e in self.deployment.endpoints if e.role != "proxy"]
+        engine_clients = [self.client.derive(url) for url in engines] or [self.client]
+        # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
+        self.prompts = PromptBuilder(engine_clients[0])
+        self.metrics = MetricsSource(engine_clients)
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         """A greedy ignore_eos streamed completion body for this target's model."""
@@ -47,7 +53,7 @@ class BenchContext:
 
     async def wait_idle(self) -> None:
         """Wait until the engine is idle; remember if the target cannot say."""
-        known = await wait_idle(self.client, self.settings.idle_timeout_s)
+        known = await wait_idle(self.metrics, self.settings.idle_timeout_s)
         self.idle_checked = self.idle_checked and known
 
     async def warm_up(self, prompt_tokens: int, output_tokens: int) -> list[RequestRecord]:

@@ -3,8 +3,10 @@
 A point is only valid when the engine served nothing else while it was
 measured, so the harness waits for ``running = waiting = 0`` first and samples
 ``/metrics`` every 0.25 s while the point runs; the samples are its evidence.
-Targets without vLLM metrics (a proxy without /metrics) are treated as idle
-and the point records that the check could not be made.
+The metrics are read from the deployment's engine endpoints (the PD proxy may
+have no vLLM metrics) and summed, so a PD pair or DP ranks count as one engine.
+Targets without vLLM metrics are treated as idle and the point records that the
+check could not be made.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
-from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient
+from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient, merge_snapshots
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -29,18 +31,31 @@ def load_of(snap: MetricsSnapshot) -> tuple[float, float] | None:
 
 
 async def try_metrics(client: OpenAIClient) -> MetricsSnapshot | None:
-    """A snapshot, or None when the target has no usable /metrics."""
+    """A snapshot, or None when the server has no usable /metrics."""
     try:
         return await client.metrics()
     except EndpointError:
         return None
 
 
-async def wait_idle(client: OpenAIClient, timeout_s: float, poll_s: float = 0.1) -> bool:
+class MetricsSource:
+    """The summed /metrics of a deployment's engines."""
+
+    def __init__(self, clients: Sequence[OpenAIClient]) -> None:
+        self.clients = tuple(clients)
+
+    async def snapshot(self) -> MetricsSnapshot | None:
+        """All engines' metrics summed; None when none of them answers."""
+        snaps = await asyncio.gather(*(try_metrics(c) for c in self.clients))
+        present = [s for s in snaps if s is not None]
+        return merge_snapshots(present) if present else None
+
+
+async def wait_idle(source: MetricsSource, timeout_s: float, poll_s: float = 0.1) -> bool:
     """Wait until nothing runs or waits; False if the target cannot tell us."""
     deadline = time.monotonic() + timeout_s
     while True:
-        snap = await try_metrics(client)
+        snap = await source.snapshot()
         load = load_of(snap) if snap is not None else None
         if load is None:
             return False
@@ -52,15 +67,15 @@ async def wait_idle(client: OpenAIClient, timeout_s: float, poll_s: float = 0.1)
 
 
 class Sampler:
-    """Samples /metrics every ``interval_s`` in the background."""
+    """Samples the engines' /metrics every ``interval_s`` in the background."""
 
-    def __init__(self, client: OpenAIClient, interval_s: float) -> None:
-        self._client = client
+    def __init__(self, source: MetricsSource, interval_s: float) -> None:
+        self._source = source
         self._interval = interval_s
         self.samples: list[MetricsSnapshot] = []
 
     async def _sample(self) -> None:
-        snap = await try_metrics(self._client)
+        snap = await self._source.snapshot()
         if snap is not None:
             self.samples.append(snap)
 

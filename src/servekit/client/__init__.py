@@ -7,7 +7,12 @@ parsed into a :class:`MetricsSnapshot`.
 """
 
 from servekit.client._client import EndpointError, OpenAIClient, TokenizeResult
-from servekit.client._metrics import HistogramSummary, MetricsSnapshot, parse_metrics
+from servekit.client._metrics import (
+    HistogramSummary,
+    MetricsSnapshot,
+    merge_snapshots,
+    parse_metrics,
+)
 from servekit.client._records import ErrorKind, Frame, RequestKind, RequestRecord, Usage
 from servekit.client._sse import SSEDecoder
 
@@ -23,5 +28,6 @@ __all__ = [
     "SSEDecoder",
     "TokenizeResult",
     "Usage",
+    "merge_snapshots",
     "parse_metrics",
 ]

@@ -98,6 +98,22 @@ class OpenAIClient:
             await self._session.close()
         self._session = None
 
+    def derive(self, base_url: str) -> OpenAIClient:
+        """A client for another server of the same deployment, sharing this session.
+
+        One connection pool serves the entry and every engine endpoint; the
+        derived client never closes the shared session.
+        """
+        other = OpenAIClient(
+            base_url,
+            model=self.model,
+            keep_frames=self.keep_frames,
+            keep_body=self.keep_body,
+            session=self._ensure_session(),
+        )
+        other._headers = dict(self._headers)
+        return other
+
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections, force_close=False)

@@ -123,3 +123,28 @@ def _add_histogram(
         elif sname == name + "_bucket":
             le = float(s.labels["le"])
             les[le] = les.get(le, 0.0) + value
+
+
+def merge_snapshots(snaps: list[MetricsSnapshot]) -> MetricsSnapshot:
+    """One snapshot summing several servers' (the engines of one deployment)."""
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    hist: dict[str, tuple[float, float]] = {}
+    info: dict[str, tuple[dict[str, str], ...]] = {}
+    for snap in snaps:
+        for name, value in snap.counters.items():
+            counters[name] = counters.get(name, 0.0) + value
+        for name, value in snap.gauges.items():
+            gauges[name] = gauges.get(name, 0.0) + value
+        for name, h in snap.histograms.items():
+            total, count = hist.get(name, (0.0, 0.0))
+            hist[name] = (total + h.sum, count + h.count)
+        for name, labels in snap.info.items():
+            info[name] = info.get(name, ()) + labels
+    return MetricsSnapshot(
+        t_ns=max(s.t_ns for s in snaps),
+        counters=counters,
+        gauges=gauges,
+        histograms={n: HistogramSummary(sum=a, count=b) for n, (a, b) in hist.items()},
+        info=info,
+    )

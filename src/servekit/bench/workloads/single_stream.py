@@ -66,7 +66,7 @@ def shot_figures(rec: RequestRecord, sampler: Sampler) -> dict[str, Any]:
 async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, dict[str, Any]]:
     await ctx.wait_idle()
     prompt = await ctx.prompts.build(spec.prompt_tokens)
-    sampler = Sampler(ctx.client, spec.sample_interval_s)
+    sampler = Sampler(ctx.metrics, spec.sample_interval_s)
     async with sampler.running():
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
     return rec, shot_figures(rec, sampler)
