@@ -191,3 +191,14 @@ def test_module_entry_reports_usage_errors_as_one_line(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == "error: --endpoints: must be at least 1\n"
     assert entry(["--endpoints", "2", "--check"]) == 0
     assert '"mixed-1"' in capsys.readouterr().out
+
+
+def test_two_simulators_in_one_process_keep_their_own_logs(tmp_path: Path) -> None:
+    def spec(folder: str) -> dict[str, Any]:
+        return {"endpoints": [_ep(log=str(tmp_path / folder / "e.log"))]}
+
+    with running_sim(spec("one")), running_sim(spec("two")):
+        pass
+    for folder in ("one", "two"):
+        text = (tmp_path / folder / "e.log").read_text()
+        assert text.count("GPU KV cache size: 16,777,216 tokens") == 1

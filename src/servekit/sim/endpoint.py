@@ -27,6 +27,7 @@ from servekit.sim.textgen import Voice, answer_pieces, continuation
 
 REPLAY_LIMIT = 128
 _IDS = itertools.count(1)
+_LOGGERS = itertools.count(1)
 _PREFIX = os.urandom(4).hex()
 
 
@@ -351,7 +352,8 @@ class SimEndpoint:
 
 
 def _endpoint_logger(spec: EndpointSpec) -> logging.Logger:
-    log = logging.getLogger(f"servekit.sim.engine.{spec.name}")
+    """A logger of this endpoint instance (two simulators in one process never share one)."""
+    log = logging.getLogger(f"servekit.sim.engine.{spec.name}.{next(_LOGGERS)}")
     log.setLevel(logging.INFO)
     if spec.log is not None:
         spec.log.parent.mkdir(parents=True, exist_ok=True)
