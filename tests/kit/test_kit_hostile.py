@@ -214,3 +214,9 @@ def test_corrupting_any_byte_of_a_kit_fails_verify_without_raising(
 def good_kit(kit: object) -> tuple[Path, bytes]:
     archive = kit.archive  # type: ignore[attr-defined]
     return archive, archive.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["etc/.wh.", "etc/.wh...", ".wh."])
+def test_whiteouts_that_name_nothing_are_refused(name: str) -> None:
+    with pytest.raises(KitRefused, match="names no entry"):
+        scan(layer_tar([M(name, "f")]), strict=False)

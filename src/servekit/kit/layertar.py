@@ -137,9 +137,10 @@ class _Applier:
             self.scan.opaque_dirs.append(posixpath.dirname(path))
             return
         if name.startswith(WHITEOUT):
-            self.scan.whiteouts.append(
-                posixpath.join(posixpath.dirname(path), name[len(WHITEOUT) :])
-            )
+            hidden = name[len(WHITEOUT) :]
+            if hidden in ("", ".", ".."):
+                raise KitRefused(f"{self.opts.what}: whiteout {path!r} names no entry")
+            self.scan.whiteouts.append(posixpath.join(posixpath.dirname(path), hidden))
             return
         entry = self._entry(tar, member, path)
         self.scan.entries += 1
