@@ -36,6 +36,8 @@ def test_passing_url_target_exits_0_and_writes_result_and_markdown(tmp_path: Pat
     assert len(doc["checks"]) == 6 + 11
     assert "Acceptance: 16/16 passed" in (tmp_path / "res" / "accept.md").read_text()
     assert "needle.2k.turn3" in proc.stdout
+    # live progress, one line per check, on stderr
+    assert "PASS needle.2k.A" in proc.stderr
 
 
 def test_a_failing_check_exits_1(tmp_path: Path) -> None:
@@ -63,6 +65,8 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
         ("--context", "12q", "--target", "http://127.0.0.1:9"),
         ("--only", "nosuchcheck", "--target", "http://127.0.0.1:9"),
         ("--depths", "0.5", "--target", "http://127.0.0.1:9"),
+        ("--concurrency", "1", "--target", "http://127.0.0.1:9"),
+        ("--timeout", "0", "--target", "http://127.0.0.1:9"),
         ("--only", "guard"),
         ("--target", "local/not-running"),
     ]

@@ -50,6 +50,9 @@ def test_healthy_pd_deployment_passes_every_applicable_check(tmp_path: Path) -> 
     assert checks["needle.2k.prefix_hot"].measurements["cached_tokens"] > 0
     assert len([c for c in result.checks if c.id.startswith("needle.2k.")]) == 11
     assert (tmp_path / "out" / "result.json").is_file()
+    stream = checks["needle.2k.stream"].timings
+    assert stream["requests"] == 1 and stream["ttft_s_first"] > 0
+    assert checks["invariant.concurrent_equals_serial"].timings["requests"] == 4 * 3
 
 
 FAULTS = [

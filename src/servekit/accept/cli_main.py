@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from servekit.accept.markdown import render_markdown
-from servekit.accept.matrix import print_matrix
-from servekit.accept.models import AcceptResult
+from servekit.accept.matrix import print_matrix, verdict_text
+from servekit.accept.models import AcceptResult, CheckResult
 from servekit.accept.options import DEFAULT_CONTEXTS, AcceptOptions, parse_contexts, parse_depths
 from servekit.accept.registry import all_checks, select
 from servekit.deployment import Deployment, load_deployment
@@ -20,11 +20,21 @@ MARKDOWN_FILE = "accept.md"
 
 
 def build_options(
-    only: list[str], contexts: list[str], depths: str | None, seed: str, timeout_s: float
+    only: list[str],
+    contexts: list[str],
+    depths: str | None,
+    *,
+    seed: str,
+    timeout_s: float,
+    concurrency: int,
 ) -> AcceptOptions:
     """Parse the flags into options; a bad value is a UsageError naming the flag."""
     parsed = parse_contexts(contexts or list(DEFAULT_CONTEXTS))
-    base = AcceptOptions(contexts=parsed, seed=seed, timeout_s=timeout_s)
+    if concurrency < 2:
+        raise UsageError(f"--concurrency {concurrency}: use 2 or more concurrent requests")
+    if timeout_s <= 0:
+        raise UsageError(f"--timeout {timeout_s}: give a positive number of seconds")
+    base = AcceptOptions(contexts=parsed, seed=seed, timeout_s=timeout_s, concurrency=concurrency)
     if depths is not None:
         base = base.model_copy(update={"depths": parse_depths(depths)})
     select(all_checks(base), only)  # validate --only before sending anything
@@ -61,13 +71,16 @@ def main(
     capabilities: list[str],
     seed: str,
     timeout_s: float,
+    concurrency: int,
     out: Path,
     selfcheck: bool,
     list_checks: bool,
 ) -> int:
     """Run what the flags ask for and return the exit code."""
     console = Console()
-    options = build_options(only, contexts, depths, seed, timeout_s)
+    options = build_options(
+        only, contexts, depths, seed=seed, timeout_s=timeout_s, concurrency=concurrency
+    )
     if list_checks:
         for check in select(all_checks(options), options.only):
             console.print(f"{check.id:40} {check.summary}")
@@ -79,5 +92,12 @@ def main(
     from servekit.accept.runner import run_acceptance_async
 
     deployment = resolve_target(target, model, capabilities)
-    result = asyncio.run(run_acceptance_async(deployment, options, out, target=target))
+    progress = Console(stderr=True)
+
+    def show(check: CheckResult) -> None:
+        progress.print(verdict_text(check), check.id, f"({check.duration_s:.1f}s)")
+
+    result = asyncio.run(
+        run_acceptance_async(deployment, options, out, target=target, on_result=show)
+    )
     return _finish(result, out, console)

@@ -61,6 +61,8 @@ class Probe:
         self.env = env
         self.check_id = check_id
         self.evidence: list[EvidenceFile] = []
+        self._elapsed: list[float] = []
+        self._ttft: list[float] = []
 
     @property
     def options(self) -> AcceptOptions:
@@ -68,7 +70,23 @@ class Probe:
 
     def _keep(self, exchange: Exchange) -> Exchange:
         self.evidence.extend(self.env.store.record(self.check_id, exchange))
+        self._elapsed.append(exchange.elapsed_s)
+        if exchange.frames and exchange.ttft_s is not None:
+            self._ttft.append(exchange.ttft_s)
         return exchange
+
+    def timings(self) -> dict[str, float]:
+        """Request count and wall time of what this check sent (for the result)."""
+        if not self._elapsed:
+            return {}
+        found = {
+            "requests": float(len(self._elapsed)),
+            "request_s_total": round(sum(self._elapsed), 6),
+            "request_s_max": round(max(self._elapsed), 6),
+        }
+        if self._ttft:
+            found["ttft_s_first"] = round(self._ttft[0], 6)
+        return found
 
     async def get(self, url: str) -> Exchange:
         return self._keep(await self.env.wire.get(url))

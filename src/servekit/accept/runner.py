@@ -73,7 +73,7 @@ def _result(check: Check, outcome: Outcome, probe: Probe, started: str, took: fl
         reason=outcome.reason,
         started_at=started,
         duration_s=round(took, 6),
-        timings=outcome.timings,
+        timings={**probe.timings(), **outcome.timings},
         measurements=outcome.measurements,
         evidence=tuple(probe.evidence),
     )

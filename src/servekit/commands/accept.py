@@ -37,6 +37,9 @@ def accept(  # noqa: PLR0917 (typer maps each parameter to a flag)
     ] = None,
     seed: Annotated[str, typer.Option("--seed", help="picks the needle codes")] = "servekit",
     timeout: Annotated[float, typer.Option("--timeout", help="seconds per request")] = 600.0,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="requests sent at once by the invariant check")
+    ] = 4,
     out: Annotated[
         Path, typer.Option("--out", help="folder for result.json, accept.md, evidence")
     ] = Path("accept-out"),
@@ -57,6 +60,7 @@ def accept(  # noqa: PLR0917 (typer maps each parameter to a flag)
         capabilities=capability or [],
         seed=seed,
         timeout_s=timeout,
+        concurrency=concurrency,
         out=out,
         selfcheck=selfcheck,
         list_checks=list_checks,
