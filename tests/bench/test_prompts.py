@@ -17,12 +17,16 @@ def test_prompts_have_exact_length_and_unique_prefixes(engine: FakeEngine) -> No
     async def go() -> list[str]:
         async with OpenAIClient(engine.url) as client:
             builder = PromptBuilder(client)
-            return [*await builder.build_many(37, 5), await builder.build(1024)]
+            return [
+                *await builder.build_many(37, 5),
+                await builder.build(1024),
+                await builder.build(122),
+            ]
 
     prompts = asyncio.run(go())
-    assert [count_tokens(p) for p in prompts] == [37] * 5 + [1024]
+    assert [count_tokens(p) for p in prompts] == [37] * 5 + [1024, 122]
     prefixes = [p.split()[0] for p in prompts]
-    assert prefixes == [f"[req-{i:05d}]" for i in range(6)]
+    assert prefixes == [f"[req-{i:05d}]" for i in range(7)]
 
 
 def test_unreachable_length_is_a_usage_error(engine: FakeEngine) -> None:

@@ -1,9 +1,9 @@
 """Prompts of an exact token length, each with a unique ``[req-NNNNN]`` prefix.
 
 The seeds' method needs prompts of exactly N tokens that defeat prefix caching.
-A prompt is the request's unique prefix followed by common English words, each
-a single token in most tokenizers; its length is checked against the target's
-own ``/tokenize`` and the filler adjusted until the count is exact.
+A prompt is the request's unique prefix followed by common English words and
+single-token pads; its length is checked against the target's own
+``/tokenize`` and adjusted until the count is exact.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ _WORD_TEXT = (
 )
 WORDS = tuple(_WORD_TEXT.split())
 MAX_ROUNDS = 8
+PADS = (" the", " a", ",")
 
 
 def filler(n_words: int) -> str:
@@ -46,23 +47,50 @@ class PromptBuilder:
         return f"[req-{next(self._ids):05d}]"
 
     async def build(self, n_tokens: int) -> str:
-        """One prompt of exactly ``n_tokens`` tokens with a fresh prefix."""
+        """One prompt of exactly ``n_tokens`` tokens with a fresh prefix.
+
+        Words bring the count to at most ``n_tokens`` (some words are several
+        tokens, so word counts can skip a length); single-token pads (" the",
+        else " a", ",") then close the gap exactly.
+        """
         prefix = self.next_prefix()
         words = self._words_for.get(n_tokens, n_tokens)
-        for _ in range(MAX_ROUNDS):
-            text = f"{prefix} {filler(words)}" if words > 0 else prefix
-            count = (await self._client.tokenize(text)).count
-            if count == n_tokens:
-                self._words_for[n_tokens] = words
-                return text
-            step = n_tokens - count
-            if words + step < 0:
-                break
-            words += step
+        text, count = await self._fit_words(prefix, words, n_tokens)
+        for pad in PADS:
+            padded, got = await self._pad(text, count, pad, n_tokens)
+            if got == n_tokens:
+                return padded
         raise UsageError(
             f"prompt length {n_tokens}: the target's tokenizer cannot reach it exactly "
             f"(prefix {prefix!r} alone may be longer); choose a larger --isl"
         )
+
+    async def _count(self, text: str) -> int:
+        return (await self._client.tokenize(text)).count
+
+    async def _fit_words(self, prefix: str, words: int, n_tokens: int) -> tuple[str, int]:
+        """Prefix plus words with a count at most ``n_tokens`` (as close as found)."""
+        for _ in range(MAX_ROUNDS):
+            text = f"{prefix} {filler(words)}" if words > 0 else prefix
+            count = await self._count(text)
+            if count <= n_tokens or words == 0:
+                self._words_for[n_tokens] = words
+                return text, count
+            words = max(0, words - (count - n_tokens))
+        return prefix, await self._count(prefix)
+
+    async def _pad(self, text: str, count: int, pad: str, n_tokens: int) -> tuple[str, int]:
+        """Append ``pad`` until the count is exact; the closest try otherwise."""
+        k = n_tokens - count
+        for _ in range(MAX_ROUNDS):
+            if k < 0:
+                break
+            padded = text + pad * k
+            got = await self._count(padded) if k else count
+            if got == n_tokens:
+                return padded, got
+            k += n_tokens - got
+        return text, count
 
     async def build_many(self, n_tokens: int, count: int) -> list[str]:
         """``count`` prompts of ``n_tokens``; the first calibrates the rest."""
