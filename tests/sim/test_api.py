@@ -223,3 +223,16 @@ def test_metrics_carry_vllm_names_and_count(sim: RunningSim) -> None:
     assert metric(after, "vllm:cache_config_info", block_size="16") == 1
     assert metric(after, "vllm:request_success_total", finished_reason="length") >= 1
     assert b'model_name="sim-model"' in after
+
+
+def test_stop_strings_end_the_answer_before_them(sim: RunningSim) -> None:
+    body = {"prompt": "Tell me about stop words.", "max_tokens": 200, "ignore_eos": True}
+    _, full = post(f"{sim.url}/v1/completions", body)
+    text = full["choices"][0]["text"]
+    stop = text.split()[5]
+    _, cut = post(f"{sim.url}/v1/completions", {**body, "stop": [stop, "zzz-never"]})
+    got = cut["choices"][0]["text"]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+    assert stop not in got and text.startswith(got) and len(got) < len(text)
+    assert cut["usage"]["completion_tokens"] == _tokens(sim.url, got)
+    assert post(f"{sim.url}/v1/completions", {**body, "stop": [""]})[0] == 400

@@ -253,6 +253,9 @@ class SimEndpoint:
         want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
         if len(out) < want:
             out.extend(continuation(digest, req.sampling, voice, want - len(out)))
+        cut = _stop_cut(out, req.stop)
+        if cut is not None and cut < limit:
+            return out[:cut], "stop"
         if len(out) >= limit:
             return out[:limit], "length"
         return out, "stop"
@@ -349,6 +352,22 @@ class SimEndpoint:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def _stop_cut(out: list[str], stops: tuple[str, ...]) -> int | None:
+    """Index of the piece where the first stop string starts (the output ends before it)."""
+    if not stops:
+        return None
+    text = "".join(out)
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    if not found:
+        return None
+    at, end = min(found), 0
+    for index, piece in enumerate(out):
+        end += len(piece)
+        if end > at:
+            return index
+    return None
 
 
 def _endpoint_logger(spec: EndpointSpec) -> logging.Logger:

@@ -55,6 +55,7 @@ class GenRequest:
     include_usage: bool
     sampling: Sampling
     kv_transfer_params: dict[str, Any] | None
+    stop: tuple[str, ...] = ()
 
 
 def dumps(doc: Any) -> bytes:
@@ -113,7 +114,18 @@ def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
             seed=_opt_int(doc, "seed", None),
         ),
         kv_transfer_params=kv or None,
+        stop=_stop(doc.get("stop")),
     )
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ApiError(400, "stop: expected a non-empty string or a list of them")
+    return tuple(value)
 
 
 def parse_tokenize(doc: dict[str, Any]) -> list[int]:
