@@ -80,6 +80,7 @@ class FakeEngine:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/version", self._version)
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -101,6 +102,9 @@ class FakeEngine:
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"data": [{"id": "fake-model"}]})
+
+    async def _version(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"version": "0.0-fake"})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         return web.Response()

@@ -45,6 +45,7 @@ def test_single_stream_without_spec_decode_counts_frames(engine: FakeEngine) -> 
     assert engine.state.prompt_tokens == [32, 32, 32]
     assert len(set(engine.state.prompts)) == 3
     assert result.inputs.model == "fake-model"
+    assert result.inputs.versions == {"engine": "0.0-fake"}
 
 
 @pytest.mark.parametrize("engine", [EngineConfig(tokens_per_step=3)], indirect=True)

@@ -66,6 +66,7 @@ async def bench_async(
     )
     async with client:
         model = await _resolve_model(client, deployment)
+        versions = dict(deployment.versions) or await _server_versions(client)
         ctx = BenchContext(client, deployment, settings, model=model, progress=progress)
         points: list[Point] = []
         for spec in workloads:
@@ -76,7 +77,7 @@ async def bench_async(
         layout=deployment.layout,
         engine=deployment.engine,
         model=model,
-        versions=dict(deployment.versions),
+        versions=versions,
         image=deployment.image,
         workloads=tuple(workloads),
         settings=settings.model_copy(update={"api_key": None}),
@@ -96,6 +97,15 @@ async def _resolve_model(client: OpenAIClient, deployment: Deployment) -> str:
             f"--target {deployment.entry_url}: cannot list models ({exc}); "
             "is the server up and is this its root URL?"
         ) from exc
+
+
+async def _server_versions(client: OpenAIClient) -> dict[str, str]:
+    """The engine's version from GET /version (vLLM answers {"version": ...})."""
+    rec = await client.request("GET", "/version")
+    data = rec.json_body() if rec.ok else None
+    if isinstance(data, dict) and isinstance(data.get("version"), str):
+        return {"engine": data["version"]}
+    return {}
 
 
 def run_bench(
