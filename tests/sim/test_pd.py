@@ -197,3 +197,33 @@ def test_prompt_keyed_mode_needs_no_params(tmp_path: Path) -> None:
         assert "External Cache Hit!" in (tmp_path / "d0.log").read_text()
         status, miss = _decode(sim, None, prompt="A prompt nobody prefilled.")
         assert status == 200 and miss["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_a_dead_prefill_rank_loses_only_its_own_offers(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, guard=True)
+    spec["endpoints"].append(
+        {
+            "name": "p1",
+            "port": 0,
+            "role": "prefill",
+            "engine_id": "0",
+            "kv_port": 36000,
+            "dp_rank": 2,
+            "dp_size": 4,
+            "tp": 4,
+        }
+    )
+    with running_sim(spec) as sim:
+        keep = _prefill(sim)
+        body = {
+            "prompt": PROMPT + " other",
+            "max_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True},
+        }
+        _, doc = post(f"{sim.urls['p1']}/v1/completions", body)
+        lost = doc["kv_transfer_params"]
+        assert lost["remote_port"] == 36008 and keep["remote_port"] == 36004
+        assert post(f"{sim.urls['p1']}/sim/kill", {})[0] == 200
+        status, err = _decode(sim, lost, prompt=PROMPT + " other")
+        assert status == 400 and "never produced" in err["error"]["message"]
+        assert _decode(sim, keep)[0] == 200

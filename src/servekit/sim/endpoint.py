@@ -113,7 +113,7 @@ class SimEndpoint:
         self.dead = True
         self.engine.fail_all(EngineDeadError(reason))
         if self.producer is not None:
-            self.kvreg.drop_engine(self.producer.engine_id)
+            self.kvreg.drop_producer(self.producer)
         self._notify()
 
     def restart(self, slow_start_s: float | None = None) -> None:

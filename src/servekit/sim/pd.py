@@ -128,9 +128,9 @@ class KvRegistry:
             if not offer.consumed:
                 offer.release()
 
-    def drop_engine(self, engine_id: str) -> None:
-        """A producer restarted: its offered blocks are gone."""
-        for key in [k for k in self._offers if k[0] == engine_id]:
+    def drop_producer(self, producer: Producer) -> None:
+        """A producer died or restarted: the blocks it offered are gone (not its DP peers')."""
+        for key in [k for k, o in self._offers.items() if o.producer == producer]:
             offer = self._offers.pop(key)
             if not offer.consumed:
                 offer.release()
