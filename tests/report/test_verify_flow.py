@@ -234,3 +234,19 @@ def test_report_is_rebuilt_identically_from_its_files(
     build_report(out.run_dir)
     assert out.report_md.read_text() == md
     assert out.report_html.read_text() == html
+
+
+def test_out_folder_of_an_earlier_run_is_replaced_and_a_foreign_one_refused(
+    catalog: Path, tmp_path: Path, runner: SimRunner
+) -> None:
+    out = tmp_path / "run"
+    verify(options(catalog, out), components(runner))
+    (out / "bench" / "points" / "leftover.json").write_text("{}")
+    verify(options(catalog, out), components(runner))
+    assert not (out / "bench" / "points" / "leftover.json").exists()
+    foreign = tmp_path / "docs"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not empty"):
+        verify(options(catalog, foreign), components(runner))
+    assert (foreign / "notes.txt").read_text() == "mine"

@@ -90,8 +90,22 @@ def _check_inputs(opts: VerifyOptions) -> None:
         BenchResult.read(opts.baseline)
     if opts.kit is not None and not opts.kit.is_file():
         raise UsageError(f"--kit {opts.kit}: no such file; pass a kit archive (.tar.zst)")
-    if opts.out is not None and opts.out.exists() and not opts.out.is_dir():
-        raise UsageError(f"--out {opts.out}: exists and is not a folder; pick a folder")
+    out = opts.out
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder; pick a folder")
+    if out is not None and out.is_dir() and any(out.iterdir()) and not (out / RUN_FILE).is_file():
+        raise UsageError(
+            f"--out {out}: folder is not empty and holds no earlier verify run; "
+            "pick an empty or new folder"
+        )
+
+
+def _fresh_run_dir(path: Path) -> Path:
+    """An empty run folder: an earlier run's folder at the same path is replaced."""
+    if (path / RUN_FILE).is_file():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @dataclass
@@ -283,8 +297,7 @@ def verify(opts: VerifyOptions, parts: Components, clock: Clock = _utc_now) -> V
     loaded = load(opts.name, opts.catalog)
     _check_inputs(opts)
     started = clock()
-    run_dir = (opts.out or default_run_dir(opts.name, started)).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _fresh_run_dir((opts.out or default_run_dir(opts.name, started)).resolve())
     flow = _Flow(opts, loaded, parts, run_dir, Steps())
     _write_static(flow)
     try:
