@@ -60,6 +60,7 @@ class FakeEngine:
     frame_delay: float = 0.05
     seen: list[Seen] = field(default_factory=list)
     cancelled: int = 0
+    resets: int = 0
     in_handler: int = 0
     runner: web.AppRunner | None = None
     url: str = ""
@@ -70,6 +71,8 @@ class FakeEngine:
             app.router.add_post(path, self.generate)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/reset_prefix_cache", self.reset_cache)
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -156,6 +159,16 @@ class FakeEngine:
         return web.json_response(
             {"object": "list", "data": [{"id": "tiny", "owned_by": self.name}]}
         )
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.seen.append(Seen(request.path, body, CIMultiDict(request.headers)))
+        tokens = [ord(c) for c in body.get("prompt", "")]
+        return web.json_response({"tokens": tokens, "count": len(tokens), "by": self.name})
+
+    async def reset_cache(self, request: web.Request) -> web.Response:
+        self.resets += 1
+        return web.Response(status=500 if self.fault == "status" else 200)
 
     def gen_requests(self) -> list[Seen]:
         return [s for s in self.seen if s.path in GEN_ROUTES]

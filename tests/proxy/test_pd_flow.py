@@ -124,3 +124,19 @@ def test_pd_refuses_batched_prompts_that_would_share_remote_blocks() -> None:
             assert status == 200
 
     run(scenario())
+
+
+def test_tokenize_goes_to_a_decoder_and_prefix_cache_reset_to_every_instance() -> None:
+    async def scenario() -> None:
+        async with stack(prefill=2, decode=1) as s:
+            status, out = await s.post("/tokenize", {"model": "m", "prompt": "abc"})
+            doc = json.loads(out)
+            assert status == 200 and doc["tokens"] == [97, 98, 99] and doc["by"] == "d0"
+            status, out = await s.post("/reset_prefix_cache", {})
+            assert status == 200 and json.loads(out) == {"instances": 3}
+            assert [e.resets for e in s.prefill + s.decode] == [1, 1, 1]
+            s.prefill[1].fault, s.prefill[1].fault_status = "status", 500
+            status, out = await s.post("/reset_prefix_cache", {})
+            assert status == 502 and "prefill-1" in json.loads(out)["error"]["message"]
+
+    run(scenario())

@@ -1,7 +1,8 @@
-"""The proxy's HTTP surface: generation routes, /health, /v1/models, /metrics.
+"""The proxy's HTTP surface: generation routes, /health and /metrics.
 
 Handlers turn the outcome of a :class:`~servekit.proxy.stages.Trip` into a
-response and count it; admin routes live in :mod:`servekit.proxy.admin`.
+response and count it; admin routes live in :mod:`servekit.proxy.admin`, relayed
+engine endpoints (models, tokenizer, prefix cache) in :mod:`servekit.proxy.passthrough`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin
+from servekit.proxy import admin, passthrough
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
@@ -100,24 +100,6 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
-async def models(request: web.Request) -> web.Response:
-    """GET /v1/models from the first healthy backend that answers."""
-    router = request.app[ROUTER]
-    timeout = aiohttp.ClientTimeout(total=router.config.health_timeout_s)
-    for inst in [i for i in router.instances() if i.routable]:
-        try:
-            async with router.session.get(
-                inst.url + "/v1/models", headers=router.headers, timeout=timeout
-            ) as resp:
-                if resp.status == 200:
-                    return web.Response(body=await resp.read(), content_type="application/json")
-        except (aiohttp.ClientError, TimeoutError):
-            continue
-    return error_response(
-        ProxyError("no_healthy_instance", "models", "no backend served /v1/models")
-    )
-
-
 def _auth_middleware(api_key: str) -> Middleware:
     expected = f"Bearer {api_key}"
 
@@ -140,6 +122,6 @@ def build_app(router: Router) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/models", models)
+    passthrough.add_routes(app, ROUTER)
     admin.add_routes(app, ROUTER)
     return app
