@@ -140,7 +140,9 @@ class Trip:
 
             out = await self.router.attempt(stage, self.ticket.prefix_key, whole)
             self.first_byte_at = time.perf_counter()
-            return web.Response(body=out, headers={"Content-Type": "application/json"})
+            rid = self.headers["X-Request-Id"]
+            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+            return web.Response(body=out, headers=headers)
 
         async def open_stream(inst: Instance) -> _Opened:
             return await self._open_stream(stage, inst, data)
