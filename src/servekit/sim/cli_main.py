@@ -34,16 +34,15 @@ class SimArgs:
 
 def build_spec(args: SimArgs) -> SimSpec:
     """``--spec FILE`` or the quick form ``--endpoints N``, never both."""
-    if (args.spec is None) == (args.endpoints is None):
-        raise UsageError("sim: give exactly one of --spec FILE or --endpoints N")
-    if args.spec is not None:
+    if args.spec is not None and args.endpoints is None:
         return load_spec(args.spec)
+    if args.spec is not None or args.endpoints is None:
+        raise UsageError("sim: give exactly one of --spec FILE or --endpoints N")
     role = next((r for r in ROLES if r == args.role), None)
     if role is None:
         raise UsageError(f"--role {args.role}: choose one of {', '.join(ROLES)}")
     if args.time_scale <= 0:
         raise UsageError("--time-scale: must be above 0 (1 = real time, 0.1 = 10x faster)")
-    assert args.endpoints is not None
     return quick_spec(
         args.endpoints,
         role=role,

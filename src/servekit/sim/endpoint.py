@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,7 +282,7 @@ class SimEndpoint:
         self.stats.external_hits += prompt_len
         return self.profile.transfer_time(prompt_len)
 
-    def _pd_out(self, admitted: Admitted, digest: int) -> Any:
+    def _pd_out(self, admitted: Admitted, digest: int) -> Callable[[Seq], bool] | None:
         """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""
         params = admitted.request.kv_transfer_params or {}
         producer = self.producer

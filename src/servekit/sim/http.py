@@ -10,6 +10,7 @@ import asyncio
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -50,7 +51,11 @@ def build_app(ep: SimEndpoint) -> web.Application:
     return app
 
 
-def _generation(kind: Kind) -> Any:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Action = Callable[[SimEndpoint, dict[str, Any]], dict[str, Any]]
+
+
+def _generation(kind: Kind) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         return await generate(request, kind)
 
@@ -172,16 +177,18 @@ async def tokenize(request: web.Request) -> web.Response:
     )
 
 
-def add_admin_routes(router: web.UrlDispatcher, prefix: str, pick: Any) -> None:
+def add_admin_routes(
+    router: web.UrlDispatcher, prefix: str, pick: Callable[[web.Request], SimEndpoint]
+) -> None:
     """POST {prefix}/faults|kill|restart, GET {prefix}/state.
 
     ``pick(request)`` finds the endpoint or raises ApiError (404 on the admin port).
     """
 
-    def route(action: Any) -> Any:
+    def route(action: Action) -> Handler:
         async def handler(request: web.Request) -> web.Response:
             try:
-                ep: SimEndpoint = pick(request)
+                ep = pick(request)
                 raw = await request.read()
                 doc = load_json(raw) if raw.strip() else {}
                 return json_response(action(ep, doc))
