@@ -91,6 +91,9 @@ def test_written_result_reads_back_identically_and_is_a_baseline(
     assert rows and all(r.change == 0.0 for r in rows if r.before)
     md = (tmp_path / "out" / "bench.md").read_text()
     assert "## Benchmarks" in md and "| N=2 |" in md and "| C=2 |" in md
+    assert "\n\n## Benchmarks" in md
+    # No SLO was given, so no goodput column is printed.
+    assert "goodput" not in md
 
 
 def test_a_file_that_is_not_a_result_is_a_usage_error(tmp_path: Path) -> None:

@@ -71,9 +71,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _has(point: Point, name: str) -> bool:
+    fig = point.figures.get(name)
+    return fig is not None and fig.median is not None
+
+
 def workload_table(points: Sequence[Point]) -> str:
-    """One table for the points of one workload."""
+    """One table for the points of one workload (columns nobody measured are left out)."""
     names = KEY_FIGURES.get(points[0].workload) or tuple(points[0].figures)
+    measured = tuple(n for n in names if any(_has(p, n) for p in points))
+    names = measured or names
     units = {n: next((p.figures[n].unit for p in points if n in p.figures), "") for n in names}
     header = ["point", *(f"{n} [{units[n]}]" for n in names), "requests", "errors", "invalid"]
     rows = [
@@ -147,4 +154,4 @@ def render_markdown(result: BenchResult, baseline: BenchResult | None = None) ->
         f"- schema: {result.schema_version}; duration {result.duration_s:.1f} s",
         "",
     ]
-    return "\n".join(head) + render_section(result, baseline, level=2)
+    return "\n".join(head) + "\n" + render_section(result, baseline, level=2)
