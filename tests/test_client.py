@@ -17,6 +17,7 @@ from servekit.client import (
     OpenAIClient,
     RequestRecord,
     SSEDecoder,
+    merge_snapshots,
     parse_metrics,
 )
 
@@ -364,3 +365,28 @@ def test_sse_decoder_reassembles_split_events_crlf_and_multiline_data() -> None:
     # A multi-byte character split across chunks survives.
     snow = "data: \u2603\n\n".encode()
     assert dec.feed(snow[:7], 4) == [] and dec.feed(snow[7:], 5) == [(5, "\u2603")]
+
+
+def test_merge_snapshots_sums_engines() -> None:
+    a = parse_metrics(METRICS_TEXT, t_ns=1)
+    b = parse_metrics(METRICS_TEXT, t_ns=2)
+    merged = merge_snapshots([a, b])
+    assert merged.t_ns == 2
+    assert merged.gauge("vllm:num_requests_running") == 6.0
+    assert merged.counter("vllm:generation_tokens") == 30.0
+    hist = merged.histogram("vllm:iteration_tokens_total")
+    assert hist is not None and hist.count == 8.0
+    assert len(merged.info["vllm:cache_config_info"]) == 2
+
+
+def test_derived_client_shares_the_session_and_headers() -> None:
+    async def go() -> tuple[bool, str]:
+        async with _server() as (url, app), OpenAIClient(url, api_key="sk-2") as c:
+            other = c.derive(url)
+            await other.completion({"prompt": "x", "max_tokens": 1})
+            await other.close()  # must not close the shared session
+            rec = await c.completion({"prompt": "y", "max_tokens": 1})
+            return rec.ok, app[SEEN][0][0]["Authorization"]
+
+    ok, auth = _run(go())
+    assert ok and auth == "Bearer sk-2"
