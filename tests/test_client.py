@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 import servekit.client as client_pkg
 from servekit.client import (
@@ -390,3 +392,21 @@ def test_derived_client_shares_the_session_and_headers() -> None:
 
     ok, auth = _run(go())
     assert ok and auth == "Bearer sk-2"
+
+
+@given(
+    payloads=st.lists(
+        st.text(alphabet=st.characters(blacklist_characters="\r\n"), max_size=20), max_size=8
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+)
+def test_sse_decoder_gives_the_same_events_however_the_bytes_are_split(
+    payloads: list[str], cuts: list[int]
+) -> None:
+    raw = "".join(f"data: {p}\n\n" for p in payloads).encode()
+    points = sorted({c for c in cuts if c < len(raw)})
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    dec = SSEDecoder()
+    events = [d for i, piece in enumerate(pieces) for _, d in dec.feed(piece, i)]
+    events += [d for _, d in dec.flush(99)]
+    assert events == payloads
