@@ -175,3 +175,17 @@ def test_state_json_is_plain_json(tmp_path: Path, daemons: list[Daemon]) -> None
     doc = json.loads(d.run.state.read_text())
     assert doc["layout"] == "test/fake"
     assert doc["processes"][0]["port"] == d.spec.launch("a").port
+
+
+def test_ctrl_c_tears_down_like_down(tmp_path: Path, daemons: list[Daemon]) -> None:
+    spec = fake_spec(tmp_path, ["a", "b"], {"b": ["--child"]})
+    d = Daemon(spec)
+    daemons.append(d)
+    d.state_when("ready")
+    pids = d.pids()
+    os.kill(d.popen.pid, signal.SIGINT)
+    assert d.popen.wait(timeout=WAIT_S) == 0
+    state = read_state(d.run.state)
+    assert state is not None and state.phase == "stopped"
+    assert state.message == "stopped by SIGINT"
+    assert alive(pids) == set()
