@@ -1,10 +1,12 @@
 """Benchmark (b): servekit's figures side by side with ``vllm bench serve``.
 
-Both tools measure the same endpoint with the same workload: random-length-free
-prompts of exactly ISL tokens, OSL output tokens with ignore_eos, at most C
-requests in flight, N requests per run. Runs alternate between the two tools
-(vLLM, servekit, vLLM, servekit, ...) so both see the same drift of a shared
-host; each figure is the median over R runs of the run's median.
+Both tools measure the same endpoint with the same workload: prompts of ISL
+tokens (vLLM's random dataset: random token ids, a few tokens longer after
+re-encoding; servekit: exact-length text), OSL output tokens with ignore_eos,
+at most C requests in flight, N requests per run, one warm-up request each.
+Runs alternate between the two tools, and which goes first alternates too, so
+both see the same drift of a shared host; each figure is the median over R
+runs of the run's median.
 
 By default the script builds the tiny model (``servekit model tiny``) and
 starts a real vLLM CPU server for it; ``--url`` measures a running server
@@ -129,8 +131,13 @@ def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> 
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
     for i in range(args.runs):
-        theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
-        ours.append(servekit_bench(url, args))
+        # Alternate which tool goes first so neither always meets a warmer host.
+        if i % 2 == 0:
+            theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
+            ours.append(servekit_bench(url, args))
+        else:
+            ours.append(servekit_bench(url, args))
+            theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
         print(f"run {i + 1}/{args.runs} done", flush=True)
     print(
         f"\nworkload: ISL {args.isl} / OSL {args.osl}, C={args.concurrency}, "
@@ -160,7 +167,7 @@ def main() -> int:
     ap.add_argument("--url", help="measure this running server instead of starting vLLM")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for --url")
     ap.add_argument("--model-dir", type=Path, help="tiny model folder (built when absent)")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--isl", type=int, default=128)
