@@ -24,11 +24,15 @@ def scripted_pd(
 ) -> Iterator[Deployment]:
     """A 1p1d deployment with a proxy and a reference, each a scripted engine.
 
+    The proxy forwards generation to the prefill engine, which answers (the
+    scripted engines do no KV handoff); the decode engine is reached directly by
+    the guard check only.
+
     Each keyword adds faults to that endpoint's :class:`ScriptedConfig`; every
     engine logs errors to its own file under ``log_dir`` so the log check has
     something real to read.
     """
-    roles = {"proxy": proxy, "prefill": prefill, "decode": decode, "reference": reference}
+    roles = {"prefill": prefill, "decode": decode, "reference": reference, "proxy": proxy}
     with contextlib.ExitStack() as stack:
         endpoints: list[Endpoint] = []
         urls: dict[str, str] = {}
@@ -40,6 +44,7 @@ def scripted_pd(
                 "max_model_len": max_model_len,
                 "error_log": log,
                 "proxy_counts": (1, 1),
+                **({"forward_to": urls["prefill"]} if role == "proxy" else {}),
                 **(extra or {}),
             }
             urls[role] = stack.enter_context(running_scripted(ScriptedConfig(**fields)))

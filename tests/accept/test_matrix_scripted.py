@@ -60,20 +60,20 @@ FAULTS = [
     ("decode", {"unhealthy": True}, "service.health"),
     ("proxy", {"proxy_counts": (1, 2)}, "service.proxy_health"),
     ("proxy", {"model": "other-model"}, "service.models"),
-    ("proxy", {"stream_no_done": True}, "api.sse"),
-    ("proxy", {"ignore_stop": True}, "api.finish_reason"),
-    ("proxy", {"usage_off_by_one": True}, "api.usage"),
+    ("prefill", {"stream_no_done": True}, "api.sse"),
+    ("prefill", {"ignore_stop": True}, "api.finish_reason"),
+    ("prefill", {"usage_off_by_one": True}, "api.usage"),
     ("reference", {"disagree_salt": "x"}, "invariant.pd_equals_single"),
-    ("proxy", {"no_prefix_cache": True}, "invariant.prefix_hot_cold"),
-    ("proxy", {"stream_mismatch": True}, "invariant.stream_equals_nonstream"),
-    ("proxy", {"crowd_drift": True}, "invariant.concurrent_equals_serial"),
-    ("proxy", {"crowd_drift": True}, "invariant.long_beside_short"),
+    ("prefill", {"no_prefix_cache": True}, "invariant.prefix_hot_cold"),
+    ("prefill", {"stream_mismatch": True}, "invariant.stream_equals_nonstream"),
+    ("prefill", {"crowd_drift": True}, "invariant.concurrent_equals_serial"),
+    ("prefill", {"crowd_drift": True}, "invariant.long_beside_short"),
     ("decode", {"guard": False}, "guard.decode_direct"),
     ("decode", {"guard": False, "unguarded_incident": True}, "guard.decode_direct"),
-    ("proxy", {"answer_mode": "wrong_code"}, "needle.2k.A"),
-    ("proxy", {"answer_mode": "echo"}, "needle.2k.turn2"),
-    ("proxy", {"answer_mode": "overlong"}, "needle.2k.stream"),
-    ("proxy", {"no_prefix_cache": False, "answer_mode": "wrong_code"}, "needle.2k.prefix_hot"),
+    ("prefill", {"answer_mode": "wrong_code"}, "needle.2k.A"),
+    ("prefill", {"answer_mode": "echo"}, "needle.2k.turn2"),
+    ("prefill", {"answer_mode": "overlong"}, "needle.2k.stream"),
+    ("prefill", {"no_prefix_cache": False, "answer_mode": "wrong_code"}, "needle.2k.prefix_hot"),
 ]
 
 
@@ -116,7 +116,7 @@ def test_log_check_counts_each_error_kind(tmp_path: Path) -> None:
 
 
 def test_responses_api_is_skipped_not_passed_where_the_engine_lacks_it(tmp_path: Path) -> None:
-    with scripted_pd(tmp_path, proxy={"offers_responses": False}) as dep:
+    with scripted_pd(tmp_path, prefill={"offers_responses": False}) as dep:
         result = run(dep, tmp_path / "out", only=("api.responses",))
     (found,) = result.checks
     assert found.verdict == "skip"

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
@@ -74,6 +75,7 @@ class ScriptedConfig(BaseModel):
     offers_responses: bool = True
     unhealthy: bool = False
     error_log: Path | None = None
+    forward_to: str | None = None
     delay_s: float = 0.005
     per_token_s: float = 0.00002
 
@@ -187,6 +189,8 @@ class ScriptedEngine:
         )
 
     async def responses(self, request: web.Request) -> web.Response:
+        if self.config.forward_to is not None:
+            return await self._forward(request, await request.read(), self.config.forward_to)
         if not self.config.offers_responses:
             return web.json_response({"error": "not found"}, status=404)
         doc = await request.json()
@@ -200,6 +204,8 @@ class ScriptedEngine:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
+        if self.config.forward_to is not None:
+            return await self._forward(request, raw, self.config.forward_to)
         if self.dead:
             return web.json_response({"error": "EngineDeadError"}, status=500)
         if self.config.role == "decode" and guard_rejects("POST", request.path, raw):
@@ -216,6 +222,17 @@ class ScriptedEngine:
             return await self._generate(request, doc)
         finally:
             self.in_flight -= 1
+
+    @staticmethod
+    async def _forward(request: web.Request, raw: bytes, base: str) -> web.Response:
+        """A proxy's pass-through: the same body to ``base``, its answer returned whole."""
+        headers = {"Content-Type": "application/json"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(base + request.path, data=raw, headers=headers) as resp,
+        ):
+            body = await resp.read()
+            return web.Response(body=body, status=resp.status, content_type=resp.content_type)
 
     def _die(self) -> None:
         self.dead = True
