@@ -71,11 +71,14 @@ def test_choosing_a_filter_in_the_page_updates_rows_count_and_hash(
     catalog: Path, site: Path
 ) -> None:
     with chromium.devtools(site.as_uri()) as ws:
-        for _ in range(100):
-            (ready,) = chromium.evaluate(ws, "document.readyState")
-            if ready == "complete":
+        for _ in range(300):  # the first target may still be about:blank
+            (ready,) = chromium.evaluate(
+                ws, "document.readyState === 'complete' && !!document.getElementById('count')"
+            )
+            if ready:
                 break
             time.sleep(0.1)
+        assert ready, "the index never loaded in chromium"
         shown, hash_, names = chromium.evaluate(
             ws,
             "(() => { const s = document.getElementById('f-topology'); s.value = 'dp';"
