@@ -220,3 +220,41 @@ def good_kit(kit: object) -> tuple[Path, bytes]:
 def test_whiteouts_that_name_nothing_are_refused(name: str) -> None:
     with pytest.raises(KitRefused, match="names no entry"):
         scan(layer_tar([M(name, "f")]), strict=False)
+
+
+@FAST
+@given(layer_name=st.one_of(escaping_names(), st.just("/etc/passwd")))
+def test_docker_archive_naming_a_layer_outside_is_refused(layer_name: str) -> None:
+    import json
+
+    from servekit.kit.image import read_image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "evil.tar"
+        layer = layer_tar([M("a", "f", b"a")])
+        config = json.dumps({"rootfs": {"type": "layers", "diff_ids": ["sha256:" + "0" * 64]}})
+        manifest = json.dumps([{"Config": "c.json", "RepoTags": None, "Layers": [layer_name]}])
+        with tarfile.open(path, "w") as tar:
+            for name, data in (
+                ("l.tar", layer),
+                ("c.json", config.encode()),
+                ("manifest.json", manifest.encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        with pytest.raises(KitRefused):
+            read_image(str(path))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(fraction=st.floats(0.05, 0.95))
+def test_truncated_kit_archives_are_refused(good_kit: tuple[Path, bytes], fraction: float) -> None:
+    _, data = good_kit
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "cut.tar.zst"
+        archive.write_bytes(data[: int(len(data) * fraction)])
+        with pytest.raises(KitRefused):
+            unpack(archive, Path(tmp) / "d", Limits())

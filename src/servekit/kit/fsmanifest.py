@@ -27,7 +27,7 @@ DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
 NO_SHA = "-"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One filesystem entry as the manifest records it."""
 
