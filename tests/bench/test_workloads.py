@@ -115,6 +115,7 @@ def test_concurrency_sweep_caps_in_flight_and_computes_goodput(engine: FakeEngin
     # The harness's own loop lag is measured during every run.
     assert all(r["loop_lag_p99_ms"] is not None for r in point.evidence["runs"])
     assert "loop_lag_p99_ms" not in figs
+    assert figs["harness_loop_lag_p99_ms"].median is not None
 
 
 @pytest.mark.parametrize("engine", [EngineConfig(fail_every=3)], indirect=True)

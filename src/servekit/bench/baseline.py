@@ -2,7 +2,8 @@
 
 Points match by (workload, label) and figures by name; only figures present
 on both sides with a median are compared. Whether a change is better depends
-on the unit: times (ms) improve downwards, everything else upwards.
+on the unit: times (ms) improve downwards, everything else upwards. Figures
+about the harness itself (``harness_*``) are not compared.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def compare(before: BenchResult, after: BenchResult) -> list[Delta]:
         if old is None:
             continue
         for name, fig in point.figures.items():
+            if name.startswith("harness_"):
+                continue  # the harness's own health, not the deployment's
             prev = old.figures.get(name)
             if prev is None or prev.median is None or fig.median is None:
                 continue

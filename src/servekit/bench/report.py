@@ -28,6 +28,7 @@ KEY_FIGURES: dict[str, tuple[str, ...]] = {
         "itl_p99_ms",
         "e2el_p50_ms",
         "e2el_p99_ms",
+        "harness_loop_lag_p99_ms",
     ),
     "kv_capacity": ("kv_cache_tokens",),
 }

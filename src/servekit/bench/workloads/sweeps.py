@@ -24,6 +24,7 @@ from servekit.client import RequestRecord
 
 Runner = Callable[[list[dict[str, Any]]], Awaitable[tuple[list[RequestRecord], float]]]
 COUNTS = ("completed", "failed")
+HARNESS_LAG = "harness_loop_lag_p99_ms"
 
 
 def unit_of(name: str) -> str:
@@ -62,6 +63,9 @@ async def _point(
     figures: dict[str, Figure] = {
         n: figure((r[n] for r in runs), unit_of(n), method) for n in names
     }
+    figures[HARNESS_LAG] = figure(
+        (r["loop_lag_p99_ms"] for r in runs), "ms", "harness event-loop lag p99 (docs/bench.md)"
+    )
     return Point(
         workload=workload,
         label=label,
