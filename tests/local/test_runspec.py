@@ -82,3 +82,12 @@ def test_sim_spec_from_the_plan(tmp_path: Path) -> None:
     assert by_name["decode"].role == "decode"
     assert by_name["prefill"].kv_mode == "prompt"
     assert by_name["decode"].served_model_name == plan.served_model_name
+
+
+def test_sim_profile_follows_the_engine_kind(tmp_path: Path) -> None:
+    pytest.importorskip("servekit.sim.spec")
+    from servekit.local.simrun import sim_spec_doc
+
+    plan, _ = _plan("local/single", tmp_path)
+    doc = sim_spec_doc(plan)
+    assert [e["profile"] for e in doc["endpoints"]] == ["cpu-tiny"]  # type: ignore[index]

@@ -18,6 +18,8 @@ from servekit.render.plan import Plan, ProcessPlan
 
 SIM_PROCESS = "sim"
 GUARD_FLAG = "--middleware"
+# The simulator's latency profile per engine kind of the Plan; "zero" elsewhere.
+SIM_PROFILES = {"vllm-ascend": "a3-dsv4-flash", "vllm-cpu": "cpu-tiny"}
 
 
 def require_sim() -> None:
@@ -42,6 +44,7 @@ def _endpoint(proc: ProcessPlan, plan: Plan, kv_mode: str) -> dict[str, object]:
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
         "guard": GUARD_FLAG in proc.argv,
+        "profile": SIM_PROFILES.get(plan.engine_kind, "zero"),
     }
 
 
