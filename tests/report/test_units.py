@@ -141,3 +141,16 @@ def test_boundaries_name_the_contexts_when_needles_ran() -> None:
     lines = boundaries(run_record(engine="vllm", derived_from=None), accept, None, None)
     assert "Long-context acceptance ran at 2,048 tokens only." in lines
     assert not any("simulated" in line for line in lines)
+
+
+def test_boundaries_say_when_a_point_has_no_valid_run() -> None:
+    from servekit.bench.schema import BenchInputs, BenchResult, Figure, Point
+
+    empty = Figure(unit="tok/s", median=None)
+    point = Point(workload="single_stream", label="ISL=128", figures={"tok_per_s": empty})
+    bench = BenchResult(
+        created="t", inputs=BenchInputs(target="x", entry_url="http://127.0.0.1:1"), points=(point,)
+    )
+    lines = boundaries(run_record(), None, bench, None)
+    assert "single_stream ISL=128: no valid run; no figure is claimed." in lines
+    assert "Declared workload prefill produced no figure." in lines

@@ -80,6 +80,8 @@ def _bench_lines(run: VerifyRun, bench: BenchResult | None) -> list[str]:
         if BENCH_KIND.get(w, w) not in measured
     ]
     for point in bench.points:
+        if point.figures and all(f.median is None for f in point.figures.values()):
+            lines.append(f"{point.workload} {point.label}: no valid run; no figure is claimed.")
         if point.errors:
             lines.append(f"{point.workload} {point.label}: {point.errors} failed requests.")
         if point.invalid_runs:
