@@ -161,3 +161,30 @@ def test_admin_rejects_bad_fault_fields_and_lists_endpoints(sim: RunningSim) -> 
     assert post(f"{sim.admin_url}/sim/endpoints/zzz/faults", {})[0] == 404
     status, body = get(f"{sim.admin_url}/sim/endpoints")
     assert status == 200 and b'"name":"a"' in body and b'"name":"b"' in body
+
+
+def _running(url: str) -> float:
+    return metric(get(f"{url}/metrics")[1], "vllm:num_requests_running")
+
+
+def test_client_disconnect_frees_the_engine() -> None:
+    profile = {"name": "slow", "decode_step_s": [[1, 0.05]]}
+    spec = {"endpoints": [{"name": "a", "port": 0, "profile": profile}]}
+    with running_sim(spec) as sim:
+        body = {"prompt": "long", "max_tokens": 400, "ignore_eos": True}
+        with pytest.raises(TimeoutError):
+            post(f"{sim.url}/v1/completions", body, timeout=0.3)
+
+        async def stream_then_leave() -> None:
+            async with aiohttp.ClientSession() as session:
+                stream = {**body, "stream": True}
+                async with session.post(f"{sim.url}/v1/completions", json=stream) as resp:
+                    await resp.content.readline()
+
+        asyncio.run(stream_then_leave())
+        deadline = time.monotonic() + 10
+        while _running(sim.url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(sim.url) == 0
+        _, text = get(f"{sim.url}/metrics")
+        assert metric(text, "vllm:generation_tokens_total") < 2 * 400

@@ -209,7 +209,7 @@ class SimEndpoint:
 
     async def wait_done(self, seq: Seq) -> None:
         try:
-            await seq.done
+            await asyncio.shield(seq.done)
         except EngineDeadError as exc:
             raise ApiError(500, f"EngineCore died: {exc}", "EngineDeadError") from exc
 

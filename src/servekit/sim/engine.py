@@ -108,12 +108,13 @@ class Engine:
 
     def abort(self, seq: Seq) -> None:
         """The client went away: drop the sequence and free its blocks."""
-        if seq.done.done():
+        if seq.aborted or seq.finished_at is not None:
             return
         seq.aborted = True
         if seq in self.waiting:
             self.waiting.remove(seq)
-            seq.done.set_result(None)
+            if not seq.done.done():
+                seq.done.set_result(None)
         self._wake.set()
 
     def wake(self) -> None:

@@ -80,6 +80,9 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         await ep.wait_done(adm.seq)
     except ApiError as exc:
         return error_response(exc)
+    except asyncio.CancelledError:
+        ep.engine.abort(adm.seq)
+        raise
     if reset:
         _reset(request)
     return web.Response(body=final_body(adm, ep.spec.served_model_name), content_type=JSON)

@@ -68,7 +68,11 @@ class SimServer:
             await ep.stop()
 
     async def _bind(self, app: web.Application, host: str, port: int) -> str:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that goes away cancels its handler, so the
+        # engine drops the sequence (vLLM aborts requests on disconnect too).
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, host, port, reuse_address=True)
