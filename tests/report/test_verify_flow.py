@@ -250,3 +250,24 @@ def test_out_folder_of_an_earlier_run_is_replaced_and_a_foreign_one_refused(
     with pytest.raises(UsageError, match="not empty"):
         verify(options(catalog, foreign), components(runner))
     assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_a_workload_without_a_valid_run_fails_the_run(
+    catalog: Path, tmp_path: Path, runner: SimRunner
+) -> None:
+    from servekit.bench.schema import BenchInputs, BenchResult, Figure, Point
+
+    def empty_bench(deployment: object, workloads: object, settings: object) -> BenchResult:
+        point = Point(
+            workload="single_stream",
+            label="ISL=128",
+            figures={"tok_per_s": Figure(unit="tok/s", median=None)},
+        )
+        inputs = BenchInputs(target="x", entry_url="http://127.0.0.1:1", engine="sim")
+        return BenchResult(created="t", inputs=inputs, points=(point,))
+
+    out = verify(options(catalog, tmp_path / "run"), components(runner, bench=empty_bench))
+    assert out.exit_code == 1
+    step = out.run.step("bench")
+    assert step is not None and step.detail == "StepFailed: no valid run for single_stream ISL=128"
+    assert "single-stream decode no valid run" in out.report_md.read_text().splitlines()[2]

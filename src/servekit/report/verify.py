@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servekit import __version__
 from servekit.accept.models import AcceptResult, write_result
-from servekit.bench.schema import BenchResult
+from servekit.bench.schema import BenchResult, Point
 from servekit.catalog.ledger import LedgerRecord, append_record
 from servekit.catalog.loader import LoadedLayout, load
 from servekit.deployment import Deployment
@@ -186,6 +186,9 @@ class _Flow:
             bad = [f"{p.workload} {p.label}" for p in result.points if p.errors]
             if bad:
                 raise StepFailed(f"requests failed in {', '.join(bad)}")
+            empty = [f"{p.workload} {p.label}" for p in result.points if _no_figure(p)]
+            if empty:
+                raise StepFailed(f"no valid run for {', '.join(empty)}")
             return result
 
         self.steps.run("bench", go, lambda r: f"{len(r.points)} points measured")
@@ -225,6 +228,13 @@ class _Flow:
             self.steps.skip("down", f"start-up failed; {detail}")
             return
         self.steps.run("down", lambda: self.parts.runner.down(self.loaded), lambda text: text)
+
+
+def _no_figure(point: Point) -> bool:
+    """A measured point none of whose figures has a value (KV capacity may be unknown)."""
+    if point.workload == "kv_capacity" or not point.figures:
+        return False
+    return all(f.median is None for f in point.figures.values())
 
 
 def _engine_of(opts: VerifyOptions, dep: Deployment | None) -> RunEngine:
