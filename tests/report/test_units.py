@@ -154,3 +154,19 @@ def test_boundaries_say_when_a_point_has_no_valid_run() -> None:
     lines = boundaries(run_record(), None, bench, None)
     assert "single_stream ISL=128: no valid run; no figure is claimed." in lines
     assert "Declared workload prefill produced no figure." in lines
+
+
+def test_kit_adapter_runs_the_real_kit_verifier_and_keeps_its_evidence(tmp_path: Path) -> None:
+    import json
+
+    from servekit.report.adapters import kit
+
+    archive = tmp_path / "broken-kit.tar.zst"
+    archive.write_bytes(b"not a kit")
+    check = kit(archive, tmp_path / "kit")
+    assert not check.ok
+    assert check.evidence == "kit/kit-verify.json"
+    assert check.summary.startswith("0/") or "kit checks passed (" in check.summary
+    report = json.loads((tmp_path / "kit" / "kit-verify.json").read_text())
+    assert any(c["status"] == "fail" for c in report["checks"])
+    assert check.archive_sha256 is not None and len(check.archive_sha256) == 64

@@ -21,7 +21,6 @@ CatalogOpt = Annotated[
         "--catalog", help="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
     ),
 ]
-ENGINES = ("vllm", "sim")
 
 
 def _engine(value: str) -> Literal["vllm", "sim"]:
