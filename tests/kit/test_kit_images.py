@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from servekit.kit.build import apply_layer
+from servekit.kit.apply import apply_image
 from servekit.kit.dockerarchive import write_docker_archive as sk_write_docker
 from servekit.kit.errors import KitRefused
-from servekit.kit.fsmanifest import FsState
 from servekit.kit.image import read_image, split_reference
-from servekit.kit.layertar import ScanOptions
 from servekit.kit.oci import write_oci as sk_write_oci
 from servekit.kit.streams import Limits
 
@@ -21,11 +19,7 @@ from .imagegen import base_layers, sha, source_layers, write_docker_archive, wri
 
 
 def fs_lines(ref: str) -> list[str]:
-    image = read_image(ref)
-    state = FsState()
-    for i in range(len(image.layers)):
-        apply_layer(image, i, state, ScanOptions(f"layer {i}"))
-    return state.lines()
+    return apply_image(read_image(ref), Limits()).lines()
 
 
 def test_both_formats_and_both_compressions_give_the_same_image(images: dict[str, Path]) -> None:

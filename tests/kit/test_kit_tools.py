@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from servekit.kit.build import BuildResult, apply_layer
-from servekit.kit.fsmanifest import FsState, walk_dir
+from servekit.kit.apply import apply_image
+from servekit.kit.build import BuildResult
+from servekit.kit.fsmanifest import walk_dir
 from servekit.kit.image import read_image
 from servekit.kit.kitarchive import unpack
-from servekit.kit.layertar import ScanOptions
 from servekit.kit.rebuild import RebuildRequest, rebuild_kit
 from servekit.kit.streams import Limits
 
@@ -51,11 +51,7 @@ def rebuilt(kit: BuildResult, images: dict[str, Path], tmp_path: Path) -> Path:
 
 
 def fs_lines(ref: str) -> list[str]:
-    image = read_image(ref)
-    state = FsState()
-    for i in range(len(image.layers)):
-        apply_layer(image, i, state, ScanOptions(f"layer {i}"))
-    return state.lines()
+    return apply_image(read_image(ref), Limits()).lines()
 
 
 def kit_fs(kit: BuildResult, tmp_path: Path) -> list[str]:

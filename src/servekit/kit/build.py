@@ -2,7 +2,7 @@
 
 Both routes end in the same place: working layer tars in a staging folder, the
 source image's applied filesystem state, the target config bytes. From those
-:func:`_finish` writes MANIFEST.json, the side files and the archive.
+:mod:`servekit.kit.kitwrite` writes MANIFEST.json, the side files and the archive.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 import servekit
 from servekit.errors import UsageError
+from servekit.kit.apply import apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
-from servekit.kit.errors import KitRefused
-from servekit.kit.fsmanifest import FILE, FsState, manifest_text
+from servekit.kit.fsmanifest import FILE, FsState
 from servekit.kit.image import Image, read_image
-from servekit.kit.kitarchive import pack, write_sidecar
+from servekit.kit.kitwrite import write_archive, write_stage
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.models import (
     BaseInfo,
@@ -34,7 +34,6 @@ from servekit.kit.models import (
     PayloadFile,
 )
 from servekit.kit.oci import canonical_json
-from servekit.kit.render import render_all
 from servekit.kit.streams import Limits
 
 REPO_REV_LABEL = "servekit.repo_rev"
@@ -68,35 +67,13 @@ class BuildResult:
 
 @dataclass
 class _Working:
-    """What a build route hands to :func:`_finish`."""
+    """What a build route hands to the kit writer."""
 
     state: FsState
     config_bytes: bytes
     delta: ConfigDelta
     layers: list[LayerInfo] = field(default_factory=list)
     files: set[str] = field(default_factory=set)
-
-
-def first_difference(expected: list[str], actual: list[str], what: str) -> str | None:
-    """A sentence naming the first layer where two diffID lists differ."""
-    for i, (want, have) in enumerate(zip(expected, actual, strict=False)):
-        if want != have:
-            return f"{what} layer {i + 1}: expected {want}, found {have}"
-    if len(actual) < len(expected):
-        return f"{what} has {len(actual)} layers, expected at least {len(expected)}"
-    return None
-
-
-def apply_layer(image: Image, index: int, state: FsState, opts: ScanOptions) -> LayerScan:
-    """Scan layer ``index`` of ``image`` into ``state`` and check its digests."""
-    layer = image.layers[index]
-    with layer.opener() as blob:
-        scan = scan_layer(blob, state, opts)
-    if layer.digest is not None and scan.blob_sha256 != layer.digest:
-        raise KitRefused(f"{opts.what}: blob digest {scan.blob_sha256} != manifest {layer.digest}")
-    if scan.diff_id != layer.diff_id:
-        raise KitRefused(f"{opts.what}: diffID {scan.diff_id} != config {layer.diff_id}")
-    return scan
 
 
 def _layer_info(scan: LayerScan, file: str) -> LayerInfo:
@@ -225,8 +202,8 @@ def build_kit(req: BuildRequest) -> BuildResult:
         else:
             work = _from_payload(req, base, stage, code)
         manifest = _manifest(req, name, base, work, code)
-        _write_stage(stage, manifest, work)
-        return _write_archive(req.out, stage, name, manifest)
+        write_stage(stage, manifest, work.config_bytes, work.state.lines())
+        return BuildResult(req.out, write_archive(req.out, stage, name), manifest)
 
 
 def _created(req: BuildRequest) -> str | None:
@@ -291,48 +268,3 @@ def _manifest(
         config_delta=work.delta,
         code=code,
     )
-
-
-def sha256sum_line(digest: str, path: str) -> str:
-    """One line in ``sha256sum`` format."""
-    return f"{digest}  {path}\n"
-
-
-def _write_stage(stage: Path, manifest: KitManifest, work: _Working) -> None:
-    (stage / "MANIFEST.json").write_text(manifest.model_dump_json(indent=2) + "\n")
-    (stage / "config.json").write_bytes(work.config_bytes)
-    (stage / "base-diffids.txt").write_text("".join(f"{d}\n" for d in manifest.base.diff_ids))
-    (stage / "fs-manifest.txt").write_text(manifest_text(work.state.lines()))
-    (stage / "payload.sha256").write_text(
-        "".join(sha256sum_line(p.sha256, p.path.lstrip("/")) for p in manifest.payload)
-    )
-    for fname, text in render_all(manifest).items():
-        (stage / fname).write_text(text)
-    _write_sums(stage)
-
-
-def _write_sums(stage: Path) -> None:
-    from servekit.kit.kitarchive import kit_members
-    from servekit.kit.streams import sha256_file
-
-    lines = [
-        sha256sum_line(sha256_file(str(stage / rel)), rel)
-        for rel in kit_members(stage)
-        if not rel.endswith("/") and rel != "SHA256SUMS"
-    ]
-    (stage / "SHA256SUMS").write_text("".join(lines))
-
-
-def _write_archive(out: Path, stage: Path, name: str, manifest: KitManifest) -> BuildResult:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pack(stage, name, fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    digest = write_sidecar(out)
-    return BuildResult(out, digest, manifest)

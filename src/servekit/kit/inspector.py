@@ -12,11 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from servekit.kit.build import apply_layer
-from servekit.kit.fsmanifest import FsState
+from servekit.kit.apply import apply_image
 from servekit.kit.image import read_image
 from servekit.kit.kitdir import open_kit
-from servekit.kit.layertar import ScanOptions
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits
 
@@ -83,12 +81,7 @@ def inspect_image(ref: str, with_fs: bool = False, limits: Limits | None = None)
     section = image.config.get("config") or {}
     fs: list[str] | None = None
     if with_fs:
-        state = FsState()
-        for i in range(len(image.layers)):
-            apply_layer(
-                image, i, state, ScanOptions(f"{ref} layer {i + 1}", limits=limits or Limits())
-            )
-        fs = state.lines()
+        fs = apply_image(image, limits or Limits()).lines()
     return ImageSummary(
         reference=ref,
         format=image.fmt,

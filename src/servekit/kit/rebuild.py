@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from servekit.errors import UsageError
-from servekit.kit.build import apply_layer, first_difference
+from servekit.kit.apply import apply_image, first_difference
 from servekit.kit.checks import CheckReport, CheckResult, outcome
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState, diff_lines, parse_manifest
 from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, read_image
 from servekit.kit.kitdir import KitDir, open_kit
-from servekit.kit.layertar import ScanOptions
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits
 
@@ -125,11 +124,7 @@ def prove(kit: KitDir, m: KitManifest, image_ref: Path, limits: Limits) -> Check
             m.image.image_id,
         )
     )
-    state = FsState()
-    n_base = len(m.base.diff_ids)
-    for i in range(len(image.layers)):
-        opts = ScanOptions(f"rebuilt layer {i + 1}", i >= n_base, limits)
-        apply_layer(image, i, state, opts)
+    state = apply_image(image, limits, strict_from=len(m.base.diff_ids))
     checks.append(_fs_check(kit, state))
     checks.append(_payload_check(m, state))
     return CheckReport(subject=str(image_ref), checks=checks)

@@ -1,0 +1,62 @@
+"""Writing a kit: the staging folder's side files, then the archive and sidecar.
+
+The staging folder already holds the working layer tars; this adds
+MANIFEST.json, config.json, the lists (base diffIDs, filesystem manifest,
+payload sums), the generated files and SHA256SUMS, then packs it atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from servekit.kit.fsmanifest import manifest_text
+from servekit.kit.kitarchive import kit_members, pack, write_sidecar
+from servekit.kit.models import KitManifest
+from servekit.kit.render import render_all
+from servekit.kit.streams import sha256_file
+
+
+def sha256sum_line(digest: str, path: str) -> str:
+    """One line in ``sha256sum`` format."""
+    return f"{digest}  {path}\n"
+
+
+def write_stage(stage: Path, manifest: KitManifest, config: bytes, fs_lines: list[str]) -> None:
+    """Write every side file of the kit next to its layers."""
+    (stage / "MANIFEST.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    (stage / "config.json").write_bytes(config)
+    (stage / "base-diffids.txt").write_text("".join(f"{d}\n" for d in manifest.base.diff_ids))
+    (stage / "fs-manifest.txt").write_text(manifest_text(fs_lines))
+    (stage / "payload.sha256").write_text(
+        "".join(sha256sum_line(p.sha256, p.path.lstrip("/")) for p in manifest.payload)
+    )
+    for fname, text in render_all(manifest).items():
+        (stage / fname).write_text(text)
+    write_sums(stage)
+
+
+def write_sums(stage: Path) -> None:
+    """SHA256SUMS over every other member (sha256sum -c format)."""
+    lines = [
+        sha256sum_line(sha256_file(str(stage / rel)), rel)
+        for rel in kit_members(stage)
+        if not rel.endswith("/") and rel != "SHA256SUMS"
+    ]
+    (stage / "SHA256SUMS").write_text("".join(lines))
+
+
+def write_archive(out: Path, stage: Path, name: str) -> str:
+    """Pack the staging folder into ``out`` atomically; write the sidecar; return the sha256."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pack(stage, name, fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return write_sidecar(out)
