@@ -17,7 +17,7 @@ from typing import Any
 
 import servekit
 from servekit.errors import UsageError
-from servekit.kit.apply import apply_layer, first_difference
+from servekit.kit.apply import apply_image, apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
 from servekit.kit.fsmanifest import FILE, FsState
 from servekit.kit.image import Image, read_image
@@ -120,9 +120,7 @@ def _from_payload(
 
     assert req.payload is not None
     spec = load_spec(req.payload)
-    state = FsState()
-    for i in range(len(base.layers)):
-        apply_layer(base, i, state, ScanOptions(f"{req.base} layer {i + 1}", limits=req.limits))
+    state = apply_image(base, req.limits)
     members = expand(spec, req.payload_root or req.payload.parent, state)
     tmp = stage / "layers" / ".new.tar"
     with tmp.open("wb") as out:
