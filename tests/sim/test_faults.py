@@ -188,3 +188,13 @@ def test_client_disconnect_frees_the_engine() -> None:
         assert _running(sim.url) == 0
         _, text = get(f"{sim.url}/metrics")
         assert metric(text, "vllm:generation_tokens_total") < 2 * 400
+
+
+def test_an_internal_engine_error_fails_requests_instead_of_hanging() -> None:
+    with running_sim({"endpoints": [{"name": "a", "port": 0}]}) as sim:
+        broken = sim.call(lambda ep: ep.engine.profile)
+        sim.call(lambda ep: setattr(ep.engine, "profile", None))
+        status, doc = _complete(sim.url)
+        assert status == 500 and "internal simulator error" in doc["error"]["message"]
+        sim.call(lambda ep: setattr(ep.engine, "profile", broken))
+        assert _complete(sim.url)[0] == 200

@@ -77,3 +77,16 @@ def test_bad_profiles_are_usage_errors_naming_the_field() -> None:
         profile_from_mapping({"name": "t", "nope": 1})
     with pytest.raises(UsageError, match="unknown profile 'nope'"):
         load_profile("nope")
+
+
+def test_allocations_from_before_a_reset_are_void() -> None:
+    kv = KvCache(num_blocks=8, block_size=4)
+    old = kv.allocate(block_hashes(list(range(8)), 4), 8, 8)
+    assert old is not None
+    kv.reset()
+    fresh = kv.allocate(block_hashes(list(range(8)), 4), 8, 8)
+    assert fresh is not None and fresh.cached_tokens == 0
+    kv.free(old)  # must not disturb the new epoch's accounting
+    assert kv.used_blocks == 2
+    kv.free(fresh)
+    assert kv.used_blocks == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from servekit.sim.clock import Clock
 from servekit.sim.kvcache import Allocation, KvCache
 from servekit.sim.metrics import EngineStats
 from servekit.sim.profile import Profile
+
+log = logging.getLogger("servekit.sim")
 
 
 class EngineDeadError(RuntimeError):
@@ -125,7 +128,8 @@ class Engine:
         """Engine death: every queued and running sequence fails."""
         for seq in [*self.running, *self.waiting]:
             if seq.alloc is not None:
-                self.kv.free(seq.alloc)
+                with contextlib.suppress(Exception):
+                    self.kv.free(seq.alloc)
             if not seq.done.done():
                 seq.done.set_exception(exc)
                 seq.done.exception()
@@ -137,11 +141,20 @@ class Engine:
         while True:
             if not self.waiting and not self.running:
                 await self._idle()
-            self._admit()
-            if not self.running:
-                await self._idle()
-                continue
-            await self._step()
+            try:
+                await self._cycle()
+            except Exception as exc:  # a bug must fail requests, not hang them
+                log.exception("simulated engine step failed; failing its requests")
+                with contextlib.suppress(Exception):
+                    self.kv.reset()
+                self.fail_all(EngineDeadError(f"internal simulator error: {exc!r}"))
+
+    async def _cycle(self) -> None:
+        self._admit()
+        if not self.running:
+            await self._idle()
+            return
+        await self._step()
 
     async def _idle(self) -> None:
         self._busy = False

@@ -31,6 +31,7 @@ class Allocation:
     hashes: list[int] = field(default_factory=list)
     private: int = 0
     cached_tokens: int = 0
+    epoch: int = 0
 
 
 class KvCache:
@@ -43,6 +44,7 @@ class KvCache:
         self._active: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._private = 0
+        self._epoch = 0
 
     @property
     def used_blocks(self) -> int:
@@ -67,7 +69,7 @@ class KvCache:
         reusable_evictable = sum(1 for h in hashes[:hits] if h in self._evictable)
         if fresh > self.free_blocks + len(self._evictable) - reusable_evictable:
             return None
-        alloc = Allocation(cached_tokens=hits * self.block_size)
+        alloc = Allocation(cached_tokens=hits * self.block_size, epoch=self._epoch)
         for h in hashes[:hits]:
             self._take(h)
             alloc.hashes.append(h)
@@ -81,7 +83,12 @@ class KvCache:
         return alloc
 
     def free(self, alloc: Allocation) -> None:
-        """Return a sequence's blocks; its hashed blocks stay cached until evicted."""
+        """Return a sequence's blocks; its hashed blocks stay cached until evicted.
+
+        Allocations made before a :meth:`reset` are ignored: their blocks are gone.
+        """
+        if alloc.epoch != self._epoch:
+            return
         for h in alloc.hashes:
             left = self._active[h] - 1
             if left:
@@ -94,7 +101,8 @@ class KvCache:
         alloc.private = 0
 
     def reset(self) -> None:
-        """Drop everything (engine restart)."""
+        """Drop everything (engine restart); older allocations become void."""
+        self._epoch += 1
         self._active.clear()
         self._evictable.clear()
         self._private = 0
