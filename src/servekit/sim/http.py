@@ -89,6 +89,7 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
 
 
 async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.StreamResponse:
+    """SSE: one event per engine step; steps already waiting go out in one write."""
     seq = adm.seq
     writer = ChunkWriter(adm, ep.spec.served_model_name)
     reset_at = ep.faults.reset_after_tokens if ep.reset_due() else None
@@ -97,24 +98,30 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
     )
     try:
         await resp.prepare(request)
-        await resp.write(writer.opening())
+        out = [writer.opening()]
         sent = 0
         while True:
-            item = await seq.chunks.get()
-            if item is None:
-                break
-            if reset_at is not None and sent + len(item) > reset_at:
-                _reset(request)
-                ep.engine.abort(seq)
-                return resp
-            sent += len(item)
-            finish = seq.finish_reason if sent >= len(seq.output) else None
-            await resp.write(writer.text("".join(item), finish))
-        await resp.write(_stream_end(writer, seq))
+            batch = [await seq.chunks.get()]
+            while not seq.chunks.empty():
+                batch.append(seq.chunks.get_nowait())
+            for item in batch:
+                if item is None:
+                    out.append(_stream_end(writer, seq))
+                    await resp.write(b"".join(out))
+                    return resp
+                if reset_at is not None and sent + len(item) > reset_at:
+                    await resp.write(b"".join(out))
+                    _reset(request)
+                    ep.engine.abort(seq)
+                    return resp
+                sent += len(item)
+                finish = seq.finish_reason if sent >= len(seq.output) else None
+                out.append(writer.text("".join(item), finish))
+            await resp.write(b"".join(out))
+            out = []
     except (ConnectionError, asyncio.CancelledError):
         ep.engine.abort(seq)
         raise
-    return resp
 
 
 def _stream_end(writer: ChunkWriter, seq: Seq) -> bytes:
