@@ -199,9 +199,16 @@ class SimEndpoint:
             raise ApiError(400, "the request needs more KV blocks than the engine has")
         await self.clock.sleep(delay)
         self.check_serving()
-        seq = Seq(prompt_len, hashes, output, finish, arrival, arrival + delay)
-        seq.remote_kv = remote
-        seq.stream = req.stream
+        seq = Seq(
+            prompt_len,
+            hashes,
+            output,
+            finish,
+            arrival,
+            arrival + delay,
+            remote_kv=remote,
+            stream=req.stream,
+        )
         admitted = Admitted(seq, req, rid)
         seq.on_finish = self._pd_out(admitted, digest)
         self.engine.submit(seq)

@@ -54,7 +54,11 @@ class Seq:
     done: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
-    chunks: asyncio.Queue[list[str] | None] = field(default_factory=asyncio.Queue)
+    chunks: asyncio.Queue[list[str] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream and self.chunks is None:
+            self.chunks = asyncio.Queue()
 
     @property
     def cached_tokens(self) -> int:
@@ -133,7 +137,8 @@ class Engine:
             if not seq.done.done():
                 seq.done.set_exception(exc)
                 seq.done.exception()
-            seq.chunks.put_nowait(None)
+            if seq.chunks is not None:
+                seq.chunks.put_nowait(None)
         self.running.clear()
         self.waiting.clear()
 
@@ -231,7 +236,7 @@ class Engine:
 
     def _emit(self, s: Seq, n: int, now: float) -> int:
         n = min(n, len(s.output) - s.emitted)
-        if s.stream:
+        if s.chunks is not None:
             s.chunks.put_nowait(s.output[s.emitted : s.emitted + n])
         s.emitted += n
         self.stats.generation_tokens += n
@@ -264,7 +269,7 @@ class Engine:
             held = s.on_finish(s) if s.on_finish is not None else False
         if s.alloc is not None and not held:
             self.kv.free(s.alloc)
-        if s.stream:
+        if s.chunks is not None:
             s.chunks.put_nowait(None)
         if not s.done.done():
             s.done.set_result(None)

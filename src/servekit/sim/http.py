@@ -91,6 +91,9 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
 async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.StreamResponse:
     """SSE: one event per engine step; steps already waiting go out in one write."""
     seq = adm.seq
+    queue = seq.chunks
+    if queue is None:
+        raise RuntimeError("a streamed sequence has no chunk queue")
     writer = ChunkWriter(adm, ep.spec.served_model_name)
     reset_at = ep.faults.reset_after_tokens if ep.reset_due() else None
     resp = web.StreamResponse(
@@ -101,9 +104,9 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
         out = [writer.opening()]
         sent = 0
         while True:
-            batch = [await seq.chunks.get()]
-            while not seq.chunks.empty():
-                batch.append(seq.chunks.get_nowait())
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
             for item in batch:
                 if item is None:
                     out.append(_stream_end(writer, seq))
