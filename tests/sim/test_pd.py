@@ -227,3 +227,62 @@ def test_a_dead_prefill_rank_loses_only_its_own_offers(tmp_path: Path) -> None:
         status, err = _decode(sim, lost, prompt=PROMPT + " other")
         assert status == 400 and "never produced" in err["error"]["message"]
         assert _decode(sim, keep)[0] == 200
+
+
+def _a3_1p3d() -> dict[str, Any]:
+    """The endpoint shape of a3/1p3d: 4 prefill ranks (DP4 x TP4) and 3 x 16 decode ranks."""
+    eps: list[dict[str, Any]] = [
+        {
+            "name": f"p-{r}",
+            "port": 0,
+            "role": "prefill",
+            "engine_id": "0",
+            "kv_port": 36000,
+            "dp_rank": r,
+            "dp_size": 4,
+            "tp": 4,
+            "served_model_name": "deepseek_v4",
+        }
+        for r in range(4)
+    ]
+    for engine in (1, 3, 5):
+        eps += [
+            {
+                "name": f"d{engine}-{r}",
+                "port": 0,
+                "role": "decode",
+                "engine_id": str(engine),
+                "kv_port": 36100,
+                "dp_rank": r,
+                "dp_size": 16,
+                "guard": True,
+                "served_model_name": "deepseek_v4",
+            }
+            for r in range(16)
+        ]
+    eps.append({"name": "single", "port": 0, "served_model_name": "deepseek_v4"})
+    return {"endpoints": eps, "admin": {"port": 0}}
+
+
+def test_the_a3_1p3d_shape_runs_in_one_process() -> None:
+    with running_sim(_a3_1p3d()) as sim:
+        assert len(sim.urls) == 53
+        assert all(get(f"{url}/health")[0] == 200 for url in sim.urls.values())
+        prefill = [n for n in sim.urls if n.startswith("p-")]
+        decode = [n for n in sim.urls if n.startswith("d")]
+        for i in range(12):
+            prompt = f"Request {i}: explain data parallel rank {i}."
+            body = {
+                "prompt": prompt,
+                "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": True},
+            }
+            _, pre = post(f"{sim.urls[prefill[i % 4]]}/v1/completions", body)
+            params = pre["kv_transfer_params"]
+            assert params["remote_port"] == 36000 + (i % 4) * 4
+            final = {"prompt": prompt, "max_tokens": 32, "kv_transfer_params": params}
+            status, got = post(f"{sim.urls[decode[(i * 7) % 48]]}/v1/completions", final)
+            _, ref = post(
+                f"{sim.urls['single']}/v1/completions", {"prompt": prompt, "max_tokens": 32}
+            )
+            assert status == 200 and got["choices"][0]["text"] == ref["choices"][0]["text"]

@@ -202,3 +202,15 @@ def test_two_simulators_in_one_process_keep_their_own_logs(tmp_path: Path) -> No
     for folder in ("one", "two"):
         text = (tmp_path / folder / "e.log").read_text()
         assert text.count("GPU KV cache size: 16,777,216 tokens") == 1
+
+
+def test_time_scale_flag_overrides_the_spec_file(tmp_path: Path) -> None:
+    from servekit.sim.cli_main import SimArgs, build_spec
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"endpoints": [_ep()], "time_scale": 0.5}))
+    assert build_spec(SimArgs(spec=path)).time_scale == 0.5
+    assert build_spec(SimArgs(spec=path, time_scale=0.1)).time_scale == 0.1
+    assert build_spec(SimArgs(endpoints=1)).time_scale == 1.0
+    with pytest.raises(UsageError, match="--time-scale"):
+        build_spec(SimArgs(spec=path, time_scale=0))

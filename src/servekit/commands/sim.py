@@ -24,8 +24,9 @@ def sim(  # noqa: PLR0917 - typer maps one parameter per documented flag
     max_model_len: Annotated[int, typer.Option(help="quick form: context length")] = 32768,
     admin_port: Annotated[int | None, typer.Option(help="quick form: admin server port")] = None,
     time_scale: Annotated[
-        float, typer.Option(help="wall seconds per simulated second (0.1 = 10x faster)")
-    ] = 1.0,
+        float | None,
+        typer.Option(help="wall seconds per simulated second (0.1 = 10x faster; default 1)"),
+    ] = None,
     ready_file: Annotated[
         Path | None, typer.Option(help="write the bound URLs here (JSON) once listening")
     ] = None,

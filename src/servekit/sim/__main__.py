@@ -24,7 +24,7 @@ def _parse(argv: list[str]) -> SimArgs:
     p.add_argument("--host", default="127.0.0.1", help="quick form: listen address")
     p.add_argument("--max-model-len", type=int, default=32768)
     p.add_argument("--admin-port", type=int, help="quick form: admin server port")
-    p.add_argument("--time-scale", type=float, default=1.0, help="wall s per simulated s")
+    p.add_argument("--time-scale", type=float, help="wall s per simulated s (default 1)")
     p.add_argument("--ready-file", type=Path, help="write the bound URLs here once listening")
     p.add_argument("--check", action="store_true", help="validate and print the spec")
     ns = p.parse_args(argv)

@@ -27,22 +27,25 @@ class SimArgs:
     host: str = "127.0.0.1"
     max_model_len: int = 32768
     admin_port: int | None = None
-    time_scale: float = 1.0
+    time_scale: float | None = None
     ready_file: Path | None = None
     check: bool = False
 
 
 def build_spec(args: SimArgs) -> SimSpec:
     """``--spec FILE`` or the quick form ``--endpoints N``, never both."""
+    if args.time_scale is not None and args.time_scale <= 0:
+        raise UsageError("--time-scale: must be above 0 (1 = real time, 0.1 = 10x faster)")
     if args.spec is not None and args.endpoints is None:
-        return load_spec(args.spec)
+        spec = load_spec(args.spec)
+        if args.time_scale is None:
+            return spec
+        return spec.model_copy(update={"time_scale": args.time_scale})
     if args.spec is not None or args.endpoints is None:
         raise UsageError("sim: give exactly one of --spec FILE or --endpoints N")
     role = next((r for r in ROLES if r == args.role), None)
     if role is None:
         raise UsageError(f"--role {args.role}: choose one of {', '.join(ROLES)}")
-    if args.time_scale <= 0:
-        raise UsageError("--time-scale: must be above 0 (1 = real time, 0.1 = 10x faster)")
     return quick_spec(
         args.endpoints,
         role=role,
@@ -52,7 +55,7 @@ def build_spec(args: SimArgs) -> SimSpec:
         host=args.host,
         max_model_len=args.max_model_len,
         admin_port=args.admin_port,
-        time_scale=args.time_scale,
+        time_scale=1.0 if args.time_scale is None else args.time_scale,
     )
 
 
