@@ -116,3 +116,19 @@ def test_working_layer_constants_cover_whiteouts_and_links() -> None:
 def test_hardlink_to_a_missing_file_is_refused() -> None:
     with pytest.raises(KitRefused, match="hardlink"):
         apply([layer_tar([M("x", "h", link="nowhere")])])
+
+
+def test_a_lower_symlink_replaced_by_a_directory_takes_children() -> None:
+    lower = layer_tar([M("x", "l", link="/etc")])
+    upper = layer_tar([M("x", "d", mode=0o700), M("x/f", "f", b"1")])
+    state = apply([lower, upper])
+    x = state.get("/x")
+    assert x is not None and (x.kind, x.mode) == ("d", 0o700)
+    assert state.get("/x/f") is not None
+
+
+def test_a_lower_file_under_an_implicit_parent_becomes_a_directory() -> None:
+    state = apply([layer_tar([M("a", "f", b"file")]), layer_tar([M("a/b", "f", b"child")])])
+    a = state.get("/a")
+    assert a is not None and a.kind == "d"
+    assert state.get("/a/b") is not None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.paths import ROOT, escape_field, parents, unescape_field
+from servekit.kit.paths import ROOT, escape_field, unescape_field
 
 DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
 NO_SHA = "-"
@@ -88,13 +88,27 @@ class FsState:
         old = self.entries.get(entry.path)
         if old is not None and old.kind == DIR and entry.kind != DIR:
             self.remove_tree(entry.path)
-        for parent in parents(entry.path):
-            have = self.entries.get(parent)
-            if have is None or have.kind != DIR:
-                if have is not None:
-                    self.remove_tree(parent)
-                self._link(implicit_dir(parent))
+        self._ensure_parents(entry.path)
         self._link(entry)
+
+    def _ensure_parents(self, path: str) -> None:
+        """Create missing ancestors; stop at the first existing directory.
+
+        Every entry's parent is a directory (this method keeps it so), hence
+        an existing directory's ancestors all exist already.
+        """
+        missing = []
+        head = os.path.dirname(path)
+        while head != ROOT:
+            have = self.entries.get(head)
+            if have is not None and have.kind == DIR:
+                break
+            missing.append(head)
+            head = os.path.dirname(head)
+        for parent in reversed(missing):
+            if parent in self.entries:
+                self.remove_tree(parent)
+            self._link(implicit_dir(parent))
 
     def _link(self, entry: Entry) -> None:
         self.entries[entry.path] = entry

@@ -24,6 +24,7 @@ from servekit.kit.streams import (
     Limits,
     as_binary,
     forget_members,
+    open_tar,
 )
 
 ZSTD_LEVEL = 10
@@ -126,7 +127,7 @@ def unpack_hashed(archive: Path, dest: Path, limits: Limits) -> tuple[Path, str]
         )
         bounded = as_binary(BoundedReader(stream, comp, limits, what))
         try:
-            with tarfile.open(fileobj=bounded, mode="r|", bufsize=CHUNK) as tar:
+            with open_tar(bounded, what) as tar:
                 top = _extract_all(tar, dest, limits, what)
             comp.drain()
         except (tarfile.TarError, EOFError, zstandard.ZstdError, OSError) as exc:

@@ -28,6 +28,7 @@ from servekit.kit.streams import (
     Limits,
     as_binary,
     forget_members,
+    open_tar,
 )
 
 WHITEOUT = ".wh."
@@ -89,7 +90,7 @@ def scan_layer(blob: BinaryIO, state: FsState, opts: ScanOptions) -> LayerScan:
     scan = LayerScan()
     applier = _Applier(state, opts, scan)
     try:
-        with tarfile.open(fileobj=diff, mode="r|", bufsize=CHUNK) as tar:
+        with open_tar(as_binary(diff), opts.what) as tar:
             applier.read_all(tar)
         diff.drain()
         comp.drain()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import tarfile
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
@@ -153,6 +154,57 @@ class SliceReader(io.RawIOBase):
         self._pos += len(data)
         self._left -= len(data)
         return data
+
+
+class ForwardReader(io.RawIOBase):
+    """A stream that tarfile may treat as seekable, as long as it only moves forward.
+
+    ``tarfile``'s streaming mode copies its whole read buffer on every header
+    read (quadratic on layers with many small files); its random-access mode
+    reads headers and data directly but seeks. Tar members are read in order,
+    so every seek tarfile makes is forward: skipped bytes are read and dropped
+    (they still pass through the hashing readers underneath). A backward seek
+    is refused.
+    """
+
+    def __init__(self, inner: BinaryIO, what: str) -> None:
+        super().__init__()
+        self._inner = inner
+        self._what = what
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._pos + offset
+        if whence not in (0, 1) or target < self._pos:
+            raise KitRefused(f"{self._what}: the archive needs a backward seek; refusing it")
+        while self._pos < target:
+            if not self.read(min(CHUNK, target - self._pos)):
+                break
+        return self._pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size if size is not None and size >= 0 else CHUNK)
+        self._pos += len(data)
+        return data
+
+
+def open_tar(stream: BinaryIO, what: str) -> tarfile.TarFile:
+    """A TarFile reading ``stream`` front to back (see :class:`ForwardReader`)."""
+    return tarfile.TarFile(fileobj=as_binary(ForwardReader(stream, what)), mode="r")
 
 
 def sha256_file(path: str, chunk: int = CHUNK) -> str:
