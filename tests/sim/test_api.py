@@ -33,6 +33,9 @@ VLLM_METRICS = (
     "vllm:spec_decode_num_draft_tokens_total",
     "vllm:spec_decode_num_accepted_tokens_total",
     "vllm:num_gpu_blocks",
+    "vllm:request_queue_time_seconds_count",
+    "vllm:request_prefill_time_seconds_count",
+    "vllm:request_decode_time_seconds_count",
 )
 
 

@@ -47,6 +47,8 @@ def test_single_stream_matches_the_published_a3_figures() -> None:
     window = metric(m, "vllm:e2e_request_latency_seconds_sum") - ttft
     assert window / steps == pytest.approx(0.02484, rel=1e-3)  # ms/step, as the bench computes
     assert _hist_mean(m, "vllm:inter_token_latency_seconds") == pytest.approx(0.02484, rel=1e-3)
+    assert metric(m, "vllm:request_prefill_time_seconds_sum") == pytest.approx(ttft, rel=1e-6)
+    assert metric(m, "vllm:request_decode_time_seconds_sum") == pytest.approx(window, rel=1e-6)
 
 
 def test_prefix_cache_hit_makes_hot_ttft_short() -> None:
@@ -88,6 +90,9 @@ def test_waiting_queue_when_max_num_seqs_is_reached() -> None:
     assert metric(m, bucket, le="0.8") == 0
     assert metric(m, bucket, le="1.5") == 2
     assert metric(m, bucket, le="2.5") == 4
+    queued = "vllm:request_queue_time_seconds_bucket"
+    assert metric(m, queued, le="0.3") == 2 and metric(m, queued, le="1.5") == 4
+    assert metric(m, "vllm:request_decode_time_seconds_count") == 4
 
 
 def test_kv_capacity_limits_admission_and_rejects_oversized_requests() -> None:

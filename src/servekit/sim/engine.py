@@ -46,6 +46,7 @@ class Seq:
     alloc: Allocation | None = None
     computed: int = 0
     emitted: int = 0
+    admitted_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float = 0.0
     finished_at: float | None = None
@@ -179,6 +180,7 @@ class Engine:
                 seq.arrival -= seq.ready - self.vt
                 seq.ready = self.vt
             seq.alloc = alloc
+            seq.admitted_at = max(self.vt, seq.ready)
             seq.computed = seq.prompt_len if seq.remote_kv else alloc.cached_tokens
             self.stats.prefix_queries += seq.prompt_len
             self.stats.prefix_hits += alloc.cached_tokens
@@ -259,11 +261,20 @@ class Engine:
         if len(keep) != len(self.running):
             self.running = keep
 
+    def _observe_phases(self, s: Seq, now: float) -> None:
+        stats = self.stats
+        stats.e2e.observe(now - s.arrival)
+        admitted = s.admitted_at if s.admitted_at is not None else s.arrival
+        first = s.first_token_at if s.first_token_at is not None else now
+        stats.queue.observe(max(0.0, admitted - s.arrival))
+        stats.prefill.observe(max(0.0, first - admitted))
+        stats.decode.observe(now - first)
+
     def _finish(self, s: Seq, now: float) -> None:
         held = False
         if not s.aborted:
             s.finished_at = now
-            self.stats.e2e.observe(now - s.arrival)
+            self._observe_phases(s, now)
             reason = s.finish_reason
             self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
             held = s.on_finish(s) if s.on_finish is not None else False

@@ -118,6 +118,9 @@ class EngineStats:
     ttft: Hist = field(default_factory=lambda: Hist(TTFT_BUCKETS))
     itl: Hist = field(default_factory=lambda: Hist(ITL_BUCKETS))
     e2e: Hist = field(default_factory=lambda: Hist(E2E_BUCKETS))
+    queue: Hist = field(default_factory=lambda: Hist(E2E_BUCKETS))
+    prefill: Hist = field(default_factory=lambda: Hist(E2E_BUCKETS))
+    decode: Hist = field(default_factory=lambda: Hist(E2E_BUCKETS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,11 @@ class StatsCollector(Collector):
         yield self._hist("vllm:inter_token_latency_seconds", "Inter-token latency.", s.itl)
         yield self._hist("vllm:time_per_output_token_seconds", "Deprecated ITL alias.", s.itl)
         yield self._hist("vllm:e2e_request_latency_seconds", "End-to-end latency.", s.e2e)
+        yield self._hist("vllm:request_queue_time_seconds", "Time waiting.", s.queue)
+        yield self._hist(
+            "vllm:request_prefill_time_seconds", "Admission to first token.", s.prefill
+        )
+        yield self._hist("vllm:request_decode_time_seconds", "First to last token.", s.decode)
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "KV cache configuration.",
