@@ -22,9 +22,10 @@ from servekit.sim.faults import FaultDice, FaultSpec, patch_faults
 from servekit.sim.kvcache import KvCache, block_hashes
 from servekit.sim.metrics import EngineStats, Gauges, StatsCollector, make_registry
 from servekit.sim.openai import ApiError, GenRequest
+from servekit.sim.output import plan_output, token_budget
 from servekit.sim.pd import KvRegistry, KvTransferError, Producer
 from servekit.sim.spec import EndpointSpec
-from servekit.sim.textgen import Voice, answer_pieces, continuation
+from servekit.sim.textgen import Voice
 
 REPLAY_LIMIT = 128
 _IDS = itertools.count(1)
@@ -236,37 +237,11 @@ class SimEndpoint:
         return f.spike_s if self.dice.hit(f.spike_rate) else 0.0
 
     def _max_tokens(self, req: GenRequest, prompt_len: int) -> int:
-        room = self.spec.max_model_len - prompt_len
-        limit = req.max_tokens if req.max_tokens is not None else room
-        if limit > room or room < 1:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {self.spec.max_model_len} tokens. "
-                f"However, you requested {prompt_len + max(limit, 1)} tokens "
-                f"({prompt_len} in the messages, {limit} in the completion). "
-                "Please reduce the length of the messages or completion.",
-            )
-        return limit
+        return token_budget(req.max_tokens, prompt_len, self.spec.max_model_len)
 
     def _output(self, req: GenRequest, digest: int, limit: int) -> tuple[list[str], str]:
         voice = Voice(self.disagree_seed, self.faults.misbehave, self.spec.retrieval)
-        out = answer_pieces(
-            req.prompt_text,
-            req.question_text,
-            digest,
-            sampling=req.sampling,
-            voice=voice,
-            natural=self.profile.answer_tokens,
-        )
-        want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
-        if len(out) < want:
-            out.extend(continuation(digest, req.sampling, voice, want - len(out)))
-        cut = _stop_cut(out, req.stop)
-        if cut is not None and cut < limit:
-            return out[:cut], "stop"
-        if len(out) >= limit:
-            return out[:limit], "length"
-        return out, "stop"
+        return plan_output(req, digest, limit, voice, self.profile.answer_tokens)
 
     def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
         """Decode side: the KV transfer time when the prompt's KV comes from prefill."""
@@ -360,22 +335,6 @@ class SimEndpoint:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-
-def _stop_cut(out: list[str], stops: tuple[str, ...]) -> int | None:
-    """Index of the piece where the first stop string starts (the output ends before it)."""
-    if not stops:
-        return None
-    text = "".join(out)
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    if not found:
-        return None
-    at, end = min(found), 0
-    for index, piece in enumerate(out):
-        end += len(piece)
-        if end > at:
-            return index
-    return None
 
 
 def _endpoint_logger(spec: EndpointSpec) -> logging.Logger:
