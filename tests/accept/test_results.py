@@ -94,3 +94,22 @@ def test_terminal_matrix_shows_every_check_and_the_counts() -> None:
     text = console.export_text()
     for needle in ("g.c0", "PASS", "FAIL", "SKIP", "1/2 passed, 1 failed, 1 skipped"):
         assert needle in text
+
+
+def test_public_api_is_pinned() -> None:
+    import servekit.accept as api
+
+    assert api.__all__ == sorted(api.__all__, key=lambda n: (not n.isupper(), n.lower()))
+    assert set(api.__all__) == {
+        "RESULT_FILE",
+        "AcceptOptions",
+        "AcceptResult",
+        "CheckResult",
+        "EvidenceFile",
+        "read_result",
+        "render_markdown",
+        "run_acceptance",
+        "run_acceptance_async",
+        "summary_line",
+        "write_result",
+    }
