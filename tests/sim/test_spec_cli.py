@@ -148,10 +148,12 @@ def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(
         assert len(set(urls)) == 3
         for url in urls:
             assert get(f"{url}/health")[0] == 200
-        status, doc = post(
-            f"{urls[2]}/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 4}
-        )
-        assert status == 200 and doc["usage"]["completion_tokens"] == 4
+        body = {"model": "m", "prompt": "Tell me about pages.", "max_tokens": 30}
+        status, doc = post(f"{urls[2]}/v1/completions", body)
+        assert status == 200 and doc["usage"]["completion_tokens"] > 0
+        with running_sim({"endpoints": [_ep(served_model_name="m")]}) as here:
+            _, same = post(f"{here.url}/v1/completions", body)
+        assert same["choices"][0]["text"] == doc["choices"][0]["text"]  # across processes
         assert get(f"{info['admin_url']}/sim/endpoints")[0] == 200
     finally:
         proc.send_signal(signal.SIGTERM)
