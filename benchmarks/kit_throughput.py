@@ -1,7 +1,7 @@
 """kit build / verify / rebuild throughput against ``tar -cf - DIR | sha256sum``.
 
 Generates (once, in --dir, default /tmp) a base image of --base-mib MiB (two
-uncompressed layers, files from 4 KiB to 8 MiB) and a working layer of
+uncompressed layers, files from 1 KiB to 8 MiB, mostly small) and a working layer of
 --work-mb MB (Python patches, shell scripts, blobs, a whiteout, an opaque dir),
 as OCI layouts. Then, in the same run, times on the same data:
 
@@ -37,6 +37,8 @@ from servekit.kit.rebuild import RebuildRequest, rebuild_kit
 from servekit.kit.verify import verify_kit
 
 MIB = 1 << 20
+# Many small files and a few large ones (about 6,000 files per GiB), as in real images.
+BASE_SIZES = [1024] * 40 + [16384] * 30 + [131072] * 20 + [MIB] * 7 + [8 * MIB]
 
 
 def _blob(rng: random.Random, size: int) -> bytes:
@@ -128,17 +130,15 @@ def _oci(root: Path, layers: list[Path]) -> None:
 
 def generate(top: Path, base_mib: int, work_mb: int) -> dict[str, int]:
     """Make the rootfs folders, the layer tars and both OCI layouts (once)."""
-    stamp = top / f"ready-{base_mib}-{work_mb}"
+    stamp = top / f"ready-v2-{base_mib}-{work_mb}"
     if stamp.exists():
         return json.loads(stamp.read_text())
     shutil.rmtree(top, ignore_errors=True)
     top.mkdir(parents=True)
     half = base_mib * MIB // 2
     sizes = {
-        "base": _write_tree(top / "base-rootfs" / "a", half, 1, [4096, 65536, MIB, 8 * MIB])
-        + _write_tree(
-            top / "base-rootfs" / "b", base_mib * MIB - half, 2, [4096, 65536, MIB, 8 * MIB]
-        ),
+        "base": _write_tree(top / "base-rootfs" / "a", half, 1, BASE_SIZES)
+        + _write_tree(top / "base-rootfs" / "b", base_mib * MIB - half, 2, BASE_SIZES),
         "work": _work_tree(top / "work-rootfs", work_mb * 1_000_000),
     }
     (top / "base-rootfs" / "a" / "d00" / "f00000.bin").rename(top / "gone.bin")
