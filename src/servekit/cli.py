@@ -28,7 +28,8 @@ register_all(app)
 def main() -> None:
     """Console entry point: map UsageError to a one-line message and exit 2."""
     try:
-        app(standalone_mode=False)
+        # With standalone_mode=False click hands a command's exit code back as the return value.
+        rc = app(standalone_mode=False)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -48,6 +49,7 @@ def main() -> None:
             exc.show()
             sys.exit(2)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":
