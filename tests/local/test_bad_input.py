@@ -134,3 +134,26 @@ def test_already_running_is_refused(tmp_path: Path) -> None:
     write_state(state_path, RunState(layout="local/single", engine="vllm", started_at=0.0))
     with pytest.raises(UsageError, match="already running"):
         preflight.check_not_running(state_path, "local/single")
+
+
+def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
+    from servekit.local.state import ProcState, RunState, write_state
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        state = RunState(
+            layout="local/single",
+            engine="vllm",
+            supervisor_pid=2**22 + 7,  # no such process: the supervisor died
+            started_at=0.0,
+            phase="ready",
+            processes=[
+                ProcState(name="engine", role="mixed", kind="engine", pid=sleeper.pid, log=tmp_path)
+            ],
+        )
+        write_state(tmp_path / "state.json", state)
+        with pytest.raises(UsageError, match=f"still alive \\(pids \\[{sleeper.pid}\\]\\)"):
+            preflight.check_not_running(tmp_path / "state.json", "local/single")
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -63,12 +63,18 @@ def check_model_dir(path: Path) -> None:
 
 
 def check_not_running(state_path: Path, layout: str) -> None:
-    """One run per layout: refuse to start over a live supervisor."""
+    """One run per layout: refuse to start over a live supervisor or its leftovers."""
     state = read_state(state_path)
-    if state is None or state.phase in ("failed", "stopped"):
+    if state is None:
         return
-    if pid_alive(state.supervisor_pid):
+    if state.phase not in ("failed", "stopped") and pid_alive(state.supervisor_pid):
         raise UsageError(
             f"{layout} is already running (supervisor pid {state.supervisor_pid}); "
             f"stop it first: servekit down {layout}"
+        )
+    leftovers = sorted(p.pid for p in state.processes if p.pid is not None and pid_alive(p.pid))
+    if leftovers:
+        raise UsageError(
+            f"{layout}: processes of the previous run are still alive (pids {leftovers}); "
+            f"stop them with: servekit down {layout}"
         )
