@@ -170,3 +170,21 @@ def test_kind_selects_the_table_column(tmp_path: Path, kind: str) -> None:
     table = script_defaults(kind, "mixed")  # type: ignore[arg-type]
     result = kit_with(tmp_path, [M("opt/app/run.sh", "f", defaults_script(table), 0o755)])
     assert status(verify_kit(result.archive, kind=kind))["defaults"] == "pass"
+
+
+def test_python_file_too_large_to_hold_fails_compile_instead_of_being_skipped(
+    tmp_path: Path,
+) -> None:
+    big = b"X = 1\n" * (3 << 20)  # 18 MiB
+    result = kit_with(tmp_path, [M("opt/app/huge.py", "f", big)])
+    report = verify_kit(result.archive)
+    detail = next(c.detail for c in report.checks if c.name == "compile")
+    assert status(report)["compile"] == "fail" and "huge.py: too large" in detail
+
+
+def test_shebang_scripts_without_sh_suffix_are_checked_for_defaults(tmp_path: Path) -> None:
+    table = dict(script_defaults("vllm-ascend", "mixed"))
+    name = sorted(table)[0]
+    table[name] += "9"
+    result = kit_with(tmp_path, [M("opt/app/launch", "f", defaults_script(table), 0o755)])
+    assert status(verify_kit(result.archive))["defaults"] == "fail"

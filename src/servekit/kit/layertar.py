@@ -10,6 +10,7 @@ images from the wild may legitimately break.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import posixpath
 import tarfile
@@ -36,6 +37,7 @@ OPAQUE = ".wh..wh..opq"
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_CAPTURE = 16 << 20
+MAX_CAPTURE_TOTAL = 512 << 20
 
 
 @dataclass
@@ -51,6 +53,7 @@ class LayerScan:
     opaque_dirs: list[str] = field(default_factory=list)
     files: dict[str, Entry] = field(default_factory=dict)
     captured: dict[str, bytes] = field(default_factory=dict)
+    too_large: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class ScanOptions:
     what: str
     strict: bool = False
     limits: Limits = field(default_factory=Limits)
-    capture: Callable[[str], bool] | None = None
+    capture: Callable[[str, bytes], bool] | None = None
     tee: BinaryIO | None = None
 
 
@@ -114,6 +117,7 @@ class _Applier:
         self.opts = opts
         self.scan = scan
         self.added: dict[str, Entry] = {}
+        self.captured_bytes = 0
         self.order: list[str] = []
 
     def read_all(self, tar: tarfile.TarFile) -> None:
@@ -177,27 +181,37 @@ class _Applier:
         return self._special(m, path, mode)
 
     def _file(self, tar: tarfile.TarFile, m: tarfile.TarInfo, path: str, mode: int) -> Entry:
-        import hashlib
-
         fh = tar.extractfile(m)
         if fh is None:
             raise KitRefused(f"{self.opts.what}: member {path!r} has no readable content")
         sha = hashlib.sha256()
+        block = fh.read(CHUNK)
+        keep = self._keep(path, m.size, block)
         got = 0
-        keep = self.opts.capture is not None and self.opts.capture(path) and m.size <= MAX_CAPTURE
         kept: list[bytes] = []
-        while block := fh.read(CHUNK):
+        while block:
             sha.update(block)
             got += len(block)
             if keep:
                 kept.append(block)
+            block = fh.read(CHUNK)
         if got != m.size:
             raise KitRefused(
                 f"{self.opts.what}: member {path!r}: header says {m.size} bytes, archive holds {got}"
             )
         if keep:
             self.scan.captured[path] = b"".join(kept)
+            self.captured_bytes += got
         return Entry(FILE, mode, m.uid, m.gid, m.size, path, "", sha.hexdigest())
+
+    def _keep(self, path: str, size: int, head: bytes) -> bool:
+        """Whether to keep a file's bytes for verify; too large ones are listed instead."""
+        if self.opts.capture is None or not self.opts.capture(path, head):
+            return False
+        if size > MAX_CAPTURE or self.captured_bytes + size > MAX_CAPTURE_TOTAL:
+            self.scan.too_large.append(path)
+            return False
+        return True
 
     def _hardlink(self, m: tarfile.TarInfo, path: str) -> Entry:
         target = hardlink_target(m.linkname, self.opts.what)

@@ -40,6 +40,7 @@ class _Scanned:
 
     files: dict[str, LayerScan] = field(default_factory=dict)
     captured: dict[str, bytes] = field(default_factory=dict)
+    too_large: list[str] = field(default_factory=list)
     final: dict[str, str] = field(default_factory=dict)
     recorded: dict[str, Entry] = field(default_factory=dict)
 
@@ -138,8 +139,9 @@ def _seed_state(recorded: dict[str, Entry]) -> FsState:
     return state
 
 
-def _wanted(path: str) -> bool:
-    return path.endswith((".py", ".sh")) or "/bin/" in path or "script" in path
+def _wanted(path: str, head: bytes) -> bool:
+    """Python sources and shell scripts: the files compile and defaults read."""
+    return path.endswith(".py") or is_shell_script(path, head)
 
 
 def _layers(kit: KitDir, m: KitManifest, limits: Limits) -> tuple[_Scanned, CheckResult]:
@@ -156,6 +158,7 @@ def _layers(kit: KitDir, m: KitManifest, limits: Limits) -> tuple[_Scanned, Chec
             problems += _layer_problems(layer.file, scan, layer.model_dump())
             scanned.files[layer.file] = scan
             scanned.captured.update(scan.captured)
+            scanned.too_large += scan.too_large
             scanned.final.update({p: e.sha256 for p, e in scan.files.items()})
     except KitRefused as exc:
         problems.append(str(exc))
@@ -200,13 +203,15 @@ def _payload(kit: KitDir, m: KitManifest, scanned: _Scanned) -> CheckResult:
 
 def _compile(scanned: _Scanned) -> CheckResult:
     sources = {p: d for p, d in scanned.captured.items() if p.endswith(".py")}
-    problems = []
+    problems = [
+        f"{p}: too large to check here (16 MiB per file, 512 MiB in all)" for p in scanned.too_large
+    ]
     for path, data in sorted(sources.items()):
         try:
             compile(data, path, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             problems.append(f"{path}: {exc}")
-    if not sources:
+    if not sources and not problems:
         return CheckResult(name="compile", status="skip", detail="no Python payload files")
     return outcome("compile", problems, f"{len(sources)} Python file(s) compile")
 
