@@ -14,7 +14,7 @@ from servekit.catalog.loader import load
 from servekit.errors import UsageError
 from servekit.report.build import build_report
 from servekit.report.models import KitCheck
-from servekit.report.verify import VerifyOptions, verify
+from servekit.report.verify import VerifyOptions, VerifyOutcome, verify
 
 from .support import SimRunner, components
 
@@ -32,11 +32,16 @@ def options(catalog: Path, out: Path, **kw: object) -> VerifyOptions:
     return VerifyOptions.model_validate(base)
 
 
+def passed(out: VerifyOutcome) -> VerifyOutcome:
+    """The outcome, after checking the run passed (the steps say why when not)."""
+    assert out.exit_code == 0, [s for s in out.run.steps if s.status != "ok"]
+    return out
+
+
 def test_passing_sim_run_writes_report_evidence_and_a_sim_ledger_record(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    out = verify(options(catalog, tmp_path / "run"), components(runner))
-    assert out.exit_code == 0, out.run.steps
+    out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
     assert runner.ups == runner.downs == ["local/1p1d"]
     lines = out.report_md.read_text().splitlines()
     assert lines[0] == "# Verification of local/1p1d: PASS (simulated)"
@@ -55,7 +60,7 @@ def test_passing_sim_run_writes_report_evidence_and_a_sim_ledger_record(
 def test_every_link_in_the_report_opens_a_file_of_the_run(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    out = verify(options(catalog, tmp_path / "run"), components(runner))
+    out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
     links = LINK.findall(out.report_md.read_text())
     assert len(links) > 20
     for href in links:
@@ -68,7 +73,7 @@ def test_every_link_in_the_report_opens_a_file_of_the_run(
 def test_checksums_cover_every_file_and_the_ledger_keeps_their_digest(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    out = verify(options(catalog, tmp_path / "run"), components(runner))
+    out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
     sums = (out.run_dir / "SHA256SUMS").read_text()
     assert hashlib.sha256(sums.encode()).hexdigest() == out.evidence_sha256
     assert out.record is not None and out.record.evidence_sha256 == out.evidence_sha256
@@ -85,7 +90,7 @@ def test_checksums_cover_every_file_and_the_ledger_keeps_their_digest(
 def test_sim_figures_are_labelled_simulated_everywhere(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    out = verify(options(catalog, tmp_path / "run"), components(runner))
+    out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
     md = out.report_md.read_text()
     table = md.split("## Verification", 1)[1].split("##", 1)[0]
     rows = [r for r in table.splitlines() if "tok/s" in r or "tokens" in r]
@@ -139,9 +144,11 @@ def test_interrupt_during_bench_still_tears_down(
 def test_baseline_gives_before_after_with_deltas(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    first = verify(options(catalog, tmp_path / "one"), components(runner))
+    first = passed(verify(options(catalog, tmp_path / "one"), components(runner)))
     baseline = first.run_dir / "bench" / "bench.json"
-    second = verify(options(catalog, tmp_path / "two", baseline=baseline), components(runner))
+    second = passed(
+        verify(options(catalog, tmp_path / "two", baseline=baseline), components(runner))
+    )
     md = second.report_md.read_text()
     changed = md.split("## What changed against the baseline", 1)[1].split("## Verification")[0]
     rows = [r for r in changed.splitlines() if r.startswith("| ") and "->" in r][1:]
@@ -155,7 +162,7 @@ def test_baseline_gives_before_after_with_deltas(
 def test_without_baseline_the_section_says_how_to_get_one(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
-    out = verify(options(catalog, tmp_path / "run"), components(runner))
+    out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
     assert "No baseline given: pass --baseline FILE" in out.report_md.read_text()
 
 
