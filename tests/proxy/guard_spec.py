@@ -31,8 +31,10 @@ def oracle(method: str, path: str, body: bytes) -> bool:
     if not any(stem.endswith(s) for s in SUFFIXES):
         return False
     try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        # The engine's own parser (Starlette's Request.json is json.loads on the
+        # bytes), so UTF-16 or BOM-prefixed JSON counts as JSON, as it does there.
+        doc = json.loads(body)
+    except ValueError:
         return False
     if not isinstance(doc, dict):
         return False
