@@ -163,7 +163,23 @@ def test_without_baseline_the_section_says_how_to_get_one(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
     out = passed(verify(options(catalog, tmp_path / "run"), components(runner)))
-    assert "No baseline given: pass --baseline FILE" in out.report_md.read_text()
+    assert "No baseline: no --baseline FILE was given" in out.report_md.read_text()
+
+
+def test_the_previous_passing_run_in_the_ledger_is_the_default_baseline(
+    catalog: Path, tmp_path: Path, runner: SimRunner
+) -> None:
+    first = passed(verify(options(catalog, tmp_path / "one"), components(runner)))
+    second = passed(verify(options(catalog, tmp_path / "two"), components(runner)))
+    assert second.run.baseline_source is not None
+    assert second.run.baseline_source.startswith("the previous passing sim run in the ledger")
+    copied = (second.run_dir / "baseline.json").read_bytes()
+    assert copied == (first.run_dir / "bench" / "bench.json").read_bytes()
+    assert "single_stream ISL=128 tok_per_s" in second.report_md.read_text()
+    third = passed(
+        verify(options(catalog, tmp_path / "three", no_baseline=True), components(runner))
+    )
+    assert third.run.files.baseline is None
 
 
 def test_attach_with_target_leaves_the_deployment_running(

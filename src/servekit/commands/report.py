@@ -45,6 +45,10 @@ def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
     baseline: Annotated[
         Path | None, typer.Option("--baseline", help="a saved bench.json to compare against")
     ] = None,
+    no_baseline: Annotated[
+        bool,
+        typer.Option("--no-baseline", help="do not compare with the last passing run"),
+    ] = False,
     kit: Annotated[
         Path | None, typer.Option("--kit", help="image kit archive to self-check")
     ] = None,
@@ -65,6 +69,7 @@ def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
         target=target,
         out=out,
         baseline=baseline,
+        no_baseline=no_baseline,
         kit=kit,
         quick=quick,
         catalog=cat,

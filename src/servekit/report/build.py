@@ -112,10 +112,15 @@ def _changes(inputs: Inputs, files: PointFiles) -> tuple[tuple[Change, ...], str
     if inputs.bench is None:
         return (), "No benchmark ran, so nothing can be compared."
     if inputs.baseline is None:
-        return (), "No baseline given: pass --baseline FILE (a saved bench.json) to compare."
+        return (), (
+            "No baseline: no --baseline FILE was given and the ledger holds no earlier passing "
+            "run of this layout on this engine whose results are still here."
+        )
     changes = baseline_mod.compare(inputs.baseline, inputs.bench, files, run.files.baseline)
-    created = inputs.baseline.inputs.image or inputs.baseline.inputs.target
-    return changes, f"Against the baseline measured {inputs.baseline.created} on {created}."
+    base = inputs.baseline
+    where = base.inputs.image or base.inputs.target
+    source = f" ({run.baseline_source})" if run.baseline_source else ""
+    return changes, f"Against the baseline measured {base.created} on {where}{source}."
 
 
 def build_view(run_dir: Path, inputs: Inputs, files: PointFiles) -> ReportView:

@@ -69,6 +69,9 @@ class VerifyRun(_Frozen):
     finished: dt.datetime
     steps: tuple[StepOutcome, ...] = ()
     files: Files = Files()
+    baseline_source: str | None = Field(
+        default=None, description="where baseline.json came from (--baseline or the ledger)"
+    )
     declared_workloads: tuple[str, ...] = ()
     derived_from: str | None = None
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servekit import __version__
 from servekit.accept.models import AcceptResult, write_result
 from servekit.bench.schema import BenchResult, Point
-from servekit.catalog.ledger import LedgerRecord, append_record
+from servekit.catalog.ledger import LedgerRecord, append_record, ledger_path, read_records
 from servekit.catalog.loader import LoadedLayout, load
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
@@ -49,6 +49,9 @@ class VerifyOptions(BaseModel):
     quick: bool | None = Field(default=None, description="short workloads; default: sim only")
     catalog: str | None = None
     record: bool = Field(default=True, description="append a ledger record on pass")
+    no_baseline: bool = Field(
+        default=False, description="do not compare with the last passing run in the ledger"
+    )
 
     @property
     def is_quick(self) -> bool:
@@ -123,6 +126,7 @@ class _Flow:
     bench: BenchResult | None = None
     kit: KitCheck | None = None
     files: Files = field(default_factory=Files)
+    baseline_source: str | None = None
 
     def up(self) -> None:
         target = self.opts.target
@@ -248,9 +252,31 @@ def _write_static(flow: _Flow) -> None:
     plan = build_plan(flow.loaded.layout)
     atomic_write_text(flow.run_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")
     flow.files = flow.files.model_copy(update={"plan": "plan.json"})
-    if flow.opts.baseline is not None:
-        shutil.copyfile(flow.opts.baseline, flow.run_dir / "baseline.json")
+    source = _baseline_source(flow)
+    if source is not None:
+        path, flow.baseline_source = source
+        shutil.copyfile(path, flow.run_dir / "baseline.json")
         flow.files = flow.files.model_copy(update={"baseline": "baseline.json"})
+
+
+def _baseline_source(flow: _Flow) -> tuple[Path, str] | None:
+    """``--baseline FILE``, else the bench.json of the last passing run of this layout
+    on the same engine kind in the ledger (when its folder is still here)."""
+    if flow.opts.baseline is not None:
+        return flow.opts.baseline, f"--baseline {flow.opts.baseline}"
+    if flow.opts.no_baseline:
+        return None
+    engine = flow.opts.engine
+    records = [
+        r
+        for r in read_records(ledger_path(flow.loaded))
+        if r.result == "pass" and r.engine == engine and r.layout == flow.loaded.layout.name
+    ]
+    for record in sorted(records, key=lambda r: r.date, reverse=True):
+        bench = Path(record.report) / "bench" / "bench.json"
+        if bench.is_file() and Path(record.report).resolve() != flow.run_dir:
+            return bench, f"the previous passing {engine} run in the ledger ({record.day})"
+    return None
 
 
 def _versions(flow: _Flow) -> dict[str, str]:
@@ -278,6 +304,7 @@ def _run_record(flow: _Flow, started: dt.datetime, finished: dt.datetime) -> Ver
         finished=finished,
         steps=tuple(flow.steps.outcomes),
         files=flow.files,
+        baseline_source=flow.baseline_source,
         declared_workloads=tuple(layout.verify.workloads),
         derived_from=layout.provenance.derived_from,
     )
