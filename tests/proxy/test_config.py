@@ -10,9 +10,11 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servekit.errors import UsageError
-from servekit.proxy.config import ProxyConfig, build_parser, flag_of, parse_args
+from servekit.proxy.config import ProxyConfig, build_parser, flag_of, parse_args, to_argv
 
 
 def test_pd_replica_and_prompt_keyed_parse() -> None:
@@ -102,3 +104,31 @@ def test_every_config_field_is_a_flag_and_defaults_come_from_the_model() -> None
     assert cfg == defaults
     tuned = parse_args(["--replica", "http://a:1", "--decode-timeout", "7", "--debug"])
     assert tuned.decode_timeout_s == 7.0 and tuned.debug
+
+
+urls = st.lists(st.integers(1, 65535).map(lambda p: f"http://10.0.0.1:{p}"), min_size=1, max_size=3)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> ProxyConfig:
+    pd = draw(st.booleans())
+    topology: dict[str, object] = (
+        {"prefill": tuple(draw(urls)), "decode": tuple(draw(urls)),
+         "mode": draw(st.sampled_from(["pd", "prompt-keyed"]))}
+        if pd else {"replica": tuple(draw(urls)), "mode": "replica"}
+    )  # fmt: skip
+    return ProxyConfig(
+        **topology,
+        port=draw(st.integers(0, 65535)),
+        api_key=draw(st.none() | st.text("abcXYZ019-_", min_size=1, max_size=12)),
+        debug=draw(st.booleans()),
+        decode_policy=draw(st.sampled_from(["least-loaded", "round-robin", "prefix-affinity"])),
+        decode_timeout_s=draw(st.floats(0.001, 1e5)),
+        max_attempts=draw(st.integers(1, 10)),
+        log_level=draw(st.sampled_from(["debug", "info", "warning", "error"])),
+    )
+
+
+@given(configs())
+def test_to_argv_round_trips_through_the_parser(cfg: ProxyConfig) -> None:
+    assert parse_args(to_argv(cfg)) == cfg

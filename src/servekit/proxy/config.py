@@ -134,3 +134,26 @@ def parse_args(argv: list[str]) -> ProxyConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UsageError(f"{flag_of(str(err['loc'][0]))}: {err['msg']}") from None
+
+
+def to_argv(config: ProxyConfig) -> list[str]:
+    """The flags that reproduce ``config`` (defaults left out), for launchers.
+
+    ``servekit up`` and the renderer build a :class:`ProxyConfig` and run
+    ``python -m servekit.proxy *to_argv(config)``, so no launcher spells a flag.
+    """
+    argv: list[str] = []
+    defaults = ProxyConfig.model_fields
+    for name, value in config.model_dump().items():
+        if name == "mode" and value == "replica":
+            continue  # follows from --replica
+        if value == defaults[name].default:
+            continue
+        flag = flag_of(name)
+        if isinstance(value, bool):
+            argv.append(flag)
+        elif isinstance(value, tuple | list):
+            argv += [flag, *value]
+        else:
+            argv.append(f"{flag}={value}")  # "=" keeps values such as "-x" values
+    return argv
