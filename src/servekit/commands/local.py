@@ -82,7 +82,7 @@ def status(
     """Show each process of a run: port, pid, phase, live health, uptime."""
     from rich.console import Console
 
-    from servekit.local.control import status as show
+    from servekit.local.observe import status as show
 
     raise typer.Exit(show(name, Console()))
 
@@ -94,7 +94,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
 ) -> None:
     """Print the end of one process's log."""
-    from servekit.local.control import logs as show
+    from servekit.local.observe import logs as show
 
     try:
         show(process, layout, lines, follow, typer.echo)
