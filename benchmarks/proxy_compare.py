@@ -15,8 +15,9 @@ Measured:
   itself (prefill, then the decode stream), so the difference is what the proxy
   adds. p50 and p99 over ``--ttft-requests`` after a warm-up.
 - Sustained rate: streamed requests completed per second with ``--concurrency``
-  closed-loop streams for ``--duration`` seconds each; the best level that had
-  no errors is the proxy's sustained rate.
+  closed-loop streams for ``--duration`` seconds, ``--repeat`` times alternating
+  direct / servekit / example (median kept); the best level that had no errors
+  is the proxy's sustained rate.
 """
 
 from __future__ import annotations
@@ -296,7 +297,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--ttft-requests", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
-    p.add_argument("--duration", type=float, default=8.0, help="seconds per rate level")
+    p.add_argument("--duration", type=float, default=6.0, help="seconds per rate level")
+    p.add_argument("--repeat", type=int, default=3, help="rate runs per level (median kept)")
     p.add_argument("--json", type=Path, help="write the figures here too")
     p.add_argument("--serve-backend", nargs=2, type=int, metavar=("PREFILL", "DECODE"),
                    help=argparse.SUPPRESS)  # fmt: skip
@@ -309,8 +311,13 @@ async def run_all(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, A
     theirs = Target("example", via_proxy(urls["example"]))
     await measure_ttft([base, ours, theirs], args.ttft_requests, args.warmup, args.tokens)
     for c in args.concurrency:
+        runs: dict[str, list[tuple[float, int]]] = {t.name: [] for t in (base, ours, theirs)}
+        for _ in range(args.repeat):  # alternate, so a burst of outside load hits all three
+            for t in (base, ours, theirs):
+                runs[t.name].append(await measure_rate(t, c, args.duration, args.tokens))
         for t in (base, ours, theirs):
-            t.rates[c] = await measure_rate(t, c, args.duration, args.tokens)
+            rates = sorted(runs[t.name])
+            t.rates[c] = (rates[len(rates) // 2][0], sum(e for _, e in rates))
     print(table(base, ours, theirs))
     return {
         t.name: {
