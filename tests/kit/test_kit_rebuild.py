@@ -131,3 +131,27 @@ def test_payload_kit_rebuilds_onto_a_docker_archive_base(
         RebuildRequest(result.archive, str(images["base_oci"]), tmp_path / "o.tar")
     )
     assert report.ok, report.checks
+
+
+def test_gzip_working_layers_keep_diff_ids_and_image_id(
+    kit: BuildResult, images: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "gz"
+    report = rebuild_kit(RebuildRequest(kit.archive, str(images["base_tar"]), out, gzip=True))
+    assert report.ok, report.checks
+    image = read_image(str(out))
+    top = image.layers[-1]
+    assert top.media_type.endswith("+gzip") and top.digest != top.diff_id
+    assert image.image_id == kit.manifest.image.image_id
+    again = tmp_path / "gz2"
+    rebuild_kit(RebuildRequest(kit.archive, str(images["base_tar"]), again, gzip=True))
+    assert read_image(str(again)).layers[-1].digest == top.digest  # deterministic gzip
+
+
+def test_gzip_with_docker_archive_output_is_a_usage_error(
+    kit: BuildResult, images: dict[str, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match="--gzip"):
+        rebuild_kit(
+            RebuildRequest(kit.archive, str(images["base_tar"]), tmp_path / "o.tar", gzip=True)
+        )

@@ -129,6 +129,9 @@ def rebuild(
     *,
     out: Annotated[Path, typer.Option(help="OCI layout dir, or FILE.tar for docker-archive")],
     tag: Annotated[str | None, typer.Option(help="Tag (OCI ref name or repo:tag)")] = None,
+    gzip: Annotated[
+        bool, typer.Option("--gzip", help="Gzip the working layers (OCI output)")
+    ] = False,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
     max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
 ) -> None:
@@ -138,7 +141,7 @@ def rebuild(
     from servekit.kit.rebuild import RebuildRequest, rebuild_kit
     from servekit.kit.streams import Limits
 
-    req = RebuildRequest(kit, base, out, tag, Limits(max_total=max_size, max_ratio=max_ratio))
+    req = RebuildRequest(kit, base, out, tag, Limits(max_total=max_size, max_ratio=max_ratio), gzip)
     report = rebuild_kit(req)
     from servekit.kit.tables import checks_table
 

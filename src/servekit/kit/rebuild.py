@@ -10,6 +10,7 @@ moved into place.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ from servekit.kit.apply import apply_image, first_difference
 from servekit.kit.checks import CheckReport, CheckResult, outcome
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState, diff_lines, parse_manifest
-from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, read_image
+from servekit.kit.image import OCI_LAYER_GZIP, OCI_LAYER_TAR, Image, LayerBlob, read_image
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits
@@ -40,15 +41,28 @@ class RebuildRequest:
     out: Path
     tag: str | None = None
     limits: Limits = field(default_factory=Limits)
+    gzip: bool = False
 
 
-def _kit_layer(path: Path, diff_id: str) -> LayerBlob:
+def _kit_layer(path: Path, diff_id: str, compress: bool) -> LayerBlob:
+    """A kit layer as a blob: the plain tar, or gzip (mtime 0, no name) for OCI output."""
+
     @contextlib.contextmanager
-    def opener() -> Iterator[BinaryIO]:
+    def plain() -> Iterator[BinaryIO]:
         with path.open("rb") as fh:
             yield fh
 
-    return LayerBlob(opener, path.stat().st_size, OCI_LAYER_TAR, diff_id, diff_id)
+    @contextlib.contextmanager
+    def gzipped() -> Iterator[BinaryIO]:
+        with tempfile.TemporaryFile() as spool, path.open("rb") as src:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=spool, mtime=0) as zout:
+                shutil.copyfileobj(src, zout, 1 << 20)
+            spool.seek(0)
+            yield spool
+
+    if compress:
+        return LayerBlob(gzipped, 0, OCI_LAYER_GZIP, None, diff_id)
+    return LayerBlob(plain, path.stat().st_size, OCI_LAYER_TAR, diff_id, diff_id)
 
 
 def check_base(manifest: KitManifest, base: Image) -> None:
@@ -64,6 +78,8 @@ def rebuild_kit(req: RebuildRequest) -> CheckReport:
     """Rebuild, prove, and move into place only when every check passes."""
     if req.out.exists():
         raise UsageError(f"--out {req.out} exists; give a new path")
+    if req.gzip and req.out.name.endswith(".tar"):
+        raise UsageError("--gzip applies to OCI output; docker-archive layers are written plain")
     with open_kit(req.kit, req.limits) as kit:
         problems = kit.sum_problems()
         if problems:
@@ -72,7 +88,7 @@ def rebuild_kit(req: RebuildRequest) -> CheckReport:
         base = read_image(req.base)
         check_base(manifest, base)
         layers = list(base.layers) + [
-            _kit_layer(kit.member(layer.file), layer.diff_id) for layer in manifest.layers
+            _kit_layer(kit.member(layer.file), layer.diff_id, req.gzip) for layer in manifest.layers
         ]
         config = kit.member("config.json").read_bytes()
         with _staging(req.out) as staged:
