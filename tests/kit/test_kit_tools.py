@@ -143,3 +143,20 @@ def test_selftest_and_rebuild_scripts_run(
     )
     assert "0 differences" in out
     assert read_image(str(tmp_path / "o")).image_id == kit.manifest.image.image_id
+
+
+def test_umoci_unpacks_gzip_working_layers_to_the_same_rootfs(
+    kit: BuildResult, images: dict[str, Path], tmp_path: Path
+) -> None:
+    need("umoci")
+    out = tmp_path / "gz"
+    assert rebuild_kit(
+        RebuildRequest(kit.archive, str(images["base_oci"]), out, "v1", gzip=True)
+    ).ok
+    bundle = tmp_path / "bundle-gz"
+    run("umoci", "unpack", "--image", f"{out}:v1", str(bundle))
+    walked = sorted(
+        (e.line() for e in walk_dir(bundle / "rootfs")),
+        key=lambda line: line.split("\t")[5].encode(),
+    )
+    assert walked == kit_fs(kit, tmp_path)
