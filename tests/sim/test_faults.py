@@ -94,14 +94,18 @@ def test_connection_reset_mid_stream(sim: RunningSim) -> None:
 
 
 def test_slow_start_answers_503_then_serves() -> None:
-    spec = {"endpoints": [{"name": "a", "port": 0, "faults": {"slow_start_s": 0.4}}]}
+    spec = {"endpoints": [{"name": "a", "port": 0, "faults": {"slow_start_s": 2.0}}]}
     with running_sim(spec) as sim:
+        assert sim.call(lambda ep: ep.health_status()) == 503
         assert get(f"{sim.url}/health")[0] == 503
         assert _complete(sim.url)[0] == 503
-        deadline = time.monotonic() + 10
-        while get(f"{sim.url}/health")[0] != 200 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while get(f"{sim.url}/health")[0] != 200:
+            assert time.monotonic() < deadline
             time.sleep(0.05)
         assert _complete(sim.url)[0] == 200
+        status, state = post(f"{sim.url}/sim/restart", {"slow_start_s": 30})
+        assert status == 200 and state["health"] == 503  # a restart loads weights again
 
 
 def test_dead_at_start_and_restart_through_the_endpoint() -> None:
@@ -127,7 +131,10 @@ def test_kill_fails_running_stream_and_restart_resets_counters() -> None:
             target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url)))
         )
         t.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while sim.call(lambda ep: len(ep.engine.running)) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert post(f"{sim.url}/sim/kill", {})[0] == 200
         t.join(timeout=10)
         lines, _ = outcome[0]
@@ -198,3 +205,41 @@ def test_an_internal_engine_error_fails_requests_instead_of_hanging() -> None:
         assert status == 500 and "internal simulator error" in doc["error"]["message"]
         sim.call(lambda ep: setattr(ep.engine, "profile", broken))
         assert _complete(sim.url)[0] == 200
+
+
+def test_group_admin_kills_and_restarts_a_whole_engine() -> None:
+    eps = [
+        {
+            "name": f"d{e}-{r}",
+            "port": 0,
+            "role": "decode",
+            "engine_id": str(e),
+            "dp_rank": r,
+            "dp_size": 2,
+        }
+        for e in (1, 3)
+        for r in range(2)
+    ]
+    with running_sim({"endpoints": eps, "admin": {"port": 0}}) as sim:
+        admin = sim.admin_url
+        status, states = post(f"{admin}/sim/group/kill", {"select": {"engine_id": 3}})
+        assert status == 200 and sorted(s["name"] for s in states) == ["d3-0", "d3-1"]
+        health = {name: get(f"{url}/health")[0] for name, url in sim.urls.items()}
+        assert health == {"d1-0": 200, "d1-1": 200, "d3-0": 500, "d3-1": 500}
+        assert post(f"{admin}/sim/group/restart", {"select": {"engine_id": "3"}})[0] == 200
+        assert all(get(f"{url}/health")[0] == 200 for url in sim.urls.values())
+        patch = {"select": {"role": "decode"}, "faults": {"error_rate": 1.0, "error_status": 502}}
+        assert post(f"{admin}/sim/group/faults", patch)[0] == 200
+        assert {_complete(url)[0] for url in sim.urls.values()} == {502}
+
+
+def test_group_admin_rejects_bad_selections_without_side_effects() -> None:
+    eps = [{"name": "a", "port": 0}, {"name": "b", "port": 0}]
+    with running_sim({"endpoints": eps, "admin": {"port": 0}}) as sim:
+        admin = sim.admin_url
+        assert post(f"{admin}/sim/group/kill", {"select": {"role": "prefill"}})[0] == 404
+        assert post(f"{admin}/sim/group/kill", {"select": {"colour": "red"}})[0] == 400
+        bad = {"select": {"names": ["a", "b"]}, "faults": {"error_rate": 5}}
+        status, doc = post(f"{admin}/sim/group/faults", bad)
+        assert status == 400 and "error_rate" in doc["error"]["message"]
+        assert all(_complete(url)[0] == 200 for url in sim.urls.values())

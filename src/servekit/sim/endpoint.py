@@ -60,6 +60,7 @@ class SimEndpoint:
         self.disagree_seed = spec.disagree_seed
         self.dead = spec.faults.dead
         self.started_at = clock.now()
+        self.hung = 0
         self._changed = asyncio.Event()
         self.log = _endpoint_logger(spec)
         self.producer: Producer | None = None
@@ -163,6 +164,7 @@ class SimEndpoint:
             "disagree_seed": self.disagree_seed,
             "running": len(self.engine.running),
             "waiting": len(self.engine.waiting),
+            "hung": self.hung,
             "kv_usage": self.kv.usage(),
             "steps": self.engine.steps,
             "virtual_time": self.engine.vt,
@@ -228,8 +230,13 @@ class SimEndpoint:
         f = self.faults
         if self.dice.hit(f.error_rate):
             raise ApiError(f.error_status, "injected fault", "InjectedFaultError")
-        while self.faults.hang and not self.dead:
-            await self._changed.wait()
+        if self.faults.hang and not self.dead:
+            self.hung += 1
+            try:
+                while self.faults.hang and not self.dead:
+                    await self._changed.wait()
+            finally:
+                self.hung -= 1
         self.check_serving()
 
     def _spike(self) -> float:

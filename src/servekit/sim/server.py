@@ -18,10 +18,10 @@ from typing import Any
 from aiohttp import web
 
 from servekit.errors import UsageError
+from servekit.sim.admin import build_admin_app
 from servekit.sim.clock import Clock
 from servekit.sim.endpoint import SimEndpoint
-from servekit.sim.http import add_admin_routes, build_app, json_response
-from servekit.sim.openai import ApiError
+from servekit.sim.http import build_app
 from servekit.sim.pd import KvRegistry
 from servekit.sim.spec import SimSpec
 
@@ -54,7 +54,9 @@ class SimServer:
                 ep.start()
             if self.spec.admin is not None:
                 admin = self.spec.admin
-                self.admin_url = await self._bind(self._admin_app(), admin.host, admin.port)
+                self.admin_url = await self._bind(
+                    build_admin_app(self.endpoints), admin.host, admin.port
+                )
         except BaseException:
             await self.stop()
             raise
@@ -84,27 +86,6 @@ class SimServer:
             ) from exc
         bound = runner.addresses[0][1] if runner.addresses else port
         return f"http://{host}:{bound}"
-
-    def _admin_app(self) -> web.Application:
-        app = web.Application()
-
-        def pick(request: web.Request) -> SimEndpoint:
-            name = request.match_info["name"]
-            if name not in self.endpoints:
-                known = ", ".join(self.endpoints)
-                raise ApiError(404, f"no endpoint named {name}; known: {known}", "NotFoundError")
-            return self.endpoints[name]
-
-        async def listing(request: web.Request) -> web.Response:
-            return json_response([ep.state() for ep in self.endpoints.values()])
-
-        async def health(request: web.Request) -> web.Response:
-            return web.Response(status=200)
-
-        app.router.add_get("/sim/endpoints", listing)
-        app.router.add_get("/health", health)
-        add_admin_routes(app.router, "/sim/endpoints/{name}", pick)
-        return app
 
     def describe(self) -> dict[str, Any]:
         """Where everything listens (written to ``--ready-file``)."""
