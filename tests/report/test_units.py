@@ -170,3 +170,32 @@ def test_kit_adapter_runs_the_real_kit_verifier_and_keeps_its_evidence(tmp_path:
     report = json.loads((tmp_path / "kit" / "kit-verify.json").read_text())
     assert any(c["status"] == "fail" for c in report["checks"])
     assert check.archive_sha256 is not None and len(check.archive_sha256) == 64
+
+
+def test_kv_capacity_of_identical_ranks_reads_as_one_part() -> None:
+    from servekit.bench.schema import BenchInputs, BenchResult, Figure, Point
+    from servekit.report.figures import kv_row
+
+    def point(name: str, role: str, tokens: float) -> Point:
+        fig = Figure(unit="tokens", median=tokens)
+        return Point(
+            workload="kv_capacity",
+            label=name,
+            params={"role": role},
+            figures={"kv_cache_tokens": fig},
+        )
+
+    points = (
+        point("p.dp0", "prefill", 100.0),
+        *(point(f"d.dp{i}", "decode", 2987648.0) for i in range(3)),
+    )
+    bench = BenchResult(
+        created="t", inputs=BenchInputs(target="x", entry_url="http://127.0.0.1:1"), points=points
+    )
+    files = {p.key: f"bench/points/{p.label}.json" for p in points}
+    row = kv_row("KV capacity", bench, files)
+    assert row is not None and row.mark == "ok"
+    assert [(p.text, p.href) for p in row.parts] == [
+        ("p.dp0: KV 100 tokens", "bench/points/p.dp0.json"),
+        ("decode x3 (d.dp0 .. d.dp2): KV 2,987,648 tokens each", "bench/points/d.dp0.json"),
+    ]

@@ -102,13 +102,41 @@ BENCH_ROWS = (
 )
 
 
+def kv_row(item: str, bench: BenchResult, files: PointFiles) -> Row | None:
+    """KV capacity, one part per (role, value): 16 identical DP ranks read as one line."""
+    points = [p for p in bench.points if p.workload == "kv_capacity"]
+    if not points:
+        return None
+    groups: dict[tuple[str, float | None], list[Point]] = {}
+    for p in points:
+        fig = p.figures.get("kv_cache_tokens")
+        groups.setdefault((str(p.params.get("role", "")), fig.median if fig else None), []).append(
+            p
+        )
+    parts: list[Part] = []
+    for (role, _), members in groups.items():
+        first = members[0]
+        value = fmt_figure(first.figures.get("kv_cache_tokens"))
+        if len(members) == 1:
+            parts.append(Part(f"{first.label}: KV {value}", files.get(first.key)))
+        else:
+            names = f"{members[0].label} .. {members[-1].label}"
+            text = f"{role} x{len(members)} ({names}): KV {value} each"
+            parts.append(Part(text, files.get(first.key)))
+    known = all(v is not None for _, v in groups)
+    return Row(item, tuple(parts), "ok" if known else "fail")
+
+
 def bench_rows(run: VerifyRun, bench: BenchResult | None, files: PointFiles) -> list[Row]:
     if bench is None:
         step = run.step("bench")
         return [Row("Benchmarks", (Part(step.detail if step else "not run"),), "fail")]
     rows: list[Row] = []
     for item, workload, names in BENCH_ROWS:
-        row = _points_row(item + sim_suffix(run), workload, names, bench, files)
+        if workload == "kv_capacity":
+            row = kv_row(item + sim_suffix(run), bench, files)
+        else:
+            row = _points_row(item + sim_suffix(run), workload, names, bench, files)
         if row is not None:
             rows.append(row)
     return rows
