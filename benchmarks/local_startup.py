@@ -3,7 +3,8 @@
 For each layout: build the tiny model in a temporary project, time
 ``servekit up LAYOUT --detach --free-ports`` from the command's start until it
 returns ready, sample the resident memory of every process of the run (engine
-cores and workers included) every 0.2 s, then ``servekit down``. Prints one row
+cores and workers included) every 0.2 s (summed RSS, which counts shared pages
+once per process, and summed PSS, which shares them out), then ``servekit down``. Prints one row
 per layout; ``--json FILE`` keeps the figures.
 
     .venv/bin/python benchmarks/local_startup.py [--layouts local/single local/1p1d]
@@ -39,12 +40,13 @@ class Result:
     up_to_ready_s: float
     supervisor_ready_s: float | None
     peak_rss_mib: float
+    peak_pss_mib: float
     sum_hwm_mib: float
 
 
-def _kib(pid: int, field: str) -> int:
+def _kib(pid: int, field: str, source: str = "status") -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/{source}").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -60,6 +62,7 @@ class MemorySampler(threading.Thread):
         self.state_path = state_path
         self.stop = threading.Event()
         self.peak_kib = 0
+        self.peak_pss_kib = 0
         self.hwm_kib: dict[int, int] = {}
 
     def run(self) -> None:
@@ -69,6 +72,8 @@ class MemorySampler(threading.Thread):
                 roots = {p.pid for p in state.processes if p.pid is not None}
                 pids = proctree.members(roots) if roots else set()
                 self.peak_kib = max(self.peak_kib, sum(_kib(p, "VmRSS") for p in pids))
+                pss = sum(_kib(p, "Pss", "smaps_rollup") for p in pids)
+                self.peak_pss_kib = max(self.peak_pss_kib, pss)
                 for pid in pids:
                     self.hwm_kib[pid] = max(self.hwm_kib.get(pid, 0), _kib(pid, "VmHWM"))
             time.sleep(SAMPLE_S)
@@ -99,6 +104,7 @@ def measure(layout: str, root: Path) -> Result:
         up_to_ready_s=round(elapsed, 1),
         supervisor_ready_s=round(ready, 1) if ready is not None else None,
         peak_rss_mib=round(sampler.peak_kib / 1024, 1),
+        peak_pss_mib=round(sampler.peak_pss_kib / 1024, 1),
         sum_hwm_mib=round(sum(sampler.hwm_kib.values()) / 1024, 1),
     )
 
@@ -117,13 +123,13 @@ def main() -> None:
             results.append(measure(layout, root))
             print(json.dumps(asdict(results[-1])), flush=True)
     print(f"load after={os.getloadavg()}")
-    header = f"{'layout':<14}{'procs':>6}{'up->ready s':>13}{'supervisor s':>14}{'peak RSS MiB':>14}{'sum HWM MiB':>13}"
+    header = f"{'layout':<14}{'procs':>6}{'up->ready s':>13}{'supervisor s':>14}{'peak RSS MiB':>14}{'peak PSS MiB':>14}{'sum HWM MiB':>13}"
     print(header)
     for r in results:
         sup = "-" if r.supervisor_ready_s is None else f"{r.supervisor_ready_s:.1f}"
         print(
             f"{r.layout:<14}{r.processes:>6}{r.up_to_ready_s:>13.1f}{sup:>14}"
-            f"{r.peak_rss_mib:>14.1f}{r.sum_hwm_mib:>13.1f}"
+            f"{r.peak_rss_mib:>14.1f}{r.peak_pss_mib:>14.1f}{r.sum_hwm_mib:>13.1f}"
         )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
