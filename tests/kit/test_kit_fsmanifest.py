@@ -132,3 +132,9 @@ def test_a_lower_file_under_an_implicit_parent_becomes_a_directory() -> None:
     a = state.get("/a")
     assert a is not None and a.kind == "d"
     assert state.get("/a/b") is not None
+
+
+def test_whiteout_of_a_very_deep_tree_does_not_recurse() -> None:
+    deep = "/".join(f"d{i}" for i in range(3000))
+    state = apply([layer_tar([M(deep + "/leaf", "f", b"x")]), layer_tar([M(".wh.d0", "f")])])
+    assert state.entries == {}

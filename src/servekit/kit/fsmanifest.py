@@ -72,11 +72,14 @@ class FsState:
         return self.entries.get(path)
 
     def remove_tree(self, path: str) -> None:
-        """Remove ``path`` and everything under it."""
-        for child in list(self._children.pop(path, ())):
-            self.remove_tree(child)
+        """Remove ``path`` and everything under it (iteratively: trees may be deep)."""
         if self.entries.pop(path, None) is not None:
             self._children.get(os.path.dirname(path), set()).discard(path)
+        stack = [path]
+        while stack:
+            for child in self._children.pop(stack.pop(), ()):
+                self.entries.pop(child, None)
+                stack.append(child)
 
     def clear_dir(self, path: str) -> None:
         """Remove everything under ``path`` but keep ``path`` (opaque dir)."""
