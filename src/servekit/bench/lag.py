@@ -20,7 +20,7 @@ import numpy as np
 class LoopLagProbe:
     """Records the wake-up lateness of a periodic task, in milliseconds."""
 
-    def __init__(self, interval_s: float = 0.002) -> None:
+    def __init__(self, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
         self.lags_ms: list[float] = []
 
