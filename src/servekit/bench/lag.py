@@ -4,7 +4,9 @@ Every timestamp the client takes waits for the event loop to get round to the
 socket; when the loop is busy, stamps are late by the loop's lag. A probe task
 asks to wake every ``interval_s`` and records how late it woke. Its
 distribution during a run bounds what the harness added to TTFT and ITL, so a
-result can show the harness was not the bottleneck.
+result can show the harness was not the bottleneck. The default period is
+50 ms: a 2 ms probe woke the process often enough to slow a CPU-bound vLLM
+sharing the same two cores (ITL +20% in benchmarks/bench_vs_vllm.py).
 """
 
 from __future__ import annotations
