@@ -296,7 +296,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16, help="streamed tokens per request")
     p.add_argument("--ttft-requests", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate level")
     p.add_argument("--repeat", type=int, default=3, help="rate runs per level (median kept)")
     p.add_argument("--json", type=Path, help="write the figures here too")
