@@ -9,7 +9,10 @@ harness's own load generators (prompts are built before timing):
   gives the request rate one core sustains (1 / CPU per request);
 - closed loop at C = 1 and C = 100 streams: TTFT p50/p99 as the harness sees
   it, the simulator's own TTFT (its histogram, from request arrival), and the
-  difference: the latency added between the two, harness included.
+  difference: the latency added between the two, harness included;
+- the harness's event-loop lag during each run (a 10 ms periodic probe): how
+  late any stamp could be because the harness itself was busy, i.e. what the
+  harness adds to TTFT on top of the network and the server.
 
     .venv/bin/python benchmarks/bench_capacity.py [--rates 100,200,400,800] [--streams 100]
 """
@@ -72,7 +75,7 @@ async def rate_row(
     n = min(len(prompts), max(200, int(rate * 2)))
     bodies = [stream_body(p, osl, client.model) for p in prompts[:n]]
     c0 = cpu_s()
-    async with LoopLagProbe().running() as probe:
+    async with LoopLagProbe(0.01).running() as probe:
         recs, dur = await run_at_rate(client, bodies, rate, "constant")
     cpu = cpu_s() - c0
     lags = lag_ms(recs, arrival_offsets(n, rate, "constant", 0))
@@ -95,7 +98,7 @@ async def stream_row(
     bodies = [stream_body(p, osl, client.model) for p in prompts[:n]]
     s0 = await server_ttft(client)
     c0 = cpu_s()
-    async with LoopLagProbe().running() as probe:
+    async with LoopLagProbe(0.01).running() as probe:
         recs, dur = await run_concurrent(client, bodies, c)
     cpu = cpu_s() - c0
     s1 = await server_ttft(client)
