@@ -138,3 +138,32 @@ def test_inspect_fs_of_an_unpacked_rootfs_folder(tmp_path: Path) -> None:
     assert paths == ["/etc", "/etc/hosts"]
     plain = servekit("kit", "inspect", str(root))
     assert plain.returncode == 2 and "--fs" in plain.stderr
+
+
+def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None:
+    layers = base_layers()
+    base = write_oci(tmp_path / "b", layers)
+    src = write_oci(tmp_path / "s", [*layers, layer_tar([M("z", "f", b"\0" * (2 << 20))])])
+    kit = tmp_path / "k.tar.zst"
+    assert (
+        inproc(
+            "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
+        ).returncode
+        == 0
+    )
+    small = inproc("kit", "verify", str(kit), "--max-size", "100000", "--json")
+    assert small.returncode == 1
+    archive = {c["name"]: c for c in json.loads(small.stdout)["checks"]}["archive"]
+    assert archive["status"] == "fail" and "expands past 100000 bytes" in archive["detail"]
+    refused = servekit(
+        "kit",
+        "rebuild",
+        str(kit),
+        "--base",
+        str(base),
+        "--out",
+        str(tmp_path / "o"),
+        "--max-size",
+        "100000",
+    )
+    assert refused.returncode == 2 and "--max-size" in refused.stderr

@@ -117,3 +117,37 @@ def test_blob_digest_with_path_characters_is_refused(tmp_path: Path) -> None:
     (root / "index.json").write_text(json.dumps(index))
     with pytest.raises(KitRefused, match="digest"):
         read_image(str(root))
+
+
+def test_docker_archive_with_gzip_layer_members_is_read_and_rewritten_plain(tmp_path: Path) -> None:
+    import gzip
+    import tarfile
+
+    layers = base_layers()
+    config = json.dumps(
+        {"rootfs": {"type": "layers", "diff_ids": [sha(x) for x in layers]}}
+    ).encode()
+    path = tmp_path / "gz.tar"
+    names = [f"l{i}.tar.gz" for i in range(len(layers))]
+    manifest = json.dumps([{"Config": "c.json", "RepoTags": None, "Layers": names}]).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, data in [
+            *zip(names, [gzip.compress(x, mtime=0) for x in layers], strict=True),
+            ("c.json", config),
+            ("manifest.json", manifest),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    image = read_image(str(path))
+    assert {layer.media_type for layer in image.layers} == {
+        "application/vnd.oci.image.layer.v1.tar+gzip"
+    }
+    assert fs_lines(str(path)) == fs_lines(str(write_oci(tmp_path / "o", layers)))
+    with (tmp_path / "plain.tar").open("wb") as fh:
+        sk_write_docker(fh, image.config_bytes, list(image.layers), None, Limits())
+    again = read_image(str(tmp_path / "plain.tar"))
+    assert {layer.media_type for layer in again.layers} == {
+        "application/vnd.oci.image.layer.v1.tar"
+    }
+    assert fs_lines(str(tmp_path / "plain.tar")) == fs_lines(str(path))

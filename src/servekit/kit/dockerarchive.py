@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, parse_config
+from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, parse_config, sniff_media_type
 from servekit.kit.oci import canonical_json
 from servekit.kit.paths import member_path
 from servekit.kit.streams import CHUNK, Limits, SliceReader, as_binary
@@ -110,7 +110,10 @@ def _layer(path: Path, info: tarfile.TarInfo, diff_id: str) -> LayerBlob:
         with path.open("rb") as fh:
             yield as_binary(SliceReader(fh, offset, size))
 
-    return LayerBlob(opener, size, OCI_LAYER_TAR, None, diff_id)
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        head = fh.read(4)
+    return LayerBlob(opener, size, sniff_media_type(head), None, diff_id)
 
 
 def _info(name: str, size: int) -> tarfile.TarInfo:

@@ -88,6 +88,15 @@ def oci_layer_type(media_type: str) -> str:
     return _OCI_LAYER_TYPES[media_type]
 
 
+def sniff_media_type(head: bytes) -> str:
+    """The layer media type its first bytes show (docker-archive records none)."""
+    if head.startswith(b"\x1f\x8b"):
+        return OCI_LAYER_GZIP
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return OCI_LAYER_ZSTD
+    return OCI_LAYER_TAR
+
+
 def check_digest(digest: object, what: str) -> str:
     """Accept only ``sha256:<64 hex>`` (also keeps blob paths inside blobs/)."""
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
