@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -136,19 +137,18 @@ async def _drive_raw(
     urls: list[str], args: argparse.Namespace, until: float, out: list[float]
 ) -> None:
     loop = asyncio.get_running_loop()
-    waits = []
+    waits: list[asyncio.Future[None]] = []
     for w in range(args.concurrency):
         host, port = urls[w % len(urls)].removeprefix("http://").rsplit(":", 1)
-        requests = []
+        requests: list[bytes] = []
         for i in range(16):
             body = json.dumps(_body(w * 16 + i, args)).encode()
             head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\n"
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             requests.append(head.encode() + body)
-        done = loop.create_future()
-        await loop.create_connection(
-            lambda r=requests, d=done: _RawConnection(r, until, out, d), host, int(port)
-        )
+        done: asyncio.Future[None] = loop.create_future()
+        conn = functools.partial(_RawConnection, requests, until, out, done)
+        await loop.create_connection(conn, host, int(port))
         waits.append(done)
     await asyncio.gather(*waits)
 

@@ -173,7 +173,11 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
     )
     assert out.returncode == 0 and json.loads(out.stdout)["endpoints"][1]["name"] == "f"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
-    cases = (["--spec", str(spec)], [], ["--endpoints", "2", "--role", "boss"])
+    cases: tuple[list[str], ...] = (
+        ["--spec", str(spec)],
+        [],
+        ["--endpoints", "2", "--role", "boss"],
+    )
     for args in cases:
         bad = subprocess.run(
             [*SERVEKIT, "sim", *args],
