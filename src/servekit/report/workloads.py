@@ -23,7 +23,7 @@ from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 
 QUICK_ISL = 128
-QUICK_OSL = 16
+QUICK_OSL = 32
 QUICK_CONTEXTS = ("2k",)
 FULL_CONTEXTS = ((147456, "144k"), (1048576, "1m"))
 KNOWN = (
