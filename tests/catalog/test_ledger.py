@@ -83,7 +83,7 @@ def test_no_records_is_unverified(catalog: Path) -> None:
     status = verification_status(load("local/1p1d", catalog))
     assert status.state == "unverified"
     assert status.source == "none"
-    assert "no passing hardware run" in status.reason
+    assert "no passing run on real engines recorded for" in status.reason
 
 
 def test_passing_hardware_run_on_current_image_verifies(catalog: Path) -> None:

@@ -249,6 +249,6 @@ def _unverified(layout: Layout, records: Sequence[LedgerRecord]) -> Verification
         )
     return VerificationStatus(
         state="unverified",
-        reason=f"no passing hardware run recorded for {layout.image}",
+        reason=f"no passing run on real engines recorded for {layout.image}",
         source="none",
     )
