@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from servekit.proxy.payloads import PREFILL_KV_PARAMS
+from servekit.guard import guard_rejects
+from servekit.proxy.payloads import PREFILL_KV_PARAMS, PROMPT_KEYED_MARK
 
 from .harness import run, stack
 
@@ -76,7 +77,7 @@ def test_pd_never_sends_decode_without_kv_transfer_params() -> None:
     run(scenario())
 
 
-def test_prompt_keyed_mode_sends_the_original_request_to_decode() -> None:
+def test_prompt_keyed_mode_sends_the_clients_request_marked_as_routed_to_decode() -> None:
     async def scenario() -> None:
         async with stack(mode="prompt-keyed") as s:
             body = {"model": "m", "prompt": "same prompt", "max_tokens": 3, "stream": True}
@@ -85,7 +86,11 @@ def test_prompt_keyed_mode_sends_the_original_request_to_decode() -> None:
             (pre,) = s.prefill[0].gen_requests()
             assert "kv_transfer_params" not in pre.body and pre.body["max_tokens"] == 1
             (dec,) = s.decode[0].gen_requests()
-            assert dec.body == body
+            assert dec.body == {**body, "kv_transfer_params": PROMPT_KEYED_MARK}
+            assert not guard_rejects("POST", dec.path, json.dumps(dec.body).encode())
+            own = {**body, "kv_transfer_params": {"client": "params"}}
+            status, _ = await s.post("/v1/completions", own)
+            assert status == 200 and s.decode[0].gen_requests()[1].body == own
 
     run(scenario())
 

@@ -76,8 +76,8 @@ def test_pd_through_the_simulator_streams_and_the_guard_refuses_direct_requests(
         asyncio.run(scenario())
 
 
-def test_prompt_keyed_mode_with_an_unguarded_prompt_keyed_simulator() -> None:
-    with running_sim(pd_spec(kv_mode="prompt", guard=False)) as sim:
+def test_prompt_keyed_mode_passes_the_guard_of_a_prompt_keyed_simulator() -> None:
+    with running_sim(pd_spec(kv_mode="prompt", guard=True)) as sim:
 
         async def scenario() -> None:
             async with proxy_for(sim, mode="prompt-keyed") as proxy, aiohttp.ClientSession() as c:
@@ -86,6 +86,8 @@ def test_prompt_keyed_mode_with_an_unguarded_prompt_keyed_simulator() -> None:
                 async with c.post(proxy.url + "/v1/chat/completions", json=body) as r:
                     doc = await r.json()
                     assert r.status == 200 and doc["usage"]["completion_tokens"] == 5
+                async with c.post(sim.urls["d0"] + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 400  # a plain request straight to decode is still refused
 
         asyncio.run(scenario())
 

@@ -5,7 +5,11 @@ The prefill copy asks for one token, unstreamed, and announces a remote decode
 decode request is the client's request with the prefill's answer in
 ``kv_transfer_params``. The prompt-keyed mode (ExampleConnector, which keys the
 KV by prompt) sends the same prefill copy without kv_transfer_params and the
-client's request untouched to decode.
+client's request to decode with a marker in ``kv_transfer_params``
+(:data:`PROMPT_KEYED_MARK`): such connectors never read the field and vLLM's
+scheduler only acts on ``do_remote_prefill``/``do_remote_decode``, while the
+decode guard sees a routed request and lets it through. Decode instances keep
+their guard against plain requests sent to them directly.
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ def prefill_payload(route: str, body: dict[str, Any], with_kv_params: bool) -> d
     else:
         payload.pop("kv_transfer_params", None)
     return payload
+
+
+PROMPT_KEYED_MARK: dict[str, Any] = {"servekit_prompt_keyed": True}
+
+
+def prompt_keyed_decode_payload(body: dict[str, Any]) -> dict[str, Any]:
+    """The client's request, marked as routed unless it carries its own params."""
+    if kv_params_of(body) is not None:
+        return body
+    return {**body, "kv_transfer_params": dict(PROMPT_KEYED_MARK)}
 
 
 def kv_params_of(prefill_response: Any) -> dict[str, Any] | None:

@@ -28,7 +28,12 @@ from aiohttp import web
 
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
-from servekit.proxy.payloads import decode_payload, kv_params_of, prefill_payload
+from servekit.proxy.payloads import (
+    decode_payload,
+    kv_params_of,
+    prefill_payload,
+    prompt_keyed_decode_payload,
+)
 from servekit.proxy.requests import Ticket
 from servekit.proxy.router import Router
 
@@ -123,7 +128,8 @@ class Trip:
         """Prefill then decode; in PD mode decode never goes without kv_transfer_params."""
         kv = await self.prefill(with_kv_params)
         if not with_kv_params:
-            return await self.generate("decode", self.ticket.raw)
+            data = json.dumps(prompt_keyed_decode_payload(self.ticket.body)).encode()
+            return await self.generate("decode", data)
         if kv is None:
             msg = "prefill answer carried no kv_transfer_params; is the KV connector configured?"
             raise ProxyError("missing_kv_transfer_params", "prefill", msg)
