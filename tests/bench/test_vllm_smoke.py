@@ -56,7 +56,8 @@ def test_bench_1p1d_on_real_vllm(runs_root: dict[str, str]) -> None:
         KVCapacity(),
     ]
     result = run_bench(deployment, workloads, RunSettings(runs=1, warmup=1))
-    assert sum(p.errors for p in result.points) == 0
+    why = {p.label: p.evidence.get("error_samples") for p in result.points if p.errors}
+    assert sum(p.errors for p in result.points) == 0, why
     single = result.point("single_stream", "ISL=64")
     assert single is not None and single.invalid_runs == 0
     # No speculative decoding in this layout: A must be exactly 1.

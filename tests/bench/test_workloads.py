@@ -127,6 +127,7 @@ def test_failed_requests_are_counted_never_dropped(engine: FakeEngine) -> None:
     (point,) = result.points
     assert point.requests == 6 and point.errors == 2
     assert point.error_kinds == {"http": 2}
+    assert point.evidence["error_samples"][0].startswith("HTTP 500")
     assert point.evidence["runs"][0]["failed"] == 2.0
     assert point.evidence["runs"][0]["completed"] == 4.0
 

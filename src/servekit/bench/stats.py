@@ -53,6 +53,17 @@ def error_kinds(records: Iterable[RequestRecord]) -> dict[str, int]:
     return dict(Counter(r.error_kind or "unknown" for r in records if not r.ok))
 
 
+def error_samples(records: Iterable[RequestRecord], n: int = 3) -> list[str]:
+    """The first ``n`` distinct error messages, so a failed point says why."""
+    seen: list[str] = []
+    for r in records:
+        if r.error is not None and r.error not in seen:
+            seen.append(r.error)
+            if len(seen) == n:
+                break
+    return seen
+
+
 def tpot_ms(rec: RequestRecord) -> float | None:
     """Time per output token after the first (vLLM's TPOT); None for 1-token outputs."""
     ttft = rec.ttft_ns

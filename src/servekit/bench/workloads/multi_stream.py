@@ -17,7 +17,7 @@ from servekit.bench.config import MultiStream
 from servekit.bench.context import BenchContext
 from servekit.bench.load import run_concurrent
 from servekit.bench.schema import Point
-from servekit.bench.stats import error_kinds, figure, stream_rates
+from servekit.bench.stats import error_kinds, error_samples, figure, stream_rates
 from servekit.client import RequestRecord
 
 FIGURES = (
@@ -86,5 +86,5 @@ def _point(
         requests=len(records),
         errors=sum(not r.ok for r in records),
         error_kinds=error_kinds(records),
-        evidence={"runs": runs},
+        evidence={"runs": runs, "error_samples": error_samples(records)},
     )

@@ -17,7 +17,7 @@ from servekit.bench.config import Prefill
 from servekit.bench.context import BenchContext
 from servekit.bench.load import run_concurrent
 from servekit.bench.schema import Point
-from servekit.bench.stats import error_kinds, figure
+from servekit.bench.stats import error_kinds, error_samples, figure
 from servekit.client import RequestRecord
 
 
@@ -73,7 +73,7 @@ async def measure(spec: Prefill, ctx: BenchContext) -> list[Point]:
                 requests=len(records),
                 errors=sum(not r.ok for r in records),
                 error_kinds=error_kinds(records),
-                evidence={"runs": runs},
+                evidence={"runs": runs, "error_samples": error_samples(records)},
             )
         )
     return points

@@ -18,7 +18,7 @@ from servekit.bench.config import SingleStream
 from servekit.bench.context import BenchContext
 from servekit.bench.sampler import Sampler
 from servekit.bench.schema import Point
-from servekit.bench.stats import error_kinds, figure
+from servekit.bench.stats import error_kinds, error_samples, figure
 from servekit.client import RequestRecord
 
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -115,6 +115,10 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
             errors=sum(not r.ok for r in records),
             error_kinds=error_kinds(records),
             invalid_runs=invalid,
-            evidence={"runs": shots, "idle_checked": ctx.idle_checked},
+            evidence={
+                "runs": shots,
+                "idle_checked": ctx.idle_checked,
+                "error_samples": error_samples(records),
+            },
         )
     ]

@@ -19,7 +19,7 @@ from servekit.bench.context import BenchContext
 from servekit.bench.lag import LoopLagProbe
 from servekit.bench.load import run_at_rate, run_concurrent
 from servekit.bench.schema import Figure, Point
-from servekit.bench.stats import error_kinds, figure, per_request, serving_metrics
+from servekit.bench.stats import error_kinds, error_samples, figure, per_request, serving_metrics
 from servekit.client import RequestRecord
 
 Runner = Callable[[list[dict[str, Any]]], Awaitable[tuple[list[RequestRecord], float]]]
@@ -74,7 +74,12 @@ async def _point(
         requests=len(records),
         errors=sum(not r.ok for r in records),
         error_kinds=error_kinds(records),
-        evidence={"runs": runs, "per_request": samples, "slo_ms": dict(ctx.settings.slo_ms)},
+        evidence={
+            "runs": runs,
+            "per_request": samples,
+            "slo_ms": dict(ctx.settings.slo_ms),
+            "error_samples": error_samples(records),
+        },
     )
 
 
