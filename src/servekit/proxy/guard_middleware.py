@@ -10,9 +10,11 @@ and a log line, and never reaches the engine. Everything else (other scopes,
 methods, paths, non-JSON bodies, requests with kv_transfer_params) reaches the
 app untouched; a buffered body is replayed to it message by message.
 
-``SERVEKIT_DECODE_GUARD=off`` in the engine's environment disables it, for the
-prompt-keyed mode (ExampleConnector), where decode receives plain requests by
-design. This module imports only the standard library and servekit.guard.
+The proxy's prompt-keyed mode (ExampleConnector) marks its decode requests
+with kv_transfer_params too, so decoders keep the guard in both PD modes;
+``SERVEKIT_DECODE_GUARD=off`` in the engine's environment disables it where a
+deployment needs that. This module imports only the standard library and
+servekit.guard.
 """
 
 from __future__ import annotations
