@@ -161,6 +161,8 @@ def test_ledger_records_link_their_reports_copied_into_the_site(
     assert href is not None
     assert (tmp_path / "site" / href.group(1)).read_text().endswith("the report</body></html>")
     assert "(not on this machine)" in html
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert f'<a class="latest" href="{href.group(1)}">latest report (vllm, pass)</a>' in index
     assert '<span class="sim">(simulated)</span>' in html
 
 
