@@ -68,11 +68,13 @@ def test_hang_never_answers_while_health_says_200_until_cleared(sim: RunningSim)
     assert result == [200]
 
 
-async def _stream_until_reset(url: str) -> tuple[list[str], BaseException | None]:
+async def _stream_until_reset(
+    url: str, max_tokens: int = 40
+) -> tuple[list[str], BaseException | None]:
     lines: list[str] = []
     async with aiohttp.ClientSession() as session:
         try:
-            body = {"prompt": "hello", "max_tokens": 40, "ignore_eos": True, "stream": True}
+            body = {"prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
             async with session.post(f"{url}/v1/completions", json=body) as resp:
                 async for raw in resp.content:
                     if raw.strip():
@@ -128,7 +130,7 @@ def test_kill_fails_running_stream_and_restart_resets_counters() -> None:
         assert _complete(sim.url)[0] == 200
         outcome: list[Any] = []
         t = threading.Thread(
-            target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url)))
+            target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url, 5000)))
         )
         t.start()
         deadline = time.monotonic() + 30

@@ -162,7 +162,9 @@ def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(
     assert err.count("GPU KV cache size: 16,777,216 tokens") == 3
 
 
-def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
+def test_cli_spec_file_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from servekit.sim.__main__ import entry
+
     spec = tmp_path / "sim.yaml"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep(name="f")]}))
     out = subprocess.run(
@@ -172,22 +174,20 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0 and json.loads(out.stdout)["endpoints"][1]["name"] == "f"
-    spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
-    cases: tuple[list[str], ...] = (
-        ["--spec", str(spec)],
-        [],
-        ["--endpoints", "2", "--role", "boss"],
+    bad = subprocess.run(
+        [*SERVEKIT, "sim", "--endpoints", "2", "--role", "boss"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
-    for args in cases:
-        bad = subprocess.run(
-            [*SERVEKIT, "sim", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        )
-        assert bad.returncode == 2
-        assert bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+    assert bad.returncode == 2
+    assert bad.stderr == "error: --role boss: choose one of mixed, prefill, decode\n"
+    spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
+    for args in (["--spec", str(spec)], []):
+        assert entry(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_module_entry_reports_usage_errors_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
