@@ -42,6 +42,9 @@ def classify(layout: Layout) -> Topology:
         p, d = _count(layout, "prefill"), _count(layout, "decode")
         return Topology("pd", f"{p}P{d}D")
     ranks = sum(e.dp_size * e.replicas for e in layout.engines)
+    replicas = sum(e.replicas for e in layout.engines)
+    if replicas > 1 and ranks == replicas:
+        return Topology("dp", f"{replicas} replicas")
     if ranks > 1:
         return Topology("dp", f"DP={ranks}")
     return Topology("single", "single")
