@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,12 @@ import pytest
 
 from servekit.local.tinymodel import DEFAULT_SPEC, build_tiny_model
 from servekit.local.tinymodel.safetensors_bf16 import to_bf16_bits
+
+# Training the tokenizer needs `tokenizers`, which comes with servekit[local].
+needs_tokenizers = pytest.mark.skipif(
+    importlib.util.find_spec("tokenizers") is None,
+    reason="servekit model tiny needs servekit[local]",
+)
 
 EXPECTED_FILES = {
     "config.json",
@@ -35,6 +42,7 @@ def _cli_build(out: Path, hashseed: str) -> None:
     subprocess.run(cmd, check=True, env=env, capture_output=True)
 
 
+@needs_tokenizers
 def test_same_command_same_bytes(tmp_path: Path) -> None:
     _cli_build(tmp_path / "a", "1")
     _cli_build(tmp_path / "b", "2")
@@ -43,6 +51,7 @@ def test_same_command_same_bytes(tmp_path: Path) -> None:
     assert a == b
 
 
+@needs_tokenizers
 def test_rebuild_replaces_folder_whole(tmp_path: Path) -> None:
     out = tmp_path / "m"
     build_tiny_model(out)
@@ -51,6 +60,7 @@ def test_rebuild_replaces_folder_whole(tmp_path: Path) -> None:
     assert {p.name for p in out.iterdir()} == EXPECTED_FILES
 
 
+@needs_tokenizers
 def test_safetensors_reads_back_with_the_library(tmp_path: Path) -> None:
     from safetensors import safe_open
 
@@ -70,6 +80,7 @@ def test_bf16_rounding_ties_to_even() -> None:
     assert [hex(int(b)) for b in bits] == ["0x3f80", "0xc020", "0x3f80", "0x3f82"]
 
 
+@needs_tokenizers
 def test_config_matches_cpu_attention_constraints(tmp_path: Path) -> None:
     build_tiny_model(tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
@@ -78,6 +89,7 @@ def test_config_matches_cpu_attention_constraints(tmp_path: Path) -> None:
     assert cfg["max_position_embeddings"] >= 4096
 
 
+@needs_tokenizers
 def test_loads_and_generates_in_transformers(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="needs servekit[local]")
     from transformers import AutoModelForCausalLM, AutoTokenizer
