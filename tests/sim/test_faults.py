@@ -13,7 +13,7 @@ import pytest
 
 from servekit.sim.testing import RunningSim, running_sim
 
-from .webclient import get, metric, post
+from .webclient import get, metric, post, request
 
 NEEDLE = "The secret code for needle B is QQ11-2233.\n\nWhat is the secret code for needle B?"
 
@@ -245,3 +245,14 @@ def test_group_admin_rejects_bad_selections_without_side_effects() -> None:
         status, doc = post(f"{admin}/sim/group/faults", bad)
         assert status == 400 and "error_rate" in doc["error"]["message"]
         assert all(_complete(url)[0] == 200 for url in sim.urls.values())
+
+
+def test_empty_200_answers(sim: RunningSim) -> None:
+    _faults(sim, "a", empty_rate=1.0)
+    status, body = request("POST", f"{sim.urls['a']}/v1/completions", {"prompt": "x"})
+    assert status == 200 and body == b""
+    stream = {"prompt": "x", "stream": True}
+    status, body = request("POST", f"{sim.urls['a']}/v1/completions", stream)
+    assert status == 200 and body == b""
+    assert _running(sim.urls["a"]) == 0
+    assert _complete(sim.urls["b"])[0] == 200

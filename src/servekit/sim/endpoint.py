@@ -226,6 +226,9 @@ class SimEndpoint:
     def reset_due(self) -> bool:
         return self.dice.hit(self.faults.reset_rate)
 
+    def empty_due(self) -> bool:
+        return self.dice.hit(self.faults.empty_rate)
+
     async def _faults_before(self) -> None:
         f = self.faults
         if self.dice.hit(f.error_rate):

@@ -2,8 +2,10 @@
 
 The faults are the ones real clusters met: errors at a rate, latency spikes, a
 wedged engine that never answers (while /health still says 200), a connection
-reset in the middle of a stream, a slow start (503 while loading weights),
-death (500 until restarted) and an engine that answers wrongly.
+reset in the middle of a stream, a 200 with an empty body (what a failing
+decoder looked like through the vendored proxy), a slow start (503 while
+loading weights), death (500 until restarted) and an engine that answers
+wrongly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class FaultSpec(BaseModel):
     hang: bool = Field(default=False, description="accept requests and never answer")
     reset_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests reset")
     reset_after_tokens: int = Field(default=1, ge=0, description="tokens streamed before reset")
+    empty_rate: float = Field(
+        default=0.0, ge=0, le=1, description="share of requests answered 200 with no body"
+    )
     slow_start_s: float = Field(default=0.0, ge=0, description="/health 503 this long at start")
     dead: bool = Field(default=False, description="engine dead: /health 500, requests fail")
     misbehave: Misbehave = Field(default="none", description="answer retrieval wrongly")

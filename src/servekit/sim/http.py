@@ -73,6 +73,10 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         adm = await ep.admit(req, request.headers.get("X-Request-Id"))
     except ApiError as exc:
         return error_response(exc)
+    if ep.empty_due():
+        ep.engine.abort(adm.seq)
+        headers = {"Content-Type": "text/event-stream" if req.stream else JSON}
+        return web.Response(status=200, body=b"", headers=headers)
     if req.stream:
         return await _stream(request, ep, adm)
     reset = ep.reset_due()
