@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.local.conftest import alive
@@ -51,4 +53,32 @@ def test_accelerator_layout_runs_on_the_simulator(tmp_path: Path) -> None:
     finally:
         down = _servekit(tmp_path, "down", "a3/1p1d")
     assert down.returncode == 0, down.stderr
+    assert alive(pids) == set()
+
+
+def test_foreground_up_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
+    cmd = [sys.executable, "-m", "servekit", "up", "local/dp2", "--engine", "sim", "--free-ports"]
+    up = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    state_path = tmp_path / "runs" / "local__dp2" / "state.json"
+    deadline = time.monotonic() + 120
+    state = read_state(state_path)
+    while (state is None or state.phase != "ready") and time.monotonic() < deadline:
+        assert up.poll() is None, up.stdout.read() if up.stdout else ""
+        time.sleep(0.2)
+        state = read_state(state_path)
+    assert state is not None and state.phase == "ready"
+    assert state.supervisor_pid == up.pid  # foreground: servekit itself supervises
+    pids = proctree.members({p.pid for p in state.processes if p.pid is not None})
+    status = _servekit(tmp_path, "status", "local/dp2")
+    assert status.returncode == 0
+    assert "proxy" in status.stdout and " ok " in status.stdout
+    logs = _servekit(tmp_path, "logs", "proxy", "-n", "1")
+    assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 1
+    up.send_signal(signal.SIGINT)
+    out, _ = up.communicate(timeout=120)
+    assert up.returncode == 0, out
+    assert "stopped by SIGINT" in out
     assert alive(pids) == set()
