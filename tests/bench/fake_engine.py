@@ -30,6 +30,7 @@ class EngineConfig:
     block_size: int = 16
     metrics: bool = True
     tokenize: bool = True  # a PD proxy offers no /tokenize
+    burst: bool = False  # every frame in one write, as a starved API server sends them
 
 
 @dataclass
@@ -166,6 +167,13 @@ class FakeEngine:
             return web.json_response({"choices": [choice], "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if c.burst:
+            frames = [
+                {"choices": [{"index": 0, "text": "x", "finish_reason": None}]} for _ in range(n)
+            ]
+            data = "".join(f"data: {json.dumps(f)}\n\n" for f in frames)
+            await resp.write(f"{data}data: [DONE]\n\n".encode())
+            return resp
         sent = 0
         while sent < n:
             k = 1 if sent == 0 else min(c.tokens_per_step, n - sent)

@@ -180,3 +180,13 @@ def test_pd_entry_without_tokenize_or_metrics_uses_the_engine_endpoints() -> Non
     assert proxy.state.completions == 3 and proxy.state.tokenize_calls == 0
     assert decode.state.completions == 0
     assert decode.state.tokenize_calls >= 3 and decode.state.metrics_calls > 0
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(burst=True)], indirect=True)
+def test_stream_without_a_decode_window_is_invalid_not_a_number(engine: FakeEngine) -> None:
+    spec = SingleStream(prompt_tokens=16, output_tokens=6, max_retries=1)
+    result = run_bench(dep(engine), [spec], FAST)
+    (point,) = result.points
+    assert point.errors == 0 and point.requests == 4 and point.invalid_runs == 4
+    assert point.figures["tok_per_s"].median is None
+    assert all("no decode window" in r["note"] for r in point.evidence["runs"])
