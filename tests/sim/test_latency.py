@@ -100,13 +100,16 @@ def test_waiting_queue_when_max_num_seqs_is_reached() -> None:
         _, m = get(f"{sim.url}/metrics")
     # 19 decode steps of 50 ms: two sequences finish at 0.95 s; the other two waited
     # for their slots and finish 0.95 s later.
+    # Arrival stamps come from the wall clock: a host that pauses the process while
+    # the four are released shifts them a little, hence the absolute tolerance.
     e2e = "vllm:e2e_request_latency_seconds"
     assert metric(m, f"{e2e}_bucket", le="1.0") == 2
+    assert metric(m, f"{e2e}_bucket", le="1.5") == 2
     assert metric(m, f"{e2e}_bucket", le="2.0") == 4
-    assert metric(m, f"{e2e}_sum") == pytest.approx(2 * 0.95 + 2 * 1.90, rel=1e-3)
+    assert metric(m, f"{e2e}_sum") == pytest.approx(2 * 0.95 + 2 * 1.90, abs=0.1)
     queued = "vllm:request_queue_time_seconds"
-    assert metric(m, f"{queued}_sum") == pytest.approx(2 * 0.95, rel=1e-3)
-    assert metric(m, "vllm:request_decode_time_seconds_count") == 4
+    assert metric(m, f"{queued}_sum") == pytest.approx(2 * 0.95, abs=0.1)
+    assert metric(m, "vllm:request_decode_time_seconds_sum") == pytest.approx(4 * 0.95)
 
 
 def test_kv_capacity_limits_admission_and_rejects_oversized_requests() -> None:
@@ -123,8 +126,9 @@ def test_kv_capacity_limits_admission_and_rejects_oversized_requests() -> None:
         _, m = get(f"{sim.url}/metrics")
         status, doc = post(f"{sim.url}/v1/completions", {"prompt": _prompt(60), "max_tokens": 10})
     # the second fits only once the first has freed its blocks
-    assert metric(m, "vllm:request_queue_time_seconds_sum") == pytest.approx(0.95, rel=1e-3)
-    assert metric(m, "vllm:e2e_request_latency_seconds_sum") == pytest.approx(0.95 + 1.9, rel=1e-3)
+    assert metric(m, "vllm:request_queue_time_seconds_sum") == pytest.approx(0.95, abs=0.1)
+    assert metric(m, "vllm:e2e_request_latency_seconds_sum") == pytest.approx(2.85, abs=0.1)
+    assert metric(m, "vllm:request_decode_time_seconds_sum") == pytest.approx(2 * 0.95)
     assert status == 400 and "KV blocks" in doc["error"]["message"]
 
 

@@ -20,6 +20,10 @@ def request(
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+    except urllib.error.URLError as exc:  # timeouts and resets while sending, unwrapped
+        if isinstance(exc.reason, OSError):
+            raise exc.reason from exc
+        raise
 
 
 def post(url: str, doc: Any, timeout: float = 30.0) -> tuple[int, Any]:
