@@ -131,7 +131,7 @@ async def main_async(url: str, args: argparse.Namespace) -> None:
         print("\n== open-loop request rate (constant arrivals) ==")
         table([await rate_row(client, prompts, r, args.osl) for r in args.rates])
         print("\n== closed loop: TTFT seen by the harness vs by the simulator ==")
-        rows = [await stream_row(client, prompts, 1, 100, args.osl)]
+        rows = [await stream_row(client, prompts, 1, args.c1_requests, args.osl)]
         rows.append(await stream_row(client, prompts, args.streams, args.requests, args.osl))
         table(rows)
 
@@ -145,6 +145,7 @@ def main() -> int:
     )
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--c1-requests", type=int, default=100, help="requests of the C=1 row")
     ap.add_argument("--isl", type=int, default=16)
     ap.add_argument("--osl", type=int, default=16)
     ap.add_argument(
