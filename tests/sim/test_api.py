@@ -228,14 +228,28 @@ def test_metrics_carry_vllm_names_and_count(sim: RunningSim) -> None:
     assert b'model_name="sim-model"' in after
 
 
-def test_stop_strings_end_the_answer_before_them(sim: RunningSim) -> None:
+def test_stop_strings_cut_the_text_where_they_start(sim: RunningSim) -> None:
     body = {"prompt": "Tell me about stop words.", "max_tokens": 200, "ignore_eos": True}
     _, full = post(f"{sim.url}/v1/completions", body)
     text = full["choices"][0]["text"]
-    stop = text.split()[5]
+    stop = text.strip()[len(text.strip()) // 2 :][:3]  # usually inside a token
     _, cut = post(f"{sim.url}/v1/completions", {**body, "stop": [stop, "zzz-never"]})
-    got = cut["choices"][0]["text"]
     assert cut["choices"][0]["finish_reason"] == "stop"
-    assert stop not in got and text.startswith(got) and len(got) < len(text)
-    assert cut["usage"]["completion_tokens"] == _tokens(sim.url, got)
+    assert cut["choices"][0]["text"] == text[: text.find(stop)]
+    tokens = cut["usage"]["completion_tokens"]
+    assert _tokens(sim.url, cut["choices"][0]["text"]) <= tokens < 200
+    status, raw = request(
+        "POST", f"{sim.url}/v1/completions", {**body, "stop": [stop], "stream": True}
+    )
+    assert status == 200
+    assert stream_text(sse_events(raw), chat=False) == text[: text.find(stop)]
     assert post(f"{sim.url}/v1/completions", {**body, "stop": [""]})[0] == 400
+
+
+def test_profile_without_prefix_caching_reports_no_cached_tokens() -> None:
+    profile = {"name": "no-prefix", "enable_prefix_caching": False}
+    with running_sim({"endpoints": [{"name": "e", "port": 0, "profile": profile}]}) as sim:
+        body = {"prompt": " ".join(f"w{i}" for i in range(200)), "max_tokens": 8}
+        post(f"{sim.url}/v1/completions", body)
+        _, hot = post(f"{sim.url}/v1/completions", body)
+    assert hot["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

@@ -90,3 +90,13 @@ def test_allocations_from_before_a_reset_are_void() -> None:
     assert kv.used_blocks == 2
     kv.free(fresh)
     assert kv.used_blocks == 0
+
+
+def test_prefix_caching_can_be_turned_off() -> None:
+    kv = KvCache(num_blocks=16, block_size=4, prefix_caching=False)
+    hashes = block_hashes(list(range(16)), 4)
+    first = kv.allocate(hashes, 16, 16)
+    assert first is not None
+    kv.free(first)
+    again = kv.allocate(hashes, 16, 16)
+    assert again is not None and again.cached_tokens == 0

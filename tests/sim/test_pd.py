@@ -286,3 +286,16 @@ def test_the_a3_1p3d_shape_runs_in_one_process() -> None:
                 f"{sim.urls['single']}/v1/completions", {"prompt": prompt, "max_tokens": 32}
             )
             assert status == 200 and got["choices"][0]["text"] == ref["choices"][0]["text"]
+
+
+def test_responses_api_through_pd(pd: RunningSim) -> None:
+    ask = {"input": PROMPT, "max_output_tokens": 24}
+    prefill = {**ask, "max_output_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}
+    _, pre = post(f"{pd.urls['p0']}/v1/responses", prefill)
+    params = pre["kv_transfer_params"]
+    assert params["do_remote_prefill"] is True
+    status, decoded = post(f"{pd.urls['d0']}/v1/responses", {**ask, "kv_transfer_params": params})
+    _, single = post(f"{pd.urls['single']}/v1/responses", ask)
+    assert status == 200
+    text = decoded["output"][0]["content"][0]["text"]
+    assert text == single["output"][0]["content"][0]["text"]

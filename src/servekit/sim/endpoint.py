@@ -53,7 +53,9 @@ class SimEndpoint:
         self.kvreg = kvreg
         self.url = ""
         self.stats = EngineStats()
-        self.kv = KvCache(self.profile.num_blocks, self.profile.block_size)
+        self.kv = KvCache(
+            self.profile.num_blocks, self.profile.block_size, self.profile.enable_prefix_caching
+        )
         self.engine = Engine(self.profile, clock, self.kv, self.stats)
         self.faults = spec.faults
         self.dice = FaultDice(seed)

@@ -41,25 +41,34 @@ def plan_output(
     want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
     if len(out) < want:
         out.extend(continuation(digest, req.sampling, voice, want - len(out)))
-    cut = stop_cut(out, req.stop)
-    if cut is not None and cut < limit:
-        return out[:cut], "stop"
+    stopped = apply_stop(out, req.stop)
+    if stopped is not None and len(stopped) <= limit:
+        return stopped, "stop"
     if len(out) >= limit:
         return out[:limit], "length"
     return out, "stop"
 
 
-def stop_cut(out: list[str], stops: tuple[str, ...]) -> int | None:
-    """Index of the piece where the first stop string starts (the output ends before it)."""
+def apply_stop(out: list[str], stops: tuple[str, ...]) -> list[str] | None:
+    """The tokens up to the one that completes the first stop string, text cut before it.
+
+    As in vLLM: the text ends exactly where the stop string starts (inside a token
+    if need be) and the usage counts every token generated until the stop string
+    was complete. None when no stop string occurs.
+    """
     if not stops:
         return None
     text = "".join(out)
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    found = [(at, stop) for stop in stops if (at := text.find(stop)) >= 0]
     if not found:
         return None
-    at, end = min(found), 0
-    for index, piece in enumerate(out):
-        end += len(piece)
-        if end > at:
-            return index
-    return None
+    at, stop = min(found)
+    end = at + len(stop)
+    result: list[str] = []
+    pos = 0
+    for piece in out:
+        start, pos = pos, pos + len(piece)
+        result.append(piece if pos <= at else piece[: max(0, at - start)])
+        if pos >= end:
+            break
+    return result

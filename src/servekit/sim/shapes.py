@@ -84,6 +84,7 @@ def _responses_body(adm: Admitted, model: str) -> bytes:
                     "cached_tokens": u["prompt_tokens_details"]["cached_tokens"]
                 },
             },
+            "kv_transfer_params": adm.kv_params,
         }
     )
 
