@@ -26,6 +26,7 @@ class EngineConfig:
     fail_every: int = 0  # every k-th completion answers 500 (0: never)
     phantom_on: frozenset[int] = frozenset()  # completion indices seen with +1 running
     phantom_ttft_s: float = 0.6  # long enough for the 0.25 s sampler to see it
+    ghost_on: frozenset[int] = frozenset()  # a foreign request finishes unseen by the gauges
     num_gpu_blocks: int = 64
     block_size: int = 16
     metrics: bool = True
@@ -39,6 +40,7 @@ class EngineState:
     running: int = 0
     phantom: int = 0
     max_running: int = 0
+    finished: int = 0
     drafts: int = 0
     accepted: int = 0
     tokenize_calls: int = 0
@@ -120,6 +122,8 @@ class FakeEngine:
             f"vllm:num_requests_running {s.running + s.phantom}\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             "vllm:num_requests_waiting 0\n"
+            "# TYPE vllm:request_success_total counter\n"
+            f"vllm:request_success_total {s.finished}\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{c.block_size}",'
             f'num_gpu_blocks="{c.num_gpu_blocks}"}} 1.0\n'
@@ -154,6 +158,7 @@ class FakeEngine:
         finally:
             s.running -= 1
             s.phantom -= phantom
+            s.finished += 2 if index in c.ghost_on else 1
 
     async def _generate(
         self, request: web.Request, body: dict[str, Any], n_prompt: int

@@ -68,6 +68,14 @@ def test_single_stream_point_with_other_load_is_invalid_and_rerun(engine: FakeEn
     assert all(r["max_running"] <= 1 for r in point.evidence["runs"])
 
 
+@pytest.mark.parametrize("engine", [EngineConfig(ghost_on=frozenset({2}))], indirect=True)
+def test_single_stream_catches_a_short_foreign_request_by_its_finish(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    (point,) = result.points
+    assert point.invalid_runs == 1 and point.requests == 3
+    assert [r["foreign_requests"] for r in point.evidence["runs"]] == [0.0, 0.0]
+
+
 @pytest.mark.parametrize("engine", [EngineConfig(metrics=False)], indirect=True)
 def test_target_without_metrics_still_measures_and_says_so(engine: FakeEngine) -> None:
     result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)

@@ -7,7 +7,9 @@ token to the last. Steps are the delta of spec-decode drafts when the engine
 exposes them (A = 1 + accepted / drafts), else the number of token frames after
 the first (one frame per engine step; A = tokens per frame). ms/step = window /
 steps; tok/s = A x 1000 / ms/step. A run during which more than one request
-was running or waiting is invalid and re-run.
+was running or waiting, or another request finished on the engines (the
+``vllm:request_success`` delta, which catches short requests the 0.25 s
+sampling misses), is invalid and re-run.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ from servekit.bench.stats import error_kinds, error_samples, figure
 from servekit.client import RequestRecord
 
 DRAFTS = "vllm:spec_decode_num_drafts"
+FINISHED = "vllm:request_success"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 
 
-def shot_figures(rec: RequestRecord, sampler: Sampler) -> dict[str, Any]:
-    """One shot's (ms/step, A, tok/s) and the evidence behind them."""
+def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[str, Any]:
+    """One shot's (ms/step, A, tok/s) and the evidence behind them.
+
+    ``legs`` is how many engine requests one client request makes (2 through a
+    PD proxy: the prefill and the decode leg); any other request that finished
+    on the engines during the shot is counted in ``foreign_requests``.
+    """
     t = rec.token_times_ns
     out: dict[str, Any] = {"ok": rec.ok, "error": rec.error, "max_running": sampler.max_running()}
     out["samples"] = len(sampler.samples)
+    finished = sampler.counter_delta(FINISHED)
+    out["foreign_requests"] = None if finished is None else max(0.0, finished - legs)
     if not rec.ok or len(t) < 2:
         return out
     window_ms = (t[-1] - t[0]) / 1e6
@@ -69,13 +79,14 @@ async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, d
     sampler = Sampler(ctx.metrics, spec.sample_interval_s)
     async with sampler.running():
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
-    return rec, shot_figures(rec, sampler)
+    return rec, shot_figures(rec, sampler, legs=2 if ctx.deployment.is_pd else 1)
 
 
 def _valid(ev: dict[str, Any]) -> bool:
     """Measured (a decode window exists) and alone on the engine."""
     running = ev.get("max_running")
-    return "ms_per_step" in ev and (running is None or running <= 1)
+    alone = (running is None or running <= 1) and not ev.get("foreign_requests")
+    return "ms_per_step" in ev and alone
 
 
 async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
