@@ -45,6 +45,24 @@ def test_1p1d_launches_use_the_mapped_ports(tmp_path: Path) -> None:
     assert decode.log == tmp_path / "logs" / "decode.log"
 
 
+def test_proxy_is_ready_only_with_every_backend(tmp_path: Path) -> None:
+    from servekit.local.readiness import judge_backends
+
+    pd_plan, _ = _plan("local/1p1d", tmp_path)
+    pd = vllm_run_spec(pd_plan, run_dir=tmp_path, scratch=tmp_path / "s", cwd=tmp_path)
+    assert pd.launch("proxy").ready_backends == {"prefill_instances": 1, "decode_instances": 1}
+    dp_plan, _ = _plan("local/dp2", tmp_path)
+    dp = vllm_run_spec(dp_plan, run_dir=tmp_path, scratch=tmp_path / "s", cwd=tmp_path)
+    assert dp.launch("proxy").ready_backends == {"replica_instances": 2}
+    assert dp.launch("replica0").ready_backends == {}
+    wanted = (("replica_instances", 2),)
+    half = judge_backends({"status": "ok", "replica_instances": 1}, wanted)
+    assert not half.ready
+    assert half.detail == "backends healthy: replica_instances 1/2"
+    assert judge_backends({"replica_instances": 2}, wanted).ready
+    assert not judge_backends("not json", wanted).ready
+
+
 def test_single_entry_is_the_engine(tmp_path: Path) -> None:
     plan, _ = _plan("local/single", tmp_path)
     spec = vllm_run_spec(plan, run_dir=tmp_path, scratch=tmp_path / "s", cwd=tmp_path)

@@ -106,7 +106,9 @@ class Supervisor:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         targets = {
-            (x.name, url): ReadyTarget(x.name, url, x.ready_model)
+            (x.name, url): ReadyTarget(
+                x.name, url, x.ready_model, tuple(sorted(x.ready_backends.items()))
+            )
             for x in self.spec.launches
             for url in x.ready_urls
         }
