@@ -99,13 +99,6 @@ def test_single_instance_passes_service_api_and_invariants(workdir: Path) -> Non
     assert needles.returncode in (0, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "local/1p1d runs the proxy prompt-keyed, which sends the client's plain request to "
-        "the decode instance, and the decode guard refuses it (found by this suite)"
-    ),
-)
 def test_real_1p1d_passes_guard_service_and_api(workdir: Path) -> None:
     with up("local/1p1d", workdir):
         proc = servekit("accept", "--target", "local/1p1d", "--context", "2k",
