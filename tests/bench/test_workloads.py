@@ -27,7 +27,7 @@ def dep(engine: FakeEngine) -> Deployment:
     return Deployment(entry_url=engine.url)
 
 
-def test_single_stream_without_spec_decode_counts_frames(engine: FakeEngine) -> None:
+def test_single_stream_without_spec_decode_is_one_token_per_step(engine: FakeEngine) -> None:
     result = run_bench(dep(engine), [SingleStream(prompt_tokens=32, output_tokens=8)], FAST)
     (point,) = result.points
     assert point.workload == "single_stream" and point.label == "ISL=32"
@@ -35,7 +35,8 @@ def test_single_stream_without_spec_decode_counts_frames(engine: FakeEngine) -> 
     figs = point.figures
     assert figs["acceptance_length"].runs == (1.0, 1.0)
     for run in point.evidence["runs"]:
-        assert run["steps_source"] == "token frames after the first" and run["steps"] == 7
+        assert run["steps_source"] == "one token per step (no spec-decode counters)"
+        assert run["steps"] == 7
         assert run["tok_per_s"] == pytest.approx(
             run["acceptance_length"] * 1000 / run["ms_per_step"]
         )
@@ -82,6 +83,8 @@ def test_target_without_metrics_still_measures_and_says_so(engine: FakeEngine) -
     (point,) = result.points
     assert point.evidence["idle_checked"] is False
     assert point.figures["ms_per_step"].median is not None
+    runs = point.evidence["runs"]
+    assert {r["steps_source"] for r in runs} == {"token frames after the first (no /metrics)"}
 
 
 def test_multi_stream_points_and_unique_prefixes(engine: FakeEngine) -> None:
@@ -96,6 +99,18 @@ def test_multi_stream_points_and_unique_prefixes(engine: FakeEngine) -> None:
     prefixes = [p.split()[0] for p in engine.state.prompts]
     assert len(prefixes) == len(set(prefixes)) == 1 + 2 + 8
     assert set(engine.state.prompt_tokens) == {24}
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(tokens_per_step=3)], indirect=True)
+def test_multi_stream_steps_follow_the_acceptance_length(engine: FakeEngine) -> None:
+    spec = MultiStream(streams=(3,), input_tokens=16, output_tokens=7)
+    result = run_bench(dep(engine), [spec], FAST)
+    (point,) = result.points
+    assert point.figures["acceptance_length"].runs == (3.0, 3.0)
+    for run in point.evidence["runs"]:
+        assert run["acceptance_length"] == 3.0
+    fig = point.figures
+    assert fig["ms_per_step"].median is not None and fig["per_stream_tok_per_s"].median
 
 
 def test_prefill_uses_cold_prefixes_and_one_output_token(engine: FakeEngine) -> None:

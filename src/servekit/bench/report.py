@@ -14,7 +14,13 @@ from servekit.bench.schema import BenchResult, Figure, Point
 
 KEY_FIGURES: dict[str, tuple[str, ...]] = {
     "single_stream": ("tok_per_s", "ms_per_step", "acceptance_length", "ttft_ms"),
-    "multi_stream": ("total_tok_per_s", "per_stream_tok_per_s", "ms_per_step", "ttft_p50_ms"),
+    "multi_stream": (
+        "total_tok_per_s",
+        "per_stream_tok_per_s",
+        "ms_per_step",
+        "acceptance_length",
+        "ttft_p50_ms",
+    ),
     "prefill": ("prefill_tok_per_s", "ttft_p50_ms"),
     "rate_sweep": (
         "request_throughput",

@@ -4,8 +4,9 @@ Method (shared/reference/verification.md): wait for an idle engine, warm up,
 send one greedy ``ignore_eos`` stream with a prompt of exactly N tokens and
 sample /metrics every 0.25 s. The decode window runs from the first streamed
 token to the last. Steps are the delta of spec-decode drafts when the engine
-exposes them (A = 1 + accepted / drafts), else the number of token frames after
-the first (one frame per engine step; A = tokens per frame). ms/step = window /
+exposes them (A = 1 + accepted / drafts); an engine with metrics but no drafts
+does not speculate (steps = tokens - 1, A = 1); only a target without /metrics
+falls back to counting token frames (A = tokens per frame). ms/step = window /
 steps; tok/s = A x 1000 / ms/step. A run during which more than one request
 was running or waiting, or another request finished on the engines (the
 ``vllm:request_success`` delta, which catches short requests the 0.25 s
@@ -51,10 +52,15 @@ def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[st
     if drafts:
         steps, accept = drafts, 1.0 + (accepted or 0.0) / drafts
         source = "spec_decode drafts delta"
+    elif sampler.samples:
+        # The engine reports metrics but no drafts: no speculation, one token
+        # per step. Frames are not steps here: a lagging API server merges them.
+        steps, accept = float(rec.output_tokens - 1), 1.0
+        source = "one token per step (no spec-decode counters)"
     else:
         steps = float(len(t) - 1)
         accept = (rec.output_tokens - 1) / steps
-        source = "token frames after the first"
+        source = "token frames after the first (no /metrics)"
     ms_per_step = window_ms / steps
     out.update(
         window_ms=window_ms,
