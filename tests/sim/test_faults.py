@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.testing import RunningSim, running_sim
 
 from .webclient import get, metric, post, request
@@ -256,3 +257,28 @@ def test_empty_200_answers(sim: RunningSim) -> None:
     assert status == 200 and body == b""
     assert _running(sim.urls["a"]) == 0
     assert _complete(sim.urls["b"])[0] == 200
+
+
+def _die_and_restart(ep: SimEndpoint) -> None:
+    ep.kill("test")
+    ep.restart(0.0)
+
+
+def test_a_step_in_flight_at_death_delivers_nothing_after_restart() -> None:
+    profile = {"name": "slow-steps", "decode_step_s": [[1, 0.5]]}
+    with running_sim({"endpoints": [{"name": "a", "port": 0, "profile": profile}]}) as sim:
+        outcome: list[Any] = []
+        t = threading.Thread(
+            target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url, 50)))
+        )
+        t.start()
+        deadline = time.monotonic() + 30
+        while sim.call(lambda ep: ep.engine.steps) < 2:  # decoding, a 0.5 s step in flight
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        sim.call(_die_and_restart)
+        t.join(timeout=30)
+        time.sleep(0.6)  # past the end of the step that was in flight
+        _, text = get(f"{sim.url}/metrics")
+        assert metric(text, "vllm:generation_tokens_total") == 0
+        assert metric(text, "vllm:num_requests_running") == 0

@@ -92,6 +92,7 @@ class Engine:
         self.vt = 0.0
         self.steps = 0
         self._busy = False
+        self._epoch = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -131,7 +132,9 @@ class Engine:
 
     def fail_all(self, exc: Exception) -> None:
         """Engine death: every queued and running sequence fails."""
+        self._epoch += 1  # a step in flight must not deliver into the next life
         for seq in [*self.running, *self.waiting]:
+            seq.aborted = True
             if seq.alloc is not None:
                 with contextlib.suppress(Exception):
                     self.kv.free(seq.alloc)
@@ -201,6 +204,7 @@ class Engine:
         if chunks:
             dt += prof.prefill_overhead_s
             dt += sum(prof.prefill_chunk(n, s.computed + n) for s, n in chunks)
+        epoch = self._epoch
         start = self.vt
         if not self._busy:
             start = max(start, min(s.ready for s in self.running))
@@ -210,6 +214,8 @@ class Engine:
             await self.clock.sleep_until(self.vt)
         elif self.steps % 64 == 63:
             await asyncio.sleep(0)
+        if epoch != self._epoch:
+            return
         self.steps += 1
         self._apply(chunks, decodes)
 
