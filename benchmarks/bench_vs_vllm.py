@@ -17,7 +17,8 @@ instead (``--tokenizer`` then names a tokenizer folder for vLLM's dataset).
 A second, paired part sends identical prompts through vLLM's own request
 function (``async_request_openai_completions``) and servekit's client in
 interleaved blocks: with the payload and the moment equalised, what is left is
-the clients' timing.
+the clients' timing. A third part runs servekit's client on vLLM's random
+prompts and on its own, to show what the prompt content alone changes.
 
     .venv/bin/python benchmarks/bench_vs_vllm.py [--runs 3] [--requests 40] [--concurrency 4]
 """
@@ -196,6 +197,57 @@ async def paired(
     return out
 
 
+async def payload_check(
+    url: str, model: str, tokenizer: Path, args: argparse.Namespace
+) -> dict[str, list[tuple[float, float, float]]]:
+    """servekit's client on vLLM's random-dataset prompts vs on servekit's prompts.
+
+    Isolates what the prompt content does to the server (the generated tokens
+    differ, and so does the work of detokenizing them).
+    """
+    from vllm.benchmarks.datasets.datasets import RandomDataset
+    from vllm.tokenizers.registry import get_tokenizer
+
+    from servekit.bench.load import run_concurrent, stream_body
+    from servekit.bench.prompts import PromptBuilder
+    from servekit.bench.stats import serving_metrics
+    from servekit.client import OpenAIClient
+
+    n = args.block * 5 * args.rounds
+    with contextlib.redirect_stdout(io.StringIO()):
+        samples = RandomDataset(random_seed=0).sample(
+            get_tokenizer(str(tokenizer)), n, input_len=args.isl, output_len=args.osl
+        )
+    pools = {"vllm random prompts": [str(x.prompt) for x in samples]}
+    res: dict[str, list[tuple[float, float, float]]] = {}
+    async with OpenAIClient(url, model=model, keep_frames=False, keep_body=False) as client:
+        pools["servekit prompts"] = await PromptBuilder(client, start_id=70000).build_many(
+            args.isl, n
+        )
+        for i in range(args.rounds):
+            order = sorted(pools, reverse=i % 2 == 1)
+            for name in order:
+                block = [pools[name].pop() for _ in range(args.block * 5)]
+                bodies = [stream_body(p, args.osl, model) for p in block]
+                recs, dur = await run_concurrent(client, bodies, args.concurrency)
+                m = serving_metrics(recs, dur, args.isl, {})
+                res.setdefault(name, []).append(
+                    (
+                        m["ttft_p50_ms"] or 0.0,
+                        m["itl_p50_ms"] or 0.0,
+                        m["request_throughput"] or 0.0,
+                    )
+                )
+    return res
+
+
+def print_payload(res: dict[str, list[tuple[float, float, float]]]) -> None:
+    print("\npayload check: servekit's client, C=4, vLLM's random prompts vs servekit's")
+    for name, rows in res.items():
+        ttft, itl, rps = np.median(np.asarray(rows), axis=0)
+        print(f"{name:<22} TTFT p50 {ttft:8.3f} ms   ITL p50 {itl:7.3f} ms   {rps:7.1f} req/s")
+
+
 def print_paired(res: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> float:
     print(
         f"\npaired clients: identical prompts, C={args.concurrency}, "
@@ -254,6 +306,7 @@ def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> 
         f"worst median deviation {worst * 100:.1f}%"
     )
     worst_paired = print_paired(asyncio.run(paired(url, model, args)), args)
+    print_payload(asyncio.run(payload_check(url, model, tokenizer, args)))
     return 0 if max(worst, worst_paired) <= 0.05 else 1
 
 
