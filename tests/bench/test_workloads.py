@@ -213,3 +213,17 @@ def test_stream_without_a_decode_window_is_invalid_not_a_number(engine: FakeEngi
     assert point.errors == 0 and point.requests == 4 and point.invalid_runs == 4
     assert point.figures["tok_per_s"].median is None
     assert all("no decode window" in r["note"] for r in point.evidence["runs"])
+
+
+def test_kv_line_of_the_endpoint_wins_in_a_shared_log(tmp_path: Path) -> None:
+    from servekit.bench.workloads.kv_capacity import kv_from_log
+
+    log = tmp_path / "sim.log"
+    log.write_text(
+        "INFO [engine.prefill] GPU KV cache size: 1,000 tokens\n"
+        "INFO [engine.decode] GPU KV cache size: 2,000 tokens\n"
+    )
+    assert kv_from_log(log, "prefill") == 1000
+    assert kv_from_log(log, "decode") == 2000
+    assert kv_from_log(log, "other") == 2000
+    assert kv_from_log(tmp_path / "missing.log") is None

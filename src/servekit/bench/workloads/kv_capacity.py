@@ -23,12 +23,19 @@ KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 CACHE_INFO = "vllm:cache_config_info"
 
 
-def kv_from_log(path: Path) -> int | None:
-    """The last ``KV cache size: N tokens`` value in a log file, if any."""
+def kv_from_log(path: Path, name: str | None = None) -> int | None:
+    """The last ``KV cache size: N tokens`` value in a log file, if any.
+
+    When several endpoints share one log (the simulator writes one for all),
+    lines naming the endpoint win over the others.
+    """
     if not path.is_file():
         return None
-    found = KV_LINE.findall(path.read_text(errors="replace"))
-    return int(found[-1].replace(",", "")) if found else None
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if KV_LINE.search(ln)]
+    named = [ln for ln in lines if name and name in ln]
+    chosen = (named or lines)[-1:]
+    match = KV_LINE.search(chosen[0]) if chosen else None
+    return int(match.group(1).replace(",", "")) if match else None
 
 
 def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
@@ -44,7 +51,7 @@ def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
 
 async def _from_endpoint(ep: Endpoint, ctx: BenchContext) -> tuple[int | None, dict[str, Any]]:
     ev: dict[str, Any] = {"url": ep.url, "log": str(ep.log) if ep.log else None}
-    log_value = kv_from_log(ep.log) if ep.log else None
+    log_value = kv_from_log(ep.log, ep.name) if ep.log else None
     ev["log_tokens"] = log_value
     # Any failure here only loses the metrics cross-check, never the figure.
     async with OpenAIClient(ep.url, ctx.settings.api_key, timeout_s=30) as client:
