@@ -26,6 +26,7 @@ class EngineConfig:
     fail_every: int = 0  # every k-th completion answers 500 (0: never)
     phantom_on: frozenset[int] = frozenset()  # completion indices seen with +1 running
     phantom_ttft_s: float = 0.6  # long enough for the 0.25 s sampler to see it
+    busy: bool = False  # the running gauge never drops to 0 (someone else's load)
     ghost_on: frozenset[int] = frozenset()  # a foreign request finishes unseen by the gauges
     num_gpu_blocks: int = 64
     block_size: int = 16
@@ -119,7 +120,7 @@ class FakeEngine:
         s, c = self.state, self.config
         text = (
             "# TYPE vllm:num_requests_running gauge\n"
-            f"vllm:num_requests_running {s.running + s.phantom}\n"
+            f"vllm:num_requests_running {s.running + s.phantom + int(c.busy)}\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             "vllm:num_requests_waiting 0\n"
             "# TYPE vllm:request_success_total counter\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .fake_engine import FakeEngine
+from .fake_engine import EngineConfig, FakeEngine
 
 
 def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -62,6 +62,29 @@ def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_p
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {proc.stderr.strip().removeprefix('error: ')}"
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(busy=True)], indirect=True)
+def test_an_engine_that_never_idles_is_one_line_and_exit_1(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    proc = servekit(
+        "bench",
+        "--target",
+        engine.url,
+        "--workload",
+        "single",
+        "--isl",
+        "16",
+        "--osl",
+        "4",
+        "--idle-timeout",
+        "0.3",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: engine not idle after")
+    assert "Traceback" not in proc.stderr
 
 
 def test_unknown_layout_name_is_a_usage_error(tmp_path: Path) -> None:

@@ -3,12 +3,14 @@
 Resolve the target, build the workloads, run them under a rich progress
 display, write the outputs, print the tables (and the baseline comparison).
 Exit code 0 when every measured request succeeded, 1 when any failed (the
-figures are still written: errors are counted, not hidden).
+figures are still written: errors are counted, not hidden) or when the engine
+never became idle.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -46,6 +48,7 @@ class BenchArgs(BaseModel):
     slo: tuple[str, ...] = ()
     baseline: Path | None = None
     out: Path | None = None
+    idle_timeout: float = 120.0
     api_key: str | None = None
     note: str | None = None
 
@@ -53,7 +56,11 @@ class BenchArgs(BaseModel):
 def _settings(args: BenchArgs) -> RunSettings:
     try:
         return RunSettings(
-            runs=args.runs, warmup=args.warmup, slo_ms=parse_slos(args.slo), api_key=args.api_key
+            runs=args.runs,
+            warmup=args.warmup,
+            slo_ms=parse_slos(args.slo),
+            idle_timeout_s=args.idle_timeout,
+            api_key=args.api_key,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -83,10 +90,19 @@ def main(args: BenchArgs, console: Console | None = None) -> int:
     )
     baseline = BenchResult.read(args.baseline) if args.baseline else None
     deployment = load_deployment(args.target)
-    with rich_progress(console) as progress:
-        result = run_bench(
-            deployment, workloads, settings, target=args.target, progress=progress, note=args.note
-        )
+    try:
+        with rich_progress(console) as progress:
+            result = run_bench(
+                deployment,
+                workloads,
+                settings,
+                target=args.target,
+                progress=progress,
+                note=args.note,
+            )
+    except TimeoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     out = args.out or default_out()
     paths = write_outputs(result, out, baseline)
     console.print(Markdown(render_section(result, baseline)))

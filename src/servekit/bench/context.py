@@ -19,6 +19,9 @@ from servekit.bench.sampler import MetricsSource, wait_idle
 from servekit.client import OpenAIClient, RequestRecord
 from servekit.deployment import Deployment
 
+ENGINE_ROLES = ("mixed", "prefill", "decode")
+"""Endpoints that are this deployment's engines (not the proxy, not a reference)."""
+
 ProgressFn = Callable[[str, int, int], None]
 """Called as (what is running, runs done, runs in total)."""
 
@@ -41,7 +44,7 @@ class BenchContext:
     idle_checked: bool = True
 
     def __post_init__(self) -> None:
-        engines = [e.url for e in self.deployment.endpoints if e.role != "proxy"]
+        engines = [e.url for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
         engine_clients = [self.client.derive(url) for url in engines] or [self.client]
         # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
         self.prompts = PromptBuilder(engine_clients[0])

@@ -34,6 +34,9 @@ def bench(  # noqa: PLR0917 - typer maps one parameter per documented flag
     ] = None,
     baseline: Annotated[Path | None, typer.Option(help="a saved bench.json to compare")] = None,
     out: Annotated[Path | None, typer.Option(help="output folder")] = None,
+    idle_timeout: Annotated[
+        float, typer.Option(help="seconds to wait for an idle engine before each run")
+    ] = 120.0,
     api_key: Annotated[str | None, typer.Option(envvar="SERVEKIT_API_KEY")] = None,
     note: Annotated[str | None, typer.Option(help="a note stored with the result")] = None,
 ) -> None:
@@ -57,6 +60,7 @@ def bench(  # noqa: PLR0917 - typer maps one parameter per documented flag
             slo=tuple(slo or ()),
             baseline=baseline,
             out=out,
+            idle_timeout=idle_timeout,
             api_key=api_key,
             note=note,
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.config import KVCapacity
-from servekit.bench.context import BenchContext
+from servekit.bench.context import ENGINE_ROLES, BenchContext
 from servekit.bench.schema import Figure, Point
 from servekit.client import MetricsSnapshot, OpenAIClient
 from servekit.deployment import Endpoint
@@ -67,7 +67,7 @@ async def _from_endpoint(ep: Endpoint, ctx: BenchContext) -> tuple[int | None, d
 async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     """One point per engine endpoint (the entry URL when no endpoints are known)."""
     dep = ctx.deployment
-    engines = [e for e in dep.endpoints if e.role != "proxy"]
+    engines = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
     if not engines:
         engines = [Endpoint(name="entry", role="mixed", url=dep.entry_url)]
     points = []
