@@ -2,8 +2,8 @@
 
 The Python API (``servekit bench`` and ``servekit verify`` use it)::
 
-    from servekit.bench import RunSettings, SingleStream, MultiStream, run_bench
-    result = run_bench(deployment, [SingleStream(), MultiStream()], RunSettings(runs=3))
+    from servekit.bench import RunSettings, default_workloads, run_bench, write_outputs
+    result = run_bench(deployment, default_workloads(), RunSettings(runs=3))
     write_outputs(result, Path("out"), baseline=BenchResult.read(Path("old/bench.json")))
     markdown = render_section(result)   # for the release report
 
@@ -22,6 +22,7 @@ from servekit.bench.config import (
     RunSettings,
     SingleStream,
     Workload,
+    default_workloads,
 )
 from servekit.bench.output import write_outputs
 from servekit.bench.report import render_markdown, render_section
@@ -47,6 +48,7 @@ __all__ = [
     "Workload",
     "bench_async",
     "compare",
+    "default_workloads",
     "render_markdown",
     "render_section",
     "run_bench",

@@ -91,6 +91,11 @@ WORKLOAD_NAMES: dict[str, type[_Spec]] = {
 DEFAULT_WORKLOADS = ("single", "multi", "prefill", "kv")
 
 
+def default_workloads() -> list[Workload]:
+    """The seeds' release table: single/multi-stream decode, prefill, KV capacity."""
+    return [SingleStream(), MultiStream(), Prefill(), KVCapacity()]
+
+
 class RunSettings(_Spec):
     """Settings shared by every workload."""
 

@@ -1,0 +1,19 @@
+"""The public API ``servekit verify`` and the release report build on."""
+
+from __future__ import annotations
+
+import servekit.bench as bench
+
+
+def test_public_api_is_pinned_and_sorted() -> None:
+    assert bench.__all__ == sorted(bench.__all__)
+    needed = {"run_bench", "bench_async", "BenchResult", "write_outputs", "render_section"}
+    assert needed <= set(bench.__all__)
+
+
+def test_default_workloads_are_the_seeds_release_table() -> None:
+    kinds = [w.kind for w in bench.default_workloads()]
+    assert kinds == ["single_stream", "multi_stream", "prefill", "kv_capacity"]
+    multi = bench.default_workloads()[1]
+    assert isinstance(multi, bench.MultiStream)
+    assert (multi.streams, multi.input_tokens, multi.output_tokens) == ((1, 4, 8, 16), 1024, 256)
