@@ -43,10 +43,11 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        # Parser errors (unknown command, bad option): typer may vendor click, so match
+        # click's exception interface rather than one module's class.
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
+            show()
             sys.exit(2)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
