@@ -28,6 +28,14 @@ def test_least_loaded_picks_the_fewest_outstanding_tokens(spec: list[tuple[int, 
     assert chosen.requests == min(i.requests for i in tied)
 
 
+@given(st.binary(min_size=1, max_size=64), st.integers(2, 8))
+def test_least_loaded_breaks_ties_by_prefix_so_repeats_hit_the_cache(key: bytes, n: int) -> None:
+    insts = instances([(0, 0)] * n)
+    chosen = LeastLoaded().choose(insts, key)
+    assert chosen is PrefixAffinity().choose(insts, key)
+    assert all(LeastLoaded().choose(insts, key) is chosen for _ in range(3))
+
+
 @given(st.integers(1, 8), st.integers(1, 40))
 def test_round_robin_visits_each_instance_in_turn(n: int, rounds: int) -> None:
     insts = instances([(0, 0)] * n)

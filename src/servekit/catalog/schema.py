@@ -231,6 +231,11 @@ class VerifyPlan(_Strict):
     workloads: tuple[str, ...] = ("single-stream", "multi-stream", "prefill")
     contexts: tuple[str, ...] = ()
     concurrency: tuple[int, ...] = (1, 4, 8, 16)
+    reference: str | None = Field(
+        default=None,
+        description="a single-instance layout of the same model, run beside this one so "
+        "acceptance can check PD output == single (local and simulated runs)",
+    )
 
 
 class Layout(_Strict):

@@ -21,10 +21,19 @@ class Policy(Protocol):
 
 
 class LeastLoaded:
-    """Fewest outstanding tokens, then fewest requests, then least served."""
+    """Fewest outstanding tokens, then fewest requests; ties go by prefix affinity.
+
+    Breaking ties by rendezvous hash of the prompt prefix (rather than spreading
+    them) sends a repeated prompt to the instance that already holds its KV when
+    the instances are equally idle, so prefix caching works behind a DP fan-out
+    without giving up least-loaded balancing under load.
+    """
 
     def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
-        return min(candidates, key=lambda i: (i.tokens, i.requests, i.served))
+        return min(
+            candidates,
+            key=lambda i: (i.tokens, i.requests, _inverse_score(prefix_key, i)),
+        )
 
 
 class RoundRobin:
@@ -41,6 +50,11 @@ class RoundRobin:
 
 def _score(prefix_key: bytes, inst: Instance) -> bytes:
     return hashlib.blake2b(prefix_key + inst.url.encode(), digest_size=8).digest()
+
+
+def _inverse_score(prefix_key: bytes, inst: Instance) -> bytes:
+    """Orders like ``_score`` reversed, so ``min`` picks the rendezvous winner."""
+    return bytes(255 - b for b in _score(prefix_key, inst))
 
 
 class PrefixAffinity:

@@ -16,6 +16,7 @@ from servekit.bench.config import RunSettings, Workload
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
+from servekit.errors import UsageError
 from servekit.report.components import Components, EngineChoice
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
@@ -47,13 +48,19 @@ def ensure_tiny_model(loaded: LoadedLayout) -> None:
 
 
 class LocalRunner:
-    """``servekit up NAME --detach --free-ports`` and ``servekit down NAME`` as calls."""
+    """``servekit up NAME --detach --free-ports`` and ``servekit down NAME`` as calls.
+
+    A layout that names a ``verify.reference`` gets that single-instance layout
+    started beside it (same engine choice), so acceptance can compare PD answers
+    with a single instance's byte for byte; both are torn down together.
+    """
 
     def __init__(self, catalog: str | None = None, ready_timeout_s: float = READY_TIMEOUT_S):
         self.catalog = catalog
         self.ready_timeout_s = ready_timeout_s
+        self._reference: str | None = None
 
-    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+    def _start(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
         from rich.console import Console
 
         from servekit.local.control import up_detached
@@ -68,10 +75,29 @@ class LocalRunner:
             raise StartFailed(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
         return load_deployment(name)
 
+    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+        from servekit.catalog.loader import load
+
+        dep = self._start(loaded, engine)
+        ref_name = loaded.layout.verify.reference
+        if ref_name is None:
+            return dep
+        self._reference = ref_name
+        ref = self._start(load(ref_name, self.catalog), engine)
+        return dep.model_copy(update={"reference_url": ref.entry_url})
+
     def down(self, loaded: LoadedLayout) -> str:
         from servekit.local.control import down
 
-        return "; ".join(down(loaded.layout.name))
+        names = [loaded.layout.name] + ([self._reference] if self._reference else [])
+        self._reference = None
+        stopped: list[str] = []
+        for name in names:
+            try:
+                stopped += down(name)
+            except UsageError as exc:  # never started (a failed start): nothing to stop
+                stopped.append(str(exc))
+        return "; ".join(stopped)
 
 
 def attach(target: str) -> Deployment:
