@@ -105,7 +105,7 @@ def vllm_bench(
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser()
+    parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
     serve.add_cli_args(parser)
     argv = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions"]
     argv += ["--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random"]
@@ -292,14 +292,14 @@ def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> 
     print(f"{'figure':<20}{'vllm bench serve':>18}{'servekit':>12}{'ratio':>8}  within 5%")
     worst = 0.0
     for label, vkey, skey in FIGURES:
-        v = float(np.median([r[vkey] for r in theirs]))
-        s = float(np.median([r[skey] for r in ours]))
-        ratio = s / v if v else float("nan")
+        v_med = float(np.median([r[vkey] for r in theirs]))
+        s_med = float(np.median([r[skey] for r in ours]))
+        ratio = s_med / v_med if v_med else float("nan")
         gated = "p99" not in label
         if gated:
             worst = max(worst, abs(ratio - 1))
         ok = ("yes" if abs(ratio - 1) <= 0.05 else "NO") + ("" if gated else " (info)")
-        print(f"{label:<20}{v:>18.3f}{s:>12.3f}{ratio:>8.3f}  {ok}")
+        print(f"{label:<20}{v_med:>18.3f}{s_med:>12.3f}{ratio:>8.3f}  {ok}")
     failed = sum(r["failed"] for r in theirs), sum(r["errors"] for r in ours)
     print(
         f"failed requests: vllm {failed[0]}, servekit {failed[1]}; "

@@ -14,7 +14,7 @@ def test_public_api_is_pinned() -> None:
 
 
 def test_default_workloads_are_the_seeds_release_table() -> None:
-    kinds = [w.kind for w in bench.default_workloads()]
+    kinds = [w.model_dump()["kind"] for w in bench.default_workloads()]
     assert kinds == ["single_stream", "multi_stream", "prefill", "kv_capacity"]
     multi = bench.default_workloads()[1]
     assert isinstance(multi, bench.MultiStream)

@@ -25,7 +25,7 @@ def record(
         t_end_ns=int((token_ms[-1] if token_ms else start_ms) * MS) + 1,
         token_times_ns=tuple(int(t * MS) for t in token_ms),
         usage=usage,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 

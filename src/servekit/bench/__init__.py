@@ -22,6 +22,7 @@ from servekit.bench.config import (
     RunSettings,
     SingleStream,
     Workload,
+    WorkloadSpec,
     default_workloads,
 )
 from servekit.bench.output import write_outputs
@@ -46,6 +47,7 @@ __all__ = [
     "RunSettings",
     "SingleStream",
     "Workload",
+    "WorkloadSpec",
     "bench_async",
     "compare",
     "default_workloads",

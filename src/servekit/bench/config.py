@@ -8,18 +8,23 @@ seeds' method (``shared/reference/verification.md``): ISL/OSL 1024/256, N in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 SLOName = Literal["ttft", "tpot", "e2el"]
 
 
-class _Spec(BaseModel):
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class SingleStream(_Spec):
+class WorkloadSpec(_Frozen):
+    """Base of every workload spec (accept any of them where a list mixes kinds)."""
+
+
+class SingleStream(WorkloadSpec):
     """One greedy ``ignore_eos`` stream at a time on an idle engine."""
 
     kind: Literal["single_stream"] = "single_stream"
@@ -29,7 +34,7 @@ class SingleStream(_Spec):
     max_retries: int = Field(3, ge=0, description="re-runs of a point invalidated by other load")
 
 
-class MultiStream(_Spec):
+class MultiStream(WorkloadSpec):
     """N concurrent streams with unique prefixes (no prefix-cache help)."""
 
     kind: Literal["multi_stream"] = "multi_stream"
@@ -38,7 +43,7 @@ class MultiStream(_Spec):
     output_tokens: int = Field(256, ge=2, description="generated tokens (ignore_eos)")
 
 
-class Prefill(_Spec):
+class Prefill(WorkloadSpec):
     """Prefill throughput with cold prefixes, after a warm-up request."""
 
     kind: Literal["prefill"] = "prefill"
@@ -46,7 +51,7 @@ class Prefill(_Spec):
     prompt_tokens: int = Field(1024, ge=1, description="exact prompt length")
 
 
-class RateSweep(_Spec):
+class RateSweep(WorkloadSpec):
     """Open-loop load at fixed request rates (constant or Poisson arrivals)."""
 
     kind: Literal["rate_sweep"] = "rate_sweep"
@@ -58,7 +63,7 @@ class RateSweep(_Spec):
     seed: int = Field(0, description="seed of the Poisson arrivals")
 
 
-class ConcurrencySweep(_Spec):
+class ConcurrencySweep(WorkloadSpec):
     """Closed-loop load: at most C requests in flight."""
 
     kind: Literal["concurrency_sweep"] = "concurrency_sweep"
@@ -68,7 +73,7 @@ class ConcurrencySweep(_Spec):
     output_tokens: int = Field(256, ge=1, description="generated tokens (ignore_eos)")
 
 
-class KVCapacity(_Spec):
+class KVCapacity(WorkloadSpec):
     """KV cache capacity in tokens from the engine log or /metrics."""
 
     kind: Literal["kv_capacity"] = "kv_capacity"
@@ -79,7 +84,9 @@ Workload = Annotated[
     Field(discriminator="kind"),
 ]
 
-WORKLOAD_NAMES: dict[str, type[_Spec]] = {
+_WORKLOADS: TypeAdapter[tuple[Workload, ...]] = TypeAdapter(tuple[Workload, ...])
+
+WORKLOAD_NAMES: dict[str, type[WorkloadSpec]] = {
     "single": SingleStream,
     "multi": MultiStream,
     "prefill": Prefill,
@@ -91,12 +98,17 @@ WORKLOAD_NAMES: dict[str, type[_Spec]] = {
 DEFAULT_WORKLOADS = ("single", "multi", "prefill", "kv")
 
 
-def default_workloads() -> list[Workload]:
+def as_workloads(specs: Sequence[WorkloadSpec]) -> tuple[Workload, ...]:
+    """Specs as the discriminated union the result schema stores (validated)."""
+    return _WORKLOADS.validate_python([w.model_dump() for w in specs])
+
+
+def default_workloads() -> list[WorkloadSpec]:
     """The seeds' release table: single/multi-stream decode, prefill, KV capacity."""
     return [SingleStream(), MultiStream(), Prefill(), KVCapacity()]
 
 
-class RunSettings(_Spec):
+class RunSettings(_Frozen):
     """Settings shared by every workload."""
 
     runs: int = Field(3, ge=1, description="runs per figure; the figure is their median")

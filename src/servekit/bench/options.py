@@ -21,7 +21,7 @@ from servekit.bench.config import (
     RateSweep,
     SingleStream,
     SLOName,
-    Workload,
+    WorkloadSpec,
 )
 from servekit.errors import UsageError
 
@@ -78,7 +78,7 @@ def build_workloads(
     arrival: str = "poisson",
     concurrency: str | None = None,
     requests: int | None = None,
-) -> list[Workload]:
+) -> list[WorkloadSpec]:
     """Workload specs from ``--workload`` names and their shared flags."""
     chosen = list(names) or list(DEFAULT_WORKLOADS)
     unknown = [n for n in chosen if n not in WORKLOAD_NAMES]
@@ -110,7 +110,7 @@ def _one(  # noqa: PLR0917 - private fan-out of the flags above
     arrival: str,
     concurrency: str | None,
     shared: dict[str, int],
-) -> Workload:
+) -> WorkloadSpec:
     isl = {} if io["isl"] is None else {"input_tokens": io["isl"]}
     osl = {} if io["osl"] is None else {"output_tokens": io["osl"]}
     arr: Literal["constant", "poisson"] = "constant" if arrival == "constant" else "poisson"

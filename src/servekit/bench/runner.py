@@ -22,7 +22,8 @@ from servekit.bench.config import (
     RateSweep,
     RunSettings,
     SingleStream,
-    Workload,
+    WorkloadSpec,
+    as_workloads,
 )
 from servekit.bench.context import BenchContext, ProgressFn, quiet
 from servekit.bench.schema import BenchInputs, BenchResult, Point
@@ -45,7 +46,7 @@ MEASURES: dict[type, Measure] = {
 
 async def bench_async(
     deployment: Deployment,
-    workloads: Sequence[Workload],
+    workloads: Sequence[WorkloadSpec],
     settings: RunSettings | None = None,
     *,
     target: str | None = None,
@@ -79,7 +80,7 @@ async def bench_async(
         model=model,
         versions=versions,
         image=deployment.image,
-        workloads=tuple(workloads),
+        workloads=as_workloads(workloads),
         settings=settings.model_copy(update={"api_key": None}),
         harness=f"servekit {__version__}",
         note=note,
@@ -110,7 +111,7 @@ async def _server_versions(client: OpenAIClient) -> dict[str, str]:
 
 def run_bench(
     deployment: Deployment,
-    workloads: Sequence[Workload],
+    workloads: Sequence[WorkloadSpec],
     settings: RunSettings | None = None,
     *,
     target: str | None = None,
