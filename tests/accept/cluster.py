@@ -24,9 +24,10 @@ def scripted_pd(
 ) -> Iterator[Deployment]:
     """A 1p1d deployment with a proxy and a reference, each a scripted engine.
 
-    The proxy forwards generation to the prefill engine, which answers (the
-    scripted engines do no KV handoff); the decode engine is reached directly by
-    the guard check only.
+    The proxy forwards generation to the prefill engine, which answers, and
+    mirrors it to the decode engine with kv_transfer_params (which counts the
+    handoff in its external prefix-cache metric); the guard check reaches the
+    decode engine directly.
 
     Each keyword adds faults to that endpoint's :class:`ScriptedConfig`; every
     engine logs errors to its own file under ``log_dir`` so the log check has
@@ -44,7 +45,11 @@ def scripted_pd(
                 "max_model_len": max_model_len,
                 "error_log": log,
                 "proxy_counts": (1, 1),
-                **({"forward_to": urls["prefill"]} if role == "proxy" else {}),
+                **(
+                    {"forward_to": urls["prefill"], "mirror_to": urls["decode"]}
+                    if role == "proxy"
+                    else {}
+                ),
                 **(extra or {}),
             }
             urls[role] = stack.enter_context(running_scripted(ScriptedConfig(**fields)))

@@ -64,6 +64,7 @@ FAULTS = [
     ("prefill", {"ignore_stop": True}, "api.finish_reason"),
     ("prefill", {"usage_off_by_one": True}, "api.usage"),
     ("reference", {"disagree_salt": "x"}, "invariant.pd_equals_single"),
+    ("decode", {"no_kv_handoff": True}, "invariant.pd_kv_handoff"),
     ("prefill", {"no_prefix_cache": True}, "invariant.prefix_hot_cold"),
     ("prefill", {"stream_mismatch": True}, "invariant.stream_equals_nonstream"),
     ("prefill", {"crowd_drift": True}, "invariant.concurrent_equals_serial"),

@@ -1,8 +1,7 @@
 """The matrix against the simulator behind servekit's real PD proxy.
 
-Every check passes on a healthy 1p1d stack (two documented simulator gaps are
-strict xfails, so they turn red the day they are fixed), and the checks fail
-when the simulator is told to misbehave.
+Every check passes on a healthy 1p1d stack, and the checks fail when the
+simulator is told to misbehave.
 """
 
 from __future__ import annotations
@@ -16,12 +15,6 @@ from servekit.accept import AcceptResult, run_acceptance
 from servekit.accept.options import AcceptOptions
 
 from .simstack import sim_pd
-
-# What the simulator or the proxy does not do yet; reported to their owners.
-SIM_GAPS = {
-    "api.finish_reason": "the simulator ignores stop strings",
-    "api.responses": "PD proxy: /v1/responses prefill answer carries no kv_transfer_params",
-}
 
 
 def run(dep: Any, out: Path, only: tuple[str, ...] = ()) -> AcceptResult:
@@ -40,7 +33,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> AcceptResult:
 def test_healthy_sim_stack_passes_every_check_but_the_known_gaps(healthy: AcceptResult) -> None:
     verdicts = {c.id: c for c in healthy.checks}
     failing = {k: v.reason for k, v in verdicts.items() if v.verdict == "fail"}
-    assert set(failing) <= set(SIM_GAPS), failing
+    assert failing == {}
     skipped = [k for k, v in verdicts.items() if v.verdict == "skip"]
     assert skipped == ["invariant.replicas_agree"]  # no mixed replicas in a 1p1d stack
     assert healthy.simulated
@@ -48,13 +41,6 @@ def test_healthy_sim_stack_passes_every_check_but_the_known_gaps(healthy: Accept
     assert (
         sum(k.startswith("needle.2k.") and v.verdict == "pass" for k, v in verdicts.items()) == 11
     )
-
-
-@pytest.mark.parametrize("check", sorted(SIM_GAPS))
-@pytest.mark.xfail(strict=True, reason="simulator/proxy gap, see SIM_GAPS")
-def test_known_gaps(healthy: AcceptResult, check: str) -> None:
-    (found,) = [c for c in healthy.checks if c.id == check]
-    assert found.verdict == "pass", found.reason
 
 
 # The simulator cannot turn its prefix cache off yet (profile.enable_prefix_caching is
@@ -87,10 +73,7 @@ def test_checks_fail_when_the_simulator_misbehaves(
         result = run(dep, tmp_path / "out", only=(only,))
     ran = [c for c in result.checks if c.verdict != "skip"]
     assert ran
-    judged = [c for c in ran if c.id not in SIM_GAPS]
-    assert judged and all(c.verdict == "fail" for c in judged), [
-        (c.id, c.verdict, c.reason) for c in judged
-    ]
+    assert all(c.verdict == "fail" for c in ran), [(c.id, c.verdict, c.reason) for c in ran]
     assert result.exit_code == 1
 
 

@@ -72,10 +72,12 @@ class ScriptedConfig(BaseModel):
     no_prefix_cache: bool = False
     usage_off_by_one: bool = False
     ignore_stop: bool = False
+    no_kv_handoff: bool = False
     offers_responses: bool = True
     unhealthy: bool = False
     error_log: Path | None = None
     forward_to: str | None = None
+    mirror_to: str | None = None
     delay_s: float = 0.005
     per_token_s: float = 0.00002
 
@@ -116,6 +118,7 @@ class ScriptedEngine:
         self.seen: set[str] = set()
         self.hits = 0
         self.queries = 0
+        self.external_hits = 0
         self.in_flight = 0
         self.dead = False
 
@@ -178,6 +181,11 @@ class ScriptedEngine:
             f'vllm:prefix_cache_queries_total{{model_name="{self.config.model}"}} {self.queries}\n'
             f'vllm:prefix_cache_hits_total{{model_name="{self.config.model}"}} {self.hits}\n'
         )
+        if self.config.role == "decode":
+            text += (
+                f'vllm:external_prefix_cache_hits_total{{model_name="{self.config.model}"}} '
+                f"{self.external_hits}\n"
+            )
         return web.Response(text=text, content_type="text/plain")
 
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -205,6 +213,8 @@ class ScriptedEngine:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         if self.config.forward_to is not None:
+            if self.config.mirror_to is not None:
+                await self._mirror(request.path, raw, self.config.mirror_to)
             return await self._forward(request, raw, self.config.forward_to)
         if self.dead:
             return web.json_response({"error": "EngineDeadError"}, status=500)
@@ -234,6 +244,18 @@ class ScriptedEngine:
             body = await resp.read()
             return web.Response(body=body, status=resp.status, content_type=resp.content_type)
 
+    @staticmethod
+    async def _mirror(path: str, raw: bytes, base: str) -> None:
+        """A proxy's decode stage in miniature: the request with kv_transfer_params to decode.
+
+        Its answer is dropped (the prefill engine's is returned); it exists so the
+        decode engine counts a KV handoff the way vLLM's external cache metrics do.
+        """
+        doc = json.loads(raw)
+        doc.update(stream=False, kv_transfer_params={"scripted_handoff": True})
+        async with aiohttp.ClientSession() as session, session.post(base + path, json=doc) as resp:
+            await resp.read()
+
     def _die(self) -> None:
         self.dead = True
         self._log("EngineDeadError: EngineCore encountered an issue (scripted incident)")
@@ -251,6 +273,9 @@ class ScriptedEngine:
         if n_prompt > self.config.max_model_len:
             return web.json_response({"error": {"message": "prompt too long"}}, status=400)
         cached = self._cache(prompt, n_prompt)
+        if self.config.role == "decode" and doc.get("kv_transfer_params"):
+            # KV "loaded" from prefill, as vLLM counts it; the fault re-prefills silently.
+            self.external_hits += 0 if self.config.no_kv_handoff else n_prompt
         await asyncio.sleep(self.config.delay_s + self.config.per_token_s * n_prompt)
         salt = self.config.disagree_salt + (
             "crowd" if self.config.crowd_drift and self.in_flight > 1 else ""

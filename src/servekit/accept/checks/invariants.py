@@ -46,18 +46,69 @@ def _compare(label: str, want: list[str], got: list[str], prompts: tuple[str, ..
     return None
 
 
+EXTERNAL_HIT_METRICS = (
+    "vllm:external_prefix_cache_hits_total",
+    "vllm:external_prefix_cache_hits",
+)
+
+
+def _handoff_prompt() -> str:
+    """A prompt several KV blocks long: connectors hand over whole blocks only.
+
+    ExampleConnector on the CPU stores whole blocks, so a prompt shorter than
+    one block "hits" without loading anything; this one cannot.
+    """
+    return f"Handoff probe {secrets.token_hex(6)}.\n\n{filler(2400)}\n\nThe next line reads"
+
+
 async def pd_equals_single(probe: Probe) -> Outcome:
-    """Through the deployment equals a single reference instance."""
+    """Through the deployment equals a single reference instance (short and long prompts)."""
     ref = probe.env.deployment.reference_url
     if ref is None:
         return skipped("no reference endpoint given (Deployment.reference_url)")
-    prompts = PROMPTS[:4]
+    prompts = (*PROMPTS[:4], _handoff_prompt())
     want = await _answers(probe, base_url(ref), prompts)
     got = await _answers(probe, probe.env.entry, prompts)
     if isinstance(want, str) or isinstance(got, str):
         return failed(f"request failed: {want if isinstance(want, str) else got}")
     diff = _compare("deployment vs reference", want, got, prompts)
     return failed(diff) if diff else passed(f"{len(prompts)} answers equal the reference")
+
+
+async def _external_hits(probe: Probe, urls: list[str]) -> float | None:
+    """Tokens decode engines loaded through the KV connector (None: not exported)."""
+    total, seen = 0.0, False
+    for url in urls:
+        ex = await probe.get(f"{url}/metrics")
+        if ex.status == 200 and any(name in ex.body for name in EXTERNAL_HIT_METRICS):
+            seen = True
+            total += metric_sum(ex.body, EXTERNAL_HIT_METRICS)
+    return total if seen else None
+
+
+async def pd_kv_handoff(probe: Probe) -> Outcome:
+    """In PD, decode really loads the prompt's KV from prefill (not a silent re-prefill)."""
+    decode = [base_url(e.url) for e in probe.env.deployment.by_role("decode")]
+    if not decode or not probe.env.deployment.by_role("prefill"):
+        return skipped("not a PD deployment (no prefill and decode endpoints)")
+    before = await _external_hits(probe, decode)
+    if before is None:
+        return skipped("decode endpoints export no vllm:external_prefix_cache_hits metric")
+    ex = await complete(probe, probe.env.entry, _handoff_prompt(), max_tokens=16)
+    text, why = text_or_reason(ex)
+    if text is None:
+        return failed(f"request failed: {why}")
+    after = await _external_hits(probe, decode)
+    delta = (after or 0.0) - before
+    if delta <= 0:
+        return failed(
+            "decode loaded no KV through the connector (external prefix-cache hits did not "
+            "move): it re-ran prefill by itself",
+            external_hits_delta=delta,
+        )
+    return passed(
+        f"decode loaded {delta:.0f} prompt tokens from prefill", external_hits_delta=delta
+    )
 
 
 def _cache_endpoints(probe: Probe) -> tuple[list[str], bool]:
@@ -198,6 +249,12 @@ CHECKS = (
         "invariant",
         "PD output equals a single instance",
         pd_equals_single,
+    ),
+    Check(
+        "invariant.pd_kv_handoff",
+        "invariant",
+        "PD: decode loads the KV prefill computed",
+        pd_kv_handoff,
     ),
     Check(
         "invariant.prefix_hot_cold", "invariant", "prefix cache: hot equals cold", prefix_hot_cold
