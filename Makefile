@@ -4,15 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 SERVEKIT := $(BIN)/servekit
 
-.PHONY: demo test lint typecheck unit sim-demo clean
+.PHONY: demo sim-demo test lint unit clean
 
-# Fresh machine -> real vLLM on the CPU: tiny model, local/1p1d beside a single
-# reference instance, PD answers checked byte for byte, everything stopped.
+# Fresh machine -> real vLLM on the CPU: the tiny model is built offline,
+# local/1p1d (real KV handoff through ExampleConnector) comes up beside a
+# single-instance reference, the acceptance matrix and the benchmarks run, the
+# release report is written and its path printed, everything is torn down.
 demo:
 	scripts/bootstrap.sh engine
 	$(SERVEKIT) layouts check
-	$(SERVEKIT) render a3/1p1d --out out/a3-1p1d
-	$(SERVEKIT) demo
+	$(SERVEKIT) verify local/1p1d
+
+# The real A3 catalog layout dry-run end to end on simulated engines.
+sim-demo:
+	scripts/bootstrap.sh
+	$(SERVEKIT) verify a3/1p1d --engine sim
 
 test:
 	scripts/bootstrap.sh engine tools
