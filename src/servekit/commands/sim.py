@@ -15,6 +15,10 @@ def register(app: typer.Typer) -> None:
 
 def sim(  # noqa: PLR0917 - typer maps one parameter per documented flag
     spec: Annotated[Path | None, typer.Option(help="a SimSpec file (.json, .yaml)")] = None,
+    layout: Annotated[
+        str | None, typer.Option(help="serve every engine endpoint of a catalog layout")
+    ] = None,
+    catalog: Annotated[Path | None, typer.Option(help="catalog folder for --layout")] = None,
     endpoints: Annotated[int | None, typer.Option(help="quick form: N endpoints")] = None,
     role: Annotated[str, typer.Option(help="quick form: mixed, prefill or decode")] = "mixed",
     base_port: Annotated[int, typer.Option(help="quick form: first port (0: free ports)")] = 8100,
@@ -35,6 +39,13 @@ def sim(  # noqa: PLR0917 - typer maps one parameter per documented flag
     """Serve simulated vLLM endpoints (many ports, one process) until SIGTERM/SIGINT."""
     from servekit.sim.cli_main import SimArgs, main
 
+    if layout is not None:
+        import tempfile
+
+        from servekit.local.simrun import layout_sim_spec
+
+        folder = Path(tempfile.mkdtemp(prefix="servekit-sim-"))
+        spec = layout_sim_spec(layout, folder / "sim.json", str(catalog) if catalog else None)
     code = main(
         SimArgs(
             spec=spec,

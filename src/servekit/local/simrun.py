@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
@@ -31,6 +32,13 @@ def require_sim() -> None:
         )
 
 
+def _tp(proc: ProcessPlan) -> int:
+    """The process's tensor-parallel size, as its argv gives it (1 when absent)."""
+    argv = list(proc.argv)
+    flag = "--tensor-parallel-size"
+    return int(argv[argv.index(flag) + 1]) if flag in argv else 1
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan, kv_mode: str) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -41,6 +49,8 @@ def _endpoint(proc: ProcessPlan, plan: Plan, kv_mode: str) -> dict[str, object]:
         "kv_mode": kv_mode,
         "dp_rank": proc.dp_rank or 0,
         "dp_size": proc.dp_size or 1,
+        "tp": _tp(proc),
+        "kv_port": proc.kv_port or 0,
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
         "guard": GUARD_FLAG in proc.argv,
@@ -85,3 +95,25 @@ def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
     return spec.model_copy(
         update={"engine": "sim", "launches": (sim, *others), "endpoints": endpoints}
     )
+
+
+def layout_sim_spec(name: str, out: Path, catalog: str | None = None) -> Path:
+    """``servekit sim --layout NAME``: the SimSpec of a layout's engines, on free local ports.
+
+    Only the engine endpoints are served (no proxy): the same conversion
+    ``servekit up NAME --engine sim`` uses, written to ``out`` for the simulator.
+    """
+    from servekit.catalog.loader import load
+    from servekit.local.prepare import LOOPBACK, port_map
+    from servekit.render.plan import PlanOptions, build_plan
+    from servekit.sim.spec import spec_from_mapping
+
+    layout = load(name, catalog).layout
+    options = PlanOptions(
+        hosts=(LOOPBACK,) * layout.nodes,
+        bind_host=LOOPBACK,
+        port_map=port_map(layout, free_ports=True),
+    )
+    spec = spec_from_mapping(sim_spec_doc(build_plan(layout, options)), where=f"{name} -> sim spec")
+    atomic_write_text(out, spec.model_dump_json(indent=2) + "\n")
+    return out

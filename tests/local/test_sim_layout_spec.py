@@ -1,0 +1,22 @@
+"""``servekit sim --layout NAME``: a catalog layout's engines as one simulator spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from servekit.local.simrun import layout_sim_spec
+
+
+def test_a3_1p3d_becomes_52_endpoints_on_distinct_ports(tmp_path: Path) -> None:
+    path = layout_sim_spec("a3/1p3d", tmp_path / "sim.json")
+    doc = json.loads(path.read_text())
+    eps = doc["endpoints"]
+    assert len(eps) == 52
+    assert sum(e["role"] == "prefill" for e in eps) == 4
+    assert sum(e["role"] == "decode" for e in eps) == 48
+    assert len({e["port"] for e in eps}) == 52
+    assert {e["engine_id"] for e in eps if e["role"] == "decode"} == {"1", "3", "5"}
+    assert all(e["guard"] for e in eps if e["role"] == "decode")
+    assert {e["kv_port"] for e in eps if e["role"] == "prefill"} == {36000}
+    assert {e["tp"] for e in eps if e["role"] == "prefill"} == {4}
