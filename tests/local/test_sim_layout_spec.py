@@ -18,5 +18,6 @@ def test_a3_1p3d_becomes_52_endpoints_on_distinct_ports(tmp_path: Path) -> None:
     assert len({e["port"] for e in eps}) == 52
     assert {e["engine_id"] for e in eps if e["role"] == "decode"} == {"1", "3", "5"}
     assert all(e["guard"] for e in eps if e["role"] == "decode")
-    assert {e["kv_port"] for e in eps if e["role"] == "prefill"} == {36000}
+    kv_ports = {e["kv_port"] for e in eps}
+    assert 0 not in kv_ports and not kv_ports & {e["port"] for e in eps}  # mapped, no clash
     assert {e["tp"] for e in eps if e["role"] == "prefill"} == {4}
