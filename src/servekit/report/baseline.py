@@ -7,6 +7,7 @@ compared too, because a figure moved by an image change is the usual story.
 
 from __future__ import annotations
 
+from servekit.bench.baseline import compare as bench_compare
 from servekit.bench.schema import BenchResult
 from servekit.report.figures import PointFiles
 from servekit.report.numbers import delta, fmt
@@ -35,23 +36,17 @@ def compare(
     changes = _inputs_changes(before, after, baseline_href)
     sim_before = " (simulated)" if before.inputs.engine == "sim" else ""
     sim_after = " (simulated)" if after.inputs.engine == "sim" else ""
-    for point in after.points:
-        old = before.point(point.workload, point.label)
-        if old is None:
-            continue
-        for name, fig in point.figures.items():
-            prev = old.figures.get(name)
-            if prev is None or (prev.median is None and fig.median is None):
-                continue
-            unit = f" {fig.unit}" if fig.unit else ""
-            changes.append(
-                Change(
-                    item=f"{point.workload} {point.label} {name}",
-                    before=fmt(prev.median, prev.unit) + unit + sim_before,
-                    after=fmt(fig.median, fig.unit) + unit + sim_after,
-                    delta=delta(prev.median, fig.median),
-                    href=files.get(point.key),
-                    baseline_href=baseline_href,
-                )
+    for d in bench_compare(before, after):  # the bench's own rule for what is comparable
+        point = after.point(d.workload, d.label)
+        unit = f" {d.unit}" if d.unit else ""
+        changes.append(
+            Change(
+                item=f"{d.workload} {d.label} {d.figure}",
+                before=fmt(d.before, d.unit) + unit + sim_before,
+                after=fmt(d.after, d.unit) + unit + sim_after,
+                delta=delta(d.before, d.after),
+                href=files.get(point.key) if point is not None else None,
+                baseline_href=baseline_href,
             )
+        )
     return tuple(changes)
