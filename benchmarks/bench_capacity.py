@@ -12,21 +12,33 @@ harness's own load generators (prompts are built before timing):
   difference: the latency added between the two, harness included;
 - the harness's event-loop lag during each run (a 10 ms periodic probe): how
   late any stamp could be because the harness itself was busy, i.e. what the
-  harness adds to TTFT on top of the network and the server.
+  harness adds to TTFT on top of the network and the server;
+- added TTFT at C streams (``--added``): against a paced simulator (a flat
+  ``--step-ms`` decode step, so it is never saturated; its CPU share is
+  printed to prove it), blocks of the same requests alternate between the
+  harness and a raw-socket reference client in the same pinned process (one
+  ``asyncio.Protocol`` per connection, request bytes prebuilt, the first
+  response chunk holding a token frame stamped in ``data_received``, nothing
+  parsed). Both see the same server, network and host; the difference of
+  their TTFT percentiles is what the harness adds.
 
     .venv/bin/python benchmarks/bench_capacity.py [--rates 100,200,400,800] [--streams 100]
+    .venv/bin/python benchmarks/bench_capacity.py --added --step-ms 20 --streams 100
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
-from bench_common import pin_self, sim_process
+from bench_common import cpu_seconds_of, pin_self, sim_process_pid
 
 from servekit.bench.lag import LoopLagProbe
 from servekit.bench.load import arrival_offsets, run_at_rate, run_concurrent, stream_body
@@ -121,13 +133,157 @@ async def stream_row(
     }
 
 
-async def main_async(url: str, args: argparse.Namespace) -> None:
+class _RawStream(asyncio.Protocol):
+    """One keep-alive connection of the reference client: stamps, parses nothing.
+
+    The first chunk holding a token frame (``"choices":[{``) is stamped in
+    ``data_received``; the response ends at chunked encoding's last chunk.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.t_first: int | None = None
+        self.tail = b""
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter_ns()
+        if self.t_first is None and b'"choices":[{' in (self.tail[-16:] + data):
+            self.t_first = t
+        self.tail = (self.tail + data)[-64:]
+        if self.tail.endswith(b"\r\n0\r\n\r\n") and self.done and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done and not self.done.done():
+            self.done.set_exception(exc or ConnectionError("closed"))
+
+    async def send(self, request: bytes) -> int | None:
+        """Send one prebuilt request; TTFT in ns (None if no token frame came)."""
+        assert self.transport is not None
+        self.t_first, self.tail = None, b""
+        self.done = asyncio.get_running_loop().create_future()
+        t0 = time.perf_counter_ns()
+        self.transport.write(request)
+        await self.done
+        return None if self.t_first is None else self.t_first - t0
+
+
+def raw_request(url: str, body: dict[str, Any]) -> bytes:
+    """The HTTP/1.1 bytes of one streamed completion (prebuilt before timing)."""
+    u = urlsplit(url)
+    data = json.dumps(body, separators=(",", ":")).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {u.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+async def run_reference(url: str, bodies: list[dict[str, Any]], c: int) -> list[float]:
+    """Closed loop with the raw client: TTFTs in ms, in completion order."""
+    u = urlsplit(url)
+    host, port = u.hostname or "127.0.0.1", u.port or 80
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(_RawStream, host, port))[1] for _ in range(c)]
+    queue = [raw_request(url, b) for b in reversed(bodies)]
+    out: list[float] = []
+
+    async def worker(conn: _RawStream) -> None:
+        while queue:
+            ttft = await conn.send(queue.pop())
+            if ttft is not None:
+                out.append(ttft / 1e6)
+
+    await asyncio.gather(*(worker(x) for x in conns))
+    for conn in conns:
+        if conn.transport is not None:
+            conn.transport.close()
+    return out
+
+
+async def run_harness(client: OpenAIClient, bodies: list[dict[str, Any]], c: int) -> list[float]:
+    recs, _ = await run_concurrent(client, bodies, c)
+    return [r.ttft_ns / 1e6 for r in recs if r.ok and r.ttft_ns is not None]
+
+
+async def added_ttft(
+    client: OpenAIClient, url: str, sim_pid: int, prompts: list[str], args: argparse.Namespace
+) -> None:
+    """Harness vs raw reference client, alternating blocks of C streams."""
+    rng = np.random.default_rng(0)
+    # Output lengths spread over [osl/2, 3 osl/2] so the C streams do not finish
+    # (and restart) in lockstep on the simulator's flat steps.
+    lens = rng.integers(max(args.osl // 2, 1), args.osl * 3 // 2 + 1, size=len(prompts))
+    bodies = [stream_body(p, int(n), client.model) for p, n in zip(prompts, lens, strict=True)]
+    n = args.block
+    pooled: dict[str, list[float]] = {"reference": [], "harness": []}
+    rows: list[dict[str, Any]] = []
+    for i in range(args.rounds):
+        order = ("reference", "harness") if i % 2 == 0 else ("harness", "reference")
+        for tool in order:
+            block = bodies[:n]
+            bodies = bodies[n:] + block  # rotate: each block its own requests
+            s0, w0 = cpu_seconds_of(sim_pid), time.perf_counter()
+            async with LoopLagProbe(0.01).running() as probe:
+                if tool == "reference":
+                    ttfts = await run_reference(url, block, args.streams)
+                else:
+                    ttfts = await run_harness(client, block, args.streams)
+            sim_share = (cpu_seconds_of(sim_pid) - s0) / (time.perf_counter() - w0)
+            pooled[tool] += ttfts
+            lag = probe.summary()
+            rows.append(
+                {
+                    "block": i + 1,
+                    "client": tool,
+                    "ttft_p50_ms": float(np.percentile(ttfts, 50)),
+                    "ttft_p99_ms": float(np.percentile(ttfts, 99)),
+                    "loop_lag_p99_ms": lag["loop_lag_p99_ms"],
+                    "sim_cpu_share": sim_share,
+                    "load1": os.getloadavg()[0],
+                    "ok": len(ttfts),
+                }
+            )
+    table(rows)
+    ref, har = np.asarray(pooled["reference"]), np.asarray(pooled["harness"])
+    print(f"\n== added TTFT at C={args.streams} (harness - reference), pooled blocks ==")
+    for p in (50, 90, 99):
+        r, h = float(np.percentile(ref, p)), float(np.percentile(har, p))
+        print(f"TTFT p{p}: reference {r:8.3f} ms   harness {h:8.3f} ms   added {h - r:+7.3f} ms")
+    for p in (50, 99):
+        key = f"ttft_p{p}_ms"
+        diffs = []
+        for pair in zip(rows[::2], rows[1::2], strict=True):
+            by = {row["client"]: row for row in pair}
+            diffs.append(by["harness"][key] - by["reference"][key])
+        print(
+            f"per-round added p{p}: median {np.median(diffs):+.3f} ms "
+            f"(min {min(diffs):+.3f}, max {max(diffs):+.3f}) over {len(diffs)} rounds"
+        )
+    shares = [r["sim_cpu_share"] for r in rows]
+    print(
+        f"simulator CPU share {min(shares):.2f}-{max(shares):.2f} of its core; "
+        f"requests: reference {len(ref)}, harness {len(har)}; load {os.getloadavg()}"
+    )
+
+
+async def main_async(url: str, sim_pid: int, args: argparse.Namespace) -> None:
     async with OpenAIClient(url, keep_frames=False, keep_body=False) as client:
         await client.resolve_model()
         need = max(args.requests, 200, int(max(args.rates) * 2))
         print(f"building {need} prompts of {args.isl} tokens ...")
         prompts = await PromptBuilder(client).build_many(args.isl, need)
         await run_concurrent(client, [stream_body(p, 4, client.model) for p in prompts[:20]], 4)
+        if args.added:
+            await run_reference(url, [stream_body(p, 4, client.model) for p in prompts[:200]], 100)
+            await run_concurrent(client, [stream_body(p, 4, client.model) for p in prompts], 100)
+            await added_ttft(client, url, sim_pid, prompts, args)
+            return
         print("\n== open-loop request rate (constant arrivals) ==")
         table([await rate_row(client, prompts, r, args.osl) for r in args.rates])
         print("\n== closed loop: TTFT seen by the harness vs by the simulator ==")
@@ -148,6 +304,9 @@ def main() -> int:
     ap.add_argument("--c1-requests", type=int, default=100, help="requests of the C=1 row")
     ap.add_argument("--isl", type=int, default=16)
     ap.add_argument("--osl", type=int, default=16)
+    ap.add_argument("--added", action="store_true", help="only the added-TTFT comparison")
+    ap.add_argument("--block", type=int, default=500, help="--added: requests per block")
+    ap.add_argument("--rounds", type=int, default=6, help="--added: blocks per client")
     ap.add_argument(
         "--step-ms",
         type=float,
@@ -167,11 +326,11 @@ def main() -> int:
             "max_num_batched_tokens": 1048576,
         }
     spec = {"endpoints": [{"name": "zero", "port": 0, "profile": profile}]}
-    with sim_process(spec, sim_cpus) as url:
+    with sim_process_pid(spec, sim_cpus) as (url, pid):
         if ncpu >= 2:
             pin_self({0})
         print(f"harness pinned to core 0, simulator to core {ncpu - 1}; load {os.getloadavg()}")
-        asyncio.run(main_async(url, args))
+        asyncio.run(main_async(url, pid, args))
     return 0
 
 

@@ -23,6 +23,21 @@ from typing import Any
 @contextlib.contextmanager
 def sim_process(spec: dict[str, Any], cpus: set[int] | None = None) -> Iterator[str]:
     """Run ``servekit sim --spec`` in a subprocess; yield its first endpoint's URL."""
+    with sim_process_pid(spec, cpus) as (url, _pid):
+        yield url
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def sim_process_pid(
+    spec: dict[str, Any], cpus: set[int] | None = None
+) -> Iterator[tuple[str, int]]:
+    """As :func:`sim_process`, yielding (URL, pid) so a caller can read its CPU use."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / "spec.json"
         ready = Path(tmp) / "ready.json"
@@ -43,7 +58,7 @@ def sim_process(spec: dict[str, Any], cpus: set[int] | None = None) -> Iterator[
                 time.sleep(0.05)
             time.sleep(0.05)
             urls = json.loads(ready.read_text())
-            yield _first_url(urls)
+            yield _first_url(urls), proc.pid
         finally:
             proc.terminate()
             proc.wait(10)

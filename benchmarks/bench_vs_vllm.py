@@ -29,7 +29,9 @@ import argparse
 import asyncio
 import contextlib
 import io
+import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -100,16 +102,29 @@ def vllm_server(model_dir: Path, log: Path) -> Iterator[str]:
 
 
 def vllm_bench(
-    url: str, model: str, tokenizer: Path, args: argparse.Namespace, seed: int
+    url: str,
+    model: str,
+    tokenizer: Path,
+    args: argparse.Namespace,
+    seed: int,
+    *,
+    dataset: Path | None = None,
 ) -> dict[str, Any]:
+    """One ``vllm bench serve`` run; ``dataset`` is a JSONL of prompts (else random)."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
     serve.add_cli_args(parser)
     argv = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions"]
-    argv += ["--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random"]
-    argv += ["--random-input-len", str(args.isl), "--random-output-len", str(args.osl)]
+    argv += ["--model", model, "--tokenizer", str(tokenizer)]
+    if dataset is None:
+        argv += ["--dataset-name", "random"]
+        argv += ["--random-input-len", str(args.isl), "--random-output-len", str(args.osl)]
+    else:
+        # The same prompts servekit sends (its builder, its exact length), as is.
+        argv += ["--dataset-name", "custom", "--dataset-path", str(dataset)]
+        argv += ["--skip-chat-template", "--custom-output-len", str(args.osl)]
     argv += ["--num-prompts", str(args.requests), "--max-concurrency", str(args.concurrency)]
     argv += ["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"]
     argv += ["--metric-percentiles", "50,99", "--disable-tqdm", "--seed", str(seed)]
@@ -118,6 +133,30 @@ def vllm_bench(
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         return dict(serve.main(ns))
+
+
+async def servekit_prompts(url: str, model: str, isl: int, n: int, tag: str) -> list[str]:
+    """``n`` prompts from servekit's own builder (exact ISL, unique prefixes)."""
+    from servekit.bench.prompts import PromptBuilder
+    from servekit.client import OpenAIClient
+
+    async with OpenAIClient(url, model=model, keep_frames=False, keep_body=False) as client:
+        return await PromptBuilder(client, tag=tag).build_many(isl, n)
+
+
+def write_dataset(prompts: list[str], path: Path) -> Path:
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    return path
+
+
+def prefix_hits(url: str) -> float:
+    """vLLM's prefix-cache hit counter (tokens), to show no run was served from cache."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:prefix_cache_hits_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def servekit_bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -265,48 +304,93 @@ def print_paired(res: dict[str, dict[str, list[float]]], args: argparse.Namespac
     return worst
 
 
+def measured(fn: Any, url: str) -> dict[str, Any]:
+    """Run one tool once, with the host load before it and the cache hits during it."""
+    load = os.getloadavg()
+    hits = prefix_hits(url)
+    out = dict(fn())
+    out["prefix_hits"] = prefix_hits(url) - hits
+    out["load"] = load
+    return out
+
+
 def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> int:
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="bench-vs-vllm-"))
     for i in range(args.runs):
+        data: Path | None = None
+        if args.dataset == "servekit":
+            tag = secrets.token_hex(3)
+            prompts = asyncio.run(servekit_prompts(url, model, args.isl, args.requests, tag))
+            data = write_dataset(prompts, tmp / f"run{i}.jsonl")
+
+        def vllm_run(seed: int = i, data: Path | None = data) -> dict[str, Any]:
+            return vllm_bench(url, model, tokenizer, args, seed, dataset=data)
+
         # Alternate which tool goes first so neither always meets a warmer host.
         if i % 2 == 0:
-            theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
-            ours.append(servekit_bench(url, args))
+            theirs.append(measured(vllm_run, url))
+            ours.append(measured(lambda: servekit_bench(url, args), url))
         else:
-            ours.append(servekit_bench(url, args))
-            theirs.append(vllm_bench(url, model, tokenizer, args, seed=i))
+            ours.append(measured(lambda: servekit_bench(url, args), url))
+            theirs.append(measured(vllm_run, url))
         v, o = theirs[-1], ours[-1]
         print(
-            f"run {i + 1}/{args.runs}: vllm {v['request_throughput']:.1f} req/s, "
-            f"TTFT p50 {v['median_ttft_ms']:.2f} ms, ITL p50 {v['median_itl_ms']:.3f} ms | "
+            f"run {i + 1}/{args.runs} (load {v['load'][0]:.2f}/{o['load'][0]:.2f}): "
+            f"vllm {v['request_throughput']:.1f} req/s, TTFT p50 {v['median_ttft_ms']:.2f} ms, "
+            f"ITL p50 {v['median_itl_ms']:.3f} ms, cache hits {v['prefix_hits']:.0f} | "
             f"servekit {o['request_throughput']:.1f} req/s, TTFT p50 {o['ttft_p50_ms']:.2f} ms, "
-            f"ITL p50 {o['itl_p50_ms']:.3f} ms, harness lag p99 "
-            f"{o['harness_loop_lag_p99_ms']:.2f} ms",
+            f"ITL p50 {o['itl_p50_ms']:.3f} ms, cache hits {o['prefix_hits']:.0f}, "
+            f"harness lag p99 {o['harness_loop_lag_p99_ms']:.2f} ms",
             flush=True,
         )
+    prompts_desc = {
+        "servekit": "servekit's prompts for both (vLLM: --dataset-name custom)",
+        "random": "vLLM's random token ids for vLLM, servekit's text for servekit",
+    }[args.dataset]
     print(
         f"\nworkload: ISL {args.isl} / OSL {args.osl}, C={args.concurrency}, "
-        f"{args.requests} requests per run, {args.runs} runs (median of run values)"
+        f"{args.requests} requests per run, {args.runs} runs; prompts: {prompts_desc}"
     )
-    print(f"{'figure':<20}{'vllm bench serve':>18}{'servekit':>12}{'ratio':>8}  within 5%")
+    print(
+        f"{'figure':<20}{'vllm bench serve':>18}{'servekit':>12}{'ratio':>8}"
+        f"{'paired ratio (min-max)':>26}  within 5%"
+    )
     worst = 0.0
     for label, vkey, skey in FIGURES:
         v_med = float(np.median([r[vkey] for r in theirs]))
         s_med = float(np.median([r[skey] for r in ours]))
         ratio = s_med / v_med if v_med else float("nan")
+        pairs = [o[skey] / v[vkey] for o, v in zip(ours, theirs, strict=True)]
         gated = "p99" not in label
         if gated:
             worst = max(worst, abs(ratio - 1))
         ok = ("yes" if abs(ratio - 1) <= 0.05 else "NO") + ("" if gated else " (info)")
-        print(f"{label:<20}{v_med:>18.3f}{s_med:>12.3f}{ratio:>8.3f}  {ok}")
+        spread = f"{np.median(pairs):.3f} ({min(pairs):.3f}-{max(pairs):.3f})"
+        print(f"{label:<20}{v_med:>18.3f}{s_med:>12.3f}{ratio:>8.3f}{spread:>26}  {ok}")
     failed = sum(r["failed"] for r in theirs), sum(r["errors"] for r in ours)
+    loads = [r["load"][0] for r in theirs + ours]
     print(
         f"failed requests: vllm {failed[0]}, servekit {failed[1]}; "
-        f"worst median deviation {worst * 100:.1f}%"
+        f"worst median deviation {worst * 100:.1f}%; load average (1 min) during runs "
+        f"{min(loads):.2f}-{max(loads):.2f}"
     )
-    worst_paired = print_paired(asyncio.run(paired(url, model, args)), args)
-    print_payload(asyncio.run(payload_check(url, model, tokenizer, args)))
+    if args.json:
+        keep = [k for _, k, _ in FIGURES] + ["prefix_hits", "load", "failed"]
+        dump = {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "vllm": [{k: r.get(k) for k in keep} for r in theirs],
+            "servekit": [
+                {k: r.get(k) for k in [s for _, _, s in FIGURES] + ["prefix_hits", "load"]}
+                for r in ours
+            ],
+        }
+        args.json.write_text(json.dumps(dump, indent=1))
+    worst_paired = 0.0
+    if args.paired:
+        worst_paired = print_paired(asyncio.run(paired(url, model, args)), args)
+        print_payload(asyncio.run(payload_check(url, model, tokenizer, args)))
     return 0 if max(worst, worst_paired) <= 0.05 else 1
 
 
@@ -322,14 +406,23 @@ def main() -> int:
     ap.add_argument("--osl", type=int, default=32)
     ap.add_argument("--block", type=int, default=20, help="paired: requests per block")
     ap.add_argument("--rounds", type=int, default=8, help="paired: blocks per client")
+    ap.add_argument(
+        "--dataset",
+        choices=("servekit", "random"),
+        default="servekit",
+        help="servekit: both tools send servekit's prompts; random: vLLM its random dataset",
+    )
+    ap.add_argument("--paired", action="store_true", help="also the paired-client parts")
+    ap.add_argument("--pin", help="pin this process (both clients) to these CPUs, e.g. 0")
+    ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
-    print(f"host load {os.getloadavg()}", flush=True)
+    if args.pin:
+        os.sched_setaffinity(0, {int(c) for c in args.pin.split(",")})
+    print(f"host load {os.getloadavg()}, clients on CPUs {sorted(os.sched_getaffinity(0))}")
     if args.url:
         if args.tokenizer is None:
             ap.error("--url needs --tokenizer")
         model = urllib.request.urlopen(args.url + "/v1/models").read()
-        import json
-
         name = json.loads(model)["data"][0]["id"]
         return compare(args.url.rstrip("/"), args.tokenizer, name, args)
     with tempfile.TemporaryDirectory() as tmp:

@@ -40,3 +40,13 @@ def test_unreachable_length_is_a_usage_error(engine: FakeEngine) -> None:
 
 def test_filler_is_deterministic() -> None:
     assert filler(3) == "the of and" and filler(0) == ""
+
+
+def test_a_tag_keeps_builders_apart(engine: FakeEngine) -> None:
+    async def go() -> list[str]:
+        async with OpenAIClient(engine.url) as client:
+            return await PromptBuilder(client, tag="ab12").build_many(20, 2)
+
+    prompts = asyncio.run(go())
+    assert [count_tokens(p) for p in prompts] == [20, 20]
+    assert [p.split()[0] for p in prompts] == ["[req-ab12-00000]", "[req-ab12-00001]"]

@@ -101,6 +101,17 @@ def test_multi_stream_points_and_unique_prefixes(engine: FakeEngine) -> None:
     assert set(engine.state.prompt_tokens) == {24}
 
 
+def test_two_runs_against_one_server_never_repeat_a_prompt(engine: FakeEngine) -> None:
+    # A rerun (a baseline and its successor) must not be served from the prefix
+    # cache the first run filled: prompt ids restart, so each run tags its own.
+    spec = MultiStream(streams=(2,), input_tokens=24, output_tokens=4)
+    run_bench(dep(engine), [spec], FAST)
+    first = set(engine.state.prompts)
+    run_bench(dep(engine), [spec], FAST)
+    second = set(engine.state.prompts) - first
+    assert len(first) == len(second) == 1 + 2 * 2
+
+
 @pytest.mark.parametrize("engine", [EngineConfig(tokens_per_step=3)], indirect=True)
 def test_multi_stream_steps_follow_the_acceptance_length(engine: FakeEngine) -> None:
     spec = MultiStream(streams=(3,), input_tokens=16, output_tokens=7)

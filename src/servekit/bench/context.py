@@ -8,6 +8,7 @@ PD); /tokenize and /metrics go to its engine endpoints when it lists them.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,10 @@ class BenchContext:
         engines = [e.url for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
         engine_clients = [self.client.derive(url) for url in engines] or [self.client]
         # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
-        self.prompts = PromptBuilder(engine_clients[0])
+        # A fresh tag per benchmark run: ids restart at 0 in every run, and a
+        # rerun against the same server would otherwise send the same prompts
+        # and be served from its prefix cache.
+        self.prompts = PromptBuilder(engine_clients[0], tag=secrets.token_hex(3))
         self.metrics = MetricsSource(engine_clients)
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:

@@ -34,17 +34,20 @@ class PromptBuilder:
     """Builds exact-length prompts against one target's tokenizer.
 
     Request ids come from one counter per builder, so every prompt of a run has
-    its own prefix and no two requests share a cached prefix block.
+    its own prefix and no two requests share a cached prefix block. ``tag``
+    (``[req-TAG-NNNNN]``) keeps the prompts of different builders apart: a
+    second benchmark against the same server must not hit the cache of the first.
     """
 
-    def __init__(self, client: OpenAIClient, start_id: int = 0) -> None:
+    def __init__(self, client: OpenAIClient, start_id: int = 0, tag: str = "") -> None:
         self._client = client
         self._ids = itertools.count(start_id)
+        self._tag = f"{tag}-" if tag else ""
         self._words_for: dict[int, int] = {}
 
     def next_prefix(self) -> str:
-        """A fresh ``[req-NNNNN]`` prefix."""
-        return f"[req-{next(self._ids):05d}]"
+        """A fresh ``[req-NNNNN]`` (or ``[req-TAG-NNNNN]``) prefix."""
+        return f"[req-{self._tag}{next(self._ids):05d}]"
 
     async def build(self, n_tokens: int) -> str:
         """One prompt of exactly ``n_tokens`` tokens with a fresh prefix.
