@@ -41,7 +41,13 @@ import numpy as np
 from bench_common import cpu_seconds_of, pin_self, sim_process_pid
 
 from servekit.bench.lag import LoopLagProbe
-from servekit.bench.load import arrival_offsets, run_at_rate, run_concurrent, stream_body
+from servekit.bench.load import (
+    arrival_offsets,
+    frozen_heap,
+    run_at_rate,
+    run_concurrent,
+    stream_body,
+)
 from servekit.bench.prompts import PromptBuilder
 from servekit.bench.stats import serving_metrics
 from servekit.client import OpenAIClient, RequestRecord
@@ -131,6 +137,39 @@ async def stream_row(
         "loop_lag_p99_ms": lag["loop_lag_p99_ms"],
         "errors": int(m["failed"] or 0),
     }
+
+
+class StallProbe(LoopLagProbe):
+    """Loop lag, split by whether this process was running while it was late.
+
+    Each 10 ms tick records how late it woke and how much CPU the process
+    used meanwhile. A tick late by more than ``threshold_ms`` whose CPU time
+    covers less than half of the lateness was a stall of the host (the
+    process was not scheduled); otherwise the loop itself was busy.
+    """
+
+    def __init__(self, interval_s: float = 0.01, threshold_ms: float = 5.0) -> None:
+        super().__init__(interval_s)
+        self.threshold_ms = threshold_ms
+        self.host_ms = 0.0
+        self.busy_ms = 0.0
+        self.host_n = self.busy_n = 0
+
+    async def _loop(self) -> None:
+        while True:
+            due = time.perf_counter() + self.interval_s
+            c0 = time.process_time()
+            await asyncio.sleep(self.interval_s)
+            late = max(0.0, (time.perf_counter() - due) * 1000)
+            cpu = (time.process_time() - c0) * 1000
+            self.lags_ms.append(late)
+            if late > self.threshold_ms:
+                if cpu < (self.interval_s * 1000 + late) / 2:
+                    self.host_ms += late
+                    self.host_n += 1
+                else:
+                    self.busy_ms += late
+                    self.busy_n += 1
 
 
 class _RawStream(asyncio.Protocol):
@@ -286,9 +325,11 @@ async def added_ttft(
             block = bodies[:n]
             bodies = bodies[n:] + block  # rotate: each block its own requests
             s0, w0 = cpu_seconds_of(sim_pid), time.perf_counter()
-            async with LoopLagProbe(0.01).running() as probe:
+            probe = StallProbe(0.01)
+            async with probe.running():
                 if tool == "reference":
-                    ttfts, busy = await run_reference(url, block, args.streams, offsets)
+                    with frozen_heap():  # as the harness's generators do
+                        ttfts, busy = await run_reference(url, block, args.streams, offsets)
                 else:
                     ttfts, busy = await run_harness(client, block, args.streams, rate)
             sim_share = (cpu_seconds_of(sim_pid) - s0) / (time.perf_counter() - w0)
@@ -302,6 +343,8 @@ async def added_ttft(
                     "ttft_p50_ms": float(np.percentile(ttfts, 50)),
                     "ttft_p99_ms": float(np.percentile(ttfts, 99)),
                     "loop_lag_p99_ms": lag["loop_lag_p99_ms"],
+                    "host_stalls": f"{probe.host_n}/{probe.host_ms:.0f}ms",
+                    "busy_stalls": f"{probe.busy_n}/{probe.busy_ms:.0f}ms",
                     "sim_cpu_share": sim_share,
                     "load1": os.getloadavg()[0],
                     "ok": len(ttfts),

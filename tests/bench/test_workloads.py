@@ -238,3 +238,31 @@ def test_kv_line_of_the_endpoint_wins_in_a_shared_log(tmp_path: Path) -> None:
     assert kv_from_log(log, "decode") == 2000
     assert kv_from_log(log, "other") == 2000
     assert kv_from_log(tmp_path / "missing.log") is None
+
+
+def test_load_generators_run_with_the_heap_frozen(engine: FakeEngine) -> None:
+    # A full collection of the imported heap must not land inside a measured
+    # window: the generators freeze it for the run and unfreeze it after.
+    import asyncio
+    import gc
+    from typing import Any
+
+    from servekit.bench.load import run_at_rate, run_concurrent, stream_body
+    from servekit.client import OpenAIClient, RequestRecord
+
+    seen: list[int] = []
+
+    class Watching(OpenAIClient):
+        async def completion(self, body: dict[str, Any]) -> RequestRecord:
+            seen.append(gc.get_freeze_count())
+            return await super().completion(body)
+
+    async def go() -> None:
+        async with Watching(engine.url) as client:
+            bodies = [stream_body("[req-1] the of and", 2, None) for _ in range(3)]
+            await run_concurrent(client, bodies, 2)
+            await run_at_rate(client, bodies, 1000.0, "constant")
+
+    asyncio.run(go())
+    assert len(seen) == 6 and all(n > 0 for n in seen)
+    assert gc.get_freeze_count() == 0
