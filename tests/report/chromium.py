@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,17 +38,45 @@ def binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@contextlib.contextmanager
+def _profile() -> Iterator[str]:
+    """A fresh profile folder, removed even if a Chromium helper still writes into it."""
+    folder = tempfile.mkdtemp(prefix="chromium-")
+    try:
+        yield folder
+    finally:
+        for _ in range(20):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not Path(folder).exists():
+                break
+            time.sleep(0.1)
+
+
+def _stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Stop Chromium and every helper process it forked (its own session)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=20)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     exe = binary()
     assert exe is not None, "chromium is not installed (scripts/bootstrap.sh tools)"
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        return subprocess.run(
-            [exe, *FLAGS, f"--user-data-dir={profile}", *args],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
+    with _profile() as profile:
+        argv = [exe, *FLAGS, f"--user-data-dir={profile}", *args]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+        finally:
+            _stop_group(proc)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def dump_dom(url: str) -> str:
@@ -67,22 +97,18 @@ def devtools(url: str) -> Iterator[str]:
     """Start Chromium on ``url`` with a DevTools port; yield the page's websocket URL."""
     exe = binary()
     assert exe is not None
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    with _profile() as profile:
         proc = subprocess.Popen(
             [exe, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", url],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             port = _wait_port(Path(profile) / "DevToolsActivePort", proc)
             yield asyncio.run(_page_ws(port))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=20)
+            _stop_group(proc)
 
 
 def _wait_port(path: Path, proc: subprocess.Popen[bytes]) -> int:
