@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
+from servekit.bench.background import in_background
+
 
 class LoopLagProbe:
     """Records the wake-up lateness of a periodic task, in milliseconds."""
@@ -35,13 +37,10 @@ class LoopLagProbe:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[LoopLagProbe]:
         """Probe while the block runs."""
-        task = asyncio.create_task(self._loop())
         try:
-            yield self
+            async with in_background(self._loop()):
+                yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             if not self.lags_ms:
                 # A run shorter than one period still gets one sample: how long
                 # a ready callback waited for the loop.

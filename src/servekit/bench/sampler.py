@@ -16,6 +16,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from servekit.bench.background import in_background
 from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient, merge_snapshots
 
 RUNNING = "vllm:num_requests_running"
@@ -88,13 +89,10 @@ class Sampler:
     async def running(self) -> AsyncIterator[Sampler]:
         """Sample before, every interval during, and after the block."""
         await self._sample()
-        task = asyncio.create_task(self._loop())
         try:
-            yield self
+            async with in_background(self._loop()):
+                yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             await self._sample()
 
     def max_running(self) -> float | None:
