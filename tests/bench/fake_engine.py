@@ -3,7 +3,8 @@
 It serves /v1/completions (stream or not) with a fixed TTFT and ITL, /tokenize
 (a word is one token, a word longer than six characters two), /v1/models,
 /health and /metrics (running/waiting gauges, spec-decode counters when
-``tokens_per_step`` > 1, the cache config info gauge). It runs in a thread with
+``tokens_per_step`` > 1, the cache config info gauge, and optionally the
+request decode-time histogram). It runs in a thread with
 its own event loop so synchronous code (run_bench, the CLI) can drive it.
 """
 
@@ -33,6 +34,8 @@ class EngineConfig:
     metrics: bool = True
     tokenize: bool = True  # a PD proxy offers no /tokenize
     burst: bool = False  # every frame in one write, as a starved API server sends them
+    decode_time: bool = False  # expose vllm:request_decode_time_seconds (first to last token)
+    finish_late_s: float = 0.0  # count a finished request this long after its last frame
 
 
 @dataclass
@@ -42,6 +45,8 @@ class EngineState:
     phantom: int = 0
     max_running: int = 0
     finished: int = 0
+    decode_s: float = 0.0
+    decoded: int = 0
     drafts: int = 0
     accepted: int = 0
     tokenize_calls: int = 0
@@ -129,6 +134,13 @@ class FakeEngine:
             f'vllm:cache_config_info{{block_size="{c.block_size}",'
             f'num_gpu_blocks="{c.num_gpu_blocks}"}} 1.0\n'
         )
+        if c.decode_time:
+            text += (
+                "# TYPE vllm:request_decode_time_seconds histogram\n"
+                f'vllm:request_decode_time_seconds_bucket{{le="+Inf"}} {s.decoded}\n'
+                f"vllm:request_decode_time_seconds_sum {s.decode_s}\n"
+                f"vllm:request_decode_time_seconds_count {s.decoded}\n"
+            )
         if c.tokens_per_step > 1:
             text += (
                 "# TYPE vllm:spec_decode_num_drafts_total counter\n"
@@ -159,7 +171,14 @@ class FakeEngine:
         finally:
             s.running -= 1
             s.phantom -= phantom
-            s.finished += 2 if index in c.ghost_on else 1
+            finished = 2 if index in c.ghost_on else 1
+            if c.finish_late_s:
+                asyncio.get_running_loop().call_later(c.finish_late_s, self._finish, finished)
+            else:
+                self._finish(finished)
+
+    def _finish(self, n: int) -> None:
+        self.state.finished += n
 
     async def _generate(
         self, request: web.Request, body: dict[str, Any], n_prompt: int
@@ -174,16 +193,22 @@ class FakeEngine:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if c.burst:
+            # The engine decodes step by step; the client gets it all at once.
+            decode_s = (n - 1) * c.itl_s
+            await asyncio.sleep(decode_s)
+            self.state.decode_s += decode_s
+            self.state.decoded += 1
             frames = [
                 {"choices": [{"index": 0, "text": "x", "finish_reason": None}]} for _ in range(n)
             ]
             data = "".join(f"data: {json.dumps(f)}\n\n" for f in frames)
             await resp.write(f"{data}data: [DONE]\n\n".encode())
             return resp
-        sent = 0
+        sent = steps = 0
         while sent < n:
             k = 1 if sent == 0 else min(c.tokens_per_step, n - sent)
             if sent > 0:
+                steps += 1
                 await asyncio.sleep(c.itl_s)
                 self.state.drafts += 1
                 self.state.accepted += k - 1
@@ -191,6 +216,8 @@ class FakeEngine:
             finish = "length" if sent >= n else None
             frame = {"choices": [{"index": 0, "text": "x" * k, "finish_reason": finish}]}
             await resp.write(f"data: {json.dumps(frame)}\n\n".encode())
+        self.state.decode_s += steps * c.itl_s
+        self.state.decoded += 1
         await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         return resp

@@ -223,7 +223,63 @@ def test_stream_without_a_decode_window_is_invalid_not_a_number(engine: FakeEngi
     (point,) = result.points
     assert point.errors == 0 and point.requests == 4 and point.invalid_runs == 4
     assert point.figures["tok_per_s"].median is None
-    assert all("no decode window" in r["note"] for r in point.evidence["runs"])
+    assert all("not measured" in r["note"] for r in point.evidence["runs"])
+    assert len(point.evidence["rejected_runs"]) == point.invalid_runs
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(burst=True, decode_time=True)], indirect=True)
+def test_merged_frames_take_the_window_from_the_engines_decode_time(engine: FakeEngine) -> None:
+    # The whole stream arrives in one read: the client sees no window, the
+    # engine reports its own first-to-last-token time, 5 steps x 2 ms.
+    spec = SingleStream(prompt_tokens=16, output_tokens=6, max_retries=0)
+    result = run_bench(dep(engine), [spec], FAST)
+    (point,) = result.points
+    assert point.errors == 0 and point.invalid_runs == 0
+    for run in point.evidence["runs"]:
+        assert run["frames_merged"] is True and run["reads"] == 1
+        assert run["window_source"].startswith("engine:")
+        assert run["window_ms"] == pytest.approx(10.0)
+        assert run["ms_per_step"] == pytest.approx(2.0)
+    assert point.figures["tok_per_s"].median == pytest.approx(500.0)
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(decode_time=True)], indirect=True)
+def test_separate_frames_keep_the_clients_window(engine: FakeEngine) -> None:
+    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=6)], FAST)
+    (point,) = result.points
+    for run in point.evidence["runs"]:
+        assert run["frames_merged"] is False and run["reads"] == 6
+        assert run["window_source"].startswith("client:")
+        assert run["engine_decode_ms"] == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(finish_late_s=0.3)], indirect=True)
+def test_a_request_counted_late_does_not_invalidate_the_next_shot(engine: FakeEngine) -> None:
+    # The engine counts a request as finished 0.3 s after its last frame (vLLM
+    # records metrics after streaming): the shot waits for its own count, so
+    # the next shot does not see it as someone else's request.
+    spec = SingleStream(prompt_tokens=16, output_tokens=4, max_retries=0)
+    result = run_bench(dep(engine), [spec], RunSettings(runs=3, warmup=0, idle_timeout_s=10))
+    (point,) = result.points
+    assert point.invalid_runs == 0
+    assert [r["foreign_requests"] for r in point.evidence["runs"]] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("engine", [EngineConfig(burst=True, decode_time=True)], indirect=True)
+def test_multi_stream_with_merged_frames_uses_the_engines_mean_decode_time(
+    engine: FakeEngine,
+) -> None:
+    spec = MultiStream(streams=(2,), input_tokens=16, output_tokens=6)
+    result = run_bench(dep(engine), [spec], FAST)
+    (point,) = result.points
+    for run in point.evidence["runs"]:
+        assert run["merged_streams"] == 2
+        assert run["window_source"].startswith("engine:")
+        assert run["engine_mean_decode_ms"] == pytest.approx(10.0)
+        assert run["per_stream_tok_per_s"] == pytest.approx(500.0)
+        assert run["ms_per_step"] == pytest.approx(2.0)
+        # 12 tokens over at least the mean decode time: an upper bound.
+        assert run["total_tok_per_s"] <= 12 / 0.010 + 1e-6
 
 
 def test_kv_line_of_the_endpoint_wins_in_a_shared_log(tmp_path: Path) -> None:

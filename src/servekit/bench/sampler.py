@@ -106,3 +106,54 @@ class Sampler:
         values = [s.counter(name) for s in self.samples]
         present = [v for v in values if v is not None]
         return present[-1] - present[0] if len(present) >= 2 else None
+
+    def histogram_sum_delta(self, name: str) -> float | None:
+        """Last minus first sample of a histogram's sum; None if absent."""
+        hists = [s.histogram(name) for s in self.samples]
+        present = [h.sum for h in hists if h is not None]
+        return present[-1] - present[0] if len(present) >= 2 else None
+
+    async def settle(self, counter: str, at_least: float, timeout_s: float = 2.0) -> bool:
+        """Sample until ``counter`` has grown by ``at_least`` since the first sample.
+
+        vLLM records a finished request's metrics just after it streams the
+        last frame, so a sample taken the moment the client sees ``[DONE]`` can
+        miss that request. False when the counter did not get there in time
+        (or the target does not expose it).
+        """
+        first = self.samples[0] if self.samples else None
+        last = await settled(self._source, first, counter, at_least, timeout_s=timeout_s)
+        if last is not None and last is not first:
+            self.samples.append(last)
+        return grown(first, last, counter) >= at_least
+
+
+def grown(first: MetricsSnapshot | None, last: MetricsSnapshot | None, counter: str) -> float:
+    """How much ``counter`` grew from ``first`` to ``last`` (0 when unknown)."""
+    a = first.counter(counter) if first is not None else None
+    b = last.counter(counter) if last is not None else None
+    return b - a if a is not None and b is not None else 0.0
+
+
+async def settled(
+    source: MetricsSource,
+    first: MetricsSnapshot | None,
+    counter: str,
+    at_least: float,
+    *,
+    timeout_s: float = 2.0,
+    poll_s: float = 0.05,
+) -> MetricsSnapshot | None:
+    """A snapshot taken once ``counter`` grew by ``at_least`` since ``first``.
+
+    The last snapshot taken when the deadline passes first; None when the
+    target has no metrics. A target without the counter is not waited for.
+    """
+    if first is None or first.counter(counter) is None:
+        return await source.snapshot()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = await source.snapshot()
+        if snap is None or grown(first, snap, counter) >= at_least or time.monotonic() > deadline:
+            return snap
+        await asyncio.sleep(poll_s)

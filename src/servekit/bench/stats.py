@@ -123,6 +123,15 @@ def _good(records: Sequence[RequestRecord], slo_ms: Mapping[SLOName, float]) -> 
     return good
 
 
+def distinct_reads(token_times_ns: Sequence[int]) -> int:
+    """How many separate reads a stream's frames arrived in.
+
+    Frames parsed out of one socket read share their arrival stamp, so frames
+    that came together count once: they tell the client nothing about steps.
+    """
+    return len(set(token_times_ns))
+
+
 def stream_rates(records: Sequence[RequestRecord]) -> tuple[list[float], list[float]]:
     """Per-stream decode tok/s and ms/step from streamed token stamps.
 

@@ -11,6 +11,13 @@ steps; tok/s = A x 1000 / ms/step. A run during which more than one request
 was running or waiting, or another request finished on the engines (the
 ``vllm:request_success`` delta, which catches short requests the 0.25 s
 sampling misses), is invalid and re-run.
+
+The window is the client's when it can see one. A starved API server hands
+several steps' tokens over in one frame (vLLM merges the deltas a slow reader
+has not collected yet), and on a small fast model the whole stream can arrive
+in one read: then the window is the engines' own decode time (the delta of
+``vllm:request_decode_time_seconds``, first token to last on the engine), and
+the run says so in ``window_source``. Both windows are kept when both exist.
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ from servekit.bench.config import SingleStream
 from servekit.bench.context import BenchContext
 from servekit.bench.sampler import Sampler
 from servekit.bench.schema import Point
-from servekit.bench.stats import error_kinds, error_samples, figure
+from servekit.bench.stats import distinct_reads, error_kinds, error_samples, figure
 from servekit.client import RequestRecord
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 FINISHED = "vllm:request_success"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+DECODE_TIME = "vllm:request_decode_time_seconds"
 
 
 def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[str, Any]:
@@ -41,11 +49,7 @@ def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[st
     out["samples"] = len(sampler.samples)
     finished = sampler.counter_delta(FINISHED)
     out["foreign_requests"] = None if finished is None else max(0.0, finished - legs)
-    if not rec.ok or len(t) < 2:
-        return out
-    window_ms = (t[-1] - t[0]) / 1e6
-    if window_ms <= 0:
-        out["note"] = "all token frames arrived in one read: no decode window to measure"
+    if not rec.ok or rec.output_tokens < 2 or len(t) < 1:
         return out
     drafts = sampler.counter_delta(DRAFTS)
     accepted = sampler.counter_delta(ACCEPTED)
@@ -59,8 +63,27 @@ def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[st
         source = "one token per step (no spec-decode counters)"
     else:
         steps = float(len(t) - 1)
-        accept = (rec.output_tokens - 1) / steps
+        accept = (rec.output_tokens - 1) / steps if steps else 0.0
         source = "token frames after the first (no /metrics)"
+    # One frame per step, each read on its own, unless a starved server merged
+    # steps or the client read several frames at once: then the client's
+    # window is short by the merged steps and the engine's is used.
+    merged = distinct_reads(t) - 1 < steps
+    client_ms = (t[-1] - t[0]) / 1e6
+    engine_s = sampler.histogram_sum_delta(DECODE_TIME)
+    engine_ms = engine_s * 1000.0 if engine_s else None
+    out.update(
+        frames=len(t), reads=distinct_reads(t), frames_merged=merged, client_window_ms=client_ms
+    )
+    out["engine_decode_ms"] = engine_ms
+    if not merged and client_ms > 0:
+        window_ms, out["window_source"] = client_ms, "client: first to last token frame"
+    elif engine_ms:
+        window_ms = engine_ms
+        out["window_source"] = f"engine: {DECODE_TIME} delta (token frames merged)"
+    else:
+        out["note"] = "token frames merged and the engine reports no decode time: not measured"
+        return out
     ms_per_step = window_ms / steps
     out.update(
         window_ms=window_ms,
@@ -83,9 +106,12 @@ async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, d
     await ctx.wait_idle()
     prompt = await ctx.prompts.build(spec.prompt_tokens)
     sampler = Sampler(ctx.metrics, spec.sample_interval_s)
+    legs = 2 if ctx.deployment.is_pd else 1
     async with sampler.running():
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
-    return rec, shot_figures(rec, sampler, legs=2 if ctx.deployment.is_pd else 1)
+    if rec.ok:
+        await sampler.settle(FINISHED, legs)
+    return rec, shot_figures(rec, sampler, legs=legs)
 
 
 def _valid(ev: dict[str, Any]) -> bool:
@@ -100,15 +126,15 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
     await ctx.wait_idle()
     await ctx.warm_up(spec.prompt_tokens, min(spec.output_tokens, 16))
     shots: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
     records: list[RequestRecord] = []
-    invalid = 0
     for i in range(ctx.settings.runs):
         for _attempt in range(spec.max_retries + 1):
             rec, ev = await _shot(spec, ctx)
             records.append(rec)
             if _valid(ev) or not rec.ok:
                 break
-            invalid += 1
+            rejected.append(ev)
         shots.append(ev)
         ctx.progress(f"single_stream ISL={spec.prompt_tokens}", i + 1, ctx.settings.runs)
     good = [s for s in shots if _valid(s)]
@@ -132,9 +158,10 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
             requests=len(records),
             errors=sum(not r.ok for r in records),
             error_kinds=error_kinds(records),
-            invalid_runs=invalid,
+            invalid_runs=len(rejected),
             evidence={
                 "runs": shots,
+                "rejected_runs": rejected,
                 "idle_checked": ctx.idle_checked,
                 "error_samples": error_samples(records),
             },
