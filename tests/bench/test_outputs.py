@@ -18,10 +18,11 @@ from servekit.bench import (
     run_bench,
     write_outputs,
 )
-from servekit.bench.report import cell, number
+from servekit.bench.report import cell
 from servekit.bench.schema import BenchInputs, Figure, Point
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
+from servekit.numbers import fmt
 
 from .fake_engine import FakeEngine
 
@@ -50,8 +51,8 @@ def test_baseline_rows_are_before_after_with_delta_and_direction() -> None:
 
 
 def test_cells_show_median_and_range_like_the_seeds() -> None:
-    assert number(2_987_727, "tokens") == "2,987,727"
-    assert number(7135.2) == "7,135" and number(116.44) == "116.4" and number(24.844) == "24.84"
+    assert fmt(2_987_727, "tokens") == "2,987,727"
+    assert fmt(7135.2) == "7,135" and fmt(116.44) == "116.4" and fmt(24.844) == "24.84"
     assert (
         cell(Figure(unit="tok/s", median=5.0, min=4.0, max=6.0, runs=(4, 5, 6)))
         == "5.00 (4.00-6.00)"

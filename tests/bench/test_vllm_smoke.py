@@ -73,7 +73,8 @@ def test_bench_1p1d_on_real_vllm(runs_root: dict[str, str]) -> None:
     why = {p.label: p.evidence.get("error_samples") for p in result.points if p.errors}
     assert sum(p.errors for p in result.points) == 0, why
     single = result.point("single_stream", "ISL=64")
-    assert single is not None and single.invalid_runs == 0
+    assert single is not None
+    assert single.invalid_runs == 0, single.evidence["rejected_runs"]
     # No speculative decoding in this layout: A must be exactly 1.
     assert single.figures["acceptance_length"].median == 1.0
     assert (single.figures["tok_per_s"].median or 0) > 0

@@ -11,10 +11,10 @@ from servekit.accept.models import AcceptResult, CheckResult
 from servekit.bench.config import KVCapacity, MultiStream, Prefill, SingleStream
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
+from servekit.numbers import delta, fmt
 from servekit.render.plan import build_plan
 from servekit.report.boundaries import boundaries
 from servekit.report.models import StepOutcome, VerifyRun
-from servekit.report.numbers import delta, fmt
 from servekit.report.usage import usage
 from servekit.report.workloads import contexts_for, workloads_for
 
@@ -25,6 +25,9 @@ from servekit.report.workloads import contexts_for, workloads_for
         (2987727, "tokens", "2,987,727"),
         (113.44, "tok/s", "113.4"),
         (24.844, "ms", "24.84"),
+        (7135.2, "tok/s", "7,135"),
+        (0.843, "", "0.843"),
+        (0.0, "ms", "0.00"),
         (0.0363, "ms", "0.0363"),
         (None, "ms", "n/a"),
     ],

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from servekit.bench.baseline import Delta, compare
 from servekit.bench.schema import BenchResult, Figure, Point
+from servekit.numbers import fmt, signed_percent
 
 KEY_FIGURES: dict[str, tuple[str, ...]] = {
     "single_stream": ("tok_per_s", "ms_per_step", "acceptance_length", "ttft_ms"),
@@ -50,26 +51,13 @@ TITLES = {
 }
 
 
-def number(value: float | None, unit: str = "") -> str:
-    """A figure as the seeds write them: thousands separators, sensible decimals."""
-    if value is None:
-        return "n/a"
-    if unit == "tokens" or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if abs(value) >= 100:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def cell(fig: Figure | None) -> str:
     """'median (min-max)'; a single run shows just the value."""
     if fig is None or fig.median is None:
         return "n/a"
     if len(fig.runs) <= 1 or fig.min == fig.max:
-        return number(fig.median, fig.unit)
-    return (
-        f"{number(fig.median, fig.unit)} ({number(fig.min, fig.unit)}-{number(fig.max, fig.unit)})"
-    )
+        return fmt(fig.median, fig.unit)
+    return f"{fmt(fig.median, fig.unit)} ({fmt(fig.min, fig.unit)}-{fmt(fig.max, fig.unit)})"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -107,13 +95,13 @@ def delta_table(rows: Sequence[Delta]) -> str:
     """The seeds' table: before -> after (delta), marked better or worse."""
     body = []
     for d in rows:
-        change = "n/a" if d.change is None else f"{d.change * 100:+.1f}%"
+        change = signed_percent(d.change)
         mark = {True: " better", False: " worse", None: ""}[d.better]
         body.append(
             [
                 f"{d.workload} {d.label}",
                 f"{d.figure} [{d.unit}]",
-                f"{number(d.before, d.unit)} -> {number(d.after, d.unit)} ({change}){mark}",
+                f"{fmt(d.before, d.unit)} -> {fmt(d.after, d.unit)} ({change}){mark}",
             ]
         )
     return _table(["point", "figure", "before -> after (delta)"], body)

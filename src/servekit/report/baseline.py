@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from servekit.bench.baseline import compare as bench_compare
 from servekit.bench.schema import BenchResult
+from servekit.numbers import delta, fmt
 from servekit.report.figures import PointFiles
-from servekit.report.numbers import delta, fmt
 from servekit.report.view import Change
 
 
