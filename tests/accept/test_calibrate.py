@@ -35,6 +35,9 @@ def test_converges_for_any_chars_per_token_and_overhead(
     assert found is not None
     assert found.within, found
     assert len(calls) == found.iterations <= MAX_ITERATIONS
+    # Every /tokenize answer is kept as evidence, in the order asked.
+    assert [c for c, _ in found.tries] == calls
+    assert found.tries[-1] == (found.chars, found.tokens)
 
 
 def test_a_failing_tokenizer_gives_none() -> None:
@@ -52,3 +55,5 @@ def test_an_unreachable_target_returns_the_closest_try_outside_tolerance() -> No
     assert found is not None
     assert not found.within
     assert found.iterations == 1 or found.tokens == 10_000
+    assert len(found.tries) == MAX_ITERATIONS
+    assert found.trail().count("->") == MAX_ITERATIONS

@@ -27,6 +27,12 @@ class Calibration(BaseModel):
     chars: int
     tokens: int
     iterations: int
+    tries: tuple[tuple[int, int], ...] = ()
+    """Every (filler characters, tokens measured) asked of /tokenize, in order."""
+
+    def trail(self) -> str:
+        """The tries as evidence: ``16000 chars -> 4102 tok; 15604 -> 4000``."""
+        return "; ".join(f"{c} chars -> {t} tok" for c, t in self.tries)
 
     @property
     def within(self) -> bool:
@@ -47,14 +53,23 @@ async def calibrate(target: int, count: Counter, tol: int | None = None) -> Cali
     tol = tolerance(target) if tol is None else tol
     chars = max(int(target * FIRST_GUESS_CHARS_PER_TOKEN), 1)
     best: Calibration | None = None
+    tries: list[tuple[int, int]] = []
     for i in range(1, MAX_ITERATIONS + 1):
         tokens = await count(chars)
         if tokens is None:
             return None
-        found = Calibration(target=target, tolerance=tol, chars=chars, tokens=tokens, iterations=i)
+        tries.append((chars, tokens))
+        found = Calibration(
+            target=target,
+            tolerance=tol,
+            chars=chars,
+            tokens=tokens,
+            iterations=i,
+            tries=tuple(tries),
+        )
         if best is None or abs(tokens - target) < abs(best.tokens - target):
             best = found
         if found.within:
             return found
         chars = max(int(chars * target / max(tokens, 1)), 1)
-    return best
+    return best.model_copy(update={"tries": tuple(tries)}) if best else None

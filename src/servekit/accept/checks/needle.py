@@ -92,7 +92,7 @@ async def _calibrated(
     if cal is None:
         result = "/tokenize failed while calibrating the prompt"
     elif not cal.within:
-        result = f"calibration missed {target} tokens: {cal.tokens} after {cal.iterations} tries"
+        result = f"calibration missed {target} tokens: {cal.tokens} after {cal.iterations} tries ({cal.trail()})"
     else:
         result = cal
     probe.env.state[key] = result
@@ -121,7 +121,10 @@ def _judged(
     }
     if cal is not None:
         measures.update(
-            prompt_tokens=cal.tokens, target_tokens=cal.target, iterations=cal.iterations
+            prompt_tokens=cal.tokens,
+            target_tokens=cal.target,
+            iterations=cal.iterations,
+            calibration=cal.trail(),
         )
     return (
         passed(verdict.reason, **measures) if verdict.passed else failed(verdict.reason, **measures)
