@@ -164,3 +164,27 @@ def test_decode_pays_the_kv_transfer_time() -> None:
     expected = A3.transfer_time(n) + A3.decode_step(1)
     assert metric(m, "vllm:time_to_first_token_seconds_sum") == pytest.approx(expected, rel=0.05)
     assert metric(m, "vllm:prefix_cache_queries_total") == n
+
+
+def test_decode_step_grows_with_the_context_the_batch_holds() -> None:
+    # 10 ms per step plus 1 us per context token: a 1,000-token prompt decodes
+    # its 10 tokens at 11.0-11.01 ms per step, a 5,000-token one at 15 ms.
+    profile = {
+        "name": "context",
+        "decode_step_s": [[1, 0.010]],
+        "decode_per_context_token_s": 1e-6,
+    }
+    spec = {"endpoints": [{"name": "e", "port": 0, "profile": profile}], "time_scale": 0.2}
+    itls = []
+    for n in (1000, 5000):
+        with running_sim(spec) as sim:
+            body = {"prompt": _prompt(n), "max_tokens": 11, "ignore_eos": True}
+            status, doc = post(f"{sim.url}/v1/completions", body)
+            assert status == 200
+            prompt_len = doc["usage"]["prompt_tokens"]
+            _, m = get(f"{sim.url}/metrics")
+        itls.append(_hist_mean(m, "vllm:inter_token_latency_seconds"))
+        # Step k (1..10) reads prompt + k tokens of context.
+        expected = 0.010 + 1e-6 * (prompt_len + 5.5)
+        assert itls[-1] == pytest.approx(expected, rel=1e-6)
+    assert itls[1] > itls[0] + 0.003

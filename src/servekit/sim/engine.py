@@ -200,7 +200,8 @@ class Engine:
                 n = min(budget, s.prompt_len - s.computed)
                 chunks.append((s, n))
                 budget -= n
-        dt = prof.decode_step(len(decodes)) if decodes else 0.0
+        context = sum(s.prompt_len + s.emitted for s in decodes)
+        dt = prof.decode_step(len(decodes), context) if decodes else 0.0
         if chunks:
             dt += prof.prefill_overhead_s
             dt += sum(prof.prefill_chunk(n, s.computed + n) for s, n in chunks)

@@ -42,6 +42,11 @@ class Profile(BaseModel):
         default=((1, 0.0),),
         description="(running batch size, seconds per decode step), interpolated linearly",
     )
+    decode_per_context_token_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="per decode step, per token of context the decoding sequences hold (attention reads)",
+    )
     num_speculative_tokens: int = Field(default=0, ge=0)
     acceptance_length: float = Field(default=1.0, ge=1.0, description="tokens per decode step")
     kv_bytes_per_token: int = Field(default=0, ge=0)
@@ -80,11 +85,20 @@ class Profile(BaseModel):
             and self.prefill_per_token_s == 0
             and self.prefill_quadratic_s == 0
             and all(s == 0 for _, s in self.decode_step_s)
+            and self.decode_per_context_token_s == 0
         )
 
-    def decode_step(self, batch: int) -> float:
-        """Seconds of one decode step with ``batch`` running sequences."""
-        return _interpolate(self.decode_step_s, batch)
+    def decode_step(self, batch: int, context_tokens: int = 0) -> float:
+        """Seconds of one decode step with ``batch`` running sequences.
+
+        ``context_tokens`` is the sum of their context lengths: a decode step
+        reads every cached token once, so long contexts slow each step down
+        even at the same batch size.
+        """
+        return (
+            _interpolate(self.decode_step_s, batch)
+            + self.decode_per_context_token_s * context_tokens
+        )
 
     def prefill_chunk(self, tokens: int, context_end: int) -> float:
         """Seconds to prefill ``tokens`` ending at position ``context_end`` (no overhead)."""
