@@ -45,14 +45,15 @@ class BenchContext:
     idle_checked: bool = True
 
     def __post_init__(self) -> None:
-        engines = [e.url for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
-        engine_clients = [self.client.derive(url) for url in engines] or [self.client]
+        engines = [e for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
+        engine_clients = [self.client.derive(e.url) for e in engines] or [self.client]
+        roles: list[str] = [e.role for e in engines] or ["engine"]
         # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
         # A fresh tag per benchmark run: ids restart at 0 in every run, and a
         # rerun against the same server would otherwise send the same prompts
         # and be served from its prefix cache.
         self.prompts = PromptBuilder(engine_clients[0], tag=secrets.token_hex(3))
-        self.metrics = MetricsSource(engine_clients)
+        self.metrics = MetricsSource(engine_clients, roles)
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         """A greedy ignore_eos streamed completion body for this target's model."""

@@ -4,7 +4,8 @@ A point is only valid when the engine served nothing else while it was
 measured, so the harness waits for ``running = waiting = 0`` first and samples
 ``/metrics`` every 0.25 s while the point runs; the samples are its evidence.
 The metrics are read from the deployment's engine endpoints (the PD proxy may
-have no vLLM metrics) and summed, so a PD pair or DP ranks count as one engine.
+have no vLLM metrics) and summed; the running/waiting load is also kept per
+role, so DP ranks count as one engine and a PD pair as one engine per role.
 Targets without vLLM metrics are treated as idle and the point records that the
 check could not be made.
 """
@@ -40,16 +41,33 @@ async def try_metrics(client: OpenAIClient) -> MetricsSnapshot | None:
 
 
 class MetricsSource:
-    """The summed /metrics of a deployment's engines."""
+    """The /metrics of a deployment's engines, summed, and per role."""
 
-    def __init__(self, clients: Sequence[OpenAIClient]) -> None:
+    def __init__(self, clients: Sequence[OpenAIClient], roles: Sequence[str] = ()) -> None:
         self.clients = tuple(clients)
+        self.roles = tuple(roles) or ("engine",) * len(self.clients)
+        if len(self.roles) != len(self.clients):
+            raise ValueError("one role per metrics client")
+
+    async def by_role(self) -> list[tuple[str, MetricsSnapshot]]:
+        """Each answering engine's snapshot with its role."""
+        snaps = await asyncio.gather(*(try_metrics(c) for c in self.clients))
+        return [(role, s) for role, s in zip(self.roles, snaps, strict=True) if s is not None]
 
     async def snapshot(self) -> MetricsSnapshot | None:
         """All engines' metrics summed; None when none of them answers."""
-        snaps = await asyncio.gather(*(try_metrics(c) for c in self.clients))
-        present = [s for s in snaps if s is not None]
+        present = [s for _, s in await self.by_role()]
         return merge_snapshots(present) if present else None
+
+
+def role_loads(snaps: Sequence[tuple[str, MetricsSnapshot]]) -> dict[str, float]:
+    """running + waiting summed per role (DP ranks of one role count as one engine)."""
+    loads: dict[str, float] = {}
+    for role, snap in snaps:
+        load = load_of(snap)
+        if load is not None:
+            loads[role] = loads.get(role, 0.0) + sum(load)
+    return loads
 
 
 async def wait_idle(source: MetricsSource, timeout_s: float, poll_s: float = 0.1) -> bool:
@@ -74,11 +92,13 @@ class Sampler:
         self._source = source
         self._interval = interval_s
         self.samples: list[MetricsSnapshot] = []
+        self.loads: list[dict[str, float]] = []
 
     async def _sample(self) -> None:
-        snap = await self._source.snapshot()
-        if snap is not None:
-            self.samples.append(snap)
+        snaps = await self._source.by_role()
+        if snaps:
+            self.samples.append(merge_snapshots([s for _, s in snaps]))
+            self.loads.append(role_loads(snaps))
 
     async def _loop(self) -> None:
         while True:
@@ -96,9 +116,15 @@ class Sampler:
             await self._sample()
 
     def max_running(self) -> float | None:
-        """Most requests seen running (or waiting) in one sample; None without metrics."""
-        loads = [load_of(s) for s in self.samples]
-        seen = [r + w for r, w in (x for x in loads if x is not None)]
+        """Most requests seen running (or waiting) on one role's engines in one sample.
+
+        Per role, because a PD request is two requests in turn (the prefill
+        leg, then the decode leg): a prefill gauge that reads 1 a moment
+        after its leg ended, beside the decode leg's 1, is still one request
+        per engine. Another request on the same role's engines is not.
+        None without metrics.
+        """
+        seen = [max(loads.values()) for loads in self.loads if loads]
         return max(seen) if seen else None
 
     def counter_delta(self, name: str) -> float | None:
