@@ -4,7 +4,7 @@ The rules are the seeds' (the release page's tables): thousands get separators
 and no decimals (``7,135`` tok/s, ``2,987,727`` tokens), hundreds one decimal
 (``116.4``), units two (``24.84``), and fractions three significant digits
 (``0.843``, ``0.0363``) so a small latency never prints as ``0.00``. The bench
-tables, the verify report and the catalog site all call :func:`fmt`.
+tables and the verify report both call :func:`fmt`.
 """
 
 from __future__ import annotations

@@ -55,6 +55,11 @@ class BenchContext:
         self.prompts = PromptBuilder(engine_clients[0], tag=secrets.token_hex(3))
         self.metrics = MetricsSource(engine_clients, roles)
 
+    @property
+    def legs_per_request(self) -> int:
+        """Engine requests one client request makes: 2 through a PD proxy (prefill, decode)."""
+        return 2 if self.deployment.is_pd else 1
+
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         """A greedy ignore_eos streamed completion body for this target's model."""
         return stream_body(prompt, max_tokens, self.model)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from servekit.bench.background import in_background
 from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient, merge_snapshots
@@ -129,36 +129,52 @@ class Sampler:
 
     def counter_delta(self, name: str) -> float | None:
         """Last minus first sample of a counter; None if absent."""
-        values = [s.counter(name) for s in self.samples]
-        present = [v for v in values if v is not None]
-        return present[-1] - present[0] if len(present) >= 2 else None
+        return self._delta(lambda snap: snap.counter(name))
 
     def histogram_sum_delta(self, name: str) -> float | None:
         """Last minus first sample of a histogram's sum; None if absent."""
-        hists = [s.histogram(name) for s in self.samples]
-        present = [h.sum for h in hists if h is not None]
+        return self._delta(lambda snap: histogram_sum(snap, name))
+
+    def _delta(self, read: Callable[[MetricsSnapshot], float | None]) -> float | None:
+        present = [v for v in map(read, self.samples) if v is not None]
         return present[-1] - present[0] if len(present) >= 2 else None
 
-    async def settle(self, counter: str, at_least: float, timeout_s: float = 2.0) -> bool:
+    async def settle(self, counter: str, at_least: float, timeout_s: float = 2.0) -> None:
         """Sample until ``counter`` has grown by ``at_least`` since the first sample.
 
         vLLM records a finished request's metrics just after it streams the
         last frame, so a sample taken the moment the client sees ``[DONE]`` can
-        miss that request. False when the counter did not get there in time
-        (or the target does not expose it).
+        miss that request. Gives up after ``timeout_s`` (or at once when the
+        target does not expose the counter).
         """
         first = self.samples[0] if self.samples else None
         last = await settled(self._source, first, counter, at_least, timeout_s=timeout_s)
-        if last is not None and last is not first:
+        if last is not None:
             self.samples.append(last)
-        return grown(first, last, counter) >= at_least
 
 
-def grown(first: MetricsSnapshot | None, last: MetricsSnapshot | None, counter: str) -> float:
-    """How much ``counter`` grew from ``first`` to ``last`` (0 when unknown)."""
-    a = first.counter(counter) if first is not None else None
-    b = last.counter(counter) if last is not None else None
-    return b - a if a is not None and b is not None else 0.0
+def histogram_sum(snap: MetricsSnapshot, name: str) -> float | None:
+    """A histogram's running sum in one snapshot; None if absent."""
+    hist = snap.histogram(name)
+    return hist.sum if hist is not None else None
+
+
+def counter_change(
+    first: MetricsSnapshot | None, last: MetricsSnapshot | None, name: str
+) -> float | None:
+    """How much a counter grew from ``first`` to ``last``; None when either lacks it."""
+    a = first.counter(name) if first is not None else None
+    b = last.counter(name) if last is not None else None
+    return b - a if a is not None and b is not None else None
+
+
+def histogram_sum_change(
+    first: MetricsSnapshot | None, last: MetricsSnapshot | None, name: str
+) -> float | None:
+    """How much a histogram's sum grew from ``first`` to ``last``; None when either lacks it."""
+    a = histogram_sum(first, name) if first is not None else None
+    b = histogram_sum(last, name) if last is not None else None
+    return b - a if a is not None and b is not None else None
 
 
 async def settled(
@@ -180,6 +196,7 @@ async def settled(
     deadline = time.monotonic() + timeout_s
     while True:
         snap = await source.snapshot()
-        if snap is None or grown(first, snap, counter) >= at_least or time.monotonic() > deadline:
+        grew = counter_change(first, snap, counter)
+        if snap is None or (grew or 0.0) >= at_least or time.monotonic() > deadline:
             return snap
         await asyncio.sleep(poll_s)

@@ -26,7 +26,7 @@ import numpy as np
 from servekit.bench.config import MultiStream
 from servekit.bench.context import BenchContext
 from servekit.bench.load import run_concurrent
-from servekit.bench.sampler import settled
+from servekit.bench.sampler import histogram_sum_change, settled
 from servekit.bench.schema import Point
 from servekit.bench.stats import (
     distinct_reads,
@@ -132,13 +132,6 @@ def acceptance(before: MetricsSnapshot | None, after: MetricsSnapshot | None) ->
     return 1.0 + accepted / drafts if drafts > 0 else 1.0
 
 
-def decode_time(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> float | None:
-    """The engines' summed request decode time between two snapshots (s)."""
-    a = before.histogram(DECODE_TIME) if before is not None else None
-    b = after.histogram(DECODE_TIME) if after is not None else None
-    return b.sum - a.sum if a is not None and b is not None else None
-
-
 async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
     """One point per N in ``spec.streams``."""
     await ctx.wait_idle()
@@ -154,10 +147,11 @@ async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
             batch, _ = await run_concurrent(
                 ctx.client, [ctx.body(p, spec.output_tokens) for p in prompts], n
             )
-            legs = sum(r.ok for r in batch) * (2 if ctx.deployment.is_pd else 1)
+            legs = sum(r.ok for r in batch) * ctx.legs_per_request
             after = await settled(ctx.metrics, before, FINISHED, legs)
             records += batch
-            runs.append(batch_figures(batch, acceptance(before, after), decode_time(before, after)))
+            decode_s = histogram_sum_change(before, after, DECODE_TIME)
+            runs.append(batch_figures(batch, acceptance(before, after), decode_s))
             ctx.progress(f"multi_stream N={n}", i + 1, ctx.settings.runs)
         points.append(_point(spec, n, runs, records))
     return points

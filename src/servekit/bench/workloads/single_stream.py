@@ -68,14 +68,18 @@ def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[st
     # One frame per step, each read on its own, unless a starved server merged
     # steps or the client read several frames at once: then the client's
     # window is short by the merged steps and the engine's is used.
-    merged = distinct_reads(t) - 1 < steps
+    reads = distinct_reads(t)
+    merged = reads - 1 < steps
     client_ms = (t[-1] - t[0]) / 1e6
     engine_s = sampler.histogram_sum_delta(DECODE_TIME)
     engine_ms = engine_s * 1000.0 if engine_s else None
     out.update(
-        frames=len(t), reads=distinct_reads(t), frames_merged=merged, client_window_ms=client_ms
+        frames=len(t),
+        reads=reads,
+        frames_merged=merged,
+        client_window_ms=client_ms,
+        engine_decode_ms=engine_ms,
     )
-    out["engine_decode_ms"] = engine_ms
     if not merged and client_ms > 0:
         window_ms, out["window_source"] = client_ms, "client: first to last token frame"
     elif engine_ms:
@@ -106,12 +110,11 @@ async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, d
     await ctx.wait_idle()
     prompt = await ctx.prompts.build(spec.prompt_tokens)
     sampler = Sampler(ctx.metrics, spec.sample_interval_s)
-    legs = 2 if ctx.deployment.is_pd else 1
     async with sampler.running():
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
     if rec.ok:
-        await sampler.settle(FINISHED, legs)
-    return rec, shot_figures(rec, sampler, legs=legs)
+        await sampler.settle(FINISHED, ctx.legs_per_request)
+    return rec, shot_figures(rec, sampler, legs=ctx.legs_per_request)
 
 
 def _valid(ev: dict[str, Any]) -> bool:
