@@ -34,7 +34,26 @@ class Limits:
     max_entries: int = 5_000_000
 
 
-class HashingReader(io.RawIOBase):
+class ReadStream(io.RawIOBase):
+    """A readable raw stream whose subclasses only write ``read``.
+
+    ``readinto`` (what ``io.BufferedReader`` and ``tarfile`` call) goes through
+    ``read``, so a subclass counts, hashes or bounds its bytes in one place.
+    """
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        raise NotImplementedError
+
+
+class HashingReader(ReadStream):
     """Pass bytes through while feeding a sha256 and counting them.
 
     With ``hashing=False`` it only counts and tees: used where another reader
@@ -49,16 +68,6 @@ class HashingReader(io.RawIOBase):
         self._hashing = hashing
         self.sha = hashlib.sha256()
         self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self._inner.read(len(buffer))
-        n = len(data)
-        buffer[:n] = data
-        self._take(data)
-        return n
 
     def read(self, size: int = -1) -> bytes:
         data = self._inner.read(size)
@@ -82,7 +91,7 @@ class HashingReader(io.RawIOBase):
         return self.sha.hexdigest()
 
 
-class BoundedReader(io.RawIOBase):
+class BoundedReader(ReadStream):
     """Refuse a decompressed stream that grows past the limits.
 
     ``source`` counts the compressed bytes consumed so far; the ratio check
@@ -96,14 +105,6 @@ class BoundedReader(io.RawIOBase):
         self._limits = limits
         self._what = what
         self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
@@ -127,7 +128,7 @@ class BoundedReader(io.RawIOBase):
             )
 
 
-class SliceReader(io.RawIOBase):
+class SliceReader(ReadStream):
     """A read-only window ``[offset, offset+size)`` of a file (a tar member)."""
 
     def __init__(self, fh: BinaryIO, offset: int, size: int) -> None:
@@ -135,14 +136,6 @@ class SliceReader(io.RawIOBase):
         self._fh = fh
         self._pos = offset
         self._left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0 or size > self._left:
@@ -156,7 +149,7 @@ class SliceReader(io.RawIOBase):
         return data
 
 
-class ForwardReader(io.RawIOBase):
+class ForwardReader(ReadStream):
     """A stream that tarfile may treat as seekable, as long as it only moves forward.
 
     ``tarfile``'s streaming mode copies its whole read buffer on every header
@@ -173,9 +166,6 @@ class ForwardReader(io.RawIOBase):
         self._what = what
         self._pos = 0
 
-    def readable(self) -> bool:
-        return True
-
     def seekable(self) -> bool:
         return True
 
@@ -190,11 +180,6 @@ class ForwardReader(io.RawIOBase):
             if not self.read(min(CHUNK, target - self._pos)):
                 break
         return self._pos
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
     def read(self, size: int = -1) -> bytes:
         data = self._inner.read(size if size is not None and size >= 0 else CHUNK)
