@@ -8,10 +8,11 @@ any stream); ms/step is the median over streams of window x A / (tokens - 1),
 with A from the engines' spec-decode counters over the batch (1.0 without
 speculation), or window / (frames - 1) for a target without /metrics.
 
-A starved API server merges several steps into one frame, and then a stream's
-client window is short by the merged steps (on a small CPU model a whole
-stream can arrive in one read). A batch with a merged stream (fewer frames
-than steps: tokens - 1 without speculation) takes its per-stream figures from
+A starved API server merges several steps into one frame, and frames read
+together share one arrival stamp; then a stream's client window is short by
+the merged steps (on a small CPU model a whole stream can arrive in one read).
+A batch with a merged stream (fewer separate reads than steps: tokens - 1
+without speculation) takes its per-stream figures from
 the engines' mean decode time instead (``vllm:request_decode_time_seconds``
 delta over the streams) and says so in ``window_source``; its decode window is
 then at least that mean, so total tok/s is an upper bound there.
