@@ -6,7 +6,7 @@
 SOURCE_DIR holds one folder per layout (``1node/run.sh``, ``1p1d/run.sh``, ...), as
 ``git archive COMMIT models/deepseekv4-flash-a3`` of the source repository gives
 them; OUT_DIR receives ``<layout>.json`` per layout (tests/render/fidelity/a3).
-Each layout runs under tests/platform's fake platform (fake rank table, fake
+Each layout runs under tests/fakeplatform's fake platform (fake rank table, fake
 hostname/ifconfig, recording vllm and proxy); nothing of the source runs any other
 way. See tests/render/fidelity/README.md.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.platform import fixture  # noqa: E402
-from tests.platform.extract import ExtractError, Source, extract_layouts  # noqa: E402
+from tests.fakeplatform import fixture  # noqa: E402
+from tests.fakeplatform.extract import ExtractError, Source, extract_layouts  # noqa: E402
 
 from servekit.fsutil import atomic_write_text  # noqa: E402
 

@@ -18,9 +18,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.platform import fixture
-from tests.platform.compare import compare
-from tests.platform.normalize import Placeholders, ProcessFacts, node_placeholders, process_facts
+from tests.fakeplatform import fixture
+from tests.fakeplatform.compare import compare
+from tests.fakeplatform.normalize import (
+    Placeholders,
+    ProcessFacts,
+    node_placeholders,
+    process_facts,
+)
 
 from servekit.catalog.loader import load
 from servekit.render.plan import Plan, PlanOptions, build_plan
@@ -159,7 +164,7 @@ def _source_tree(commit: str, folder: str, into: Path) -> Path | None:
 @pytest.mark.slow
 def test_fixtures_are_what_running_the_source_gives(tmp_path: Path) -> None:
     """Re-run the extraction on the fixtures' commit: the checked-in facts come back."""
-    from tests.platform.extract import Source, extract_layouts
+    from tests.fakeplatform.extract import Source, extract_layouts
 
     meta, _ = fixture.read(FIXTURES / "1p1d.json")
     commit = meta["source"]["commit"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.platform.normalize import ProcessFacts, sorted_facts
+from tests.fakeplatform.normalize import ProcessFacts, sorted_facts
 
 PLACEHOLDERS = {
     "{NODE<k>_IP}": "node k's IP address (rank k of the rank table)",
@@ -36,9 +36,15 @@ def document(meta: dict[str, Any], processes: Sequence[ProcessFacts]) -> dict[st
     }
 
 
+def _is_flag_entry(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and str(value[0]).startswith("-")
+
+
 def _inline(value: Any) -> bool:
-    if isinstance(value, list) and value and isinstance(value[0], str) and value[0][:1] == "-":
+    if _is_flag_entry(value):
         return True  # a flag entry: one per line
+    if isinstance(value, list) and value and all(_is_flag_entry(v) for v in value):
+        return False  # a flags list: never on one line
     return len(json.dumps(value, ensure_ascii=False)) <= INLINE_WIDTH
 
 

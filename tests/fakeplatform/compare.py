@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.platform.normalize import JSONValue, ProcessFacts, keyed
+from tests.fakeplatform.normalize import JSONValue, ProcessFacts, keyed
 
 
 @dataclass
@@ -96,20 +96,21 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _flag_lines(exp: ProcessFacts, act: ProcessFacts) -> list[str]:
+def _flag_diffs(exp: ProcessFacts, act: ProcessFacts) -> list[list[str]]:
+    """One entry (its printed lines) per flag name that differs."""
     want, got = exp.flag_values(), act.flag_values()
-    lines: list[str] = []
+    diffs: list[list[str]] = []
     for name in sorted(set(want) | set(got)):
         old, new = want.get(name), got.get(name)
         if old is not None and new is not None and _same(old, new):
             continue
         if new is None:
-            lines.append(f"  flag missing {name} {_show_all(old)}")
+            diffs.append([f"  flag missing {name} {_show_all(old)}"])
         elif old is None:
-            lines.append(f"  flag extra   {name} {_show_all(new)}")
+            diffs.append([f"  flag extra   {name} {_show_all(new)}"])
         else:
-            lines.extend(_changed_flag(name, old, new))
-    return lines
+            diffs.append(_changed_flag(name, old, new))
+    return diffs
 
 
 def _changed_flag(
@@ -141,7 +142,8 @@ def _env_lines(exp: ProcessFacts, act: ProcessFacts) -> list[str]:
 
 def _compare_process(exp: ProcessFacts, act: ProcessFacts, diff: FactsDiff) -> list[str]:
     """The diff lines of one matched pair (counted into ``diff``)."""
-    flags, env = _flag_lines(exp, act), _env_lines(exp, act)
+    flag_diffs, env = _flag_diffs(exp, act), _env_lines(exp, act)
+    flags = [line for lines in flag_diffs for line in lines]
     lines = []
     if exp.program != act.program:
         diff.program_diffs += 1
@@ -149,7 +151,7 @@ def _compare_process(exp: ProcessFacts, act: ProcessFacts, diff: FactsDiff) -> l
     if exp.cwd != act.cwd:
         diff.cwd_diffs += 1
         lines.append(f"  cwd: {exp.cwd} -> {act.cwd}")
-    diff.flag_diffs += len(flags)
+    diff.flag_diffs += len(flag_diffs)
     diff.env_diffs += len(env)
     return lines + flags + env
 

@@ -9,8 +9,8 @@ that in a temp folder:
 - a real ``global_rank_table.json`` (``status``, ``server_group_list`` with
   ``server_ip`` and ``pod_name``; group sizes configurable, group 0 first);
 - ``bin/`` placed first on ``PATH``: fake ``hostname``, ``ifconfig`` and ``ip``
-  (``tests/platform/bin``, reading ``FAKEPLATFORM_POD/IP/NIC``) and a recording
-  ``vllm`` (``tests/platform/recorder.py``);
+  (``tests/fakeplatform/bin``, reading ``FAKEPLATFORM_POD/IP/NIC``) and a recording
+  ``vllm`` (``tests/fakeplatform/recorder.py``);
 - a recording proxy script for ``PROXY_SCRIPT``;
 
 and runs one node's entry (``dash ENTRY`` by default) under a minimal, explicit
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.platform.normalize import (
+from tests.fakeplatform.normalize import (
     Placeholders,
     ProcessFacts,
     env_changes,

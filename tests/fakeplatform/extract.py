@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.platform import fixture
-from tests.platform.fakeplatform import (
+from tests.fakeplatform import fixture
+from tests.fakeplatform.harness import (
     NodeRun,
     create_platform,
     default_groups,
