@@ -72,7 +72,9 @@ def _show_values(values: tuple[JSONValue, ...] | None) -> str:
 
 
 def _show_all(occurrences: list[tuple[JSONValue, ...]] | None) -> str:
-    return " | ".join(_show_values(v) for v in occurrences or [None])
+    if not occurrences:
+        return _show_values(None)
+    return " | ".join(_show_values(v) for v in occurrences)
 
 
 def _json_detail(old: Any, new: Any, path: str = "") -> list[str]:
@@ -162,9 +164,9 @@ def _grouped(blocks: dict[str, list[str]]) -> list[str]:
     for key, lines in blocks.items():
         by_lines.setdefault(tuple(lines), []).append(key)
     out: list[str] = []
-    for lines, keys in by_lines.items():
+    for shared, keys in by_lines.items():
         out.append(", ".join(keys) + ":")
-        out.extend(lines)
+        out.extend(shared)
     return out
 
 

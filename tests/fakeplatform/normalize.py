@@ -148,7 +148,7 @@ class Placeholders:
         for literal, placeholder in sorted(self.literals, key=lambda lp: -len(lp[0])):
             if literal:
                 pattern = r"(?<![\w.])" + re.escape(literal) + r"(?![\w])"
-                value = re.sub(pattern, lambda _m, p=placeholder: p, value)
+                value = re.sub(pattern, placeholder.replace("\\", "\\\\"), value)
         return value
 
     def value(self, value: JSONValue) -> JSONValue:
