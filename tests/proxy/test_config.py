@@ -149,6 +149,9 @@ def test_keys_come_from_an_environment_variable_or_a_file_never_argv(
     key_file.write_text("\n")
     with pytest.raises(UsageError, match="first line is empty"):
         parse_args(argv)
+    monkeypatch.delenv("PROXY_KEY")
+    unread = parse_args(argv, read_keys=False)  # a launcher counting backends needs no key
+    assert unread.api_key is None and unread.api_key_env == "PROXY_KEY"
 
 
 def test_running_proxy_reads_its_key_from_the_environment_and_keeps_it_out_of_argv() -> None:

@@ -248,8 +248,12 @@ def with_keys(config: ProxyConfig) -> ProxyConfig:
     )
 
 
-def parse_args(argv: list[str]) -> ProxyConfig:
-    """Parse and validate the command line into a :class:`ProxyConfig`, keys read."""
+def parse_args(argv: list[str], read_keys: bool = True) -> ProxyConfig:
+    """Parse and validate the command line into a :class:`ProxyConfig`.
+
+    ``read_keys`` reads the keys the flags name (the proxy process does); a
+    launcher that only inspects argv passes False and needs no key.
+    """
     _refuse_keys_in_argv(argv)
     ns = vars(build_parser().parse_args(argv))
     for role in ("prefill", "decode", "replica"):
@@ -259,7 +263,8 @@ def parse_args(argv: list[str]) -> ProxyConfig:
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
-    return with_keys(ProxyConfig(**ns))
+    config = ProxyConfig(**ns)
+    return with_keys(config) if read_keys else config
 
 
 def to_argv(config: ProxyConfig) -> list[str]:
