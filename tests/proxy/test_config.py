@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -227,3 +228,11 @@ def test_to_argv_round_trips_through_the_parser(cfg: ProxyConfig) -> None:
     with mock.patch.dict(os.environ, env):
         parsed = parse_args(to_argv(cfg))
     assert parsed == dataclasses.replace(cfg, api_key="k" if env else None)
+
+
+def test_the_docs_flag_table_names_every_flag() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "proxy.md"
+    section = docs.read_text().split("## Flags", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = {flag for row in rows for flag in re.findall(r"`(--[a-z-]+)", row)}
+    assert documented == {flag_of(f.name) for f in cli_fields()}
