@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from servekit.guard import RENDERED_MODULE, middleware_target
+
 EngineKind = Literal["vllm-ascend", "vllm", "vllm-cpu"]
 Role = Literal["mixed", "prefill", "decode"]
 SettingValue = int | float | bool | str
@@ -23,8 +25,8 @@ ROLES: tuple[Role, ...] = ("mixed", "prefill", "decode")
 
 # The decode guard ships as one standard-library file beside the rendered scripts
 # (and in a local run's bundle folder), loaded with --middleware via PYTHONPATH.
-GUARD_MODULE = "servekit_decode_guard"
-GUARD_MIDDLEWARE = f"{GUARD_MODULE}.DecodeGuardMiddleware"
+GUARD_MODULE = RENDERED_MODULE
+GUARD_MIDDLEWARE = middleware_target(GUARD_MODULE)
 
 
 class Setting(BaseModel):

@@ -50,8 +50,13 @@ EXCLUDED_ENV = frozenset(
         "_",
         "PATH",
         "HOME",
+        # servekit's rendered entry hands these to its process scripts
+        "NODE_IP",
+        "NODE_NIC",
+        "BUNDLE_DIR",
     }
 )
+_NODE_ADDRESS = re.compile(r"NODE\d+_IP")
 EXCLUDED_ENV_PREFIXES = ("AISHIPBOX_", "SERVEKIT_", "FAKEPLATFORM_")
 INHERITED = "{INHERITED}"
 _NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
@@ -181,7 +186,11 @@ def node_placeholders(
 
 def is_excluded(name: str) -> bool:
     """Platform plumbing that is not a fact of the command."""
-    return name in EXCLUDED_ENV or name.startswith(EXCLUDED_ENV_PREFIXES)
+    return (
+        name in EXCLUDED_ENV
+        or name.startswith(EXCLUDED_ENV_PREFIXES)
+        or _NODE_ADDRESS.fullmatch(name) is not None
+    )
 
 
 def env_changes(env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str | None]:

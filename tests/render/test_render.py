@@ -18,6 +18,8 @@ import pytest
 
 from servekit.catalog.loader import load, load_all
 from servekit.defaults import script_defaults
+from servekit.guard import source_bytes
+from servekit.proxy.bundle import zipapp_bytes
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.render.shell import TARGETS, Target, render_files, write_rendering
@@ -147,7 +149,25 @@ def test_shellcheck_passes_every_layout(tmp_path: Path) -> None:
 
 def golden_text(name: str) -> str:
     files = render_files(build_plan(load(name).layout), "modelarts")
-    return "".join(f"==> {rel} <==\n{files[rel]}" for rel in sorted(files))
+    return "".join(f"==> {rel} <==\n{_shown(files[rel])}" for rel in sorted(files))
+
+
+def _shown(content: str | bytes) -> str:
+    """Text files as they are; the bundled files by what they are (tested byte for byte apart)."""
+    if isinstance(content, str):
+        return content
+    if content == source_bytes():
+        return "(servekit's guard.py, byte for byte)\n"
+    if content == zipapp_bytes():
+        return "(servekit's proxy zipapp)\n"
+    return content.decode("utf-8")
+
+
+def test_the_bundle_beside_the_scripts_is_servekits_own_code(tmp_path: Path) -> None:
+    _, out = rendered("a3/1p1d", tmp_path, "modelarts")
+    assert (out / "servekit_decode_guard.py").read_bytes() == source_bytes()
+    assert (out / "servekit-proxy.pyz").read_bytes() == zipapp_bytes()
+    assert os.access(out / "servekit-proxy.pyz", os.X_OK)
 
 
 @pytest.mark.parametrize("name", NAMES)

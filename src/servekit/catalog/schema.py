@@ -31,6 +31,7 @@ ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
 }
 
 _PORT_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class _Strict(BaseModel):
@@ -229,6 +230,18 @@ class Proxy(_Strict):
     )
     port: int = Field(ge=1, le=65535)
     mode: ProxyMode = "pd"
+    admin: bool = Field(
+        default=False,
+        description="serve /admin/instances/* (off unless enabled; loopback only without a key)",
+    )
+    admin_key_env: str | None = Field(
+        default=None, pattern=_ENV_NAME, description="variable holding the admin key (never argv)"
+    )
+    admin_key_file: str | None = Field(default=None, description="file holding the admin key")
+    api_key_env: str | None = Field(
+        default=None, pattern=_ENV_NAME, description="variable holding the client API key"
+    )
+    api_key_file: str | None = Field(default=None, description="file holding the client API key")
     prefill: tuple[EndpointRef, ...] = ()
     decode: tuple[EndpointRef, ...] = ()
     replicas: tuple[EndpointRef, ...] = ()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import io
 import os
 import tempfile
 import zipfile
@@ -61,19 +62,26 @@ def members() -> dict[str, bytes]:
     return found
 
 
+def zipapp_bytes() -> bytes:
+    """The zipapp's bytes: a shebang, then the members in sorted order with fixed times."""
+    buffer = io.BytesIO()
+    buffer.write(SHEBANG)
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, data in sorted(members().items()):
+            info = zipfile.ZipInfo(name, FIXED_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data)
+    return buffer.getvalue()
+
+
 def build_zipapp(out: Path) -> Path:
     """Write the proxy zipapp to ``out`` (temp file + rename); returns ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(SHEBANG)
-            with zipfile.ZipFile(fh, "w") as zf:
-                for name, data in sorted(members().items()):
-                    info = zipfile.ZipInfo(name, FIXED_TIME)
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    info.external_attr = 0o644 << 16
-                    zf.writestr(info, data)
+            fh.write(zipapp_bytes())
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     except BaseException:

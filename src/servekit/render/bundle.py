@@ -12,23 +12,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from servekit.defaults import GUARD_MODULE
-from servekit.fsutil import atomic_write_text
+from servekit.fsutil import atomic_write_bytes
 
 GUARD_FILE = f"{GUARD_MODULE}.py"
 PROXY_FILE = "servekit-proxy.pyz"
 
 
-def bundle_files() -> dict[str, str]:
-    """File name -> content of every bundled file."""
-    return {}
+def bundle_files() -> dict[str, bytes]:
+    """File name -> bytes of every bundled file (the guard is servekit's own guard.py)."""
+    from servekit.guard import source_bytes
+    from servekit.proxy.bundle import zipapp_bytes
+
+    return {GUARD_FILE: source_bytes(), PROXY_FILE: zipapp_bytes()}
 
 
 def write_bundle(folder: Path) -> list[Path]:
     """Write the bundled files into ``folder`` (a local run's bundle folder)."""
     written = []
-    for name, text in bundle_files().items():
+    for name, data in bundle_files().items():
         path = folder / name
-        atomic_write_text(path, text, mode=0o755 if name.endswith(".pyz") else 0o644)
+        atomic_write_bytes(path, data, mode=0o755 if name.endswith(".pyz") else 0o644)
         written.append(path)
-    folder.mkdir(parents=True, exist_ok=True)
     return written

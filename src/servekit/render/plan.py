@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValue
+from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
 from servekit.defaults import (
     GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,
@@ -32,6 +32,7 @@ from servekit.defaults import (
     defaults_for,
     format_value,
 )
+from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend
 
 ProcessKind = Literal["engine", "proxy"]
@@ -585,18 +586,34 @@ def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> tuple[str, s
     return ctx.opts.bind_host or ctx.host(node), node_ref(node)
 
 
+def _proxy_access(args: _Args, proxy: Proxy) -> None:
+    """Where the proxy reads its keys (names and paths only: a key is never in argv)."""
+    if proxy.admin:
+        args.lit("--admin")
+    for flag, value in (
+        ("--admin-key-env", proxy.admin_key_env),
+        ("--admin-key-file", proxy.admin_key_file),
+        ("--api-key-env", proxy.api_key_env),
+        ("--api-key-file", proxy.api_key_file),
+    ):
+        if value is not None:
+            args.lit(flag, value)
+
+
 def _proxy_process(ctx: _Context) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
     port = ctx.port(proxy.node, proxy.port)
     args = _Args()
-    args.lit(ctx.opts.python, "-m", "servekit.proxy")
+    args.lit(ctx.opts.python)
+    args.ref(f"{ctx.opts.bundle_dir}/{PROXY_FILE}", f"{BUNDLE_REF}/{PROXY_FILE}")
     listen, listen_template = _proxy_host(ctx, proxy.host, proxy.node)
     args.lit("--host")
     args.ref(listen, listen_template)
     args.lit("--port", str(port))
     if proxy.mode != "replica":
         args.lit("--mode", proxy.mode)
+    _proxy_access(args, proxy)
 
     def urls(which: Literal["prefill", "decode", "replicas"], host: Any) -> tuple[str, ...]:
         return tuple(

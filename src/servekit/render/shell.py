@@ -150,7 +150,7 @@ def _group0_rule(plan: Plan) -> tuple[bool, str]:
     return False, ""
 
 
-def _modelarts(plan: Plan) -> dict[str, str]:
+def _modelarts(plan: Plan) -> dict[str, str | bytes]:
     env = _environment()
     proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
     if proxy is not None and proxy.node != 0:
@@ -159,7 +159,7 @@ def _modelarts(plan: Plan) -> dict[str, str]:
             f"node {proxy.node}; set proxy.node: 0 or render --target nodes"
         )
     single, why = _group0_rule(plan)
-    files = {
+    files: dict[str, str | bytes] = {
         "run.sh": env.get_template("modelarts_run.sh.j2").render(
             layout=plan.layout,
             version=__version__,
@@ -177,9 +177,9 @@ def _modelarts(plan: Plan) -> dict[str, str]:
     return files
 
 
-def _nodes(plan: Plan) -> dict[str, str]:
+def _nodes(plan: Plan) -> dict[str, str | bytes]:
     env = _environment()
-    files: dict[str, str] = {}
+    files: dict[str, str | bytes] = {}
     common = {"layout": plan.layout, "version": __version__}
     bundled = bundle_files()
     for node in plan.nodes:
@@ -196,7 +196,7 @@ def _nodes(plan: Plan) -> dict[str, str]:
     return files
 
 
-def render_files(plan: Plan, target: Target = "modelarts") -> dict[str, str]:
+def render_files(plan: Plan, target: Target = "modelarts") -> dict[str, str | bytes]:
     """Every rendered file of a Plan, by relative path (pure: used by tests and kits)."""
     files = _modelarts(plan) if target == "modelarts" else _nodes(plan)
     files["plan.md"] = _environment().get_template("plan.md.j2").render(plan=plan, target=target)
@@ -214,10 +214,11 @@ def write_rendering(
     """Write the rendering to ``out`` atomically (the folder appears whole or not at all)."""
     files = render_files(plan, target)
     with staged_dir(out, force=force) as tmp:
-        for rel, text in files.items():
+        for rel, content in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            path.write_bytes(data)
             path.chmod(0o755 if executable(rel) else 0o644)
     return [out / rel for rel in sorted(files)]
 
