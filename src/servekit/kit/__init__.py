@@ -9,7 +9,8 @@ its base with a filesystem-manifest proof. See ``docs/kit.md``.
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.errors import KitRefused
-from servekit.kit.image import Image, read_image
+from servekit.kit.image import read_image
+from servekit.kit.imagetypes import Image
 from servekit.kit.models import KitManifest
 from servekit.kit.rebuild import RebuildRequest, rebuild_kit
 from servekit.kit.streams import Limits

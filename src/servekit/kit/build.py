@@ -20,7 +20,8 @@ from servekit.errors import UsageError
 from servekit.kit.apply import apply_image, apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
 from servekit.kit.fsmanifest import FILE, FsState
-from servekit.kit.image import Image, read_image
+from servekit.kit.image import read_image
+from servekit.kit.imagetypes import Image, canonical_json
 from servekit.kit.kitwrite import write_archive, write_stage
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.models import (
@@ -33,7 +34,6 @@ from servekit.kit.models import (
     LayerInfo,
     PayloadFile,
 )
-from servekit.kit.oci import canonical_json
 from servekit.kit.streams import Limits
 
 REPO_REV_LABEL = "servekit.repo_rev"

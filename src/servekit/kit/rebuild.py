@@ -24,7 +24,8 @@ from servekit.kit.apply import apply_image, first_difference
 from servekit.kit.checks import CheckReport, CheckResult, outcome
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState, diff_lines, parse_manifest
-from servekit.kit.image import OCI_LAYER_GZIP, OCI_LAYER_TAR, Image, LayerBlob, read_image
+from servekit.kit.image import read_image
+from servekit.kit.imagetypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, Image, LayerBlob
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits
