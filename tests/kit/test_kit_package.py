@@ -29,7 +29,9 @@ def module_path(name: str) -> Path:
 
 def graph() -> dict[str, set[str]]:
     return {
-        f"servekit.kit.{p.stem}": kit_imports(p) for p in PACKAGE.glob("*.py") if p.stem != "__init__"
+        f"servekit.kit.{p.stem}": kit_imports(p)
+        for p in PACKAGE.glob("*.py")
+        if p.stem != "__init__"
     }
 
 
