@@ -37,3 +37,24 @@ def edit_kit(
         pack(root, root.name, fh)
     write_sidecar(out)
     return out
+
+
+def tar_stream(archive: Path) -> bytes:
+    """The kit's decompressed tar stream."""
+    import io
+
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(archive.read_bytes()), read_across_frames=True
+    )
+    return reader.read()
+
+
+def write_tar_stream(out: Path, tar: bytes, *, checksum: bool = True) -> Path:
+    """Compress a (changed) tar stream as a kit and give it an honest sidecar."""
+    import zstandard
+
+    out.write_bytes(zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(tar))
+    write_sidecar(out)
+    return out

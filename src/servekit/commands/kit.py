@@ -6,10 +6,15 @@ Parses options, calls one function of :mod:`servekit.kit`, prints. Exit codes:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 MaxSize = Annotated[
     int, typer.Option("--max-size", help="Largest size (bytes) a stream may decompress to")
@@ -22,11 +27,24 @@ DEFAULT_MAX_RATIO = 1000
 def register(app: typer.Typer) -> None:
     """Attach the ``kit`` sub-app to the root app."""
     kit = typer.Typer(help="Image-layer kits: base image + working layers, rebuilt and proven.")
-    kit.command("build")(build)
-    kit.command("verify")(verify)
-    kit.command("rebuild")(rebuild)
-    kit.command("inspect")(inspect)
+    kit.command("build")(_cleanly(build))
+    kit.command("verify")(_cleanly(verify))
+    kit.command("rebuild")(_cleanly(rebuild))
+    kit.command("inspect")(_cleanly(inspect))
     app.add_typer(kit, name="kit")
+
+
+def _cleanly(command: Callable[P, R]) -> Callable[P, R]:
+    """Run a command so that SIGTERM/SIGHUP unwind it: its scratch folders always go."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        from servekit.kit.scratch import terminate_cleanly
+
+        with terminate_cleanly():
+            return command(*args, **kwargs)
+
+    return run
 
 
 def build(

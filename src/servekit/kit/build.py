@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +33,7 @@ from servekit.kit.models import (
     LayerInfo,
     PayloadFile,
 )
+from servekit.kit.scratch import scratch_dir
 from servekit.kit.streams import Limits
 
 REPO_REV_LABEL = "servekit.repo_rev"
@@ -192,8 +192,8 @@ def build_kit(req: BuildRequest) -> BuildResult:
     code = _code(req)
     req = replace(req, created=_created(req))
     base = read_image(req.base)
-    with tempfile.TemporaryDirectory(prefix="servekit-kit-") as tmp:
-        stage = Path(tmp) / name
+    with scratch_dir() as tmp:
+        stage = tmp / name
         (stage / "layers").mkdir(parents=True)
         if req.source is not None:
             work = _from_source(req, base, stage)

@@ -91,7 +91,7 @@ def rebuild_kit(req: RebuildRequest) -> CheckReport:
         layers = list(base.layers) + [
             _kit_layer(kit.member(layer.file), layer.diff_id, req.gzip) for layer in manifest.layers
         ]
-        config = kit.member("config.json").read_bytes()
+        config = kit.read_bytes("config.json")
         with _staging(req.out) as staged:
             _write(staged, req, manifest, config, layers)
             report = prove(kit, manifest, staged, req.limits).model_copy(
@@ -155,7 +155,7 @@ def _diff_problems(want: list[str], have: list[str]) -> list[str]:
 
 
 def _fs_check(kit: KitDir, state: FsState) -> CheckResult:
-    want = parse_manifest(kit.member("fs-manifest.txt").read_text(encoding="utf-8"))
+    want = parse_manifest(kit.text("fs-manifest.txt"), kit.limits.max_entries)
     have = state.lines()
     problems = diff_lines(want, have)
     if len(want) != len(have):

@@ -9,7 +9,7 @@ the generated files against their manifest. Nothing from the archive runs.
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from servekit.errors import UsageError
 from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import Entry, FsState, parse_line, parse_manifest
+from servekit.kit.jsonsafe import load_json
 from servekit.kit.kitarchive import read_sidecar
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
@@ -63,14 +64,35 @@ def verify_kit(
     """
     limits = limits or Limits()
     lookup = defaults or (lambda r: table(kind, r))
+    if not path.exists():
+        raise KitRefused(f"kit {path}: no such file or folder; give a kit .tar.zst or its folder")
     try:
         with open_kit(path, limits) as kit:
-            checks = [_sidecar(path, kit.archive_sha256)]
-            checks.append(passed("archive", "unpacked: files and folders only, within limits"))
+            checks = [_sidecar(path, kit.archive_sha256), _archive(kit)]
             checks += _inside(kit, limits, lambda p: lookup(role or script_role(p)))
     except KitRefused as exc:
+        if path.is_dir():
+            raise
         checks = [_sidecar(path, None), failed("archive", [str(exc)])]
     return CheckReport(subject=str(path), checks=checks)
+
+
+def _archive(kit: KitDir) -> CheckResult:
+    if kit.archive_sha256 is None:
+        return CheckResult(name="archive", status="skip", detail="a folder: nothing to unpack")
+    return outcome(
+        "archive",
+        list(kit.format_problems),
+        "unpacked: files and folders only, within limits, zstd checksum and tar form canonical",
+    )
+
+
+def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
+    """Run one check; a refused input is that check's failure, not the end of verify."""
+    try:
+        return check()
+    except KitRefused as exc:
+        return failed(name, [str(exc)])
 
 
 def _sidecar(path: Path, have: str | None) -> CheckResult:
@@ -85,38 +107,45 @@ def _sidecar(path: Path, have: str | None) -> CheckResult:
     return passed("sidecar", f"sha256 {have}")
 
 
+def _members(kit: KitDir, hashed: dict[str, str] | None = None) -> CheckResult:
+    return _guarded(
+        "members",
+        lambda: outcome("members", kit.sum_problems(hashed), "every member matches SHA256SUMS"),
+    )
+
+
 def _inside(kit: KitDir, limits: Limits, defaults: DefaultsTable) -> list[CheckResult]:
     try:
         manifest = kit.read_manifest()
     except KitRefused as exc:
-        members = outcome("members", kit.sum_problems(), "every member matches SHA256SUMS")
-        return [members, failed("manifest", [str(exc)])]
+        return [_members(kit), failed("manifest", [str(exc)])]
     scanned, layer_check = _layers(kit, manifest, limits)
     hashed = {file: scan.blob_sha256.split(":", 1)[1] for file, scan in scanned.files.items()}
     return [
-        outcome("members", kit.sum_problems(hashed), "every member matches SHA256SUMS"),
+        _members(kit, hashed),
         passed("manifest", f"{manifest.name}: {len(manifest.layers)} working layer(s)"),
-        _config(kit, manifest),
+        _guarded("config", lambda: _config(kit, manifest)),
         layer_check,
-        _payload(kit, manifest, scanned),
+        _guarded("payload", lambda: _payload(kit, manifest, scanned)),
         _compile(scanned),
         _defaults(scanned, defaults),
-        _generated(kit, manifest),
+        _guarded("generated", lambda: _generated(kit, manifest)),
     ]
 
 
 def _config(kit: KitDir, m: KitManifest) -> CheckResult:
     problems = []
-    try:
-        data = kit.member("config.json").read_bytes()
-        diff_ids = json.loads(data)["rootfs"]["diff_ids"]
-    except (KitRefused, ValueError, KeyError, TypeError) as exc:
-        return failed("config", [f"config.json unreadable ({exc})"])
-    if "sha256:" + sha256_file(str(kit.member("config.json"))) != m.image.image_id:
+    data = kit.read_bytes("config.json")
+    config = load_json(data, "config.json")
+    rootfs = config.get("rootfs") if isinstance(config, dict) else None
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list):
+        return failed("config", ["config.json has no rootfs.diff_ids list"])
+    if "sha256:" + hashlib.sha256(data).hexdigest() != m.image.image_id:
         problems.append("config.json does not hash to image.image_id")
     if diff_ids != m.base.diff_ids + [layer.diff_id for layer in m.layers]:
         problems.append("config rootfs.diff_ids != base diffIDs + working layer diffIDs")
-    listed = kit.member("base-diffids.txt").read_text().split()
+    listed = kit.text("base-diffids.txt").split()
     if listed != m.base.diff_ids or m.base.layer_count != len(m.base.diff_ids):
         problems.append("base-diffids.txt or base.layer_count disagrees with MANIFEST base")
     if m.image.layer_count != len(diff_ids):
@@ -126,8 +155,8 @@ def _config(kit: KitDir, m: KitManifest) -> CheckResult:
 
 def _recorded(kit: KitDir) -> dict[str, Entry]:
     """fs-manifest.txt as path -> entry."""
-    text = kit.member("fs-manifest.txt").read_text(encoding="utf-8")
-    entries = (parse_line(line) for line in parse_manifest(text))
+    lines = parse_manifest(kit.text("fs-manifest.txt"), kit.limits.max_entries)
+    entries = (parse_line(line) for line in lines)
     return {entry.path: entry for entry in entries}
 
 
@@ -193,7 +222,7 @@ def _payload(kit: KitDir, m: KitManifest, scanned: _Scanned) -> CheckResult:
         rec = recorded.get(item.path)
         if rec is None or rec.sha256 != item.sha256 or f"{rec.mode:04o}" != item.mode:
             problems.append(f"{item.path}: fs-manifest.txt disagrees with MANIFEST payload")
-    listed = kit.member("payload.sha256").read_text(encoding="utf-8").splitlines()
+    listed = kit.text("payload.sha256").splitlines()
     if listed != [f"{p.sha256}  {p.path.lstrip('/')}" for p in m.payload]:
         problems.append("payload.sha256 disagrees with MANIFEST payload")
     if len(m.payload) != m.image.payload_count:
@@ -211,6 +240,8 @@ def _compile(scanned: _Scanned) -> CheckResult:
             compile(data, path, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             problems.append(f"{path}: {exc}")
+        except (RecursionError, MemoryError):
+            problems.append(f"{path}: nests too deeply to compile")
     if not sources and not problems:
         return CheckResult(name="compile", status="skip", detail="no Python payload files")
     return outcome("compile", problems, f"{len(sources)} Python file(s) compile")
@@ -244,8 +275,11 @@ def _defaults(scanned: _Scanned, defaults: DefaultsTable) -> CheckResult:
 def _generated(kit: KitDir, m: KitManifest) -> CheckResult:
     problems = []
     for name, text in render_all(m).items():
-        path = kit.root / name
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        try:
+            same = kit.read_bytes(name) == text.encode("utf-8")
+        except KitRefused:
+            same = False
+        if not same:
             problems.append(f"{name} differs from what MANIFEST.json generates")
     return outcome(
         "generated", problems, "README, Dockerfile, rebuild.sh, selftest.sh match MANIFEST"
