@@ -13,6 +13,9 @@ by one or the other, padding included, without hashing the stream again.
 from __future__ import annotations
 
 import tarfile
+from typing import BinaryIO
+
+import zstandard
 
 BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
@@ -20,6 +23,8 @@ ENCODING = "utf-8"
 EXECUTABLE = (".sh",)
 FIXED_MTIME = 0
 MAX_PENDING = 1 << 20
+ZSTD_BLOCK_RESERVED = 3
+ZSTD_HEADER_MAX = 18
 
 
 def member_info(name: str, is_dir: bool, size: int = 0) -> tarfile.TarInfo:
@@ -58,6 +63,7 @@ class CanonicalTap:
         self._window = (0, 0)
         self._overflow = False
         self._last_end = 0
+        self._last_key: str | None = None
         self.problem: str | None = None
 
     def __call__(self, offset: int, data: bytes) -> None:
@@ -91,8 +97,18 @@ class CanonicalTap:
             )
         self._overflow = False
 
-    def expect_header(self, member: tarfile.TarInfo, previous_size: int) -> None:
-        """The previous member's padding and this member's header must be canonical."""
+    def expect_header(self, member: tarfile.TarInfo, previous_size: int, key: str) -> None:
+        """The previous member's padding and this member's header must be canonical.
+
+        ``key`` is the member's place in the packer's order (its path inside the
+        kit folder, folders with a trailing ``/``): keys must strictly increase.
+        """
+        if self.problem is None and self._last_key is not None and key <= self._last_key:
+            self.problem = (
+                f"member {member.name[:80]!r} is out of the packer's sorted order"
+                " (members were reordered)"
+            )
+        self._last_key = key
         want = b"\0" * padding(previous_size) + header_bytes(
             member.name, member.isdir(), member.size
         )
@@ -106,3 +122,34 @@ class CanonicalTap:
         total = content_end + 2 * BLOCK
         total += -total % RECORD
         self._compare(b"\0" * (total - self._last_end), "after the last member")
+
+
+def zstd_frame_problems(fh: BinaryIO, file_size: int) -> list[str]:
+    """A kit is exactly one zstd frame, with a content checksum.
+
+    Walks the frame's block headers (3 bytes each, no decompression) to find
+    where the frame ends: anything after it (another frame, a skippable frame,
+    garbage) is a problem, as is a frame without a checksum. Malformed frames
+    are left to the decompressor, which names them.
+    """
+    head = fh.read(ZSTD_HEADER_MAX)
+    try:
+        pos = zstandard.frame_header_size(head)
+        checksum = zstandard.get_frame_parameters(head).has_checksum
+    except zstandard.ZstdError:
+        return []
+    last = False
+    while not last and pos < file_size:
+        fh.seek(pos)
+        header = int.from_bytes(fh.read(3), "little")
+        last, kind, size = bool(header & 1), (header >> 1) & 3, header >> 3
+        if kind == ZSTD_BLOCK_RESERVED:
+            return []
+        pos += 3 + (1 if kind == 1 else size)
+    problems = [] if checksum else ["the zstd frame has no content checksum (kits have one)"]
+    end = pos + (4 if checksum else 0)
+    if last and end < file_size:
+        problems.append(
+            f"{file_size - end} bytes follow the zstd frame (a kit is exactly one frame)"
+        )
+    return problems

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from servekit.kit.canonical import ENCODING, CanonicalTap, member_info
+from servekit.kit.canonical import ENCODING, CanonicalTap, member_info, zstd_frame_problems
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import ROOT, member_path
 from servekit.kit.streams import (
@@ -31,7 +31,6 @@ from servekit.kit.streams import (
 )
 
 ZSTD_LEVEL = 10
-ZSTD_HEADER_MAX = 18
 MAX_SIDECAR = 4096
 
 
@@ -124,17 +123,6 @@ def unpack(archive: Path, dest: Path, limits: Limits) -> Path:
     return unpack_checked(archive, dest, limits).root
 
 
-def _checksum_problem(raw: BinaryIO) -> str | None:
-    """Whether the first zstd frame carries the content checksum kits are written with."""
-    head = raw.read(ZSTD_HEADER_MAX)
-    raw.seek(0)
-    try:
-        has = zstandard.get_frame_parameters(head).has_checksum
-    except zstandard.ZstdError:
-        return None  # not zstd at all: decompression names the problem
-    return None if has else "the zstd frame has no content checksum (kits are written with one)"
-
-
 def unpack_checked(archive: Path, dest: Path, limits: Limits) -> Unpacked:
     """Unpack like :func:`unpack`; also hash the archive and check its canonical form.
 
@@ -144,7 +132,8 @@ def unpack_checked(archive: Path, dest: Path, limits: Limits) -> Unpacked:
     what = f"kit {archive.name}"
     tap = CanonicalTap()
     with archive.open("rb") as raw:
-        problem = _checksum_problem(as_binary(raw))
+        problems = zstd_frame_problems(as_binary(raw), os.fstat(raw.fileno()).st_size)
+        raw.seek(0)
         comp = HashingReader(as_binary(raw))
         stream = zstandard.ZstdDecompressor().stream_reader(
             as_binary(comp), read_across_frames=True
@@ -163,7 +152,8 @@ def unpack_checked(archive: Path, dest: Path, limits: Limits) -> Unpacked:
             raise KitRefused(f"{what}: not a readable .tar.zst ({exc})") from exc
     if top is None:
         raise KitRefused(f"{what}: the archive is empty")
-    problems = [p for p in (problem, tap.problem) if p is not None]
+    if tap.problem is not None:
+        problems.append(tap.problem)
     return Unpacked(dest / top, comp.hexdigest(), problems)
 
 
@@ -180,8 +170,8 @@ def _extract_all(
     while (member := tar.next()) is not None:
         if len(seen) >= limits.max_entries:
             raise KitRefused(f"{what}: more than {limits.max_entries} members")
-        tap.expect_header(member, previous)
         path = _member_target(member, top, seen, limits, what)
+        tap.expect_header(member, previous, _order_key(path, member.isdir()))
         top = path.split("/")[1]
         if member.isdir():
             (dest / path[1:]).mkdir(parents=True, exist_ok=True)
@@ -190,6 +180,12 @@ def _extract_all(
         previous = member.size
         forget_members(tar)
     return top, previous
+
+
+def _order_key(path: str, is_dir: bool) -> str:
+    """A member's place in the packer's order: its path in the kit, folders with '/'."""
+    rel = path.split("/", 2)[2] if path.count("/") > 1 else ""
+    return rel + "/" if is_dir and rel else rel
 
 
 def _member_target(

@@ -71,8 +71,10 @@ class KitDir:
 
     def read_bytes(self, rel: str) -> bytes:
         """A member's bytes, refused past ``limits.max_text`` (never read whole first)."""
-        with self.member(rel).open("rb") as fh:
-            data = fh.read(self.limits.max_text + 1)
+        path = self.member(rel)
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(min(size, self.limits.max_text) + 1)
         if len(data) > self.limits.max_text:
             raise KitRefused(
                 f"kit {self.root.name}: {rel} is larger than {self.limits.max_text} bytes"
