@@ -73,3 +73,24 @@ def test_public_face_is_sorted_and_importable() -> None:
     names = servekit.kit.__all__
     assert names == sorted(names)
     assert all(getattr(servekit.kit, name, None) is not None for name in names)
+
+
+def test_public_face_names_what_the_cli_and_the_lead_use() -> None:
+    wanted = {
+        "BuildRequest",
+        "CheckReport",
+        "KitExpect",
+        "KitReleaseTable",
+        "RebuildRequest",
+        "VerifyOptions",
+        "build_kit",
+        "inspect_image",
+        "inspect_kit",
+        "kit_release_table",
+        "read_image",
+        "rebuild_kit",
+        "render_release_table",
+        "verify_kit",
+        "verify_release",
+    }
+    assert wanted <= set(servekit.kit.__all__)

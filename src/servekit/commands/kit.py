@@ -67,6 +67,10 @@ def build(
     date: Annotated[
         str | None, typer.Option(help="'created' stamp (default: repo HEAD date)")
     ] = None,
+    expect: Annotated[
+        Path | None,
+        typer.Option(help="YAML of the kit's promises (the expect: section), for --source"),
+    ] = None,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
     max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
 ) -> None:
@@ -86,6 +90,7 @@ def build(
         engines=_pairs(engine or []),
         created=date,
         limits=Limits(max_total=max_size, max_ratio=max_ratio),
+        expect=expect,
     )
     result = build_kit(req)
     m = result.manifest
@@ -96,12 +101,14 @@ def build(
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
+    import re
+
     from servekit.errors import UsageError
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", key) or not value.isprintable():
             raise UsageError(f"--engine {item!r}: write NAME=VERSION, e.g. vllm=0.27.1")
         out[key] = value
     return out
@@ -115,12 +122,31 @@ def _exit(ok: bool) -> None:
 def verify(
     archive: Annotated[Path, typer.Argument(help="Kit .tar.zst (or unpacked folder)")],
     *,
-    kind: Annotated[str, typer.Option(help="Engine kind whose defaults scripts must match")] = (
-        "vllm-ascend"
-    ),
+    repo: Annotated[
+        Path | None,
+        typer.Option(help="Git checkout: every payload file against it at the stamped repo_rev"),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Release baseline repo_rev (7497a06+0dirty or a commit)"),
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option(help="Base image: rebuild onto it and prove the result")
+    ] = None,
+    smoke: Annotated[
+        Path | None, typer.Option(help="Log of 'selftest.sh image' run in the rebuilt image")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the release table (Markdown, JSON) and its evidence"),
+    ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(help="Also compare script defaults with servekit's table for this kind"),
+    ] = None,
     role: Annotated[
         str | None,
-        typer.Option(help="Role for the defaults (default: from each script's name)"),
+        typer.Option(help="Role for --kind (default: from each script's name)"),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
@@ -129,15 +155,31 @@ def verify(
     """Check a kit without running anything from it; exit 1 on any failure."""
     from rich.console import Console
 
+    from servekit.kit.releasetable import verify_release
     from servekit.kit.streams import Limits
     from servekit.kit.tables import checks_table
-    from servekit.kit.verify import verify_kit
+    from servekit.kit.verify import VerifyOptions, run_verify
 
-    report = verify_kit(archive, Limits(max_total=max_size, max_ratio=max_ratio), kind, role)
+    options = VerifyOptions(
+        limits=Limits(max_total=max_size, max_ratio=max_ratio),
+        kind=kind,
+        role=role,
+        repo=repo,
+        baseline=baseline,
+        base=base,
+        smoke=smoke,
+    )
+    if out is not None:
+        table, report = verify_release(archive, out, options)
+        written = f"release table: {out / 'kit-table.md'} ({len(table.rows)} rows)"
+    else:
+        report, written = run_verify(archive, options).report, ""
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:
         Console(width=160).print(checks_table(report, "kit verify"))
+        if written:
+            typer.echo(written)
     _exit(report.ok)
 
 

@@ -12,9 +12,17 @@ import shlex
 
 import jinja2
 
-from servekit.kit.models import KitManifest
+from servekit.kit.models import KitManifest, Role, RoleValues
 
 GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
+
+
+def _promise(value: object) -> str:
+    """A promised default for README: ``1`` or ``decode `1`, prefill `0```."""
+    if isinstance(value, RoleValues):
+        roles: tuple[Role, ...] = ("decode", "prefill", "mixed")
+        return ", ".join(f"{r} `{v}`" for r in roles if (v := value.for_role(r)) is not None)
+    return f"`{value}`"
 
 
 def _whiteout(path: str) -> str:
@@ -31,6 +39,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["shq"] = shlex.quote
     env.filters["whiteout"] = _whiteout
+    env.filters["promise"] = _promise
     return env
 
 
