@@ -43,7 +43,19 @@ def _env() -> jinja2.Environment:
     return env
 
 
+# Schema 1 kits (before promises and the image-mode selftest) keep the text they were
+# written with, so a kit built by an earlier servekit still passes its generated check.
+_V1 = ("README.md", "selftest.sh")
+
+
+def _template(name: str, schema: int) -> str:
+    return f"v1/{name}.j2" if schema == 1 and name in _V1 else f"{name}.j2"
+
+
 def render_all(manifest: KitManifest) -> dict[str, str]:
     """Every generated file's text, keyed by its name in the kit."""
     env = _env()
-    return {name: env.get_template(name + ".j2").render(m=manifest) for name in GENERATED}
+    return {
+        name: env.get_template(_template(name, manifest.schema_version)).render(m=manifest)
+        for name in GENERATED
+    }
