@@ -147,3 +147,25 @@ def test_whiteout_of_a_very_deep_tree_does_not_recurse() -> None:
 def test_paths_past_the_depth_or_length_bound_are_refused(name: str) -> None:
     with pytest.raises(KitRefused, match=r"deeper than|longer than"):
         apply([layer_tar([M(name, "f", b"x")])])
+
+
+def test_walking_a_rootfs_skips_mount_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hosts").write_text("x\n")
+    (root / "proc" / "1").mkdir(parents=True)
+    (root / "proc" / "kcore").write_text("never read\n")
+    real = Path.lstat
+
+    def lstat(self: Path) -> os.stat_result:
+        st = real(self)
+        if self.name == "proc":
+            fields = list(st)
+            fields[2] = st.st_dev + 1  # st_dev: another filesystem mounted here
+            return os.stat_result(fields)
+        return st
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    assert [e.path for e in walk_dir(root)] == ["/etc", "/etc/hosts"]

@@ -217,15 +217,20 @@ def walk_dir(root: Path, exclude: Iterable[str] = ()) -> Iterator[Entry]:
     """Entries of an unpacked rootfs on disk (for comparing with ``umoci unpack``).
 
     ``exclude`` names image paths (``/proc``) whose subtrees are skipped, as one
-    does when walking a live container.
+    does when walking a live container. Mount points (a folder on another
+    device than ``root``: /proc, /sys, /dev in a live container) are skipped
+    with their subtrees, as ``find -xdev`` does, so a walk never reads a
+    pseudo-file such as /proc/kcore.
     """
     skip = set(exclude)
+    device = root.stat().st_dev
     for dirpath, dirnames, filenames in os.walk(root):
         base = Path(dirpath)
         for name in sorted(dirnames) + sorted(filenames):
             path = base / name
-            entry = _walk_entry(root, path, path.lstat())
-            if entry.path in skip:
+            st = path.lstat()
+            entry = None if st.st_dev != device else _walk_entry(root, path, st)
+            if entry is None or entry.path in skip:
                 if name in dirnames:
                     dirnames.remove(name)
                 continue
