@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 import zstandard
 
+from servekit.kit import canonical
 from servekit.kit.build import BuildRequest, build_kit
 
 BLOCK = 512
@@ -208,7 +209,10 @@ def decompress(data: bytes) -> bytes:
 
 
 def compress(tar: bytes, checksum: bool = True) -> bytes:
-    return zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(tar)
+    """As the packer compresses (so only the change itself can be noticed), or without a checksum."""
+    if checksum:
+        return canonical.compress(tar)
+    return zstandard.ZstdCompressor(level=3, write_checksum=False).compress(tar)
 
 
 # ---------------------------------------------------------------- byte regions

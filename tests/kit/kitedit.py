@@ -52,9 +52,12 @@ def tar_stream(archive: Path) -> bytes:
 
 
 def write_tar_stream(out: Path, tar: bytes, *, checksum: bool = True) -> Path:
-    """Compress a (changed) tar stream as a kit and give it an honest sidecar."""
+    """Compress a (changed) tar stream as the packer does and give it an honest sidecar."""
     import zstandard
 
-    out.write_bytes(zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(tar))
+    from servekit.kit.canonical import compress
+
+    data = compress(tar) if checksum else zstandard.ZstdCompressor(level=3).compress(tar)
+    out.write_bytes(data)
     write_sidecar(out)
     return out

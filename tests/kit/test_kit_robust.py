@@ -375,3 +375,15 @@ def test_text_members_are_read_within_an_address_space_limit(
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_zstd_frame_header_other_than_the_packers_fails_the_archive_row(
+    kit: BuildResult, tmp_path: Path
+) -> None:
+    data = bytearray(kit.archive.read_bytes())
+    data[5] ^= 0x08  # the window descriptor: a larger window, the same content
+    bad = tmp_path / "w.tar.zst"
+    bad.write_bytes(bytes(data))
+    write_sidecar(bad)
+    status, detail = rows(verify_kit(bad))["archive"]
+    assert status == "fail" and "frame header differs" in detail

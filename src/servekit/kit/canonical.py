@@ -12,6 +12,8 @@ by one or the other, padding included, without hashing the stream again.
 
 from __future__ import annotations
 
+import functools
+import io
 import tarfile
 from typing import BinaryIO
 
@@ -25,6 +27,27 @@ FIXED_MTIME = 0
 MAX_PENDING = 1 << 20
 ZSTD_BLOCK_RESERVED = 3
 ZSTD_HEADER_MAX = 18
+ZSTD_LEVEL = 10
+
+
+def zstd_compressor() -> zstandard.ZstdCompressor:
+    """The compressor kits are packed with: one level, a content checksum, no threads."""
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=0)
+
+
+def compress(data: bytes) -> bytes:
+    """Compress a tar stream exactly as the packer streams it (no content size in the header)."""
+    buf = io.BytesIO()
+    with zstd_compressor().stream_writer(buf, closefd=False) as out:
+        out.write(data)
+    return buf.getvalue()
+
+
+@functools.cache
+def frame_header() -> bytes:
+    """The zstd frame header the packer writes (the same for every non-empty kit)."""
+    data = compress(b"kit")
+    return data[: zstandard.frame_header_size(data)]
 
 
 def member_info(name: str, is_dir: bool, size: int = 0) -> tarfile.TarInfo:
@@ -129,8 +152,9 @@ def zstd_frame_problems(fh: BinaryIO, file_size: int) -> list[str]:
 
     Walks the frame's block headers (3 bytes each, no decompression) to find
     where the frame ends: anything after it (another frame, a skippable frame,
-    garbage) is a problem, as is a frame without a checksum. Malformed frames
-    are left to the decompressor, which names them.
+    garbage) is a problem, as is a frame without a checksum or a frame header
+    other than the packer's (its window size is not covered by the content
+    checksum). Malformed frames are left to the decompressor, which names them.
     """
     head = fh.read(ZSTD_HEADER_MAX)
     try:
@@ -147,6 +171,11 @@ def zstd_frame_problems(fh: BinaryIO, file_size: int) -> list[str]:
             return []
         pos += 3 + (1 if kind == 1 else size)
     problems = [] if checksum else ["the zstd frame has no content checksum (kits have one)"]
+    if checksum and head[: zstandard.frame_header_size(head)] != frame_header():
+        problems.append(
+            "the zstd frame header differs from the one servekit packs with"
+            f" (level {ZSTD_LEVEL}, streamed, with a checksum)"
+        )
     end = pos + (4 if checksum else 0)
     if last and end < file_size:
         problems.append(

@@ -16,7 +16,13 @@ from typing import BinaryIO
 
 import zstandard
 
-from servekit.kit.canonical import ENCODING, CanonicalTap, member_info, zstd_frame_problems
+from servekit.kit.canonical import (
+    ENCODING,
+    CanonicalTap,
+    member_info,
+    zstd_compressor,
+    zstd_frame_problems,
+)
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import ROOT, member_path
 from servekit.kit.streams import (
@@ -30,7 +36,6 @@ from servekit.kit.streams import (
     sha256_file,
 )
 
-ZSTD_LEVEL = 10
 MAX_SIDECAR = 4096
 
 
@@ -60,9 +65,8 @@ def kit_members(root: Path) -> list[str]:
 
 def pack(root: Path, name: str, dest: BinaryIO) -> None:
     """Write folder ``root`` as ``name/...`` into a zstd-compressed tar."""
-    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=0)
     with (
-        cctx.stream_writer(dest, closefd=False) as zout,
+        zstd_compressor().stream_writer(dest, closefd=False) as zout,
         tarfile.open(fileobj=zout, mode="w", format=tarfile.PAX_FORMAT, encoding=ENCODING) as tar,
     ):
         tar.addfile(member_info(name + "/", True))
