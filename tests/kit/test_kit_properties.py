@@ -8,6 +8,7 @@ never raise anything but a refusal.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -142,3 +143,55 @@ def test_members_in_any_other_order_fail_verify(
     with tempfile.TemporaryDirectory() as tmp:
         report = verify_kit(write_tar_stream(Path(tmp) / "k.tar.zst", buf.getvalue()))
     assert report.ok == (moved == rest)
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+image_json = st.one_of(
+    st.binary(max_size=200),
+    json_like.map(lambda v: json.dumps(v).encode()),
+    st.just(b"[" * 5000 + b"]" * 5000),
+)
+
+
+@FAST
+@given(index=image_json)
+def test_an_oci_layout_with_any_index_is_read_or_refused(index: bytes) -> None:
+    from servekit.kit.image import read_image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "blobs" / "sha256").mkdir(parents=True)
+        (root / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        (root / "index.json").write_bytes(index)
+        with pytest.raises(KitRefused):
+            read_image(str(root))
+
+
+@FAST
+@given(manifest=image_json, config=image_json)
+def test_a_docker_archive_with_any_manifest_is_read_or_refused(
+    manifest: bytes, config: bytes
+) -> None:
+    import io
+    import tarfile
+
+    from servekit.kit.image import read_image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "img.tar"
+        with tarfile.open(path, "w") as tar:
+            for name, data in (("manifest.json", manifest), ("c.json", config)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        try:
+            image = read_image(str(path))
+        except KitRefused:
+            return
+        assert all(layer.diff_id.startswith("sha256:") for layer in image.layers)
