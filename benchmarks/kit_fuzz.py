@@ -133,6 +133,8 @@ def worker(fixture_dir: Path, memory_mib: int) -> None:
 
 # ---------------------------------------------------------------- driver side
 
+OUTCOMES = ("traceback", "hang", "detected", "undetected")
+
 
 @dataclass
 class Tally:
@@ -236,7 +238,7 @@ def _report(tallies: dict[str, Tally], args: argparse.Namespace, seconds: float)
         "seconds": round(seconds, 1),
         "limits": {"timeout_s": args.timeout, "memory_mib": args.memory_mib},
         "totals": {
-            name: dict(sorted(t.total.items())) | {"cases": sum(t.total.values())}
+            name: {k: t.total.get(k, 0) for k in OUTCOMES} | {"cases": sum(t.total.values())}
             for name, t in tallies.items()
         },
         "by_region": {

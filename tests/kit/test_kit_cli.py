@@ -167,3 +167,14 @@ def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None
         "100000",
     )
     assert refused.returncode == 2 and "--max-size" in refused.stderr
+
+
+def test_verify_role_needs_kind_and_a_known_role(tmp_path: Path) -> None:
+    kit = tmp_path / "k.tar.zst"
+    kit.write_bytes(b"x")
+    alone = servekit("kit", "verify", str(kit), "--role", "decode")
+    assert alone.returncode == 2 and "--kind" in alone.stderr
+    odd = servekit("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
+    assert odd.returncode == 2 and "decode, prefill or mixed" in odd.stderr
+    unknown = servekit("kit", "verify", str(kit), "--kind", "trt")
+    assert unknown.returncode == 2 and "--kind 'trt'" in unknown.stderr

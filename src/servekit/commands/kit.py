@@ -160,6 +160,7 @@ def verify(
     from servekit.kit.tables import checks_table
     from servekit.kit.verify import VerifyOptions, run_verify
 
+    _check_role(kind, role)
     options = VerifyOptions(
         limits=Limits(max_total=max_size, max_ratio=max_ratio),
         kind=kind,
@@ -181,6 +182,20 @@ def verify(
         if written:
             typer.echo(written)
     _exit(report.ok)
+
+
+def _check_role(kind: str | None, role: str | None) -> None:
+    from servekit.errors import UsageError
+
+    if role is not None and kind is None:
+        raise UsageError("--role applies to the servekit table check: give --kind KIND too")
+    if role is not None and role not in ("decode", "prefill", "mixed"):
+        raise UsageError(f"--role {role!r}: choose decode, prefill or mixed")
+    if kind is not None:
+        from servekit.defaults import ENGINE_KINDS
+
+        if kind not in ENGINE_KINDS:
+            raise UsageError(f"--kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
 
 
 def rebuild(
