@@ -61,7 +61,8 @@ def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
 
     shown = inproc("kit", "inspect", str(kit), "--json")
     assert json.loads(shown.stdout)["name"] == "demo-v1"
-    assert "/opt/serve.sh" in inproc("kit", "inspect", str(kit)).stdout
+    shown_table = inproc("kit", "inspect", str(kit)).stdout
+    assert "/opt/serve.sh" in shown_table and "none declared" in shown_table
     image = json.loads(inproc("kit", "inspect", str(tmp_path / "o"), "--json").stdout)
     assert image["format"] == "oci" and len(image["layers"]) == 3
     fs = inproc("kit", "inspect", str(tmp_path / "o"), "--fs").stdout.splitlines()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servekit.kit import VerifyOptions, verify_kit
+from servekit.kit import VerifyOptions, verify_kit, verify_release
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.kitarchive import unpack
 from servekit.kit.rebuild import RebuildRequest, rebuild_kit
@@ -54,7 +54,12 @@ def build(tmp_path: Path, base: Path, engine: str = ENGINE) -> BuildResult:
         "files": [
             {"src": "serve_decode.sh", "dest": "/opt/app/serve_decode.sh"},
             {"src": "patches", "dest": "/opt/app/patches"},
-        ]
+        ],
+        "expect": {
+            "defaults": {"SPEC": {"decode": "1"}},
+            "gates": [{"file": "/opt/app/patches/model.py", "name": "G", "default": "1"}],
+            "markers": [{"file": "/opt/app/patches/guard.py", "contains": "DecodeGuard"}],
+        },
     }
     (project / "kit.yaml").write_text(yaml.safe_dump(spec))
     git(project, "init", "-q")
@@ -120,6 +125,34 @@ def test_l1_and_l2_pass_in_the_rebuilt_image_and_feed_the_smoke_row(
     log.write_text(done.stdout)
     smoke = verify_kit(result.archive, VerifyOptions(smoke=log)).get("smoke")
     assert smoke is not None and smoke.status == "pass" and smoke.ratio == "6/6", smoke
+
+
+def test_the_release_table_shows_every_seed_row_with_its_counts(
+    python_base: Path, tmp_path: Path
+) -> None:
+    need_root_and_umoci()
+    result = build(tmp_path, python_base)
+    assert result.manifest.code is not None
+    log = tmp_path / "smoke.txt"
+    log.write_text(selftest(rootfs(result, python_base, tmp_path)).stdout)
+    options = VerifyOptions(
+        repo=tmp_path / "project",
+        base=str(python_base),
+        smoke=log,
+        baseline=result.manifest.code.repo_rev,
+    )
+    table, report = verify_release(result.archive, tmp_path / "evidence", options)
+    assert report.ok and table.ok and table.complete, table
+    assert [(r.item, r.ratio) for r in table.rows] == [
+        ("kit integrity", "9/9"),
+        ("consistency (source = payload)", "3/3"),
+        ("rebuild", "4/4"),
+        ("smoke L1/L2", "6/6"),
+        ("defaults spot-check", "3/3"),
+        ("repo_rev vs release baseline", "1/1"),
+    ]
+    markdown = (tmp_path / "evidence" / "kit-table.md").read_text()
+    assert "| smoke L1/L2 | ✅ pass | 6/6 |" in markdown and "[smoke.txt](smoke.txt)" in markdown
 
 
 def test_a_changed_payload_file_and_a_wrong_engine_fail_l1_and_l2(
