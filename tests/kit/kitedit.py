@@ -37,3 +37,27 @@ def edit_kit(
         pack(root, root.name, fh)
     write_sidecar(out)
     return out
+
+
+def tar_stream(archive: Path) -> bytes:
+    """The kit's decompressed tar stream."""
+    import io
+
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(archive.read_bytes()), read_across_frames=True
+    )
+    return reader.read()
+
+
+def write_tar_stream(out: Path, tar: bytes, *, checksum: bool = True) -> Path:
+    """Compress a (changed) tar stream as the packer does and give it an honest sidecar."""
+    import zstandard
+
+    from servekit.kit.canonical import compress
+
+    data = compress(tar) if checksum else zstandard.ZstdCompressor(level=3).compress(tar)
+    out.write_bytes(data)
+    write_sidecar(out)
+    return out

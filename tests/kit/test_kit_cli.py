@@ -47,10 +47,10 @@ def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout
     assert "1 working layer(s)" in built.stdout
 
-    verified = inproc("kit", "verify", str(kit), "--json")
+    verified = inproc("kit", "verify", str(kit), "--json", "--kind", "vllm-ascend")
     assert verified.returncode == 0, verified.stdout
     report = json.loads(verified.stdout)
-    assert {c["name"]: c["status"] for c in report["checks"]}["defaults"] == "pass"
+    assert {c["name"]: c["status"] for c in report["checks"]}["table"] == "pass"
 
     table_out = inproc("kit", "verify", str(kit))
     assert table_out.returncode == 0 and "PASS" in table_out.stdout
@@ -61,7 +61,8 @@ def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
 
     shown = inproc("kit", "inspect", str(kit), "--json")
     assert json.loads(shown.stdout)["name"] == "demo-v1"
-    assert "/opt/serve.sh" in inproc("kit", "inspect", str(kit)).stdout
+    shown_table = inproc("kit", "inspect", str(kit)).stdout
+    assert "/opt/serve.sh" in shown_table and "none declared" in shown_table
     image = json.loads(inproc("kit", "inspect", str(tmp_path / "o"), "--json").stdout)
     assert image["format"] == "oci" and len(image["layers"]) == 3
     fs = inproc("kit", "inspect", str(tmp_path / "o"), "--fs").stdout.splitlines()
@@ -167,3 +168,14 @@ def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None
         "100000",
     )
     assert refused.returncode == 2 and "--max-size" in refused.stderr
+
+
+def test_verify_role_needs_kind_and_a_known_role(tmp_path: Path) -> None:
+    kit = tmp_path / "k.tar.zst"
+    kit.write_bytes(b"x")
+    alone = servekit("kit", "verify", str(kit), "--role", "decode")
+    assert alone.returncode == 2 and "--kind" in alone.stderr
+    odd = servekit("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
+    assert odd.returncode == 2 and "decode, prefill or mixed" in odd.stderr
+    unknown = servekit("kit", "verify", str(kit), "--kind", "trt")
+    assert unknown.returncode == 2 and "--kind 'trt'" in unknown.stderr

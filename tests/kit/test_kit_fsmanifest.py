@@ -11,6 +11,7 @@ import pytest
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState, parse_line, walk_dir
 from servekit.kit.layertar import ScanOptions, scan_layer
+from servekit.kit.paths import MAX_DEPTH, MAX_PATH
 
 from .imagegen import WORKING_LAYER, M, base_layers, layer_tar, source_layers
 
@@ -135,6 +136,36 @@ def test_a_lower_file_under_an_implicit_parent_becomes_a_directory() -> None:
 
 
 def test_whiteout_of_a_very_deep_tree_does_not_recurse() -> None:
-    deep = "/".join(f"d{i}" for i in range(3000))
-    state = apply([layer_tar([M(deep + "/leaf", "f", b"x")]), layer_tar([M(".wh.d0", "f")])])
+    deep = "/".join(["d"] * (MAX_DEPTH - 1))
+    state = apply([layer_tar([M(deep + "/leaf", "f", b"x")]), layer_tar([M(".wh.d", "f")])])
     assert state.entries == {}
+
+
+@pytest.mark.parametrize(
+    "name", ["/".join(["d"] * MAX_DEPTH) + "/leaf", "x" * (MAX_PATH + 1), "a/" + "b" * MAX_PATH]
+)
+def test_paths_past_the_depth_or_length_bound_are_refused(name: str) -> None:
+    with pytest.raises(KitRefused, match=r"deeper than|longer than"):
+        apply([layer_tar([M(name, "f", b"x")])])
+
+
+def test_walking_a_rootfs_skips_mount_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hosts").write_text("x\n")
+    (root / "proc" / "1").mkdir(parents=True)
+    (root / "proc" / "kcore").write_text("never read\n")
+    real = Path.lstat
+
+    def lstat(self: Path) -> os.stat_result:
+        st = real(self)
+        if self.name == "proc":
+            fields = list(st)
+            fields[2] = st.st_dev + 1  # st_dev: another filesystem mounted here
+            return os.stat_result(fields)
+        return st
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    assert [e.path for e in walk_dir(root)] == ["/etc", "/etc/hosts"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import servekit.kit
-from servekit.kit.build import BuildRequest, build_kit
+from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.kitdir import open_kit
+from servekit.kit.models import KitManifest
 from servekit.kit.render import render_all
 from servekit.kit.streams import Limits
 
@@ -59,3 +60,32 @@ def test_public_api_is_sorted_and_importable() -> None:
     assert servekit.kit.__all__ == sorted(servekit.kit.__all__)
     for name in servekit.kit.__all__:
         assert getattr(servekit.kit, name) is not None
+
+
+def test_a_schema_1_kit_keeps_the_files_it_was_written_with(
+    kit: BuildResult, tmp_path: Path
+) -> None:
+    """A kit built before promises (MANIFEST schema 1) still passes verify's generated check."""
+    import json
+
+    from servekit.kit.verify import verify_kit
+
+    from .kitedit import edit_kit
+
+    def to_v1(root: Path) -> None:
+        data = json.loads((root / "MANIFEST.json").read_text())
+        data["schema_version"] = 1
+        for key in ("expect",):
+            data.pop(key)
+        for item in data["payload"]:
+            item.pop("source")
+        (root / "MANIFEST.json").write_text(json.dumps(data, indent=2) + "\n")
+        for name, text in render_all(KitManifest.model_validate(data)).items():
+            (root / name).write_text(text)
+
+    old = edit_kit(kit.archive, tmp_path / "v1.tar.zst", to_v1)
+    root_text = render_all(kit.manifest.model_copy(update={"schema_version": 1}))
+    assert "## Promises" not in root_text["README.md"]
+    assert root_text["selftest.sh"].startswith("#!/usr/bin/env bash")
+    report = verify_kit(old)
+    assert report.ok, report.checks

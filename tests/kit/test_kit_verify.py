@@ -10,7 +10,7 @@ import pytest
 from servekit.defaults import script_defaults
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.checks import CheckReport
-from servekit.kit.verify import verify_kit
+from servekit.kit.verify import VerifyOptions, verify_kit
 
 from .imagegen import M, base_layers, layer_tar, write_oci
 from .kitedit import edit_kit
@@ -33,6 +33,9 @@ def kit_with(tmp_path: Path, files: list[M], name: str = "v.tar.zst") -> BuildRe
     return build_kit(BuildRequest(base=str(base), source=str(src), out=tmp_path / name))
 
 
+KIND = VerifyOptions(kind="vllm-ascend")
+
+
 def test_good_kit_passes_every_check(tmp_path: Path) -> None:
     table = script_defaults("vllm-ascend", "mixed")
     result = kit_with(
@@ -42,10 +45,20 @@ def test_good_kit_passes_every_check(tmp_path: Path) -> None:
             M("opt/app/patch.py", "f", b"import os\nVALUE = 1\n"),
         ],
     )
-    report = verify_kit(result.archive)
+    report = verify_kit(result.archive, KIND)
     assert report.ok, report.checks
-    assert set(status(report).values()) == {"pass"}
-    assert "equal the table" in next(c.detail for c in report.checks if c.name == "defaults")
+    assert set(status(report).values()) == {"pass", "skip"}
+    assert [c.name for c in report.checks if c.status == "skip"] == ["expect"]
+    assert "equal servekit's table" in next(c.detail for c in report.checks if c.name == "table")
+
+
+def test_without_kind_servekits_table_is_not_consulted(tmp_path: Path) -> None:
+    table = dict(script_defaults("vllm-ascend", "mixed"))
+    table[sorted(table)[0]] += "7"
+    result = kit_with(tmp_path, [M("opt/app/serve.sh", "f", defaults_script(table), 0o755)])
+    report = verify_kit(result.archive)
+    assert report.ok and "table" not in status(report)
+    assert status(report)["expect"] == "skip"
 
 
 def test_script_default_that_disagrees_with_the_table_fails(tmp_path: Path) -> None:
@@ -53,9 +66,9 @@ def test_script_default_that_disagrees_with_the_table_fails(tmp_path: Path) -> N
     name = sorted(table)[0]
     table[name] = table[name] + "7"
     result = kit_with(tmp_path, [M("opt/app/serve.sh", "f", defaults_script(table), 0o755)])
-    report = verify_kit(result.archive)
+    report = verify_kit(result.archive, KIND)
     assert not report.ok
-    detail = next(c.detail for c in report.checks if c.name == "defaults")
+    detail = next(c.detail for c in report.checks if c.name == "table")
     assert f"{name} defaults to" in detail and "/opt/app/serve.sh:" in detail
 
 
@@ -64,9 +77,9 @@ def test_decode_scripts_are_checked_against_the_decode_column(tmp_path: Path) ->
     mixed = script_defaults("vllm-ascend", "mixed")
     assert decode != mixed  # the guard differs by role
     result = kit_with(tmp_path, [M("opt/app/serve_decode.sh", "f", defaults_script(decode), 0o755)])
-    assert status(verify_kit(result.archive))["defaults"] == "pass"
-    forced = verify_kit(result.archive, role="mixed")
-    assert status(forced)["defaults"] == "fail"
+    assert status(verify_kit(result.archive, KIND))["table"] == "pass"
+    forced = verify_kit(result.archive, VerifyOptions(kind="vllm-ascend", role="mixed"))
+    assert status(forced)["table"] == "fail"
 
 
 def test_python_payload_that_does_not_compile_fails_and_is_never_run(tmp_path: Path) -> None:
@@ -161,15 +174,15 @@ def test_missing_defaults_table_is_a_failed_check_not_a_crash(kit: BuildResult) 
 
         raise UsageError("no table")
 
-    report = verify_kit(kit.archive, defaults=broken)
-    assert status(report)["defaults"] == "fail"
+    report = verify_kit(kit.archive, VerifyOptions(table=broken))
+    assert status(report)["table"] == "fail"
 
 
 @pytest.mark.parametrize("kind", ["vllm", "vllm-cpu"])
 def test_kind_selects_the_table_column(tmp_path: Path, kind: str) -> None:
     table = script_defaults(kind, "mixed")  # type: ignore[arg-type]
     result = kit_with(tmp_path, [M("opt/app/run.sh", "f", defaults_script(table), 0o755)])
-    assert status(verify_kit(result.archive, kind=kind))["defaults"] == "pass"
+    assert status(verify_kit(result.archive, VerifyOptions(kind=kind)))["table"] == "pass"
 
 
 def test_python_file_too_large_to_hold_fails_compile_instead_of_being_skipped(
@@ -187,4 +200,4 @@ def test_shebang_scripts_without_sh_suffix_are_checked_for_defaults(tmp_path: Pa
     name = sorted(table)[0]
     table[name] += "9"
     result = kit_with(tmp_path, [M("opt/app/launch", "f", defaults_script(table), 0o755)])
-    assert status(verify_kit(result.archive))["defaults"] == "fail"
+    assert status(verify_kit(result.archive, KIND))["table"] == "fail"

@@ -6,10 +6,15 @@ Parses options, calls one function of :mod:`servekit.kit`, prints. Exit codes:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 MaxSize = Annotated[
     int, typer.Option("--max-size", help="Largest size (bytes) a stream may decompress to")
@@ -22,11 +27,24 @@ DEFAULT_MAX_RATIO = 1000
 def register(app: typer.Typer) -> None:
     """Attach the ``kit`` sub-app to the root app."""
     kit = typer.Typer(help="Image-layer kits: base image + working layers, rebuilt and proven.")
-    kit.command("build")(build)
-    kit.command("verify")(verify)
-    kit.command("rebuild")(rebuild)
-    kit.command("inspect")(inspect)
+    kit.command("build")(_cleanly(build))
+    kit.command("verify")(_cleanly(verify))
+    kit.command("rebuild")(_cleanly(rebuild))
+    kit.command("inspect")(_cleanly(inspect))
     app.add_typer(kit, name="kit")
+
+
+def _cleanly(command: Callable[P, R]) -> Callable[P, R]:
+    """Run a command so that SIGTERM/SIGHUP unwind it: its scratch folders always go."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        from servekit.kit.scratch import terminate_cleanly
+
+        with terminate_cleanly():
+            return command(*args, **kwargs)
+
+    return run
 
 
 def build(
@@ -49,6 +67,10 @@ def build(
     date: Annotated[
         str | None, typer.Option(help="'created' stamp (default: repo HEAD date)")
     ] = None,
+    expect: Annotated[
+        Path | None,
+        typer.Option(help="YAML of the kit's promises (the expect: section), for --source"),
+    ] = None,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
     max_ratio: MaxRatio = DEFAULT_MAX_RATIO,
 ) -> None:
@@ -68,6 +90,7 @@ def build(
         engines=_pairs(engine or []),
         created=date,
         limits=Limits(max_total=max_size, max_ratio=max_ratio),
+        expect=expect,
     )
     result = build_kit(req)
     m = result.manifest
@@ -78,12 +101,14 @@ def build(
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
+    import re
+
     from servekit.errors import UsageError
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", key) or not value.isprintable():
             raise UsageError(f"--engine {item!r}: write NAME=VERSION, e.g. vllm=0.27.1")
         out[key] = value
     return out
@@ -97,12 +122,31 @@ def _exit(ok: bool) -> None:
 def verify(
     archive: Annotated[Path, typer.Argument(help="Kit .tar.zst (or unpacked folder)")],
     *,
-    kind: Annotated[str, typer.Option(help="Engine kind whose defaults scripts must match")] = (
-        "vllm-ascend"
-    ),
+    repo: Annotated[
+        Path | None,
+        typer.Option(help="Git checkout: every payload file against it at the stamped repo_rev"),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Release baseline repo_rev (7497a06+0dirty or a commit)"),
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option(help="Base image: rebuild onto it and prove the result")
+    ] = None,
+    smoke: Annotated[
+        Path | None, typer.Option(help="Log of 'selftest.sh image' run in the rebuilt image")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the release table (Markdown, JSON) and its evidence"),
+    ] = None,
+    kind: Annotated[
+        str | None,
+        typer.Option(help="Also compare script defaults with servekit's table for this kind"),
+    ] = None,
     role: Annotated[
         str | None,
-        typer.Option(help="Role for the defaults (default: from each script's name)"),
+        typer.Option(help="Role for --kind (default: from each script's name)"),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
     max_size: MaxSize = DEFAULT_MAX_SIZE,
@@ -111,16 +155,47 @@ def verify(
     """Check a kit without running anything from it; exit 1 on any failure."""
     from rich.console import Console
 
+    from servekit.kit.releasetable import verify_release
     from servekit.kit.streams import Limits
     from servekit.kit.tables import checks_table
-    from servekit.kit.verify import verify_kit
+    from servekit.kit.verify import VerifyOptions, run_verify
 
-    report = verify_kit(archive, Limits(max_total=max_size, max_ratio=max_ratio), kind, role)
+    _check_role(kind, role)
+    options = VerifyOptions(
+        limits=Limits(max_total=max_size, max_ratio=max_ratio),
+        kind=kind,
+        role=role,
+        repo=repo,
+        baseline=baseline,
+        base=base,
+        smoke=smoke,
+    )
+    if out is not None:
+        table, report = verify_release(archive, out, options)
+        written = f"release table: {out / 'kit-table.md'} ({len(table.rows)} rows)"
+    else:
+        report, written = run_verify(archive, options).report, ""
     if json_out:
         typer.echo(report.model_dump_json(indent=2))
     else:
         Console(width=160).print(checks_table(report, "kit verify"))
+        if written:
+            typer.echo(written)
     _exit(report.ok)
+
+
+def _check_role(kind: str | None, role: str | None) -> None:
+    from servekit.errors import UsageError
+
+    if role is not None and kind is None:
+        raise UsageError("--role applies to the servekit table check: give --kind KIND too")
+    if role is not None and role not in ("decode", "prefill", "mixed"):
+        raise UsageError(f"--role {role!r}: choose decode, prefill or mixed")
+    if kind is not None:
+        from servekit.defaults import ENGINE_KINDS
+
+        if kind not in ENGINE_KINDS:
+            raise UsageError(f"--kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
 
 
 def rebuild(

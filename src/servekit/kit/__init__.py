@@ -2,31 +2,60 @@
 
 Reads and writes OCI image layouts and docker-archive tarballs without a daemon,
 builds deterministic ``.tar.zst`` kits from a source image or a payload spec,
-verifies them without running anything from them, and rebuilds the image onto
-its base with a filesystem-manifest proof. See ``docs/kit.md``.
+verifies them without running anything from them (integrity, the kit's own
+promises, source = payload, rebuild, smoke log, baseline), writes the release
+table, and rebuilds the image onto its base with a filesystem-manifest proof.
+See ``docs/kit.md``.
+
+    from servekit.kit import VerifyOptions, render_release_table, verify_release
+
+    table, report = verify_release(Path("kit.tar.zst"), Path("out/kit"), VerifyOptions())
+    print(render_release_table(table))
 """
 
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.errors import KitRefused
-from servekit.kit.image import Image, read_image
-from servekit.kit.models import KitManifest
+from servekit.kit.image import read_image
+from servekit.kit.imagetypes import Image
+from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
+from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
 from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.releasetable import (
+    KitReleaseTable,
+    KitTableRow,
+    kit_release_table,
+    render_release_table,
+    verify_release,
+)
 from servekit.kit.streams import Limits
-from servekit.kit.verify import verify_kit
+from servekit.kit.verify import VerifyOptions, verify_kit
 
 __all__ = [
     "BuildRequest",
     "BuildResult",
     "CheckReport",
     "CheckResult",
+    "Gate",
     "Image",
+    "ImageSummary",
+    "KitExpect",
     "KitManifest",
     "KitRefused",
+    "KitReleaseTable",
+    "KitTableRow",
     "Limits",
+    "Marker",
     "RebuildRequest",
+    "RoleValues",
+    "VerifyOptions",
     "build_kit",
+    "inspect_image",
+    "inspect_kit",
+    "kit_release_table",
     "read_image",
     "rebuild_kit",
+    "render_release_table",
     "verify_kit",
+    "verify_release",
 ]

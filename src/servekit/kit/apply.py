@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState
-from servekit.kit.image import Image
+from servekit.kit.imagetypes import Image
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.streams import Limits
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +19,8 @@ from servekit.errors import UsageError
 from servekit.kit.apply import apply_image, apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
 from servekit.kit.fsmanifest import FILE, FsState
-from servekit.kit.image import Image, read_image
+from servekit.kit.image import read_image
+from servekit.kit.imagetypes import Image, canonical_json
 from servekit.kit.kitwrite import write_archive, write_stage
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.models import (
@@ -29,14 +29,14 @@ from servekit.kit.models import (
     ConfigDelta,
     Generator,
     ImageInfo,
+    KitExpect,
     KitManifest,
     LayerInfo,
     PayloadFile,
 )
-from servekit.kit.oci import canonical_json
+from servekit.kit.scratch import scratch_dir
+from servekit.kit.stamp import REPO_REV_LABEL
 from servekit.kit.streams import Limits
-
-REPO_REV_LABEL = "servekit.repo_rev"
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class BuildRequest:
     engines: dict[str, str] = field(default_factory=dict)
     created: str | None = None
     limits: Limits = field(default_factory=Limits)
+    expect: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class _Working:
     delta: ConfigDelta
     layers: list[LayerInfo] = field(default_factory=list)
     files: set[str] = field(default_factory=set)
+    sources: dict[str, Path] = field(default_factory=dict)
+    expect: KitExpect | None = None
 
 
 def _layer_info(scan: LayerScan, file: str) -> LayerInfo:
@@ -122,6 +125,7 @@ def _from_payload(
     spec = load_spec(req.payload)
     state = apply_image(base, req.limits)
     members = expand(spec, req.payload_root or req.payload.parent, state)
+    sources = {m.path: m.source for m in members if m.source is not None}
     tmp = stage / "layers" / ".new.tar"
     with tmp.open("wb") as out:
         write_layer(out, members)
@@ -136,6 +140,8 @@ def _from_payload(
     work = _Working(
         state, canonical_json(config), delta, [_layer_info(scan, file)], set(scan.files)
     )
+    work.sources = sources
+    work.expect = spec.expect
     return work
 
 
@@ -151,7 +157,7 @@ def _payload_config(
     return config
 
 
-def _payload_files(work: _Working) -> list[PayloadFile]:
+def _payload_files(work: _Working, sources: dict[str, str]) -> list[PayloadFile]:
     out = []
     for path in sorted(work.files):
         entry = work.state.get(path)
@@ -164,6 +170,7 @@ def _payload_files(work: _Working) -> list[PayloadFile]:
                     mode=f"{entry.mode:04o}",
                     uid=entry.uid,
                     gid=entry.gid,
+                    source=sources.get(path),
                 )
             )
     return out
@@ -192,16 +199,35 @@ def build_kit(req: BuildRequest) -> BuildResult:
     code = _code(req)
     req = replace(req, created=_created(req))
     base = read_image(req.base)
-    with tempfile.TemporaryDirectory(prefix="servekit-kit-") as tmp:
-        stage = Path(tmp) / name
+    with scratch_dir() as tmp:
+        stage = tmp / name
         (stage / "layers").mkdir(parents=True)
         if req.source is not None:
             work = _from_source(req, base, stage)
         else:
             work = _from_payload(req, base, stage, code)
+        work.expect = _expect(req, work)
         manifest = _manifest(req, name, base, work, code)
         write_stage(stage, manifest, work.config_bytes, work.state.lines())
         return BuildResult(req.out, write_archive(req.out, stage, name), manifest)
+
+
+def _expect(req: BuildRequest, work: _Working) -> KitExpect | None:
+    """The kit's promises (payload spec or --expect), every file they name a payload file."""
+    from servekit.kit.payload import load_expect
+
+    if req.expect is not None and work.expect is not None:
+        raise UsageError("--expect: the payload spec has an expect: section already; give one")
+    expect = load_expect(req.expect) if req.expect is not None else work.expect
+    if expect is None:
+        return None
+    shipped = {p for p in work.files if (e := work.state.get(p)) is not None and e.kind == FILE}
+    missing = sorted(expect.files() - shipped)
+    if missing:
+        raise UsageError(
+            f"expect: {missing[0]} is not a file this kit ships; promises can name payload files only"
+        )
+    return expect
 
 
 def _created(req: BuildRequest) -> str | None:
@@ -242,7 +268,7 @@ def _base_reference(req: BuildRequest, base: Image) -> str:
 def _manifest(
     req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
 ) -> KitManifest:
-    payload = _payload_files(work)
+    payload = _payload_files(work, _repo_sources(req, work))
     image_id = "sha256:" + hashlib.sha256(work.config_bytes).hexdigest()
     return KitManifest(
         name=name,
@@ -265,4 +291,17 @@ def _manifest(
         payload=payload,
         config_delta=work.delta,
         code=code,
+        expect=work.expect,
     )
+
+
+def _repo_sources(req: BuildRequest, work: _Working) -> dict[str, str]:
+    """Payload path -> its file in the repository (for ``kit verify --repo``)."""
+    if req.repo is None:
+        return {}
+    from servekit.kit.sources import by_content, by_path
+
+    if work.sources:
+        return by_path(req.repo, work.sources)
+    digests = {p: e.sha256 for p in work.files if (e := work.state.get(p)) and e.kind == FILE}
+    return by_content(req.repo, digests)

@@ -1,10 +1,15 @@
-"""Check results: the rows of the pass/fail tables verify and rebuild print."""
+"""Check results: the rows of the pass/fail tables verify and rebuild print.
+
+A row carries a one-line ``detail`` for the table; rows that count things
+(promises kept, files equal) also carry ``passed``/``total`` and, for the
+evidence files, every problem and every item checked.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -17,6 +22,15 @@ class CheckResult(BaseModel):
     name: str
     status: Status
     detail: str
+    passed: int | None = Field(None, description="Items that passed (with total: N/N)")
+    total: int | None = Field(None, description="Items checked")
+    problems: list[str] = Field(default_factory=list, description="Every problem found")
+    items: list[str] = Field(default_factory=list, description="One line per item checked")
+
+    @property
+    def ratio(self) -> str:
+        """``N/N`` when the row counts items, else empty."""
+        return f"{self.passed}/{self.total}" if self.total is not None else ""
 
 
 class CheckReport(BaseModel):
@@ -31,16 +45,55 @@ class CheckReport(BaseModel):
     def ok(self) -> bool:
         return all(c.status != "fail" for c in self.checks)
 
+    def get(self, name: str) -> CheckResult | None:
+        """The row called ``name``, if the run made one."""
+        return next((c for c in self.checks if c.name == name), None)
+
 
 def passed(name: str, detail: str) -> CheckResult:
     return CheckResult(name=name, status="pass", detail=detail)
 
 
+def skipped(name: str, detail: str) -> CheckResult:
+    return CheckResult(name=name, status="skip", detail=detail)
+
+
 def failed(name: str, problems: list[str], limit: int = 3) -> CheckResult:
     """A failure naming the first problems and how many there were."""
     more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
-    return CheckResult(name=name, status="fail", detail="; ".join(problems[:limit]) + more)
+    return CheckResult(
+        name=name, status="fail", detail="; ".join(problems[:limit]) + more, problems=problems
+    )
 
 
 def outcome(name: str, problems: list[str], ok_detail: str) -> CheckResult:
     return failed(name, problems) if problems else passed(name, ok_detail)
+
+
+def counted(
+    name: str,
+    passed_count: int,
+    total: int,
+    problems: list[str],
+    items: list[str],
+    *,
+    what: str,
+) -> CheckResult:
+    """A row that counts items: ``N/N what``, every problem named (up to 12 in the detail)."""
+    ratio = f"{passed_count}/{total} {what}"
+    if problems:
+        shown = "; ".join(problems[:12]) + (
+            f" (+{len(problems) - 12} more)" if len(problems) > 12 else ""
+        )
+        return CheckResult(
+            name=name,
+            status="fail",
+            detail=f"{ratio}: {shown}",
+            passed=passed_count,
+            total=total,
+            problems=problems,
+            items=items,
+        )
+    return CheckResult(
+        name=name, status="pass", detail=ratio, passed=passed_count, total=total, items=items
+    )

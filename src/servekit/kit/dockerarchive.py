@@ -8,7 +8,8 @@ fixed mtimes and numeric owners.
 
 from __future__ import annotations
 
-import json
+import hashlib
+import io
 import posixpath
 import tarfile
 import tempfile
@@ -18,21 +19,40 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.image import OCI_LAYER_TAR, Image, LayerBlob, parse_config, sniff_media_type
-from servekit.kit.oci import canonical_json
+from servekit.kit.imagetypes import (
+    MAX_JSON,
+    OCI_LAYER_TAR,
+    Image,
+    LayerBlob,
+    canonical_json,
+    parse_config,
+    sniff_media_type,
+)
+from servekit.kit.jsonsafe import load_json
+from servekit.kit.layertar import open_plain
 from servekit.kit.paths import member_path
 from servekit.kit.streams import CHUNK, Limits, SliceReader, as_binary
 
-MAX_JSON = 16 << 20
 FIXED_MTIME = 0
+MAX_MEMBERS = 100_000
 
 
 def _members(path: Path, what: str) -> dict[str, tarfile.TarInfo]:
+    """The outer tar's members by canonical path (headers only: data is seeked over)."""
+    if not path.is_file():
+        raise KitRefused(f"{what}: not a regular file")
+    out: dict[str, tarfile.TarInfo] = {}
     try:
         with tarfile.open(path, "r:") as tar:
-            return {member_path(m.name, what): m for m in tar.getmembers()}
-    except tarfile.TarError as exc:
+            while (member := tar.next()) is not None:
+                if len(out) >= MAX_MEMBERS:
+                    raise KitRefused(f"{what}: more than {MAX_MEMBERS} members")
+                out[member_path(member.name, what)] = member
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        if isinstance(exc, KitRefused):
+            raise
         raise KitRefused(f"{what}: not an uncompressed tar ({exc})") from exc
+    return out
 
 
 def _resolve(members: dict[str, tarfile.TarInfo], name: str, what: str) -> tarfile.TarInfo:
@@ -68,7 +88,7 @@ def _read_member(path: Path, info: tarfile.TarInfo, what: str) -> bytes:
 def _pick(entries: list[dict[str, Any]], name: str | None, what: str) -> dict[str, Any]:
     if name is not None:
         for entry in entries:
-            if name in (entry.get("RepoTags") or []):
+            if name in _tags(entry):
                 return entry
         raise KitRefused(f"{what}: no image tagged {name!r} in manifest.json")
     if len(entries) != 1:
@@ -80,26 +100,35 @@ def read_docker_archive(path: Path, name: str | None, reference: str) -> Image:
     """Read a docker-archive tarball."""
     what = f"docker-archive {path}"
     members = _members(path, what)
-    try:
-        entries = json.loads(_read_member(path, _resolve(members, "manifest.json", what), what))
-    except ValueError as exc:
-        raise KitRefused(f"{what}: manifest.json is not JSON ({exc})") from exc
-    if not isinstance(entries, list) or not entries:
+    data = _read_member(path, _resolve(members, "manifest.json", what), what)
+    entries = load_json(data, f"{what}: manifest.json")
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not all(isinstance(e, dict) for e in entries)
+    ):
         raise KitRefused(f"{what}: manifest.json lists no image")
     entry = _pick(entries, name, what)
     config_bytes = _read_member(path, _resolve(members, str(entry.get("Config")), what), what)
     diff_ids = parse_config(config_bytes, what)
     names = entry.get("Layers") or []
+    if not isinstance(names, list):
+        raise KitRefused(f"{what}: manifest.json Layers is not a list")
     if len(names) != len(diff_ids):
         raise KitRefused(f"{what}: {len(names)} layers but config lists {len(diff_ids)} diffIDs")
     layers = tuple(
         _layer(path, _resolve(members, str(n), what), d)
         for n, d in zip(names, diff_ids, strict=True)
     )
-    tags = entry.get("RepoTags") or []
+    tags = _tags(entry)
     return Image(
         reference, "docker-archive", name or (tags[0] if tags else None), config_bytes, layers
     )
+
+
+def _tags(entry: dict[str, Any]) -> list[str]:
+    tags = entry.get("RepoTags") or []
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
 def _layer(path: Path, info: tarfile.TarInfo, diff_id: str) -> LayerBlob:
@@ -133,8 +162,6 @@ def _plain_layer(layer: LayerBlob, limits: Limits) -> Iterator[tuple[BinaryIO, i
         with layer.opener() as fh:
             yield fh, layer.size
         return
-    from servekit.kit.layertar import open_plain
-
     with tempfile.TemporaryFile() as spool, layer.opener() as fh:
         with open_plain(fh, limits, "layer") as plain:
             while block := plain.read(CHUNK):
@@ -148,8 +175,6 @@ def write_docker_archive(
     dest: BinaryIO, config_bytes: bytes, layers: list[LayerBlob], tag: str | None, limits: Limits
 ) -> None:
     """Write a docker-archive (uncompressed layers) to an open file."""
-    import hashlib
-
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
     layer_names: list[str] = []
     with tarfile.open(fileobj=dest, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -173,8 +198,6 @@ def write_docker_archive(
 
 
 def _bytes(data: bytes) -> BinaryIO:
-    import io
-
     return io.BytesIO(data)
 
 

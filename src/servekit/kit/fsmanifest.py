@@ -21,10 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.paths import ROOT, escape_field, unescape_field
+from servekit.kit.paths import ROOT, escape_field, image_path, unescape_field
 
 DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
+KINDS = frozenset((DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO))
 NO_SHA = "-"
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,8 @@ class FsState:
 
     def put(self, entry: Entry) -> None:
         """Add or replace an entry, creating missing parents as plain dirs."""
+        if not entry.path.startswith(ROOT) or entry.path == ROOT:
+            raise KitRefused(f"filesystem entry {entry.path[:80]!r} is not an absolute image path")
         old = self.entries.get(entry.path)
         if old is not None and old.kind == DIR and entry.kind != DIR:
             self.remove_tree(entry.path)
@@ -102,7 +106,7 @@ class FsState:
         """
         missing = []
         head = os.path.dirname(path)
-        while head != ROOT:
+        while head not in (ROOT, ""):
             have = self.entries.get(head)
             if have is not None and have.kind == DIR:
                 break
@@ -135,9 +139,25 @@ def manifest_text(lines: Iterable[str]) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def parse_manifest(text: str) -> list[str]:
-    """Lines of a manifest file (no trailing blank)."""
-    return [line for line in text.split("\n") if line]
+def parse_manifest(text: str, max_lines: int | None = None) -> list[str]:
+    """Lines of a manifest file (no trailing blank), refused past ``max_lines``."""
+    lines = [line for line in text.split("\n") if line]
+    if max_lines is not None and len(lines) > max_lines:
+        raise KitRefused(f"filesystem manifest has more than {max_lines} lines")
+    return lines
+
+
+def _number(text: str, base: int = 10) -> int:
+    """A plain non-negative number (no sign, no spaces, no underscores)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 20:
+        raise ValueError(text)
+    return int(text, base)
+
+
+def _sha(text: str) -> str:
+    if text != NO_SHA and (len(text) != 64 or not _HEX.issuperset(text)):
+        raise ValueError(text)
+    return text
 
 
 def parse_line(line: str) -> Entry:
@@ -145,18 +165,24 @@ def parse_line(line: str) -> Entry:
     fields = line.split("\t")
     try:
         kind, mode, uid, gid, size, path, link, sha = fields
-        return Entry(
+        entry = Entry(
             kind,
-            int(mode, 8),
-            int(uid),
-            int(gid),
-            int(size),
+            _number(mode, 8),
+            _number(uid),
+            _number(gid),
+            _number(size),
             unescape_field(path),
             "" if link == "-" else unescape_field(link),
-            sha,
+            _sha(sha),
         )
-    except ValueError as exc:
-        raise KitRefused(f"filesystem manifest line {line[:80]!r} is malformed") from exc
+    except ValueError:
+        raise KitRefused(f"filesystem manifest line {line[:80]!r} is malformed") from None
+    if kind not in KINDS or entry.mode > 0o7777:
+        raise KitRefused(f"filesystem manifest line {line[:80]!r} has a bad type or mode")
+    image_path(entry.path, "filesystem manifest")
+    if entry.path == ROOT:
+        raise KitRefused("filesystem manifest lists the root itself")
+    return entry
 
 
 def diff_lines(expected: list[str], actual: list[str], limit: int = 20) -> list[str]:
@@ -191,15 +217,20 @@ def walk_dir(root: Path, exclude: Iterable[str] = ()) -> Iterator[Entry]:
     """Entries of an unpacked rootfs on disk (for comparing with ``umoci unpack``).
 
     ``exclude`` names image paths (``/proc``) whose subtrees are skipped, as one
-    does when walking a live container.
+    does when walking a live container. Mount points (a folder on another
+    device than ``root``: /proc, /sys, /dev in a live container) are skipped
+    with their subtrees, as ``find -xdev`` does, so a walk never reads a
+    pseudo-file such as /proc/kcore.
     """
     skip = set(exclude)
+    device = root.stat().st_dev
     for dirpath, dirnames, filenames in os.walk(root):
         base = Path(dirpath)
         for name in sorted(dirnames) + sorted(filenames):
             path = base / name
-            entry = _walk_entry(root, path, path.lstat())
-            if entry.path in skip:
+            st = path.lstat()
+            entry = None if st.st_dev != device else _walk_entry(root, path, st)
+            if entry is None or entry.path in skip:
                 if name in dirnames:
                     dirnames.remove(name)
                 continue

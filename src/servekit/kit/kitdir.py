@@ -7,73 +7,118 @@ the ``.tar.zst`` (unpacked safely into a scratch folder) or an unpacked folder.
 from __future__ import annotations
 
 import contextlib
-import json
-import tempfile
+import os
+import re
+import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.kitarchive import kit_members, unpack_hashed
+from servekit.kit.jsonsafe import decode_text, load_json
+from servekit.kit.kitarchive import kit_members, unpack_checked
 from servekit.kit.models import KitManifest
+from servekit.kit.scratch import scratch_dir
 from servekit.kit.streams import Limits, sha256_file
 
 SUMS = "SHA256SUMS"
+MANIFEST = "MANIFEST.json"
+_SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S.*)")
 
 
 @dataclass(frozen=True)
 class KitDir:
-    """An unpacked kit folder."""
+    """An unpacked kit folder.
+
+    ``archive_sha256`` and ``format_problems`` come from unpacking a
+    ``.tar.zst`` (None and empty for a folder given as is).
+    """
 
     root: Path
     archive_sha256: str | None = None
+    format_problems: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
 
     def read_manifest(self) -> KitManifest:
         """Parse MANIFEST.json strictly (unknown or missing fields refuse the kit)."""
-        path = self.root / "MANIFEST.json"
-        if not path.is_file():
-            raise KitRefused(f"kit {self.root.name}: MANIFEST.json is missing")
+        data = load_json(self.read_bytes(MANIFEST), f"kit {self.root.name}: {MANIFEST}")
         try:
-            return KitManifest.model_validate(json.loads(path.read_bytes()))
-        except (ValueError, ValidationError) as exc:
-            first = str(exc).splitlines()[0:3]
+            return KitManifest.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "(top)"
             raise KitRefused(
-                f"kit {self.root.name}: MANIFEST.json is invalid ({' '.join(first)})"
-            ) from exc
+                f"kit {self.root.name}: {MANIFEST} is invalid ({loc}: {err['msg']})"
+            ) from None
 
     def member(self, rel: str) -> Path:
-        """A file inside the kit, refused when it is absent."""
+        """A regular file inside the kit (no link, nothing outside), refused when absent."""
         path = self.root / rel
-        if ".." in Path(rel).parts or rel.startswith("/") or not path.is_file():
-            raise KitRefused(f"kit {self.root.name}: member {rel!r} is missing")
+        if ".." in Path(rel).parts or rel.startswith("/") or "\x00" in rel:
+            raise KitRefused(f"kit {self.root.name}: member {rel[:80]!r} is not a kit path")
+        try:
+            st = path.lstat()
+            inside = path.resolve().is_relative_to(self.root.resolve())
+        except (OSError, RuntimeError, ValueError):
+            raise KitRefused(f"kit {self.root.name}: member {rel[:80]!r} is missing") from None
+        if not stat.S_ISREG(st.st_mode) or not inside:
+            raise KitRefused(
+                f"kit {self.root.name}: member {rel[:80]!r} is missing or not a regular file"
+            )
         return path
+
+    def read_bytes(self, rel: str) -> bytes:
+        """A member's bytes, refused past ``limits.max_text`` (never read whole first)."""
+        path = self.member(rel)
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(min(size, self.limits.max_text) + 1)
+        if len(data) > self.limits.max_text:
+            raise KitRefused(
+                f"kit {self.root.name}: {rel} is larger than {self.limits.max_text} bytes"
+            )
+        return data
+
+    def text(self, rel: str) -> str:
+        """A text member decoded strictly as UTF-8 (a bad byte is refused with its offset)."""
+        return decode_text(self.read_bytes(rel), f"kit {self.root.name}: {rel}")
+
+    def _sum_lines(self) -> tuple[dict[str, str], list[str]]:
+        listed: dict[str, str] = {}
+        problems: list[str] = []
+        for number, line in enumerate(self.text(SUMS).split("\n"), 1):
+            match = _SUM_LINE.fullmatch(line)
+            if match is None:
+                if line:
+                    problems.append(f"{SUMS} line {number} is not '<sha256>  <member>'")
+                continue
+            digest, rel = match.groups()
+            if rel in listed:
+                problems.append(f"{rel}: listed twice")
+            listed[rel] = digest
+        return listed, problems
 
     def listed_sums(self) -> dict[str, str]:
         """SHA256SUMS as member -> hex digest."""
-        out: dict[str, str] = {}
-        for line in self.member(SUMS).read_text(encoding="utf-8", errors="replace").splitlines():
-            digest, _, rel = line.partition("  ")
-            out[rel] = digest
-        return out
+        return self._sum_lines()[0]
 
     def sum_problems(self, hashed: dict[str, str] | None = None) -> list[str]:
         """Members that SHA256SUMS misses, lists twice, or hashes differently.
 
         ``hashed`` gives digests already computed elsewhere (a layer scan
         computes each layer file's sha256 as its diffID), so no byte is hashed
-        twice.
+        twice. Links and special files (possible in a folder given as a kit)
+        are problems, never opened.
         """
         hashed = hashed or {}
-        listed: dict[str, str] = {}
-        problems: list[str] = []
-        for line in self.member(SUMS).read_text(encoding="utf-8", errors="replace").splitlines():
-            digest, _, rel = line.partition("  ")
-            if rel in listed:
-                problems.append(f"{rel}: listed twice")
-            listed[rel] = digest
-        present = {m for m in kit_members(self.root) if not m.endswith("/") and m != SUMS}
+        listed, problems = self._sum_lines()
+        odd = odd_entries(self.root, self.limits.max_entries)
+        problems += [f"{rel}: a link or special file, not a kit member" for rel in odd]
+        present = {
+            m for m in kit_members(self.root) if not m.endswith("/") and m != SUMS and m not in odd
+        }
         problems += [f"{rel}: not listed in {SUMS}" for rel in sorted(present - listed.keys())]
         problems += [f"{rel}: listed but absent" for rel in sorted(listed.keys() - present)]
         for rel in sorted(present & listed.keys()):
@@ -83,14 +128,37 @@ class KitDir:
         return problems
 
 
+def odd_entries(root: Path, max_entries: int) -> set[str]:
+    """Entries of a folder that are neither plain folders nor regular files."""
+    odd: set[str] = set()
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            count += 1
+            if count > max_entries:
+                raise KitRefused(f"kit {root.name}: more than {max_entries} entries")
+            path = Path(dirpath) / name
+            mode = path.lstat().st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                odd.add(path.relative_to(root).as_posix())
+    return odd
+
+
+def is_kit_folder(path: Path) -> bool:
+    """A folder holding MANIFEST.json or SHA256SUMS (damaged kits still count)."""
+    return path.is_dir() and ((path / MANIFEST).exists() or (path / SUMS).exists())
+
+
 @contextlib.contextmanager
 def open_kit(path: Path, limits: Limits) -> Iterator[KitDir]:
     """A kit folder for ``path`` (a folder, or a .tar.zst unpacked for the duration)."""
     if path.is_dir():
-        yield KitDir(path)
+        if not is_kit_folder(path):
+            raise KitRefused(f"kit {path}: a folder without MANIFEST.json or {SUMS} is not a kit")
+        yield KitDir(path, limits=limits)
         return
     if not path.is_file():
-        raise KitRefused(f"kit {path}: no such file or folder")
-    with tempfile.TemporaryDirectory(prefix="servekit-kit-") as tmp:
-        root, digest = unpack_hashed(path, Path(tmp), limits)
-        yield KitDir(root, digest)
+        raise KitRefused(f"kit {path}: no such file or folder; give a kit .tar.zst or its folder")
+    with scratch_dir() as tmp:
+        unpacked = unpack_checked(path, tmp, limits)
+        yield KitDir(unpacked.root, unpacked.sha256, tuple(unpacked.problems), limits)

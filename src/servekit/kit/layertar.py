@@ -21,7 +21,14 @@ from typing import BinaryIO
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import BLOCK, CHAR, DIR, FIFO, FILE, SYMLINK, Entry, FsState
-from servekit.kit.paths import ROOT, hardlink_target, member_path, parents, symlink_escapes
+from servekit.kit.paths import (
+    MAX_PATH,
+    ROOT,
+    hardlink_target,
+    member_path,
+    parents,
+    symlink_escapes,
+)
 from servekit.kit.streams import (
     CHUNK,
     BoundedReader,
@@ -166,6 +173,7 @@ class _Applier:
 
     def _entry(self, tar: tarfile.TarFile, m: tarfile.TarInfo, path: str) -> Entry:
         mode = m.mode & 0o7777
+        _refuse_odd(m, path, self.opts)
         if m.isreg():
             return self._file(tar, m, path, mode)
         if m.isdir():
@@ -247,6 +255,24 @@ class _Applier:
             self.state.remove_tree(path)
         for path in self.order:
             self.state.put(self.added[path])
+
+
+def _refuse_odd(m: tarfile.TarInfo, path: str, opts: ScanOptions) -> None:
+    """Refuse what no layer needs and what makes reading unbounded.
+
+    A sparse member expands to its "real size" without reading archive bytes,
+    so its header alone could ask for terabytes of zeros; negative or
+    over-limit sizes and over-long link targets come only from damaged headers.
+    """
+    if m.issparse():
+        raise KitRefused(f"{opts.what}: member {path!r} is a sparse file; layers do not use them")
+    if m.size < 0 or m.size > opts.limits.max_total:
+        raise KitRefused(
+            f"{opts.what}: member {path!r} claims {m.size} bytes: expands past"
+            f" {opts.limits.max_total} bytes; raise --max-size if this is legitimate"
+        )
+    if len(m.linkname) > MAX_PATH or "\x00" in m.linkname:
+        raise KitRefused(f"{opts.what}: member {path!r} has a malformed link target")
 
 
 @contextmanager

@@ -6,9 +6,24 @@ unknown or missing field is refused at the boundary, not half-understood.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from typing import Annotated, Literal
 
-SCHEMA_VERSION = 1
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from servekit.kit.errors import KitRefused
+from servekit.kit.paths import image_path
+
+SCHEMA_VERSION: Literal[2] = 2
+Role = Literal["decode", "prefill", "mixed"]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Frozen(BaseModel):
@@ -45,7 +60,11 @@ class LayerInfo(_Frozen):
 
 
 class PayloadFile(_Frozen):
-    """A file the working layers deliver, with its content digest."""
+    """A file the working layers deliver, with its content digest.
+
+    ``source`` is the file's path in the code repository (relative to its
+    root) when the kit was built with ``--repo`` and the file comes from it.
+    """
 
     path: str
     sha256: str
@@ -53,6 +72,7 @@ class PayloadFile(_Frozen):
     mode: str
     uid: int
     gid: int
+    source: str | None = None
 
 
 class ConfigDelta(_Frozen):
@@ -65,6 +85,111 @@ class ConfigDelta(_Frozen):
     cmd: list[str] | None = None
     entrypoint: list[str] | None = None
     working_dir: str | None = None
+
+
+def _text_value(value: object) -> object:
+    """A promised value as text: YAML's ``1`` means "1"; true/false and 0.9 must be quoted."""
+    if isinstance(value, bool | float):
+        raise ValueError(f"write {value!r} in quotes, as the script writes it (e.g. '1', '0.92')")
+    return str(value) if isinstance(value, int) else value
+
+
+Text = Annotated[str, BeforeValidator(_text_value)]
+
+
+class RoleValues(_Frozen):
+    """A default that differs by the script's role (a role left out is not promised)."""
+
+    decode: Text | None = None
+    prefill: Text | None = None
+    mixed: Text | None = None
+
+    def for_role(self, role: Role) -> str | None:
+        value: str | None = getattr(self, role)
+        return value
+
+
+def _image_file(value: str) -> str:
+    try:
+        return image_path(value, "expect")
+    except KitRefused as exc:
+        raise ValueError(str(exc)) from None
+
+
+class Gate(_Frozen):
+    """A default in a shipped file (``os.environ.get(NAME, "1")``) that must agree."""
+
+    file: str = Field(description="Image path of a payload file, e.g. /opt/app/model.py")
+    name: str = Field(description="The environment variable the code reads")
+    default: Text = Field(description="The default the code must fall back to")
+
+    _file = field_validator("file")(_image_file)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("a variable name such as V41_CED_GRAPH_GATE")
+        return value
+
+
+class Marker(_Frozen):
+    """Text that must be present in a shipped file (e.g. the decode guard's class)."""
+
+    file: str = Field(description="Image path of a payload file")
+    contains: str = Field(min_length=1, description="Literal text the file must contain")
+
+    _file = field_validator("file")(_image_file)
+
+
+class KitExpect(_Frozen):
+    """What the kit promises about the files it ships; ``kit verify`` checks each promise.
+
+    ``defaults``: ``NAME=${NAME:-value}`` in the shipped shell scripts, one value
+    for every script or a value per role. A script's role is ``roles[path]``
+    when given, else from its name (``decode`` or ``prefill`` in the path, else
+    ``mixed``). ``repo_rev`` is the release baseline the stamp must equal.
+    """
+
+    defaults: dict[str, str | RoleValues] = Field(default_factory=dict)
+    gates: list[Gate] = Field(default_factory=list)
+    markers: list[Marker] = Field(default_factory=list)
+    roles: dict[str, Role] = Field(default_factory=dict)
+    repo_rev: str | None = Field(None, description="Release baseline, e.g. 7497a06+0dirty")
+
+    @field_validator("defaults", mode="before")
+    @classmethod
+    def _promises(cls, value: object) -> object:
+        """Each value is text (YAML ints become text) or a mapping role -> text."""
+        if not isinstance(value, dict):
+            return value
+        out: dict[object, object] = {}
+        for name, promise in value.items():
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a shell variable name")
+            try:
+                out[name] = (
+                    RoleValues.model_validate(promise)
+                    if isinstance(promise, dict)
+                    else _text_value(promise)
+                )
+            except (ValueError, ValidationError) as exc:
+                why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                raise ValueError(
+                    f"{name}: {why} (give text, or a mapping of decode/prefill/mixed to text)"
+                ) from None
+        return out
+
+    @field_validator("roles")
+    @classmethod
+    def _role_paths(cls, value: dict[str, Role]) -> dict[str, Role]:
+        for path in value:
+            _image_file(path)
+        return value
+
+    def files(self) -> set[str]:
+        """Every payload file a promise names."""
+        return {g.file for g in self.gates} | {m.file for m in self.markers} | set(self.roles)
 
 
 class CodeBaseline(_Frozen):
@@ -89,7 +214,7 @@ class ImageInfo(_Frozen):
 class KitManifest(_Frozen):
     """The whole MANIFEST.json."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     name: str
     generator: Generator
     created: str | None
@@ -99,3 +224,6 @@ class KitManifest(_Frozen):
     payload: list[PayloadFile]
     config_delta: ConfigDelta
     code: CodeBaseline | None
+    expect: KitExpect | None = Field(
+        None, description="The kit's promises (kit verify checks them)"
+    )

@@ -9,83 +9,109 @@ produces compact, key-sorted JSON so the same image gives the same bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.image import (
+from servekit.kit.imagetypes import (
     DOCKER_MANIFEST,
+    MAX_JSON,
     OCI_CONFIG,
     OCI_INDEX,
     OCI_MANIFEST,
     REF_NAME,
     Image,
     LayerBlob,
+    canonical_json,
     check_digest,
     oci_layer_type,
     parse_config,
 )
+from servekit.kit.jsonsafe import load_json
 from servekit.kit.streams import CHUNK
 
-MAX_JSON = 16 << 20
 
-
-def canonical_json(data: object) -> bytes:
-    """Compact, key-sorted JSON: the same value always gives the same bytes."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _blob_path(root: Path, digest: str, what: str) -> Path:
-    check_digest(digest, what)
+def _blob_path(root: Path, digest: object, what: str) -> Path:
+    digest = check_digest(digest, what)
     path = root / "blobs" / "sha256" / digest.split(":", 1)[1]
     if not path.is_file():
         raise KitRefused(f"{what}: blob {digest} is missing from {root}")
     return path
 
 
-def _json_blob(root: Path, digest: str, what: str) -> bytes:
+def _read_small(path: Path, what: str) -> bytes:
+    """A JSON file's bytes, refused past MAX_JSON (read at most that much)."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_JSON + 1)
+    if len(data) > MAX_JSON:
+        raise KitRefused(f"{what}: {path.name} is too large for JSON")
+    return data
+
+
+def _json_blob(root: Path, digest: object, what: str) -> bytes:
     path = _blob_path(root, digest, what)
-    if path.stat().st_size > MAX_JSON:
-        raise KitRefused(f"{what}: blob {digest} is too large for JSON")
-    data = path.read_bytes()
+    data = _read_small(path, what)
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise KitRefused(f"{what}: blob {digest} does not match its digest")
     return data
 
 
 def _load_json(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise KitRefused(f"{what}: invalid JSON ({exc})") from exc
+    value = load_json(data, what)
     if not isinstance(value, dict):
         raise KitRefused(f"{what}: expected a JSON object")
     return value
 
 
+def _field(obj: dict[str, Any], key: str, kind: type, what: str) -> Any:
+    """``obj[key]`` when it has the JSON type ``kind``; an empty one when absent."""
+    value = obj.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise KitRefused(f"{what}: {key} is not a JSON {kind.__name__}")
+    return value
+
+
+def _descriptors(obj: dict[str, Any], key: str, what: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = _field(obj, key, list, what)
+    if not all(isinstance(item, dict) for item in items):
+        raise KitRefused(f"{what}: {key} holds something that is not a descriptor object")
+    return items
+
+
+def _ref_name(desc: dict[str, Any]) -> object:
+    annotations = desc.get("annotations")
+    return annotations.get(REF_NAME) if isinstance(annotations, dict) else None
+
+
 def _pick(manifests: list[dict[str, Any]], name: str | None, what: str) -> dict[str, Any]:
     if name is not None:
         for desc in manifests:
-            if desc.get("annotations", {}).get(REF_NAME) == name:
+            if _ref_name(desc) == name:
                 return desc
         raise KitRefused(f"{what}: no manifest named {name!r} in index.json")
     if len(manifests) != 1:
-        names = [d.get("annotations", {}).get(REF_NAME) for d in manifests]
+        names = [_ref_name(d) for d in manifests][:10]
         raise KitRefused(f"{what}: index.json holds {len(manifests)} manifests {names}; add :NAME")
     return manifests[0]
+
+
+def _is_amd64(desc: dict[str, Any]) -> bool:
+    platform = desc.get("platform")
+    return isinstance(platform, dict) and platform.get("architecture") == "amd64"
 
 
 def _resolve_manifest(root: Path, desc: dict[str, Any], what: str) -> dict[str, Any]:
     """Follow nested indexes down to one image manifest (linux/amd64 or the only one)."""
     for _ in range(4):
-        data = _load_json(_json_blob(root, desc.get("digest", ""), what), what)
+        data = _load_json(_json_blob(root, desc.get("digest"), what), what)
         if data.get("mediaType", desc.get("mediaType")) != OCI_INDEX:
             return data
-        subs = data.get("manifests", [])
-        amd64 = [d for d in subs if d.get("platform", {}).get("architecture") == "amd64"]
+        subs = _descriptors(data, "manifests", what)
+        amd64 = [d for d in subs if _is_amd64(d)]
         desc = _pick(amd64 or subs, None, what)
     raise KitRefused(f"{what}: nested indexes go too deep")
 
@@ -95,19 +121,24 @@ def read_oci(root: Path, name: str | None, reference: str) -> Image:
     what = f"OCI layout {root}"
     if not (root / "oci-layout").is_file() or not (root / "index.json").is_file():
         raise KitRefused(f"{what}: missing oci-layout or index.json")
-    index = _load_json((root / "index.json").read_bytes(), what)
-    desc = _pick(list(index.get("manifests", [])), name, what)
+    index = _load_json(_read_small(root / "index.json", what), what)
+    desc = _pick(_descriptors(index, "manifests", what), name, what)
     manifest = _resolve_manifest(root, desc, what)
     if manifest.get("mediaType", OCI_MANIFEST) not in (OCI_MANIFEST, DOCKER_MANIFEST):
-        raise KitRefused(f"{what}: manifest media type {manifest.get('mediaType')!r} unsupported")
-    config_bytes = _json_blob(root, manifest.get("config", {}).get("digest", ""), what)
+        raise KitRefused(
+            f"{what}: manifest media type {str(manifest.get('mediaType'))[:80]!r} unsupported"
+        )
+    config_desc = _field(manifest, "config", dict, what)
+    config_bytes = _json_blob(root, config_desc.get("digest"), what)
     diff_ids = parse_config(config_bytes, what)
-    descs = manifest.get("layers", [])
+    descs = _descriptors(manifest, "layers", what)
     if len(descs) != len(diff_ids):
         raise KitRefused(f"{what}: {len(descs)} layers but config lists {len(diff_ids)} diffIDs")
     layers = tuple(_layer(root, d, diff, what) for d, diff in zip(descs, diff_ids, strict=True))
-    ref_name = name or desc.get("annotations", {}).get(REF_NAME)
-    return Image(reference, "oci", ref_name, config_bytes, layers)
+    ref_name = name or _ref_name(desc)
+    return Image(
+        reference, "oci", ref_name if isinstance(ref_name, str) else None, config_bytes, layers
+    )
 
 
 def _layer(root: Path, desc: dict[str, Any], diff_id: str, what: str) -> LayerBlob:

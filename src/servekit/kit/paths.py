@@ -13,6 +13,9 @@ import posixpath
 from servekit.kit.errors import KitRefused
 
 ROOT = "/"
+MAX_PATH = 4096
+MAX_DEPTH = 256
+_HEX = frozenset("0123456789abcdef")
 
 
 def member_path(name: str, what: str) -> str:
@@ -23,22 +26,56 @@ def member_path(name: str, what: str) -> str:
     layers never need them and extractors follow them.
     """
     if "\x00" in name:
-        raise KitRefused(f"{what}: member name {name!r} contains a NUL byte")
+        raise KitRefused(f"{what}: member name {name[:80]!r} contains a NUL byte")
     if name.startswith("/"):
-        raise KitRefused(f"{what}: member {name!r} has an absolute path; layers use relative names")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
+        raise KitRefused(
+            f"{what}: member {name[:80]!r} has an absolute path; layers use relative names"
+        )
+    parts = _parts(name, what)
     if ".." in parts:
-        raise KitRefused(f"{what}: member {name!r} contains '..'; refusing a path escape")
+        raise KitRefused(f"{what}: member {name[:80]!r} contains '..'; refusing a path escape")
     return ROOT + "/".join(parts)
+
+
+def _parts(name: str, what: str) -> list[str]:
+    """The non-empty components of a name, within the length and depth bounds."""
+    if len(name) > MAX_PATH:
+        raise KitRefused(f"{what}: name {name[:80]!r}... is longer than {MAX_PATH} characters")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if len(parts) > MAX_DEPTH:
+        raise KitRefused(f"{what}: name {name[:80]!r}... is deeper than {MAX_DEPTH} folders")
+    return parts
+
+
+def image_path(path: str, what: str) -> str:
+    """Check a path a manifest records: canonical (``/a/b``), no ``..``, within bounds.
+
+    Paths read back from a kit's own lists must already be in the form
+    :func:`member_path` gives; anything else (``a/b``, ``/a//b``, ``/a/``) is
+    refused rather than normalised, because it was not written by servekit.
+    """
+    if path == ROOT:
+        return path
+    parts = _parts(path, what)
+    if (
+        not path.startswith("/")
+        or "\x00" in path
+        or ROOT + "/".join(parts) != path
+        or ".." in parts
+    ):
+        raise KitRefused(f"{what}: path {path[:80]!r} is not a canonical image path like /opt/x")
+    return path
 
 
 def hardlink_target(linkname: str, what: str) -> str:
     """Canonical path of a hardlink target (relative to the archive root)."""
     if linkname.startswith("/"):
-        raise KitRefused(f"{what}: hardlink target {linkname!r} is absolute; refusing an escape")
-    parts = [p for p in linkname.split("/") if p not in ("", ".")]
+        raise KitRefused(
+            f"{what}: hardlink target {linkname[:80]!r} is absolute; refusing an escape"
+        )
+    parts = _parts(linkname, what)
     if ".." in parts or not parts:
-        raise KitRefused(f"{what}: hardlink target {linkname!r} escapes the image root")
+        raise KitRefused(f"{what}: hardlink target {linkname[:80]!r} escapes the image root")
     return ROOT + "/".join(parts)
 
 
@@ -86,6 +123,10 @@ def escape_field(text: str) -> str:
     return "".join(out)
 
 
+def _is_hex2(text: str) -> bool:
+    return len(text) == 2 and _HEX.issuperset(text)
+
+
 def unescape_field(text: str) -> str:
     """Inverse of :func:`escape_field`."""
     if "\\" not in text:
@@ -97,9 +138,11 @@ def unescape_field(text: str) -> str:
         if ch == "\\" and text[i + 1 : i + 2] == "\\":
             out += b"\\"
             i += 2
-        elif ch == "\\" and text[i + 1 : i + 2] == "x":
+        elif ch == "\\" and text[i + 1 : i + 2] == "x" and _is_hex2(text[i + 2 : i + 4]):
             out.append(int(text[i + 2 : i + 4], 16))
             i += 4
+        elif ch == "\\":
+            raise ValueError(f"bad escape at {i} in {text[:80]!r}")
         else:
             out += ch.encode("utf-8", "surrogateescape")
             i += 1

@@ -13,6 +13,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -20,8 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from servekit.errors import UsageError
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
-from servekit.kit.models import ConfigDelta
+from servekit.kit.models import ConfigDelta, KitExpect
 from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes
+
+BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
 
 
 class PayloadItem(BaseModel):
@@ -54,6 +57,7 @@ class PayloadSpec(BaseModel):
     remove: list[str] = Field(default_factory=list, description="Image paths to white out")
     opaque: list[str] = Field(default_factory=list, description="Directories to make opaque")
     config: ConfigDelta = Field(default_factory=ConfigDelta)
+    expect: KitExpect | None = Field(None, description="Promises kit verify checks")
 
 
 @dataclass(frozen=True)
@@ -69,18 +73,37 @@ class LayerMember:
     link: str = ""
 
 
-def load_spec(path: Path) -> PayloadSpec:
-    """Parse and validate a payload spec, naming the bad field on error."""
+def read_yaml(path: Path, what: str) -> object:
+    """A YAML file's data (safe loading, strict UTF-8, bounded nesting), or a UsageError."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"payload spec {path}: cannot read ({exc})") from exc
+        text = path.read_bytes().decode("utf-8")
+        return yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise UsageError(f"{what} {path}: cannot read ({why})") from None
+
+
+def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
     try:
-        return PayloadSpec.model_validate(data or {})
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        raise UsageError(f"payload spec {path}: {loc}: {err['msg']}") from exc
+        raise UsageError(f"{what}: {loc}: {err['msg']}") from None
+
+
+def load_spec(path: Path) -> PayloadSpec:
+    """Parse and validate a payload spec, naming the bad field on error."""
+    data = read_yaml(path, "payload spec")
+    return _validated(PayloadSpec, data or {}, f"payload spec {path}")
+
+
+def load_expect(path: Path) -> KitExpect:
+    """An expect file for ``kit build --expect``: the ``expect:`` section, or a file with one."""
+    data = read_yaml(path, "--expect")
+    if isinstance(data, dict) and set(data) == {"expect"}:
+        data = data["expect"]
+    return _validated(KitExpect, data or {}, f"--expect {path}")
 
 
 def _dest(value: str, what: str) -> str:

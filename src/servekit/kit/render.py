@@ -12,9 +12,17 @@ import shlex
 
 import jinja2
 
-from servekit.kit.models import KitManifest
+from servekit.kit.models import KitManifest, Role, RoleValues
 
 GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
+
+
+def _promise(value: object) -> str:
+    """A promised default for README: ``1`` or ``decode `1`, prefill `0```."""
+    if isinstance(value, RoleValues):
+        roles: tuple[Role, ...] = ("decode", "prefill", "mixed")
+        return ", ".join(f"{r} `{v}`" for r in roles if (v := value.for_role(r)) is not None)
+    return f"`{value}`"
 
 
 def _whiteout(path: str) -> str:
@@ -31,10 +39,23 @@ def _env() -> jinja2.Environment:
     )
     env.filters["shq"] = shlex.quote
     env.filters["whiteout"] = _whiteout
+    env.filters["promise"] = _promise
     return env
+
+
+# Schema 1 kits (before promises and the image-mode selftest) keep the text they were
+# written with, so a kit built by an earlier servekit still passes its generated check.
+_V1 = ("README.md", "selftest.sh")
+
+
+def _template(name: str, schema: int) -> str:
+    return f"v1/{name}.j2" if schema == 1 and name in _V1 else f"{name}.j2"
 
 
 def render_all(manifest: KitManifest) -> dict[str, str]:
     """Every generated file's text, keyed by its name in the kit."""
     env = _env()
-    return {name: env.get_template(name + ".j2").render(m=manifest) for name in GENERATED}
+    return {
+        name: env.get_template(_template(name, manifest.schema_version)).render(m=manifest)
+        for name in GENERATED
+    }

@@ -1,24 +1,26 @@
-"""Defaults inside shipped shell scripts versus servekit's defaults table.
+"""Defaults inside shipped shell scripts: finding them, and servekit's own table.
 
-Launch scripts carry their defaults as ``NAME=${NAME:-value}``. A kit whose
-scripts default ``GPU_UTIL`` to 0.9 while servekit's table says 0.92 ships a
-different configuration from the one that was validated ("script default !=
-delivered default", seed v3 item 4), so ``kit verify`` compares every such line
-with :func:`servekit.defaults.script_defaults`.
+Launch scripts carry their defaults as ``NAME=${NAME:-value}``.
+:func:`find_defaults` reads them (one line each, linear time on any input);
+:mod:`servekit.kit.expect` compares them with the kit's own promises. With
+``kit verify --kind KIND`` they are also compared with
+:func:`servekit.defaults.script_defaults`, for kits whose scripts servekit
+rendered.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from servekit.errors import UsageError
+from servekit.kit.checks import CheckResult, failed, outcome, skipped
 
 _ASSIGN = re.compile(
     r"""^[ \t]*(?:export[ \t]+|local[ \t]+|readonly[ \t]+)?
         (?P<name>[A-Za-z_][A-Za-z0-9_]*)=
-        (?P<q>["']?)\$\{(?P=name):?-(?P<value>[^}]*)\}(?P=q)""",
+        (?P<q>["']?)\$\{(?P=name):?-(?P<value>[^}\n]*)\}(?P=q)""",
     re.MULTILINE | re.VERBOSE,
 )
 
@@ -87,3 +89,31 @@ def mismatches(found: list[ScriptDefault], expected: Mapping[str, str]) -> list[
         for d in found
         if d.name in expected and d.value != expected[d.name]
     ]
+
+
+def table_row(
+    captured: Mapping[str, bytes], lookup: Callable[[str], Mapping[str, str]]
+) -> CheckResult:
+    """The ``table`` row: shipped script defaults against servekit's table (``--kind``).
+
+    ``lookup(path)`` gives the table column for that script (by its role).
+    """
+    problems: list[str] = []
+    compared = 0
+    try:
+        for path, data in sorted(captured.items()):
+            if not is_shell_script(path, data):
+                continue
+            expected = lookup(path)
+            found = [
+                d
+                for d in find_defaults(path, data.decode("utf-8", "replace"))
+                if d.name in expected
+            ]
+            compared += len(found)
+            problems += mismatches(found, expected)
+    except UsageError as exc:
+        return failed("table", [str(exc)])
+    if not compared:
+        return skipped("table", "no shipped script sets a default servekit's table knows")
+    return outcome("table", problems, f"{compared} script default(s) equal servekit's table")

@@ -7,21 +7,12 @@ rebuilt image's label.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from servekit.errors import UsageError
+from servekit.kit.gitrepo import git as _git
 from servekit.kit.models import CodeBaseline
 
-
-def _git(repo: Path, *args: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise UsageError(f"--repo {repo}: not a git repository with a commit ({exc})") from exc
-    return done.stdout
+REPO_REV_LABEL = "servekit.repo_rev"
 
 
 def code_baseline(repo: Path, engines: dict[str, str]) -> CodeBaseline:
@@ -38,3 +29,23 @@ def commit_date(repo: Path) -> str:
     """HEAD's committer date (ISO 8601, UTC): a reproducible 'created' stamp."""
     out = _git(repo, "show", "-s", "--format=%cI", "HEAD")
     return out.strip()
+
+
+def checkout(repo: Path) -> tuple[str, list[str]]:
+    """The checked-out commit and its modified tracked files."""
+    commit = _git(repo, "rev-parse", "HEAD").strip()
+    dirty = sorted(_git(repo, "diff", "--name-only", "HEAD", "--").splitlines())
+    return commit, dirty
+
+
+def baseline_matches(code: CodeBaseline, baseline: str) -> bool:
+    """Whether the stamp is the release baseline.
+
+    ``baseline`` is a full stamp (``7497a06+0dirty``: equal strings) or a
+    commit (7 to 40 hex digits: the stamp's commit starts with it and the
+    tree was clean).
+    """
+    if "+" in baseline:
+        return code.repo_rev == baseline
+    is_commit = 7 <= len(baseline) <= 40 and all(c in "0123456789abcdef" for c in baseline)
+    return is_commit and code.commit.startswith(baseline) and not code.dirty_files

@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
 from servekit.kit.errors import KitRefused
 
+Tap = Callable[[int, bytes], None]
 CHUNK = 1 << 20
+MAX_READ = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -25,13 +28,15 @@ class Limits:
     ``max_total`` caps the bytes one stream may expand to; ``max_ratio`` caps
     expanded/compressed once more than ``ratio_floor`` bytes came out (small
     streams of zeros legitimately compress very well). ``max_entries`` caps tar
-    members per layer or kit.
+    members per layer or kit (and lines of a filesystem manifest); ``max_text``
+    caps a text member of a kit (MANIFEST.json, the lists) read into memory.
     """
 
     max_total: int = 64 << 30
     max_ratio: int = 1000
     ratio_floor: int = 64 << 20
     max_entries: int = 5_000_000
+    max_text: int = 1 << 30
 
 
 class ReadStream(io.RawIOBase):
@@ -160,11 +165,12 @@ class ForwardReader(ReadStream):
     is refused.
     """
 
-    def __init__(self, inner: BinaryIO, what: str) -> None:
+    def __init__(self, inner: BinaryIO, what: str, tap: Tap | None = None) -> None:
         super().__init__()
         self._inner = inner
         self._what = what
         self._pos = 0
+        self._tap = tap
 
     def seekable(self) -> bool:
         return True
@@ -182,14 +188,28 @@ class ForwardReader(ReadStream):
         return self._pos
 
     def read(self, size: int = -1) -> bytes:
+        if size is not None and size > MAX_READ:
+            raise KitRefused(
+                f"{self._what}: a tar header asks to read {size} bytes at once; refusing it"
+            )
         data = self._inner.read(size if size is not None and size >= 0 else CHUNK)
+        if self._tap is not None and data:
+            self._tap(self._pos, data)
         self._pos += len(data)
         return data
 
+    def drain(self) -> None:
+        """Read to the end of the stream (through the tap)."""
+        while self.read(CHUNK):
+            pass
 
-def open_tar(stream: BinaryIO, what: str) -> tarfile.TarFile:
-    """A TarFile reading ``stream`` front to back (see :class:`ForwardReader`)."""
-    return tarfile.TarFile(fileobj=as_binary(ForwardReader(stream, what)), mode="r")
+
+def open_tar(stream: BinaryIO, what: str, tap: Tap | None = None) -> tarfile.TarFile:
+    """A TarFile reading ``stream`` front to back (see :class:`ForwardReader`).
+
+    ``tap`` sees every byte with its offset, skipped bytes included.
+    """
+    return tarfile.TarFile(fileobj=as_binary(ForwardReader(stream, what, tap)), mode="r")
 
 
 def sha256_file(path: str, chunk: int = CHUNK) -> str:

@@ -37,6 +37,15 @@ def _delta_rows(m: KitManifest) -> list[tuple[str, str]]:
     return rows
 
 
+def _promises(m: KitManifest) -> str:
+    e = m.expect
+    if e is None:
+        return "none declared"
+    counts = (("default", len(e.defaults)), ("gate", len(e.gates)), ("marker", len(e.markers)))
+    text = ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for word, n in counts)
+    return text + (f"; release baseline {e.repo_rev}" if e.repo_rev else "")
+
+
 def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None:
     """Stamps, layers, payload and config delta of a kit."""
     stamps = Table(title=f"kit {m.name}", show_header=False)
@@ -48,6 +57,7 @@ def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None
     )
     stamps.add_row("image id", m.image.image_id)
     stamps.add_row("filesystem", f"{m.image.fs_entries} entries")
+    stamps.add_row("promises", _promises(m))
     console.print(stamps)
     layers = Table(title="working layers")
     for col in ("file", "raw bytes", "blob bytes", "entries", "whiteouts", "opaque"):

@@ -1,81 +1,123 @@
-"""``kit verify ARCHIVE``: prove a kit is intact and safe without running it.
+"""``kit verify ARCHIVE``: prove a kit is intact, safe and true to its promises, without running it.
 
-Checks, in order: the ``.sha256`` sidecar, safe unpacking, every member against
-SHA256SUMS, MANIFEST.json, the config and diffID lists, each working layer
-(digest, size, counts, safety rules), payload sha256, ``compile()`` of Python
-payload files (never imported), script defaults against servekit's table, and
-the generated files against their manifest. Nothing from the archive runs.
+The rows, in order: the ``.sha256`` sidecar, safe unpacking (zstd checksum,
+canonical tar form), every member against SHA256SUMS, MANIFEST.json, the
+config and diffID lists, each working layer (digest, size, counts, safety),
+payload sha256, ``compile()`` of Python payload files (never imported), the
+generated files, then the kit's own promises (``defaults``, ``gates``,
+``markers``, see :mod:`servekit.kit.expect`). Options add the release rows:
+``table`` (``kind``: scripts against servekit's defaults table),
+``consistency`` (``repo``), ``rebuild`` (``base``), ``smoke`` (a selftest
+log) and ``repo_rev`` (a baseline). Nothing from the archive runs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servekit.errors import UsageError
-from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed
+from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed, skipped
 from servekit.kit.errors import KitRefused
-from servekit.kit.fsmanifest import Entry, FsState, parse_line, parse_manifest
+from servekit.kit.expect import Shipped, check_expect
+from servekit.kit.integrity import (
+    Scanned,
+    compile_row,
+    config_row,
+    generated_row,
+    guarded,
+    manifest_row,
+    payload_row,
+    scan_layers,
+)
+from servekit.kit.jsonsafe import load_json
 from servekit.kit.kitarchive import read_sidecar
 from servekit.kit.kitdir import KitDir, open_kit
-from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.models import KitManifest
-from servekit.kit.render import render_all
-from servekit.kit.scriptdefaults import (
-    DEFAULT_KIND,
-    find_defaults,
-    is_shell_script,
-    mismatches,
-    script_role,
-    table,
-)
 from servekit.kit.streams import Limits, sha256_file
-
-
-@dataclass
-class _Scanned:
-    """Working layers read back from the kit."""
-
-    files: dict[str, LayerScan] = field(default_factory=dict)
-    captured: dict[str, bytes] = field(default_factory=dict)
-    too_large: list[str] = field(default_factory=list)
-    final: dict[str, str] = field(default_factory=dict)
-    recorded: dict[str, Entry] = field(default_factory=dict)
-
 
 DefaultsTable = Callable[[str], Mapping[str, str]]
 
 
-def verify_kit(
-    path: Path,
-    limits: Limits | None = None,
-    kind: str = DEFAULT_KIND,
-    role: str | None = None,
-    defaults: DefaultsTable | None = None,
-) -> CheckReport:
-    """Run every check on a kit archive (or unpacked folder) and report.
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What ``kit verify`` checks beyond the kit itself.
 
-    Script defaults are compared with the table for ``kind`` and ``role`` (by
-    default each script's role comes from its name: decode, prefill or mixed);
-    ``defaults`` replaces servekit's table (role -> NAME -> value).
+    ``kind``/``role``/``table``: also compare shipped script defaults with
+    servekit's defaults table for that engine kind (``table`` replaces it,
+    role -> NAME -> value). ``repo``: source = payload at the stamped commit.
+    ``baseline``: the release's repo_rev (else the kit's ``expect.repo_rev``).
+    ``base``: rebuild onto this base and prove it. ``smoke``: a
+    ``selftest.sh image`` log from the rebuilt image.
     """
-    limits = limits or Limits()
-    lookup = defaults or (lambda r: table(kind, r))
+
+    limits: Limits = field(default_factory=Limits)
+    kind: str | None = None
+    role: str | None = None
+    table: DefaultsTable | None = None
+    repo: Path | None = None
+    baseline: str | None = None
+    base: str | None = None
+    smoke: Path | None = None
+
+
+@dataclass
+class Verified:
+    """A verify run: the report, and the extra evidence its release rows produced."""
+
+    report: CheckReport
+    rebuild: CheckReport | None = None
+    manifest: KitManifest | None = None
+
+
+def verify_kit(path: Path, options: VerifyOptions | None = None) -> CheckReport:
+    """Run every check on a kit archive (or unpacked folder) and report."""
+    return run_verify(path, options or VerifyOptions()).report
+
+
+def run_verify(path: Path, options: VerifyOptions) -> Verified:
+    """:func:`verify_kit`, keeping the rebuild proof for the evidence files."""
+    _check_inputs(path, options)
+    verified = Verified(CheckReport(subject=str(path), checks=[]))
     try:
-        with open_kit(path, limits) as kit:
-            checks = [_sidecar(path, kit.archive_sha256)]
-            checks.append(passed("archive", "unpacked: files and folders only, within limits"))
-            checks += _inside(kit, limits, lambda p: lookup(role or script_role(p)))
+        with open_kit(path, options.limits) as kit:
+            checks = [_sidecar(path, kit.archive_sha256), _archive(kit)]
+            checks += _inside(kit, options, verified)
     except KitRefused as exc:
+        if path.is_dir():
+            raise
         checks = [_sidecar(path, None), failed("archive", [str(exc)])]
-    return CheckReport(subject=str(path), checks=checks)
+    verified.report = CheckReport(subject=str(path), checks=checks)
+    return verified
+
+
+def _check_inputs(path: Path, options: VerifyOptions) -> None:
+    """Bad input is exit 2 before any work: a missing kit, base, repo or log."""
+    if not path.exists():
+        raise KitRefused(f"kit {path}: no such file or folder; give a kit .tar.zst or its folder")
+    if options.repo is not None and not options.repo.is_dir():
+        raise KitRefused(f"--repo {options.repo}: not a folder; give the git checkout")
+    if options.smoke is not None and not options.smoke.is_file():
+        raise KitRefused(f"--smoke {options.smoke}: no such file; give the selftest.sh image log")
+    if options.base is not None:
+        from servekit.kit.image import read_image
+
+        read_image(options.base)
+
+
+def _archive(kit: KitDir) -> CheckResult:
+    if kit.archive_sha256 is None:
+        return skipped("archive", "a folder: nothing to unpack")
+    return outcome(
+        "archive",
+        list(kit.format_problems),
+        "unpacked: files and folders only, within limits, zstd checksum and tar form canonical",
+    )
 
 
 def _sidecar(path: Path, have: str | None) -> CheckResult:
     if path.is_dir():
-        return CheckResult(name="sidecar", status="skip", detail="a folder has no .sha256 sidecar")
+        return skipped("sidecar", "a folder has no .sha256 sidecar")
     want = read_sidecar(path)
     if want is None:
         return failed("sidecar", [f"{path.name}.sha256 is missing"])
@@ -85,168 +127,78 @@ def _sidecar(path: Path, have: str | None) -> CheckResult:
     return passed("sidecar", f"sha256 {have}")
 
 
-def _inside(kit: KitDir, limits: Limits, defaults: DefaultsTable) -> list[CheckResult]:
+def _members(kit: KitDir, hashed: dict[str, str] | None = None) -> CheckResult:
+    return guarded(
+        "members",
+        lambda: outcome("members", kit.sum_problems(hashed), "every member matches SHA256SUMS"),
+    )
+
+
+def _inside(kit: KitDir, options: VerifyOptions, verified: Verified) -> list[CheckResult]:
     try:
         manifest = kit.read_manifest()
     except KitRefused as exc:
-        members = outcome("members", kit.sum_problems(), "every member matches SHA256SUMS")
-        return [members, failed("manifest", [str(exc)])]
-    scanned, layer_check = _layers(kit, manifest, limits)
+        return [_members(kit), failed("manifest", [str(exc)])]
+    verified.manifest = manifest
+    scanned, layer_check = scan_layers(kit, manifest)
     hashed = {file: scan.blob_sha256.split(":", 1)[1] for file, scan in scanned.files.items()}
-    return [
-        outcome("members", kit.sum_problems(hashed), "every member matches SHA256SUMS"),
-        passed("manifest", f"{manifest.name}: {len(manifest.layers)} working layer(s)"),
-        _config(kit, manifest),
+    shipped = Shipped(scanned.captured, {p.path for p in manifest.payload}, scanned.too_large)
+    rows = [
+        _members(kit, hashed),
+        manifest_row(manifest),
+        guarded("config", lambda: config_row(kit, manifest)),
         layer_check,
-        _payload(kit, manifest, scanned),
-        _compile(scanned),
-        _defaults(scanned, defaults),
-        _generated(kit, manifest),
+        guarded("payload", lambda: payload_row(kit, manifest, scanned)),
+        compile_row(scanned),
+        guarded("generated", lambda: generated_row(kit, manifest)),
+        *check_expect(manifest.expect, shipped),
     ]
+    return rows + _release_rows(kit, manifest, scanned, options, verified)
 
 
-def _config(kit: KitDir, m: KitManifest) -> CheckResult:
-    problems = []
+def _release_rows(
+    kit: KitDir, m: KitManifest, scanned: Scanned, options: VerifyOptions, verified: Verified
+) -> list[CheckResult]:
+    """The rows the options ask for (each bad input fails its own row)."""
+    rows: list[CheckResult] = []
+    if options.kind is not None or options.table is not None:
+        rows.append(_table(scanned, options))
+    if options.repo is not None:
+        from servekit.kit.consistency import consistency_row
+
+        repo = options.repo
+        rows.append(guarded("consistency", lambda: consistency_row(m, repo)))
+    if options.base is not None:
+        from servekit.kit.rebuild import rebuild_row
+
+        row, verified.rebuild = rebuild_row(kit.root, options.base, options.limits)
+        rows.append(row)
+    if options.smoke is not None:
+        from servekit.kit.smoke import smoke_row
+
+        smoke = options.smoke
+        rows.append(guarded("smoke", lambda: smoke_row(m, smoke)))
+    baseline = _baseline(kit, m, options.baseline)
+    return rows + ([baseline] if baseline is not None else [])
+
+
+def _table(scanned: Scanned, options: VerifyOptions) -> CheckResult:
+    from servekit.kit.scriptdefaults import script_role, table, table_row
+
+    kind, role = options.kind or "vllm-ascend", options.role
+    lookup = options.table or (lambda r: table(kind, r))
+    return table_row(scanned.captured, lambda path: lookup(role or script_role(path)))
+
+
+def _baseline(kit: KitDir, m: KitManifest, baseline: str | None) -> CheckResult | None:
+    from servekit.kit.consistency import repo_rev_row
+    from servekit.kit.stamp import REPO_REV_LABEL
+
     try:
-        data = kit.member("config.json").read_bytes()
-        diff_ids = json.loads(data)["rootfs"]["diff_ids"]
-    except (KitRefused, ValueError, KeyError, TypeError) as exc:
-        return failed("config", [f"config.json unreadable ({exc})"])
-    if "sha256:" + sha256_file(str(kit.member("config.json"))) != m.image.image_id:
-        problems.append("config.json does not hash to image.image_id")
-    if diff_ids != m.base.diff_ids + [layer.diff_id for layer in m.layers]:
-        problems.append("config rootfs.diff_ids != base diffIDs + working layer diffIDs")
-    listed = kit.member("base-diffids.txt").read_text().split()
-    if listed != m.base.diff_ids or m.base.layer_count != len(m.base.diff_ids):
-        problems.append("base-diffids.txt or base.layer_count disagrees with MANIFEST base")
-    if m.image.layer_count != len(diff_ids):
-        problems.append("image.layer_count disagrees with config")
-    return outcome("config", problems, f"image id {m.image.image_id[:19]}, {len(diff_ids)} layers")
-
-
-def _recorded(kit: KitDir) -> dict[str, Entry]:
-    """fs-manifest.txt as path -> entry."""
-    text = kit.member("fs-manifest.txt").read_text(encoding="utf-8")
-    entries = (parse_line(line) for line in parse_manifest(text))
-    return {entry.path: entry for entry in entries}
-
-
-def _seed_state(recorded: dict[str, Entry]) -> FsState:
-    """The recorded filesystem, so hardlinks into base layers resolve."""
-    state = FsState()
-    for entry in recorded.values():
-        state.put(entry)
-    return state
-
-
-def _wanted(path: str, head: bytes) -> bool:
-    """Python sources and shell scripts: the files compile and defaults read."""
-    return path.endswith(".py") or is_shell_script(path, head)
-
-
-def _layers(kit: KitDir, m: KitManifest, limits: Limits) -> tuple[_Scanned, CheckResult]:
-    scanned = _Scanned()
-    problems: list[str] = []
-    try:
-        scanned.recorded = _recorded(kit)
-        state = _seed_state(scanned.recorded)
-        for layer in m.layers:
-            path = kit.member(layer.file)
-            with path.open("rb") as blob:
-                opts = ScanOptions(f"kit layer {layer.file}", True, limits, _wanted)
-                scan = scan_layer(blob, state, opts)
-            problems += _layer_problems(layer.file, scan, layer.model_dump())
-            scanned.files[layer.file] = scan
-            scanned.captured.update(scan.captured)
-            scanned.too_large += scan.too_large
-            scanned.final.update({p: e.sha256 for p, e in scan.files.items()})
-    except KitRefused as exc:
-        problems.append(str(exc))
-    return scanned, outcome("layers", problems, f"{len(m.layers)} layer(s): digests, sizes, safe")
-
-
-def _layer_problems(file: str, scan: LayerScan, want: dict[str, object]) -> list[str]:
-    have = {
-        "diff_id": scan.diff_id,
-        "raw_size": scan.raw_size,
-        "entries": scan.entries,
-        "whiteouts": sorted(scan.whiteouts),
-        "opaque_dirs": sorted(scan.opaque_dirs),
-    }
-    return [
-        f"{file}: {key} is {value!r}, MANIFEST says {want[key]!r}"
-        for key, value in have.items()
-        if want[key] != value
-    ]
-
-
-def _payload(kit: KitDir, m: KitManifest, scanned: _Scanned) -> CheckResult:
-    problems = []
-    recorded = scanned.recorded
-    if len(recorded) != m.image.fs_entries:
-        problems.append(
-            f"fs-manifest.txt has {len(recorded)} entries, MANIFEST says {m.image.fs_entries}"
-        )
-    for item in m.payload:
-        if scanned.final.get(item.path) != item.sha256:
-            problems.append(f"{item.path}: layer content sha256 differs from MANIFEST")
-        rec = recorded.get(item.path)
-        if rec is None or rec.sha256 != item.sha256 or f"{rec.mode:04o}" != item.mode:
-            problems.append(f"{item.path}: fs-manifest.txt disagrees with MANIFEST payload")
-    listed = kit.member("payload.sha256").read_text(encoding="utf-8").splitlines()
-    if listed != [f"{p.sha256}  {p.path.lstrip('/')}" for p in m.payload]:
-        problems.append("payload.sha256 disagrees with MANIFEST payload")
-    if len(m.payload) != m.image.payload_count:
-        problems.append("image.payload_count disagrees with the payload list")
-    return outcome("payload", problems, f"{len(m.payload)} file(s) sha256 equal")
-
-
-def _compile(scanned: _Scanned) -> CheckResult:
-    sources = {p: d for p, d in scanned.captured.items() if p.endswith(".py")}
-    problems = [
-        f"{p}: too large to check here (16 MiB per file, 512 MiB in all)" for p in scanned.too_large
-    ]
-    for path, data in sorted(sources.items()):
-        try:
-            compile(data, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            problems.append(f"{path}: {exc}")
-    if not sources and not problems:
-        return CheckResult(name="compile", status="skip", detail="no Python payload files")
-    return outcome("compile", problems, f"{len(sources)} Python file(s) compile")
-
-
-def _defaults(scanned: _Scanned, defaults: DefaultsTable) -> CheckResult:
-    """Script defaults against the table for each script's role."""
-    problems: list[str] = []
-    compared = 0
-    try:
-        for path, data in sorted(scanned.captured.items()):
-            if not is_shell_script(path, data):
-                continue
-            expected = defaults(path)
-            found = [
-                d
-                for d in find_defaults(path, data.decode("utf-8", "replace"))
-                if d.name in expected
-            ]
-            compared += len(found)
-            problems += mismatches(found, expected)
-    except UsageError as exc:
-        return failed("defaults", [str(exc)])
-    if not compared:
-        return CheckResult(
-            name="defaults", status="skip", detail="no shipped script sets a table default"
-        )
-    return outcome("defaults", problems, f"{compared} script default(s) equal the table")
-
-
-def _generated(kit: KitDir, m: KitManifest) -> CheckResult:
-    problems = []
-    for name, text in render_all(m).items():
-        path = kit.root / name
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            problems.append(f"{name} differs from what MANIFEST.json generates")
-    return outcome(
-        "generated", problems, "README, Dockerfile, rebuild.sh, selftest.sh match MANIFEST"
-    )
+        config = load_json(kit.read_bytes("config.json"), "config.json")
+    except KitRefused:
+        config = {}
+    section = config.get("config") if isinstance(config, dict) else None
+    labels = section.get("Labels") if isinstance(section, dict) else None
+    label = labels.get(REPO_REV_LABEL) if isinstance(labels, dict) else None
+    return repo_rev_row(m, baseline, label if isinstance(label, str) else None)

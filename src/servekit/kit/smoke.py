@@ -1,0 +1,88 @@
+"""The smoke row: a ``selftest.sh image`` log from the rebuilt image, read back.
+
+``kit verify`` never runs anything from a kit; the smoke test runs where the
+image runs (``docker run ... selftest.sh image``, or ``chroot`` into an
+unpacked rootfs) and its log is handed to ``kit verify --smoke LOG``. The log
+must name this kit's image id, and show L1 (every payload file's sha256 at its
+image path), L2 (py_compile of every Python payload file) and one import line
+per stamped engine with the stamped version, all ``ok`` and all complete.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servekit.errors import UsageError
+from servekit.kit.checks import CheckResult, counted
+from servekit.kit.jsonsafe import decode_text
+from servekit.kit.models import KitManifest
+
+MAX_LOG = 16 << 20
+_HEADER = re.compile(r"selftest kit (\S+) image (sha256:[0-9a-f]{64})")
+_COUNT = re.compile(r"(L1 payload sha256|L2 py_compile): (\d+)/(\d+) (ok|FAILED)")
+_IMPORT = re.compile(r"L2 import (\S+): (.*) (ok|FAILED) \(stamp (.*)\)")
+
+
+@dataclass
+class _Log:
+    image: str | None = None
+    counts: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    imports: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_LOG + 1)
+    except OSError as exc:
+        raise UsageError(f"--smoke {path}: cannot read ({exc.strerror})") from None
+    if len(data) > MAX_LOG:
+        raise UsageError(f"--smoke {path}: larger than {MAX_LOG} bytes; give the selftest log")
+    return decode_text(data, f"--smoke {path}")
+
+
+def _parse(text: str) -> _Log:
+    log = _Log()
+    for line in text.splitlines():
+        if match := _HEADER.fullmatch(line):
+            log.image = match[2]
+        elif match := _COUNT.fullmatch(line):
+            log.counts[match[1]] = (int(match[2]), int(match[3]), match[4] == "ok")
+        elif match := _IMPORT.fullmatch(line):
+            log.imports[match[1]] = (match[2], match[3] == "ok" and match[2] == match[4])
+        elif line.startswith(("L1 FAILED", "L2 FAILED")):
+            log.failures.append(line)
+    return log
+
+
+def _python_files(m: KitManifest) -> int:
+    return sum(1 for p in m.payload if p.path.endswith(".py"))
+
+
+def smoke_row(m: KitManifest, path: Path) -> CheckResult:
+    """L1/L2 from the log, against the counts this kit must show."""
+    log = _parse(_read(path))
+    problems = list(log.failures)
+    if log.image != m.image.image_id:
+        problems.insert(0, f"the log is from image {log.image or '(none named)'}, not this kit's")
+    wants = {"L1 payload sha256": len(m.payload), "L2 py_compile": _python_files(m)}
+    kept, items = 0, []
+    for label, want in wants.items():
+        ok, total, good = log.counts.get(label, (0, 0, False))
+        if total != want or not good or ok != want:
+            problems.append(f"{label}: {ok}/{total} in the log, {want}/{want} expected")
+        kept += min(ok, want) if total == want else 0
+        items.append(f"{label}: {ok}/{total} ({want} expected)")
+    engines = m.code.engines if m.code else {}
+    for name, version in sorted(engines.items()):
+        module = name.replace("-", "_")
+        found, good = log.imports.get(module, ("(no import line)", False))
+        if not good:
+            problems.append(f"import {module}: {found}, stamp {version}")
+        kept += good
+        items.append(f"import {module} {found} ({'OK' if good else 'FAILED'}, stamp {version})")
+    total = sum(wants.values()) + len(engines)
+    return counted("smoke", kept, total, problems, items, what="; ".join(items))
