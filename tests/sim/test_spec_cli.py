@@ -105,12 +105,18 @@ def test_public_api_is_pinned() -> None:
     }
 
 
-def test_sim_imports_only_guard_and_errors_from_servekit() -> None:
+def test_sim_imports_only_bottom_level_servekit_modules() -> None:
     code = "import sys, servekit.sim.testing; print(sorted(m for m in sys.modules if m.startswith('servekit')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.replace("'", '"')))
     others = {m for m in loaded if not m.startswith("servekit.sim")}
-    assert others == {"servekit", "servekit.errors", "servekit.guard"}
+    assert others == {
+        "servekit",
+        "servekit.errors",
+        "servekit.guard",
+        "servekit.textcontract",
+        "servekit.visioncontract",
+    }
 
 
 def _wait_ready(path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ decode-role engine would have to prefill by itself), then the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -28,6 +29,7 @@ from servekit.sim.spec import EndpointSpec
 from servekit.sim.textgen import Voice
 
 REPLAY_LIMIT = 128
+CROWD_SEED = 7919  # the voice of an engine whose output depends on its batch
 _IDS = itertools.count(1)
 _LOGGERS = itertools.count(1)
 _PREFIX = os.urandom(4).hex()
@@ -41,6 +43,7 @@ class Admitted:
     request: GenRequest
     request_id: str
     kv_params: dict[str, Any] | None = None
+    usage_skew: int = 0
 
 
 class SimEndpoint:
@@ -188,6 +191,8 @@ class SimEndpoint:
         spec = self.spec
         if req.model is not None and req.model != spec.served_model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist.", "NotFoundError")
+        if req.images and not spec.vision:
+            raise ApiError(400, f"{spec.served_model_name} is not a multimodal model (vision off)")
         await self._faults_before()
         arrival = self.clock.now()
         rid = request_id or f"{_PREFIX}-{next(_IDS)}"
@@ -199,7 +204,8 @@ class SimEndpoint:
         remote = transfer is not None
         delay += transfer or 0.0
         output, finish = self._output(req, digest, limit)
-        hashes = block_hashes(req.prompt_ids, self.kv.block_size) if not remote else []
+        cacheable = not remote and not self.faults.no_prefix_cache
+        hashes = block_hashes(req.prompt_ids, self.kv.block_size) if cacheable else []
         if not self.engine.fits(prompt_len + len(output)):
             raise ApiError(400, "the request needs more KV blocks than the engine has")
         await self.clock.sleep(delay)
@@ -214,7 +220,7 @@ class SimEndpoint:
             remote_kv=remote,
             stream=req.stream,
         )
-        admitted = Admitted(seq, req, rid)
+        admitted = Admitted(seq, req, rid, usage_skew=int(self.faults.usage_off_by_one))
         seq.on_finish = self._pd_out(admitted, digest)
         self.engine.submit(seq)
         return admitted
@@ -252,7 +258,13 @@ class SimEndpoint:
         return token_budget(req.max_tokens, prompt_len, self.spec.max_model_len)
 
     def _output(self, req: GenRequest, digest: int, limit: int) -> tuple[list[str], str]:
-        voice = Voice(self.disagree_seed, self.faults.misbehave, self.spec.retrieval)
+        f = self.faults
+        seed = self.disagree_seed
+        if f.crowd_drift and (self.engine.running or self.engine.waiting):
+            seed = CROWD_SEED if seed is None else seed + CROWD_SEED
+        if f.ignore_stop:
+            req = dataclasses.replace(req, stop=())
+        voice = Voice(seed, f.misbehave, self.spec.retrieval)
         return plan_output(req, digest, limit, voice, self.profile.answer_tokens)
 
     def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
@@ -272,6 +284,8 @@ class SimEndpoint:
             return None
         else:
             self.log.info("External Cache Hit! request %s", rid)
+        if self.faults.no_kv_handoff:
+            return None  # the KV was there; this decoder computes the prompt again
         self.stats.external_queries += prompt_len
         self.stats.external_hits += prompt_len
         return self.profile.transfer_time(prompt_len)

@@ -49,6 +49,10 @@ class EndpointSpec(BaseModel):
     )
     disagree_seed: int | None = Field(default=None, description="makes this output differ")
     retrieval: bool = Field(default=True, description="answer needle questions correctly")
+    vision: bool = Field(
+        default=True, description="read images (their colours); false: images get 400"
+    )
+    responses_api: bool = Field(default=True, description="serve /v1/responses; false: 404")
     faults: FaultSpec = FaultSpec()
     log: Path | None = Field(default=None, description="engine log file (KV cache size line)")
 
