@@ -21,7 +21,7 @@ from servekit.accept import (
 from servekit.accept.matrix import print_matrix
 from servekit.errors import UsageError
 
-from .cluster import scripted_pd
+from .stacks import sim_pd
 
 
 def _result(*verdicts: str) -> AcceptResult:
@@ -59,9 +59,12 @@ def test_reading_a_bad_result_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
-    with scripted_pd(tmp_path) as dep:
+    with sim_pd(tmp_path) as stack:
         result = run_acceptance(
-            dep, out_dir=tmp_path / "out", only=("guard", "needle.2k.A"), contexts=["2k"]
+            stack.deployment,
+            out_dir=tmp_path / "out",
+            only=("guard", "needle.2k.A"),
+            contexts=["2k"],
         )
     for check in result.checks:
         assert {e.kind for e in check.evidence} == {"request", "response"}
@@ -77,9 +80,12 @@ def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
 
 
 def test_markdown_section_links_evidence_and_lists_skips(tmp_path: Path) -> None:
-    with scripted_pd(tmp_path) as dep:
+    with sim_pd(tmp_path) as stack:
         result = run_acceptance(
-            dep, out_dir=tmp_path / "out", only=("guard", "invariant.replicas_agree"), contexts=[]
+            stack.deployment,
+            out_dir=tmp_path / "out",
+            only=("guard", "invariant.replicas_agree"),
+            contexts=[],
         )
     md = render_markdown(result, evidence_prefix="accept/")
     assert md.startswith("## Acceptance\n")

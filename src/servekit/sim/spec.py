@@ -98,6 +98,17 @@ class SimSpec(BaseModel):
     )
     seed: int = Field(default=0, description="seed of fault draws")
 
+    @property
+    def speed(self) -> float:
+        """Virtual seconds per wall second (``--speed``): the inverse of ``time_scale``."""
+        return 1.0 / self.time_scale
+
+    def at_speed(self, speed: float) -> SimSpec:
+        """This spec run ``speed`` times faster than real time (``time_scale = 1/speed``)."""
+        if speed <= 0:
+            raise UsageError(f"--speed {speed}: must be above 0 (1 = real time, 50 = 50x faster)")
+        return self.model_copy(update={"time_scale": 1.0 / speed})
+
     @model_validator(mode="after")
     def _check(self) -> SimSpec:
         names = [e.name for e in self.endpoints]

@@ -150,7 +150,9 @@ def _deliver(
     if voice.misbehave == "wrong_code":
         return pieces(_garble(code, 1))
     if voice.misbehave == "echo_prompt":
-        return pieces((question_text or prompt_text)[-400:])
+        # The request's last two lines echoed back, with the code in it by accident.
+        tail = " ".join((question_text or prompt_text).strip().splitlines()[-2:])
+        return pieces(f"{tail} {code}")
     if voice.misbehave == "long_answer":
         return pieces(code) + pseudo_pieces(seed, _LONG_ANSWER_WORDS)
     return pieces(code)
