@@ -95,21 +95,6 @@ def _endpoint(proc: ProcessPlan) -> EndpointSpec | None:
     )
 
 
-def proxy_backends(argv: tuple[str, ...]) -> dict[str, int]:
-    """How many backends of each role a proxy process was given, read by the proxy's parser.
-
-    The proxy's /health reports ``<role>_instances`` it currently sees healthy; the
-    proxy is ready only when every backend it was planned with counts.
-    """
-    from servekit.proxy.config import parse_args
-
-    start = argv.index("servekit.proxy") + 1 if "servekit.proxy" in argv else 0
-    config = parse_args(list(argv[start:]))
-    counts = {"prefill": len(config.prefill), "decode": len(config.decode)}
-    counts["replica"] = len(config.replica)
-    return {f"{role}_instances": n for role, n in counts.items() if n}
-
-
 def _launch(proc: ProcessPlan, plan: Plan, logs: Path) -> Launch:
     return Launch(
         name=proc.name,
@@ -121,7 +106,7 @@ def _launch(proc: ProcessPlan, plan: Plan, logs: Path) -> Launch:
         port=proc.api_port,
         ready_urls=(proc.url,) if proc.url is not None else (),
         ready_model=plan.served_model_name if proc.kind == "engine" else None,
-        ready_backends=proxy_backends(proc.argv) if proc.kind == "proxy" else {},
+        ready_backends=proc.proxy.backend_counts() if proc.proxy is not None else {},
         log=logs / f"{proc.name}.log",
     )
 

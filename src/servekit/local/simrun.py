@@ -18,7 +18,6 @@ from servekit.local.runspec import Launch, RunSpec
 from servekit.render.plan import Plan, ProcessPlan
 
 SIM_PROCESS = "sim"
-GUARD_FLAG = "--middleware"
 # The simulator's latency profile per engine kind of the Plan; "zero" elsewhere.
 SIM_PROFILES = {"vllm-ascend": "a3-dsv4-flash", "vllm-cpu": "cpu-tiny"}
 
@@ -32,38 +31,29 @@ def require_sim() -> None:
         )
 
 
-def _tp(proc: ProcessPlan) -> int:
-    """The process's tensor-parallel size, as its argv gives it (1 when absent)."""
-    argv = list(proc.argv)
-    flag = "--tensor-parallel-size"
-    return int(argv[argv.index(flag) + 1]) if flag in argv else 1
-
-
-def _endpoint(proc: ProcessPlan, plan: Plan, kv_mode: str) -> dict[str, object]:
+def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
         "host": proc.host,
         "port": proc.api_port,
         "role": proc.role,
         "engine_id": proc.engine_id,
-        "kv_mode": kv_mode,
+        "kv_mode": proc.kv_mode or "params",
         "dp_rank": proc.dp_rank or 0,
         "dp_size": proc.dp_size or 1,
-        "tp": _tp(proc),
+        "tp": proc.tp,
         "kv_port": proc.kv_port or 0,
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
-        "guard": GUARD_FLAG in proc.argv,
+        "guard": proc.guard,
         "profile": SIM_PROFILES.get(plan.engine_kind, "zero"),
     }
 
 
 def sim_spec_doc(plan: Plan) -> dict[str, object]:
     """A SimSpec document for every non-headless engine API process of the Plan."""
-    proxy_argv = next((p.argv for p in plan.processes if p.kind == "proxy"), ())
-    kv_mode = "prompt" if "prompt-keyed" in proxy_argv else "params"
     engines = [p for p in plan.api_processes() if p.kind == "engine" and not p.headless]
-    return {"endpoints": [_endpoint(p, plan, kv_mode) for p in engines]}
+    return {"endpoints": [_endpoint(p, plan) for p in engines]}
 
 
 def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:

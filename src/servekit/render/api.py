@@ -7,10 +7,10 @@ from pathlib import Path
 from rich.console import Console
 
 from servekit.catalog.loader import load
-from servekit.catalog.rules import check_layout
 from servekit.errors import UsageError
 from servekit.render.overrides import apply_overrides
 from servekit.render.plan import build_plan
+from servekit.render.rules import check_layout
 from servekit.render.shell import write_rendering
 
 

@@ -30,6 +30,8 @@ from servekit.defaults import (
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
+KvMode = Literal["params", "prompt"]
+ProxyMode = Literal["pd", "prompt-keyed", "replica"]
 GUARD_TEMPLATE = "${GUARD_ARGS[@]}"
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
@@ -59,8 +61,28 @@ class PlanOptions(_Frozen):
     )
 
 
+class ProxyFacts(_Frozen):
+    """What the proxy process routes to, as typed facts (its argv is built from these)."""
+
+    mode: ProxyMode
+    prefill: tuple[str, ...] = ()
+    decode: tuple[str, ...] = ()
+    replica: tuple[str, ...] = ()
+
+    def backend_counts(self) -> dict[str, int]:
+        """``<role>_instances`` -> count, as the proxy's /health reports them."""
+        counts = {"prefill": len(self.prefill), "decode": len(self.decode)}
+        counts["replica"] = len(self.replica)
+        return {f"{role}_instances": n for role, n in counts.items() if n}
+
+
 class ProcessPlan(_Frozen):
-    """One process on one node, fully resolved."""
+    """One process on one node, fully resolved.
+
+    Besides the argv, it carries the facts consumers need as typed fields (role,
+    tp, DP ranks, guard, KV mode, the proxy's backends), so nothing downstream
+    reads them back out of argv.
+    """
 
     name: str
     node: int
@@ -70,7 +92,14 @@ class ProcessPlan(_Frozen):
     engine_id: str | None = None
     dp_rank: int | None = Field(default=None, description="first DP rank this process serves")
     dp_size: int | None = None
+    dp_local: int = Field(default=1, description="DP ranks this one process runs")
+    tp: int = Field(default=1, description="tensor-parallel size of each rank")
     headless: bool = False
+    guard: bool = Field(default=False, description="the decode guard middleware is loaded")
+    kv_mode: KvMode | None = Field(
+        default=None, description="how KV reaches decode: kv_transfer_params or prompt-keyed"
+    )
+    proxy: ProxyFacts | None = None
     devices: tuple[int, ...] = ()
     host: str = Field(description="address other nodes reach this process at")
     api_port: int | None = None
@@ -189,6 +218,8 @@ class _Context:
         self.opts = opts
         self.kind = layout.engine_kind
         self.device_cursor: dict[int, int] = {}
+        prompt_keyed = layout.proxy is not None and layout.proxy.mode == "prompt-keyed"
+        self.kv_mode: KvMode = "prompt" if prompt_keyed else "params"
 
     def host(self, node: int) -> str:
         if self.opts.hosts is not None:
@@ -345,11 +376,13 @@ def _process(
     kv_port: int | None,
     rpc_port: int | None,
     dp_rank: int | None,
+    dp_local: int = 1,
     headless: bool = False,
 ) -> ProcessPlan:
     env = dict(ctx.layout.env)
     env.update(engine.env)
-    used = _apply_settings(args, env, _settings(ctx, engine))
+    settings = _settings(ctx, engine)
+    used = _apply_settings(args, env, settings)
     _tail_args(ctx, engine, args, kv_port)
     device_var = DEVICE_ENV[ctx.kind]
     if device_var and devices:
@@ -363,7 +396,11 @@ def _process(
         engine_id=engine.engine_id,
         dp_rank=dp_rank,
         dp_size=engine.dp_size,
+        dp_local=dp_local,
+        tp=engine.tp,
         headless=headless,
+        guard=bool(settings.get("guard", False)),
+        kv_mode=ctx.kv_mode if engine.kv_connector is not None else None,
         devices=devices,
         host=ctx.host(node),
         api_port=api_port,
@@ -428,6 +465,7 @@ def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
         kv_port=kv_port,
         rpc_port=rpc if not headless else None,
         dp_rank=start_rank,
+        dp_local=engine.dp_size_per_node,
         headless=headless,
     )
 
@@ -463,17 +501,23 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     args.lit(ctx.opts.python, "-m", "servekit.proxy", "--host", proxy.host, "--port", str(port))
     if proxy.mode != "replica":
         args.lit("--mode", proxy.mode)
-    for flag, which in (
-        ("--prefill", "prefill"),
-        ("--decode", "decode"),
-        ("--replica", "replicas"),
-    ):
-        urls = [
+
+    def urls(which: Literal["prefill", "decode", "replicas"]) -> tuple[str, ...]:
+        return tuple(
             f"http://{ctx.host(node)}:{ctx.port(node, planned)}"
-            for node, planned in proxy.endpoints(which)  # type: ignore[arg-type]
-        ]
-        if urls:
-            args.lit(flag, *urls)
+            for node, planned in proxy.endpoints(which)
+        )
+
+    facts = ProxyFacts(
+        mode=proxy.mode, prefill=urls("prefill"), decode=urls("decode"), replica=urls("replicas")
+    )
+    for flag, targets in (
+        ("--prefill", facts.prefill),
+        ("--decode", facts.decode),
+        ("--replica", facts.replica),
+    ):
+        if targets:
+            args.lit(flag, *targets)
     return ProcessPlan(
         name="proxy",
         node=proxy.node,
@@ -483,4 +527,5 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         api_port=port,
         argv=tuple(args.argv),
         argv_template=tuple(args.template),
+        proxy=facts,
     )

@@ -72,12 +72,10 @@ class Group:
         return max(1, -(-len(self.ranks) // PER_ROW))
 
 
-def _ranks(p: ProcessPlan, local: int) -> tuple[int, ...]:
+def _ranks(p: ProcessPlan) -> tuple[int, ...]:
     if p.dp_rank is None:
         return (0,)
-    if "--data-parallel-rank" in p.argv:
-        return (p.dp_rank,)
-    return tuple(range(p.dp_rank, p.dp_rank + local))
+    return tuple(range(p.dp_rank, p.dp_rank + p.dp_local))
 
 
 def groups(plan: Plan, layout: Layout) -> list[Group]:
@@ -88,8 +86,7 @@ def groups(plan: Plan, layout: Layout) -> list[Group]:
             found.setdefault((p.engine, p.node), []).append(p)
     out = []
     for (engine, node), procs in found.items():
-        spec = layout.engine(engine)
-        ranks = tuple(r for p in procs for r in _ranks(p, spec.dp_size_per_node))
+        ranks = tuple(r for p in procs for r in _ranks(p))
         out.append(
             Group(
                 engine=engine,
@@ -100,7 +97,7 @@ def groups(plan: Plan, layout: Layout) -> list[Group]:
                 headless=all(p.headless for p in procs),
                 devices=tuple(d for p in procs for d in p.devices),
                 ports=tuple(p.api_port for p in procs if p.api_port is not None),
-                tp=spec.tp,
+                tp=procs[0].tp,
             )
         )
     return out
@@ -121,20 +118,13 @@ def _place(plan: Plan, gs: list[Group]) -> tuple[list[Group], float]:
 
 
 def _proxy_targets(plan: Plan) -> dict[str, int]:
-    """Endpoint URL -> count, from the proxy's argv (what it really fans out to).
-
-    Accepts both ``--prefill A --prefill B`` and ``--prefill A B``.
-    """
-    proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
+    """Endpoint URL -> count, from the proxy's backends (what it really fans out to)."""
+    proxy = next((p.proxy for p in plan.processes if p.proxy is not None), None)
     targets: dict[str, int] = {}
     if proxy is None:
         return targets
-    current: str | None = None
-    for token in proxy.argv:
-        if token.startswith("--"):
-            current = token if token in ("--prefill", "--decode", "--replica") else None
-        elif current is not None and token.startswith(("http://", "https://")):
-            targets[token] = targets.get(token, 0) + 1
+    for url in (*proxy.prefill, *proxy.decode, *proxy.replica):
+        targets[url] = targets.get(url, 0) + 1
     return targets
 
 

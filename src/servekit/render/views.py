@@ -14,10 +14,10 @@ from rich.table import Table
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import LoadedLayout, load, load_all, resolve_catalog
-from servekit.catalog.rules import Finding, check_layout
 from servekit.catalog.schema import Layout
 from servekit.defaults import ENGINE_KINDS, ROLES, table_rows
 from servekit.errors import UsageError
+from servekit.render.rules import Finding, check_layout
 
 
 def topology(layout: Layout) -> str:
