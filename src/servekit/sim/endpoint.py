@@ -175,6 +175,7 @@ class SimEndpoint:
             "virtual_time": self.engine.vt,
             "profile": self.profile.name,
             "label": self.profile.label,
+            "launch": self.spec.launch,
         }
 
     # -- requests ----------------------------------------------------------
@@ -274,11 +275,11 @@ class SimEndpoint:
         params = req.kv_transfer_params or {}
         if params.get("do_remote_prefill"):
             try:
-                self.kvreg.claim(params, digest, self.clock.now())
+                self.kvreg.claim(params, digest, self.clock.now(), trust_remote=self._any_peer)
             except KvTransferError as exc:
                 self.log.error("KV transfer failed for %s: %s", rid, exc)
                 raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
-        elif not (self.spec.kv_mode == "prompt" and self.kvreg.lookup_prompt(digest)):
+        elif not (self.spec.kv_mode == "prompt" and self._prompt_kv(digest, params)):
             if self.spec.unguarded_incident and prompt_len > 0:
                 self._incident(rid, prompt_len)
             return None
@@ -289,6 +290,14 @@ class SimEndpoint:
         self.stats.external_queries += prompt_len
         self.stats.external_hits += prompt_len
         return self.profile.transfer_time(prompt_len)
+
+    @property
+    def _any_peer(self) -> bool:
+        return self.spec.kv_peers == "any"
+
+    def _prompt_kv(self, digest: int, params: dict[str, Any]) -> bool:
+        """Prompt-keyed: saved here, or (engines in other processes) routed by the proxy."""
+        return self.kvreg.lookup_prompt(digest) or (self._any_peer and bool(params))
 
     def _pd_out(self, admitted: Admitted, digest: int) -> Callable[[Seq], bool] | None:
         """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""
@@ -308,9 +317,10 @@ class SimEndpoint:
 
         def hold(seq: Seq) -> bool:
             alloc = seq.alloc
+            held = not self._any_peer  # a decoder in another process pulls at once
 
             def release() -> None:
-                if alloc is not None and not self.dead:
+                if held and alloc is not None and not self.dead:
                     self.kv.free(alloc)
                     self.engine.wake()
 
@@ -322,7 +332,7 @@ class SimEndpoint:
                 window=(self.engine.vt, self.profile.kv_hold_timeout_s),
                 release=release,
             )
-            return True
+            return held
 
         return hold
 

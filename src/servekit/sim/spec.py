@@ -3,7 +3,7 @@
 A :class:`SimSpec` is the one input of the simulator. servekit's planner converts
 a layout's Plan into one (``servekit up NAME --engine sim``); people write one by
 hand as JSON or YAML (``servekit sim --spec FILE``) or build a quick one
-(``servekit sim --endpoints N``).
+(``servekit sim --endpoints N``, :func:`servekit.sim.options.quick_spec`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from servekit.sim.profile import Profile, load_profile
 
 Role = Literal["mixed", "prefill", "decode"]
 KvMode = Literal["params", "prompt"]
+KvPeers = Literal["process", "any"]
 
 
 class EndpointSpec(BaseModel):
@@ -36,6 +37,12 @@ class EndpointSpec(BaseModel):
     kv_port: int = Field(default=0, ge=0, le=65535)
     kv_mode: KvMode = Field(
         default="params", description="params: kv_transfer_params; prompt: KV found by prompt"
+    )
+    kv_peers: KvPeers = Field(
+        default="process",
+        description="process: KV moves between endpoints of this process only (checked); "
+        "any: engines run one per process (sim serve), so decode trusts well-formed "
+        "kv_transfer_params and prefill frees its blocks once offered",
     )
     dp_rank: int = Field(default=0, ge=0)
     dp_size: int = Field(default=1, ge=1)
@@ -54,6 +61,9 @@ class EndpointSpec(BaseModel):
     )
     responses_api: bool = Field(default=True, description="serve /v1/responses; false: 404")
     faults: FaultSpec = FaultSpec()
+    launch: dict[str, Any] | None = Field(
+        default=None, description="the vllm serve command line this endpoint stands for"
+    )
     log: Path | None = Field(default=None, description="engine log file (KV cache size line)")
 
     @model_validator(mode="after")
@@ -151,42 +161,3 @@ def load_spec(path: Path) -> SimSpec:
     except (ValueError, yaml.YAMLError) as exc:
         raise UsageError(f"--spec {path}: not valid {path.suffix or 'YAML'}: {exc}") from exc
     return spec_from_mapping(data, where=f"--spec {path}")
-
-
-def quick_spec(
-    endpoints: int,
-    *,
-    role: Role = "mixed",
-    base_port: int = 8100,
-    model: str = "sim-model",
-    profile: str = "zero",
-    host: str = "127.0.0.1",
-    max_model_len: int = 32768,
-    admin_port: int | None = None,
-    time_scale: float = 1.0,
-) -> SimSpec:
-    """N endpoints of one role on consecutive ports (``servekit sim --endpoints N``)."""
-    if endpoints < 1:
-        raise UsageError("--endpoints: must be at least 1")
-    if base_port != 0 and base_port + endpoints - 1 > 65535:
-        raise UsageError("--base-port: the ports run past 65535; pick a lower base port")
-    eps = [
-        {
-            "name": f"{role}-{i}",
-            "host": host,
-            "port": base_port + i if base_port else 0,
-            "role": role,
-            "engine_id": role,
-            "dp_rank": i,
-            "dp_size": endpoints,
-            "served_model_name": model,
-            "max_model_len": max_model_len,
-            "profile": profile,
-            "guard": role == "decode",
-        }
-        for i in range(endpoints)
-    ]
-    admin = None if admin_port is None else {"host": host, "port": admin_port}
-    return spec_from_mapping(
-        {"endpoints": eps, "admin": admin, "time_scale": time_scale}, where="sim options"
-    )
