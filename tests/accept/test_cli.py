@@ -35,7 +35,7 @@ def test_passing_url_target_exits_0_and_writes_result_and_markdown(tmp_path: Pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "res" / "result.json").read_text())
     assert {c["verdict"] for c in doc["checks"]} == {"pass", "skip"}
-    assert len(doc["checks"]) == 6 + 11
+    assert len(doc["checks"]) == 7 + 11
     assert "Acceptance: 16/16 passed" in (tmp_path / "res" / "accept.md").read_text()
     assert "needle.2k.turn3" in proc.stdout
     # live progress, one line per check, on stderr

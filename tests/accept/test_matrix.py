@@ -53,6 +53,14 @@ def test_healthy_stack_passes_every_applicable_check(healthy: AcceptResult) -> N
     assert checks["guard.decode_direct"].measurements["guard_code_present"] == 1
     assert sum(k.startswith("needle.2k.") and v.verdict == "pass" for k, v in checks.items()) == 11
     assert int(checks["needle.2k.prefix_hot"].measurements["cached_tokens"]) > 0
+    cold_hot_hot = checks["cache.2k.cold_hot_hot"]
+    figures = cold_hot_hot.measurements
+    assert float(figures["prefill_prefix_cache_hits"]) > 0  # prefill-side hits...
+    assert float(figures["decode_external_prefix_cache_hits"]) > 0  # ...beside decode-side
+    assert float(figures["speedup"]) > 0 and int(figures["hot2_cached_tokens"]) > 0
+    # 3 streams, and /metrics of both engines before and after (kept as evidence)
+    assert cold_hot_hot.timings["requests"] == 3 + 2 * 2
+    assert checks["api.responses_images"].measurements["images"] == 2
     stream = checks["needle.2k.stream"].timings
     assert stream["requests"] == 1 and stream["ttft_s_first"] > 0
     assert checks["invariant.concurrent_equals_serial"].timings["requests"] == 4 * 3
@@ -90,6 +98,14 @@ def test_models_fails_when_the_entry_serves_another_model(tmp_path: Path) -> Non
         result = run(dep, tmp_path / "out", only=("service.models",))
     (found,) = result.checks
     assert found.verdict == "fail" and "other" in found.reason
+
+
+def test_images_fail_where_vision_is_declared_but_the_engines_are_blind(tmp_path: Path) -> None:
+    blind = {"vision": False}
+    with sim_pd(tmp_path, prefill=blind, decode=blind, capabilities=("vision",)) as stack:
+        result = run(stack.deployment, tmp_path / "out", only=("api.responses_images",))
+    (found,) = result.checks
+    assert found.verdict == "fail" and "multimodal" in found.reason
 
 
 def test_proxy_health_fails_when_the_proxy_fronts_fewer_instances(tmp_path: Path) -> None:
@@ -141,8 +157,10 @@ def test_responses_api_is_skipped_not_passed_where_the_engine_lacks_it(tmp_path:
 
 
 def test_capabilities_not_declared_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    only = ("needle", "cache", "api.vision", "api.responses_images")
     with sim_pd(tmp_path, capabilities=()) as stack:
-        result = run(stack.deployment, tmp_path / "out", only=("needle", "api.vision"))
+        result = run(stack.deployment, tmp_path / "out", only=only)
+    assert len(result.checks) == 11 + 1 + 2
     assert {c.verdict for c in result.checks} == {"skip"}
     assert all("capability" in c.reason for c in result.checks)
 

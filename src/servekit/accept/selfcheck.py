@@ -42,7 +42,7 @@ class Control:
 
 
 CONTROLS = (
-    Control("wrong_code", {"misbehave": "wrong_code"}, ("needle",)),
+    Control("wrong_code", {"misbehave": "wrong_code"}, ("needle", "cache")),
     Control("echo_prompt", {"misbehave": "echo_prompt"}, ("needle",)),
     Control("long_answer", {"misbehave": "long_answer"}, ("needle",)),
     Control("stream_no_done", {"stream_no_done": True}, ("api.sse",)),
@@ -54,7 +54,9 @@ CONTROLS = (
         {"crowd_drift": True},
         ("invariant.concurrent_equals_serial", "invariant.long_beside_short"),
     ),
-    Control("no_prefix_cache", {"no_prefix_cache": True}, ("invariant.prefix_hot_cold",)),
+    Control(
+        "no_prefix_cache", {"no_prefix_cache": True}, ("invariant.prefix_hot_cold", "cache")
+    ),
     Control("no_kv_handoff", {"no_kv_handoff": True}, ("invariant.pd_kv_handoff",)),
     Control(
         "disagree_seed", {"disagree_seed": 7}, ("invariant.pd_equals_single",), where=("reference",)
