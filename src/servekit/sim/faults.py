@@ -60,6 +60,9 @@ class FaultSpec(BaseModel):
     no_kv_handoff: bool = Field(
         default=False, description="decode re-prefills instead of loading the handed-over KV"
     )
+    merge_frames: bool = Field(
+        default=False, description="a stream's events arrive in one write at its end"
+    )
 
 
 def patch_faults(current: FaultSpec, patch: Any) -> FaultSpec:
