@@ -287,3 +287,16 @@ def test_sizes_as_vllm_reads_them() -> None:
     assert parse_size("128k", "--max-model-len") == 128_000
     assert parse_size("1M", "--max-model-len") == 1 << 20
     assert parse_size("144K", "--max-model-len") == 147456
+
+
+def test_help_lists_the_flags_it_acts_on_and_serves_nothing() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "servekit", "sim", "serve", "/m", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for flag in ("--kv-transfer-config", "--data-parallel-rank", "--headless", "--middleware"):
+        assert flag in out.stdout

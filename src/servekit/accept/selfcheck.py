@@ -54,9 +54,7 @@ CONTROLS = (
         {"crowd_drift": True},
         ("invariant.concurrent_equals_serial", "invariant.long_beside_short"),
     ),
-    Control(
-        "no_prefix_cache", {"no_prefix_cache": True}, ("invariant.prefix_hot_cold", "cache")
-    ),
+    Control("no_prefix_cache", {"no_prefix_cache": True}, ("invariant.prefix_hot_cold", "cache")),
     Control("no_kv_handoff", {"no_kv_handoff": True}, ("invariant.pd_kv_handoff",)),
     Control(
         "disagree_seed", {"disagree_seed": 7}, ("invariant.pd_equals_single",), where=("reference",)

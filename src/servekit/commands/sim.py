@@ -21,7 +21,7 @@ from servekit.sim.options import SimOptions
 
 SERVE_HELP = (
     "Serve one simulated engine from a 'vllm serve' command line: "
-    "servekit sim serve MODEL [vllm serve flags] (see docs/sim.md)."
+    "servekit sim serve MODEL \\[vllm serve flags] (see docs/sim.md; --help lists the flags)."
 )
 
 

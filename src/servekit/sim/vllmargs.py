@@ -81,23 +81,35 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags the simulator acts on; everything else is left for :func:`group_flags`."""
-    p = _Parser(prog="servekit sim serve", add_help=False, allow_abbrev=False)
-    p.add_argument("--model")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", nargs="+")
-    p.add_argument("--max-model-len")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    p.add_argument("--data-parallel-rank", "-dpn", type=int)
-    p.add_argument("--data-parallel-size-local", "-dpl", type=int)
-    p.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
-    p.add_argument("--headless", action="store_true")
-    p.add_argument("--kv-transfer-config")
-    p.add_argument("--middleware", action="append", default=[])
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
-    p.add_argument("--speed", type=float)
+    p = _Parser(
+        prog="servekit sim serve MODEL",
+        add_help=False,
+        allow_abbrev=False,
+        description="One simulated engine from a 'vllm serve' command line. Flags not "
+        "listed are accepted and recorded (engine log, GET /sim/state). Environment: "
+        "SERVEKIT_SIM_PROFILE, SERVEKIT_SIM_SPEED, SERVEKIT_SIM_FAULTS (docs/sim.md).",
+    )
+    add = p.add_argument
+    add("--model", help="the model, when not given first")
+    add("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    add("--port", type=int, default=8000, help="API port (default 8000)")
+    add("--served-model-name", nargs="+", help="served name (the first one); default MODEL")
+    add("--max-model-len", help="context length: 32768, 128k (x1000), 1M (x1024x1024)")
+    add("--tensor-parallel-size", "-tp", type=int, default=1, help="TP size")
+    add("--data-parallel-size", "-dp", type=int, default=1, help="DP size")
+    add("--data-parallel-rank", "-dpn", type=int, help="this API server's DP rank")
+    add("--data-parallel-size-local", "-dpl", type=int, help="DP ranks in this process")
+    add("--data-parallel-start-rank", "-dpr", type=int, default=0, help="first local rank")
+    add("--headless", action="store_true", help="no API server: stay up until SIGTERM")
+    add("--kv-transfer-config", help="JSON: kv_role, kv_connector, kv_port, engine_id")
+    add("--middleware", action="append", default=[], help="...DecodeGuardMiddleware: guard")
+    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, help="prefix cache")
+    add("--speed", type=float, help="virtual seconds per wall second (the simulator's own)")
     return p
+
+
+def wants_help(argv: list[str]) -> bool:
+    return "--help" in argv or "-h" in argv
 
 
 def group_flags(tokens: list[str]) -> Flags:

@@ -31,7 +31,7 @@ from servekit.sim.cli_main import configure_logging
 from servekit.sim.faults import FaultSpec, patch_faults
 from servekit.sim.profile import Profile, load_profile
 from servekit.sim.spec import SimSpec, spec_from_mapping
-from servekit.sim.vllmargs import VllmLaunch, parse_launch
+from servekit.sim.vllmargs import VllmLaunch, build_parser, parse_launch, wants_help
 
 PROFILE_ENV = "SERVEKIT_SIM_PROFILE"
 SPEED_ENV = "SERVEKIT_SIM_SPEED"
@@ -170,6 +170,9 @@ async def _sleep_until_signalled() -> None:
 def serve_main(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Serve (or, headless, wait) until SIGTERM; the exit code."""
     environ = dict(os.environ) if env is None else env
+    if wants_help(argv):
+        print(build_parser().format_help())
+        return 0
     launch = parse_launch(argv)
     configure_logging()
     _log_launch(launch)
