@@ -152,18 +152,28 @@ def test_a_rendered_decode_rank_runs_as_the_engine_its_flags_describe(
 
 
 def test_headless_ranks_stay_up_without_an_api_until_sigterm(
-    wrapper_path: str, procs: list[subprocess.Popen[str]]
+    tmp_path: Path, wrapper_path: str, procs: list[subprocess.Popen[str]]
 ) -> None:
     argv = [
         "vllm", "serve", "/root/model", "--headless", "--data-parallel-size", "16",
         "--data-parallel-size-local", "8", "--data-parallel-start-rank", "8",
         "--kv-transfer-config", KV_DECODE,
     ]  # fmt: skip
-    proc = start(procs, argv, wrapper_path)
-    time.sleep(1.5)
-    assert proc.poll() is None  # alive, as a supervisor expects
-    err = stop(proc)
-    assert "headless rank(s) 8,9,10,11,12,13,14,15 of engine 1: no API server" in err
+    log = tmp_path / "headless.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            argv, stderr=sink, text=True, env={**os.environ, "PATH": wrapper_path}
+        )
+    procs.append(proc)
+    said = "headless rank(s) 8,9,10,11,12,13,14,15 of engine 1: no API server"
+    deadline = time.monotonic() + 30
+    while said not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert proc.poll() is None  # still alive, as a supervisor expects
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
 
 
 def test_local_ranks_behind_one_api_server_share_it() -> None:

@@ -159,11 +159,17 @@ def _log_launch(launch: VllmLaunch) -> None:
         log.info("accepted, not simulated: %s", json.dumps(launch.ignored, sort_keys=True))
 
 
-async def _sleep_until_signalled() -> None:
+async def _headless(launch: VllmLaunch) -> None:
+    """Log what this process is once SIGTERM is handled, then sleep until it comes."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "headless rank(s) %s of engine %s: no API server; waiting for SIGTERM",
+        ",".join(str(r) for r in launch.ranks),
+        launch.engine_id or "-",
+    )
     await stop.wait()
 
 
@@ -177,13 +183,7 @@ def serve_main(argv: list[str], env: dict[str, str] | None = None) -> int:
     configure_logging()
     _log_launch(launch)
     if launch.headless:
-        ranks = ",".join(str(r) for r in launch.ranks)
-        log.info(
-            "headless rank(s) %s of engine %s: no API server; waiting for SIGTERM",
-            ranks,
-            launch.engine_id or "-",
-        )
-        asyncio.run(_sleep_until_signalled())
+        asyncio.run(_headless(launch))
         return 0
     spec = build_spec(launch, environ)
     from servekit.sim.server import run
