@@ -41,10 +41,11 @@ def sim_pd(
     capabilities: tuple[str, ...] = ("retrieval",),
     wait_healthy: bool = True,
     max_model_len: int = 8192,
+    speed: float = 1.0,
     **endpoints: dict[str, Any],
 ) -> Iterator[SimStack]:
     """A 1p1d stack with a reference; ``prefill={...}`` etc. set endpoint fields."""
-    spec = pd_spec(**endpoints, max_model_len=max_model_len)
+    spec = {**pd_spec(**endpoints, max_model_len=max_model_len), "time_scale": 1.0 / speed}
     with sim_stack(
         spec, log_dir, reference="reference", capabilities=capabilities, wait_healthy=wait_healthy
     ) as stack:

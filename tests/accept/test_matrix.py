@@ -205,3 +205,21 @@ def test_an_unreachable_target_fails_every_check_with_a_reason(tmp_path: Path) -
     ran = [c for c in result.checks if c.verdict != "skip"]
     assert ran and all(c.verdict == "fail" for c in ran)
     assert result.exit_code == 1
+
+
+def _verdicts_and_answers(result: AcceptResult) -> dict[str, tuple[str, object]]:
+    return {c.id: (c.verdict, c.measurements.get("answer")) for c in result.checks}
+
+
+def test_verdicts_do_not_depend_on_the_simulators_speed(tmp_path: Path) -> None:
+    # A profile with real latency (prefill and decode cost virtual time): at speed 50
+    # the same checks pass with the same answers as at real time.
+    tiny = {"profile": "cpu-tiny"}
+    only = ("needle.2k", "cache.2k", "invariant.prefix_hot_cold", "api.sse")
+    results = {}
+    for speed in (1.0, 50.0):
+        with sim_pd(tmp_path / str(speed), speed=speed, prefill=tiny, decode=tiny) as stack:
+            results[speed] = run(stack.deployment, tmp_path / f"out{speed}", only=only)
+    assert results[50.0].sim_speed == 50.0 and results[1.0].sim_speed == 1.0
+    assert _verdicts_and_answers(results[50.0]) == _verdicts_and_answers(results[1.0])
+    assert {c.verdict for c in results[50.0].checks} == {"pass"}

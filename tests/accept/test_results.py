@@ -44,6 +44,15 @@ def test_skipped_is_never_counted_as_passed() -> None:
     assert _result("pass", "fail").exit_code == 1
 
 
+def test_a_fast_simulation_says_its_speed() -> None:
+    fast = _result("pass").model_copy(update={"sim_speed": 50.0})
+    assert (
+        summary_line(fast) == "Acceptance (simulated at 50x speed): 1/1 passed, 0 failed, 0 skipped"
+    )
+    real = _result("pass").model_copy(update={"simulated": False, "sim_speed": None})
+    assert summary_line(real).startswith("Acceptance: 1/1 passed")
+
+
 def test_result_round_trips_through_json(tmp_path: Path) -> None:
     result = _result("pass", "fail", "skip")
     write_result(result, tmp_path / "r.json")
@@ -74,6 +83,7 @@ def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
     guard = result.checks[0]
     first_response = json.loads((tmp_path / "out" / guard.evidence[1].path).read_text())
     assert first_response["status"] == 400
+    assert first_response["sim_speed"] == 1.0  # wall times of a simulation, with its speed
     request = json.loads((tmp_path / "out" / guard.evidence[0].path).read_text())
     assert "kv_transfer_params" not in request["json"]
     assert len(request["sha256_of_bytes_sent"]) == 64
