@@ -60,17 +60,6 @@ CONTROLS = (
         "disagree_seed", {"disagree_seed": 7}, ("invariant.pd_equals_single",), where=("reference",)
     ),
 )
-CLEAN = {
-    "misbehave": "none",
-    "stream_no_done": False,
-    "ignore_stop": False,
-    "usage_off_by_one": False,
-    "stream_mismatch": False,
-    "crowd_drift": False,
-    "no_prefix_cache": False,
-    "no_kv_handoff": False,
-    "disagree_seed": None,
-}
 
 
 def stack_spec() -> dict[str, Any]:
@@ -105,6 +94,14 @@ def _row(control: str, check: CheckResult) -> CheckResult:
     )
 
 
+def _cleared(patch: dict[str, Any]) -> dict[str, Any]:
+    """The patch that undoes ``patch``: each fault back to its default, no disagree_seed."""
+    from servekit.sim.faults import FaultSpec
+
+    defaults = {k: f.default for k, f in FaultSpec.model_fields.items()}
+    return {k: defaults.get(k) for k in patch}
+
+
 def _all_checks(controls: tuple[Control, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(c for control in controls for c in control.checks))
 
@@ -136,7 +133,7 @@ async def run_selfcheck_async(
         for control in controls:
             _set(stack, control.where, control.patch)
             rows += await _judged(stack, control.fault, control.checks, seed, out_dir)
-            _set(stack, control.where, {k: CLEAN[k] for k in control.patch})
+            _set(stack, control.where, _cleared(control.patch))
         speed = stack.deployment.sim_speed
     accept = AcceptResult(
         target="simulator behind servekit proxy (self-check)",
