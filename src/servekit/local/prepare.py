@@ -19,6 +19,7 @@ from servekit.fsutil import atomic_write_text
 from servekit.local import ports, preflight
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import EngineChoice, RunSpec, vllm_run_spec
+from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
 
 LOOPBACK = "127.0.0.1"
@@ -66,10 +67,12 @@ def prepare_run(
         port_map=port_map(layout, free_ports),
         python=sys.executable,
         scratch_dir=str(run.scratch),
+        bundle_dir=str(run.root / "bundle"),
     )
     plan = build_plan(layout, options)
     run.reset()
     run.write_plan(plan)
+    write_bundle(run.root / "bundle")
     spec = vllm_run_spec(
         plan,
         run_dir=run.root,

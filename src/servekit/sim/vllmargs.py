@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servekit.errors import UsageError
+from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.sim.spec import KvMode, Role
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
-GUARD_MIDDLEWARE = "DecodeGuardMiddleware"
-GUARD_SWITCH = "SERVEKIT_DECODE_GUARD"  # the middleware's own switch (off, 0, false, no)
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 
@@ -177,11 +175,6 @@ def _kv_port(kv: dict[str, Any]) -> int:
         raise UsageError(f"--kv-transfer-config: kv_port {value!r} is not a port") from None
 
 
-def guard_switched_on() -> bool:
-    """The guard middleware's environment switch (it is on unless set to off)."""
-    return os.environ.get(GUARD_SWITCH, "on").strip().lower() not in ("off", "0", "false", "no")
-
-
 def _split_model(argv: list[str]) -> tuple[str | None, list[str]]:
     """``vllm serve MODEL ...``: the model is the first token when it is not a flag."""
     if argv and not argv[0].startswith("-"):
@@ -234,7 +227,7 @@ def _launch(
         tp=ns.tensor_parallel_size,
         headless=ns.headless,
         middleware=middleware,
-        guard=any(m.endswith(GUARD_MIDDLEWARE) for m in middleware) and guard_switched_on(),
+        guard=any(m.endswith(MIDDLEWARE_CLASS) for m in middleware) and guard_state() != "off",
         max_model_len=(
             parse_size(ns.max_model_len, "--max-model-len") if ns.max_model_len else None
         ),
