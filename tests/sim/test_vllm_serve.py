@@ -30,7 +30,7 @@ KV_DECODE = (
 )
 KV_PREFILL = KV_DECODE.replace("kv_consumer", "kv_producer").replace('"36100"', '"36000"')
 KV_PREFILL = KV_PREFILL.replace('"engine_id":"1"', '"engine_id":"0"')
-GUARD = "servekit.proxy.guard_middleware.DecodeGuardMiddleware"
+GUARD = "servekit_decode_guard.DecodeGuardMiddleware"  # as rendered scripts load it
 WRAPPER = '#!/bin/sh\n[ "$1" = serve ] && shift\nexec {servekit} sim serve "$@"\n'
 
 
@@ -40,22 +40,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def decode_argv(port: int, *extra: str) -> list[str]:
-    """The command line a rendered a3/1p1d decode rank runs (decode0.dp3.sh)."""
-    return [
-        "vllm", "serve", "/root/model", "--host", "127.0.0.1", "--port", str(port),
-        "--served-model-name", "deepseek_v4", "--max-model-len", "1048576",
-        "--tensor-parallel-size", "1", "--enable-expert-parallel", "--quantization", "ascend",
-        "--data-parallel-size", "16", "--data-parallel-address", "127.0.0.1",
-        "--data-parallel-rpc-port", "12321", "--data-parallel-rank", "3", "--seed", "1024",
-        "--gpu-memory-utilization", "0.92", "--max-num-seqs", "32",
-        "--max-num-batched-tokens", "120", "--enable-prefix-caching", "--middleware", GUARD,
-        "--block-size", "128",
-        "--speculative-config", '{"num_speculative_tokens":1,"method":"mtp","enforce_eager":true}',
-        "--kv-transfer-config", KV_DECODE,
-        "--additional-config", '{"recompute_scheduler_enable":true}',
-        *extra,
-    ]  # fmt: skip
+def decode_argv(port: int) -> list[str]:
+    """The exact command line a3/1p1d's rendered decode rank 3 runs (from its Plan), on ``port``."""
+    from servekit.catalog.loader import load
+    from servekit.render import PlanOptions, build_plan
+
+    layout = load("a3/1p1d").layout
+    plan = build_plan(layout, PlanOptions(hosts=("127.0.0.1",) * 2, bind_host="127.0.0.1"))
+    argv = list(next(p for p in plan.processes if p.name == "decode0.dp3").argv)
+    argv[argv.index("--port") + 1] = str(port)
+    return argv
 
 
 @pytest.fixture
@@ -135,7 +129,9 @@ def test_a_rendered_decode_rank_runs_as_the_engine_its_flags_describe(
     ignored = launch["ignored"]
     assert ignored["enable-expert-parallel"] is True and ignored["seed"] == "1024"
     assert ignored["quantization"] == "ascend" and ignored["data-parallel-rpc-port"] == "12321"
-    assert json.loads(ignored["additional-config"]) == {"recompute_scheduler_enable": True}
+    assert ignored["disable-hybrid-kv-cache-manager"] is False  # --no-X, recorded as X: false
+    assert json.loads(ignored["additional-config"])["recompute_scheduler_enable"] is True
+    assert "kv-transfer-config" not in ignored and "middleware" not in ignored
     _, models = get(f"{url}/v1/models")
     card = json.loads(models)["data"][0]
     assert card["id"] == "deepseek_v4" and card["max_model_len"] == 1048576
