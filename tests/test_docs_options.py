@@ -20,8 +20,12 @@ BLOCK = re.compile(r"<!-- options: servekit ([\w -]+?) \(.*?\) -->\n(.*?)<!-- /o
 
 def _models() -> dict[str, tuple[str, object, tuple[str, ...]]]:
     from servekit.bench.options import BenchOptions
+    from servekit.commands.sim import SimCommandOptions
 
-    return {"bench": ("bench.md", BenchOptions, ())}
+    return {
+        "bench": ("bench.md", BenchOptions, ()),
+        "sim": ("sim.md", SimCommandOptions, ()),
+    }
 
 
 def _blocks() -> dict[str, str]:

@@ -48,6 +48,9 @@ class Deployment(BaseModel):
     run_dir: Path | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     image: str | None = None
+    sim_speed: float | None = Field(
+        default=None, gt=0, description="simulated runs: virtual seconds per wall second"
+    )
 
     def by_role(self, role: EndpointRole) -> tuple[Endpoint, ...]:
         return tuple(e for e in self.endpoints if e.role == role)

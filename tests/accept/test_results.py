@@ -21,7 +21,7 @@ from servekit.accept import (
 from servekit.accept.matrix import print_matrix
 from servekit.errors import UsageError
 
-from .cluster import scripted_pd
+from .stacks import sim_pd
 
 
 def _result(*verdicts: str) -> AcceptResult:
@@ -44,6 +44,15 @@ def test_skipped_is_never_counted_as_passed() -> None:
     assert _result("pass", "fail").exit_code == 1
 
 
+def test_a_fast_simulation_says_its_speed() -> None:
+    fast = _result("pass").model_copy(update={"sim_speed": 50.0})
+    assert (
+        summary_line(fast) == "Acceptance (simulated at 50x speed): 1/1 passed, 0 failed, 0 skipped"
+    )
+    real = _result("pass").model_copy(update={"simulated": False, "sim_speed": None})
+    assert summary_line(real).startswith("Acceptance: 1/1 passed")
+
+
 def test_result_round_trips_through_json(tmp_path: Path) -> None:
     result = _result("pass", "fail", "skip")
     write_result(result, tmp_path / "r.json")
@@ -59,9 +68,12 @@ def test_reading_a_bad_result_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
-    with scripted_pd(tmp_path) as dep:
+    with sim_pd(tmp_path) as stack:
         result = run_acceptance(
-            dep, out_dir=tmp_path / "out", only=("guard", "needle.2k.A"), contexts=["2k"]
+            stack.deployment,
+            out_dir=tmp_path / "out",
+            only=("guard", "needle.2k.A"),
+            contexts=["2k"],
         )
     for check in result.checks:
         assert {e.kind for e in check.evidence} == {"request", "response"}
@@ -71,15 +83,19 @@ def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
     guard = result.checks[0]
     first_response = json.loads((tmp_path / "out" / guard.evidence[1].path).read_text())
     assert first_response["status"] == 400
+    assert first_response["sim_speed"] == 1.0  # wall times of a simulation, with its speed
     request = json.loads((tmp_path / "out" / guard.evidence[0].path).read_text())
     assert "kv_transfer_params" not in request["json"]
     assert len(request["sha256_of_bytes_sent"]) == 64
 
 
 def test_markdown_section_links_evidence_and_lists_skips(tmp_path: Path) -> None:
-    with scripted_pd(tmp_path) as dep:
+    with sim_pd(tmp_path) as stack:
         result = run_acceptance(
-            dep, out_dir=tmp_path / "out", only=("guard", "invariant.replicas_agree"), contexts=[]
+            stack.deployment,
+            out_dir=tmp_path / "out",
+            only=("guard", "invariant.replicas_agree"),
+            contexts=[],
         )
     md = render_markdown(result, evidence_prefix="accept/")
     assert md.startswith("## Acceptance\n")

@@ -1,9 +1,29 @@
-"""The self-check's bookkeeping: a negative control that passes the judge fails the row."""
+"""The self-check: the simulator behind the real proxy fails every negative control.
+
+``BEFORE`` is the list the self-check failed before it moved onto the
+simulator (measured on the scripted engine it replaced, whose controls were
+spelled ``echo`` and ``overlong``): every needle check, judged against each of
+the three wrong-answer controls. The same pairs must still fail, now spelled
+as the simulator's ``misbehave`` faults, beside the newer controls.
+"""
 
 from __future__ import annotations
 
-from servekit.accept.models import CheckResult, EvidenceFile
-from servekit.accept.selfcheck import _row
+import asyncio
+
+import pytest
+
+from servekit.accept.models import AcceptResult, CheckResult, EvidenceFile
+from servekit.accept.selfcheck import CONTROLS, _row, run_selfcheck_async
+
+NEEDLE_CHECKS = ("short", "A", "B", "C", "D", "stream", "turn1", "turn2", "turn3")
+NEEDLE_CHECKS += ("prefix_cold", "prefix_hot")
+RENAMED = {"wrong_code": "wrong_code", "echo": "echo_prompt", "overlong": "long_answer"}
+BEFORE = tuple(
+    f"selfcheck.{control}.needle.2k.{check}"
+    for control in ("right", "wrong_code", "echo", "overlong")
+    for check in NEEDLE_CHECKS
+)
 
 
 def _check(verdict: str) -> CheckResult:
@@ -22,20 +42,58 @@ def _check(verdict: str) -> CheckResult:
 def test_right_answers_must_pass_and_controls_must_fail() -> None:
     assert _row("right", _check("pass")).verdict == "pass"
     assert _row("right", _check("fail")).verdict == "fail"
-    for control in ("wrong_code", "echo", "overlong"):
-        assert _row(control, _check("fail")).verdict == "pass"  # type: ignore[arg-type]
-        row = _row(control, _check("pass"))  # type: ignore[arg-type]
+    for control in ("wrong_code", "echo_prompt", "long_answer"):
+        assert _row(control, _check("fail")).verdict == "pass"
+        row = _row(control, _check("pass"))
         assert row.verdict == "fail"
         assert "must be fail" in row.reason
 
 
-def test_a_skipped_check_never_counts_as_the_judge_working() -> None:
+def test_a_skipped_check_never_counts_as_exercised() -> None:
     row = _row("wrong_code", _check("skip"))
     assert row.verdict == "fail"
     assert "not exercised" in row.reason
 
 
-def test_rows_are_renamed_and_point_at_their_mode_folder() -> None:
-    row = _row("echo", _check("fail"))
-    assert row.id == "selfcheck.echo.needle.2k.A"
-    assert row.evidence[0].path == "echo/evidence/needle.2k.A/01-response.json"
+def test_rows_are_renamed_and_point_at_their_control_folder() -> None:
+    row = _row("echo_prompt", _check("fail"))
+    assert row.id == "selfcheck.echo_prompt.needle.2k.A"
+    assert row.evidence[0].path == "echo_prompt/evidence/needle.2k.A/01-response.json"
+
+
+@pytest.fixture(scope="module")
+def selfcheck(tmp_path_factory: pytest.TempPathFactory) -> AcceptResult:
+    return asyncio.run(run_selfcheck_async(tmp_path_factory.mktemp("selfcheck")))
+
+
+def _now(before_id: str) -> str:
+    _, control, rest = before_id.split(".", 2)
+    return f"selfcheck.{RENAMED.get(control, control)}.{rest}"
+
+
+def test_every_control_that_failed_before_still_fails(selfcheck: AcceptResult) -> None:
+    rows = {c.id: c for c in selfcheck.checks}
+    for before in BEFORE:
+        row = rows[_now(before)]
+        assert row.verdict == "pass", (row.id, row.reason)
+        want = "judged pass" if ".right." in row.id else "judged fail"
+        assert row.reason.startswith(want), (row.id, row.reason)
+
+
+def test_each_fault_control_fails_exactly_its_checks(selfcheck: AcceptResult) -> None:
+    assert selfcheck.exit_code == 0 and selfcheck.sim_speed == 1.0
+    ids = [c.id for c in selfcheck.checks]
+    for control in CONTROLS:
+        mine = [i for i in ids if i.startswith(f"selfcheck.{control.fault}.")]
+        assert mine, control.fault
+        assert all(any(f".{sel}" in i for sel in control.checks) for i in mine)
+    echo = {c.id: c for c in selfcheck.checks}["selfcheck.echo_prompt.needle.2k.A"]
+    assert "echoes the prompt's instruction" in echo.reason  # the echo rule, not the length
+
+
+def test_evidence_of_every_control_is_kept(selfcheck: AcceptResult) -> None:
+    assert all(row.evidence for row in selfcheck.checks)
+    assert {r.evidence[0].path.split("/")[0] for r in selfcheck.checks} == {
+        "right",
+        *(c.fault for c in CONTROLS),
+    }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .fake_engine import EngineConfig, FakeEngine
+from .conftest import Engine, Setup
 
 
 def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -23,9 +23,7 @@ def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_bench_writes_results_and_compares_with_a_baseline(
-    engine: FakeEngine, tmp_path: Path
-) -> None:
+def test_bench_writes_results_and_compares_with_a_baseline(engine: Engine, tmp_path: Path) -> None:
     common = ["bench", "--target", engine.url, "--workload", "single", "--workload", "multi"]
     common += ["--streams", "1,2", "--isl", "16", "--osl", "4", "--runs", "1"]
     first = servekit(*common, "--out", str(tmp_path / "a"), cwd=tmp_path)
@@ -64,10 +62,8 @@ def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_p
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("engine", [EngineConfig(busy=True)], indirect=True)
-def test_an_engine_that_never_idles_is_one_line_and_exit_1(
-    engine: FakeEngine, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("engine", [Setup(busy=True)], indirect=True)
+def test_an_engine_that_never_idles_is_one_line_and_exit_1(engine: Engine, tmp_path: Path) -> None:
     proc = servekit(
         "bench",
         "--target",

@@ -24,7 +24,7 @@ from servekit.deployment import Deployment
 from servekit.errors import UsageError
 from servekit.numbers import fmt
 
-from .fake_engine import FakeEngine
+from .conftest import Engine
 
 
 def _result(tok_s: float, ms: float) -> BenchResult:
@@ -61,7 +61,7 @@ def test_cells_show_median_and_range_like_the_seeds() -> None:
 
 
 def test_written_result_reads_back_identically_and_is_a_baseline(
-    engine: FakeEngine, tmp_path: Path
+    engine: Engine, tmp_path: Path
 ) -> None:
     workloads = [
         MultiStream(streams=(1, 2), input_tokens=16, output_tokens=4),

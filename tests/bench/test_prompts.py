@@ -10,10 +10,10 @@ from servekit.bench.prompts import PromptBuilder, filler
 from servekit.client import OpenAIClient
 from servekit.errors import UsageError
 
-from .fake_engine import FakeEngine, count_tokens
+from .conftest import Engine, count_tokens
 
 
-def test_prompts_have_exact_length_and_unique_prefixes(engine: FakeEngine) -> None:
+def test_prompts_have_exact_length_and_unique_prefixes(engine: Engine) -> None:
     async def go() -> list[str]:
         async with OpenAIClient(engine.url) as client:
             builder = PromptBuilder(client)
@@ -29,10 +29,10 @@ def test_prompts_have_exact_length_and_unique_prefixes(engine: FakeEngine) -> No
     assert prefixes == [f"[req-{i:05d}]" for i in range(7)]
 
 
-def test_unreachable_length_is_a_usage_error(engine: FakeEngine) -> None:
+def test_unreachable_length_is_a_usage_error(engine: Engine) -> None:
     async def go() -> None:
         async with OpenAIClient(engine.url) as client:
-            await PromptBuilder(client).build(1)  # the prefix alone is 2 tokens here
+            await PromptBuilder(client).build(1)  # the prefix alone is 5 tokens here
 
     with pytest.raises(UsageError, match="prompt length 1"):
         asyncio.run(go())
@@ -42,7 +42,7 @@ def test_filler_is_deterministic() -> None:
     assert filler(3) == "the of and" and filler(0) == ""
 
 
-def test_a_tag_keeps_builders_apart(engine: FakeEngine) -> None:
+def test_a_tag_keeps_builders_apart(engine: Engine) -> None:
     async def go() -> list[str]:
         async with OpenAIClient(engine.url) as client:
             return await PromptBuilder(client, tag="ab12").build_many(20, 2)

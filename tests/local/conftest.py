@@ -1,7 +1,13 @@
-"""Shared helpers for the local-run tests: process checks and hand-made RunSpecs."""
+"""Shared helpers for the local-run tests: process checks and hand-made RunSpecs.
+
+The engines of a hand-made RunSpec are the simulator (``python -m servekit.sim
+serve``); only those that must misbehave as processes (a child left behind,
+SIGTERM ignored) are the lifecycle spy ``fake_engine.py``.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -20,20 +26,38 @@ def alive(pids: set[int]) -> set[int]:
     return {p for p in pids if p in table and table[p][2] != "Z"}
 
 
+LIFECYCLE_FLAGS = ("--child", "--ignore-term")
+
+
+def engine_launch(port: int, flags: list[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """argv and env of one engine: the simulator, or the lifecycle spy when flags need it.
+
+    ``--delay S`` is the simulator's slow start (/health 503 for S seconds).
+    """
+    if any(f in LIFECYCLE_FLAGS for f in flags):
+        return (sys.executable, str(FAKE_ENGINE), str(port), "m", *flags), {}
+    argv = (sys.executable, "-m", "servekit.sim", "serve", "m", "--host", "127.0.0.1")
+    env = {"SERVEKIT_SIM_PROFILE": "zero"}
+    if "--delay" in flags:
+        delay = float(flags[flags.index("--delay") + 1])
+        env["SERVEKIT_SIM_FAULTS"] = json.dumps({"slow_start_s": delay})
+    return (*argv, "--port", str(port)), env
+
+
 def fake_spec(tmp: Path, names: list[str], extra: dict[str, list[str]] | None = None) -> RunSpec:
-    """A RunSpec of fake engines (one per name) on free loopback ports."""
+    """A RunSpec of stand-in engines (one per name) on free loopback ports."""
     run_dir = tmp / "run"
     launches, endpoints = [], []
     for name, port in zip(names, free_ports(len(names)), strict=True):
         url = f"http://127.0.0.1:{port}"
-        argv = (sys.executable, str(FAKE_ENGINE), str(port), "m", *(extra or {}).get(name, []))
+        argv, env = engine_launch(port, (extra or {}).get(name, []))
         launches.append(
             Launch(
                 name=name,
                 role="mixed",
                 kind="engine",
                 argv=argv,
-                env={},
+                env=env,
                 url=url,
                 port=port,
                 ready_urls=(url,),

@@ -1,9 +1,10 @@
-"""A stand-in engine for supervisor tests: /health and /v1/models on loopback.
+"""A process-lifecycle spy for supervisor tests: what the simulator cannot be asked to do.
 
-Run as ``python fake_engine.py PORT MODEL [--delay S] [--child] [--ignore-term]``:
-``--delay`` answers 503 on /health for S seconds, ``--child`` starts a sleeping
-child in the same process group (as vLLM starts its engine core), and
-``--ignore-term`` makes SIGTERM do nothing so teardown must escalate to SIGKILL.
+Run as ``python fake_engine.py PORT MODEL [--child] [--ignore-term]``: it serves
+/health and /v1/models on loopback, ``--child`` starts a sleeping child in the
+same process group (as vLLM starts its engine core), and ``--ignore-term``
+makes SIGTERM do nothing so teardown must escalate to SIGKILL. Engines without
+these needs are the simulator itself (``python -m servekit.sim serve``).
 """
 
 from __future__ import annotations
@@ -12,29 +13,19 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-PORT, MODEL = int(sys.argv[1]), sys.argv[2]
-FLAGS = sys.argv[3:]
-DELAY = float(FLAGS[FLAGS.index("--delay") + 1]) if "--delay" in FLAGS else 0.0
-START = time.monotonic()
+PORT, MODEL, FLAGS = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        if self.path == "/health":
-            self._send(200 if time.monotonic() - START >= DELAY else 503, b"")
-        elif self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": MODEL}]}).encode())
-        else:
-            self._send(404, b"")
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-length", str(len(body)))
+        routes = {"/health": b"", "/v1/models": json.dumps({"data": [{"id": MODEL}]}).encode()}
+        body = routes.get(self.path)
+        self.send_response(404 if body is None else 200)
+        self.send_header("content-length", str(len(body or b"")))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(body or b"")
 
     def log_message(self, fmt: str, *args: object) -> None:
         print(fmt % args, flush=True)

@@ -1,7 +1,8 @@
-"""The supervisor on fake engines: readiness, records, death, down, no orphans.
+"""The supervisor on stand-in engines: readiness, records, death, down, no orphans.
 
 Each test starts the real detached supervisor (``python -m servekit.local.daemon``)
-on a hand-made RunSpec of small HTTP servers, so everything but vLLM is real.
+on a hand-made RunSpec of simulated engines (and lifecycle spies where a process
+must misbehave), so everything but vLLM is real.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def test_death_after_ready_is_reported_and_everything_stops(
     state = d.state_when("failed")
     assert d.popen.wait(timeout=WAIT_S) == 1
     assert state.message.startswith("process decode exited with code -9 (killed by SIGKILL)")
-    assert "fake engine m on" in state.message  # the last log lines
+    assert "sim endpoint mixed-m-dp0 (mixed) at" in state.message  # the last log lines
     assert state.proc("decode").exit_code == -9
     assert alive(all_pids) == set()
     out = d.popen.stdout.read().decode() if d.popen.stdout else ""

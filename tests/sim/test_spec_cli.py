@@ -16,7 +16,8 @@ import yaml
 
 import servekit.sim
 from servekit.errors import UsageError
-from servekit.sim.spec import load_spec, quick_spec, spec_from_mapping
+from servekit.sim.options import quick_spec
+from servekit.sim.spec import load_spec, spec_from_mapping
 from servekit.sim.testing import running_sim
 
 from .webclient import get, post
@@ -105,12 +106,19 @@ def test_public_api_is_pinned() -> None:
     }
 
 
-def test_sim_imports_only_guard_and_errors_from_servekit() -> None:
+def test_sim_imports_only_bottom_level_servekit_modules() -> None:
     code = "import sys, servekit.sim.testing; print(sorted(m for m in sys.modules if m.startswith('servekit')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.replace("'", '"')))
     others = {m for m in loaded if not m.startswith("servekit.sim")}
-    assert others == {"servekit", "servekit.errors", "servekit.guard"}
+    assert others == {
+        "servekit",
+        "servekit.cliopts",
+        "servekit.errors",
+        "servekit.guard",
+        "servekit.textcontract",
+        "servekit.visioncontract",
+    }
 
 
 def _wait_ready(path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -182,7 +190,7 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFi
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert bad.returncode == 2
-    assert bad.stderr == "error: --role boss: choose one of mixed, prefill, decode\n"
+    assert bad.stderr == "error: --role: Input should be 'mixed', 'prefill' or 'decode'\n"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
     for args in (["--spec", str(spec)], []):
         assert entry(args) == 2
@@ -210,13 +218,14 @@ def test_two_simulators_in_one_process_keep_their_own_logs(tmp_path: Path) -> No
         assert text.count("GPU KV cache size: 16,777,216 tokens") == 1
 
 
-def test_time_scale_flag_overrides_the_spec_file(tmp_path: Path) -> None:
-    from servekit.sim.cli_main import SimArgs, build_spec
+def test_speed_flag_overrides_the_spec_files_time_scale(tmp_path: Path) -> None:
+    from servekit.sim.cli_main import build_spec
+    from servekit.sim.options import SimOptions, parse_options
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"endpoints": [_ep()], "time_scale": 0.5}))
-    assert build_spec(SimArgs(spec=path)).time_scale == 0.5
-    assert build_spec(SimArgs(spec=path, time_scale=0.1)).time_scale == 0.1
-    assert build_spec(SimArgs(endpoints=1)).time_scale == 1.0
-    with pytest.raises(UsageError, match="--time-scale"):
-        build_spec(SimArgs(spec=path, time_scale=0))
+    assert build_spec(SimOptions(spec=path)).speed == 2.0
+    assert build_spec(parse_options(["--spec", str(path), "--speed", "50"])).time_scale == 0.02
+    assert build_spec(SimOptions(endpoints=1)).time_scale == 1.0
+    with pytest.raises(UsageError, match="--speed"):
+        parse_options(["--spec", str(path), "--speed", "0"])

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servekit.sim.textgen import Sampling, Voice, answer_pieces
-from servekit.sim.tokenizer import encode, pieces
+from servekit.textcontract import encode, pieces
 
 NEEDLE_DOC = (
     "Once upon a time.\n\nThe secret code for needle B is ZQ7K-3341.\n\n"

@@ -23,8 +23,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class EvidenceStore:
     """Writes exchanges under ``root/evidence`` and returns their records."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sim_speed: float | None = None) -> None:
         self.root = root
+        self.sim_speed = sim_speed
         self._counters: dict[str, int] = {}
 
     def record(self, check_id: str, exchange: Exchange) -> tuple[EvidenceFile, ...]:
@@ -46,6 +47,8 @@ class EvidenceStore:
             "body": exchange.body if not exchange.frames else None,
             "frames": list(exchange.frames),
         }
+        if self.sim_speed is not None:  # wall times of a simulation run this much faster
+            response["sim_speed"] = self.sim_speed
         return (
             self._write(folder / f"{n:02d}-request.json", request, "request"),
             self._write(folder / f"{n:02d}-response.json", response, "response"),

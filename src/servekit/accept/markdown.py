@@ -25,10 +25,18 @@ def _evidence(check: CheckResult, prefix: str) -> str:
     return f"[{first.sha256[:12]}]({prefix}{first.path}){more}"
 
 
+def simulated_label(result: AcceptResult) -> str:
+    """`` (simulated)``, with the speed when it was not real time; empty for real engines."""
+    if not result.simulated:
+        return ""
+    speed = result.sim_speed
+    return " (simulated)" if speed in (None, 1.0) else f" (simulated at {speed:g}x speed)"
+
+
 def summary_line(result: AcceptResult) -> str:
     """``Acceptance: 18/18 passed, 0 failed, 5 skipped``: skipped never counted as passed."""
     c = result.counts
-    sim = " (simulated)" if result.simulated else ""
+    sim = simulated_label(result)
     return f"Acceptance{sim}: {c.passed}/{c.ran} passed, {c.failed} failed, {c.skipped} skipped"
 
 

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from servekit.accept.markdown import simulated_label
 from servekit.accept.models import AcceptResult, CheckResult
 
 STYLES = {"pass": "bold green", "fail": "bold red", "skip": "yellow"}
@@ -18,7 +19,7 @@ def verdict_text(result: CheckResult) -> Text:
 def matrix_table(result: AcceptResult) -> Table:
     """A rich table of every check with a summary caption."""
     counts = result.counts
-    sim = " (simulated)" if result.simulated else ""
+    sim = simulated_label(result)
     table = Table(
         title=f"servekit accept: {result.target}{sim}",
         caption=(

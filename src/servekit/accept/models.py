@@ -66,6 +66,9 @@ class AcceptResult(_Frozen):
     started_at: str
     duration_s: float
     contexts: tuple[int, ...] = ()
+    sim_speed: float | None = Field(
+        default=None, description="simulated runs: virtual seconds per wall second"
+    )
     checks: tuple[CheckResult, ...]
 
     @property

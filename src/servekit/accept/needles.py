@@ -1,9 +1,8 @@
-"""Needles and the prompts built around them, worded as agreed with the simulator.
+"""Needles and the prompts built around them, worded by the text contract.
 
-The wording is a contract: the simulator answers ``What is the secret code for
-needle X?`` with the code when the sentence ``The secret code for needle X is
-CODE.`` is in the prompt, and ``Repeat the code CODE`` with the code. Keep these
-strings exactly as they are.
+The wording of needles, questions and the short check comes from
+:mod:`servekit.textcontract`, which the simulator answers from; here are the
+codes, where needles sit in the filler and the instructions around them.
 """
 
 from __future__ import annotations
@@ -14,10 +13,26 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servekit.textcontract import needle_sentence, question, short_instruction
+
 NEEDLE_NAMES = ("A", "B", "C", "D")
 SYSTEM_PROMPT = "You are a careful reader. Answer questions about the document exactly."
 ANSWER_LINE = "Answer with the code only."
 DEFAULT_DEPTHS = (0.5, 0.5, 0.5, 0.5)
+__all__ = [
+    "ANSWER_LINE",
+    "DEFAULT_DEPTHS",
+    "NEEDLE_NAMES",
+    "SYSTEM_PROMPT",
+    "Needle",
+    "ask",
+    "embed",
+    "instruction_phrases",
+    "make_codes",
+    "make_needles",
+    "question",
+    "short_instruction",
+]
 
 
 class Needle(BaseModel):
@@ -31,21 +46,11 @@ class Needle(BaseModel):
 
     @property
     def sentence(self) -> str:
-        return f"The secret code for needle {self.name} is {self.code}."
+        return needle_sentence(self.name, self.code)
 
     @property
     def question(self) -> str:
         return question(self.name)
-
-
-def question(name: str) -> str:
-    """The question that retrieves needle ``name``."""
-    return f"What is the secret code for needle {name}?"
-
-
-def short_instruction(code: str) -> str:
-    """The short check's request: repeat a code given in the prompt."""
-    return f"Repeat the code {code}"
 
 
 def make_codes(seed: str, count: int = len(NEEDLE_NAMES)) -> tuple[str, ...]:

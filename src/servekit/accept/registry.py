@@ -30,7 +30,7 @@ class Check:
 
 def all_checks(options: AcceptOptions) -> tuple[Check, ...]:
     """Every check, in the order they run (log counters last, after all traffic)."""
-    from servekit.accept.checks import api, guard, invariants, needle, service
+    from servekit.accept.checks import api, cache, guard, invariants, needle, service
 
     return (
         *service.CHECKS,
@@ -38,6 +38,7 @@ def all_checks(options: AcceptOptions) -> tuple[Check, ...]:
         *invariants.CHECKS,
         *guard.CHECKS,
         *needle.checks_for(options.contexts),
+        *cache.checks_for(options.contexts),
         *service.FINAL_CHECKS,
     )
 

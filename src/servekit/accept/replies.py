@@ -76,7 +76,7 @@ class StreamReading(BaseModel):
 
 
 def read_stream(exchange: Exchange) -> StreamReading:
-    """Join a stream's deltas and list framing problems (bad JSON, data after [DONE])."""
+    """Join a stream's deltas and list framing problems (bad JSON, error events, data after [DONE])."""
     text: list[str] = []
     problems: list[str] = []
     finish: str | None = None
@@ -94,6 +94,9 @@ def read_stream(exchange: Exchange) -> StreamReading:
             doc = json.loads(frame)
         except ValueError:
             problems.append(f"frame {i} is not JSON: {frame[:40]!r}")
+            continue
+        if isinstance(doc, dict) and "error" in doc:
+            problems.append(f"frame {i} is an error event: {frame[:120]}")
             continue
         chunks += 1
         if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):

@@ -93,7 +93,9 @@ async def run_acceptance_async(
     start = time.perf_counter()
     results: list[CheckResult] = []
     async with Wire(timeout_s=options.timeout_s) as wire:
-        env = Env(deployment=deployment, options=options, wire=wire, store=EvidenceStore(out_dir))
+        speed = deployment.sim_speed if deployment.simulated else None
+        store = EvidenceStore(out_dir, sim_speed=speed)
+        env = Env(deployment=deployment, options=options, wire=wire, store=store)
         await discover(env)
         for check in checks:
             result = await run_check(env, check)
@@ -107,6 +109,7 @@ async def run_acceptance_async(
         started_at=started,
         duration_s=round(time.perf_counter() - start, 3),
         contexts=options.contexts,
+        sim_speed=speed,
         checks=tuple(results),
     )
     write_result(accept, out_dir / RESULT_FILE)

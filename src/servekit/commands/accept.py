@@ -44,7 +44,10 @@ def accept(  # noqa: PLR0917 (typer maps each parameter to a flag)
         Path, typer.Option("--out", help="folder for result.json, accept.md, evidence")
     ] = Path("accept-out"),
     selfcheck: Annotated[
-        bool, typer.Option("--selfcheck", help="run the judge against a scripted server")
+        bool,
+        typer.Option(
+            "--selfcheck", help="prove the checks fail on simulator faults behind the real proxy"
+        ),
     ] = False,
     list_checks: Annotated[bool, typer.Option("--list", help="list the checks and exit")] = False,
 ) -> None:

@@ -1,65 +1,91 @@
-"""``servekit sim``: run the vLLM-compatible engine simulator; see docs/sim.md."""
+"""``servekit sim``: run the vLLM-compatible engine simulator; see docs/sim.md.
+
+The options are :class:`SimCommandOptions` (the simulator's own
+:class:`~servekit.sim.options.SimOptions` plus ``--layout``, which needs the
+catalog); the typer command is generated from that model. ``servekit sim serve
+MODEL [vllm serve flags]`` is the drop-in ``vllm serve``: its flags are vLLM's,
+parsed by the simulator, so typer passes them through untouched.
+"""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
+from pydantic import Field
+
+from servekit.cliopts import command_from_model
+from servekit.sim.options import SimOptions
+
+SERVE_HELP = (
+    "Serve one simulated engine from a 'vllm serve' command line: "
+    "servekit sim serve MODEL \\[vllm serve flags] (see docs/sim.md; --help lists the flags)."
+)
+
+
+class SimCommandOptions(SimOptions):
+    """``servekit sim``: the simulator's options, and a catalog layout to serve."""
+
+    layout: str | None = Field(
+        None, description="serve every engine endpoint of a catalog layout (free local ports)"
+    )
+    catalog: Path | None = Field(None, description="catalog folder for --layout")
+
+
+def run_sim(opts: SimCommandOptions) -> int:
+    """Serve the options' spec; ``--layout`` first turns a layout into a spec file."""
+    from servekit.sim.cli_main import main
+
+    if opts.layout is None:
+        return main(SimOptions(**opts.model_dump(exclude={"layout", "catalog"})))
+    import tempfile
+
+    from servekit.local.simrun import layout_sim_spec
+
+    folder = Path(tempfile.mkdtemp(prefix="servekit-sim-"))
+    catalog = str(opts.catalog) if opts.catalog else None
+    spec = layout_sim_spec(opts.layout, folder / "sim.json", catalog)
+    fields = opts.model_dump(exclude={"layout", "catalog"})
+    return main(SimOptions(**{**fields, "spec": spec}))
+
+
+def _callback() -> Any:
+    """The generated ``sim`` command, run only when no subcommand (``serve``) was given."""
+    command = command_from_model(SimCommandOptions, run_sim, doc=SimCommandOptions.__doc__ or "")
+
+    def callback(ctx: typer.Context, **given: Any) -> None:
+        if ctx.invoked_subcommand is None:
+            command(**given)
+
+    ctx_param = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+    params = list(inspect.signature(command).parameters.values())
+    callback.__signature__ = inspect.Signature([ctx_param, *params])  # type: ignore[attr-defined]
+    callback.__annotations__ = {"ctx": typer.Context, **command.__annotations__}
+    callback.__doc__ = command.__doc__
+    return callback
+
+
+def serve(ctx: typer.Context) -> None:
+    """Serve one simulated engine from a 'vllm serve' command line (docs/sim.md)."""
+    from servekit.sim.vllmserve import serve_main
+
+    raise typer.Exit(serve_main(list(ctx.args)))
 
 
 def register(app: typer.Typer) -> None:
-    """Attach the ``sim`` command to the root app."""
-    app.command("sim")(sim)
-
-
-def sim(  # noqa: PLR0917 - typer maps one parameter per documented flag
-    spec: Annotated[Path | None, typer.Option(help="a SimSpec file (.json, .yaml)")] = None,
-    layout: Annotated[
-        str | None, typer.Option(help="serve every engine endpoint of a catalog layout")
-    ] = None,
-    catalog: Annotated[Path | None, typer.Option(help="catalog folder for --layout")] = None,
-    endpoints: Annotated[int | None, typer.Option(help="quick form: N endpoints")] = None,
-    role: Annotated[str, typer.Option(help="quick form: mixed, prefill or decode")] = "mixed",
-    base_port: Annotated[int, typer.Option(help="quick form: first port (0: free ports)")] = 8100,
-    model: Annotated[str, typer.Option(help="quick form: served model name")] = "sim-model",
-    profile: Annotated[str, typer.Option(help="zero, cpu-tiny or a3-dsv4-flash")] = "zero",
-    host: Annotated[str, typer.Option(help="quick form: listen address")] = "127.0.0.1",
-    max_model_len: Annotated[int, typer.Option(help="quick form: context length")] = 32768,
-    admin_port: Annotated[int | None, typer.Option(help="quick form: admin server port")] = None,
-    time_scale: Annotated[
-        float | None,
-        typer.Option(help="wall seconds per simulated second (0.1 = 10x faster; default 1)"),
-    ] = None,
-    ready_file: Annotated[
-        Path | None, typer.Option(help="write the bound URLs here (JSON) once listening")
-    ] = None,
-    check: Annotated[bool, typer.Option(help="validate and print the spec, serve nothing")] = False,
-) -> None:
-    """Serve simulated vLLM endpoints (many ports, one process) until SIGTERM/SIGINT."""
-    from servekit.sim.cli_main import SimArgs, main
-
-    if layout is not None:
-        import tempfile
-
-        from servekit.local.simrun import layout_sim_spec
-
-        folder = Path(tempfile.mkdtemp(prefix="servekit-sim-"))
-        spec = layout_sim_spec(layout, folder / "sim.json", str(catalog) if catalog else None)
-    code = main(
-        SimArgs(
-            spec=spec,
-            endpoints=endpoints,
-            role=role,
-            base_port=base_port,
-            model=model,
-            profile=profile,
-            host=host,
-            max_model_len=max_model_len,
-            admin_port=admin_port,
-            time_scale=time_scale,
-            ready_file=ready_file,
-            check=check,
-        )
+    """Attach ``sim`` (and ``sim serve``) to the root app."""
+    group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+    group.callback()(_callback())
+    group.command(
+        "serve",
+        help=SERVE_HELP,
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )(serve)
+    app.add_typer(
+        group, name="sim", help="Serve simulated vLLM endpoints (many ports, one process)."
     )
-    raise typer.Exit(code)

@@ -8,9 +8,10 @@ loop), :func:`run` (block until SIGTERM/SIGINT) and, for tests,
 from __future__ import annotations
 
 from servekit.sim.faults import FaultSpec
+from servekit.sim.options import quick_spec
 from servekit.sim.profile import Profile, load_profile
 from servekit.sim.server import SimServer, run, serve
-from servekit.sim.spec import EndpointSpec, SimSpec, load_spec, quick_spec
+from servekit.sim.spec import EndpointSpec, SimSpec, load_spec
 
 __all__ = [
     "EndpointSpec",

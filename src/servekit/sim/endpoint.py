@@ -9,6 +9,7 @@ decode-role engine would have to prefill by itself), then the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -28,6 +29,7 @@ from servekit.sim.spec import EndpointSpec
 from servekit.sim.textgen import Voice
 
 REPLAY_LIMIT = 128
+CROWD_SEED = 7919  # the voice of an engine whose output depends on its batch
 _IDS = itertools.count(1)
 _LOGGERS = itertools.count(1)
 _PREFIX = os.urandom(4).hex()
@@ -41,6 +43,7 @@ class Admitted:
     request: GenRequest
     request_id: str
     kv_params: dict[str, Any] | None = None
+    usage_skew: int = 0
 
 
 class SimEndpoint:
@@ -172,6 +175,7 @@ class SimEndpoint:
             "virtual_time": self.engine.vt,
             "profile": self.profile.name,
             "label": self.profile.label,
+            "launch": self.spec.launch,
         }
 
     # -- requests ----------------------------------------------------------
@@ -188,6 +192,8 @@ class SimEndpoint:
         spec = self.spec
         if req.model is not None and req.model != spec.served_model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist.", "NotFoundError")
+        if req.images and not spec.vision:
+            raise ApiError(400, f"{spec.served_model_name} is not a multimodal model (vision off)")
         await self._faults_before()
         arrival = self.clock.now()
         rid = request_id or f"{_PREFIX}-{next(_IDS)}"
@@ -199,7 +205,8 @@ class SimEndpoint:
         remote = transfer is not None
         delay += transfer or 0.0
         output, finish = self._output(req, digest, limit)
-        hashes = block_hashes(req.prompt_ids, self.kv.block_size) if not remote else []
+        cacheable = not remote and not self.faults.no_prefix_cache
+        hashes = block_hashes(req.prompt_ids, self.kv.block_size) if cacheable else []
         if not self.engine.fits(prompt_len + len(output)):
             raise ApiError(400, "the request needs more KV blocks than the engine has")
         await self.clock.sleep(delay)
@@ -214,7 +221,7 @@ class SimEndpoint:
             remote_kv=remote,
             stream=req.stream,
         )
-        admitted = Admitted(seq, req, rid)
+        admitted = Admitted(seq, req, rid, usage_skew=int(self.faults.usage_off_by_one))
         seq.on_finish = self._pd_out(admitted, digest)
         self.engine.submit(seq)
         return admitted
@@ -252,7 +259,13 @@ class SimEndpoint:
         return token_budget(req.max_tokens, prompt_len, self.spec.max_model_len)
 
     def _output(self, req: GenRequest, digest: int, limit: int) -> tuple[list[str], str]:
-        voice = Voice(self.disagree_seed, self.faults.misbehave, self.spec.retrieval)
+        f = self.faults
+        seed = self.disagree_seed
+        if f.crowd_drift and (self.engine.running or self.engine.waiting):
+            seed = CROWD_SEED if seed is None else seed + CROWD_SEED
+        if f.ignore_stop:
+            req = dataclasses.replace(req, stop=())
+        voice = Voice(seed, f.misbehave, self.spec.retrieval)
         return plan_output(req, digest, limit, voice, self.profile.answer_tokens)
 
     def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
@@ -262,19 +275,29 @@ class SimEndpoint:
         params = req.kv_transfer_params or {}
         if params.get("do_remote_prefill"):
             try:
-                self.kvreg.claim(params, digest, self.clock.now())
+                self.kvreg.claim(params, digest, self.clock.now(), trust_remote=self._any_peer)
             except KvTransferError as exc:
                 self.log.error("KV transfer failed for %s: %s", rid, exc)
                 raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
-        elif not (self.spec.kv_mode == "prompt" and self.kvreg.lookup_prompt(digest)):
+        elif not (self.spec.kv_mode == "prompt" and self._prompt_kv(digest, params)):
             if self.spec.unguarded_incident and prompt_len > 0:
                 self._incident(rid, prompt_len)
             return None
         else:
             self.log.info("External Cache Hit! request %s", rid)
+        if self.faults.no_kv_handoff:
+            return None  # the KV was there; this decoder computes the prompt again
         self.stats.external_queries += prompt_len
         self.stats.external_hits += prompt_len
         return self.profile.transfer_time(prompt_len)
+
+    @property
+    def _any_peer(self) -> bool:
+        return self.spec.kv_peers == "any"
+
+    def _prompt_kv(self, digest: int, params: dict[str, Any]) -> bool:
+        """Prompt-keyed: saved here, or (engines in other processes) routed by the proxy."""
+        return self.kvreg.lookup_prompt(digest) or (self._any_peer and bool(params))
 
     def _pd_out(self, admitted: Admitted, digest: int) -> Callable[[Seq], bool] | None:
         """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""
@@ -294,9 +317,10 @@ class SimEndpoint:
 
         def hold(seq: Seq) -> bool:
             alloc = seq.alloc
+            held = not self._any_peer  # a decoder in another process pulls at once
 
             def release() -> None:
-                if alloc is not None and not self.dead:
+                if held and alloc is not None and not self.dead:
                     self.kv.free(alloc)
                     self.engine.wake()
 
@@ -308,7 +332,7 @@ class SimEndpoint:
                 window=(self.engine.vt, self.profile.kv_hold_timeout_s),
                 release=release,
             )
-            return True
+            return held
 
         return hold
 

@@ -277,13 +277,24 @@ class Engine:
         stats.prefill.observe(max(0.0, first - admitted))
         stats.decode.observe(now - first)
 
+    def _count_finished(self, reason: str) -> None:
+        stats = self.stats
+
+        def count() -> None:
+            stats.finished[reason] = stats.finished.get(reason, 0) + 1
+
+        lag = self.profile.finished_lag_s * self.clock.time_scale
+        if lag > 0:
+            asyncio.get_running_loop().call_later(lag, count)
+        else:
+            count()
+
     def _finish(self, s: Seq, now: float) -> None:
         held = False
         if not s.aborted:
             s.finished_at = now
             self._observe_phases(s, now)
-            reason = s.finish_reason
-            self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
+            self._count_finished(s.finish_reason)
             held = s.on_finish(s) if s.on_finish is not None else False
         if s.alloc is not None and not held:
             self.kv.free(s.alloc)

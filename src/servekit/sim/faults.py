@@ -1,11 +1,18 @@
 """Faults a simulated endpoint can suffer, set in the spec or at run time.
 
-The faults are the ones real clusters met: errors at a rate, latency spikes, a
-wedged engine that never answers (while /health still says 200), a connection
-reset in the middle of a stream, a 200 with an empty body (what a failing
-decoder looked like through the vendored proxy), a slow start (503 while
-loading weights), death (500 until restarted) and an engine that answers
-wrongly.
+Two kinds, one vocabulary (every negative control of the acceptance suite is
+one of these fields):
+
+- what real clusters met: errors at a rate, latency spikes, a wedged engine
+  that never answers (while /health still says 200), a connection reset in the
+  middle of a stream, a 200 with an empty body (what a failing decoder looked
+  like through the vendored proxy), a slow start (503 while loading weights)
+  and death (500 until restarted);
+- the engine bugs each acceptance check exists to catch: wrong retrieval
+  answers (``misbehave``), a stream that differs from the plain answer or
+  never says ``[DONE]``, answers that change in a crowd, a prefix cache that
+  never hits, usage that disagrees with /tokenize, stop strings ignored, and a
+  decoder that re-prefills instead of loading the KV it was handed.
 """
 
 from __future__ import annotations
@@ -38,6 +45,24 @@ class FaultSpec(BaseModel):
     slow_start_s: float = Field(default=0.0, ge=0, description="/health 503 this long at start")
     dead: bool = Field(default=False, description="engine dead: /health 500, requests fail")
     misbehave: Misbehave = Field(default="none", description="answer retrieval wrongly")
+    stream_mismatch: bool = Field(
+        default=False, description="a stream's last token differs from the plain answer"
+    )
+    stream_no_done: bool = Field(default=False, description="streams end without data: [DONE]")
+    crowd_drift: bool = Field(
+        default=False, description="answers change when other requests share the engine"
+    )
+    no_prefix_cache: bool = Field(default=False, description="the prefix cache never hits")
+    usage_off_by_one: bool = Field(
+        default=False, description="usage.prompt_tokens is one more than /tokenize counts"
+    )
+    ignore_stop: bool = Field(default=False, description="stop strings are ignored")
+    no_kv_handoff: bool = Field(
+        default=False, description="decode re-prefills instead of loading the handed-over KV"
+    )
+    merge_frames: bool = Field(
+        default=False, description="a stream's events arrive in one write at its end"
+    )
 
 
 def patch_faults(current: FaultSpec, patch: Any) -> FaultSpec:

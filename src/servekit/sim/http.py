@@ -64,6 +64,8 @@ def _generation(kind: Kind) -> Handler:
 
 async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     ep = request.app[ENDPOINT]
+    if kind == "responses" and not ep.spec.responses_api:
+        return web.Response(status=404, body=b'{"detail":"Not Found"}', content_type=JSON)
     body = await request.read()
     if ep.spec.guard and guard_rejects(request.method, request.path, body):
         ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
@@ -98,7 +100,10 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
     queue = seq.chunks
     if queue is None:
         raise RuntimeError("a streamed sequence has no chunk queue")
-    writer = ChunkWriter(adm, ep.spec.served_model_name)
+    f = ep.faults
+    writer = ChunkWriter(
+        adm, ep.spec.served_model_name, mismatch=f.stream_mismatch, done=not f.stream_no_done
+    )
     reset_at = ep.faults.reset_after_tokens if ep.reset_due() else None
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -124,8 +129,9 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
                 sent += len(item)
                 finish = seq.finish_reason if sent >= len(seq.output) else None
                 out.append(writer.text("".join(item), finish))
-            await resp.write(b"".join(out))
-            out = []
+            if not ep.faults.merge_frames:  # a starved server writes it all at the end
+                await resp.write(b"".join(out))
+                out = []
     except (ConnectionError, asyncio.CancelledError):
         ep.engine.abort(seq)
         raise

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from servekit.sim.textgen import Sampling
-from servekit.sim.tokenizer import encode, render_chat
+from servekit.textcontract import encode, render_chat
+from servekit.visioncontract import image_token, png_colour
 
 Kind = Literal["completion", "chat", "responses"]
+IMAGE_PARTS = frozenset({"image_url", "input_image"})
 
 
 class ApiError(Exception):
@@ -56,6 +58,7 @@ class GenRequest:
     sampling: Sampling
     kv_transfer_params: dict[str, Any] | None
     stop: tuple[str, ...] = ()
+    images: int = 0
 
 
 def dumps(doc: Any) -> bytes:
@@ -74,19 +77,20 @@ def load_json(body: bytes) -> dict[str, Any]:
 
 def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
     """Turn a request body into a GenRequest; ApiError(400) naming the bad field."""
+    images = 0
     if kind == "completion":
         text, ids, question = _completion_prompt(doc.get("prompt"))
         max_tokens = _opt_int(doc, "max_tokens", 1)
         if "max_tokens" not in doc:
             max_tokens = 16
     elif kind == "chat":
-        text, question = _chat_prompt(doc.get("messages"))
+        text, question, images = _chat_prompt(doc.get("messages"))
         ids = encode(text)
         max_tokens = _opt_int(doc, "max_completion_tokens", 1)
         if max_tokens is None:
             max_tokens = _opt_int(doc, "max_tokens", 1)
     else:
-        text, question = _responses_prompt(doc)
+        text, question, images = _responses_prompt(doc)
         ids = encode(text)
         max_tokens = _opt_int(doc, "max_output_tokens", 1)
     if doc.get("n", 1) != 1:
@@ -115,6 +119,7 @@ def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
         ),
         kv_transfer_params=kv or None,
         stop=_stop(doc.get("stop")),
+        images=images,
     )
 
 
@@ -131,7 +136,7 @@ def _stop(value: Any) -> tuple[str, ...]:
 def parse_tokenize(doc: dict[str, Any]) -> list[int]:
     """Token ids of a /tokenize body: a prompt or chat messages."""
     if "messages" in doc:
-        text, _ = _chat_prompt(doc["messages"], bool(doc.get("add_generation_prompt", True)))
+        text, _, _ = _chat_prompt(doc["messages"], bool(doc.get("add_generation_prompt", True)))
         return encode(text)
     _, ids, _ = _completion_prompt(doc.get("prompt"))
     return ids
@@ -147,35 +152,54 @@ def _completion_prompt(prompt: Any) -> tuple[str | None, list[int], str | None]:
     raise ApiError(400, "prompt: expected one string or one list of token ids")
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any) -> tuple[str, int]:
+    """A message's text (images become their tokens) and how many images it holds."""
     if content is None:
-        return ""
+        return "", 0
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict):
-                raise ApiError(400, "messages: content parts must be objects")
-            text = part.get("text")
-            parts.append(text if isinstance(text, str) else f"<{part.get('type', 'part')}>")
-        return "\n".join(parts)
-    raise ApiError(400, "messages: content must be a string or a list of parts")
+        return content, 0
+    if not isinstance(content, list):
+        raise ApiError(400, "messages: content must be a string or a list of parts")
+    parts, images = [], 0
+    for part in content:
+        if not isinstance(part, dict):
+            raise ApiError(400, "messages: content parts must be objects")
+        text = part.get("text")
+        if isinstance(text, str):
+            parts.append(text)
+        elif part.get("type") in IMAGE_PARTS:
+            images += 1
+            parts.append(image_token(png_colour(_image_url(part.get("image_url")))))
+        else:
+            parts.append(f"<{part.get('type', 'part')}>")
+    return "\n".join(parts), images
 
 
-def _chat_prompt(messages: Any, add_generation_prompt: bool = True) -> tuple[str, str | None]:
+def _image_url(value: Any) -> str:
+    """``image_url`` as chat sends it (``{"url": ...}``) or as Responses does (a string)."""
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str):
+        raise ApiError(400, "messages: an image part needs image_url with a url")
+    return url
+
+
+def _chat_prompt(messages: Any, add_generation_prompt: bool = True) -> tuple[str, str | None, int]:
+    """The rendered prompt, the last user message and the number of images."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages: expected a non-empty list of {role, content}")
     turns: list[tuple[str, str]] = []
+    images = 0
     for m in messages:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, "messages: each message needs a string role")
-        turns.append((m["role"], _content_text(m.get("content"))))
+        text, seen = _content_text(m.get("content"))
+        turns.append((m["role"], text))
+        images += seen
     users = [c for r, c in turns if r == "user"]
-    return render_chat(turns, add_generation_prompt), (users[-1] if users else None)
+    return render_chat(turns, add_generation_prompt), (users[-1] if users else None), images
 
 
-def _responses_prompt(doc: dict[str, Any]) -> tuple[str, str | None]:
+def _responses_prompt(doc: dict[str, Any]) -> tuple[str, str | None, int]:
     if doc.get("stream"):
         raise ApiError(400, "stream: the simulator's /v1/responses answers non-streaming only")
     given = doc.get("input")

@@ -48,6 +48,19 @@ class Offer:
     consumed: bool = False
 
 
+def check_remote_params(params: dict[str, Any]) -> None:
+    """The shape every kv_transfer_params from a prefill engine has; KvTransferError if not."""
+    if not isinstance(params.get("remote_host"), str) or not isinstance(
+        params.get("remote_port"), int
+    ):
+        raise KvTransferError("remote_host/remote_port missing: not a prefill engine's params")
+    blocks = params.get("remote_block_ids")
+    if not isinstance(blocks, list) or not blocks:
+        raise KvTransferError("remote_block_ids missing or empty")
+    if not params.get("remote_request_id"):
+        raise KvTransferError("remote_request_id missing")
+
+
 class KvRegistry:
     """Every offered transfer of one simulator process."""
 
@@ -95,10 +108,19 @@ class KvRegistry:
             "tp_size": producer.tp_size,
         }
 
-    def claim(self, params: dict[str, Any], prompt_digest: int, now: float) -> Offer:
-        """Take the offer the params name; KvTransferError when they do not match one."""
+    def claim(
+        self, params: dict[str, Any], prompt_digest: int, now: float, *, trust_remote: bool = False
+    ) -> Offer | None:
+        """Take the offer the params name; KvTransferError when they do not match one.
+
+        With ``trust_remote``, params naming an engine of another process are
+        accepted when well-formed (None: nothing to take here).
+        """
         engine = str(params.get("remote_engine_id"))
         producers = self._producers.get(engine)
+        if not producers and trust_remote:
+            check_remote_params(params)
+            return None
         if not producers:
             raise KvTransferError(f"remote_engine_id {engine!r} names no prefill engine")
         address = (params.get("remote_host"), params.get("remote_port"))

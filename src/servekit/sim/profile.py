@@ -55,6 +55,12 @@ class Profile(BaseModel):
     kv_hold_timeout_s: float = Field(
         default=480.0, gt=0, description="prefilled KV kept for a decoder this long"
     )
+    finished_lag_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="request_success counts a request this long after its last token "
+        "(vLLM records a request's metrics after it streamed)",
+    )
     answer_tokens: tuple[int, int] = Field(
         default=(12, 40), description="natural length range of pseudo-text answers"
     )

@@ -11,9 +11,10 @@ from servekit.sim.openai import dumps
 
 def usage(adm: Admitted) -> dict[str, Any]:
     seq = adm.seq
+    prompt = seq.prompt_len + adm.usage_skew
     return {
-        "prompt_tokens": seq.prompt_len,
-        "total_tokens": seq.prompt_len + seq.emitted,
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + seq.emitted,
         "completion_tokens": seq.emitted,
         "prompt_tokens_details": {"cached_tokens": seq.cached_tokens},
     }
@@ -92,8 +93,12 @@ def _responses_body(adm: Admitted, model: str) -> bytes:
 class ChunkWriter:
     """SSE events of one streamed answer."""
 
-    def __init__(self, adm: Admitted, model: str) -> None:
+    def __init__(
+        self, adm: Admitted, model: str, *, mismatch: bool = False, done: bool = True
+    ) -> None:
         self.adm = adm
+        self._mismatch = mismatch
+        self._done = done
         chat = adm.request.kind == "chat"
         self._chat = chat
         self._head = {
@@ -111,6 +116,8 @@ class ChunkWriter:
         return self._event([{**choice, "finish_reason": None}])
 
     def text(self, text: str, finish: str | None) -> bytes:
+        if self._mismatch and finish is not None:
+            text = text[:-1] + "~"
         if self._chat:
             choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
         else:
@@ -124,7 +131,7 @@ class ChunkWriter:
         if self.adm.request.include_usage:
             out += b"data: " + dumps({**self._head, "choices": [], "usage": usage(self.adm)})
             out += b"\n\n"
-        return out + b"data: [DONE]\n\n"
+        return out + b"data: [DONE]\n\n" if self._done else out
 
     def error(self, status: int, message: str, err_type: str) -> bytes:
         doc = {"error": {"message": message, "type": err_type, "param": None, "code": status}}

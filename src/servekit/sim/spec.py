@@ -3,7 +3,7 @@
 A :class:`SimSpec` is the one input of the simulator. servekit's planner converts
 a layout's Plan into one (``servekit up NAME --engine sim``); people write one by
 hand as JSON or YAML (``servekit sim --spec FILE``) or build a quick one
-(``servekit sim --endpoints N``).
+(``servekit sim --endpoints N``, :func:`servekit.sim.options.quick_spec`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from servekit.sim.profile import Profile, load_profile
 
 Role = Literal["mixed", "prefill", "decode"]
 KvMode = Literal["params", "prompt"]
+KvPeers = Literal["process", "any"]
 
 
 class EndpointSpec(BaseModel):
@@ -37,6 +38,12 @@ class EndpointSpec(BaseModel):
     kv_mode: KvMode = Field(
         default="params", description="params: kv_transfer_params; prompt: KV found by prompt"
     )
+    kv_peers: KvPeers = Field(
+        default="process",
+        description="process: KV moves between endpoints of this process only (checked); "
+        "any: engines run one per process (sim serve), so decode trusts well-formed "
+        "kv_transfer_params and prefill frees its blocks once offered",
+    )
     dp_rank: int = Field(default=0, ge=0)
     dp_size: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
@@ -49,7 +56,14 @@ class EndpointSpec(BaseModel):
     )
     disagree_seed: int | None = Field(default=None, description="makes this output differ")
     retrieval: bool = Field(default=True, description="answer needle questions correctly")
+    vision: bool = Field(
+        default=True, description="read images (their colours); false: images get 400"
+    )
+    responses_api: bool = Field(default=True, description="serve /v1/responses; false: 404")
     faults: FaultSpec = FaultSpec()
+    launch: dict[str, Any] | None = Field(
+        default=None, description="the vllm serve command line this endpoint stands for"
+    )
     log: Path | None = Field(default=None, description="engine log file (KV cache size line)")
 
     @model_validator(mode="after")
@@ -94,6 +108,17 @@ class SimSpec(BaseModel):
     )
     seed: int = Field(default=0, description="seed of fault draws")
 
+    @property
+    def speed(self) -> float:
+        """Virtual seconds per wall second (``--speed``): the inverse of ``time_scale``."""
+        return 1.0 / self.time_scale
+
+    def at_speed(self, speed: float) -> SimSpec:
+        """This spec run ``speed`` times faster than real time (``time_scale = 1/speed``)."""
+        if speed <= 0:
+            raise UsageError(f"--speed {speed}: must be above 0 (1 = real time, 50 = 50x faster)")
+        return self.model_copy(update={"time_scale": 1.0 / speed})
+
     @model_validator(mode="after")
     def _check(self) -> SimSpec:
         names = [e.name for e in self.endpoints]
@@ -136,42 +161,3 @@ def load_spec(path: Path) -> SimSpec:
     except (ValueError, yaml.YAMLError) as exc:
         raise UsageError(f"--spec {path}: not valid {path.suffix or 'YAML'}: {exc}") from exc
     return spec_from_mapping(data, where=f"--spec {path}")
-
-
-def quick_spec(
-    endpoints: int,
-    *,
-    role: Role = "mixed",
-    base_port: int = 8100,
-    model: str = "sim-model",
-    profile: str = "zero",
-    host: str = "127.0.0.1",
-    max_model_len: int = 32768,
-    admin_port: int | None = None,
-    time_scale: float = 1.0,
-) -> SimSpec:
-    """N endpoints of one role on consecutive ports (``servekit sim --endpoints N``)."""
-    if endpoints < 1:
-        raise UsageError("--endpoints: must be at least 1")
-    if base_port != 0 and base_port + endpoints - 1 > 65535:
-        raise UsageError("--base-port: the ports run past 65535; pick a lower base port")
-    eps = [
-        {
-            "name": f"{role}-{i}",
-            "host": host,
-            "port": base_port + i if base_port else 0,
-            "role": role,
-            "engine_id": role,
-            "dp_rank": i,
-            "dp_size": endpoints,
-            "served_model_name": model,
-            "max_model_len": max_model_len,
-            "profile": profile,
-            "guard": role == "decode",
-        }
-        for i in range(endpoints)
-    ]
-    admin = None if admin_port is None else {"host": host, "port": admin_port}
-    return spec_from_mapping(
-        {"endpoints": eps, "admin": admin, "time_scale": time_scale}, where="sim options"
-    )

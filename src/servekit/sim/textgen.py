@@ -1,10 +1,10 @@
 """What the simulated model says: a pure function of the prompt and the sampling.
 
-Retrieval follows the contract with the acceptance checks: when the prompt's
-tail asks ``What is the secret code for needle X?`` and the prompt holds
-``The secret code for needle X is CODE.``, the answer is ``CODE``; a prompt
-saying ``Repeat the code CODE`` gets ``CODE``. Anything else gets seeded
-pseudo-text. The same inputs give the same tokens whether the request streams,
+Retrieval follows the contract with the acceptance checks
+(:mod:`servekit.textcontract`): a needle question is answered with the code the
+prompt holds, ``Repeat the code CODE`` with ``CODE``; the colour question about
+images (:mod:`servekit.visioncontract`) with the colours seen. Anything else gets
+seeded pseudo-text. The same inputs give the same tokens whether the request streams,
 runs hot or cold, alone or in a batch, through PD or not; ``disagree_seed``
 changes the pseudo-text (and the codes) to prove invariant checks can fail, and
 ``misbehave`` makes retrieval answers wrong to prove the judge can fail.
@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import dataclass
 from functools import cache
 
 from servekit.sim.faults import Misbehave
-from servekit.sim.tokenizer import pieces
+from servekit.textcontract import pieces, retrieve
+from servekit.visioncontract import colour_answer
 
-_QUESTION = re.compile(r"What is the secret code for needle ([A-Z])\?")
-_REPEAT = re.compile(r"Repeat the code ([A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)")
-_TAIL_CHARS = 2000
 _WORDS = (
     "the",
     "engine",
@@ -97,9 +94,12 @@ def answer_pieces(
     """The natural answer (up to its end of sequence) as token pieces."""
     seed = stable_seed(prompt_digest, sampling, voice.disagree_seed)
     if voice.retrieval and prompt_text is not None:
-        code = _retrieval_code(prompt_text, question_text or prompt_text[-_TAIL_CHARS:])
+        code = retrieve(prompt_text, question_text or None)
         if code is not None:
             return _deliver(code, prompt_text, question_text, voice, seed)
+        colours = colour_answer(question_text or prompt_text)
+        if colours is not None:
+            return pieces(colours)
     lo, hi = natural
     out = pseudo_pieces(seed, lo + seed % (hi - lo + 1))
     if out[-1] != ".":
@@ -142,20 +142,6 @@ def _text() -> tuple[str, ...]:
     return tuple(out)
 
 
-def _retrieval_code(prompt_text: str, ask_text: str) -> str | None:
-    asks = _QUESTION.findall(ask_text)
-    if asks:
-        sentence = f"The secret code for needle {asks[-1]} is "
-        at = prompt_text.rfind(sentence)
-        if at >= 0:
-            tail = prompt_text[at + len(sentence) : at + len(sentence) + 64]
-            match = re.match(r"([A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)\.", tail)
-            if match:
-                return match.group(1)
-    repeat = _REPEAT.findall(ask_text)
-    return repeat[-1] if repeat else None
-
-
 def _deliver(
     code: str, prompt_text: str, question_text: str | None, voice: Voice, seed: int
 ) -> list[str]:
@@ -164,7 +150,9 @@ def _deliver(
     if voice.misbehave == "wrong_code":
         return pieces(_garble(code, 1))
     if voice.misbehave == "echo_prompt":
-        return pieces((question_text or prompt_text)[-400:])
+        # The request's last two lines echoed back, with the code in it by accident.
+        tail = " ".join((question_text or prompt_text).strip().splitlines()[-2:])
+        return pieces(f"{tail} {code}")
     if voice.misbehave == "long_answer":
         return pieces(code) + pseudo_pieces(seed, _LONG_ANSWER_WORDS)
     return pieces(code)

@@ -15,6 +15,7 @@ from servekit.accept.env import Probe
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.registry import Check
 from servekit.accept.replies import answer_text, finish_reason, read_stream, usage
+from servekit.visioncontract import COLOUR_QUESTION, colour_png, data_url, named_in_order
 
 LENGTH_TOKENS = 8
 
@@ -154,6 +155,52 @@ async def vision(probe: Probe) -> Outcome:
     return passed(f"image request answered ({len(text)} characters)")
 
 
+IMAGE_COLOURS = ("red", "blue")
+
+
+def responses_text(doc: object) -> str | None:
+    """The output text of a /v1/responses reply (all output_text parts joined)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("output"), list):
+        return None
+    parts = [
+        c.get("text")
+        for item in doc["output"]
+        if isinstance(item, dict) and isinstance(item.get("content"), list)
+        for c in item["content"]
+        if isinstance(c, dict) and c.get("type") == "output_text"
+    ]
+    texts = [p for p in parts if isinstance(p, str)]
+    return "".join(texts) if texts else None
+
+
+async def responses_images(probe: Probe) -> Outcome:
+    """/v1/responses with two images: both recognised, in order (where vision is declared)."""
+    if "vision" not in probe.env.deployment.capabilities:
+        return skipped("the model does not declare the vision capability")
+    content: list[dict[str, str]] = [{"type": "input_text", "text": COLOUR_QUESTION}]
+    content += [
+        {"type": "input_image", "image_url": data_url(colour_png(c))} for c in IMAGE_COLOURS
+    ]
+    ex = await probe.post(
+        f"{probe.env.entry}/v1/responses",
+        {
+            "model": probe.env.model,
+            "input": [{"role": "user", "content": content}],
+            "max_output_tokens": 32,
+            "temperature": 0,
+        },
+    )
+    if ex.status in (404, 405, 501):
+        return skipped(f"the engine does not offer /v1/responses (HTTP {ex.status})")
+    text = responses_text(ex.json_body()) if ex.ok else None
+    if text is None:
+        return failed(f"/v1/responses with images unusable: {ex.describe()}")
+    want = list(IMAGE_COLOURS)
+    if not named_in_order(text, want):
+        return failed(f"expected the colours {', '.join(want)} in order, got {text[:80]!r}")
+    return passed(f"both images recognised: {text[:60]!r}", images=len(want), answer=text[:200])
+
+
 CHECKS = (
     Check("api.sse", "api", "well-formed SSE ending in [DONE]", sse),
     Check("api.finish_reason", "api", "finish_reason length vs stop", finish_reasons),
@@ -161,4 +208,10 @@ CHECKS = (
     Check("api.chat_completions", "api", "chat and completions", chat_and_completions),
     Check("api.responses", "api", "the Responses API where offered", responses_api),
     Check("api.vision", "api", "requests with images where declared", vision),
+    Check(
+        "api.responses_images",
+        "api",
+        "Responses API with two images, both recognised, where declared",
+        responses_images,
+    ),
 )

@@ -41,11 +41,11 @@ TURNS = ("D", "A", "B")
 TURN_ROOM = 48  # tokens per turn for the question, the answer line and the template
 
 
-def _needles(probe: Probe, ctx: int) -> tuple[Needle, ...]:
+def needles_for(probe: Probe, ctx: int) -> tuple[Needle, ...]:
     return make_needles(f"{probe.options.seed}:{ctx}", probe.options.depths)
 
 
-def _gate(probe: Probe, ctx: int) -> Outcome | None:
+def gate(probe: Probe, ctx: int) -> Outcome | None:
     if "retrieval" not in probe.env.deployment.capabilities:
         return skipped("the model does not declare the retrieval capability")
     limit = probe.env.max_model_len
@@ -54,7 +54,7 @@ def _gate(probe: Probe, ctx: int) -> Outcome | None:
     return None
 
 
-def _messages(document: str, name: str) -> list[dict[str, Any]]:
+def needle_messages(document: str, name: str) -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": ask(document, name)},
@@ -74,7 +74,7 @@ async def _count(probe: Probe, messages: list[dict[str, Any]]) -> int | None:
     return count
 
 
-async def _calibrated(
+async def calibrated(
     probe: Probe, ctx: int, needles: tuple[Needle, ...], reserve: int
 ) -> Calibration | str:
     """Filler size for a prompt of ``ctx - reserve`` tokens, shared by the run."""
@@ -85,7 +85,7 @@ async def _calibrated(
     target = ctx - reserve - tolerance(ctx)
 
     async def count(chars: int) -> int | None:
-        return await _count(probe, _messages(embed(filler(chars), needles), needles[-1].name))
+        return await _count(probe, needle_messages(embed(filler(chars), needles), needles[-1].name))
 
     cal = await calibrate(target, count)
     result: Calibration | str
@@ -99,7 +99,7 @@ async def _calibrated(
     return result
 
 
-def _judged(
+def judged(
     probe: Probe,
     ex: Exchange,
     text: str | None,
@@ -132,13 +132,13 @@ def _judged(
 
 
 def _all_codes(probe: Probe) -> tuple[Needle, ...]:
-    return tuple(n for ctx in probe.options.contexts for n in _needles(probe, ctx))
+    return tuple(n for ctx in probe.options.contexts for n in needles_for(probe, ctx))
 
 
 async def short(probe: Probe, ctx: int) -> Outcome:
     """A short prompt with a code; the code comes back."""
-    if (gate := _gate(probe, ctx)) is not None:
-        return gate
+    if (closed := gate(probe, ctx)) is not None:
+        return closed
     code = make_codes(f"{probe.options.seed}:{ctx}:short", 1)[0]
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
@@ -146,35 +146,35 @@ async def short(probe: Probe, ctx: int) -> Outcome:
     ]
     ex = await probe.post(f"{probe.env.entry}/v1/chat/completions", probe.chat(messages))
     phrases = (*instruction_phrases(), short_instruction(code))
-    return _judged(probe, ex, answer_text(ex), expected=code, phrases=phrases, cal=None)
+    return judged(probe, ex, answer_text(ex), expected=code, phrases=phrases, cal=None)
 
 
 async def single(probe: Probe, ctx: int, name: str) -> Outcome:
     """One needle in the middle of a calibrated document; its code comes back."""
-    if (gate := _gate(probe, ctx)) is not None:
-        return gate
-    needles = _needles(probe, ctx)
+    if (closed := gate(probe, ctx)) is not None:
+        return closed
+    needles = needles_for(probe, ctx)
     needle = next(n for n in needles if n.name == name)
-    cal = await _calibrated(probe, ctx, (needle,), probe.options.max_tokens)
+    cal = await calibrated(probe, ctx, (needle,), probe.options.max_tokens)
     if isinstance(cal, str):
         return failed(cal)
-    body = probe.chat(_messages(embed(filler(cal.chars), (needle,)), name))
+    body = probe.chat(needle_messages(embed(filler(cal.chars), (needle,)), name))
     ex = await probe.post(f"{probe.env.entry}/v1/chat/completions", body)
-    return _judged(
+    return judged(
         probe, ex, answer_text(ex), expected=needle.code, phrases=instruction_phrases(name), cal=cal
     )
 
 
 async def stream(probe: Probe, ctx: int) -> Outcome:
     """Needle D over SSE: judged, with TTFT and finish_reason recorded."""
-    if (gate := _gate(probe, ctx)) is not None:
-        return gate
-    needle = _needles(probe, ctx)[3]
-    cal = await _calibrated(probe, ctx, (needle,), probe.options.max_tokens)
+    if (closed := gate(probe, ctx)) is not None:
+        return closed
+    needle = needles_for(probe, ctx)[3]
+    cal = await calibrated(probe, ctx, (needle,), probe.options.max_tokens)
     if isinstance(cal, str):
         return failed(cal)
     body = probe.chat(
-        _messages(embed(filler(cal.chars), (needle,)), needle.name),
+        needle_messages(embed(filler(cal.chars), (needle,)), needle.name),
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -183,7 +183,7 @@ async def stream(probe: Probe, ctx: int) -> Outcome:
     if not ex.ok or reading.problems:
         why = reading.problems[0] if ex.ok else ex.describe()
         return failed(f"stream failed: {why}")
-    outcome = _judged(
+    outcome = judged(
         probe,
         ex,
         reading.text,
@@ -200,13 +200,13 @@ async def _conversation(
 ) -> list[tuple[Exchange, str | None]] | str:
     """Run the multi-turn conversation up to turn ``upto`` (1-based), once per run."""
     turns: list[tuple[Exchange, str | None]] = probe.env.state.setdefault(f"conversation:{ctx}", [])
-    needles = _needles(probe, ctx)
+    needles = needles_for(probe, ctx)
     reserve = len(TURNS) * (probe.options.max_tokens + TURN_ROOM)
-    cal = await _calibrated(probe, ctx, needles, reserve)
+    cal = await calibrated(probe, ctx, needles, reserve)
     if isinstance(cal, str):
         return cal
     probe.env.state[f"conversation-cal:{ctx}"] = cal
-    messages = _messages(embed(filler(cal.chars), needles), TURNS[0])
+    messages = needle_messages(embed(filler(cal.chars), needles), TURNS[0])
     for i, (_, answer) in enumerate(turns[: len(TURNS) - 1]):
         messages += _next_turn(answer or "", TURNS[i + 1])
     while len(turns) < upto and (not turns or turns[-1][1] is not None):
@@ -227,8 +227,8 @@ def _next_turn(answer: str, name: str) -> list[dict[str, Any]]:
 
 async def multi_turn(probe: Probe, ctx: int, turn: int) -> Outcome:
     """Turn ``turn`` of the conversation (asks D, then A, then B) is judged."""
-    if (gate := _gate(probe, ctx)) is not None:
-        return gate
+    if (closed := gate(probe, ctx)) is not None:
+        return closed
     turns = await _conversation(probe, ctx, turn)
     if isinstance(turns, str):
         return failed(turns)
@@ -236,9 +236,9 @@ async def multi_turn(probe: Probe, ctx: int, turn: int) -> Outcome:
         return failed(f"turn {len(turns)} failed, so turn {turn} was never asked")
     ex, answer = turns[turn - 1]
     name = TURNS[turn - 1]
-    needle = next(n for n in _needles(probe, ctx) if n.name == name)
+    needle = next(n for n in needles_for(probe, ctx) if n.name == name)
     cal = probe.env.state.get(f"conversation-cal:{ctx}")
-    return _judged(
+    return judged(
         probe, ex, answer, expected=needle.code, phrases=instruction_phrases(name), cal=cal
     )
 
@@ -246,19 +246,19 @@ async def multi_turn(probe: Probe, ctx: int, turn: int) -> Outcome:
 async def _prefix_prompt(
     probe: Probe, ctx: int
 ) -> tuple[dict[str, Any], Needle, Calibration] | str:
-    needle = _needles(probe, ctx)[2]
-    cal = await _calibrated(probe, ctx, (needle,), probe.options.max_tokens)
+    needle = needles_for(probe, ctx)[2]
+    cal = await calibrated(probe, ctx, (needle,), probe.options.max_tokens)
     if isinstance(cal, str):
         return cal
     nonce = probe.env.state.setdefault(f"prefix-nonce:{ctx}", secrets.token_hex(6))
     document = f"Reading session {nonce}.\n\n{embed(filler(cal.chars), (needle,))}"
-    return probe.chat(_messages(document, needle.name)), needle, cal
+    return probe.chat(needle_messages(document, needle.name)), needle, cal
 
 
 async def prefix(probe: Probe, ctx: int, hot: bool) -> Outcome:
     """The same needle prompt twice: both judged, hot byte-identical to cold, cache hit recorded."""
-    if (gate := _gate(probe, ctx)) is not None:
-        return gate
+    if (closed := gate(probe, ctx)) is not None:
+        return closed
     built = await _prefix_prompt(probe, ctx)
     if isinstance(built, str):
         return failed(built)
@@ -269,7 +269,7 @@ async def prefix(probe: Probe, ctx: int, hot: bool) -> Outcome:
         probe.env.state[key] = await probe.post(url, body)
     cold: Exchange = probe.env.state[key]
     ex = await probe.post(url, body) if hot else cold
-    outcome = _judged(
+    outcome = judged(
         probe,
         ex,
         answer_text(ex),
@@ -284,7 +284,7 @@ async def prefix(probe: Probe, ctx: int, hot: bool) -> Outcome:
     return outcome.model_copy(update={"measurements": measures})
 
 
-def _bind(
+def bind_context(
     fn: Callable[..., Awaitable[Outcome]], *args: object
 ) -> Callable[[Probe], Awaitable[Outcome]]:
     """A check function with its context (and needle or turn) bound."""
@@ -301,7 +301,12 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
     for ctx in contexts:
         label = context_label(ctx)
         out.append(
-            Check(f"needle.{label}.short", "needle", f"{label}: short code echo", _bind(short, ctx))
+            Check(
+                f"needle.{label}.short",
+                "needle",
+                f"{label}: short code echo",
+                bind_context(short, ctx),
+            )
         )
         for name in NEEDLE_NAMES:
             out.append(
@@ -309,7 +314,7 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
                     f"needle.{label}.{name}",
                     "needle",
                     f"{label}: needle {name}",
-                    _bind(single, ctx, name),
+                    bind_context(single, ctx, name),
                 )
             )
         out.append(
@@ -317,7 +322,7 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
                 f"needle.{label}.stream",
                 "needle",
                 f"{label}: needle D streamed",
-                _bind(stream, ctx),
+                bind_context(stream, ctx),
             )
         )
         for turn in range(1, len(TURNS) + 1):
@@ -326,7 +331,7 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
                     f"needle.{label}.turn{turn}",
                     "needle",
                     f"{label}: multi-turn {turn} asks {TURNS[turn - 1]}",
-                    _bind(multi_turn, ctx, turn),
+                    bind_context(multi_turn, ctx, turn),
                 )
             )
         out.append(
@@ -334,7 +339,7 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
                 f"needle.{label}.prefix_cold",
                 "needle",
                 f"{label}: prefix cold",
-                _bind(prefix, ctx, False),
+                bind_context(prefix, ctx, False),
             )
         )
         out.append(
@@ -342,7 +347,7 @@ def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
                 f"needle.{label}.prefix_hot",
                 "needle",
                 f"{label}: prefix hot",
-                _bind(prefix, ctx, True),
+                bind_context(prefix, ctx, True),
             )
         )
     return tuple(out)

@@ -1,0 +1,159 @@
+"""Simulated deployments: simulator endpoints behind servekit's real proxy process.
+
+The self-check and the acceptance tests judge the checks against this stack, so
+the proxy in front is the one users run (``python -m servekit.proxy``, started
+with its documented flags only) and the engines are the simulator, whose faults
+are the negative controls. One simulator thread serves every engine endpoint;
+an endpoint named as the ``reference`` stays outside the proxy (the single
+instance that PD answers are compared with).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servekit.deployment import Deployment, Endpoint
+from servekit.sim.spec import SimSpec, spec_from_mapping
+from servekit.sim.testing import RunningSim, running_sim
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class SimStack:
+    """A running stack: the deployment clients see, the simulator, the proxy's log."""
+
+    deployment: Deployment
+    sim: RunningSim
+    proxy_log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _with_logs(spec: Mapping[str, Any], log_dir: Path) -> SimSpec:
+    """The spec with every endpoint logging to ``log_dir/NAME.log`` unless it says otherwise."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    endpoints = [
+        {**e, "log": e.get("log") or str(log_dir / f"{e['name']}.log")} for e in spec["endpoints"]
+    ]
+    return spec_from_mapping({**spec, "endpoints": endpoints}, where="sim stack")
+
+
+def proxy_argv(spec: SimSpec, urls: Mapping[str, str], reference: str | None) -> list[str]:
+    """``python -m servekit.proxy`` flags for the spec's engines (the reference left out)."""
+    by_role: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
+    prompt_keyed = False
+    for ep in spec.endpoints:
+        if ep.name != reference:
+            by_role[ep.role].append(urls[ep.name])
+            prompt_keyed = prompt_keyed or ep.kv_mode == "prompt"
+    if by_role["prefill"] or by_role["decode"]:
+        argv = ["--prefill", *by_role["prefill"], "--decode", *by_role["decode"]]
+        return argv + (["--mode", "prompt-keyed"] if prompt_keyed else [])
+    return ["--replica", *by_role["mixed"]]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"proxy exited with {proc.returncode}: {log.read_text()[-400:]}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{url}/health", timeout=2) as resp,
+        ):
+            if resp.status == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"proxy at {url} not healthy after {READY_TIMEOUT_S:.0f} s")
+
+
+@contextlib.contextmanager
+def running_proxy(argv: list[str], log: Path, *, wait_healthy: bool = True) -> Iterator[str]:
+    """The proxy as its own process on a free loopback port; yields its URL."""
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "servekit.proxy",
+        *argv,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        if wait_healthy:
+            _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _deployment(
+    spec: SimSpec,
+    sim: RunningSim,
+    proxy_url: str,
+    reference: str | None,
+    capabilities: tuple[str, ...],
+) -> Deployment:
+    engines = tuple(
+        Endpoint(name=e.name, role=e.role, url=sim.urls[e.name], engine_id=e.engine, log=e.log)
+        for e in spec.endpoints
+        if e.name != reference
+    )
+    return Deployment(
+        engine="sim",
+        model=spec.endpoints[0].served_model_name,
+        entry_url=proxy_url,
+        endpoints=(Endpoint(name="proxy", role="proxy", url=proxy_url), *engines),
+        reference_url=sim.urls[reference] if reference else None,
+        capabilities=capabilities,
+        sim_speed=spec.speed,
+    )
+
+
+@contextlib.contextmanager
+def sim_stack(
+    spec: Mapping[str, Any],
+    log_dir: Path,
+    *,
+    reference: str | None = None,
+    capabilities: tuple[str, ...] = ("retrieval",),
+    wait_healthy: bool = True,
+) -> Iterator[SimStack]:
+    """Serve ``spec`` (a SimSpec mapping) with the real proxy in front; yield the stack.
+
+    Prefill and decode endpoints go behind a PD proxy (prompt-keyed when their
+    ``kv_mode`` is ``prompt``), mixed ones behind a replica proxy. Every
+    endpoint logs to ``log_dir``, and the proxy to ``log_dir/proxy.log``.
+    """
+    checked = _with_logs(spec, log_dir)
+    log = log_dir / "proxy.log"
+    with running_sim(checked) as sim:
+        argv = proxy_argv(checked, sim.urls, reference)
+        with running_proxy(argv, log, wait_healthy=wait_healthy) as url:
+            deployment = _deployment(checked, sim, url, reference, capabilities)
+            yield SimStack(deployment, sim, log)

@@ -1,0 +1,237 @@
+"""A ``vllm serve`` command line, read as vLLM reads it, into what the simulator needs.
+
+``servekit sim serve MODEL [flags]`` must accept whatever a rendered launch
+script runs. The flags that decide what a simulated engine is (address, role
+and KV identity from ``--kv-transfer-config``, DP rank and size, TP, the guard
+middleware, served name, context length, headless) are parsed with argparse,
+in both ``--flag value`` and ``--flag=value`` forms; every other flag is
+accepted and recorded as given (``--no-X`` as ``X: false``), never evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servekit.errors import UsageError
+from servekit.guard import MIDDLEWARE_CLASS, guard_state
+from servekit.sim.spec import KvMode, Role
+
+KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
+PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
+
+Flags = dict[str, str | bool | list[str]]
+
+
+class VllmLaunch(BaseModel):
+    """What one ``vllm serve`` process is, as its command line says."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    argv: tuple[str, ...] = Field(description="the command line after 'serve', as given")
+    model: str
+    served_model_name: str
+    host: str
+    port: int = Field(ge=0, le=65535)
+    role: Role
+    kv_mode: KvMode
+    kv_connector: str | None
+    kv_port: int = Field(ge=0, le=65535)
+    engine_id: str | None
+    dp_size: int = Field(ge=1)
+    dp_rank: int | None = Field(description="--data-parallel-rank: this API server's own rank")
+    dp_local: int = Field(ge=1, description="--data-parallel-size-local: ranks in this process")
+    dp_start_rank: int = Field(ge=0, description="--data-parallel-start-rank")
+    tp: int = Field(ge=1)
+    headless: bool
+    middleware: tuple[str, ...]
+    guard: bool
+    max_model_len: int | None
+    prefix_caching: bool | None
+    speed: float | None = Field(gt=0, description="the simulator's own --speed")
+    ignored: Flags = Field(description="flags the simulator does not act on, as given")
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> VllmLaunch:
+        if max(self.ranks) >= self.dp_size:
+            raise ValueError(
+                f"DP rank {max(self.ranks)} is not below --data-parallel-size {self.dp_size}"
+            )
+        return self
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The DP ranks this process runs."""
+        first = self.dp_rank if self.dp_rank is not None else self.dp_start_rank
+        return tuple(range(first, first + (1 if self.dp_rank is not None else self.dp_local)))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"sim serve: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags the simulator acts on; everything else is left for :func:`group_flags`."""
+    p = _Parser(
+        prog="servekit sim serve MODEL",
+        add_help=False,
+        allow_abbrev=False,
+        description="One simulated engine from a 'vllm serve' command line. Flags not "
+        "listed are accepted and recorded (engine log, GET /sim/state). Environment: "
+        "SERVEKIT_SIM_PROFILE, SERVEKIT_SIM_SPEED, SERVEKIT_SIM_FAULTS (docs/sim.md).",
+    )
+    add = p.add_argument
+    add("--model", help="the model, when not given first")
+    add("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    add("--port", type=int, default=8000, help="API port (default 8000)")
+    add("--served-model-name", nargs="+", help="served name (the first one); default MODEL")
+    add("--max-model-len", help="context length: 32768, 128k (x1000), 1M (x1024x1024)")
+    add("--tensor-parallel-size", "-tp", type=int, default=1, help="TP size")
+    add("--data-parallel-size", "-dp", type=int, default=1, help="DP size")
+    add("--data-parallel-rank", "-dpn", type=int, help="this API server's DP rank")
+    add("--data-parallel-size-local", "-dpl", type=int, help="DP ranks in this process")
+    add("--data-parallel-start-rank", "-dpr", type=int, default=0, help="first local rank")
+    add("--headless", action="store_true", help="no API server: stay up until SIGTERM")
+    add("--kv-transfer-config", help="JSON: kv_role, kv_connector, kv_port, engine_id")
+    add("--middleware", action="append", default=[], help="...DecodeGuardMiddleware: guard")
+    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, help="prefix cache")
+    add("--speed", type=float, help="virtual seconds per wall second (the simulator's own)")
+    return p
+
+
+def wants_help(argv: list[str]) -> bool:
+    return "--help" in argv or "-h" in argv
+
+
+def group_flags(tokens: list[str]) -> Flags:
+    """Unparsed tokens as flags: ``--x v``, ``--x=v``, ``--x`` (true), ``--no-x`` (false)."""
+    out: Flags = {}
+    name: str | None = None
+    for token in tokens:
+        if token.startswith("-") and not _is_number(token):
+            name, _, value = token.lstrip("-").partition("=")
+            if value:
+                out[name] = value
+            elif name.startswith("no-"):
+                name = name[3:]
+                out[name] = False
+            else:
+                out[name] = True
+            continue
+        if name is None:
+            out.setdefault("", []).append(token)  # type: ignore[union-attr]
+            continue
+        prev = out[name]
+        out[name] = token if isinstance(prev, bool) else [*_as_list(prev), token]
+    return out
+
+
+def _as_list(value: str | bool | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [str(value)]
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_size(text: str, flag: str) -> int:
+    """vLLM's sizes: ``1048576``, ``128k`` (x1000), ``1M`` (x1024 x1024)."""
+    match = _SIZE.match(text.strip())
+    if match is None:
+        raise UsageError(f"{flag} {text!r}: expected a number of tokens such as 32768, 128k or 1M")
+    number, unit = match.groups()
+    base = 1024 if unit.isupper() else 1000
+    return int(float(number) * base ** _POWERS[unit.lower()])
+
+
+def _kv_config(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--kv-transfer-config: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UsageError("--kv-transfer-config: expected a JSON object")
+    return doc
+
+
+def _kv_port(kv: dict[str, Any]) -> int:
+    value = kv.get("kv_port", 0)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--kv-transfer-config: kv_port {value!r} is not a port") from None
+
+
+def _split_model(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``vllm serve MODEL ...``: the model is the first token when it is not a flag."""
+    if argv and not argv[0].startswith("-"):
+        return argv[0], argv[1:]
+    return None, argv
+
+
+def _model_name(positional: str | None, flag: str | None) -> str:
+    model = positional or flag
+    if not model:
+        raise UsageError("sim serve: give the model, as 'vllm serve MODEL' does")
+    return model
+
+
+def parse_launch(argv: list[str]) -> VllmLaunch:
+    """Read a ``vllm serve`` command line (without ``serve``); UsageError when it is wrong."""
+    positional, rest = _split_model(argv)
+    ns, unknown = build_parser().parse_known_args(rest)
+    model = _model_name(positional, ns.model)
+    try:
+        return _launch(argv, ns, unknown, model=model)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "command line"
+        msg = first["msg"].removeprefix("Value error, ")
+        raise UsageError(f"sim serve: {where}: {msg}") from None
+
+
+def _launch(
+    argv: list[str], ns: argparse.Namespace, unknown: list[str], *, model: str
+) -> VllmLaunch:
+    kv = _kv_config(ns.kv_transfer_config)
+    middleware = tuple(ns.middleware)
+    connector = kv.get("kv_connector")
+    return VllmLaunch(
+        argv=tuple(argv),
+        model=model,
+        served_model_name=(ns.served_model_name or [model])[0],
+        host=ns.host,
+        port=ns.port,
+        role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
+        kv_mode="prompt" if connector in PROMPT_KEYED_CONNECTORS else "params",
+        kv_connector=connector if isinstance(connector, str) else None,
+        kv_port=_kv_port(kv),
+        engine_id=str(kv["engine_id"]) if kv.get("engine_id") is not None else None,
+        dp_size=ns.data_parallel_size,
+        dp_rank=ns.data_parallel_rank,
+        dp_local=ns.data_parallel_size_local or 1,
+        dp_start_rank=ns.data_parallel_start_rank,
+        tp=ns.tensor_parallel_size,
+        headless=ns.headless,
+        middleware=middleware,
+        guard=any(m.endswith(MIDDLEWARE_CLASS) for m in middleware) and guard_state() != "off",
+        max_model_len=(
+            parse_size(ns.max_model_len, "--max-model-len") if ns.max_model_len else None
+        ),
+        prefix_caching=ns.enable_prefix_caching,
+        speed=ns.speed,
+        ignored=group_flags(unknown),
+    )

@@ -1,0 +1,192 @@
+"""``servekit sim serve MODEL [vllm serve flags]``: a drop-in ``vllm`` for dry runs.
+
+One process serves one simulated engine exactly where the ``vllm serve``
+command line puts it (see :mod:`servekit.sim.vllmargs`), so a two-line ``vllm``
+wrapper on ``PATH`` turns any rendered layout into a simulated cluster. A
+``--headless`` rank serves no API: it stays up, sleeping until SIGTERM, so a
+supervisor sees it alive. Engines run one per process here, so KV handoff trusts
+well-formed ``kv_transfer_params`` (``kv_peers: any``).
+
+The environment picks what the command line cannot say:
+
+- ``SERVEKIT_SIM_PROFILE``: the latency profile (default ``a3-dsv4-flash``, or
+  ``cpu-tiny`` when MODEL is a local tiny model: a folder whose
+  ``config.json`` has ``hidden_size`` <= 1024);
+- ``SERVEKIT_SIM_SPEED``: virtual seconds per wall second (``--speed`` wins);
+- ``SERVEKIT_SIM_FAULTS``: a JSON object of fault fields for this engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from servekit.errors import UsageError
+from servekit.sim.cli_main import configure_logging
+from servekit.sim.faults import FaultSpec, patch_faults
+from servekit.sim.profile import Profile, load_profile
+from servekit.sim.spec import SimSpec, spec_from_mapping
+from servekit.sim.vllmargs import VllmLaunch, build_parser, parse_launch, wants_help
+
+PROFILE_ENV = "SERVEKIT_SIM_PROFILE"
+SPEED_ENV = "SERVEKIT_SIM_SPEED"
+FAULTS_ENV = "SERVEKIT_SIM_FAULTS"
+DEFAULT_PROFILE = "a3-dsv4-flash"
+TINY_PROFILE = "cpu-tiny"
+TINY_HIDDEN_SIZE = 1024
+
+log = logging.getLogger("servekit.sim.serve")
+
+
+def is_tiny_model(model: str) -> bool:
+    """A local model folder whose config.json is small (the CPU tiny model)."""
+    config = Path(model) / "config.json"
+    try:
+        doc = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+    size = doc.get("hidden_size") if isinstance(doc, dict) else None
+    return isinstance(size, int) and size <= TINY_HIDDEN_SIZE
+
+
+def choose_profile(launch: VllmLaunch, env: dict[str, str]) -> Profile:
+    """The env's profile, else by model; scaled to the ranks one API server fronts."""
+    default = TINY_PROFILE if is_tiny_model(launch.model) else DEFAULT_PROFILE
+    profile = load_profile(env.get(PROFILE_ENV) or default)
+    update: dict[str, Any] = {}
+    n = len(launch.ranks)
+    if n > 1:  # one API server fronting N local engines: their capacity together
+        update = {
+            "max_num_seqs": profile.max_num_seqs * n,
+            "kv_capacity_tokens": profile.kv_capacity_tokens * n,
+        }
+    if launch.prefix_caching is not None:
+        update["enable_prefix_caching"] = launch.prefix_caching
+    return profile.model_copy(update=update) if update else profile
+
+
+def choose_speed(launch: VllmLaunch, env: dict[str, str]) -> float:
+    """``--speed``, else ``SERVEKIT_SIM_SPEED``, else real time."""
+    if launch.speed is not None:
+        return launch.speed
+    text = env.get(SPEED_ENV)
+    if not text:
+        return 1.0
+    try:
+        speed = float(text)
+    except ValueError:
+        speed = 0.0
+    if speed <= 0:
+        raise UsageError(f"{SPEED_ENV}={text}: expected a number above 0 (50 = 50x faster)")
+    return speed
+
+
+def env_faults(env: dict[str, str]) -> FaultSpec:
+    """``SERVEKIT_SIM_FAULTS`` (a JSON object of fault fields), or no faults."""
+    text = env.get(FAULTS_ENV)
+    if not text:
+        return FaultSpec()
+    try:
+        patch = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{FAULTS_ENV}: not valid JSON ({exc})") from None
+    return patch_faults(FaultSpec(), patch)
+
+
+def endpoint_name(launch: VllmLaunch) -> str:
+    engine = launch.engine_id if launch.engine_id is not None else launch.served_model_name
+    return f"{launch.role}-{engine}-dp{launch.ranks[0]}"
+
+
+def launch_record(launch: VllmLaunch, profile: Profile, speed: float) -> dict[str, Any]:
+    """What ``GET /sim/state`` shows as ``launch``: the command line and what it meant."""
+    return {
+        **launch.model_dump(mode="json"),
+        "ranks": list(launch.ranks),
+        "profile": profile.name,
+        "speed": speed,
+    }
+
+
+def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
+    """The one-endpoint spec of an API-serving launch."""
+    profile = choose_profile(launch, env)
+    speed = choose_speed(launch, env)
+    endpoint: dict[str, Any] = {
+        "name": endpoint_name(launch),
+        "host": launch.host,
+        "port": launch.port,
+        "role": launch.role,
+        "engine_id": launch.engine_id,
+        "kv_port": launch.kv_port,
+        "kv_mode": launch.kv_mode,
+        "kv_peers": "any",
+        "dp_rank": launch.ranks[0],
+        "dp_size": launch.dp_size,
+        "tp": launch.tp,
+        "served_model_name": launch.served_model_name,
+        "profile": profile,
+        "guard": launch.guard,
+        "unguarded_incident": launch.role == "decode" and not launch.guard,
+        "faults": env_faults(env).model_dump(),
+        "launch": launch_record(launch, profile, speed),
+    }
+    if launch.max_model_len is not None:
+        endpoint["max_model_len"] = launch.max_model_len
+    spec = spec_from_mapping({"endpoints": [endpoint]}, where="sim serve")
+    return spec.at_speed(speed)
+
+
+def describe(launch: VllmLaunch) -> str:
+    """One log line: what this process is."""
+    ranks = ",".join(str(r) for r in launch.ranks)
+    engine = launch.engine_id or "-"
+    return (
+        f"{launch.role} engine {engine}, DP rank(s) {ranks} of {launch.dp_size}, TP {launch.tp}, "
+        f"guard {'on' if launch.guard else 'off'}, model {launch.served_model_name}"
+    )
+
+
+def _log_launch(launch: VllmLaunch) -> None:
+    log.info("vllm serve %s", " ".join(launch.argv))
+    log.info("simulating %s", describe(launch))
+    if launch.ignored:
+        log.info("accepted, not simulated: %s", json.dumps(launch.ignored, sort_keys=True))
+
+
+async def _headless(launch: VllmLaunch) -> None:
+    """Log what this process is once SIGTERM is handled, then sleep until it comes."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "headless rank(s) %s of engine %s: no API server; waiting for SIGTERM",
+        ",".join(str(r) for r in launch.ranks),
+        launch.engine_id or "-",
+    )
+    await stop.wait()
+
+
+def serve_main(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Serve (or, headless, wait) until SIGTERM; the exit code."""
+    environ = dict(os.environ) if env is None else env
+    if wants_help(argv):
+        print(build_parser().format_help())
+        return 0
+    launch = parse_launch(argv)
+    configure_logging()
+    _log_launch(launch)
+    if launch.headless:
+        asyncio.run(_headless(launch))
+        return 0
+    spec = build_spec(launch, environ)
+    from servekit.sim.server import run
+
+    run(spec)
+    return 0
