@@ -78,13 +78,16 @@ def down(
 
 def status(
     name: Annotated[str | None, typer.Argument(help="layout (default: every run)")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON document (a list of runs) for scripts")
+    ] = False,
 ) -> None:
-    """Show each process of a run: port, pid, phase, live health, uptime."""
+    """Show each run: entry URL, supervisor, and per process port, pid, phase, health, uptime."""
     from rich.console import Console
 
     from servekit.local.observe import status as show
 
-    raise typer.Exit(show(name, Console()))
+    raise typer.Exit(show(name, Console(), as_json=as_json))
 
 
 def logs(
