@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,11 +55,19 @@ def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> Non
     assert_nothing_started(tmp_path)
 
 
-def test_missing_model_directory_says_how_to_build_it(tmp_path: Path) -> None:
+def test_missing_model_directory_says_how_to_build_it(
+    tmp_path: Path,
+    layout_data: Callable[[str], dict[str, Any]],
+    write_catalog: Callable[[dict[str, Any]], Path],
+) -> None:
     pytest.importorskip("vllm", reason="the model check follows the engine check")
-    result = servekit(tmp_path, "up", "local/single")
+    data = layout_data("local/single")
+    data["model"]["path"] = "models/mine"  # not the tiny model: never built on demand
+    catalog = write_catalog(data)
+    result = servekit(tmp_path, "up", "local/single", "--catalog", str(catalog))
     assert_refused(result, "model directory", "is missing", "servekit model tiny --out")
     assert_nothing_started(tmp_path)
+    assert not (tmp_path / "models").exists()
 
 
 def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:

@@ -48,8 +48,15 @@ def summary(spec: RunSpec) -> str:
     )
 
 
+def say_notes(spec: RunSpec, console: Console) -> None:
+    """What preparing the run did on the user's behalf, one line each."""
+    for line in spec.notes:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
 def up_foreground(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Supervise here until Ctrl-C, ``servekit down`` or a death."""
+    say_notes(spec, console)
     with ProgressView(console) as view:
         supervisor = Supervisor(spec, on_change=view.update, ready_timeout_s=ready_timeout_s)
 
@@ -126,6 +133,7 @@ def report_detached(
 
 def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Start the background supervisor, show progress, return once ready (0) or failed."""
+    say_notes(spec, console)
     daemon = start_detached(spec, ready_timeout_s)
     try:
         with ProgressView(console) as view:
