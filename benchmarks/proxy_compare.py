@@ -69,8 +69,11 @@ def lean_backend_app(role: str, tokens: int) -> web.Application:
         {
             "id": "c",
             "choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
-            "kv_transfer_params": {
+            "kv_transfer_params": {  # what NIXL / vllm-ascend Mooncake answer
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
                 "remote_engine_id": "p",
+                "remote_request_id": "c",
                 "remote_block_ids": [1],
                 "remote_host": "127.0.0.1",
                 "remote_port": 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from servekit.catalog.loader import packaged_catalog
+from servekit.catalog.loader import load, packaged_catalog
+from servekit.catalog.profiles import PROFILES_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,9 +32,8 @@ def catalog_dir() -> Path:
 
 
 def _layout_data(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((packaged_catalog() / name / "layout.yaml").read_text())
-    assert isinstance(data, dict)
-    return copy.deepcopy(data)
+    """The layout as the loader resolved it (profiles merged in), as plain JSON data."""
+    return copy.deepcopy(load(name).layout.model_dump(mode="json", exclude_defaults=True))
 
 
 @pytest.fixture
@@ -49,6 +50,9 @@ def write_catalog(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
         root = tmp_path / "catalog"
         folder = root / data["name"]
         folder.mkdir(parents=True, exist_ok=True)
+        profiles = packaged_catalog() / data["name"].split("/")[0] / PROFILES_DIR
+        if profiles.is_dir() and not (folder.parent / PROFILES_DIR).exists():
+            shutil.copytree(profiles, folder.parent / PROFILES_DIR)
         (folder / "layout.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         return root
 

@@ -21,7 +21,10 @@ SettingValue = int | float | bool | str
 ENGINE_KINDS: tuple[EngineKind, ...] = ("vllm-ascend", "vllm", "vllm-cpu")
 ROLES: tuple[Role, ...] = ("mixed", "prefill", "decode")
 
-GUARD_MIDDLEWARE = "servekit.proxy.guard_middleware.DecodeGuardMiddleware"
+# The decode guard ships as one standard-library file beside the rendered scripts
+# (and in a local run's bundle folder), loaded with --middleware via PYTHONPATH.
+GUARD_MODULE = "servekit_decode_guard"
+GUARD_MIDDLEWARE = f"{GUARD_MODULE}.DecodeGuardMiddleware"
 
 
 class Setting(BaseModel):
@@ -97,10 +100,11 @@ SETTINGS: tuple[Setting, ...] = (
 
 SETTINGS_BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
 
+# The generic rows: engines whose layout names no profile. A profile (a family of
+# layouts in the catalog, e.g. layouts/a3/profiles/dsv4-flash-a3-pd.yaml) carries
+# its own rows, so one family's verified values never leak into another's.
 _ACCEL: dict[str, SettingValue] = {
-    "gpu_memory_utilization": 0.92,
-    "max_num_seqs": 32,
-    "max_num_batched_tokens": 8192,
+    "gpu_memory_utilization": 0.9,
     "enable_prefix_caching": True,
     "guard": False,
 }
@@ -109,9 +113,9 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
     ("vllm-ascend", "mixed"): {**_ACCEL, "block_size": 128},
     ("vllm-ascend", "prefill"): {**_ACCEL, "block_size": 128},
     ("vllm-ascend", "decode"): {**_ACCEL, "block_size": 128, "guard": True},
-    ("vllm", "mixed"): {**_ACCEL, "gpu_memory_utilization": 0.90},
-    ("vllm", "prefill"): {**_ACCEL, "gpu_memory_utilization": 0.90},
-    ("vllm", "decode"): {**_ACCEL, "gpu_memory_utilization": 0.90, "guard": True},
+    ("vllm", "mixed"): dict(_ACCEL),
+    ("vllm", "prefill"): dict(_ACCEL),
+    ("vllm", "decode"): {**_ACCEL, "guard": True},
     ("vllm-cpu", "mixed"): {
         "max_num_seqs": 16,
         "enable_prefix_caching": True,

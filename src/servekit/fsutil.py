@@ -35,17 +35,68 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
+MARKER = ".servekit-output"
+
+
+def _protected(path: Path) -> str | None:
+    """Why ``path`` may never be replaced, or None."""
+    resolved = path.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == Path(resolved.anchor):
+        return "is the filesystem root"
+    if resolved == Path.home().resolve():
+        return "is your home folder"
+    if resolved == cwd or resolved in cwd.parents:
+        return "holds the current folder"
+    return None
+
+
+def check_output_dir(final: Path, force: bool = False, flag: str = "--out") -> None:
+    """Refuse a destination servekit must not replace; one UsageError naming the fix.
+
+    servekit replaces a folder whole only when it is empty or holds its own marker
+    (it wrote it before); a folder of someone else's files is refused unless
+    ``force``, and the filesystem root, the home folder and the current folder (or
+    one above it) are refused always.
+    """
+    from servekit.errors import UsageError
+
+    if final.is_symlink():
+        raise UsageError(f"{flag} {final}: is a symbolic link; give a real folder")
+    if not final.exists():
+        return
+    if not final.is_dir():
+        raise UsageError(f"{flag} {final}: exists and is not a folder; pick a folder")
+    why = _protected(final)
+    if why is not None:
+        raise UsageError(f"{flag} {final}: {why}; give a new or empty folder")
+    if force or (final / MARKER).is_file():
+        return
+    try:
+        empty = next(final.iterdir(), None) is None
+    except OSError as exc:
+        raise UsageError(f"{flag} {final}: cannot read it ({exc.strerror})") from exc
+    if not empty:
+        raise UsageError(
+            f"{flag} {final}: folder holds files servekit did not write; "
+            "give a new or empty folder, or --force to replace it"
+        )
+
+
 @contextlib.contextmanager
-def staged_dir(final: Path) -> Iterator[Path]:
+def staged_dir(final: Path, *, force: bool = False, flag: str = "--out") -> Iterator[Path]:
     """Yield a sibling temp folder; on success it replaces ``final`` whole.
 
     Used for outputs made of many files (rendered scripts, reports, sites): the
-    folder appears complete or not at all.
+    folder appears complete or not at all, carries servekit's marker, and an
+    existing ``final`` is replaced only as :func:`check_output_dir` allows.
     """
+    check_output_dir(final, force, flag)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         yield tmp
+        (tmp / MARKER).write_text("written by servekit; it may replace this folder whole\n")
         if final.exists():
             old = final.with_name(f".{final.name}.old")
             shutil.rmtree(old, ignore_errors=True)

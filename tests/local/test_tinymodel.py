@@ -22,6 +22,7 @@ needs_tokenizers = pytest.mark.skipif(
 )
 
 EXPECTED_FILES = {
+    ".servekit-output",
     "config.json",
     "generation_config.json",
     "model.safetensors",

@@ -1,5 +1,8 @@
-"""A proxy in front of fake engines, all on loopback, inside one event loop.
+"""The proxy in front of simulated engines, each behind a wire-recording spy, in one loop.
 
+Engines are servekit's simulator (``servekit.sim``) in this test's event loop;
+each endpoint gets a :class:`~tests.proxy.backends.Spy` so tests see the bytes
+that crossed the wire, and faults are the simulator's own (``node.fault(...)``).
 Tests are plain functions that call :func:`run` on a scenario coroutine, so no
 asyncio plugin is needed. Waiting is by polling a condition with a generous
 bound; no test asserts how long anything took.
@@ -17,12 +20,17 @@ import aiohttp
 
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.server import RunningProxy, start_proxy
+from servekit.sim.endpoint import SimEndpoint
+from servekit.sim.server import SimServer, serve
+from servekit.sim.spec import spec_from_mapping
 
-from .backends import FakeEngine
+from .backends import Seen, Spy
 
 T = TypeVar("T")
 
 FAST_HEALTH = {"health_interval_s": 0.05, "health_timeout_s": 0.5, "retry_backoff_s": 0.0}
+SLOW_DECODE = {"name": "slow", "decode_step_s": [[1, 0.05]]}  # a token every 50 ms
+MODEL = "sim-model"
 
 
 def run(scenario: Coroutine[Any, Any, T]) -> T:
@@ -40,14 +48,39 @@ async def wait_until(cond: Callable[[], bool], what: str, bound_s: float = 10.0)
 
 
 @dataclass
+class Node:
+    """One simulated endpoint, reached through its spy."""
+
+    name: str
+    ep: SimEndpoint
+    spy: Spy
+
+    @property
+    def url(self) -> str:
+        return self.spy.url
+
+    def fault(self, **patch: Any) -> None:
+        self.ep.set_faults(patch)
+
+    def gen(self) -> list[Seen]:
+        return self.spy.gen()
+
+    def busy(self) -> bool:
+        """The engine holds a request (running, waiting or hung on a fault)."""
+        state = self.ep.state()
+        return bool(state["running"] or state["waiting"] or state["hung"])
+
+
+@dataclass
 class Stack:
-    """Fake engines, the proxy in front of them and a client session."""
+    """Simulated engines, the proxy in front of them and a client session."""
 
     proxy: RunningProxy
-    prefill: list[FakeEngine]
-    decode: list[FakeEngine]
-    replica: list[FakeEngine]
+    prefill: list[Node]
+    decode: list[Node]
+    replica: list[Node]
     client: aiohttp.ClientSession
+    sim: SimServer
 
     @property
     def url(self) -> str:
@@ -55,6 +88,9 @@ class Stack:
 
     def loads_are_zero(self) -> bool:
         return all(i.tokens == 0 and i.requests == 0 for i in self.proxy.router.instances())
+
+    def state(self, name: str) -> str:
+        return next(i.state.value for i in self.proxy.router.instances() if i.name == name)
 
     async def post(self, path: str, body: dict[str, Any], **kw: Any) -> tuple[int, bytes]:
         async with self.client.post(self.url + path, json=body, **kw) as resp:
@@ -67,8 +103,14 @@ class Stack:
             return resp.status, (await resp.json()) if is_json else raw
 
 
-async def _engines(prefix: str, n: int) -> list[FakeEngine]:
-    return [await FakeEngine(f"{prefix}{i}").start() for i in range(n)]
+def sim_spec(prefill: int, decode: int, replica: int, **endpoint: Any) -> dict[str, Any]:
+    """Endpoints p0.., d0.. (guarded) and r0.. on free ports, sharing ``endpoint`` settings."""
+    decode_only = {"guard": endpoint.pop("guard", True)}
+    eps = [{"name": f"p{i}", "role": "prefill", "port": 0, **endpoint} for i in range(prefill)]
+    eps += [{"name": f"d{i}", "role": "decode", "port": 0, **endpoint, **decode_only}
+            for i in range(decode)]  # fmt: skip
+    eps += [{"name": f"r{i}", "port": 0, **endpoint} for i in range(replica)]
+    return {"endpoints": eps}
 
 
 @asynccontextmanager
@@ -77,26 +119,29 @@ async def stack(
     decode: int = 1,
     replica: int = 0,
     wait_healthy: bool = True,
+    sim: dict[str, Any] | None = None,
     **config: Any,
 ) -> AsyncIterator[Stack]:
-    """Start engines and a proxy (port 0) with fast probes; tear all down after."""
-    p, d, r = (
-        await _engines("p", prefill),
-        await _engines("d", decode),
-        await _engines("r", replica),
-    )
+    """Start a simulator, spies and a proxy (port 0) with fast probes; tear all down after.
+
+    ``sim`` holds endpoint settings for every endpoint (``kv_mode``, ``profile``,
+    ``guard``, ...); ``config`` goes to the proxy's :class:`ProxyConfig`.
+    """
+    server = await serve(spec_from_mapping(sim_spec(prefill, decode, replica, **(sim or {}))))
+    nodes = {n: Node(n, ep, await Spy(ep.url).start()) for n, ep in server.endpoints.items()}
+    by_role = {
+        r: [v for k, v in nodes.items() if k[0] == r[0]] for r in ("prefill", "decode", "replica")
+    }
     settings = {**FAST_HEALTH, **config}
     cfg = ProxyConfig(
-        prefill=tuple(e.url for e in p),
-        decode=tuple(e.url for e in d),
-        replica=tuple(e.url for e in r),
+        **{role: tuple(n.url for n in members) for role, members in by_role.items()},
         mode="replica" if replica else settings.pop("mode", "pd"),
         port=0,
         **settings,
     )
     proxy = await start_proxy(cfg)
     client = aiohttp.ClientSession()
-    s = Stack(proxy, p, d, r, client)
+    s = Stack(proxy, by_role["prefill"], by_role["decode"], by_role["replica"], client, server)
     try:
         if wait_healthy:
             await wait_until(
@@ -106,8 +151,9 @@ async def stack(
     finally:
         await client.close()
         await proxy.stop()
-        for e in p + d + r:
-            await e.stop()
+        for node in nodes.values():
+            await node.spy.stop()
+        await server.stop()
 
 
 async def gather_n(n: int, make: Callable[[int], Awaitable[T]]) -> list[T]:

@@ -1,58 +1,122 @@
-"""Admin endpoints: add, drain, undrain, remove (draining), legacy paths."""
+"""Admin endpoints: off unless enabled, loopback-only without a key, and what they do."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
+from unittest import mock
 
-from .backends import FakeEngine
-from .harness import Stack, run, stack, wait_until
+from aiohttp.test_utils import make_mocked_request
+
+from servekit.proxy.admin import admin_refusal, bearer_matches
+
+from .backends import Spy
+from .harness import SLOW_DECODE, Stack, run, stack, wait_until
 
 STREAM = {"prompt": "x", "stream": True}
 
 
-async def admin(s: Stack, path: str, doc: Any) -> tuple[int, Any]:
-    async with s.client.post(s.url + path, json=doc) as resp:
-        return resp.status, await resp.json()
+async def admin(s: Stack, path: str, doc: Any, **kw: Any) -> tuple[int, Any]:
+    async with s.client.post(s.url + path, json=doc, **kw) as resp:
+        raw = await resp.read()
+        return resp.status, json.loads(raw) if resp.content_type == "application/json" else raw
+
+
+def test_admin_endpoints_are_off_unless_enabled() -> None:
+    async def scenario() -> None:
+        async with stack() as s:
+            body = {"role": "decode", "urls": ["http://10.9.9.9:1"]}
+            for path in ("/admin/instances/add", "/instances/add"):
+                status, _ = await admin(s, path, body)
+                assert status == 404
+            status, _ = await s.get("/admin/instances")
+            assert status == 404
+            assert [i.url for i in s.proxy.router.pools["decode"].members] == [s.decode[0].url]
+
+    run(scenario())
+
+
+def test_admin_key_is_required_when_set_and_the_client_key_does_not_open_admin() -> None:
+    async def scenario() -> None:
+        async with stack(admin=True, admin_key="adm1n", api_key="client") as s:
+            client = {"Authorization": "Bearer client"}
+            status, out = await admin(s, "/admin/instances/drain", {"urls": [s.decode[0].url]},
+                                      headers=client)  # fmt: skip
+            assert status == 401 and out["error"]["code"] == "unauthorized"
+            status, _ = await s.get("/admin/instances", headers={"Authorization": "Bearer adm1n"})
+            assert status == 200
+            status, _ = await s.post("/v1/completions", {"prompt": "x"}, headers=client)
+            assert status == 200
+
+    run(scenario())
+
+
+def remote_request(peer: str, headers: dict[str, str] | None = None) -> Any:
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda k, d=None: (peer, 40000) if k == "peername" else d
+    return make_mocked_request("POST", "/admin/instances/add", headers=headers, transport=transport)
+
+
+def test_without_a_key_admin_answers_loopback_peers_only() -> None:
+    for peer in ("127.0.0.1", "127.0.0.2", "::1"):
+        assert admin_refusal(remote_request(peer), None) is None
+    for peer in ("10.0.0.7", "192.168.1.2", "::ffff:10.0.0.7", "fe80::1"):
+        refusal = admin_refusal(remote_request(peer), None)
+        assert refusal is not None and refusal.status == 403
+    keyed = remote_request("10.0.0.7", {"Authorization": "Bearer k3y"})
+    assert admin_refusal(keyed, "k3y") is None
+    loop_no_key = remote_request("127.0.0.1")
+    refusal = admin_refusal(loop_no_key, "k3y")
+    assert refusal is not None and refusal.status == 401  # a key, once set, is always needed
+
+
+def test_bearer_comparison() -> None:
+    assert bearer_matches("Bearer abc", "abc")
+    for header in (None, "", "Bearer ab", "Bearer abcd", "bearer abc", "Bearer abc ", "Bearer é"):
+        assert not bearer_matches(header, "abc"), header
 
 
 def test_add_then_remove_instances_at_run_time() -> None:
     async def scenario() -> None:
-        async with stack() as s:
-            extra = await FakeEngine("d9").start()
+        async with stack(decode=2, admin=True) as s:
+            extra = s.decode[1].url
+            pool = s.proxy.router.pools["decode"]
+            await admin(s, "/admin/instances/remove", {"urls": [extra]})
+            assert [i.url for i in pool.members] == [s.decode[0].url]
             status, doc = await admin(
-                s, "/admin/instances/add", {"role": "decode", "urls": [extra.url]}
+                s, "/admin/instances/add", {"role": "decode", "urls": [extra]}
             )
             assert status == 200 and doc["action"] == "add"
-            pool = s.proxy.router.pools["decode"]
             await wait_until(lambda: pool.healthy_count() == 2, "added decoder admitted")
             status, _ = await admin(s, "/admin/instances/remove", {"urls": [s.decode[0].url]})
             assert status == 200
-            assert [i.url for i in pool.members] == [extra.url]
+            assert [i.url for i in pool.members] == [extra]
+            before = len(s.decode[0].gen())
             for _ in range(3):
                 status, _ = await s.post("/v1/completions", STREAM)
                 assert status == 200
-            assert len(extra.gen_requests()) == 3 and s.decode[0].gen_requests() == []
-            await extra.stop()
+            assert len(s.decode[1].gen()) == 3 and len(s.decode[0].gen()) == before
 
     run(scenario())
 
 
 def test_removal_drains_in_flight_work_before_dropping_the_instance() -> None:
     async def scenario() -> None:
-        async with stack(decode=2, decode_policy="round-robin") as s:
+        async with stack(decode=2, decode_policy="round-robin", admin=True,
+                         sim={"profile": SLOW_DECODE}) as s:  # fmt: skip
             slow = s.decode[0]
-            slow.fault, slow.tokens, slow.frame_delay = "slow_stream", 6, 0.05
-            pending = asyncio.ensure_future(s.post("/v1/completions", STREAM))
-            await wait_until(lambda: slow.in_handler == 1, "stream running on decode-0")
+            body = {**STREAM, "max_tokens": 12}
+            pending = asyncio.ensure_future(s.post("/v1/completions", body))
+            await wait_until(slow.busy, "stream running on decode-0")
             status, doc = await admin(s, "/admin/instances/remove", {"urls": [slow.url]})
             assert status == 200
             listed = {i["name"]: i for i in doc["instances"]}
             assert listed["decode-0"]["state"] == "draining"
-            status, out = await s.post("/v1/completions", STREAM)
-            assert status == 200 and out == s.decode[1].stream_bytes()  # no new work on it
+            status, out = await s.post("/v1/completions", {**STREAM, "max_tokens": 2})
+            assert status == 200 and out == s.decode[1].gen()[-1].answer  # no new work on it
             status, out = await pending  # in-flight work completes
-            assert status == 200 and out == slow.stream_bytes()
+            assert status == 200 and out == slow.gen()[-1].answer
             pool = s.proxy.router.pools["decode"]
             assert [i.name for i in pool.members] == ["decode-1"]
 
@@ -61,13 +125,13 @@ def test_removal_drains_in_flight_work_before_dropping_the_instance() -> None:
 
 def test_drain_and_undrain() -> None:
     async def scenario() -> None:
-        async with stack(decode=2) as s:
+        async with stack(decode=2, admin=True) as s:
             url = s.decode[0].url
             status, _ = await admin(s, "/admin/instances/drain", {"role": "decode", "urls": [url]})
             assert status == 200
             for _ in range(3):
                 await s.post("/v1/completions", {"prompt": "x"})
-            assert s.decode[0].gen_requests() == []
+            assert s.decode[0].gen() == []
             status, _ = await admin(s, "/admin/instances/undrain", {"urls": [url]})
             pool = s.proxy.router.pools["decode"]
             await wait_until(lambda: pool.healthy_count() == 2, "undrained decoder back")
@@ -77,8 +141,8 @@ def test_drain_and_undrain() -> None:
 
 def test_legacy_instances_paths_of_the_example_proxy() -> None:
     async def scenario() -> None:
-        async with stack() as s:
-            extra = await FakeEngine("p9").start()
+        async with stack(admin=True) as s:
+            extra = await Spy(s.prefill[0].ep.url).start()
             hostport = extra.url.removeprefix("http://")
             status, _ = await admin(
                 s, "/instances/add", {"type": "prefill", "instances": [hostport]}
@@ -97,13 +161,15 @@ def test_legacy_instances_paths_of_the_example_proxy() -> None:
 
 def test_bad_admin_bodies_are_400_naming_the_field() -> None:
     async def scenario() -> None:
-        async with stack() as s:
+        async with stack(admin=True) as s:
             cases = [
                 ({"role": "decode"}, "urls"),
                 ({"role": "decode", "urls": ["ftp://x"]}, "urls"),
+                ({"role": "decode", "urls": "http://x:1"}, "urls"),
                 ({"role": "oracle", "urls": ["http://x:1"]}, "role"),
                 ({"urls": ["http://127.0.0.1:1"]}, "role"),
                 ({"urls": ["http://nowhere:1"], "extra": 1}, "extra"),
+                ([1, 2], "body"),
             ]
             for doc, field in cases:
                 status, out = await admin(s, "/admin/instances/add", doc)

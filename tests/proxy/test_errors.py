@@ -7,10 +7,11 @@ import json
 
 import aiohttp
 
-from .harness import run, stack, wait_until
+from .harness import MODEL, SLOW_DECODE, run, stack, wait_until
+from .test_metrics import value
 
-STREAM = {"model": "m", "prompt": "hello", "max_tokens": 4, "stream": True}
-PLAIN = {"model": "m", "prompt": "hello", "max_tokens": 4}
+STREAM = {"model": MODEL, "prompt": "hello", "max_tokens": 4, "stream": True}
+PLAIN = {"model": MODEL, "prompt": "hello", "max_tokens": 4}
 
 
 def error_of(raw: bytes) -> dict[str, str]:
@@ -20,26 +21,27 @@ def error_of(raw: bytes) -> dict[str, str]:
 def test_backend_4xx_passes_through_with_its_body_and_is_not_retried() -> None:
     async def scenario() -> None:
         async with stack(prefill=2) as s:
-            for e in s.prefill:
-                e.fault, e.fault_status = "status", 422
+            for n in s.prefill:
+                n.fault(error_rate=1.0, error_status=422)
             status, out = await s.post("/v1/completions", STREAM)
-            assert status == 422 and error_of(out)["message"].endswith("says no")
-            assert sum(len(e.gen_requests()) for e in s.prefill) == 1
-            assert s.decode[0].gen_requests() == []
-            s.prefill[0].fault = s.prefill[1].fault = ""
-            s.decode[0].fault, s.decode[0].fault_status = "status", 400
+            assert status == 422 and error_of(out)["message"] == "injected fault"
+            assert sum(len(n.gen()) for n in s.prefill) == 1
+            assert s.decode[0].gen() == []
+            for n in s.prefill:
+                n.fault(error_rate=0.0)
+            s.decode[0].fault(error_rate=1.0, error_status=400)
             status, out = await s.post("/v1/completions", PLAIN)
-            assert status == 400 and error_of(out)["message"] == "d0 says no"
-            assert len(s.decode[0].gen_requests()) == 1
+            assert status == 400 and out == s.decode[0].gen()[0].answer
+            assert len(s.decode[0].gen()) == 1
             assert s.loads_are_zero()
 
     run(scenario())
 
 
-def test_backend_5xx_becomes_502_naming_the_stage() -> None:
+def test_backend_5xx_becomes_502_naming_the_stage_when_no_instance_serves() -> None:
     async def scenario() -> None:
         async with stack() as s:
-            s.decode[0].fault, s.decode[0].fault_status = "status", 500
+            s.decode[0].fault(error_rate=1.0, error_status=500)
             status, out = await s.post("/v1/completions", STREAM)
             err = error_of(out)
             assert status == 502 and err["stage"] == "decode" and err["code"] == "upstream_error"
@@ -51,7 +53,7 @@ def test_backend_5xx_becomes_502_naming_the_stage() -> None:
 def test_debug_names_the_backend_address_in_errors() -> None:
     async def scenario() -> None:
         async with stack(debug=True) as s:
-            s.prefill[0].fault, s.prefill[0].fault_status = "status", 503
+            s.prefill[0].fault(error_rate=1.0, error_status=503)
             status, out = await s.post("/v1/completions", PLAIN)
             assert status == 502 and s.prefill[0].url in error_of(out)["message"]
 
@@ -61,7 +63,7 @@ def test_debug_names_the_backend_address_in_errors() -> None:
 def test_decoder_empty_200_never_reaches_the_client_as_200() -> None:
     async def scenario() -> None:
         async with stack() as s:
-            s.decode[0].fault = "empty"
+            s.decode[0].fault(empty_rate=1.0)
             for body in (STREAM, PLAIN):
                 status, out = await s.post("/v1/completions", body)
                 assert status == 502 and error_of(out)["stage"] == "decode"
@@ -72,32 +74,31 @@ def test_decoder_empty_200_never_reaches_the_client_as_200() -> None:
 def test_connection_failure_before_first_byte_retries_on_another_instance() -> None:
     async def scenario() -> None:
         async with stack(prefill=2, decode=2, prefill_policy="round-robin",
-                         decode_policy="round-robin", health_interval_s=30) as s:  # fmt: skip
-            await s.prefill[0].stop()
-            s.decode[0].fault = "reset_before"
+                         decode_policy="round-robin", health_interval_s=30,
+                         outlier_after=1) as s:  # fmt: skip
+            await s.prefill[0].spy.stop()  # nothing listens there any more
+            s.decode[0].fault(reset_rate=1.0, reset_after_tokens=0)
             for _ in range(2):
                 status, out = await s.post("/v1/completions", STREAM)
-                assert status == 200 and out == s.decode[1].stream_bytes()
-            by_name = {i.name: i for i in s.proxy.router.instances()}
-            assert by_name["prefill-0"].state.value == "ejected"  # passive ejection
-            assert by_name["decode-0"].state.value == "ejected"
-            assert len(s.decode[1].gen_requests()) == 2
+                assert status == 200 and out.endswith(b"data: [DONE]\n\n")
+            assert s.state("prefill-0") == "ejected" and s.state("decode-0") == "ejected"
+            assert out == s.decode[1].gen()[-1].answer
+            assert len(s.decode[1].gen()) == 2
             assert s.loads_are_zero()
 
     run(scenario())
 
 
-def test_all_instances_unreachable_gives_502_after_bounded_attempts() -> None:
+def test_all_instances_failing_gives_502_after_bounded_attempts() -> None:
     async def scenario() -> None:
         async with stack(decode=2, max_attempts=2, health_interval_s=30) as s:
-            for e in s.decode:
-                e.fault = "reset_before"
+            for n in s.decode:
+                n.fault(reset_rate=1.0, reset_after_tokens=0)
             status, out = await s.post("/v1/completions", STREAM)
             err = error_of(out)
             assert status == 502 and err["code"] == "connect_failed" and err["stage"] == "decode"
-            assert sum(len(e.gen_requests()) for e in s.decode) == 2
-            status, out = await s.post("/v1/completions", STREAM)
-            assert status == 503 and error_of(out)["code"] == "no_healthy_instance"
+            assert sum(len(n.gen()) for n in s.decode) == 2
+            assert len(s.prefill[0].gen()) == 2  # each decode attempt had its own prefill
 
     run(scenario())
 
@@ -105,66 +106,72 @@ def test_all_instances_unreachable_gives_502_after_bounded_attempts() -> None:
 def test_reset_after_first_byte_ends_stream_with_error_event_and_no_retry() -> None:
     async def scenario() -> None:
         async with stack(decode=2) as s:
-            for e in s.decode:
-                e.fault = "reset"
-            status, out = await s.post("/v1/completions", STREAM)
+            for n in s.decode:
+                n.fault(reset_rate=1.0, reset_after_tokens=2)
+            status, out = await s.post("/v1/completions", {**STREAM, "max_tokens": 8})
             assert status == 200
             events = [e for e in out.split(b"\n\n") if e]
-            assert (
-                events[0] == s.decode[0].stream_bytes().split(b"\n\n")[0]
-                or events[0] == (s.decode[1].stream_bytes().split(b"\n\n")[0])
-            )
+            (dec,) = [g for n in s.decode for g in n.gen()]  # one attempt only
+            assert out.startswith(dec.answer) and dec.answer
             err = json.loads(events[-2].removeprefix(b"data: "))["error"]
             assert err["code"] == "stream_interrupted" and err["stage"] == "decode"
             assert events[-1] == b"data: [DONE]"
-            assert sum(len(e.gen_requests()) for e in s.decode) == 1
             assert s.loads_are_zero()
 
     run(scenario())
 
 
-def test_hanging_stage_times_out_with_504() -> None:
+def test_hanging_stage_times_out_with_504_and_the_engine_drops_the_request() -> None:
     async def scenario() -> None:
         async with stack(prefill_timeout_s=0.3, decode_timeout_s=0.3) as s:
-            s.prefill[0].fault = "hang"
+            s.prefill[0].fault(hang=True)
             status, out = await s.post("/v1/completions", STREAM)
             assert status == 504 and error_of(out)["stage"] == "prefill"
-            await wait_until(lambda: s.prefill[0].cancelled == 1, "prefill request aborted")
-            s.prefill[0].fault, s.decode[0].fault = "", "hang"
+            await wait_until(lambda: not s.prefill[0].busy(), "prefill request aborted")
+            s.prefill[0].fault(hang=False)
+            s.decode[0].fault(hang=True)
             status, out = await s.post("/v1/completions", PLAIN)
             assert status == 504 and error_of(out)["stage"] == "decode"
+            await wait_until(lambda: not s.decode[0].busy(), "decode request aborted")
             assert s.loads_are_zero()
 
     run(scenario())
 
 
-def test_client_disconnect_mid_stream_aborts_decode_and_releases_load() -> None:
+def test_client_disconnect_mid_stream_aborts_decode_releases_load_and_is_counted() -> None:
     async def scenario() -> None:
-        async with stack() as s:
-            s.decode[0].fault, s.decode[0].tokens = "slow_stream", 200
+        async with stack(sim={"profile": SLOW_DECODE}) as s:
             async with aiohttp.ClientSession() as c:
-                resp = await c.post(s.url + "/v1/completions", json=STREAM)
+                resp = await c.post(s.url + "/v1/completions", json={**STREAM, "max_tokens": 200})
                 assert resp.status == 200
                 await resp.content.readany()
                 await wait_until(lambda: not s.loads_are_zero(), "load visible in flight")
                 resp.close()
-            await wait_until(lambda: s.decode[0].cancelled == 1, "decoder saw the disconnect")
+            await wait_until(lambda: not s.decode[0].busy(), "decoder dropped the sequence")
             await wait_until(s.loads_are_zero, "accounting released")
+            _, raw = await s.get("/metrics")
+            text = raw.decode()
+            assert value(text, "servekit_proxy_client_disconnects_total", stage="stream") == 1
 
     run(scenario())
 
 
-def test_client_disconnect_during_prefill_aborts_prefill_and_skips_decode() -> None:
+def test_client_disconnect_during_prefill_aborts_prefill_skips_decode_and_is_counted() -> None:
     async def scenario() -> None:
         async with stack() as s:
-            s.prefill[0].fault = "hang"
+            s.prefill[0].fault(hang=True)
             async with aiohttp.ClientSession() as c:
                 task = asyncio.ensure_future(c.post(s.url + "/v1/completions", json=STREAM))
-                await wait_until(lambda: s.prefill[0].in_handler == 1, "prefill started")
+                await wait_until(s.prefill[0].busy, "prefill started")
                 task.cancel()
-            await wait_until(lambda: s.prefill[0].cancelled == 1, "prefill saw the disconnect")
+            await wait_until(lambda: not s.prefill[0].busy(), "prefill saw the disconnect")
             await wait_until(s.loads_are_zero, "accounting released")
-            assert s.decode[0].gen_requests() == []
+            assert s.decode[0].gen() == []
+            _, raw = await s.get("/metrics")
+            text = raw.decode()
+            assert value(text, "servekit_proxy_client_disconnects_total", stage="prefill") == 1
+            route = "/v1/completions"
+            assert value(text, "servekit_proxy_requests_total", route=route, status="499") == 1
 
     run(scenario())
 
@@ -172,19 +179,19 @@ def test_client_disconnect_during_prefill_aborts_prefill_and_skips_decode() -> N
 def test_bad_json_and_non_object_bodies_are_400() -> None:
     async def scenario() -> None:
         async with stack() as s:
-            for data in (b"{not json", b"[1, 2]"):
+            for data in (b"{not json", b"[1, 2]", b"[" * 100_000):
                 async with s.client.post(s.url + "/v1/completions", data=data) as resp:
                     assert resp.status == 400
                     assert (await resp.json())["error"]["code"] == "bad_request"
-            assert s.prefill[0].gen_requests() == []
+            assert s.prefill[0].gen() == []
 
     run(scenario())
 
 
 def test_decode_timeout_bounds_the_first_byte_not_the_whole_stream() -> None:
     async def scenario() -> None:
-        async with stack(decode_timeout_s=0.3) as s:
-            s.decode[0].fault = "hang"
+        async with stack(decode_timeout_s=0.3, sim={"profile": SLOW_DECODE}) as s:
+            s.decode[0].fault(hang=True)
             status, out = await s.post("/v1/completions", STREAM)
             assert status == 504 and error_of(out) == {
                 "message": "decode decode-0 timed out",
@@ -193,9 +200,10 @@ def test_decode_timeout_bounds_the_first_byte_not_the_whole_stream() -> None:
                 "stage": "decode",
             }
             # a stream longer than the timeout, with short gaps, runs to the end
-            s.decode[0].fault, s.decode[0].tokens, s.decode[0].frame_delay = "slow_stream", 12, 0.05
-            status, out = await s.post("/v1/completions", STREAM)
-            assert status == 200 and out == s.decode[0].stream_bytes()
+            s.decode[0].fault(hang=False)
+            status, out = await s.post("/v1/completions", {**STREAM, "max_tokens": 12})
+            assert status == 200 and out == s.decode[0].gen()[-1].answer
+            assert out.endswith(b"data: [DONE]\n\n")
             assert s.loads_are_zero()
 
     run(scenario())

@@ -1,22 +1,92 @@
-"""The decode guard rule (servekit.guard) holds exactly, against an independent spec."""
+"""The decode guard rule (servekit.guard) against its spec, the connectors and the proxy.
+
+Three properties over generated bodies: the rule is the spec exactly; nothing it
+lets through would make a connector skip the KV pull (0 bypasses); and every
+body the proxy sends to a decoder, in both PD modes, passes (0 false rejects).
+``benchmarks/proxy_guard_campaign.py`` runs the same properties at scale and
+prints the counts that docs/proxy.md quotes.
+"""
 
 from __future__ import annotations
 
-from hypothesis import given
+import json
+from typing import Any
 
-from servekit.guard import guard_rejects, is_guarded_path
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from .guard_spec import METHODS, PATHS, RELAXED, SUFFIXES, bodies, oracle
+from servekit.guard import body_passes, guard_rejects, is_guarded_path, kv_params_pass
+from servekit.proxy.payloads import decode_payload, prompt_keyed_decode_payload
+from servekit.sim.pd import KvRegistry, Producer
+
+from .guard_spec import (
+    CLIENT_FIELDS,
+    KV_VALUES,
+    METHODS,
+    PATHS,
+    PREFILL_ANSWERS,
+    RELAXED,
+    bodies,
+    connector_pulls,
+    is_mark,
+    kv_of,
+    oracle_body,
+    oracle_path_guarded,
+)
 
 
 @RELAXED
 @given(METHODS, PATHS, bodies())
 def test_rule_matches_the_spec_exactly(method: str, path: str, body: bytes) -> None:
-    assert guard_rejects(method, path, body) is oracle(method, path, body)
+    refused = oracle_path_guarded(method, path) and not oracle_body(body)
+    assert guard_rejects(method, path, body) is refused
+
+
+@RELAXED
+@given(bodies(), st.booleans())
+def test_strict_mode_refuses_the_prompt_keyed_marker(body: bytes, strict: bool) -> None:
+    assert body_passes(body, accept_prompt_keyed=not strict) is oracle_body(body, strict)
+
+
+@settings(RELAXED, max_examples=500)
+@given(bodies())
+def test_nothing_passes_that_a_connector_would_prefill_locally(body: bytes) -> None:
+    if body_passes(body) and not is_mark(kv_of(body)):
+        assert connector_pulls(kv_of(body)), body
+    assert not body_passes(body, accept_prompt_keyed=False) or connector_pulls(kv_of(body))
 
 
 @given(PATHS)
-def test_only_post_to_generation_paths_is_guarded(path: str) -> None:
-    stem = path.rstrip("/")
-    assert is_guarded_path("POST", path) is stem.endswith(SUFFIXES)
+def test_only_posts_off_the_allow_list_are_guarded(path: str) -> None:
+    assert is_guarded_path("POST", path) is oracle_path_guarded("POST", path)
     assert not is_guarded_path("GET", path)
+
+
+def sim_offer() -> dict[str, Any]:
+    """What servekit's simulator puts in a prefill answer."""
+    reg = KvRegistry()
+    producer = Producer("p0", "127.0.0.1", 0, 1)
+    reg.add_producer(producer)
+    return reg.offer(producer, request_id="r1", prompt=(1, 40), n_blocks=3, window=(0.0, 480.0),
+                     release=lambda: None)  # fmt: skip
+
+
+@RELAXED
+@given(CLIENT_FIELDS, st.one_of(st.just(None), KV_VALUES), st.sampled_from(range(5)))
+def test_every_body_the_proxy_sends_to_decode_passes(
+    client: dict[str, Any], own_kv: Any, which: int
+) -> None:
+    body = dict(client) if own_kv is None else {**client, "kv_transfer_params": own_kv}
+    answer = [*PREFILL_ANSWERS, sim_offer()][which]
+    pd = json.dumps(decode_payload(body, answer)).encode()
+    assert body_passes(pd, accept_prompt_keyed=False)
+    keyed = json.dumps(prompt_keyed_decode_payload(body)).encode()
+    assert body_passes(keyed)
+
+
+def test_each_connectors_prefill_answer_passes_and_each_field_matters() -> None:
+    for answer in [*PREFILL_ANSWERS, sim_offer()]:
+        assert kv_params_pass(answer, accept_prompt_keyed=False), answer
+        for key in ("do_remote_prefill", "remote_engine_id"):
+            assert not kv_params_pass({k: v for k, v in answer.items() if k != key})
+        assert not kv_params_pass({**answer, "do_remote_prefill": False})

@@ -85,8 +85,9 @@ def test_builtin_dp_headless_rank_points_at_the_master() -> None:
     )
     head = plan.process("decode0.n3-headless")
     argv = list(head.argv)
-    assert head.headless and head.api_port is None and head.node == 3
-    assert "--headless" in argv and "--port" not in argv
+    # A headless rank serves no API, yet keeps --host/--port as the verified source passes them.
+    assert head.headless and head.api_port is None and head.url is None and head.node == 3
+    assert "--headless" in argv and argv[argv.index("--port") + 1] == "7100"
     assert argv[argv.index("--data-parallel-start-rank") + 1] == "16"
     assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.3"
     assert head.engine_id == plan.process("decode0.n2").engine_id == "2"

@@ -18,18 +18,19 @@ import pytest
 
 from servekit.catalog.loader import load, load_all
 from servekit.defaults import script_defaults
+from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
-from servekit.render.shell import render_files, write_rendering
+from servekit.render.shell import TARGETS, Target, render_files, write_rendering
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = [x.layout.name for x in load_all()]
 JSON_FLAGS = ("--kv-transfer-config", "--speculative-config", "--additional-config")
 
 
-def rendered(name: str, tmp_path: Path) -> tuple[Plan, Path]:
+def rendered(name: str, tmp_path: Path, target: Target = "nodes") -> tuple[Plan, Path]:
     plan = build_plan(load(name).layout)
-    out = tmp_path / name.replace("/", "__")
-    write_rendering(plan, out)
+    out = tmp_path / f"{name.replace('/', '__')}-{target}"
+    write_rendering(plan, out, target)
     return plan, out
 
 
@@ -37,32 +38,63 @@ def node_env(plan: Plan) -> dict[str, str]:
     return {f"NODE{i}_IP": f"10.9.0.{i + 1}" for i in range(len(plan.nodes))}
 
 
+INHERITED = {"LD_PRELOAD": "/inherited/preload", "LD_LIBRARY_PATH": "/inherited/lib"}
+BUNDLE = "/opt/bundle"
+
+
 def dry_run(script: Path, extra: dict[str, str]) -> list[str]:
     env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", **extra}
-    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(["dash", str(script)], capture_output=True, text=True, env=env, check=True)
     return out.stdout.splitlines()
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_dry_run_expands_to_the_plans_argv_and_env(name: str, tmp_path: Path) -> None:
+def test_dry_run_expands_to_the_plans_argv_env_and_cwd(name: str, tmp_path: Path) -> None:
+    """dash expands every process script to exactly the Plan (argv, typed env resolved, cwd)."""
     plan, out = rendered(name, tmp_path)
     hosts = node_env(plan)
-    resolved = build_plan(load(name).layout, PlanOptions(hosts=tuple(hosts.values())))
+    resolved = build_plan(
+        load(name).layout, PlanOptions(hosts=tuple(hosts.values()), bundle_dir=BUNDLE)
+    )
     for p in resolved.processes:
-        lines = dry_run(out / f"node{p.node}" / f"{p.name}.sh", hosts)
+        given = {**hosts, **INHERITED, "NODE_IP": p.host, "NODE_NIC": "eth9", "BUNDLE_DIR": BUNDLE}
+        lines = dry_run(out / f"node{p.node}" / f"{p.name}.sh", given)
+        cwd = [ln[4:] for ln in lines if ln.startswith("cwd ")]
         env_lines = [ln for ln in lines if ln.startswith("env ")]
-        argv = [ln for ln in lines if not ln.startswith("env ")]
+        argv = [ln for ln in lines if not ln.startswith(("env ", "cwd "))]
         assert argv == list(p.argv), p.name
-        assert dict(ln[4:].split("=", 1) for ln in env_lines) == p.env, p.name
+        want = resolve_env(p.env, node_ip=p.host, node_nic="eth9", inherited=INHERITED)
+        assert dict(ln[4:].split("=", 1) for ln in env_lines) == want, p.name
+        assert cwd == ([p.cwd] if p.cwd else []), p.name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_both_targets_share_each_process_script(name: str) -> None:
+    plan = build_plan(load(name).layout)
+    flat, per_node = render_files(plan, "modelarts"), render_files(plan, "nodes")
+    for p in plan.processes:
+        assert flat[f"{p.name}.sh"] == per_node[f"node{p.node}/{p.name}.sh"], p.name
 
 
 def test_operator_can_tune_a_default_at_launch(tmp_path: Path) -> None:
     plan, out = rendered("a3/1p1d", tmp_path)
-    lines = dry_run(
-        out / "node1" / "decode0.dp0.sh", {**node_env(plan), "MAX_SEQS": "48", "GUARD": "0"}
-    )
+    given = {**node_env(plan), "NODE_IP": "10.9.0.2", "NODE_NIC": "eth9"}
+    lines = dry_run(out / "node1" / "decode0.dp0.sh", {**given, "MAX_SEQS": "48", "GUARD": "0"})
     assert lines[lines.index("--max-num-seqs") + 1] == "48"
     assert "--middleware" not in lines
+    lines = dry_run(out / "node1" / "decode0.dp0.sh", {**given, "BIND_HOST": "127.0.0.9"})
+    assert lines[lines.index("--host") + 1] == "127.0.0.9"
+    assert lines[lines.index("--middleware") + 1] == "servekit_decode_guard.DecodeGuardMiddleware"
+
+
+def test_no_host_flag_unless_bind_host_is_given(tmp_path: Path) -> None:
+    """a3/1node's source passes no --host; BIND_HOST adds one for dry runs."""
+    _, out = rendered("a3/1node", tmp_path)
+    script = out / "node0" / "mixed.n0.sh"
+    base = {"NODE0_IP": "10.9.0.1", "NODE_IP": "10.9.0.1"}
+    assert "--host" not in dry_run(script, base)
+    lines = dry_run(script, {**base, "BIND_HOST": "127.0.0.2"})
+    assert lines[lines.index("--host") + 1] == "127.0.0.2"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -75,7 +107,7 @@ def test_inline_json_parses(name: str) -> None:
 
 def test_script_variables_equal_the_defaults_table() -> None:
     plan = build_plan(load("local/1p1d").layout)
-    files = render_files(plan)
+    files = render_files(plan, "nodes")
     for proc, role in (("prefill", "prefill"), ("decode", "decode")):
         text = files[f"node0/{proc}.sh"]
         for var, value in script_defaults("vllm-cpu", role).items():  # type: ignore[arg-type]
@@ -83,28 +115,38 @@ def test_script_variables_equal_the_defaults_table() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_bash_parses_every_script(name: str, tmp_path: Path) -> None:
-    _, out = rendered(name, tmp_path)
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_script_parses(name: str, target: Target, tmp_path: Path) -> None:
+    _, out = rendered(name, tmp_path, target)
     for script in sorted(out.rglob("*.sh")):
-        subprocess.run(["bash", "-n", str(script)], check=True)
+        shell = "bash" if script.name in ("run.sh", "env.sh") and target == "nodes" else "dash"
+        subprocess.run([shell, "-n", str(script)], check=True)
 
 
 @pytest.mark.tools
 def test_shellcheck_passes_every_layout(tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "Debian's shellcheck is required (scripts/bootstrap.sh tools installs it)"
-    scripts: list[str] = []
+    posix: list[str] = []
+    bash: list[str] = []
     for name in NAMES:
-        _, out = rendered(name, tmp_path)
-        scripts += [str(s) for s in sorted(out.rglob("*.sh"))]
-    result = subprocess.run(
-        [shellcheck, "-x", "-S", "style", *scripts], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout[-4000:]
+        for target in TARGETS:
+            _, out = rendered(name, tmp_path, target)
+            for script in sorted(out.rglob("*.sh")):
+                nodes_launcher = target == "nodes" and script.name in ("run.sh", "env.sh")
+                (bash if nodes_launcher else posix).append(str(script))
+    for shell, scripts in (("sh", posix), ("bash", bash)):
+        result = subprocess.run(
+            [shellcheck, "-x", "-s", shell, "-S", "style", *scripts],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout[-4000:]
 
 
 def golden_text(name: str) -> str:
-    files = render_files(build_plan(load(name).layout))
+    files = render_files(build_plan(load(name).layout), "modelarts")
     return "".join(f"==> {rel} <==\n{files[rel]}" for rel in sorted(files))
 
 
@@ -138,6 +180,8 @@ def test_launcher_stops_the_nodes_other_processes_when_one_fails(tmp_path: Path)
     env = {
         "PATH": f"{fake_bin}:{os.environ['PATH']}",
         "LOG_DIR": str(tmp_path / "logs"),
+        "NODE_NIC": "eth9",
+        "WORK_DIR": str(tmp_path / "work"),
         **node_env(plan),
     }
     result = subprocess.run(

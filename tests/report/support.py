@@ -20,10 +20,10 @@ from servekit.bench.runner import run_bench
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, Endpoint
-from servekit.report import adapters
-from servekit.report.components import Components, EngineChoice
 from servekit.report.models import KitCheck
 from servekit.sim.testing import RunningSim, running_sim
+from servekit.verify import adapters
+from servekit.verify.components import Components, EngineChoice
 
 # Checks that hold on the simulator with a plain mixed endpoint.
 SAFE_CHECKS = ("service.health", "service.models", "api.sse", "api.usage", "invariant")

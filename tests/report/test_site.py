@@ -11,6 +11,7 @@ import pytest
 
 from servekit.catalog.ledger import LedgerRecord, append_record
 from servekit.catalog.loader import load, load_all
+from servekit.errors import UsageError
 from servekit.render.plan import build_plan
 from servekit.report.site import build_site
 from servekit.report.site.topology import classify
@@ -121,7 +122,10 @@ def test_plan_table_has_one_row_per_process(catalog: Path, site: Path) -> None:
 def test_layout_page_shows_status_deviations_notes_and_derivation(site: Path) -> None:
     html = page(site, "a3/1p1d")
     assert 'id="state">stale<' in html
-    assert "kv_port 36000/36100" in html
+    deviations = html.split('id="deviations"', 1)[1].split("</table>", 1)[0]
+    assert "<code>--middleware</code>" in deviations and "<code>PYTHONPATH</code>" in deviations
+    assert "xuopoj/ma-vllm-samples@64fc020e0c15" in html
+    assert "kv_port 36000/36100" in html.split('id="source-deviations"', 1)[1]
     assert "reserves [20000,36000) for AscendDirectTransport" in html
     assert "30000/30100" in html
     derived = page(site, "a3/2p2d")
@@ -175,8 +179,18 @@ def test_ledger_records_link_their_reports_copied_into_the_site(
 
 def test_site_is_replaced_whole(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "site"
-    out.mkdir()
+    build_site(out, str(catalog))
     (out / "stale.html").write_text("old")
     build_site(out, str(catalog))
     assert not (out / "stale.html").exists()
     assert (out / "index.html").is_file()
+
+
+def test_a_folder_of_other_files_is_never_replaced(catalog: Path, tmp_path: Path) -> None:
+    """Issue 13 item 5: --out on a folder servekit did not write is refused (no --force)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("precious")
+    with pytest.raises(UsageError, match="did not write"):
+        build_site(out, str(catalog))
+    assert (out / "notes.txt").read_text() == "precious"

@@ -16,7 +16,7 @@ from servekit.render.plan import build_plan
 from servekit.report.boundaries import boundaries
 from servekit.report.models import StepOutcome, VerifyRun
 from servekit.report.usage import usage
-from servekit.report.workloads import contexts_for, workloads_for
+from servekit.verify.workloads import contexts_for, workloads_for
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_boundaries_say_when_a_point_has_no_valid_run() -> None:
 def test_kit_adapter_runs_the_real_kit_verifier_and_keeps_its_evidence(tmp_path: Path) -> None:
     import json
 
-    from servekit.report.adapters import kit
+    from servekit.verify.adapters import kit
 
     archive = tmp_path / "broken-kit.tar.zst"
     archive.write_bytes(b"not a kit")

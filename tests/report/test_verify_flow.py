@@ -14,7 +14,7 @@ from servekit.catalog.loader import load
 from servekit.errors import UsageError
 from servekit.report.build import build_report
 from servekit.report.models import KitCheck
-from servekit.report.verify import VerifyOptions, VerifyOutcome, verify
+from servekit.verify.run import VerifyOptions, VerifyOutcome, verify
 
 from .support import SimRunner, components
 

@@ -252,7 +252,7 @@ class ScriptedEngine:
         decode engine counts a KV handoff the way vLLM's external cache metrics do.
         """
         doc = json.loads(raw)
-        doc.update(stream=False, kv_transfer_params={"scripted_handoff": True})
+        doc.update(stream=False, kv_transfer_params={"servekit_prompt_keyed": True})  # routed mark
         async with aiohttp.ClientSession() as session, session.post(base + path, json=doc) as resp:
             await resp.read()
 

@@ -10,26 +10,58 @@ The Python API (``servekit bench`` and ``servekit verify`` use it)::
 Method and metric definitions: docs/bench.md.
 """
 
-from servekit.bench.baseline import Delta, compare
-from servekit.bench.config import (
-    DEFAULT_WORKLOADS,
-    WORKLOAD_NAMES,
-    ConcurrencySweep,
-    KVCapacity,
-    MultiStream,
-    Prefill,
-    RateSweep,
-    RunSettings,
-    SingleStream,
-    Workload,
-    WorkloadSpec,
-    default_workloads,
-)
-from servekit.bench.output import write_outputs
-from servekit.bench.report import render_markdown, render_section
-from servekit.bench.runner import bench_async, run_bench
-from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
+from typing import TYPE_CHECKING
 
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.bench.baseline import Delta, compare
+    from servekit.bench.config import (
+        DEFAULT_WORKLOADS,
+        WORKLOAD_NAMES,
+        ConcurrencySweep,
+        KVCapacity,
+        MultiStream,
+        Prefill,
+        RateSweep,
+        RunSettings,
+        SingleStream,
+        Workload,
+        WorkloadSpec,
+        default_workloads,
+    )
+    from servekit.bench.output import write_outputs
+    from servekit.bench.report import render_markdown, render_section
+    from servekit.bench.runner import bench_async, run_bench
+    from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
+
+_NAMES = {
+    "BenchInputs": "schema",
+    "BenchResult": "schema",
+    "ConcurrencySweep": "config",
+    "DEFAULT_WORKLOADS": "config",
+    "Delta": "baseline",
+    "Figure": "schema",
+    "KVCapacity": "config",
+    "MultiStream": "config",
+    "Point": "schema",
+    "Prefill": "config",
+    "RateSweep": "config",
+    "RunSettings": "config",
+    "SCHEMA_VERSION": "schema",
+    "SingleStream": "config",
+    "WORKLOAD_NAMES": "config",
+    "Workload": "config",
+    "WorkloadSpec": "config",
+    "bench_async": "runner",
+    "compare": "baseline",
+    "default_workloads": "config",
+    "render_markdown": "report",
+    "render_section": "report",
+    "run_bench": "runner",
+    "write_outputs": "output",
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "DEFAULT_WORKLOADS",
     "SCHEMA_VERSION",

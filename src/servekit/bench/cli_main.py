@@ -11,14 +11,15 @@ never became idle.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 
 from servekit.bench.config import RunSettings
-from servekit.bench.options import build_workloads, parse_slos
+from servekit.bench.options import BenchOptions, build_workloads, parse_slos
 from servekit.bench.output import write_outputs
 from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.runner import run_bench
@@ -28,39 +29,14 @@ from servekit.deployment import load_deployment
 from servekit.errors import UsageError
 
 
-class BenchArgs(BaseModel):
-    """The flags of ``servekit bench``, as given."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    target: str
-    workloads: tuple[str, ...] = ()
-    runs: int = 3
-    warmup: int = 1
-    isl: int | None = None
-    osl: int | None = None
-    streams: str | None = None
-    prefill_streams: str | None = None
-    rates: str | None = None
-    arrival: str = "poisson"
-    concurrency: str | None = None
-    requests: int | None = None
-    slo: tuple[str, ...] = ()
-    baseline: Path | None = None
-    out: Path | None = None
-    idle_timeout: float = 120.0
-    api_key: str | None = None
-    note: str | None = None
-
-
-def _settings(args: BenchArgs) -> RunSettings:
+def _settings(args: BenchOptions) -> RunSettings:
     try:
         return RunSettings(
             runs=args.runs,
             warmup=args.warmup,
             slo_ms=parse_slos(args.slo),
             idle_timeout_s=args.idle_timeout,
-            api_key=args.api_key,
+            api_key=args.api_key or os.environ.get("SERVEKIT_API_KEY"),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -73,12 +49,12 @@ def default_out() -> Path:
     return Path(".servekit/bench") / stamp
 
 
-def main(args: BenchArgs, console: Console | None = None) -> int:
+def main(args: BenchOptions, console: Console | None = None) -> int:
     """Run the benchmark the flags describe; the process exit code."""
     console = console or Console()
     settings = _settings(args)
     workloads = build_workloads(
-        args.workloads,
+        args.workload,
         isl=args.isl,
         osl=args.osl,
         streams=args.streams,

@@ -7,9 +7,11 @@ mistake becomes one :class:`~servekit.errors.UsageError` naming the flag.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from copy import copy
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.bench.config import (
     DEFAULT_WORKLOADS,
@@ -19,6 +21,7 @@ from servekit.bench.config import (
     MultiStream,
     Prefill,
     RateSweep,
+    RunSettings,
     SingleStream,
     SLOName,
     WorkloadSpec,
@@ -131,3 +134,51 @@ def _one(  # noqa: PLR0917 - private fan-out of the flags above
         c = parse_ints("--concurrency", concurrency)
         return ConcurrencySweep(**isl, **osl, **shared, **({"concurrencies": c} if c else {}))
     return KVCapacity()
+
+
+def _shared(name: str) -> Any:
+    """A field of RunSettings, reused so its default, bounds and help exist once."""
+    return copy(RunSettings.model_fields[name])
+
+
+class BenchOptions(BaseModel):
+    """The options of ``servekit bench``: one model for the CLI, the code and the docs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str = Field(description="URL of the server, or a layout run by 'up'")
+    workload: tuple[str, ...] = Field(
+        (),
+        description="repeatable: single, multi, prefill, rate, concurrency, kv (default: single, multi, prefill, kv)",
+    )
+    runs: int = _shared("runs")
+    warmup: int = _shared("warmup")
+    isl: int | None = Field(None, description="exact prompt tokens (default 1024)")
+    osl: int | None = Field(None, description="generated tokens, ignore_eos (default 256)")
+    streams: str | None = Field(None, description="multi-stream N (default 1,4,8,16)")
+    prefill_streams: str | None = Field(None, description="prefill N (default 1,2,4)")
+    rates: str | None = Field(
+        None, description="request-rate sweep, requests per second (default 1,2,4)"
+    )
+    arrival: str = Field("poisson", description="arrivals of the rate sweep: constant or poisson")
+    concurrency: str | None = Field(None, description="concurrency sweep (default 1,4,16)")
+    requests: int | None = Field(None, description="requests per sweep point and run (default 32)")
+    slo: tuple[str, ...] = Field(
+        (),
+        description="goodput SLO NAME=MS, repeatable: ttft, tpot, e2el (as vllm bench serve --goodput)",
+    )
+    baseline: Path | None = Field(
+        None, description="a saved bench.json; prints before -> after (delta)"
+    )
+    out: Path | None = Field(None, description="output folder (default .servekit/bench/<UTC time>)")
+    idle_timeout: float = Field(
+        RunSettings.model_fields["idle_timeout_s"].default,
+        gt=0,
+        description=RunSettings.model_fields["idle_timeout_s"].description,
+    )
+    note: str | None = Field(None, description="a note stored with the result")
+    api_key: str | None = Field(
+        None,
+        description="bearer token for the target (read from SERVEKIT_API_KEY, never argv)",
+        json_schema_extra={"cli": False},
+    )

@@ -8,6 +8,7 @@ points every command at a user's folder instead.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers, profile_path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 
@@ -84,23 +86,98 @@ def load(name: str, catalog: Path | str | None = None) -> LoadedLayout:
     return LoadedLayout(layout=parse_layout_file(path, expected_name=name), path=path)
 
 
+def profiles_dir_of(layout_file: Path) -> Path:
+    """``<catalog>/<hardware>/profiles`` for ``<catalog>/<hardware>/<name>/layout.yaml``."""
+    return layout_file.parent.parent / PROFILES_DIR
+
+
+def profile_names(catalog: Path) -> list[str]:
+    """Every profile in a catalog as ``<hardware>/<name>``, sorted."""
+    return sorted(
+        f"{p.parent.parent.name}/{p.stem}" for p in catalog.glob(f"*/{PROFILES_DIR}/*.yaml")
+    )
+
+
+def load_profile(profiles_dir: Path, name: str) -> Profile:
+    """One profile file, schema-checked; problems name the file and line."""
+    path = profile_path(profiles_dir, name)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name) or not path.is_file():
+        known = ", ".join(sorted(p.stem for p in profiles_dir.glob("*.yaml"))) or "none"
+        raise UsageError(f"unknown profile {name!r}; profiles here: {known} ({profiles_dir})")
+    text = _read(path)
+    node, data = _parse_yaml(text, str(path))
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_describe(exc, node, str(path))) from exc
+
+
+def _apply_profiles(data: dict[str, Any], profiles_dir: Path | None, source: str) -> None:
+    """Merge each engine's profile under it (profile, its role, then the engine itself)."""
+    engines = data.get("engines")
+    if not isinstance(engines, list):
+        return
+    cache: dict[str, Profile] = {}
+    for i, engine in enumerate(engines):
+        if not isinstance(engine, dict) or engine.get("profile") is None:
+            continue
+        name = engine["profile"]
+        if profiles_dir is None or not isinstance(name, str):
+            raise UsageError(
+                f"{source}: engines[{i}].profile: {name!r} cannot be resolved here; "
+                "load the layout from its catalog folder"
+            )
+        profile = cache.setdefault(name, load_profile(profiles_dir, name))
+        role = engine.get("role")
+        layers = profile.layer(role) if role in ("mixed", "prefill", "decode") else []
+        engines[i] = merge_layers([*layers, engine])
+
+
 def load_all(catalog: Path | str | None = None) -> list[LoadedLayout]:
     root = resolve_catalog(catalog)
     return [load(name, root) for name in layout_names(root)]
 
 
-def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
-    """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(
             f"{path}: cannot read ({exc.strerror}); check the path and permissions"
         ) from exc
-    return parse_layout_text(text, str(path), expected_name)
 
 
-def parse_layout_text(text: str, source: str, expected_name: str | None = None) -> Layout:
+def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
+    """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
+    return parse_layout_text(_read(path), str(path), expected_name, profiles_dir_of(path))
+
+
+def parse_layout_text(
+    text: str,
+    source: str,
+    expected_name: str | None = None,
+    profiles_dir: Path | None = None,
+) -> Layout:
+    node, data = _parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)"
+        )
+    if expected_name is not None and data.get("name") != expected_name:
+        raise UsageError(
+            f"{source}:{_line_of(node, ('name',))}: name is {data.get('name')!r} but the file "
+            f"sits at {expected_name!r}; set name: {expected_name}"
+        )
+    # ``x-`` keys hold YAML anchors shared inside the file (as compose files do).
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    _apply_profiles(data, profiles_dir, source)
+    try:
+        return Layout.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_describe(exc, node, source)) from exc
+
+
+def _parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -114,19 +191,7 @@ def parse_layout_text(text: str, source: str, expected_name: str | None = None) 
         raise UsageError(
             f"{where}: malformed YAML ({problem}); fix the syntax at that line"
         ) from exc
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)"
-        )
-    if expected_name is not None and data.get("name") != expected_name:
-        raise UsageError(
-            f"{source}:{_line_of(node, ('name',))}: name is {data.get('name')!r} but the file "
-            f"sits at {expected_name!r}; set name: {expected_name}"
-        )
-    try:
-        return Layout.model_validate(data)
-    except ValidationError as exc:
-        raise UsageError(_describe(exc, node, source)) from exc
+    return node, data
 
 
 def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:

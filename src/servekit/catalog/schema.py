@@ -88,6 +88,29 @@ class Speculative(_Strict):
         return cfg
 
 
+class NodeValue(_Strict):
+    """An environment value only the node knows when it starts: its IP or the NIC holding it.
+
+    YAML: ``HCCL_IF_IP: {node: ip}``, ``GLOO_SOCKET_IFNAME: {node: nic}``.
+    """
+
+    node: Literal["ip", "nic"]
+
+
+class Prepend(_Strict):
+    """A value put in front of the one the process inherits, as ``VAR=value:${VAR:-}``.
+
+    YAML: ``LD_LIBRARY_PATH: {prepend: /usr/local/lib}``.
+    """
+
+    prepend: str = Field(min_length=1)
+    sep: str = ":"
+
+
+EnvValue = str | NodeValue | Prepend
+ArgValue = bool | int | float | str | dict[str, Any] | list[Any]
+
+
 class Engine(_Strict):
     """One engine: a set of DP ranks sharing an engine_id, spread over ``nodes``.
 
@@ -99,6 +122,9 @@ class Engine(_Strict):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
     role: Role
+    profile: str | None = Field(
+        default=None, description="the family profile its role's settings, flags and env come from"
+    )
     nodes: tuple[int, ...] = Field(min_length=1)
     launch: LaunchMode = "single"
     dp_size: int = Field(default=1, ge=1)
@@ -119,12 +145,25 @@ class Engine(_Strict):
         default_factory=dict,
         description="overrides of the defaults table (keys of `servekit defaults`)",
     )
-    engine_args: dict[str, SettingValue] = Field(
-        default_factory=dict, description="further vLLM flags without leading dashes"
+    engine_args: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="further vLLM flags without leading dashes (true: bare flag; mapping or "
+        "list: JSON)",
+    )
+    leader_args: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="flags only the engine's API (leader) process gets, e.g. api_server_count",
     )
     additional_config: dict[str, Any] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
+    bind_host: str | None = Field(
+        default="0.0.0.0",
+        description="--host of the API server (BIND_HOST overrides at launch); null: no --host",
+    )
+    cwd: str | None = Field(
+        default=None, description="working directory, created if missing (compile caches land here)"
+    )
     replicas: int = Field(default=1, ge=1, description="identical copies (local replica layouts)")
 
     @field_validator("engine_id", mode="before")
@@ -184,7 +223,10 @@ class EndpointRef(_Strict):
 
 class Proxy(_Strict):
     node: int = Field(default=0, ge=0)
-    host: str = "0.0.0.0"
+    host: str | NodeValue = Field(
+        default_factory=lambda: NodeValue(node="ip"),
+        description="listen address; {node: ip} is the proxy node's own address",
+    )
     port: int = Field(ge=1, le=65535)
     mode: ProxyMode = "pd"
     prefill: tuple[EndpointRef, ...] = ()
@@ -209,17 +251,51 @@ class Verification(_Strict):
 
 
 class Deviation(_Strict):
+    """Where servekit's command differs from the verified source's, and why.
+
+    ``flag`` or ``env`` names what differs, ``engines`` where (empty: every engine
+    it applies to); the fidelity test accepts a difference only when a deviation
+    names it, and ``servekit layouts show`` lists each one.
+    """
+
     what: str
     reason: str
     upstream: str | None = None
+    flag: str | None = Field(default=None, pattern=r"^--[a-z0-9-]+$")
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    process: Literal["engine", "proxy"] | None = Field(
+        default=None, description="proxy: the proxy program itself is replaced"
+    )
+    engines: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> str:
+        """The flag or variable named, for messages (``--middleware``, ``PYTHONPATH``)."""
+        return self.flag or self.env or (f"{self.process} program" if self.process else "")
+
+
+class SourceRef(_Strict):
+    """The exact scripts a layout was taken from: repository, folder and commit."""
+
+    repo: str = Field(description="owner/name of the public repository")
+    folder: str
+    commit: str = Field(pattern=r"^[0-9a-f]{7,40}$")
 
 
 class Provenance(_Strict):
     source: str = Field(description="upstream document or tutorial the layout comes from")
     source_document: str | None = Field(default=None, description="the seed page that lists it")
+    source_ref: SourceRef | None = Field(
+        default=None, description="the verified scripts this layout's commands must equal"
+    )
     derived_from: str | None = None
     derived: dt.date | None = None
-    deviations: tuple[Deviation, ...] = ()
+    source_deviations: tuple[Deviation, ...] = Field(
+        default=(), description="what the source itself changed against its upstream tutorial"
+    )
+    deviations: tuple[Deviation, ...] = Field(
+        default=(), description="what servekit's rendered commands change against the source"
+    )
     verification: Verification
     notes: str = ""
     caveats: tuple[str, ...] = ()
@@ -249,7 +325,7 @@ class Layout(_Strict):
     versions: dict[str, str] = Field(default_factory=dict)
     engines: tuple[Engine, ...] = Field(min_length=1)
     proxy: Proxy | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
     provenance: Provenance
     verify: VerifyPlan = VerifyPlan()
 

@@ -22,14 +22,14 @@ def register(app: typer.Typer) -> None:
     @layouts.command("list")
     def list_(catalog: CatalogOpt = None) -> None:
         """Every layout with its topology and verification status."""
-        from servekit.catalog import views
+        from servekit.render import views
 
         views.print_list(catalog)
 
     @layouts.command("show")
     def show(name: str, catalog: CatalogOpt = None) -> None:
         """One layout: its fields, provenance and plan summary."""
-        from servekit.catalog import views
+        from servekit.render import views
 
         views.print_show(name, catalog)
 
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         catalog: CatalogOpt = None,
     ) -> None:
         """Validate layouts: errors exit 1; warnings exit 0 unless --strict."""
-        from servekit.catalog import views
+        from servekit.render import views
 
         raise typer.Exit(views.run_check(names or [], strict, catalog))
 
@@ -54,6 +54,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Print the one defaults table every rendered surface takes its values from."""
-        from servekit.catalog import views
+        from servekit.render import views
 
         views.print_defaults(role, kind)

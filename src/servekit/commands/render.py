@@ -1,29 +1,28 @@
-"""``servekit render NAME --out DIR [--set KEY=VALUE ...]``."""
+"""``servekit render NAME --out DIR [--target modelarts|nodes] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
-from servekit.commands.catalog import CatalogOpt
+from servekit.cliopts import command_from_model
+from servekit.render.options import RenderOptions
+
+
+def _run(opts: RenderOptions) -> int:
+    from servekit.render.api import render_layout
+
+    render_layout(
+        opts.name, opts.out, list(opts.set), opts.catalog, target=opts.target, force=opts.force
+    )
+    return 0
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("render")
-    def render(
-        name: str,
-        out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
-        set_: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--set", help="override a field, e.g. engines.decode0.settings.max_num_seqs=64"
-            ),
-        ] = None,
-        catalog: CatalogOpt = None,
-    ) -> None:
-        """Render a layout into per-node launch scripts, env files and a plan summary."""
-        from servekit.render.api import render_layout
-
-        render_layout(name, out, set_ or [], catalog)
+    app.command("render")(
+        command_from_model(
+            RenderOptions,
+            _run,
+            doc="Render a layout into launch scripts (ModelArts entry or per-node folders).",
+            arguments=("name",),
+        )
+    )

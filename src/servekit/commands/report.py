@@ -1,6 +1,6 @@
 """``servekit verify`` and ``servekit catalog site``: parsing only.
 
-The flow lives in :mod:`servekit.report.verify`, the site in
+The flow lives in :mod:`servekit.verify.run`, the site in
 :mod:`servekit.report.site`; both are imported inside the command bodies so
 ``servekit --help`` stays fast.
 """
@@ -59,8 +59,8 @@ def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
     catalog: CatalogOpt = None,
 ) -> None:
     """Bring a layout up, run acceptance and benchmarks, write the report, tear down."""
-    from servekit.report.adapters import real_components
-    from servekit.report.verify import VerifyOptions, verify
+    from servekit.verify.adapters import real_components
+    from servekit.verify.run import VerifyOptions, verify
 
     cat = str(catalog) if catalog else None
     opts = VerifyOptions(

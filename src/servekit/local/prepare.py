@@ -27,6 +27,7 @@ from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import EngineChoice, RunSpec, vllm_run_spec
 from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
+from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
 
 
@@ -78,10 +79,12 @@ def prepare_run(
         port_map=ports.mapping,
         python=sys.executable,
         scratch_dir=str(run.scratch),
+        bundle_dir=str(run.root / "bundle"),
     )
     plan = build_plan(layout, options)
     run.reset()
     run.write_plan(plan)
+    write_bundle(run.root / "bundle")
     spec = vllm_run_spec(
         plan,
         run_dir=run.root,

@@ -9,12 +9,14 @@ directory holds a :class:`RunSpec`, which is all a detached supervisor reads.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.deployment import EndpointRole
+from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, ProcessPlan
 
 EngineChoice = Literal["vllm", "sim"]
@@ -98,13 +100,17 @@ def _endpoint(proc: ProcessPlan) -> EndpointSpec | None:
     )
 
 
+LOCAL_NIC = "lo"
+
+
 def _launch(proc: ProcessPlan, plan: Plan, logs: Path) -> Launch:
+    env = resolve_env(proc.env, node_ip=proc.host, node_nic=LOCAL_NIC, inherited=os.environ)
     return Launch(
         name=proc.name,
         role=proc.role,
         kind=proc.kind,
         argv=proc.argv,
-        env=dict(proc.env),
+        env=env,
         url=proc.url,
         port=proc.api_port,
         ready_urls=(proc.url,) if proc.url is not None else (),

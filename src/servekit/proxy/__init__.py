@@ -1,7 +1,10 @@
-"""servekit.proxy: the PD / replica router and the decode guard middleware.
+"""servekit.proxy: the PD / replica router.
 
-Run it with ``python -m servekit.proxy`` (or ``servekit proxy``). This package
-imports nothing from the rest of servekit but the stdlib-only ``errors`` and
-``guard`` modules, and this ``__init__`` imports nothing at all, so vLLM can
-load :mod:`servekit.proxy.guard_middleware` without pulling aiohttp.
+Run it with ``python -m servekit.proxy`` (or ``servekit proxy``, or the zipapp
+that :func:`servekit.proxy.bundle.build_zipapp` writes). This package imports
+nothing from the rest of servekit but the stdlib-only ``errors`` and ``guard``
+modules, and from outside the standard library only aiohttp and
+prometheus_client, so it runs where only aiohttp is installed. This
+``__init__`` imports nothing at all. The decode guard middleware is
+:mod:`servekit.guard` (``servekit.proxy.guard_middleware`` is its old name).
 """

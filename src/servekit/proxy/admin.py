@@ -1,5 +1,10 @@
 """Admin endpoints: list, add, drain, undrain and remove instances at run time.
 
+Off unless ``--admin``: a foreign decoder added from anywhere could drain the
+real ones. When on, every admin request needs ``Authorization: Bearer <admin
+key>`` if a key is configured (compared in constant time), and otherwise comes
+from a loopback address or gets 403.
+
 Removal drains first: the instance takes no new work and leaves the pool when
 its in-flight requests complete. The example proxy's ``/instances/add`` and
 ``/instances/remove`` (``{"type": ..., "instances": ["host:port", ...]}``) are
@@ -8,24 +13,76 @@ accepted too, so existing scripts keep working.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.errors import UsageError
 from servekit.proxy.config import check_url
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.router import Router
 
+ROLES = ("prefill", "decode", "replica")
+ADMIN_PREFIXES = ("/admin/", "/instances/")
 
-class Change(BaseModel):
-    """Body of the admin POSTs (schema built on first use: keeps start-up short)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+@dataclass(frozen=True)
+class Change:
+    """Body of the admin POSTs: ``{"role": ROLE (optional), "urls": [URL, ...]}``."""
 
-    role: Literal["prefill", "decode", "replica"] | None = None
-    urls: tuple[str, ...] = Field(min_length=1)
+    role: str | None
+    urls: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, doc: Any) -> Change:
+        """Validate a decoded body; UsageError naming the field otherwise."""
+        if not isinstance(doc, dict):
+            raise UsageError('body: expected {"role": ROLE, "urls": [URL, ...]}')
+        extra = sorted(set(doc) - {"role", "urls"})
+        if extra:
+            raise UsageError(f"{extra[0]}: unknown field; give role and urls only")
+        role, urls = doc.get("role"), doc.get("urls")
+        if role is not None and role not in ROLES:
+            raise UsageError(f"role: pick one of {', '.join(ROLES)} (got {role!r})")
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+            raise UsageError("urls: give a non-empty list of http://HOST:PORT")
+        return cls(role, tuple(urls))
+
+
+def is_admin_path(path: str) -> bool:
+    return path.startswith(ADMIN_PREFIXES)
+
+
+def _loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
+
+
+def bearer_matches(header: str | None, key: str) -> bool:
+    """``Authorization: Bearer <key>``, compared in constant time."""
+    given = (header or "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, f"Bearer {key}".encode())
+
+
+def admin_refusal(request: web.Request, admin_key: str | None) -> web.Response | None:
+    """None when the request may use the admin API, else the 401/403 to answer."""
+    if admin_key is not None:
+        if bearer_matches(request.headers.get("Authorization"), admin_key):
+            return None
+        return _error(401, "unauthorized", "admin endpoints need the admin key as Bearer")
+    if _loopback(request.remote):
+        return None
+    return _error(403, "forbidden", "admin endpoints answer loopback clients unless a key is set")
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    doc = {"error": {"message": message, "type": "proxy_error", "code": code, "stage": "proxy"}}
+    return web.json_response(doc, status=status)
 
 
 def _bad(message: str) -> web.Response:
@@ -67,10 +124,7 @@ def _apply(router: Router, action: str, change: Change) -> None:
 
 async def _change(request: web.Request, router: Router, action: str, doc: Any) -> web.Response:
     try:
-        _apply(router, action, Change.model_validate(doc))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        return _bad(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}")
+        _apply(router, action, Change.parse(doc))
     except UsageError as exc:
         return _bad(exc.message)
     return _listing(router, action=action)

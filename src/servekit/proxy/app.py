@@ -2,11 +2,13 @@
 
 Handlers turn the outcome of a :class:`~servekit.proxy.stages.Trip` into a
 response and count it; admin routes live in :mod:`servekit.proxy.admin`, relayed
-engine endpoints (models, tokenizer, prefix cache) in :mod:`servekit.proxy.passthrough`.
+engine endpoints (models, tokenizer, prefix cache) in
+:mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.relay`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -15,15 +17,17 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, passthrough
-from servekit.proxy.failures import ProxyError
+from servekit.proxy import admin, passthrough, relay
+from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Answer, Trip
+from servekit.proxy.stages import Progress, Trip
+from servekit.proxy.validation import check_request
 
 ROUTER = web.AppKey("router", Router)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
-OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH})
+CLIENT_CLOSED = "499"  # nginx's status for "the client closed the connection first"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,17 +44,20 @@ async def _read_body(request: web.Request) -> tuple[dict[str, Any], bytes]:
         raise ProxyError("payload_too_large", "proxy", msg) from None
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ProxyError("bad_request", "proxy", "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ProxyError("bad_request", "proxy", "request body must be a JSON object")
     return body, raw
 
 
-async def _run_trip(router: Router, request: web.Request) -> tuple[web.StreamResponse, Trip]:
+async def _run_trip(
+    router: Router, request: web.Request, progress: Progress
+) -> tuple[web.StreamResponse, Trip]:
     body, raw = await _read_body(request)
+    check_request(request.path, body)
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
-    trip = Trip(router, request, ticket)
+    trip = Trip(router, request, ticket, progress)
     mode = router.config.mode
     if mode == "pd" and prompt_count(body) > 1:
         # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
@@ -58,23 +65,32 @@ async def _run_trip(router: Router, request: web.Request) -> tuple[web.StreamRes
         raise ProxyError("bad_request", "proxy", msg)
     if mode == "replica":
         return await trip.generate("replica", raw), trip
-    return await trip.pd(with_kv_params=mode == "pd"), trip
+    if mode == "prompt-keyed":
+        return await trip.prompt_keyed(), trip
+    return await trip.pd(), trip
 
 
 async def generation(request: web.Request) -> web.StreamResponse:
     """POST /v1/completions, /v1/chat/completions, /v1/responses."""
     router = request.app[ROUTER]
     started = time.perf_counter()
+    progress = Progress()
     try:
-        resp, trip = await _run_trip(router, request)
+        resp, trip = await _run_trip(router, request, progress)
         if trip.first_byte_at is not None:
             router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
         resp = error_response(err)
     except Answer as answer:
-        router.metrics.errors.labels("backend", f"http_{answer.response.status}").inc()
-        resp = answer.response
+        router.metrics.errors.labels("backend", f"http_{answer.status}").inc()
+        resp = web.Response(
+            status=answer.status, body=answer.body, headers={"Content-Type": answer.content_type}
+        )
+    except asyncio.CancelledError:  # the client went away: aiohttp cancels the handler
+        router.metrics.disconnects.labels(progress.stage).inc()
+        router.metrics.requests.labels(request.path, CLIENT_CLOSED).inc()
+        raise
     router.metrics.requests.labels(request.path, str(resp.status)).inc()
     router.metrics.latency.labels(request.path).observe(time.perf_counter() - started)
     return resp
@@ -100,12 +116,18 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
-def _auth_middleware(api_key: str) -> Middleware:
-    expected = f"Bearer {api_key}"
+def _auth_middleware(api_key: str | None, admin_on: bool, admin_key: str | None) -> Middleware:
+    """Admin paths by the admin rule; everything else but probes and scrapes by the API key."""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS and request.headers.get("Authorization") != expected:
+        path = request.path
+        if admin_on and admin.is_admin_path(path):
+            refusal = admin.admin_refusal(request, admin_key)
+            return refusal if refusal is not None else await handler(request)
+        authorization = request.headers.get("Authorization")
+        open_path = api_key is None or path in OPEN_PATHS
+        if not open_path and not admin.bearer_matches(authorization, api_key or ""):
             return error_response(ProxyError("unauthorized", "proxy", "missing or wrong API key"))
         return await handler(request)
 
@@ -114,14 +136,19 @@ def _auth_middleware(api_key: str) -> Middleware:
 
 def build_app(router: Router) -> web.Application:
     """The aiohttp application around a router (its session is the caller's)."""
-    middlewares = [_auth_middleware(router.config.api_key)] if router.config.api_key else []
-    app = web.Application(client_max_size=router.config.max_body_bytes, middlewares=middlewares)
+    cfg = router.config
+    middlewares = []
+    if cfg.api_key is not None or cfg.admin:
+        middlewares.append(_auth_middleware(cfg.api_key, cfg.admin, cfg.admin_key))
+    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[ROUTER] = router
     for path in GENERATION_ROUTES:
         app.router.add_post(path, generation)
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)
+    relay.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
-    admin.add_routes(app, ROUTER)
+    if cfg.admin:
+        admin.add_routes(app, ROUTER)
     return app

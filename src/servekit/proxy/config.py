@@ -1,61 +1,101 @@
-"""The proxy's configuration: one frozen model, parsed once from the command line.
+"""The proxy's configuration: one frozen dataclass, whose fields generate the parser.
 
-``python -m servekit.proxy`` and ``servekit proxy`` both go through
-:func:`parse_args`, so the two entry points cannot drift. Bad input becomes a
-:class:`~servekit.errors.UsageError` naming the flag and the fix.
+``python -m servekit.proxy``, ``servekit proxy`` and the zipapp all go through
+:func:`parse_args`, so the entry points cannot drift. Each field's metadata
+(help, flag, choices, bounds) builds its argparse flag and checks its value;
+bad input becomes a one-line :class:`~servekit.errors.UsageError` naming the
+flag and the fix. Standard library only, so the proxy runs where only aiohttp
+is installed.
+
+Keys never travel in argv (``ps`` shows argv to every user): the client API key
+and the admin key are read from an environment variable or a file named by a
+flag, and only those names go in argv.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Literal, NoReturn, get_args, get_origin
+import dataclasses
+import math
+import os
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.fields import FieldInfo
 
 from servekit.errors import UsageError
 
-Mode = Literal["pd", "prompt-keyed", "replica"]
-PolicyName = Literal["least-loaded", "round-robin", "prefix-affinity"]
-LogLevel = Literal["debug", "info", "warning", "error"]
-POLICY_NAMES: tuple[PolicyName, ...] = ("least-loaded", "round-robin", "prefix-affinity")
+POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
+MODES = ("pd", "prompt-keyed", "replica")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+KEY_FLAGS = ("--api-key", "--admin-key")
 
 
-class ProxyConfig(BaseModel):
+def opt(default: Any, help: str, **meta: Any) -> Any:
+    """A config field: its default, its flag's help and what the flag accepts.
+
+    ``meta`` keys: ``choices`` (what the command line offers), ``ge``/``gt``/``le``
+    (bounds), ``metavar``, ``flag=False`` (not on the command line).
+    """
+    return field(default=default, metadata={"help": help, **meta}, repr=meta.get("repr", True))
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
     """Everything the proxy process needs; immutable after start.
 
-    Each field is one flag (``--`` + the name in kebab case, ``_s`` dropped); its
-    description is the flag's help, so the model and the command line cannot drift.
+    Each field is one flag (``--`` + the name in kebab case, ``_s`` dropped) unless
+    its metadata says ``flag=False``; its help is the flag's help.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    prefill: tuple[str, ...] = Field((), description="prefill instances (http://HOST:PORT)")
-    decode: tuple[str, ...] = Field((), description="decode instances")
-    replica: tuple[str, ...] = Field((), description="replicas, no PD (excludes the two above)")
-    mode: Mode = Field("pd", description="PD flavour; replica mode follows from --replica")
-    host: str = Field("127.0.0.1", description="address to listen on")
-    port: int = Field(8000, ge=0, le=65535, description="port to listen on (0: any free one)")
-    api_key: str | None = Field(None, description="Bearer key required, forwarded to backends")
-    prefill_policy: PolicyName = Field("least-loaded", description="how prefill is chosen")
-    decode_policy: PolicyName = Field("least-loaded", description="how decode/replica is chosen")
-    debug: bool = Field(False, description="name backend URLs in error bodies")
-    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="larger bodies get 413")
-    connect_timeout_s: float = Field(5.0, gt=0, description="per connection attempt")
-    prefill_timeout_s: float = Field(600.0, gt=0, description="whole prefill exchange")
-    decode_timeout_s: float = Field(
-        3600.0, gt=0, description="first byte of a stream, or a whole unstreamed answer"
+    prefill: tuple[str, ...] = opt((), "prefill instances (http://HOST:PORT)", metavar="URL")
+    decode: tuple[str, ...] = opt((), "decode instances", metavar="URL")
+    replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL")
+    mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:2],
+                    allowed=MODES)  # fmt: skip
+    host: str = opt("127.0.0.1", "address to listen on")
+    port: int = opt(8000, "port to listen on (0: any free one)", ge=0, le=65535, metavar="PORT")
+    api_key: str | None = opt(None, "client key (in-process only)", flag=False, repr=False)
+    api_key_env: str | None = opt(
+        None, "environment variable holding the key clients must send as Bearer", metavar="NAME"
     )
-    stream_idle_timeout_s: float = Field(300.0, gt=0, description="longest gap between chunks")
-    max_attempts: int = Field(3, ge=1, le=10, description="instances tried per stage")
-    retry_backoff_s: float = Field(0.05, ge=0, description="first retry delay, then doubled")
-    health_interval_s: float = Field(2.0, gt=0, description="between probe rounds")
-    health_timeout_s: float = Field(2.0, gt=0, description="a slower probe fails")
-    eject_after: int = Field(3, ge=1, description="failed probes before ejection")
-    readmit_after: int = Field(2, ge=1, description="good probes before re-admission")
-    prefix_chars: int = Field(512, ge=1, description="prompt prefix keyed by prefix-affinity")
-    log_level: LogLevel = Field("info", description="log verbosity")
+    api_key_file: str | None = opt(None, "file holding that key (first line)", metavar="PATH")
+    admin: bool = opt(False, "serve /admin/* and /instances/* (off: 404)")
+    admin_key: str | None = opt(None, "admin key (in-process only)", flag=False, repr=False)
+    admin_key_env: str | None = opt(
+        None, "environment variable holding the admin key; without a key, admin answers "
+        "loopback clients only", metavar="NAME",
+    )  # fmt: skip
+    admin_key_file: str | None = opt(None, "file holding the admin key", metavar="PATH")
+    prefill_policy: str = opt("least-loaded", "how prefill is chosen", choices=POLICY_NAMES)
+    decode_policy: str = opt("least-loaded", "how decode/replica is chosen", choices=POLICY_NAMES)
+    debug: bool = opt(False, "name backend URLs in error bodies")
+    max_body_bytes: int = opt(64 * 1024 * 1024, "larger bodies get 413", gt=0)
+    connect_timeout_s: float = opt(5.0, "per connection attempt", gt=0)
+    prefill_timeout_s: float = opt(600.0, "whole prefill exchange", gt=0)
+    decode_timeout_s: float = opt(3600.0, "first byte of a stream, or a whole unstreamed answer",
+                                  gt=0)  # fmt: skip
+    stream_idle_timeout_s: float = opt(300.0, "longest gap between chunks", gt=0)
+    max_attempts: int = opt(3, "instances tried per stage (PD decode: prefill re-run each time)",
+                            ge=1, le=10)  # fmt: skip
+    retry_backoff_s: float = opt(0.05, "first retry delay, then doubled", ge=0)
+    health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
+    health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
+    eject_after: int = opt(3, "failed probes before ejection", ge=1)
+    readmit_after: int = opt(2, "good probes before re-admission", ge=1)
+    outlier_after: int = opt(3, "consecutive 5xx / empty 200 / connection errors on requests "
+                             "before an instance is ejected", ge=1)  # fmt: skip
+    outlier_eject_s: float = opt(10.0, "least time an outlier stays out (times its ejections, "
+                                 "at most 30x)", ge=0)  # fmt: skip
+    engine_metrics_timeout_s: float = opt(5.0, "per engine, for GET /metrics/engines", gt=0)
+    prefix_chars: int = opt(512, "prompt prefix keyed by prefix-affinity", ge=1)
+    log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_value(f, getattr(self, f.name))
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
@@ -63,8 +103,52 @@ class ProxyConfig(BaseModel):
         return ("replica",) if self.mode == "replica" else ("prefill", "decode")
 
 
-# Choices offered on the command line where they differ from the field's type.
-FLAG_CHOICES = {"mode": ("pd", "prompt-keyed")}
+@cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(ProxyConfig)
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.removesuffix("_s").replace("_", "-")
+
+
+def _bad(name: str, message: str) -> NoReturn:
+    raise UsageError(f"{flag_of(name)}: {message}")
+
+
+def _check_type(name: str, hint: Any, value: Any) -> None:
+    if hint is bool and not isinstance(value, bool):
+        _bad(name, f"expected true or false, got {value!r}")
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        _bad(name, f"expected a whole number, got {value!r}")
+    if hint is float and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ):
+        _bad(name, f"expected a finite number, got {value!r}")
+    if hint is str and not isinstance(value, str):
+        _bad(name, f"expected text, got {value!r}")
+    if hint is tuple and not (isinstance(value, tuple) and all(isinstance(v, str) for v in value)):
+        _bad(name, f"expected a tuple of URLs, got {value!r}")
+
+
+def _check_value(f: dataclasses.Field[Any], value: Any) -> None:
+    """One field's type, choices and bounds; the first problem is one UsageError line."""
+    meta, hint = f.metadata, _hints()[f.name]
+    if value is None and type(None) in typing.get_args(hint):
+        return
+    plain = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    if typing.get_origin(hint) is tuple:
+        plain = tuple
+    _check_type(f.name, plain, value)
+    allowed = meta.get("allowed", meta.get("choices"))
+    if allowed is not None and value not in allowed:
+        _bad(f.name, f"pick one of {', '.join(allowed)} (got {value!r})")
+    if "ge" in meta and value < meta["ge"]:
+        _bad(f.name, f"must be at least {meta['ge']} (got {value})")
+    if "gt" in meta and value <= meta["gt"]:
+        _bad(f.name, f"must be above {meta['gt']} (got {value})")
+    if "le" in meta and value > meta["le"]:
+        _bad(f.name, f"must be at most {meta['le']} (got {value})")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,33 +158,37 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"proxy: {message}; see --help")
 
 
-def flag_of(field: str) -> str:
-    return "--" + field.removesuffix("_s").replace("_", "-")
-
-
-def _add_flag(p: argparse.ArgumentParser, name: str, info: FieldInfo) -> None:
-    kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
-    helptext = info.description or ""
-    if info.annotation is bool:
-        p.add_argument(flag_of(name), action="store_true", help=helptext, **kw)
+def _add_flag(p: argparse.ArgumentParser, f: dataclasses.Field[Any]) -> None:
+    meta, hint = f.metadata, _hints()[f.name]
+    kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+    helptext = meta["help"]
+    if hint is bool:
+        p.add_argument(flag_of(f.name), action="store_true", help=helptext, **kw)
         return
-    if name in ("prefill", "decode", "replica"):
-        kw.update(nargs="+", metavar="URL")
-    elif name in FLAG_CHOICES or get_origin(info.annotation) is Literal:
-        kw["choices"] = FLAG_CHOICES.get(name) or get_args(info.annotation)
-    elif info.annotation in (int, float):
-        kw["type"] = info.annotation
-        kw["metavar"] = "SECONDS" if name.endswith("_s") else ("PORT" if name == "port" else "N")
-    if info.default not in ((), None):
-        helptext += f" (default {info.default})"
-    p.add_argument(flag_of(name), help=helptext, **kw)
+    if typing.get_origin(hint) is tuple:
+        kw["nargs"] = "+"
+    elif "choices" in meta:
+        kw["choices"] = meta["choices"]
+    elif hint in (int, float):
+        kw["type"] = hint
+        kw["metavar"] = "SECONDS" if f.name.endswith("_s") else "N"
+    if "metavar" in meta:
+        kw["metavar"] = meta["metavar"]
+    if f.default not in ((), None):
+        helptext += f" (default {f.default})"
+    p.add_argument(flag_of(f.name), help=helptext, **kw)
+
+
+def cli_fields() -> list[dataclasses.Field[Any]]:
+    """The fields that are flags, in declaration order."""
+    return [f for f in dataclasses.fields(ProxyConfig) if f.metadata.get("flag", True)]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags of ``python -m servekit.proxy`` (and ``servekit proxy``), from the model."""
+    """The flags of ``python -m servekit.proxy`` (and ``servekit proxy``), from the dataclass."""
     p = _Parser(prog="servekit proxy", description="PD / replica router with the decode guard.")
-    for name, info in ProxyConfig.model_fields.items():
-        _add_flag(p, name, info)
+    for f in cli_fields():
+        _add_flag(p, f)
     return p
 
 
@@ -119,8 +207,54 @@ def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -
         raise UsageError("give --prefill URL... and --decode URL... (PD) or --replica URL...")
 
 
-def parse_args(argv: list[str]) -> ProxyConfig:
-    """Parse and validate the command line into a :class:`ProxyConfig`."""
+def _refuse_keys_in_argv(argv: list[str]) -> None:
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in KEY_FLAGS:
+            raise UsageError(
+                f"{flag}: keys are not taken on the command line (ps shows it to everyone); "
+                f"use {flag}-env NAME or {flag}-file PATH"
+            )
+
+
+def read_key(name: str, env: str | None, path: str | None) -> str | None:
+    """The key named by ``--NAME-env`` or ``--NAME-file`` (one of them), stripped."""
+    if env is not None and path is not None:
+        raise UsageError(f"--{name}-env and --{name}-file: give one of them")
+    if env is not None:
+        value = os.environ.get(env, "").strip()
+        if not value:
+            raise UsageError(f"--{name}-env {env}: that environment variable is unset or empty")
+        return value
+    if path is None:
+        return None
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"--{name}-file {path}: cannot read it ({exc.__class__.__name__})"
+        ) from None
+    if not lines or not lines[0].strip():
+        raise UsageError(f"--{name}-file {path}: the first line is empty; put the key there")
+    return lines[0].strip()
+
+
+def with_keys(config: ProxyConfig) -> ProxyConfig:
+    """The config with its keys read from the environment variables or files it names."""
+    api = read_key("api-key", config.api_key_env, config.api_key_file)
+    admin = read_key("admin-key", config.admin_key_env, config.admin_key_file)
+    return dataclasses.replace(
+        config, api_key=api or config.api_key, admin_key=admin or config.admin_key
+    )
+
+
+def parse_args(argv: list[str], read_keys: bool = True) -> ProxyConfig:
+    """Parse and validate the command line into a :class:`ProxyConfig`.
+
+    ``read_keys`` reads the keys the flags name (the proxy process does); a
+    launcher that only inspects argv passes False and needs no key.
+    """
+    _refuse_keys_in_argv(argv)
     ns = vars(build_parser().parse_args(argv))
     for role in ("prefill", "decode", "replica"):
         ns[role] = tuple(check_url(f"--{role}", u) for u in ns.get(role, ()))
@@ -129,27 +263,28 @@ def parse_args(argv: list[str]) -> ProxyConfig:
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
-    try:
-        return ProxyConfig(**ns)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UsageError(f"{flag_of(str(err['loc'][0]))}: {err['msg']}") from None
+    config = ProxyConfig(**ns)
+    return with_keys(config) if read_keys else config
 
 
 def to_argv(config: ProxyConfig) -> list[str]:
     """The flags that reproduce ``config`` (defaults left out), for launchers.
 
-    ``servekit up`` and the renderer build a :class:`ProxyConfig` and run
-    ``python -m servekit.proxy *to_argv(config)``, so no launcher spells a flag.
+    Launchers build a :class:`ProxyConfig` and run the proxy with
+    ``to_argv(config)``, so no launcher spells a flag. A key set directly (not
+    through ``api_key_env``/``api_key_file`` and the admin pair) cannot go in
+    argv and is refused.
     """
+    if config.api_key and not (config.api_key_env or config.api_key_file):
+        raise UsageError("api_key: give the key to the proxy process with api_key_env or _file")
+    if config.admin_key and not (config.admin_key_env or config.admin_key_file):
+        raise UsageError("admin_key: give it with admin_key_env or admin_key_file")
     argv: list[str] = []
-    defaults = ProxyConfig.model_fields
-    for name, value in config.model_dump().items():
-        if name == "mode" and value == "replica":
-            continue  # follows from --replica
-        if value == defaults[name].default:
-            continue
-        flag = flag_of(name)
+    for f in cli_fields():
+        value = getattr(config, f.name)
+        if (f.name == "mode" and value == "replica") or value == f.default:
+            continue  # mode follows from --replica
+        flag = flag_of(f.name)
         if isinstance(value, bool):
             argv.append(flag)
         elif isinstance(value, tuple | list):

@@ -21,7 +21,21 @@ ERROR_STATUS = {
     "no_healthy_instance": 503,
     "timeout": 504,
     "payload_too_large": 413,
+    "forbidden": 403,
 }
+
+# Failures of one instance that left nothing at the client: another instance may serve.
+RETRYABLE_KINDS = frozenset({"connect_failed", "upstream_error"})
+
+
+class Answer(Exception):
+    """A backend's 4xx answer that goes back to the client as it is (never retried)."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
 
 
 class ProxyError(Exception):
@@ -36,6 +50,11 @@ class ProxyError(Exception):
     @property
     def status(self) -> int:
         return ERROR_STATUS[self.kind]
+
+    @property
+    def retryable(self) -> bool:
+        """A 5xx, an empty 200 or a connection failure: worth trying another instance."""
+        return self.kind in RETRYABLE_KINDS
 
     def payload(self) -> dict[str, object]:
         return {

@@ -1,17 +1,24 @@
-"""Active and passive health: who may take new work.
+"""Active health probes and passive outlier detection: who may take new work.
 
 Active: every instance's ``/health`` is probed each interval (concurrently, so a
 slow instance delays nobody); ``eject_after`` consecutive failures eject it,
 ``readmit_after`` consecutive successes bring it back. A never-probed instance
-is admitted on its first good probe. Passive: a connection error on a real
-request ejects the instance at once; the probes re-admit it when it recovers.
-Draining instances are left alone: the admin put them there.
+is admitted on its first good probe.
+
+Passive (outlier detection, as Envoy does it): ``outlier_after`` consecutive
+failed requests on an instance (5xx, 200 with an empty body, connection
+errors) eject it for ``outlier_eject_s`` times the number of its ejections in a
+row (at most 30x); only then may good probes re-admit it. An outlier is never
+the last healthy instance of its pool to go: ejecting it would turn errors
+into "no healthy instance" for every request. Draining instances are left
+alone: the admin put them there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 import aiohttp
@@ -19,6 +26,7 @@ import aiohttp
 from servekit.proxy.instances import Instance, State
 
 log = logging.getLogger("servekit.proxy")
+MAX_EJECTION_FACTOR = 30
 
 
 class HealthChecker:
@@ -33,6 +41,8 @@ class HealthChecker:
         timeout_s: float,
         eject_after: int,
         readmit_after: int,
+        outlier_after: int,
+        outlier_eject_s: float,
         headers: dict[str, str],
     ) -> None:
         self._session = session
@@ -41,7 +51,10 @@ class HealthChecker:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._eject_after = eject_after
         self._readmit_after = readmit_after
+        self._outlier_after = outlier_after
+        self._outlier_eject_s = outlier_eject_s
         self._headers = headers
+        self.on_outlier: Callable[[Instance], None] = lambda inst: None
 
     async def run(self) -> None:
         """Probe forever; cancelled when the proxy stops."""
@@ -72,7 +85,9 @@ class HealthChecker:
         if ok:
             inst.fails, inst.oks = 0, inst.oks + 1
             if inst.state is State.UNKNOWN or (
-                inst.state is State.EJECTED and inst.oks >= self._readmit_after
+                inst.state is State.EJECTED
+                and inst.oks >= self._readmit_after
+                and time.monotonic() >= inst.ejected_until
             ):
                 self._set(inst, State.HEALTHY, "probe ok")
             return
@@ -80,11 +95,24 @@ class HealthChecker:
         if inst.state is State.HEALTHY and inst.fails >= self._eject_after:
             self._set(inst, State.EJECTED, f"{inst.fails} failed probes")
 
-    def eject(self, inst: Instance, reason: str) -> None:
-        """Passive ejection after a connection error on a request."""
-        if inst.state in (State.HEALTHY, State.UNKNOWN):
-            inst.oks = 0
-            self._set(inst, State.EJECTED, reason)
+    def request_ok(self, inst: Instance) -> None:
+        """A request got an answer from ``inst`` (2xx with a body, or a 4xx)."""
+        inst.request_fails = 0
+        inst.ejections = 0
+
+    def request_failed(self, inst: Instance, reason: str, peers: Iterable[Instance]) -> None:
+        """A request failed on ``inst``; eject it after ``outlier_after`` in a row."""
+        inst.request_fails += 1
+        if inst.request_fails < self._outlier_after or inst.state is not State.HEALTHY:
+            return
+        if not any(p is not inst and p.routable for p in peers):
+            return  # never eject the last healthy instance of a pool
+        inst.ejections += 1
+        factor = min(inst.ejections, MAX_EJECTION_FACTOR)
+        inst.ejected_until = time.monotonic() + self._outlier_eject_s * factor
+        inst.oks, inst.request_fails = 0, 0
+        self._set(inst, State.EJECTED, f"outlier: {self._outlier_after} failed requests, {reason}")
+        self.on_outlier(inst)
 
     @staticmethod
     def _set(inst: Instance, state: State, reason: str) -> None:

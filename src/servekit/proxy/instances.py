@@ -20,7 +20,7 @@ class State(enum.Enum):
 
     UNKNOWN = "unknown"  # not probed yet
     HEALTHY = "healthy"
-    EJECTED = "ejected"  # failed probes or a connection error; probes re-admit it
+    EJECTED = "ejected"  # failed probes, or an outlier on requests; probes re-admit it
     DRAINING = "draining"  # admin asked: no new work, in-flight work completes
 
 
@@ -38,6 +38,9 @@ class Instance:
     oks: int = 0
     remove_when_idle: bool = False
     served: int = 0
+    request_fails: int = 0  # consecutive failed requests (5xx, empty 200, connection errors)
+    ejections: int = 0  # outlier ejections since the last good request
+    ejected_until: float = 0.0  # probes may not re-admit an outlier before this (monotonic)
 
     @property
     def routable(self) -> bool:

@@ -60,8 +60,17 @@ class ProxyMetrics:
             "servekit_proxy_errors", "Failures by stage and kind", ["stage", "kind"], registry=r
         )
         self.retries = Counter(
-            "servekit_proxy_retries", "Attempts retried on another instance", ["stage"], registry=r
-        )
+            "servekit_proxy_retries", "Attempts retried on another instance (PD decode: after a "
+            "new prefill)", ["stage"], registry=r,
+        )  # fmt: skip
+        self.disconnects = Counter(
+            "servekit_proxy_client_disconnects", "Clients gone before their answer ended, by "
+            "where the request stood", ["stage"], registry=r,
+        )  # fmt: skip
+        self.ejections = Counter(
+            "servekit_proxy_outlier_ejections", "Instances ejected for failing requests in a row",
+            ["role"], registry=r,
+        )  # fmt: skip
         self.latency = Histogram(
             "servekit_proxy_request_seconds", "Client request duration through the proxy",
             ["route"], buckets=LATENCY_BUCKETS, registry=r,

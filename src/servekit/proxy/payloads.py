@@ -5,16 +5,23 @@ The prefill copy asks for one token, unstreamed, and announces a remote decode
 decode request is the client's request with the prefill's answer in
 ``kv_transfer_params``. The prompt-keyed mode (ExampleConnector, which keys the
 KV by prompt) sends the same prefill copy without kv_transfer_params and the
-client's request to decode with a marker in ``kv_transfer_params``
-(:data:`PROMPT_KEYED_MARK`): such connectors never read the field and vLLM's
-scheduler only acts on ``do_remote_prefill``/``do_remote_decode``, while the
-decode guard sees a routed request and lets it through. Decode instances keep
-their guard against plain requests sent to them directly.
+client's request to decode with exactly the marker as ``kv_transfer_params``
+(:data:`PROMPT_KEYED_MARK`, whatever the client put there): such connectors
+never read the field and vLLM's scheduler only acts on
+``do_remote_prefill``/``do_remote_decode``, while the decode guard sees a routed
+request and lets it through. Decode instances keep their guard against plain
+requests sent to them directly.
+
+A prefill answer's params are forwarded only when the decode guard
+(:func:`servekit.guard.asks_remote_prefill`) would let them through, so the
+proxy never sends a decoder something that makes it prefill by itself.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from servekit.guard import PROMPT_KEYED_KEY, asks_remote_prefill
 
 PREFILL_KV_PARAMS: dict[str, Any] = {
     "do_remote_decode": True,
@@ -45,22 +52,20 @@ def prefill_payload(route: str, body: dict[str, Any], with_kv_params: bool) -> d
     return payload
 
 
-PROMPT_KEYED_MARK: dict[str, Any] = {"servekit_prompt_keyed": True}
+PROMPT_KEYED_MARK: dict[str, Any] = {PROMPT_KEYED_KEY: True}
 
 
 def prompt_keyed_decode_payload(body: dict[str, Any]) -> dict[str, Any]:
-    """The client's request, marked as routed unless it carries its own params."""
-    if kv_params_of(body) is not None:
-        return body
+    """The client's request marked as routed (the client's own params are replaced)."""
     return {**body, "kv_transfer_params": dict(PROMPT_KEYED_MARK)}
 
 
 def kv_params_of(prefill_response: Any) -> dict[str, Any] | None:
-    """The non-empty kv_transfer_params of a prefill response, or None."""
+    """A prefill answer's kv_transfer_params when they ask for a remote prefill, else None."""
     if not isinstance(prefill_response, dict):
         return None
     params = prefill_response.get("kv_transfer_params")
-    return params if isinstance(params, dict) and params else None
+    return params if asks_remote_prefill(params) else None
 
 
 def decode_payload(body: dict[str, Any], kv_params: dict[str, Any]) -> dict[str, Any]:

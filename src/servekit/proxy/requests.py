@@ -71,4 +71,4 @@ def make_ticket(route: str, body: dict[str, Any], prefix_chars: int, raw: bytes 
     key = text[:prefix_chars].encode("utf-8", "surrogatepass") if ids is None else b""
     if ids is not None:
         key = repr(body.get("prompt"))[:prefix_chars].encode()
-    return Ticket(route, body, raw, tokens, key, bool(body.get("stream", False)))
+    return Ticket(route, body, raw, tokens, key, body.get("stream") is True)

@@ -1,10 +1,11 @@
 """The router: pools, policies and the retry loop shared by every stage.
 
 :meth:`Router.attempt` picks an instance with the stage's policy and runs one
-exchange on it. A connection failure (nothing reached the client yet) ejects
-the instance and tries another, with exponential backoff, up to
-``max_attempts``. Everything else (a timeout, a status code, a client
-disconnect) is the exchange's own business and is not retried here.
+exchange on it. A failure that left nothing at the client (a connection error,
+a 5xx, a 200 with an empty body) counts against the instance for outlier
+detection and the exchange is tried on another instance, with exponential
+backoff, up to ``max_attempts``. A timeout, a 4xx or a client disconnect is the
+exchange's own business and is not retried here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TypeVar
 import aiohttp
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.failures import ProxyError
+from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Instance, Lease, Pool
 from servekit.proxy.metrics import ProxyMetrics
@@ -53,8 +54,11 @@ class Router:
             timeout_s=config.health_timeout_s,
             eject_after=config.eject_after,
             readmit_after=config.readmit_after,
+            outlier_after=config.outlier_after,
+            outlier_eject_s=config.outlier_eject_s,
             headers=self.headers,
         )
+        self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
 
     def probe_soon(self, inst: Instance) -> None:
         """Probe an added or undrained instance now rather than at the next round."""
@@ -76,30 +80,56 @@ class Router:
         return inst.describe(self.config.debug)
 
     async def attempt(
-        self, stage: str, prefix_key: bytes, exchange: Callable[[Instance], Awaitable[T]]
+        self,
+        stage: str,
+        prefix_key: bytes,
+        exchange: Callable[[Instance], Awaitable[T]],
+        *,
+        attempts: int | None = None,
+        tried: set[Instance] | None = None,
     ) -> T:
-        """Run ``exchange`` on a chosen instance, retrying connection failures elsewhere."""
-        pool, tried = self.pools[stage], set[Instance]()
-        for n in range(self.config.max_attempts):
+        """Run ``exchange`` on a chosen instance, retrying failures elsewhere.
+
+        ``tried`` (kept by the caller across calls) holds the instances that
+        already failed this request; they are not chosen again.
+        """
+        pool = self.pools[stage]
+        tried = set() if tried is None else tried
+        last: ProxyError | None = None
+        for n in range(attempts or self.config.max_attempts):
             candidates = pool.routable(frozenset(tried))
             if not candidates:
                 break
+            if n:
+                self.metrics.retries.labels(stage).inc()
+                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (n - 1))
             inst = self.policies[stage].choose(candidates, prefix_key)
             try:
-                return await exchange(inst)
-            except aiohttp.ConnectionTimeoutError:
-                pass  # a connect timeout is a connection failure: try elsewhere
+                result = await exchange(inst)
+            except Answer:
+                self.health.request_ok(inst)  # a 4xx: the instance is fine, the request is not
+                raise
+            except ProxyError as err:
+                if not err.retryable:
+                    raise
+                last = err
+            except aiohttp.ConnectionTimeoutError:  # a connect timeout: try elsewhere
+                last = self._unreachable(stage, inst)
             except TimeoutError:
-                msg = f"{stage} {self.describe(inst)} timed out"
-                raise ProxyError("timeout", stage, msg) from None
+                self.health.request_failed(inst, "timeout", pool.members)
+                raise ProxyError(
+                    "timeout", stage, f"{stage} {self.describe(inst)} timed out"
+                ) from None
             except RETRYABLE:
-                pass
-            self.health.eject(inst, f"connection error during {stage}")
+                last = self._unreachable(stage, inst)
+            else:
+                self.health.request_ok(inst)
+                return result
+            self.health.request_failed(inst, last.kind, pool.members)
             tried.add(inst)
-            self.metrics.retries.labels(stage).inc()
-            if n + 1 < self.config.max_attempts:
-                await asyncio.sleep(self.config.retry_backoff_s * 2**n)
-        if tried:
-            names = ", ".join(sorted(self.describe(i) for i in tried))
-            raise ProxyError("connect_failed", stage, f"could not reach {stage} {names}")
+        if last is not None:
+            raise last
         raise ProxyError("no_healthy_instance", stage, f"no healthy {stage} instance")
+
+    def _unreachable(self, stage: str, inst: Instance) -> ProxyError:
+        return ProxyError("connect_failed", stage, f"could not reach {stage} {self.describe(inst)}")

@@ -2,9 +2,14 @@
 
 Rules kept here:
 - a backend 4xx passes through with its status and body (:class:`Answer`);
-- a backend 5xx or an empty 200 becomes a 502 naming the stage;
-- in PD mode a decode request always carries the prefill's non-empty
-  kv_transfer_params (the proxy half of the decode guard);
+- a backend 5xx or an empty 200 is tried on another instance while nothing
+  reached the client, and becomes a 502 naming the stage when none served;
+- in PD mode a decode request always carries the prefill's kv_transfer_params,
+  and only when they ask for a remote prefill as the decode guard requires
+  (the proxy half of the guard);
+- prefilled KV is consumed once: when a decode attempt fails, the next attempt
+  runs a new prefill for new KV, and never resends block ids a decoder may
+  have pulled already;
 - a stream is only started towards the client once the decoder produced its
   first byte, so anything that fails before that can still be retried or
   reported with a proper status; after it, failures end the stream with an
@@ -26,7 +31,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.failures import ProxyError
+from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.payloads import (
     decode_payload,
@@ -42,14 +47,11 @@ class _ClientGone(Exception):
     """The client closed its connection while we streamed to it."""
 
 
-class Answer(Exception):
-    """A backend's non-2xx answer that goes back to the client as it is."""
+class Progress:
+    """Where a request stands (what a client disconnect interrupted)."""
 
-    def __init__(self, status: int, body: bytes, content_type: str) -> None:
-        super().__init__(status)
-        self.response = web.Response(
-            status=status, body=body, headers={"Content-Type": content_type}
-        )
+    def __init__(self) -> None:
+        self.stage = "proxy"
 
 
 @dataclass
@@ -74,10 +76,13 @@ def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) ->
 class Trip:
     """The exchanges of one client request."""
 
-    def __init__(self, router: Router, request: web.Request, ticket: Ticket) -> None:
+    def __init__(
+        self, router: Router, request: web.Request, ticket: Ticket, progress: Progress
+    ) -> None:
         self.router = router
         self.request = request
         self.ticket = ticket
+        self.progress = progress
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
@@ -117,6 +122,7 @@ class Trip:
         async def exchange(inst: Instance) -> bytes:
             return await self._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
 
+        self.progress.stage = "prefill"
         body = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
         self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
         try:
@@ -124,27 +130,61 @@ class Trip:
         except ValueError:
             raise ProxyError("upstream_error", "prefill", "prefill answer is not JSON") from None
 
-    async def pd(self, with_kv_params: bool) -> web.StreamResponse:
-        """Prefill then decode; in PD mode decode never goes without kv_transfer_params."""
-        kv = await self.prefill(with_kv_params)
-        if not with_kv_params:
-            data = json.dumps(prompt_keyed_decode_payload(self.ticket.body)).encode()
-            return await self.generate("decode", data)
-        if kv is None:
-            msg = "prefill answer carried no kv_transfer_params; is the KV connector configured?"
-            raise ProxyError("missing_kv_transfer_params", "prefill", msg)
-        data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
+    async def prompt_keyed(self) -> web.StreamResponse:
+        """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
+        await self.prefill(with_kv_params=False)
+        data = json.dumps(prompt_keyed_decode_payload(self.ticket.body)).encode()
         return await self.generate("decode", data)
 
-    async def generate(self, stage: str, data: bytes) -> web.StreamResponse:
+    async def pd(self) -> web.StreamResponse:
+        """Prefill then decode; each decode attempt gets KV from its own prefill.
+
+        A decoder that failed may have pulled the blocks already (a decode that
+        resets after reading the request has), so a retry runs a new prefill
+        and goes to another decoder; block ids are never sent twice.
+        """
+        cfg, decoders = self.router.config, self.router.pools["decode"]
+        tried: set[Instance] = set()
+        last: ProxyError | None = None
+        for n in range(cfg.max_attempts):
+            if not decoders.routable(frozenset(tried)):
+                break  # no decoder left: do not pin prefill KV for nobody
+            if n:
+                self.router.metrics.retries.labels("decode").inc()
+                await asyncio.sleep(cfg.retry_backoff_s * 2 ** (n - 1))
+            kv = await self.prefill(with_kv_params=True)
+            if kv is None:
+                msg = (
+                    "prefill answer carried no kv_transfer_params asking for a remote prefill; "
+                    "is the KV connector configured?"
+                )
+                raise ProxyError("missing_kv_transfer_params", "prefill", msg)
+            data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
+            try:
+                return await self.generate("decode", data, attempts=1, tried=tried)
+            except ProxyError as err:
+                if not err.retryable:
+                    raise
+                last = err
+        if last is None:
+            raise ProxyError("no_healthy_instance", "decode", "no healthy decode instance")
+        raise last
+
+    async def generate(
+        self, stage: str, data: bytes, *, attempts: int | None = None,
+        tried: set[Instance] | None = None,
+    ) -> web.StreamResponse:  # fmt: skip
         """The generating stage (decode or replica): whole answer or a stream."""
         cfg = self.router.config
+        self.progress.stage = stage
         if not self.ticket.stream:
 
             async def whole(inst: Instance) -> bytes:
                 return await self._post_whole(stage, inst, data, cfg.decode_timeout_s)
 
-            out = await self.router.attempt(stage, self.ticket.prefix_key, whole)
+            out = await self.router.attempt(
+                stage, self.ticket.prefix_key, whole, attempts=attempts, tried=tried
+            )
             self.first_byte_at = time.perf_counter()
             rid = self.headers["X-Request-Id"]
             headers = {"Content-Type": "application/json", "X-Request-Id": rid}
@@ -154,7 +194,9 @@ class Trip:
             return await self._open_stream(stage, inst, data)
 
         t0 = time.perf_counter()
-        opened = await self.router.attempt(stage, self.ticket.prefix_key, open_stream)
+        opened = await self.router.attempt(
+            stage, self.ticket.prefix_key, open_stream, attempts=attempts, tried=tried
+        )
         self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
         return await self._relay(stage, opened)
 
@@ -195,6 +237,7 @@ class Trip:
             }
         )
         complete = False
+        self.progress.stage = "stream"
         try:
             await out.prepare(self.request)
             self.first_byte_at = time.perf_counter()
@@ -205,7 +248,7 @@ class Trip:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
             await self._end_with_error(out, stage, f"{stage} stream interrupted")
         except _ClientGone:
-            self.router.metrics.errors.labels(stage, "client_disconnected").inc()
+            self.router.metrics.disconnects.labels("stream").inc()
             return out
         finally:
             if complete:

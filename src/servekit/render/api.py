@@ -7,15 +7,22 @@ from pathlib import Path
 from rich.console import Console
 
 from servekit.catalog.loader import load
-from servekit.catalog.rules import check_layout
 from servekit.errors import UsageError
 from servekit.render.overrides import apply_overrides
 from servekit.render.plan import build_plan
-from servekit.render.shell import write_rendering
+from servekit.render.rules import check_layout
+from servekit.render.shell import Target, write_rendering
 
 
 def render_layout(
-    name: str, out: Path, sets: list[str], catalog: Path | None, console: Console | None = None
+    name: str,
+    out: Path,
+    sets: list[str],
+    catalog: Path | None,
+    console: Console | None = None,
+    *,
+    target: Target = "modelarts",
+    force: bool = False,
 ) -> list[Path]:
     """Render one layout; refuses (exit 2) a layout whose overrides break a rule."""
     con = console or Console()
@@ -25,6 +32,6 @@ def render_layout(
         raise UsageError(
             f"{errors[0].line()} (fix it or drop the --set; 'servekit layouts check' lists all)"
         )
-    written = write_rendering(build_plan(layout), out)
-    con.print(f"rendered {layout.name}: {len(written)} files in {out}")
+    written = write_rendering(build_plan(layout), out, target, force=force)
+    con.print(f"rendered {layout.name} for {target}: {len(written)} files in {out}")
     return written

@@ -3,13 +3,17 @@
 ``build_plan(layout, options)`` is the heart of servekit. Shell rendering, the
 local supervisor and the simulator all consume its output, so what is tested on
 one machine is what is rendered for the cluster; nothing downstream re-derives
-ports, engine ids or defaults.
+ports, engine ids or defaults, and nothing reads a fact back out of argv.
 
 Each process carries its concrete ``argv`` and an ``argv_template`` in which the
-values that come from the defaults table are shell references (``${GPU_UTIL}``),
-so rendered scripts let operators tune them at launch (``GPU_UTIL=0.9 run.sh``)
-while the defaults stay those of the one table. A test runs the rendered scripts
-in dry-run mode and checks they expand to exactly ``argv``.
+values a node only knows at launch are shell references: the defaults table's
+tunables (``${GPU_UTIL}``), the bind address (``${BIND_HOST}``), node addresses
+(``${NODE<k>_IP}``) and the folder of servekit's bundled files
+(``${BUNDLE_DIR}``). Environment values are typed (:mod:`servekit.render.envvalues`):
+a literal, this node's IP or NIC, or a prefix to the inherited value. Rendered
+scripts let operators tune at launch while the defaults stay those of the
+catalog; tests run the rendered scripts and require them to expand to exactly
+the Plan.
 """
 
 from __future__ import annotations
@@ -19,20 +23,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.catalog.schema import Engine, Layout
+from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValue
 from servekit.defaults import (
+    GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,
     EngineKind,
     SettingValue,
     defaults_for,
     format_value,
 )
+from servekit.render.envvalues import BUNDLE_REF, BundlePrepend
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
 KvMode = Literal["params", "prompt"]
 ProxyMode = Literal["pd", "prompt-keyed", "replica"]
-GUARD_TEMPLATE = "${GUARD_ARGS[@]}"
+BIND_REF = "${BIND_HOST}"
+PlanEnvValue = EnvValue | BundlePrepend
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
     "vllm-ascend": "ASCEND_RT_VISIBLE_DEVICES",
@@ -51,13 +58,21 @@ class PlanOptions(_Frozen):
     hosts: tuple[str, ...] | None = Field(
         default=None, description="address per node; default shell references ${NODE<i>_IP}"
     )
-    bind_host: str = Field(default="0.0.0.0", description="address engines listen on")
+    bind_host: str | None = Field(
+        default=None, description="address every API server listens on (default: the layout's)"
+    )
     port_map: dict[str, int] = Field(
         default_factory=dict, description="'node:planned_port' -> port actually used"
     )
     python: str = Field(default="python3", description="interpreter for python -m entry points")
     scratch_dir: str = Field(
         default="/tmp/servekit-kv", description="replaces {scratch} in configs"
+    )
+    bundle_dir: str = Field(
+        default=BUNDLE_REF, description="folder holding servekit's bundled guard and proxy"
+    )
+    work_dir: str | None = Field(
+        default=None, description="working directory for every process that has one (local runs)"
     )
 
 
@@ -102,12 +117,16 @@ class ProcessPlan(_Frozen):
     proxy: ProxyFacts | None = None
     devices: tuple[int, ...] = ()
     host: str = Field(description="address other nodes reach this process at")
+    bind_host: str | None = Field(
+        default=None, description="the layout's listen address (BIND_HOST's default)"
+    )
     api_port: int | None = None
     kv_port: int | None = None
     rpc_port: int | None = None
+    cwd: str | None = Field(default=None, description="working directory, created if missing")
     argv: tuple[str, ...]
     argv_template: tuple[str, ...]
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, PlanEnvValue] = Field(default_factory=dict)
     settings: dict[str, str] = Field(
         default_factory=dict, description="script variable -> value from the defaults table"
     )
@@ -167,12 +186,18 @@ class _Args:
         self.template: list[str] = []
 
     def lit(self, *tokens: str) -> None:
+        """Tokens from data: a ``$`` in them stays literal in scripts (written ``$$``)."""
         self.argv.extend(tokens)
-        self.template.extend(tokens)
+        self.template.extend(t.replace("$", "$$") for t in tokens)
 
     def var(self, flag: str, value: str, var: str) -> None:
         self.argv.extend((flag, value))
         self.template.extend((flag, "${" + var + "}"))
+
+    def ref(self, value: str, template: str) -> None:
+        """One token known at launch: ``value`` here, ``template`` in scripts."""
+        self.argv.append(value)
+        self.template.append(template)
 
 
 def planned_ports(layout: Layout) -> list[tuple[int, int]]:
@@ -222,11 +247,12 @@ class _Context:
         self.kv_mode: KvMode = "prompt" if prompt_keyed else "params"
 
     def host(self, node: int) -> str:
+        """Node ``node``'s address here (a ``${NODE<k>_IP}`` reference when not given)."""
         if self.opts.hosts is not None:
             if node >= len(self.opts.hosts):
                 raise ValueError(f"no host address for node {node}")
             return self.opts.hosts[node]
-        return "${NODE" + str(node) + "_IP}"
+        return node_ref(node)
 
     def port(self, node: int, planned: int) -> int:
         return self.opts.port_map.get(f"{node}:{planned}", planned)
@@ -240,15 +266,21 @@ class _Context:
         self.device_cursor[node] = start + count
         return tuple(range(start, start + count))
 
+    def whole_node(self, devices: tuple[int, ...]) -> bool:
+        """True when a process holds every device of its node (no visibility variable needed)."""
+        per_node = self.layout.hardware.devices_per_node
+        return per_node > 0 and devices == tuple(range(per_node))
+
 
 def _settings(ctx: _Context, engine: Engine) -> dict[str, SettingValue]:
-    values = defaults_for(ctx.kind, engine.role)
+    """The engine's tunables: its profile's (already in ``settings``) or the generic row."""
+    values = {} if engine.profile is not None else defaults_for(ctx.kind, engine.role)
     values.update(engine.settings)
     return values
 
 
 def _apply_settings(
-    args: _Args, env: dict[str, str], settings: dict[str, SettingValue]
+    ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], settings: dict[str, SettingValue]
 ) -> dict[str, str]:
     used: dict[str, str] = {}
     for key, value in settings.items():
@@ -259,16 +291,24 @@ def _apply_settings(
             args.var(setting.target, text, setting.var)
         elif setting.how == "bool-flag":
             flag = setting.target if value else "--no-" + setting.target.removeprefix("--")
-            args.argv.append(flag)
-            args.template.append("${" + setting.var + "_FLAG}")
+            args.ref(flag, "${" + setting.var + "_FLAG}")
         elif setting.how == "env":
             env[setting.target] = text
-        elif setting.how == "middleware" and value:
-            args.argv.extend(("--middleware", setting.target))
-            args.template.append(GUARD_TEMPLATE)
         elif setting.how == "middleware":
-            args.template.append(GUARD_TEMPLATE)
+            _guard(ctx, args, env, bool(value))
     return used
+
+
+def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -> None:
+    """The decode guard: a module file shipped beside the scripts, on PYTHONPATH.
+
+    Scripts keep it switchable at launch (GUARD=0/1), so the module's folder is on
+    PYTHONPATH whenever the setting exists, on or off.
+    """
+    if on:
+        args.argv.extend(("--middleware", GUARD_MIDDLEWARE))
+    args.template.extend(("${GUARD_ON:+--middleware}", "${GUARD_ON:+" + GUARD_MIDDLEWARE + "}"))
+    env["PYTHONPATH"] = BundlePrepend(bundle_dir=ctx.opts.bundle_dir)
 
 
 def _json(value: Any) -> str:
@@ -304,6 +344,21 @@ def kv_transfer_config(engine: Engine, kv_port: int | None, scratch: str) -> dic
     return cfg
 
 
+def _bind(ctx: _Context, engine: Engine, args: _Args) -> None:
+    """``--host``: the layout's address, overridable at launch with BIND_HOST."""
+    chosen = ctx.opts.bind_host or engine.bind_host
+    if engine.bind_host is None:
+        # The source passes no --host: only an explicit BIND_HOST adds one.
+        if chosen is not None:
+            args.argv.extend(("--host", chosen))
+        args.template.extend(("${BIND_HOST:+--host}", "${BIND_HOST:+${BIND_HOST}}"))
+        return
+    assert chosen is not None
+    args.argv.append("--host")
+    args.template.append("--host")
+    args.ref(chosen, BIND_REF)
+
+
 def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
     layout = ctx.layout
     args = _Args()
@@ -318,7 +373,8 @@ def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
     else:
         args.lit("vllm", "serve", layout.model.path)
     if port is not None:
-        args.lit("--host", ctx.opts.bind_host, "--port", str(port))
+        _bind(ctx, engine, args)
+        args.lit("--port", str(port))
     args.lit("--served-model-name", layout.model.served_name)
     args.lit("--max-model-len", str(layout.model.max_model_len))
     if engine.tp > 1 or ctx.kind != "vllm-cpu":
@@ -332,7 +388,21 @@ def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
     return args
 
 
-def _tail_args(ctx: _Context, engine: Engine, args: _Args, kv_port: int | None) -> None:
+def _flags(args: _Args, values: dict[str, ArgValue]) -> None:
+    """``key: value`` pairs as vLLM flags: true is a bare flag, false none, JSON for the rest."""
+    for key, value in values.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.lit(flag)
+        elif isinstance(value, dict | list):
+            args.lit(flag, _json(value))
+        elif value is not False:
+            args.lit(flag, format_value(value))
+
+
+def _tail_args(
+    ctx: _Context, engine: Engine, args: _Args, kv_port: int | None, leader: bool
+) -> None:
     if engine.speculative is not None:
         args.lit("--speculative-config", _json(engine.speculative.to_config()))
     kv = kv_transfer_config(engine, kv_port, ctx.opts.scratch_dir)
@@ -340,12 +410,9 @@ def _tail_args(ctx: _Context, engine: Engine, args: _Args, kv_port: int | None) 
         args.lit("--kv-transfer-config", _json(kv))
     if engine.additional_config:
         args.lit("--additional-config", _json(engine.additional_config))
-    for key, value in engine.engine_args.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            args.lit(flag)
-        elif value is not False:
-            args.lit(flag, format_value(value))
+    _flags(args, engine.engine_args)
+    if leader:
+        _flags(args, engine.leader_args)
     args.lit(*engine.extra_args)
 
 
@@ -364,6 +431,12 @@ def _engine_processes(ctx: _Context, engine: Engine) -> list[ProcessPlan]:
     ]
 
 
+def _env(ctx: _Context, engine: Engine) -> dict[str, PlanEnvValue]:
+    env: dict[str, PlanEnvValue] = dict(ctx.layout.env)
+    env.update(engine.env)
+    return env
+
+
 def _process(
     ctx: _Context,
     engine: Engine,
@@ -379,14 +452,14 @@ def _process(
     dp_local: int = 1,
     headless: bool = False,
 ) -> ProcessPlan:
-    env = dict(ctx.layout.env)
-    env.update(engine.env)
+    env = _env(ctx, engine)
     settings = _settings(ctx, engine)
-    used = _apply_settings(args, env, settings)
-    _tail_args(ctx, engine, args, kv_port)
+    used = _apply_settings(ctx, args, env, settings)
+    _tail_args(ctx, engine, args, kv_port, leader=not headless)
     device_var = DEVICE_ENV[ctx.kind]
-    if device_var and devices:
+    if device_var and devices and not ctx.whole_node(devices):
         env[device_var] = ",".join(str(d) for d in devices)
+    cwd = None if engine.cwd is None else (ctx.opts.work_dir or engine.cwd)
     return ProcessPlan(
         name=name,
         node=node,
@@ -403,9 +476,11 @@ def _process(
         kv_mode=ctx.kv_mode if engine.kv_connector is not None else None,
         devices=devices,
         host=ctx.host(node),
-        api_port=api_port,
+        bind_host=engine.bind_host,
+        api_port=None if headless else api_port,
         kv_port=kv_port,
         rpc_port=rpc_port,
+        cwd=cwd,
         argv=tuple(args.argv),
         argv_template=tuple(args.template),
         env=env,
@@ -432,9 +507,15 @@ def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> Proc
     )
 
 
+def node_ref(node: int) -> str:
+    """The script variable holding node ``node``'s address."""
+    return "${NODE" + str(node) + "_IP}"
+
+
 def _dp_common(ctx: _Context, engine: Engine, args: _Args, rpc: int | None) -> None:
     args.lit("--data-parallel-size", str(engine.dp_size))
-    args.lit("--data-parallel-address", ctx.host(engine.nodes[0]))
+    args.lit("--data-parallel-address")
+    args.ref(ctx.host(engine.nodes[0]), node_ref(engine.nodes[0]))
     if rpc is not None:
         args.lit("--data-parallel-rpc-port", str(rpc))
 
@@ -442,15 +523,19 @@ def _dp_common(ctx: _Context, engine: Engine, args: _Args, rpc: int | None) -> N
 def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
     node = engine.nodes[j]
     headless = j > 0
-    port = None if headless else ctx.port(node, engine.api_port)
+    port = ctx.port(node, engine.api_port)
     rpc = ctx.port(engine.nodes[0], engine.rpc_port) if engine.rpc_port is not None else None
     kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     args = _base_args(ctx, engine, port)
     if headless:
         args.lit("--headless")
-    _dp_common(ctx, engine, args, rpc)
-    args.lit("--data-parallel-size-local", str(engine.dp_size_per_node))
     start_rank = j * engine.dp_size_per_node
+    if len(engine.nodes) == 1 and rpc is None:
+        # One node, no rpc port: vLLM's own defaults for the DP address and local size.
+        args.lit("--data-parallel-size", str(engine.dp_size))
+    else:
+        _dp_common(ctx, engine, args, rpc)
+        args.lit("--data-parallel-size-local", str(engine.dp_size_per_node))
     if headless:
         args.lit("--data-parallel-start-rank", str(start_rank))
     suffix = "-headless" if headless else ""
@@ -493,37 +578,55 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
     )
 
 
+def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> tuple[str, str]:
+    """The proxy's listen address here and in scripts: a literal, or its node's own IP."""
+    if isinstance(host, str):
+        return host, host.replace("$", "$$")
+    return ctx.opts.bind_host or ctx.host(node), node_ref(node)
+
+
 def _proxy_process(ctx: _Context) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
     port = ctx.port(proxy.node, proxy.port)
     args = _Args()
-    args.lit(ctx.opts.python, "-m", "servekit.proxy", "--host", proxy.host, "--port", str(port))
+    args.lit(ctx.opts.python, "-m", "servekit.proxy")
+    listen, listen_template = _proxy_host(ctx, proxy.host, proxy.node)
+    args.lit("--host")
+    args.ref(listen, listen_template)
+    args.lit("--port", str(port))
     if proxy.mode != "replica":
         args.lit("--mode", proxy.mode)
 
-    def urls(which: Literal["prefill", "decode", "replicas"]) -> tuple[str, ...]:
+    def urls(which: Literal["prefill", "decode", "replicas"], host: Any) -> tuple[str, ...]:
         return tuple(
-            f"http://{ctx.host(node)}:{ctx.port(node, planned)}"
+            f"http://{host(node)}:{ctx.port(node, planned)}"
             for node, planned in proxy.endpoints(which)
         )
 
     facts = ProxyFacts(
-        mode=proxy.mode, prefill=urls("prefill"), decode=urls("decode"), replica=urls("replicas")
+        mode=proxy.mode,
+        prefill=urls("prefill", ctx.host),
+        decode=urls("decode", ctx.host),
+        replica=urls("replicas", ctx.host),
     )
-    for flag, targets in (
-        ("--prefill", facts.prefill),
-        ("--decode", facts.decode),
-        ("--replica", facts.replica),
+    for flag, which in (
+        ("--prefill", "prefill"),
+        ("--decode", "decode"),
+        ("--replica", "replicas"),
     ):
-        if targets:
-            args.lit(flag, *targets)
+        here = urls(which, ctx.host)  # type: ignore[arg-type]
+        if here:
+            args.lit(flag)
+            for value, template in zip(here, urls(which, node_ref), strict=True):  # type: ignore[arg-type]
+                args.ref(value, template)
     return ProcessPlan(
         name="proxy",
         node=proxy.node,
         kind="proxy",
         role="proxy",
         host=ctx.host(proxy.node),
+        bind_host=listen_template,
         api_port=port,
         argv=tuple(args.argv),
         argv_template=tuple(args.template),

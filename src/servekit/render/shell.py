@@ -1,43 +1,37 @@
-"""Rendering a Plan into per-node launch scripts.
+"""Rendering a Plan into launch scripts, for two launch models.
 
-Per node: ``run.sh`` (servekit's launcher: starts the node's processes in their
-own process groups and stops them all when one exits), ``env.sh`` (node
-addresses, resolved at run time), and one ``<process>.sh`` per process whose
-tunables are ``VAR=${VAR:-default}`` lines taken from the defaults table. The
-plan summary goes beside them as ``plan.md`` and ``plan.json``.
+``modelarts``: one flat folder the platform copies to every node; ``run.sh`` (POSIX
+sh) waits for the rank table, finds its node, checks the node count and group 0,
+resolves the node's address and NIC, and starts and supervises the node's
+processes. ``nodes``: one folder per node for clusters without a rank table;
+``node<i>/run.sh`` (bash) starts the node's processes once ``NODE<i>_IP`` are
+exported. Both targets share the per-process scripts (POSIX sh): tunables as
+``VAR=${VAR:-default}``, typed environment values resolved on the node, the
+command as a quoted word list, ``DRY_RUN=1`` to print it. servekit's bundled
+files (the decode guard module, the proxy) sit beside the scripts.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import jinja2
 
 from servekit import __version__
-from servekit.defaults import GUARD_MIDDLEWARE, SETTINGS_BY_KEY
+from servekit.catalog.schema import NodeValue
+from servekit.defaults import SETTINGS_BY_KEY
+from servekit.errors import UsageError
 from servekit.fsutil import staged_dir
+from servekit.render.bundle import bundle_files
+from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
+from servekit.render.words import references, shell_word
 
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\])?\}")
-_NODE_REF = re.compile(r"\$\{NODE(\d+)_IP\}")
-
-
-def shell_word(token: str) -> str:
-    """Quote one argv token for bash, keeping ``${VAR}`` references expandable."""
-    if not _REF.search(token):
-        return shlex.quote(token)
-    parts: list[str] = []
-    pos = 0
-    for m in _REF.finditer(token):
-        if m.start() > pos:
-            parts.append(shlex.quote(token[pos : m.start()]))
-        parts.append(f'"{m.group(0)}"')
-        pos = m.end()
-    if pos < len(token):
-        parts.append(shlex.quote(token[pos:]))
-    return "".join(parts)
+Target = Literal["modelarts", "nodes"]
+TARGETS: tuple[Target, ...] = ("modelarts", "nodes")
+_NODE_VAR = "NODE{}_IP"
 
 
 def _devices(devices: tuple[int, ...]) -> str:
@@ -46,6 +40,12 @@ def _devices(devices: tuple[int, ...]) -> str:
     if list(devices) == list(range(devices[0], devices[-1] + 1)) and len(devices) > 1:
         return f"{devices[0]}-{devices[-1]}"
     return ",".join(str(d) for d in devices)
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _environment() -> jinja2.Environment:
@@ -57,24 +57,22 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
-    env.filters["shq"] = shlex.quote
+    env.filters["shq"] = _quote
     env.filters["devices"] = _devices
     return env
 
 
 def _env_lines(p: ProcessPlan) -> list[tuple[str, str]]:
-    """Environment exports; values owned by a setting stay tunable through its variable."""
+    """``export`` lines; a value owned by a setting stays tunable through its variable."""
     from_setting = {
-        SETTINGS_BY_KEY[key].target: SETTINGS_BY_KEY[key].var
-        for key in SETTINGS_BY_KEY
-        if SETTINGS_BY_KEY[key].how == "env" and SETTINGS_BY_KEY[key].var in p.settings
+        s.target: s.var for s in SETTINGS_BY_KEY.values() if s.how == "env" and s.var in p.settings
     }
     lines = []
     for key in sorted(p.env):
         if key in from_setting:
             lines.append((key, '"${' + from_setting[key] + '}"'))
         else:
-            lines.append((key, shlex.quote(p.env[key])))
+            lines.append((key, shell_value(key, p.env[key])))
     return lines
 
 
@@ -92,49 +90,137 @@ def describe(p: ProcessPlan) -> str:
     return f"{p.name} ({', '.join(parts)})"
 
 
+def _needs(p: ProcessPlan) -> dict[str, str]:
+    """Variables the node must provide, with what each one is."""
+    names: set[str] = set()
+    for token in p.argv_template:
+        names |= references(token)
+    for value in p.env.values():
+        if isinstance(value, NodeValue):
+            names.add("NODE_IP" if value.node == "ip" else "NODE_NIC")
+    wanted = {}
+    for name in sorted(names):
+        if name in ("NODE_IP", "NODE_NIC"):
+            wanted[name] = (
+                "the " + ("address" if name == "NODE_IP" else "interface") + " of this node"
+            )
+        elif name.startswith("NODE") and name.endswith("_IP"):
+            wanted[name] = f"the address of node {name[4:-3]}"
+    return wanted
+
+
+def _uses_nic(node: NodePlan) -> bool:
+    return any("NODE_NIC" in _needs(p) for p in node.processes)
+
+
 def _referenced_nodes(node: NodePlan) -> list[int]:
     found = {node.index}
     for p in node.processes:
-        for token in p.argv_template:
-            found.update(int(m.group(1)) for m in _NODE_REF.finditer(token))
-        found.update(int(m.group(1)) for m in _NODE_REF.finditer(p.host))
+        found |= {int(n[4:-3]) for n in _needs(p) if n.startswith("NODE") and n[4:-3].isdigit()}
     return sorted(found)
 
 
-def render_files(plan: Plan) -> dict[str, str]:
-    """Every rendered file of a Plan, by relative path (pure: used by tests and kits)."""
+def process_script(plan: Plan, p: ProcessPlan) -> str:
+    """The POSIX sh script of one process."""
+    return (
+        _environment()
+        .get_template("process.sh.j2")
+        .render(
+            p=p,
+            layout=plan.layout,
+            version=__version__,
+            describe=describe(p),
+            required=_needs(p),
+            bind=p.bind_host if p.kind == "engine" else None,
+            argv=[shell_word(t) for t in p.argv_template],
+            env_lines=_env_lines(p),
+        )
+    )
+
+
+def _group0_rule(plan: Plan) -> tuple[bool, str]:
+    """Whether group 0 must be one node, and why (for the entry's message)."""
+    if any(p.kind == "proxy" for p in plan.processes):
+        return (
+            True,
+            "a second group-0 node would run a second proxy that cannot see the first's load",
+        )
+    if any(p.headless for p in plan.processes):
+        return True, "the other nodes run headless ranks that serve no API"
+    return False, ""
+
+
+def _modelarts(plan: Plan) -> dict[str, str]:
+    env = _environment()
+    proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
+    if proxy is not None and proxy.node != 0:
+        raise UsageError(
+            f"{plan.layout}: the platform routes traffic to group 0 (node 0), but the proxy is on "
+            f"node {proxy.node}; set proxy.node: 0 or render --target nodes"
+        )
+    single, why = _group0_rule(plan)
+    files = {
+        "run.sh": env.get_template("modelarts_run.sh.j2").render(
+            layout=plan.layout,
+            version=__version__,
+            node_count=len(plan.nodes),
+            nodes=plan.nodes,
+            nic_nodes=[n.index for n in plan.nodes if _uses_nic(n)],
+            proxy_node=None if proxy is None else proxy.node,
+            group0_single=single and len(plan.nodes) > 1,
+            group0_why=why,
+        )
+    }
+    for p in plan.processes:
+        files[f"{p.name}.sh"] = process_script(plan, p)
+    files.update(bundle_files())
+    return files
+
+
+def _nodes(plan: Plan) -> dict[str, str]:
     env = _environment()
     files: dict[str, str] = {}
     common = {"layout": plan.layout, "version": __version__}
+    bundled = bundle_files()
     for node in plan.nodes:
         base = f"node{node.index}"
-        files[f"{base}/env.sh"] = env.get_template("env.sh.j2").render(
-            node=node, referenced_nodes=_referenced_nodes(node), **common
+        files[f"{base}/env.sh"] = env.get_template("nodes_env.sh.j2").render(
+            node=node, referenced_nodes=_referenced_nodes(node), needs_nic=_uses_nic(node), **common
         )
-        files[f"{base}/run.sh"] = env.get_template("run.sh.j2").render(
+        files[f"{base}/run.sh"] = env.get_template("nodes_run.sh.j2").render(
             node=node, node_count=len(plan.nodes), **common
         )
         for p in node.processes:
-            files[f"{base}/{p.name}.sh"] = env.get_template("process.sh.j2").render(
-                p=p,
-                describe=describe(p),
-                argv=[shell_word(t) for t in p.argv_template],
-                env_lines=_env_lines(p),
-                guard_target=GUARD_MIDDLEWARE,
-                **common,
-            )
-    files["plan.md"] = env.get_template("plan.md.j2").render(plan=plan)
+            files[f"{base}/{p.name}.sh"] = process_script(plan, p)
+        files.update({f"{base}/{name}": text for name, text in bundled.items()})
+    return files
+
+
+def render_files(plan: Plan, target: Target = "modelarts") -> dict[str, str]:
+    """Every rendered file of a Plan, by relative path (pure: used by tests and kits)."""
+    files = _modelarts(plan) if target == "modelarts" else _nodes(plan)
+    files["plan.md"] = _environment().get_template("plan.md.j2").render(plan=plan, target=target)
     files["plan.json"] = plan.model_dump_json(indent=2) + "\n"
     return files
 
 
-def write_rendering(plan: Plan, out: Path) -> list[Path]:
+def executable(rel: str) -> bool:
+    return rel.endswith((".sh", ".pyz"))
+
+
+def write_rendering(
+    plan: Plan, out: Path, target: Target = "modelarts", *, force: bool = False
+) -> list[Path]:
     """Write the rendering to ``out`` atomically (the folder appears whole or not at all)."""
-    files = render_files(plan)
-    with staged_dir(out) as tmp:
+    files = render_files(plan, target)
+    with staged_dir(out, force=force) as tmp:
         for rel, text in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            path.chmod(0o755 if rel.endswith(".sh") else 0o644)
+            path.chmod(0o755 if executable(rel) else 0o644)
     return [out / rel for rel in sorted(files)]
+
+
+def process_names(nodes: Iterable[NodePlan]) -> list[str]:
+    return [p.name for n in nodes for p in n.processes]

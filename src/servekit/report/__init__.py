@@ -1,24 +1,12 @@
-"""servekit.report: ``servekit verify``, the release report and the catalog site.
+"""servekit.report: the release report of a verify run folder, and the catalog site.
 
-``verify`` joins up, accept, bench and kit into one run folder, writes the
-report from that folder's files (:func:`build_report`) and records a passing
-run in the layout's verification ledger. ``build_site`` writes the catalog.
+The report is rebuilt from the files a run left (:func:`build_report`), so it
+renders the same whoever ran the run; ``build_site`` writes the catalog as a
+static site. Running a verification is :mod:`servekit.verify`'s job.
 """
 
-from servekit.report.adapters import real_components
 from servekit.report.build import build_report
-from servekit.report.components import Components
 from servekit.report.models import VerifyRun
 from servekit.report.site import build_site
-from servekit.report.verify import VerifyOptions, VerifyOutcome, verify
 
-__all__ = [
-    "Components",
-    "VerifyOptions",
-    "VerifyOutcome",
-    "VerifyRun",
-    "build_report",
-    "build_site",
-    "real_components",
-    "verify",
-]
+__all__ = ["VerifyRun", "build_report", "build_site"]

@@ -14,10 +14,10 @@ from rich.table import Table
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import LoadedLayout, load, load_all, resolve_catalog
-from servekit.catalog.rules import Finding, check_layout
 from servekit.catalog.schema import Layout
 from servekit.defaults import ENGINE_KINDS, ROLES, table_rows
 from servekit.errors import UsageError
+from servekit.render.rules import Finding, check_layout
 
 
 def topology(layout: Layout) -> str:
@@ -68,10 +68,16 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     out.print(f"status: {status.state}: {status.reason}")
     prov = lay.provenance
     out.print(f"source: {prov.source}")
+    if prov.source_ref is not None:
+        ref = prov.source_ref
+        out.print(f"verified scripts: {ref.repo}@{ref.commit[:12]} {ref.folder}")
     if prov.derived_from:
         out.print(f"derived from {prov.derived_from}")
     for d in prov.deviations:
-        out.print(f"deviation: {d.what} - because {d.reason}")
+        where = f" ({', '.join(d.engines)})" if d.engines else ""
+        out.print(f"deviation: {d.names}{where}: {d.what} - because {d.reason}", markup=False)
+    for d in prov.source_deviations:
+        out.print(f"source's own deviation from upstream: {d.what} - because {d.reason}")
     for c in prov.caveats:
         out.print(f"caveat: {c}")
     plan = build_plan(lay)

@@ -17,9 +17,9 @@ from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
 from servekit.errors import UsageError
-from servekit.report.components import Components, EngineChoice
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
+from servekit.verify.components import Components, EngineChoice
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.report.components import EngineChoice
+from servekit.verify.components import EngineChoice
 
 
 class VerifyOptions(BaseModel):

@@ -1,6 +1,6 @@
 """One verify run going through its steps: up (or attach), accept, bench, kit, down.
 
-Each step records its outcome in :class:`~servekit.report.steps.Steps` and
+Each step records its outcome in :class:`~servekit.verify.steps.Steps` and
 writes its result file into the run folder; the flow object keeps what later
 steps and the report need. Bad input at start-up (a UsageError from the
 runner) propagates, so the command exits 2 after teardown.
@@ -17,11 +17,11 @@ from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
-from servekit.report.components import Components
 from servekit.report.models import Files, KitCheck
-from servekit.report.options import VerifyOptions
-from servekit.report.steps import StepFailed, Steps, one_line
-from servekit.report.workloads import contexts_for, settings_for, workloads_for
+from servekit.verify.components import Components
+from servekit.verify.options import VerifyOptions
+from servekit.verify.steps import StepFailed, Steps, one_line
+from servekit.verify.workloads import contexts_for, settings_for, workloads_for
 
 
 @dataclass

@@ -221,8 +221,7 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
     for role in groups[proxy.mode]:
         which = "replicas" if role == "mixed" else role
         listed = set(proxy.endpoints(which))  # type: ignore[arg-type]
-        base = build_plan(layout, PlanOptions())
-        actual = {(p.node, p.api_port) for p in base.api_processes(role) if p.api_port}  # type: ignore[arg-type]
+        actual = {(p.node, p.api_port) for p in plan.api_processes(role) if p.api_port}  # type: ignore[arg-type]
         for node, port in sorted(listed - actual):
             yield _err(
                 layout,

@@ -20,13 +20,13 @@ from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
 from servekit.render.plan import build_plan
 from servekit.report.build import RUN_FILE, build_report
-from servekit.report.components import Components
 from servekit.report.evidence import write_sums
-from servekit.report.flow import Flow
 from servekit.report.models import VerifyRun
-from servekit.report.options import VerifyOptions, default_run_dir
-from servekit.report.records import ledger_record, run_record
-from servekit.report.steps import Steps
+from servekit.verify.components import Components
+from servekit.verify.flow import Flow
+from servekit.verify.options import VerifyOptions, default_run_dir
+from servekit.verify.records import ledger_record, run_record
+from servekit.verify.steps import Steps
 
 __all__ = ["VerifyOptions", "VerifyOutcome", "verify"]
 

@@ -1,8 +1,8 @@
 """The parts ``servekit verify`` joins, as small Protocols.
 
-The flow in :mod:`servekit.report.verify` only knows these interfaces; the real
+The flow in :mod:`servekit.verify.run` only knows these interfaces; the real
 runner, acceptance suite, benchmark and kit verifier are bound in
-:mod:`servekit.report.adapters`, and tests bind their own. This keeps the
+:mod:`servekit.verify.adapters`, and tests bind their own. This keeps the
 orchestration testable without patching import paths.
 """
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from servekit.catalog.loader import load_all
-from servekit.catalog.rules import Finding, check_layout
 from servekit.catalog.schema import Layout
+from servekit.render.rules import Finding, check_layout
 
 
 def findings_for(data: dict[str, Any]) -> list[Finding]:

@@ -9,9 +9,9 @@ from servekit import __version__
 from servekit.accept.models import AcceptResult
 from servekit.catalog.ledger import LedgerRecord
 from servekit.deployment import Deployment
-from servekit.report.flow import Flow
 from servekit.report.models import RunEngine, VerifyRun
-from servekit.report.options import VerifyOptions
+from servekit.verify.flow import Flow
+from servekit.verify.options import VerifyOptions
 
 
 def engine_of(opts: VerifyOptions, dep: Deployment | None) -> RunEngine:

@@ -1,0 +1,88 @@
+"""Profiles: what a family of layouts shares, per role, written once.
+
+The A3 layouts of one family (say the external-DP PD layouts 1p1d, 2p2d, 3p1d,
+1p3d) run the same verified prefill and decode commands; only topology, engine
+ids and ports differ. A profile at ``<catalog>/<hardware>/profiles/<name>.yaml``
+holds those commands as data (tunable settings, vLLM flags, JSON configs,
+environment, working directory) for ``common`` and for each role; an engine
+says ``profile: NAME`` and the loader merges profile, role and engine in that
+order (mappings key by key, where ``null`` removes an inherited key; anything
+else is replaced whole). The profile's settings are also its rows of the
+defaults table (``servekit defaults``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servekit.catalog.schema import ArgValue, EnvValue
+from servekit.defaults import EngineKind, Role, SettingValue
+
+PROFILES_DIR = "profiles"
+MERGED_MAPPINGS = ("settings", "engine_args", "leader_args", "env")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RoleProfile(_Strict):
+    """The part of an engine's definition a profile can give (any role, or one role)."""
+
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    engine_args: dict[str, ArgValue] = Field(default_factory=dict)
+    leader_args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
+    additional_config: dict[str, Any] | None = None
+    bind_host: str | None = "0.0.0.0"
+    cwd: str | None = None
+
+
+class Profile(_Strict):
+    """A family of layouts' shared command, per role."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    summary: str
+    engine_kind: EngineKind
+    source: str = Field(description="where these values were verified")
+    common: RoleProfile = RoleProfile()
+    roles: dict[Literal["mixed", "prefill", "decode"], RoleProfile] = Field(default_factory=dict)
+
+    def layer(self, role: Role) -> list[dict[str, Any]]:
+        """The profile's contributions for ``role``, in merge order."""
+        parts = [self.common]
+        if role in self.roles:
+            parts.append(self.roles[role])
+        return [p.model_dump(exclude_unset=True) for p in parts]
+
+    def settings_for(self, role: Role) -> dict[str, SettingValue]:
+        """This family's defaults-table row for ``role``."""
+        merged: dict[str, SettingValue] = dict(self.common.settings)
+        if role in self.roles:
+            merged.update(self.roles[role].settings)
+        return merged
+
+
+def profile_path(profiles_dir: Path, name: str) -> Path:
+    return profiles_dir / f"{name}.yaml"
+
+
+def merge_layers(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge engine definitions, later ones winning; ``null`` in a mapping removes a key."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key in MERGED_MAPPINGS and isinstance(value, dict):
+                current = dict(merged.get(key) or {})
+                for name, item in value.items():
+                    if item is None:
+                        current.pop(name, None)
+                    else:
+                        current[name] = item
+                merged[key] = current
+            else:
+                merged[key] = value
+    return merged

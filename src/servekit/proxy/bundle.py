@@ -1,0 +1,82 @@
+"""The proxy as one self-contained zipapp, for engine images that have only aiohttp.
+
+A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
+pydantic of a known version. :func:`build_zipapp` packs the proxy package,
+``servekit/__init__.py``, ``servekit/errors.py`` and ``servekit/guard.py`` (all
+standard library) and prometheus_client (pure Python, copied from the installed
+distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
+
+    python3 servekit-proxy.pyz --prefill URL --decode URL --port 8000
+
+runs the same proxy as ``python -m servekit.proxy``. The archive is written
+with fixed timestamps and permissions in sorted order: the same sources give
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+SHEBANG = b"#!/usr/bin/env python3\n"
+MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.server import main\n\nsys.exit(main())\n'
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+VENDORED = "prometheus_client"
+LEFT_OUT = ("bundle.py",)  # builds the archive; not needed to run it
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{name} is not installed; the zipapp needs it")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _tree(root: Path, prefix: str) -> Iterator[tuple[str, bytes]]:
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" not in path.parts and path.name not in LEFT_OUT:
+            yield f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes()
+
+
+def _licenses(dist: str) -> Iterator[tuple[str, bytes]]:
+    for f in importlib.metadata.files(dist) or ():
+        if f.name in ("LICENSE", "NOTICE"):
+            yield f"{VENDORED}/{f.name}", Path(str(f.locate())).read_bytes()
+
+
+def members() -> dict[str, bytes]:
+    """Archive name -> bytes of everything the zipapp holds."""
+    servekit = _package_dir("servekit")
+    found = dict(_tree(servekit / "proxy", "servekit/proxy"))
+    for name in ("__init__.py", "errors.py", "guard.py"):
+        found[f"servekit/{name}"] = (servekit / name).read_bytes()
+    found.update(_tree(_package_dir(VENDORED), VENDORED))
+    found.update(_licenses(VENDORED))
+    found["__main__.py"] = MAIN
+    return found
+
+
+def build_zipapp(out: Path) -> Path:
+    """Write the proxy zipapp to ``out`` (temp file + rename); returns ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(SHEBANG)
+            with zipfile.ZipFile(fh, "w") as zf:
+                for name, data in sorted(members().items()):
+                    info = zipfile.ZipInfo(name, FIXED_TIME)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = 0o644 << 16
+                    zf.writestr(info, data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

@@ -1,0 +1,93 @@
+"""Environment values a node resolves when it starts, and their two renderings.
+
+The catalog's typed values (:class:`~servekit.catalog.schema.NodeValue`,
+:class:`~servekit.catalog.schema.Prepend`) plus one the Plan adds itself
+(:class:`BundlePrepend`, the folder of servekit's bundled files on PYTHONPATH)
+become either a shell word for rendered scripts (only servekit's own variable
+references are ever left unquoted: a value from a layout is always quoted, so no
+value can run a command) or a concrete string for a process started here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servekit.catalog.schema import EnvValue, NodeValue, Prepend
+
+BUNDLE_REF = "${BUNDLE_DIR}"
+
+
+class BundlePrepend(BaseModel):
+    """The folder holding servekit's bundled files, in front of the inherited value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bundle_dir: str = Field(description="the folder here, or ${BUNDLE_DIR} in scripts")
+    sep: str = ":"
+
+
+AnyEnvValue = EnvValue | BundlePrepend
+
+
+def shell_value(name: str, value: AnyEnvValue) -> str:
+    """The right-hand side of ``export NAME=...`` in a POSIX sh script."""
+    if isinstance(value, str):
+        return shlex.quote(value)
+    if isinstance(value, NodeValue):
+        return '"$NODE_IP"' if value.node == "ip" else '"$NODE_NIC"'
+    inherited = '"${' + name + ':-}"'
+    if isinstance(value, Prepend):
+        return shlex.quote(value.prepend + value.sep) + inherited
+    return '"$BUNDLE_DIR"' + shlex.quote(value.sep) + inherited
+
+
+def resolve_value(
+    name: str,
+    value: AnyEnvValue,
+    *,
+    node_ip: str,
+    node_nic: str,
+    inherited: Mapping[str, str],
+) -> str:
+    """The value a process started here gets (the same rule the scripts apply)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, NodeValue):
+        return node_ip if value.node == "ip" else node_nic
+    before = inherited.get(name, "")
+    if isinstance(value, Prepend):
+        return value.prepend + value.sep + before
+    return value.bundle_dir + value.sep + before
+
+
+def resolve_env(
+    env: Mapping[str, AnyEnvValue],
+    *,
+    node_ip: str,
+    node_nic: str,
+    inherited: Mapping[str, str],
+) -> dict[str, str]:
+    """Every value of a process's environment, resolved for this machine."""
+    return {
+        name: resolve_value(name, value, node_ip=node_ip, node_nic=node_nic, inherited=inherited)
+        for name, value in env.items()
+    }
+
+
+def template_value(name: str, value: AnyEnvValue) -> str:
+    """The value as the scripts' expansion would print it, with references unexpanded.
+
+    ``${NODE_IP}``, ``${NODE_NIC}``, ``${BUNDLE_DIR}`` and ``${NAME:-}`` stand for
+    what the node fills in; used by fidelity and dry-run comparisons.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, NodeValue):
+        return "${NODE_IP}" if value.node == "ip" else "${NODE_NIC}"
+    tail = value.sep + "${" + name + ":-}"
+    if isinstance(value, Prepend):
+        return value.prepend + tail
+    return value.bundle_dir + tail

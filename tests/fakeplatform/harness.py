@@ -1,0 +1,409 @@
+"""A fake ModelArts platform: run a node's launch entry here and record what it starts.
+
+On the real platform every node runs the same entry script; it waits for the rank
+table (``$RANK_TABLE_FILE``), finds itself in it by ``hostname`` (the pod name) or
+``hostname -I``, resolves its NIC with ``ifconfig`` (or ``ip``), and finally execs
+``vllm serve ...`` and ``python3 $PROXY_SCRIPT ...``. This module builds all of
+that in a temp folder:
+
+- a real ``global_rank_table.json`` (``status``, ``server_group_list`` with
+  ``server_ip`` and ``pod_name``; group sizes configurable, group 0 first);
+- ``bin/`` placed first on ``PATH``: fake ``hostname``, ``ifconfig`` and ``ip``
+  (``tests/fakeplatform/bin``, reading ``FAKEPLATFORM_POD/IP/NIC``) and a recording
+  ``vllm`` (``tests/fakeplatform/recorder.py``);
+- a recording proxy script for ``PROXY_SCRIPT``;
+
+and runs one node's entry (``dash ENTRY`` by default) under a minimal, explicit
+environment, waiting for it and everything it started, then returns the records.
+Values are distinctive on purpose (pods ``fake-pod-<k>``, IPs ``10.88.0.<k+1>``,
+NICs ``fakenic<k>``, inherited ``LD_PRELOAD=/inherited/preload``) so the
+normalizer can turn them back into placeholders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fakeplatform.normalize import (
+    Placeholders,
+    ProcessFacts,
+    env_changes,
+    node_placeholders,
+    process_facts,
+)
+
+HERE = Path(__file__).resolve().parent
+FAKE_TOOLS = ("hostname", "ifconfig", "ip")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HARNESS_PREFIX = "FAKEPLATFORM_"
+
+# Values every node inherits, so that what a script prepends or unsets is visible.
+INHERITED: dict[str, str] = {
+    "LD_PRELOAD": "/inherited/preload",
+    "LD_LIBRARY_PATH": "/inherited/lib",
+    "http_proxy": "http://inherited-proxy.invalid:3128",
+    "https_proxy": "http://inherited-proxy.invalid:3128",
+    "HTTP_PROXY": "http://inherited-proxy.invalid:3128",
+    "HTTPS_PROXY": "http://inherited-proxy.invalid:3128",
+}
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    """One node as the rank table and the fake tools show it."""
+
+    index: int
+    pod: str
+    ip: str
+    nic: str
+
+
+def fake_nodes(count: int) -> tuple[FakeNode, ...]:
+    """``count`` nodes with the standard distinctive values."""
+    if not 1 <= count <= 250:
+        raise ValueError(f"node count must be 1..250, got {count}")
+    return tuple(
+        FakeNode(k, f"fake-pod-{k}", f"10.88.0.{k + 1}", f"fakenic{k}") for k in range(count)
+    )
+
+
+@dataclass(frozen=True)
+class Record:
+    """One process a node's entry started: a recorded ``vllm`` or proxy."""
+
+    kind: str
+    node: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    pid: int
+
+
+@dataclass
+class FakePlatform:
+    """The files of a fake platform under ``root``; build it with ``create_platform``."""
+
+    root: Path
+    nodes: tuple[FakeNode, ...]
+    group_sizes: tuple[int, ...]
+    inherited: dict[str, str] = field(default_factory=lambda: dict(INHERITED))
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def record_dir(self) -> Path:
+        return self.root / "records"
+
+    @property
+    def rank_table(self) -> Path:
+        return self.root / "config" / "global_rank_table.json"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def start_dir(self) -> Path:
+        """Where every entry starts (the platform's working directory)."""
+        return self.root / "start"
+
+    @property
+    def proxy_script(self) -> Path:
+        return self.root / "proxy_recorder.py"
+
+    def node_dir(self, index: int) -> Path:
+        return self.root / f"node{index}"
+
+    def base_env(self, index: int) -> dict[str, str]:
+        """The environment node ``index`` starts its entry with."""
+        node = self.nodes[index]
+        env = {
+            "PATH": f"{self.bin_dir}:{SYSTEM_PATH}",
+            "HOME": str(self.home),
+            "LANG": "C.UTF-8",
+            "RANK_TABLE_FILE": str(self.rank_table),
+            "RANK_TABLE_TIMEOUT": "5",
+            "RANK_TABLE_INTERVAL": "1",
+            "ENV_LOG_FILE": str(self.node_dir(index) / "env.log"),
+            "PROXY_SCRIPT": str(self.proxy_script),
+            "FAKEPLATFORM_NODE": str(index),
+            "FAKEPLATFORM_RECORD_DIR": str(self.record_dir),
+            "FAKEPLATFORM_POD": node.pod,
+            "FAKEPLATFORM_IP": node.ip,
+            "FAKEPLATFORM_NIC": node.nic,
+        }
+        env.update(self.inherited)
+        return env
+
+    def records(self, node: int | None = None) -> list[Record]:
+        """Every process recorded so far (of one node if given), in a stable order."""
+        found = [_read_record(p) for p in sorted(self.record_dir.glob("*.json"))]
+        chosen = [r for r in found if r is not None and (node is None or r.node == node)]
+        return sorted(chosen, key=lambda r: (r.node, r.kind, r.argv))
+
+    def exits(self) -> list[dict[str, Any]]:
+        """Exit records written by processes that stayed alive until SIGTERM."""
+        return [json.loads(p.read_text()) for p in sorted(self.record_dir.glob("*.exit.json"))]
+
+
+def _read_record(path: Path) -> Record | None:
+    if path.name.endswith(".exit.json"):
+        return None
+    data = json.loads(path.read_text())
+    return Record(
+        kind=data["kind"],
+        node=data["node"],
+        argv=tuple(data["argv"]),
+        env=dict(data["env"]),
+        cwd=data["cwd"],
+        pid=data["pid"],
+    )
+
+
+def rank_table(
+    nodes: Sequence[FakeNode], group_sizes: Sequence[int], status: str = "completed"
+) -> dict[str, Any]:
+    """A ModelArts ``global_rank_table.json`` document: groups in order, group 0 first."""
+    if sum(group_sizes) != len(nodes) or any(size < 1 for size in group_sizes):
+        raise ValueError(f"group sizes {list(group_sizes)} do not split {len(nodes)} nodes")
+    groups: list[dict[str, Any]] = []
+    start = 0
+    for g, size in enumerate(group_sizes):
+        servers = [
+            {"server_id": n.ip, "server_ip": n.ip, "pod_name": n.pod, "device": []}
+            for n in nodes[start : start + size]
+        ]
+        groups.append(
+            {"group_name": f"group{g}", "server_count": str(size), "server_list": servers}
+        )
+        start += size
+    return {
+        "status": status,
+        "group_count": str(len(groups)),
+        "server_group_list": groups,
+        "version": "1.0",
+    }
+
+
+def write_rank_table(platform: FakePlatform, status: str = "completed") -> None:
+    """(Re)write the platform's rank table, e.g. to flip it to ``completed`` later."""
+    doc = rank_table(platform.nodes, platform.group_sizes, status)
+    tmp = platform.rank_table.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2))
+    tmp.rename(platform.rank_table)
+
+
+def default_groups(count: int, group0: int = 1) -> tuple[int, ...]:
+    """Group 0 of ``group0`` nodes, the rest in group 1."""
+    return (group0,) if count == group0 else (group0, count - group0)
+
+
+def create_platform(
+    root: Path,
+    nodes: int | Sequence[FakeNode],
+    group_sizes: Sequence[int] | None = None,
+    *,
+    status: str = "completed",
+    inherited: Mapping[str, str] | None = None,
+) -> FakePlatform:
+    """Lay out a fake platform in the empty or missing folder ``root``."""
+    node_list = fake_nodes(nodes) if isinstance(nodes, int) else tuple(nodes)
+    sizes = tuple(group_sizes) if group_sizes is not None else default_groups(len(node_list))
+    platform = FakePlatform(root.resolve(), node_list, sizes)
+    if inherited is not None:
+        platform.inherited = dict(inherited)
+    for folder in (platform.bin_dir, platform.record_dir, platform.home, platform.start_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    platform.rank_table.parent.mkdir(parents=True, exist_ok=True)
+    for k in range(len(node_list)):
+        platform.node_dir(k).mkdir(exist_ok=True)
+    for tool in FAKE_TOOLS:
+        shutil.copy2(HERE / "bin" / tool, platform.bin_dir / tool)
+        (platform.bin_dir / tool).chmod(0o755)
+    _install_recorder(platform.bin_dir / "vllm", executable=True)
+    _install_recorder(platform.proxy_script, executable=False)
+    write_rank_table(platform, status)
+    return platform
+
+
+def _install_recorder(target: Path, *, executable: bool) -> None:
+    body = (HERE / "recorder.py").read_text()
+    target.write_text(f"#!{sys.executable} -IS\n{body}")
+    target.chmod(0o755 if executable else 0o644)
+
+
+@dataclass
+class NodeRun:
+    """What running one node's entry gave: status, output and the recorded processes."""
+
+    node: int
+    returncode: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    records: list[Record]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class NodeProcess:
+    """A node's entry running under the reaper, in its own session."""
+
+    def __init__(
+        self,
+        platform: FakePlatform,
+        index: int,
+        popen: subprocess.Popen[bytes],
+        env: dict[str, str],
+    ) -> None:
+        self.platform = platform
+        self.index = index
+        self.popen = popen
+        self.env = env
+
+    def terminate(self) -> None:
+        """SIGTERM the node's whole process group (the reaper forwards and reaps)."""
+        if self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+
+    def wait(self, timeout: float = 60.0) -> NodeRun:
+        """Wait for the entry and all it started; kill the group if ``timeout`` passes."""
+        timed_out = False
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _signal_group(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+        _wait_group_gone(self.popen.pid)
+        folder = self.platform.node_dir(self.index)
+        return NodeRun(
+            node=self.index,
+            returncode=None if timed_out else self.popen.returncode,
+            timed_out=timed_out,
+            stdout=(folder / "stdout").read_text(errors="replace"),
+            stderr=(folder / "stderr").read_text(errors="replace"),
+            records=self.platform.records(self.index),
+            env=self.env,
+        )
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+def _wait_group_gone(pgid: int, limit: float = 5.0) -> None:
+    """After the reaper exits, give stragglers of its group a moment, then kill them."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def start_node(
+    platform: FakePlatform,
+    index: int,
+    entry: Path,
+    *,
+    shell: str = "dash",
+    args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> NodeProcess:
+    """Start node ``index``'s entry (``SHELL ENTRY ARGS...``) from the platform's start dir."""
+    env = platform.base_env(index)
+    env.update(extra_env or {})
+    folder = platform.node_dir(index)
+    argv = [sys.executable, str(HERE / "reaper.py"), shell, str(entry), *args]
+    with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
+        popen = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=platform.start_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    return NodeProcess(platform, index, popen, env)
+
+
+def run_node(
+    platform: FakePlatform,
+    index: int,
+    entry: Path,
+    *,
+    shell: str = "dash",
+    args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> NodeRun:
+    """Run node ``index``'s entry to the end and return its records."""
+    process = start_node(platform, index, entry, shell=shell, args=args, extra_env=extra_env)
+    return process.wait(timeout)
+
+
+def run_all_nodes(
+    platform: FakePlatform,
+    entry: Path,
+    *,
+    shell: str = "dash",
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> list[NodeRun]:
+    """Run every node's entry side by side, as the platform does, and wait for all."""
+    started = [
+        start_node(platform, k, entry, shell=shell, extra_env=extra_env)
+        for k in range(len(platform.nodes))
+    ]
+    return [process.wait(timeout) for process in started]
+
+
+def platform_placeholders(platform: FakePlatform) -> Placeholders:
+    """The fake platform's machine-dependent values and their placeholders."""
+    extra = [(node.pod, f"{{NODE{node.index}_POD}}") for node in platform.nodes]
+    extra += [(str(platform.proxy_script), "{PROXY_SCRIPT}"), (str(platform.root), "{PLATFORM}")]
+    return Placeholders(
+        literals=node_placeholders(
+            [n.ip for n in platform.nodes], [n.nic for n in platform.nodes], extra
+        ),
+        inherited={name: (value,) for name, value in platform.inherited.items()},
+        start_dir=str(platform.start_dir),
+    )
+
+
+def record_facts(
+    platform: FakePlatform, record: Record, base: Mapping[str, str] | None = None
+) -> ProcessFacts:
+    """The normalized facts of one recorded process, its env relative to ``base``
+    (default: the node's ``base_env``)."""
+    start = platform.base_env(record.node) if base is None else base
+    return process_facts(
+        node=record.node,
+        kind=record.kind,
+        argv=record.argv,
+        env=env_changes(record.env, start),
+        cwd=record.cwd,
+        placeholders=platform_placeholders(platform),
+    )
+
+
+def run_facts(platform: FakePlatform, run: NodeRun) -> list[ProcessFacts]:
+    """The normalized facts of every process a node run recorded."""
+    return [record_facts(platform, r, run.env) for r in run.records]

@@ -1,0 +1,103 @@
+"""A recording stand-in for ``vllm`` and for the PD proxy script on the fake platform.
+
+The harness copies this file, unchanged, to ``bin/vllm`` (with its own interpreter
+on the first line) and to ``proxy_recorder.py`` (which scripts run as
+``python3 "$PROXY_SCRIPT" ...``). The copy's file name says what it stands for:
+``vllm`` records an engine, anything else a proxy.
+
+Each process writes one JSON record into ``$FAKEPLATFORM_RECORD_DIR``: its argv as
+the caller wrote it, the environment it was started with (``/proc/self/environ``,
+so nothing the interpreter adds at start-up leaks in), its working directory and
+the node index from ``$FAKEPLATFORM_NODE``. Then it exits 0 at once, unless
+``FAKEPLATFORM_STAY=1``: then it stays alive until SIGTERM (writing an exit record)
+for lifecycle tests. ``FAKEPLATFORM_FAIL_PORT=N`` makes the process whose
+``--port`` is N exit with status 3 right after recording, stay or not.
+
+Standard library only: it runs under whatever ``python3`` the scripts find.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+FAIL_STATUS = 3
+
+
+def _environment() -> dict[str, str]:
+    """The environment this process was exec'd with."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        name, _, value = item.partition(b"=")
+        env[os.fsdecode(name)] = os.fsdecode(value)
+    return env
+
+
+def _argv(kind: str) -> list[str]:
+    """argv as the caller wrote it: ``vllm serve ...`` or ``python3 SCRIPT ...``."""
+    if kind == "engine":
+        return [Path(sys.argv[0]).name, *sys.argv[1:]]
+    interpreter = Path(sys.orig_argv[0]).name if sys.orig_argv else "python3"
+    return [interpreter, sys.argv[0], *sys.argv[1:]]
+
+
+def _write(directory: Path, stem: str, payload: dict[str, object]) -> None:
+    tmp = directory / f".{stem}.tmp"
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    tmp.rename(directory / f"{stem}.json")
+
+
+def _port(argv: list[str]) -> str | None:
+    for i, word in enumerate(argv):
+        if word == "--port" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--port="):
+            return word.removeprefix("--port=")
+    return None
+
+
+def main() -> int:
+    kind = "engine" if Path(sys.argv[0]).name == "vllm" else "proxy"
+    env = _environment()
+    if not env.get("FAKEPLATFORM_RECORD_DIR"):
+        print("recorder: FAKEPLATFORM_RECORD_DIR is not set", file=sys.stderr)
+        return 2
+    directory = Path(env["FAKEPLATFORM_RECORD_DIR"])
+    # Block SIGTERM before the record exists, so one sent as soon as it appears is not lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    argv = _argv(kind)
+    stem = f"{kind}-n{env.get('FAKEPLATFORM_NODE', 'x')}-{os.getpid()}-{time.monotonic_ns()}"
+    _write(
+        directory,
+        stem,
+        {
+            "kind": kind,
+            "node": int(env.get("FAKEPLATFORM_NODE", "-1")),
+            "argv": argv,
+            "env": env,
+            "cwd": os.getcwd(),
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+        },
+    )
+    if env.get("FAKEPLATFORM_FAIL_PORT") and _port(argv) == env["FAKEPLATFORM_FAIL_PORT"]:
+        return FAIL_STATUS
+    if env.get("FAKEPLATFORM_STAY") != "1":
+        return 0
+    signum = signal.sigwait({signal.SIGTERM})
+    _write(directory, stem + ".exit", {"pid": os.getpid(), "signal": int(signum)})
+    return 128 + int(signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
