@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from servekit.report.build import build_report
-from servekit.report.verify import VerifyOptions, VerifyOutcome, verify
+from servekit.verify.run import VerifyOptions, VerifyOutcome, verify
 
 from .support import SimRunner, components
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from servekit.catalog.ledger import read_records, verification_status
 from servekit.catalog.loader import load, packaged_catalog
-from servekit.report.verify import VerifyOptions, verify
+from servekit.verify.run import VerifyOptions, verify
 
 from .support import SimRunner, components
 
