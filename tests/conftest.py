@@ -17,6 +17,15 @@ from servekit.catalog.profiles import PROFILES_DIR
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def private_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Per-user state and data folders inside the test's tmp_path (never the real ~/.local)."""
+    home = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    return home
+
+
 @pytest.fixture(scope="session")
 def catalog_dir() -> Path:
     return packaged_catalog()

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.errors import UsageError
+from servekit.userdirs import state_dir
 
 EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
 EngineKind = Literal["vllm", "sim", "external"]
@@ -64,14 +65,41 @@ class Deployment(BaseModel):
         return self.engine == "sim"
 
 
+FOLDER_RUNS = Path(".servekit/runs")
+"""Where runs lived before the per-user state folder; still listed from the current folder."""
+
+
 def runs_root() -> Path:
-    """Where ``servekit up`` keeps run directories (``SERVEKIT_RUNS`` overrides)."""
-    return Path(os.environ.get("SERVEKIT_RUNS", ".servekit/runs")).resolve()
+    """Where ``servekit up`` keeps run directories: ``SERVEKIT_RUNS``, else the per-user
+    state folder (``$XDG_STATE_HOME/servekit/runs``), so a run is found from any folder."""
+    chosen = os.environ.get("SERVEKIT_RUNS")
+    return Path(chosen).resolve() if chosen else state_dir() / "runs"
+
+
+def run_roots() -> list[Path]:
+    """Every folder that may hold runs: :func:`runs_root`, then (unless ``SERVEKIT_RUNS``
+    is set) the current folder's ``.servekit/runs`` from earlier versions."""
+    roots = [runs_root()]
+    here = FOLDER_RUNS.resolve()
+    if "SERVEKIT_RUNS" not in os.environ and here.is_dir() and here not in roots:
+        roots.append(here)
+    return roots
 
 
 def run_dir_for(layout: str) -> Path:
-    """The run directory of a layout name such as ``local/1p1d``."""
+    """Where a new run of a layout name such as ``local/1p1d`` goes."""
     return runs_root() / layout.replace("/", "__")
+
+
+def run_dirs_of(layout: str) -> list[Path]:
+    """Every existing run directory of ``layout`` (one per root that has it)."""
+    slug = layout.replace("/", "__")
+    return [root / slug for root in run_roots() if (root / slug).is_dir()]
+
+
+def find_run_dir(layout: str) -> Path:
+    """The run directory of ``layout`` that exists (the per-user one first), else the new one."""
+    return next(iter(run_dirs_of(layout)), run_dir_for(layout))
 
 
 def load_deployment(target: str) -> Deployment:
@@ -82,7 +110,8 @@ def load_deployment(target: str) -> Deployment:
     """
     if target.startswith(("http://", "https://")):
         return Deployment(entry_url=target.rstrip("/"))
-    path = run_dir_for(target) / "deployment.json"
+    found = [d / "deployment.json" for d in run_dirs_of(target)]
+    path = next((f for f in found if f.is_file()), run_dir_for(target) / "deployment.json")
     if not path.is_file():
         raise UsageError(
             f"--target {target}: no running deployment found at {path}; "

@@ -184,3 +184,51 @@ def test_every_catalog_layout_has_a_status(catalog: Path) -> None:
     assert states["a3/dsv41-ced-pd"] == "verified"
     assert states["local/single"] == "unverified"
     assert set(states.values()) <= {"verified", "stale", "unverified", "derived", "simulated-only"}
+
+
+def test_packaged_layout_keeps_its_ledger_in_the_user_data_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    loaded = load("local/1p1d")  # the packaged catalog
+    want = tmp_path / "data/servekit/ledger/local/1p1d/verification.jsonl"
+    assert ledger_path(loaded) == want
+    rec = record(loaded)
+    assert append_record(loaded, rec) == want
+    assert read_records(want) == [rec]
+    assert not (loaded.folder / "verification.jsonl").exists()
+    assert verification_status(loaded).record == rec
+
+
+def test_without_xdg_data_home_the_ledger_goes_under_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    want = tmp_path / ".local/share/servekit/ledger/a3/1p1d/verification.jsonl"
+    assert ledger_path(load("a3/1p1d")) == want
+
+
+def test_a_relative_xdg_data_home_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ledger_path(load("local/single")).is_relative_to(tmp_path / ".local/share/servekit")
+
+
+def test_a_ledger_shipped_beside_a_packaged_layout_is_read_not_written(
+    catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servekit.catalog.ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "packaged_catalog", lambda: catalog)
+    loaded = load("local/1p1d", catalog)
+    shipped = record(loaded, engine="sim")
+    (loaded.folder / "verification.jsonl").write_text(shipped.model_dump_json() + "\n")
+    mine = record(loaded, date=dt.datetime(2026, 11, 3, tzinfo=dt.UTC))
+    path = append_record(loaded, mine)
+    assert path.is_relative_to(tmp_path / "xdg/data/servekit/ledger")
+    assert ledger_mod.ledger_records(loaded) == [shipped, mine]
+    assert read_records(loaded.folder / "verification.jsonl") == [shipped]
+    assert verification_status(loaded).state == "verified"

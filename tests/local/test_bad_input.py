@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,11 +55,19 @@ def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> Non
     assert_nothing_started(tmp_path)
 
 
-def test_missing_model_directory_says_how_to_build_it(tmp_path: Path) -> None:
+def test_missing_model_directory_says_how_to_build_it(
+    tmp_path: Path,
+    layout_data: Callable[[str], dict[str, Any]],
+    write_catalog: Callable[[dict[str, Any]], Path],
+) -> None:
     pytest.importorskip("vllm", reason="the model check follows the engine check")
-    result = servekit(tmp_path, "up", "local/single")
+    data = layout_data("local/single")
+    data["model"]["path"] = "models/mine"  # not the tiny model: never built on demand
+    catalog = write_catalog(data)
+    result = servekit(tmp_path, "up", "local/single", "--catalog", str(catalog))
     assert_refused(result, "model directory", "is missing", "servekit model tiny --out")
     assert_nothing_started(tmp_path)
+    assert not (tmp_path / "models").exists()
 
 
 def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
@@ -157,3 +167,81 @@ def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "1e400", "-inf"])
+def test_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
+    result = servekit(tmp_path, "up", "local/single", "--engine", "sim", "--ready-timeout", value)
+    assert_refused(result, "--ready-timeout", "positive number of seconds")
+    assert_nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_demo_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
+    result = servekit(tmp_path, "demo", "--ready-timeout", value)
+    assert_refused(result, "--ready-timeout", "positive number of seconds")
+    assert not (tmp_path / ".servekit").exists()
+    assert_nothing_started(tmp_path)
+
+
+def test_logs_refuses_a_negative_line_count(tmp_path: Path) -> None:
+    assert_refused(servekit(tmp_path, "logs", "proxy", "-n", "-5"), "--lines -5")
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "", "a/b"])
+def test_logs_refuses_what_is_not_a_process_name(tmp_path: Path, name: str) -> None:
+    assert_refused(servekit(tmp_path, "logs", name), "not a process name")
+
+
+@pytest.mark.parametrize("name", ["..", "local/..", "../../x", ""])
+def test_down_refuses_what_is_not_a_layout_name(tmp_path: Path, name: str) -> None:
+    assert_refused(servekit(tmp_path, "down", name), "not a layout name")
+
+
+def test_model_tiny_never_replaces_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    result = servekit(tmp_path, "model", "tiny", "--out", str(target))
+    assert_refused(result, "exists and is not a folder")
+    assert target.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious"]
+
+
+def test_model_tiny_never_replaces_a_folder_of_other_files(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    result = servekit(tmp_path, "model", "tiny", "--out", str(folder))
+    assert_refused(result, "not a tiny-model build", "servekit-tiny.json")
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def test_model_tiny_never_replaces_a_link(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert_refused(servekit(tmp_path, "model", "tiny", "--out", "link"), "is not a folder")
+    assert (tmp_path / "link").is_symlink()
+
+
+@pytest.mark.parametrize("out", [".", "..", ""])
+def test_model_tiny_refuses_the_current_folder_and_above(tmp_path: Path, out: str) -> None:
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "keep.txt").write_text("keep me")
+    result = servekit(here, "model", "tiny", "--out", out)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: --out")
+    assert (here / "keep.txt").read_text() == "keep me"
+
+
+def test_model_tiny_out_check_refuses_the_root_and_allows_a_rebuild(tmp_path: Path) -> None:
+    from servekit.local.tinymodel.ondemand import check_out
+
+    with pytest.raises(UsageError, match="holds the current folder"):
+        check_out(Path("/"))
+    build_tiny_model(tmp_path / "m")
+    assert check_out(tmp_path / "m") == tmp_path / "m"
+    result = servekit(tmp_path, "model", "tiny", "--out", "m")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "m" / "servekit-tiny.json").is_file()

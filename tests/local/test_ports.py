@@ -8,8 +8,9 @@ import pytest
 
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
+from servekit.local import portplan
+from servekit.local.portplan import PortChoice, choose, port_map
 from servekit.local.ports import free_ports, map_to_free, port_is_free, require_free
-from servekit.local.prepare import port_map
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
@@ -43,3 +44,29 @@ def test_layout_port_map_maps_all_planned_ports() -> None:
     mapping = port_map(layout, free_ports=True)
     assert sorted(mapping) == ["0:8000", "0:8100", "0:8101"]
     assert len(set(mapping.values())) == 3
+
+
+def test_nodes_that_share_ports_are_mapped_without_being_asked() -> None:
+    layout = load("a3/1p3d").layout
+    choice = choose(layout, free_ports=False)
+    planned = {f"{node}:{port}" for node, port, _ in portplan.planned(layout)}
+    assert set(choice.mapping) == planned
+    assert len(set(choice.mapping.values())) == len(planned)
+    assert choice.note is not None and "\n" not in choice.note
+    assert "4 nodes" in choice.note and "7100" in choice.note
+    assert "mapped to a free local one" in choice.note and "--free-ports" in choice.note
+
+
+def test_a_single_node_layout_keeps_its_planned_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[dict[int, str]] = []
+    monkeypatch.setattr(portplan.ports, "require_free", checked.append)
+    layout = load("a3/1node").layout
+    choice = choose(layout, free_ports=False)
+    assert choice == PortChoice({})
+    assert checked == [{port: name for _, port, name in portplan.planned(layout)}]
+
+
+def test_free_ports_maps_without_a_note() -> None:
+    choice = choose(load("local/1p1d").layout, free_ports=True)
+    assert sorted(choice.mapping) == ["0:8000", "0:8100", "0:8101"]
+    assert choice.note is None

@@ -43,6 +43,14 @@ def _cli_build(out: Path, hashseed: str) -> None:
     subprocess.run(cmd, check=True, env=env, capture_output=True)
 
 
+@pytest.fixture
+def companions_hidden() -> None:
+    """transformers imports here as in the engines: torch companions that cannot load are hidden."""
+    from servekit.local import companions
+
+    companions.hide_in_process(companions.find_broken())
+
+
 @needs_tokenizers
 def test_same_command_same_bytes(tmp_path: Path) -> None:
     _cli_build(tmp_path / "a", "1")
@@ -91,7 +99,7 @@ def test_config_matches_cpu_attention_constraints(tmp_path: Path) -> None:
 
 
 @needs_tokenizers
-def test_loads_and_generates_in_transformers(tmp_path: Path) -> None:
+def test_loads_and_generates_in_transformers(tmp_path: Path, companions_hidden: None) -> None:
     pytest.importorskip("transformers", reason="needs servekit[local]")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

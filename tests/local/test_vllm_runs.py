@@ -137,7 +137,17 @@ def _url(dep: Deployment, role: str) -> str:
     return next(e.url for e in dep.endpoints if e.role == role)
 
 
-def test_tiny_model_in_vllm_answers_like_transformers(pd_and_single: Project) -> None:
+@pytest.fixture
+def companions_hidden() -> None:
+    """transformers imports here as in the engines: torch companions that cannot load are hidden."""
+    from servekit.local import companions
+
+    companions.hide_in_process(companions.find_broken())
+
+
+def test_tiny_model_in_vllm_answers_like_transformers(
+    pd_and_single: Project, companions_hidden: None
+) -> None:
     """Same weights, same tokenizer, same first tokens in both runtimes.
 
     Only a short greedy prefix is compared: vLLM's CPU kernels and transformers'

@@ -1,7 +1,8 @@
 """What ``servekit bench`` does once its flags are parsed.
 
 Resolve the target, build the workloads, run them under a rich progress
-display, write the outputs, print the tables (and the baseline comparison).
+display (a bar per point and an overall bar with the time left), write the
+outputs, print the tables fitted to the terminal (and the baseline comparison).
 Exit code 0 when every measured request succeeded, 1 when any failed (the
 figures are still written: errors are counted, not hidden) or when the engine
 never became idle.
@@ -16,15 +17,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markdown import Markdown
 
 from servekit.bench.config import RunSettings
 from servekit.bench.options import BenchOptions, build_workloads, parse_slos
 from servekit.bench.output import write_outputs
-from servekit.bench.progress import rich_progress
-from servekit.bench.report import render_section
+from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.runner import run_bench
 from servekit.bench.schema import BenchResult
+from servekit.bench.screen import print_result
 from servekit.deployment import load_deployment
 from servekit.errors import UsageError
 
@@ -67,7 +67,8 @@ def main(args: BenchOptions, console: Console | None = None) -> int:
     baseline = BenchResult.read(args.baseline) if args.baseline else None
     deployment = load_deployment(args.target)
     try:
-        with rich_progress(console) as progress:
+        total = planned_runs(workloads, settings.runs)
+        with rich_progress(console, total=total) as progress:
             result = run_bench(
                 deployment,
                 workloads,
@@ -81,7 +82,7 @@ def main(args: BenchOptions, console: Console | None = None) -> int:
         return 1
     out = args.out or default_out()
     paths = write_outputs(result, out, baseline)
-    console.print(Markdown(render_section(result, baseline)))
+    print_result(console, result, baseline)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
     errors = sum(p.errors for p in result.points)
     if errors:

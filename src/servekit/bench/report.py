@@ -73,6 +73,11 @@ def _has(point: Point, name: str) -> bool:
 
 def workload_table(points: Sequence[Point]) -> str:
     """One table for the points of one workload (columns nobody measured are left out)."""
+    return _table(*workload_grid(points))
+
+
+def workload_grid(points: Sequence[Point]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of :func:`workload_table` (the terminal view fits these)."""
     names = KEY_FIGURES.get(points[0].workload) or tuple(points[0].figures)
     measured = tuple(n for n in names if any(_has(p, n) for p in points))
     names = measured or names
@@ -88,11 +93,16 @@ def workload_table(points: Sequence[Point]) -> str:
         ]
         for p in points
     ]
-    return _table(header, rows)
+    return header, rows
 
 
 def delta_table(rows: Sequence[Delta]) -> str:
     """The seeds' table: before -> after (delta), marked better or worse."""
+    return _table(*delta_grid(rows))
+
+
+def delta_grid(rows: Sequence[Delta]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of :func:`delta_table`."""
     body = []
     for d in rows:
         change = signed_percent(d.change)
@@ -104,10 +114,10 @@ def delta_table(rows: Sequence[Delta]) -> str:
                 f"{fmt(d.before, d.unit)} -> {fmt(d.after, d.unit)} ({change}){mark}",
             ]
         )
-    return _table(["point", "figure", "before -> after (delta)"], body)
+    return ["point", "figure", "before -> after (delta)"], body
 
 
-def _grouped(result: BenchResult) -> dict[str, list[Point]]:
+def grouped(result: BenchResult) -> dict[str, list[Point]]:
     groups: dict[str, list[Point]] = {}
     for p in result.points:
         groups.setdefault(p.workload, []).append(p)
@@ -127,7 +137,7 @@ def render_section(result: BenchResult, baseline: BenchResult | None = None, lev
     ]
     if inp.note:
         parts += ["", f"Note: {inp.note}"]
-    for workload, points in _grouped(result).items():
+    for workload, points in grouped(result).items():
         parts += ["", f"{h}# {TITLES.get(workload, workload)}", "", workload_table(points)]
     if baseline is not None:
         rows = compare(baseline, result)

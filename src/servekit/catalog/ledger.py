@@ -1,9 +1,9 @@
-"""The verification ledger: one JSON line per verify run, kept beside the layout.
+"""The verification ledger: one JSON line per verify run of a layout.
 
 The seeds flipped ``verified: true|false`` by hand in meta.yaml and a README table
 that nothing checked. servekit keeps the evidence instead: every ``servekit verify``
 run appends a :class:`LedgerRecord` (image, engine versions, date, result, the
-sha256 of its evidence bundle) to ``<layout folder>/verification.jsonl``, and
+sha256 of its evidence bundle) to the layout's ``verification.jsonl``, and
 :func:`verification_status` derives the state from those records and the layout
 as it is *now*. Changing the image or an engine version therefore makes a layout
 ``stale`` on its own, with the reason shown, and a simulated run never counts as
@@ -11,6 +11,13 @@ hardware verification.
 
 :func:`status_from_records` is pure (no I/O); :func:`verification_status` reads
 one small file. ``layouts list`` and ``layouts check`` call it for every layout.
+
+Where the ledger lives: a layout of a catalog folder the user gave (``--catalog``,
+``SERVEKIT_CATALOG``) keeps it beside its ``layout.yaml``; a layout of the catalog
+packaged with servekit keeps it in the per-user data folder
+(``$XDG_DATA_HOME/servekit/ledger/<hardware>/<name>/``), so verify never writes
+into site-packages or a source checkout. A ledger shipped beside a packaged layout
+is still read (its records come first), never written.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servekit.catalog.loader import LoadedLayout
+from servekit.catalog.loader import LoadedLayout, packaged_catalog
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
+from servekit.userdirs import data_dir
 
 LEDGER_FILE = "verification.jsonl"
 LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"
@@ -81,9 +89,33 @@ class VerificationStatus(BaseModel):
         return self.state == "verified"
 
 
+def is_packaged(loaded: LoadedLayout) -> bool:
+    """True when ``loaded`` comes from the catalog installed with servekit."""
+    try:
+        packaged = packaged_catalog().resolve()
+    except UsageError:
+        return False
+    return loaded.path.resolve().is_relative_to(packaged)
+
+
+def user_ledger_root() -> Path:
+    """The per-user folder holding the ledgers of packaged layouts."""
+    return data_dir() / "ledger"
+
+
 def ledger_path(loaded: LoadedLayout) -> Path:
-    """Where the ledger of ``loaded`` lives: beside its layout.yaml."""
+    """Where new records of ``loaded`` go: beside a user's layout, or the user's data folder."""
+    if is_packaged(loaded):
+        return user_ledger_root() / loaded.layout.name / LEDGER_FILE
     return loaded.folder / LEDGER_FILE
+
+
+def ledger_records(loaded: LoadedLayout) -> list[LedgerRecord]:
+    """Every record of ``loaded``: a ledger shipped beside a packaged layout, then the user's."""
+    path = ledger_path(loaded)
+    shipped = loaded.folder / LEDGER_FILE
+    records = read_records(shipped) if shipped != path else []
+    return records + read_records(path)
 
 
 def read_records(path: Path) -> list[LedgerRecord]:
@@ -135,7 +167,7 @@ def verification_status(
     loaded: LoadedLayout, records: Sequence[LedgerRecord] | None = None
 ) -> VerificationStatus:
     """The verification state of a layout from its ledger (read unless given)."""
-    found = read_records(ledger_path(loaded)) if records is None else records
+    found = ledger_records(loaded) if records is None else records
     return status_from_records(loaded.layout, found)
 
 

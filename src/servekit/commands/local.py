@@ -6,6 +6,7 @@ command so that ``servekit --help`` stays fast.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,10 +24,28 @@ def model_tiny(
     out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
 ) -> None:
     """Build the deterministic tiny Llama (weights, tokenizer, chat template) offline."""
+    from servekit.errors import UsageError
     from servekit.local.tinymodel import build_tiny_model
+    from servekit.local.tinymodel.ondemand import check_out
 
-    for path in build_tiny_model(out):
+    folder = check_out(out)
+    try:
+        paths = build_tiny_model(folder)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {out}: cannot write there ({exc.strerror}); pick another folder"
+        ) from None
+    for path in paths:
         typer.echo(str(path))
+
+
+def _seconds(value: float, flag: str) -> float:
+    """A positive, finite number of seconds, or one line and exit 2."""
+    from servekit.errors import UsageError
+
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} {value:g}: give a positive number of seconds, e.g. {flag} 600")
+    return value
 
 
 def _engine(value: str) -> Literal["vllm", "sim"]:
@@ -60,10 +79,11 @@ def up(
     from servekit.local.control import up_detached, up_foreground
     from servekit.local.prepare import prepare_run
 
+    timeout = _seconds(ready_timeout, "--ready-timeout")
     spec = prepare_run(name, _engine(engine), free_ports=free_ports, catalog=catalog)
     console = Console(stderr=True)
     run = up_detached if detach else up_foreground
-    raise typer.Exit(run(spec, console, ready_timeout))
+    raise typer.Exit(run(spec, console, timeout))
 
 
 def down(
@@ -78,13 +98,16 @@ def down(
 
 def status(
     name: Annotated[str | None, typer.Argument(help="layout (default: every run)")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON document (a list of runs) for scripts")
+    ] = False,
 ) -> None:
-    """Show each process of a run: port, pid, phase, live health, uptime."""
+    """Show each run: entry URL, supervisor, and per process port, pid, phase, health, uptime."""
     from rich.console import Console
 
     from servekit.local.observe import status as show
 
-    raise typer.Exit(show(name, Console()))
+    raise typer.Exit(show(name, Console(), as_json=as_json))
 
 
 def logs(
@@ -94,8 +117,11 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
 ) -> None:
     """Print the end of one process's log."""
+    from servekit.errors import UsageError
     from servekit.local.observe import logs as show
 
+    if lines < 0:
+        raise UsageError(f"--lines {lines}: give 0 or more lines, e.g. -n 50")
     try:
         show(process, layout, lines, follow, typer.echo)
     except KeyboardInterrupt:
@@ -112,7 +138,8 @@ def demo(
 
     from servekit.local.demo import run_demo
 
-    raise typer.Exit(run_demo(Console(), ready_timeout_s=ready_timeout))
+    timeout = _seconds(ready_timeout, "--ready-timeout")
+    raise typer.Exit(run_demo(Console(), ready_timeout_s=timeout))
 
 
 def register(app: typer.Typer) -> None:

@@ -20,13 +20,20 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from servekit.deployment import run_dir_for, runs_root
+from servekit.deployment import run_roots
 from servekit.errors import UsageError
 from servekit.local import procs
 from servekit.local.display import ProgressView
+from servekit.local.observe import runs_of
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
-from servekit.local.state import RunState, pid_alive, read_state
+from servekit.local.state import (
+    RunState,
+    pid_alive,
+    read_state,
+    supervisor_alive,
+    write_state,
+)
 from servekit.local.supervisor import EXIT_FAILED, Supervisor
 
 POLL_S = 0.5
@@ -41,8 +48,15 @@ def summary(spec: RunSpec) -> str:
     )
 
 
+def say_notes(spec: RunSpec, console: Console) -> None:
+    """What preparing the run did on the user's behalf, one line each."""
+    for line in spec.notes:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
 def up_foreground(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Supervise here until Ctrl-C, ``servekit down`` or a death."""
+    say_notes(spec, console)
     with ProgressView(console) as view:
         supervisor = Supervisor(spec, on_change=view.update, ready_timeout_s=ready_timeout_s)
 
@@ -119,6 +133,7 @@ def report_detached(
 
 def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Start the background supervisor, show progress, return once ready (0) or failed."""
+    say_notes(spec, console)
     daemon = start_detached(spec, ready_timeout_s)
     try:
         with ProgressView(console) as view:
@@ -141,9 +156,9 @@ def _stop_supervisor(pid: int, timeout_s: float) -> bool:
 
 
 def active_runs() -> list[RunDir]:
-    """Run directories whose state says something may still be running."""
+    """Run directories (in every root) whose state says something may still be running."""
     found = []
-    for path in sorted(runs_root().glob("*/state.json")):
+    for path in (p for root in run_roots() for p in sorted(root.glob("*/state.json"))):
         state = read_state(path)
         if state is not None and state.phase not in ("failed", "stopped"):
             found.append(RunDir(path.parent))
@@ -156,7 +171,7 @@ def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
     if state is None:
         return f"{run.root.name}: nothing recorded"
     stopped_cleanly = False
-    if pid_alive(state.supervisor_pid):
+    if supervisor_alive(state):
         stopped_cleanly = _stop_supervisor(state.supervisor_pid, timeout_s)
     leftovers = {p.pid for p in state.processes if p.pid is not None and pid_alive(p.pid)}
     survivors = procs.stop_group_pids(leftovers) if leftovers else set()
@@ -165,15 +180,34 @@ def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
     if not stopped_cleanly:
         shutil.rmtree(run.scratch, ignore_errors=True)
         run.deployment.unlink(missing_ok=True)
+        _record_stopped(run, state)
     return f"{state.layout}: stopped"
+
+
+def _record_stopped(run: RunDir, state: RunState) -> None:
+    """Say in state.json that ``down`` stopped a run whose supervisor was gone."""
+    if state.phase in ("failed", "stopped"):
+        return
+    procs_now = [
+        p.model_copy(update={"phase": "exited"}) if p.phase != "exited" else p
+        for p in state.processes
+    ]
+    message = f"stopped by servekit down; its supervisor (pid {state.supervisor_pid}) was gone"
+    if state.message:
+        message += f"; before that: {state.message}"
+    write_state(
+        run.state,
+        state.model_copy(update={"phase": "stopped", "message": message, "processes": procs_now}),
+    )
 
 
 def down(name: str | None) -> list[str]:
     """Stop the named run, or every active run when no name is given."""
     if name is not None:
-        run = RunDir(run_dir_for(name))
-        if not run.state.exists():
-            raise UsageError(f"{name} has no run here ({run.root}); nothing to stop")
-        return [stop_run(run)]
+        runs = [r for r in runs_of(name) if r.state.exists()]
+        if not runs:
+            where = ", ".join(str(r) for r in run_roots())
+            raise UsageError(f"{name} has no run under {where}; nothing to stop")
+        return [stop_run(r) for r in runs]
     runs = active_runs()
     return [stop_run(r) for r in runs] or ["nothing running"]

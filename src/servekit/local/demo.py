@@ -13,9 +13,13 @@ nothing over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -29,6 +33,7 @@ from servekit.local.prepare import prepare_run
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
 from servekit.local.tinymodel import build_tiny_model
+from servekit.local.tinymodel.ondemand import check_out
 from servekit.local.tinymodel.tokenizer import corpus_text
 
 PD_LAYOUT = "local/1p1d"
@@ -110,13 +115,35 @@ def _start(specs: list[RunSpec], console: Console, ready_timeout_s: float) -> li
     ]
 
 
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the demo like Ctrl-C, so its runs are stopped on the way out."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_demo(
     console: Console, model_dir: Path | None = None, ready_timeout_s: float = 900.0
 ) -> int:
     """The whole demo; returns 0 when every PD answer equals the reference and KV moved."""
+    with stop_signals_interrupt():
+        return _run_demo(console, model_dir, ready_timeout_s)
+
+
+def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) -> int:
     model = model_dir or Path(load(PD_LAYOUT).layout.model.path)
-    console.print(f"building the tiny model into {model} (offline, deterministic)")
-    build_tiny_model(model)
+    if not (model / "config.json").is_file():
+        check_out(model)
+        console.print(f"building the tiny model into {model} (offline, deterministic)")
+        build_tiny_model(model)
     specs = [
         prepare_run(PD_LAYOUT, free_ports=True),
         prepare_run(REFERENCE_LAYOUT, free_ports=True),

@@ -14,9 +14,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from servekit.local.runview import ProcView, RunView
 from servekit.local.state import ProcState, RunState
 
 PHASE_STYLE = {"pending": "dim", "starting": "yellow", "ready": "green", "exited": "red"}
+RUN_STYLE = {"ready": "green", "starting": "yellow", "unsupervised": "red", "dead": "red"}
 
 
 def _age(since: float | None, now: float) -> str:
@@ -47,6 +49,40 @@ def state_table(state: RunState, health: dict[str, str] | None = None) -> Table:
         table.add_column(column)
     for proc in state.processes:
         table.add_row(*_row(proc, now, None if health is None else health.get(proc.name, "-")))
+    return table
+
+
+def _view_row(proc: ProcView, now: float) -> list[str]:
+    if proc.phase != "exited" and not proc.alive:
+        phase = "[red]gone[/red]"
+    else:
+        style = PHASE_STYLE.get(proc.phase, "")
+        phase = f"[{style}]{proc.phase}[/{style}]" if style else proc.phase
+    if proc.exit_code is not None:
+        phase += f" (code {proc.exit_code})"
+    uptime = _age(proc.started_at, now) if proc.alive else "-"
+    health = proc.health if proc.health is not None else "-"
+    return [
+        proc.name,
+        proc.role,
+        str(proc.port or "-"),
+        str(proc.pid or "-"),
+        phase,
+        health,
+        uptime,
+    ]
+
+
+def view_table(view: RunView) -> Table:
+    """``servekit status``: one row per process, with what is true now (alive, health)."""
+    now = time.time()
+    style = RUN_STYLE.get(view.phase, "")
+    phase = f"[{style}]{view.phase}[/{style}]" if style else view.phase
+    table = Table(title=f"{view.layout} ({view.engine}): {phase}", title_justify="left")
+    for column in ("process", "role", "port", "pid", "phase", "health", "uptime"):
+        table.add_column(column, overflow="fold")
+    for proc in view.processes:
+        table.add_row(*_view_row(proc, now))
     return table
 
 

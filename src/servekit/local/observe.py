@@ -1,71 +1,109 @@
-"""Looking at runs: ``servekit status`` (live health per process) and ``servekit logs``.
+"""Looking at runs: ``servekit status [--json]`` (live health per process) and ``servekit logs``.
 
-Both read the run directory only (``state.json``, ``launch.json``, ``logs/``);
-neither touches the processes.
+Both read the run directories only (``state.json``, ``launch.json``, ``logs/``)
+in every root :func:`servekit.deployment.run_roots` names (the per-user state
+folder, and the current folder's ``.servekit/runs``); neither touches the
+processes. ``status`` tells a run whose supervisor was killed from a live one:
+its phase becomes ``unsupervised`` (processes left running) or ``dead``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
-from servekit.deployment import run_dir_for, runs_root
+from servekit.deployment import run_dirs_of, run_roots
 from servekit.errors import UsageError
 from servekit.local import procs
-from servekit.local.display import state_table
-from servekit.local.readiness import ReadyTarget, probe_all
+from servekit.local.display import view_table
 from servekit.local.rundir import RunDir
-from servekit.local.state import RunState, pid_alive, read_state
+from servekit.local.runview import RunView, run_view
+from servekit.local.state import read_state
 
 POLL_S = 0.5
+PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+LAYOUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _live_health(state: RunState) -> dict[str, str]:
-    targets = [ReadyTarget(p.name, p.url, None) for p in state.processes if p.url is not None]
-    if not targets:
-        return {}
-    results = asyncio.run(probe_all(targets, timeout_s=2.0))
-    return {
-        t.process: ("ok" if r.ready else r.detail) for t, r in zip(targets, results, strict=True)
-    }
+def check_layout_name(name: str) -> str:
+    """A layout name as ``hardware/name``; anything else is one line and exit 2."""
+    if not LAYOUT_NAME.fullmatch(name) or ".." in name.split("/"):
+        raise UsageError(
+            f"{name!r} is not a layout name; give it as hardware/name, e.g. local/1p1d"
+        )
+    return name
 
 
-def status(name: str | None, console: Console) -> int:
-    """Print a table per run: process, port, pid, phase, live health, uptime."""
-    runs = (
-        [RunDir(run_dir_for(name))]
-        if name
-        else [RunDir(p.parent) for p in sorted(runs_root().glob("*/state.json"))]
-    )
-    shown = 0
-    for run in runs:
+def runs_of(name: str | None) -> list[RunDir]:
+    """The run directories of ``name`` (or of every layout), in every root that has them."""
+    if name is not None:
+        return [RunDir(d) for d in run_dirs_of(check_layout_name(name))]
+    found = [p.parent for root in run_roots() for p in sorted(root.glob("*/state.json"))]
+    return [RunDir(d) for d in found]
+
+
+def collect(name: str | None) -> list[RunView]:
+    """Every recorded run of ``name`` (or every run), as it is now."""
+    views = []
+    for run in runs_of(name):
         state = read_state(run.state)
-        if state is None:
-            continue
-        shown += 1
-        supervisor = "alive" if pid_alive(state.supervisor_pid) else "gone"
-        health = _live_health(state) if state.phase in ("ready", "starting") else None
-        console.print(state_table(state, health))
-        console.print(f"supervisor pid {state.supervisor_pid} ({supervisor}); records: {run.root}")
-        if state.message:
-            console.print(f"last event: {state.message}")
-    if not shown:
-        raise UsageError(f"no runs under {runs_root()}; start one with: servekit up NAME")
+        if state is not None:
+            views.append(run_view(run, state))
+    return views
+
+
+def status(name: str | None, console: Console, as_json: bool = False) -> int:
+    """Print a table per run (or, with ``as_json``, one JSON document for scripts)."""
+    views = collect(name)
+    if not views and (name is not None or not as_json):
+        where = ", ".join(str(r) for r in run_roots())
+        what = f"no run of {name}" if name else "no runs"
+        raise UsageError(f"{what} under {where}; start one with: servekit up NAME")
+    if as_json:
+        doc = [v.model_dump(mode="json") for v in views]
+        console.file.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    for view in views:
+        show_run(view, console)
     return 0
+
+
+def show_run(view: RunView, console: Console) -> None:
+    """The table of one run, its entry URL, and what to do when its supervisor is gone."""
+    console.print(view_table(view))
+    if view.entry_url:
+        console.print(f"entry: {view.entry_url}", highlight=False, soft_wrap=True)
+    alive = "alive" if view.supervisor_alive else "gone"
+    console.print(
+        f"supervisor pid {view.supervisor_pid} ({alive}); records: {view.run_dir}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if view.phase == "unsupervised":
+        console.print(
+            f"[red]the supervisor of {view.layout} was killed; its processes run unwatched[/red]"
+            f": stop them with: servekit down {view.layout}"
+        )
+    elif view.phase == "dead":
+        console.print(
+            f"[red]{view.layout} died with its supervisor (killed; no teardown recorded)[/red]"
+            f"; start it again with: servekit up {view.layout}"
+        )
+    if view.message:
+        console.print(f"last event: {view.message}", highlight=False, soft_wrap=True)
 
 
 def find_log(process: str, name: str | None) -> Path:
     """The log of ``process`` in the named run, or in the only run that has it."""
-    runs = (
-        [RunDir(run_dir_for(name))]
-        if name
-        else [RunDir(p.parent) for p in sorted(runs_root().glob("*/launch.json"))]
-    )
+    if not PROCESS_NAME.fullmatch(process):
+        raise UsageError(f"{process!r} is not a process name; see 'servekit status' for names")
+    runs = [r for r in runs_of(name) if r.launch.is_file()]
     hits = [r for r in runs if (r.log_of(process)).is_file()]
     if len(hits) == 1:
         return hits[0].log_of(process)

@@ -15,7 +15,7 @@ from pathlib import Path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 from servekit.local.runspec import EngineChoice
-from servekit.local.state import pid_alive, read_state
+from servekit.local.state import pid_alive, read_state, supervisor_alive
 
 LOCAL_ACCELERATOR = "cpu"
 
@@ -67,7 +67,7 @@ def check_not_running(state_path: Path, layout: str) -> None:
     state = read_state(state_path)
     if state is None:
         return
-    if state.phase not in ("failed", "stopped") and pid_alive(state.supervisor_pid):
+    if state.phase not in ("failed", "stopped") and supervisor_alive(state):
         raise UsageError(
             f"{layout} is already running (supervisor pid {state.supervisor_pid}); "
             f"stop it first: servekit down {layout}"

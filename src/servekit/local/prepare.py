@@ -1,9 +1,14 @@
-"""From a layout name to a ready-to-run RunSpec: checks, ports, Plan, run directory.
+"""From a layout name to a ready-to-run RunSpec: checks, model, ports, Plan, run directory.
 
 This is the only place that calls :func:`servekit.render.plan.build_plan` for a
-local run. It builds the Plan with loopback hosts, the local port map, this
-interpreter and the run's scratch folder, then records the Plan and the launch
-list in the run directory before anything starts.
+local run. It checks the input, builds the tiny model when a CPU layout needs it
+and it is missing, settles the ports (:mod:`servekit.local.portplan`: mapped
+when the layout's nodes share port numbers or ``--free-ports`` asks), hides
+torch companions that cannot load (:mod:`servekit.local.companions`), builds
+the Plan with loopback hosts, that port map, this interpreter and the run's
+scratch folder, then records the Plan and the launch list in the run directory
+before anything starts. What it did on the user's behalf comes back as the
+RunSpec's ``notes``, one line each.
 """
 
 from __future__ import annotations
@@ -14,30 +19,40 @@ from pathlib import Path
 
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
-from servekit.deployment import run_dir_for
+from servekit.deployment import run_dir_for, run_dirs_of
 from servekit.fsutil import atomic_write_text
-from servekit.local import ports, preflight
+from servekit.local import companions, portplan, preflight
+from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import EngineChoice, RunSpec, vllm_run_spec
+from servekit.local.simrun import require_sim, sim_run_spec
+from servekit.local.tinymodel.ondemand import ensure_tiny_model
 from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
 
-LOOPBACK = "127.0.0.1"
+
+def _engine_checks(
+    layout: Layout, engine: EngineChoice, here: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The engine's own checks; the notes to show and the env every engine process gets."""
+    if engine == "sim":
+        require_sim()
+        return [], {}
+    preflight.check_engine_installed()
+    notes = [built] if (built := ensure_tiny_model(layout, here)) else []
+    preflight.check_model_dir(here / layout.model.path)
+    broken = companions.find_broken()
+    if broken:
+        notes.append(companions.note(broken))
+    return notes, companions.engine_env(broken)
 
 
-def _planned(layout: Layout) -> list[tuple[int, int, str]]:
-    """(node, port, process) for every port the unmapped Plan binds."""
-    plan = build_plan(layout, PlanOptions(hosts=(LOOPBACK,) * layout.nodes))
-    return [(p.node, port, p.name) for p in plan.processes for port in p.bound_ports()]
-
-
-def port_map(layout: Layout, free_ports: bool) -> dict[str, int]:
-    """Free local ports for every planned one, or an empty map after proving them free."""
-    planned = _planned(layout)
-    if free_ports:
-        return ports.map_to_free((node, port) for node, port, _ in planned)
-    ports.require_free({port: name for _, port, name in planned})
-    return {}
+def _with_engine_env(spec: RunSpec, env: dict[str, str], notes: list[str]) -> RunSpec:
+    launches = tuple(
+        x.model_copy(update={"env": {**x.env, **env}}) if x.kind == "engine" and env else x
+        for x in spec.launches
+    )
+    return spec.model_copy(update={"launches": launches, "notes": (*spec.notes, *notes)})
 
 
 def prepare_run(
@@ -52,19 +67,16 @@ def prepare_run(
     here = (cwd or Path.cwd()).resolve()
     layout = load(name, catalog).layout
     preflight.check_hardware(layout, engine)
+    for existing in run_dirs_of(name):
+        preflight.check_not_running(RunDir(existing).state, name)
     run = RunDir(run_dir_for(name))
-    preflight.check_not_running(run.state, name)
-    if engine == "sim":
-        from servekit.local.simrun import require_sim
-
-        require_sim()
-    else:
-        preflight.check_engine_installed()
-        preflight.check_model_dir(here / layout.model.path)
+    notes, engine_env = _engine_checks(layout, engine, here)
+    ports = portplan.choose(layout, free_ports)
+    notes += [ports.note] if ports.note else []
     options = PlanOptions(
         hosts=(LOOPBACK,) * layout.nodes,
         bind_host=LOOPBACK,
-        port_map=port_map(layout, free_ports),
+        port_map=ports.mapping,
         python=sys.executable,
         scratch_dir=str(run.scratch),
         bundle_dir=str(run.root / "bundle"),
@@ -81,9 +93,8 @@ def prepare_run(
         capabilities=tuple(layout.model.capabilities),
     )
     if engine == "sim":
-        from servekit.local.simrun import sim_run_spec
-
         spec = sim_run_spec(spec, plan, run)
+    spec = _with_engine_env(spec, engine_env, notes)
     atomic_write_text(run.launch, spec.model_dump_json(indent=2) + "\n")
     atomic_write_text(run.versions, json.dumps(versions(), indent=2, sort_keys=True) + "\n")
     return spec

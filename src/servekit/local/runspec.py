@@ -70,6 +70,9 @@ class RunSpec(BaseModel):
     entry: str
     launches: tuple[Launch, ...]
     endpoints: tuple[EndpointSpec, ...]
+    notes: tuple[str, ...] = Field(
+        default=(), description="one line each: what preparing the run did on the user's behalf"
+    )
 
     def launch(self, name: str) -> Launch:
         for item in self.launches:

@@ -94,7 +94,7 @@ def layout_sim_spec(name: str, out: Path, catalog: str | None = None) -> Path:
     ``servekit up NAME --engine sim`` uses, written to ``out`` for the simulator.
     """
     from servekit.catalog.loader import load
-    from servekit.local.prepare import LOOPBACK, port_map
+    from servekit.local.portplan import LOOPBACK, port_map
     from servekit.render.plan import PlanOptions, build_plan
     from servekit.sim.spec import spec_from_mapping
 

@@ -17,6 +17,8 @@ from servekit.fsutil import atomic_write_text
 
 Phase = Literal["starting", "ready", "failed", "stopping", "stopped"]
 ProcPhase = Literal["pending", "starting", "ready", "exited"]
+SeenPhase = Literal[Phase, "unsupervised", "dead"]
+"""A run's phase as seen now: the recorded one, or what is left when its supervisor died."""
 
 
 class ProcState(BaseModel):
@@ -46,6 +48,11 @@ class RunState(BaseModel):
     layout: str
     engine: str
     supervisor_pid: int = Field(default_factory=os.getpid)
+    supervisor_start: int | None = Field(
+        default=None,
+        description="the supervisor's start time (clock ticks after boot): a reused pid differs",
+    )
+    entry_url: str | None = Field(default=None, description="where clients send requests")
     phase: Phase = "starting"
     started_at: float
     ready_at: float | None = None
@@ -71,11 +78,47 @@ def read_state(path: Path) -> RunState | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and bool(fields) and fields[0] != "Z"
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (/proc/PID/stat field 22)."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def supervisor_alive(state: RunState) -> bool:
+    """The run's supervisor still runs (the same process, not a later one with its pid)."""
+    if not pid_alive(state.supervisor_pid):
         return False
-    return fields[0] != "Z"
+    recorded = state.supervisor_start
+    return recorded is None or start_ticks(state.supervisor_pid) == recorded
+
+
+def seen_phase(state: RunState) -> SeenPhase:
+    """The recorded phase while the supervisor lives; after it died, what is left.
+
+    ``unsupervised``: the supervisor is gone (killed) but some processes still
+    run, with nobody watching them; ``dead``: the supervisor and every process
+    are gone without a teardown being recorded.
+    """
+    if state.phase in ("failed", "stopped") or supervisor_alive(state):
+        return state.phase
+    if any(p.pid is not None and pid_alive(p.pid) for p in state.processes):
+        return "unsupervised"
+    return "dead"

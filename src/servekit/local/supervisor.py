@@ -11,6 +11,7 @@ process, its exit code and its last log lines.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import time
@@ -23,7 +24,7 @@ from servekit.local import procs
 from servekit.local.readiness import ReadyTarget, probe_all
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import RunSpec
-from servekit.local.state import ProcState, RunState, write_state
+from servekit.local.state import ProcState, RunState, start_ticks, write_state
 
 TICK_S = 0.5
 EXIT_FAILED = 1
@@ -69,6 +70,9 @@ class Supervisor:
         self.state = RunState(
             layout=spec.layout,
             engine=spec.engine,
+            supervisor_pid=os.getpid(),
+            supervisor_start=start_ticks(os.getpid()),
+            entry_url=spec.entry_url,
             started_at=time.time(),
             processes=[
                 ProcState(name=x.name, role=x.role, kind=x.kind, url=x.url, port=x.port, log=x.log)

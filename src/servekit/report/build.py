@@ -19,9 +19,10 @@ from servekit.report.boundaries import boundaries
 from servekit.report.evidence import checksums, write_point_files
 from servekit.report.figures import PointFiles, headline, verification_table
 from servekit.report.models import KitCheck, VerifyRun
+from servekit.report.plots import report_plots
 from servekit.report.templates_env import render_template
 from servekit.report.usage import usage
-from servekit.report.view import Change, Mark, Part, ReportView, Row
+from servekit.report.view import Change, Mark, Part, Plot, ReportView, Row
 
 RUN_FILE = "run.json"
 REPORT_MD = "report.md"
@@ -123,7 +124,9 @@ def _changes(inputs: Inputs, files: PointFiles) -> tuple[tuple[Change, ...], str
     return changes, f"Against the baseline measured {base.created} on {where}{source}."
 
 
-def build_view(run_dir: Path, inputs: Inputs, files: PointFiles) -> ReportView:
+def build_view(
+    run_dir: Path, inputs: Inputs, files: PointFiles, plots: tuple[Plot, ...] = ()
+) -> ReportView:
     """Compute every section of the report from the inputs."""
     run = inputs.run
     accept_dir = str(Path(run.files.accept).parent.as_posix()) if run.files.accept else "accept"
@@ -156,6 +159,7 @@ def build_view(run_dir: Path, inputs: Inputs, files: PointFiles) -> ReportView:
         boundaries=boundaries(run, inputs.accept, inputs.bench, inputs.kit),
         steps=_steps(run),
         simulated=run.simulated,
+        plots=plots,
     )
 
 
@@ -163,7 +167,8 @@ def build_report(run_dir: Path) -> tuple[Path, Path]:
     """(Re)write ``report.md`` and ``report.html`` in ``run_dir``; returns their paths."""
     inputs = read_inputs(run_dir)
     files = write_point_files(run_dir, inputs.bench) if inputs.bench else {}
-    view = build_view(run_dir, inputs, files)
+    plots = report_plots(run_dir, inputs.bench) if inputs.bench else ()
+    view = build_view(run_dir, inputs, files, plots)
     md = run_dir / REPORT_MD
     html = run_dir / REPORT_HTML
     render_template("report.md.j2", md, view=view)

@@ -50,6 +50,15 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Plot:
+    """A benchmark plot: its title, its file in the run (``href``) and the PNG inline."""
+
+    title: str
+    href: str
+    data_uri: str
+
+
+@dataclass(frozen=True)
 class ReportView:
     """Everything a template needs to write the report."""
 
@@ -69,3 +78,4 @@ class ReportView:
     simulated: bool
     evidence_sha256: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    plots: tuple[Plot, ...] = field(default_factory=tuple)

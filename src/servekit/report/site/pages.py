@@ -9,10 +9,9 @@ from pathlib import Path
 from servekit.catalog.ledger import (
     LedgerRecord,
     VerificationStatus,
-    read_records,
+    ledger_records,
     status_from_records,
 )
-from servekit.catalog.ledger import ledger_path as ledger_file
 from servekit.catalog.loader import LoadedLayout
 from servekit.catalog.schema import Layout
 from servekit.render.plan import Plan, ProcessPlan, build_plan
@@ -105,7 +104,7 @@ def _copy_report(record: LedgerRecord, out: Path, slug: str, index: int) -> str 
 
 def entry_for(loaded: LoadedLayout, out: Path) -> Entry:
     layout = loaded.layout
-    records = read_records(ledger_file(loaded))
+    records = ledger_records(loaded)
     plan = build_plan(layout)
     slug = layout.name.replace("/", "__")
     mine = [r for r in records if r.layout == layout.name]

@@ -1,0 +1,68 @@
+"""Preparing a run does what a user would otherwise do by hand, and says so in one line each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servekit.catalog.loader import load
+from servekit.local.prepare import prepare_run
+from servekit.local.rundir import RunDir
+from servekit.local.tinymodel.ondemand import ensure_tiny_model, serves_tiny_model
+
+
+def test_the_tiny_model_is_built_when_a_cpu_layout_needs_it(
+    tmp_path: Path, runs_root: Path
+) -> None:
+    pytest.importorskip("vllm", reason="the model is built after the engine check")
+    spec = prepare_run("local/single", "vllm", free_ports=True, cwd=tmp_path)
+    model = tmp_path / ".servekit/models/tiny"
+    assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
+    built = [n for n in spec.notes if "built the tiny model" in n]
+    assert len(built) == 1 and "\n" not in built[0]
+    assert "servekit model tiny" in built[0]
+    assert not RunDir(spec.run_dir).state.exists()  # prepared, nothing started
+
+
+def test_an_existing_model_folder_is_never_touched(tmp_path: Path) -> None:
+    layout = load("local/single").layout
+    mine = tmp_path / ".servekit/models/tiny"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    assert ensure_tiny_model(layout, tmp_path) is None
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_only_cpu_layouts_of_the_tiny_model_get_it_built(tmp_path: Path) -> None:
+    assert serves_tiny_model(load("local/1p1d").layout)
+    assert not serves_tiny_model(load("a3/1p1d").layout)
+    assert ensure_tiny_model(load("a3/1p1d").layout, tmp_path) is None
+    assert not (tmp_path / ".servekit").exists()
+
+
+def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
+    cmd = [sys.executable, "-m", "servekit", "up", "a3/1p1d", "--engine", "sim", "--detach"]
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+
+    up = run(*cmd)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        notes = [line for line in (up.stdout + up.stderr).splitlines() if "free local" in line]
+        assert len(notes) == 1 and "a3/1p1d plans 2 nodes" in notes[0]
+        dep = json.loads((tmp_path / "runs/a3__1p1d/deployment.json").read_text())
+        assert len({e["url"] for e in dep["endpoints"]}) == len(dep["endpoints"])
+    finally:
+        down = run(sys.executable, "-m", "servekit", "down", "a3/1p1d")
+    assert down.returncode == 0, down.stderr

@@ -1,0 +1,55 @@
+"""The HTML report shows the benchmark plots inline (base64 PNG) and stays self-contained."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+from servekit.report.build import build_report
+from servekit.verify.run import VerifyOptions, VerifyOutcome, verify
+
+from .support import SimRunner, components
+
+IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]+)">')
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def sim_verify(catalog: Path, out: Path, runner: SimRunner) -> VerifyOutcome:
+    opts = VerifyOptions(name="local/1p1d", engine="sim", out=out, catalog=str(catalog))
+    outcome = verify(opts, components(runner))
+    assert outcome.exit_code == 0, [s for s in outcome.run.steps if s.status != "ok"]
+    return outcome
+
+
+def test_the_html_report_embeds_every_bench_plot(
+    catalog: Path, tmp_path: Path, runner: SimRunner
+) -> None:
+    out = sim_verify(catalog, tmp_path / "run", runner)
+    html = out.report_html.read_text()
+    images = IMG.findall(html)
+    titles = [title for _, title in images]
+    assert titles == [
+        "Multi-stream decode: throughput against load",
+        "Prefill (cold prefix): throughput against load",
+    ]
+    for (data, _), name in zip(images, ("multi_stream", "prefill"), strict=True):
+        png = base64.b64decode(data)
+        assert png.startswith(PNG)
+        assert png == (out.run_dir / f"bench/plots/{name}.png").read_bytes()
+        assert f'href="bench/plots/{name}.png"' in html
+    assert "http://" not in html.replace("http://127.0.0.1", "")
+    assert "<script src" not in html and "<link" not in html
+    md = out.report_md.read_text()
+    assert "![Multi-stream decode: throughput against load](bench/plots/multi_stream.png)" in md
+    sums = (out.run_dir / "SHA256SUMS").read_text()
+    assert "bench/plots/multi_stream.png" in sums and "bench/plots/prefill.png" in sums
+
+
+def test_rebuilding_the_report_gives_the_same_bytes(
+    catalog: Path, tmp_path: Path, runner: SimRunner
+) -> None:
+    out = sim_verify(catalog, tmp_path / "run", runner)
+    first = out.report_html.read_bytes(), out.report_md.read_bytes()
+    build_report(out.run_dir)
+    assert (out.report_html.read_bytes(), out.report_md.read_bytes()) == first
