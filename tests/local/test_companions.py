@@ -33,6 +33,8 @@ def broken_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake_dist(site, "torchaudio", "2.11.1", "")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", str(site))
+    # Only the two fakes: the real environment may hold other companions, broken or not.
+    monkeypatch.setattr(companions, "COMPANIONS", ("torchvision", "torchaudio"))
     return site
 
 
