@@ -66,3 +66,21 @@ def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
     finally:
         down = run(sys.executable, "-m", "servekit", "down", "a3/1p1d")
     assert down.returncode == 0, down.stderr
+
+
+def test_hiding_broken_companions_keeps_the_guard_bundle_on_pythonpath(
+    tmp_path: Path, runs_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decode guard loads from the run's bundle folder even when companions are hidden."""
+    pytest.importorskip("vllm", reason="engine launches are prepared after the engine check")
+    from servekit.local import companions
+
+    broken = (companions.Broken("torchvision", "0.28.0", "operator does not exist"),)
+    monkeypatch.setattr(companions, "find_broken", lambda: broken)
+    spec = prepare_run("local/1p1d", "vllm", free_ports=True, cwd=tmp_path)
+    decode = spec.launch("decode")
+    parts = decode.env["PYTHONPATH"].split(os.pathsep)
+    assert parts[0] == str(companions.HOOK_DIR)
+    assert str(spec.run_dir / "bundle") in parts
+    assert (spec.run_dir / "bundle" / "servekit_decode_guard.py").is_file()
+    assert "--middleware" in decode.argv

@@ -24,7 +24,7 @@ from servekit.fsutil import atomic_write_text
 from servekit.local import companions, portplan, preflight
 from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
-from servekit.local.runspec import EngineChoice, RunSpec, vllm_run_spec
+from servekit.local.runspec import EngineChoice, Launch, RunSpec, vllm_run_spec
 from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
 from servekit.render.bundle import write_bundle
@@ -33,25 +33,33 @@ from servekit.render.plan import PlanOptions, build_plan
 
 def _engine_checks(
     layout: Layout, engine: EngineChoice, here: Path
-) -> tuple[list[str], dict[str, str]]:
-    """The engine's own checks; the notes to show and the env every engine process gets."""
+) -> tuple[list[str], tuple[companions.Broken, ...]]:
+    """The engine's own checks; the notes to show and the companions to hide from engines."""
     if engine == "sim":
         require_sim()
-        return [], {}
+        return [], ()
     preflight.check_engine_installed()
     notes = [built] if (built := ensure_tiny_model(layout, here)) else []
     preflight.check_model_dir(here / layout.model.path)
     broken = companions.find_broken()
     if broken:
         notes.append(companions.note(broken))
-    return notes, companions.engine_env(broken)
+    return notes, broken
 
 
-def _with_engine_env(spec: RunSpec, env: dict[str, str], notes: list[str]) -> RunSpec:
-    launches = tuple(
-        x.model_copy(update={"env": {**x.env, **env}}) if x.kind == "engine" and env else x
-        for x in spec.launches
-    )
+def _hidden(launch: Launch, broken: tuple[companions.Broken, ...]) -> Launch:
+    """An engine launch with the broken companions hidden; its own PYTHONPATH (the guard's
+    bundle folder) stays behind the hook."""
+    if launch.kind != "engine" or not broken:
+        return launch
+    extra = companions.engine_env(broken, launch.env.get("PYTHONPATH"))
+    return launch.model_copy(update={"env": {**launch.env, **extra}})
+
+
+def _with_engine_env(
+    spec: RunSpec, broken: tuple[companions.Broken, ...], notes: list[str]
+) -> RunSpec:
+    launches = tuple(_hidden(x, broken) for x in spec.launches)
     return spec.model_copy(update={"launches": launches, "notes": (*spec.notes, *notes)})
 
 
@@ -70,7 +78,7 @@ def prepare_run(
     for existing in run_dirs_of(name):
         preflight.check_not_running(RunDir(existing).state, name)
     run = RunDir(run_dir_for(name))
-    notes, engine_env = _engine_checks(layout, engine, here)
+    notes, broken = _engine_checks(layout, engine, here)
     ports = portplan.choose(layout, free_ports)
     notes += [ports.note] if ports.note else []
     options = PlanOptions(
@@ -94,7 +102,7 @@ def prepare_run(
     )
     if engine == "sim":
         spec = sim_run_spec(spec, plan, run)
-    spec = _with_engine_env(spec, engine_env, notes)
+    spec = _with_engine_env(spec, broken, notes)
     atomic_write_text(run.launch, spec.model_dump_json(indent=2) + "\n")
     atomic_write_text(run.versions, json.dumps(versions(), indent=2, sort_keys=True) + "\n")
     return spec
