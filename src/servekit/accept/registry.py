@@ -7,25 +7,13 @@ context, so the registry is a function of the options.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-from servekit.accept.env import Probe
+from servekit.accept.check import Check, CheckFn
 from servekit.accept.options import AcceptOptions
-from servekit.accept.outcome import Outcome
 from servekit.errors import UsageError
 
-CheckFn = Callable[[Probe], Awaitable[Outcome]]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One entry of the matrix."""
-
-    id: str
-    group: str
-    summary: str
-    run: CheckFn
+__all__ = ["Check", "CheckFn", "all_checks", "select"]
 
 
 def all_checks(options: AcceptOptions) -> tuple[Check, ...]:

@@ -10,10 +10,10 @@ import base64
 import struct
 import zlib
 
+from servekit.accept.check import Check
 from servekit.accept.checks.common import PROMPTS, complete, text_or_reason, tokenize_count
 from servekit.accept.env import Probe
 from servekit.accept.outcome import Outcome, failed, passed, skipped
-from servekit.accept.registry import Check
 from servekit.accept.replies import answer_text, finish_reason, read_stream, usage
 from servekit.visioncontract import COLOUR_QUESTION, colour_png, data_url, named_in_order
 

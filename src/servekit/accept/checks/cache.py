@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import statistics
 
+from servekit.accept.check import Check
 from servekit.accept.checks.common import metric_sum
 from servekit.accept.checks.needle import (
     bind_context,
@@ -29,7 +30,6 @@ from servekit.accept.env import Probe, base_url
 from servekit.accept.needles import embed, instruction_phrases
 from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
-from servekit.accept.registry import Check
 from servekit.accept.replies import cached_tokens, read_stream
 from servekit.accept.wire import Exchange
 from servekit.deployment import EndpointRole

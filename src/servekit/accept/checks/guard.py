@@ -7,9 +7,9 @@ whole engine. With the guard, that exact request gets 400, the instance's
 
 from __future__ import annotations
 
+from servekit.accept.check import Check
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
-from servekit.accept.registry import Check
 from servekit.accept.replies import answer_text
 from servekit.guard import GUARD_ERROR_CODE
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+from servekit.accept.check import Check
 from servekit.accept.checks.common import (
     PROMPTS,
     complete,
@@ -22,7 +23,6 @@ from servekit.accept.checks.common import (
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
-from servekit.accept.registry import Check
 from servekit.accept.replies import cached_tokens, read_stream, usage
 
 PREFIX_HIT_METRICS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from servekit.accept.calibrate import Calibration, calibrate, tolerance
+from servekit.accept.check import Check
 from servekit.accept.checks.common import tokenize_count
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe
@@ -33,7 +34,6 @@ from servekit.accept.needles import (
 )
 from servekit.accept.options import context_label
 from servekit.accept.outcome import Outcome, failed, passed, skipped
-from servekit.accept.registry import Check
 from servekit.accept.replies import answer_text, cached_tokens, read_stream, usage
 from servekit.accept.wire import Exchange
 

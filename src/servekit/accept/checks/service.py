@@ -11,9 +11,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from servekit.accept.check import Check
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
-from servekit.accept.registry import Check
 from servekit.deployment import Deployment
 
 ERROR_PATTERN = re.compile(r"\b(AssertionError|EngineDeadError|RuntimeError)\b")

@@ -1,0 +1,133 @@
+"""The import structure docs/design.md draws: layers downward only, no circles.
+
+Every ``import`` and ``from ... import`` of servekit's own modules is read from the
+source (also those inside functions, which run later but still depend), and each
+one must point to a lower layer or stay inside its own package; and no set of
+modules may import each other in a circle (top-level imports).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
+
+# Rows of docs/design.md, top first; a package may import only rows below it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("commands",),
+    ("verify",),
+    ("report", "local"),
+    ("accept", "render"),
+    ("bench", "kit", "sim", "catalog"),
+    ("deployment", "fsutil", "cliopts", "proxy", "defaults"),
+    (
+        "client",
+        "guard",
+        "numbers",
+        "progress",
+        "termtable",
+        "textcontract",
+        "visioncontract",
+        "userdirs",
+        "lazyface",
+        "errors",
+        "__init__",
+    ),
+)
+RANK = {name: row for row, names in enumerate(LAYERS) for name in names}
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (SRC / rel).with_suffix(".py").is_file() or (SRC / rel / "__init__.py").is_file()
+
+
+def _from_names(node: ast.ImportFrom) -> list[str]:
+    """``from M import a, b``: the submodules it names, and M when it takes a name of M's."""
+    assert node.module is not None
+    subs = [f"{node.module}.{a.name}" for a in node.names]
+    modules = [n for n in subs if _is_module(n)]
+    return modules if len(modules) == len(subs) else [node.module, *modules]
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported servekit module, at top level?) for every import in a file."""
+    tree = ast.parse(path.read_text())
+    found: list[tuple[str, bool]] = []
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = _from_names(node)
+        for name in names:
+            if name == "servekit" or name.startswith("servekit."):
+                found.append((name, id(node) in top))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module(p): p for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for name, at_top in _imports(path):
+            if name in modules and at_top and name != module:
+                graph[module].add(name)
+    return graph
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {_package(_module(p)) for p in SRC.rglob("*.py")}
+    assert packages <= set(RANK), sorted(packages - set(RANK))
+
+
+def test_imports_point_down_only() -> None:
+    upward = []
+    for path in SRC.rglob("*.py"):
+        here = _package(_module(path))
+        for name, _ in _imports(path):
+            there = _package(name)
+            if there != here and there in RANK and RANK[there] <= RANK[here]:
+                if there == "__init__":
+                    continue
+                upward.append(f"{_module(path)} -> {name}")
+    assert not upward, "\n".join(sorted(set(upward)))
+
+
+def test_no_import_circles() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
