@@ -18,6 +18,7 @@ import pytest
 
 from servekit.catalog.loader import load, load_all
 from servekit.defaults import script_defaults
+from servekit.errors import UsageError
 from servekit.guard import source_bytes
 from servekit.proxy.bundle import zipapp_bytes
 from servekit.render.envvalues import resolve_env
@@ -232,3 +233,29 @@ def _alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_out_never_replaces_a_folder_servekit_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 item 5: render --out replaced a folder of the user's files, and . or / crashed."""
+    plan = build_plan(load("a3/1p1d").layout)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    with pytest.raises(UsageError, match="did not write; give a new or empty folder"):
+        write_rendering(plan, mine)
+    assert (mine / "notes.txt").read_text() == "precious"
+    write_rendering(plan, mine, force=True)  # the user said so
+    assert not (mine / "notes.txt").exists() and (mine / "run.sh").is_file()
+    write_rendering(plan, mine)  # servekit's own rendering is replaced without --force
+    monkeypatch.chdir(mine)
+    for protected in (Path("."), Path("/"), Path.home(), mine.parent):
+        with pytest.raises(UsageError, match="give a new or empty folder"):
+            write_rendering(plan, protected, force=True)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UsageError, match="is not a folder"):
+        write_rendering(plan, tmp_path / "afile")
+    (tmp_path / "link").symlink_to(mine)
+    with pytest.raises(UsageError, match="symbolic link"):
+        write_rendering(plan, tmp_path / "link")
