@@ -66,6 +66,7 @@ def check_guarded_routes(url: str, report: dict[str, Any]) -> None:
 
 @pytest.mark.vllm
 def test_real_vllm_loads_the_guard_file_and_refuses_what_would_prefill(tmp_path: Path) -> None:
+    from servekit.local import companions
     from servekit.local.tinymodel import build_tiny_model
 
     from .test_config import free_port
@@ -81,7 +82,14 @@ def test_real_vllm_loads_the_guard_file_and_refuses_what_would_prefill(tmp_path:
         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "256", "--middleware", middleware_target(),
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(tmp_path / "guard")}
+    # As servekit starts engines: torch companions that cannot load stay hidden.
+    hidden = companions.engine_env(companions.find_broken(), str(tmp_path / "guard"))
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "PYTHONPATH": str(tmp_path / "guard"),
+        **hidden,
+    }
     log = tmp_path / "vllm.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
