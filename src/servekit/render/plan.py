@@ -455,6 +455,8 @@ def _process(
 ) -> ProcessPlan:
     env = _env(ctx, engine)
     settings = _settings(ctx, engine)
+    if headless:
+        settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
     used = _apply_settings(ctx, args, env, settings)
     _tail_args(ctx, engine, args, kv_port, leader=not headless)
     device_var = DEVICE_ENV[ctx.kind]
