@@ -13,7 +13,7 @@ files (the decode guard module, the proxy) sit beside the scripts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -42,12 +42,6 @@ def _devices(devices: tuple[int, ...]) -> str:
     return ",".join(str(d) for d in devices)
 
 
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("servekit.render", "templates"),
@@ -57,7 +51,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
-    env.filters["shq"] = _quote
+    env.filters["shq"] = shlex.quote
     env.filters["devices"] = _devices
     return env
 
@@ -221,7 +215,3 @@ def write_rendering(
             path.write_bytes(data)
             path.chmod(0o755 if executable(rel) else 0o644)
     return [out / rel for rel in sorted(files)]
-
-
-def process_names(nodes: Iterable[NodePlan]) -> list[str]:
-    return [p.name for n in nodes for p in n.processes]
