@@ -97,7 +97,7 @@ def test_defaults_come_from_the_model_only() -> None:
 def test_a_bad_value_is_one_usage_error_naming_the_flag(argv: list[str], flag: str) -> None:
     result = CliRunner().invoke(app_for([]), ["x", "foo", *argv])
     assert isinstance(result.exception, UsageError)
-    assert str(result.exception).startswith(f"{flag}:")
+    assert str(result.exception).split(":")[0].split()[0] == flag
 
 
 def test_dataclass_models_work_too() -> None:
@@ -117,7 +117,7 @@ def test_options_table_lists_each_option_once() -> None:
 def test_lazy_faces_export_exactly_what_they_name() -> None:
     import importlib
 
-    for package in ("servekit.bench",):
+    for package in ("servekit.bench", "servekit.kit", "servekit.accept", "servekit.sim"):
         face = importlib.import_module(package)
         assert sorted(face.__all__) == sorted(face._NAMES)
         for name in face.__all__:

@@ -16,7 +16,8 @@ option several times, and with ``nargs="+"`` also several values after one
 flag (``--prefill A B``, as argparse's ``nargs="+"``). Defaults live in the
 model only: the CLI passes on what the user gave, the help shows the model's
 default. Values are validated by the model itself, and a failure becomes one
-:class:`~servekit.errors.UsageError` naming the flag.
+:class:`~servekit.errors.UsageError` naming the flag (a validator whose message
+starts with ``--`` names its flag and the fix itself, and is shown as it is).
 """
 
 from __future__ import annotations
@@ -130,13 +131,16 @@ def _dataclass_specs(
         if not _on_cli(meta):
             continue
         required, default = _dataclass_default(field)
+        help_text = str(meta.get("help", ""))
+        if meta.get("choices"):
+            help_text += f" ({', '.join(meta['choices'])})"
         specs.append(
             _spec(
                 field.name,
                 meta,
                 hint=hints[field.name],
                 default=default,
-                help_text=str(meta.get("help", "")),
+                help_text=help_text,
                 required=required,
                 arguments=arguments,
                 flag_of=flag_of,
@@ -233,10 +237,15 @@ def given_values(specs: Sequence[OptionSpec], given: Mapping[str, Any]) -> dict[
 
 
 def _usage(exc: ValidationError, specs: Sequence[OptionSpec]) -> UsageError:
+    """One line naming the flag; a validator's message that starts with a flag is kept whole."""
     first = exc.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
     flag = next((s.flag for s in specs if s.name == name), name or "(options)")
     msg = first["msg"].removeprefix("Value error, ")
+    if msg.startswith("--"):
+        return UsageError(msg)
+    if first["type"] == "literal_error":
+        return UsageError(f"{flag} {first['input']!r}: {msg}")
     return UsageError(f"{flag}: {msg}")
 
 
@@ -297,6 +306,21 @@ def command_class(
     return _Command
 
 
+@dataclasses.dataclass(frozen=True)
+class CommandModel:
+    """What a generated command was made from: the docs table and the help come from it."""
+
+    model: type[Any]
+    arguments: tuple[str, ...] = ()
+    flag_of: FlagOf = kebab_flag
+
+    def specs(self) -> list[OptionSpec]:
+        return option_specs(self.model, self.arguments, self.flag_of)
+
+    def table(self) -> str:
+        return options_table(self.model, self.arguments, self.flag_of)
+
+
 def command_from_model(
     model: type[T],
     run: Callable[[T], int | None],
@@ -330,6 +354,7 @@ def command_from_model(
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = doc
     command.__name__ = model.__name__
+    command.options_model = CommandModel(model, tuple(arguments), flag_of)  # type: ignore[attr-defined]
     return command
 
 

@@ -113,9 +113,9 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
     others = {m for m in loaded if not m.startswith("servekit.sim")}
     assert others == {
         "servekit",
-        "servekit.cliopts",
         "servekit.errors",
         "servekit.guard",
+        "servekit.lazyface",
         "servekit.textcontract",
         "servekit.visioncontract",
     }
@@ -190,7 +190,7 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFi
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert bad.returncode == 2
-    assert bad.stderr == "error: --role: Input should be 'mixed', 'prefill' or 'decode'\n"
+    assert bad.stderr == "error: --role 'boss': Input should be 'mixed', 'prefill' or 'decode'\n"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
     for args in (["--spec", str(spec)], []):
         assert entry(args) == 2
