@@ -14,7 +14,9 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -22,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from servekit.defaults import SETTINGS_BY_KEY, EngineKind, Role, SettingValue
+from servekit.defaults import EngineKind, Role, SettingValue, check_settings
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
@@ -39,6 +41,7 @@ ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
 
 _PORT_RANGE = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _CONTEXT = re.compile(r"^[1-9][0-9]{0,9}[km]?$")
 
 # Bounds on every count, so that nothing is built from an absurd value: a Plan
@@ -67,6 +70,49 @@ VERIFY_WORKLOADS = (
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _env_name(name: str) -> str:
+    if not re.fullmatch(_ENV_NAME, name):
+        raise ValueError(
+            f"{name[:40]!r} is not an environment variable name; use letters, digits and _ "
+            "(not a digit first), e.g. HCCL_BUFFSIZE"
+        )
+    return name
+
+
+def _flag_name(name: str) -> str:
+    if not _FLAG_NAME.match(name):
+        raise ValueError(
+            f"{name[:40]!r} is not a vLLM flag name; write the flag without its dashes, "
+            "e.g. max_num_seqs or enforce_eager"
+        )
+    return name
+
+
+def _no_leading_dash(text: str) -> str:
+    if text.startswith("-"):
+        raise ValueError(f"{text[:40]!r} starts with '-'; give a path, e.g. /root/kernel_cache")
+    return text
+
+
+def refuse_nul(data: object, where: str = "") -> None:
+    """No text anywhere in a layout or profile may hold a NUL character (argv cannot)."""
+    stack: list[tuple[object, str]] = [(data, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            raise ValueError(f"{path or '(top level)'}: a NUL character; remove it")
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}".lstrip(".")) for k, v in item.items())
+            stack.extend((k, f"{path}.{k!r}".lstrip(".")) for k in item)
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}.{i}".lstrip(".")) for i, v in enumerate(item))
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+FlagName = Annotated[str, AfterValidator(_flag_name)]
+Settings = Annotated[dict[str, SettingValue], BeforeValidator(check_settings)]
 
 
 class Model(_Strict):
@@ -154,6 +200,8 @@ class Prepend(_Strict):
 
 EnvValue = str | NodeValue | Prepend
 ArgValue = bool | int | float | str | dict[str, Any] | list[Any]
+EnvMap = dict[EnvName, EnvValue]
+ArgMap = dict[FlagName, ArgValue]
 
 
 class Engine(_Strict):
@@ -184,31 +232,31 @@ class Engine(_Strict):
     )
     api_port: PORT = Field(description="first API port; external DP rank i adds i")
     rpc_port: PORT | None = None
-    engine_id: str | None = None
+    engine_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
     kv_port: PORT | None = None
     kv_connector: KVConnector | None = None
     speculative: Speculative | None = None
-    settings: dict[str, SettingValue] = Field(
+    settings: Settings = Field(
         default_factory=dict,
-        description="overrides of the defaults table (keys of `servekit defaults`)",
+        description="overrides of the defaults table (keys of `servekit defaults`, typed)",
     )
-    engine_args: dict[str, ArgValue] = Field(
+    engine_args: ArgMap = Field(
         default_factory=dict,
         description="further vLLM flags without leading dashes (true: bare flag; mapping or "
         "list: JSON)",
     )
-    leader_args: dict[str, ArgValue] = Field(
+    leader_args: ArgMap = Field(
         default_factory=dict,
         description="flags only the engine's API (leader) process gets, e.g. api_server_count",
     )
     additional_config: dict[str, Any] | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     bind_host: str | None = Field(
         default="0.0.0.0",
         description="--host of the API server (BIND_HOST overrides at launch); null: no --host",
     )
-    cwd: str | None = Field(
+    cwd: Annotated[str, AfterValidator(_no_leading_dash)] | None = Field(
         default=None, description="working directory, created if missing (compile caches land here)"
     )
     replicas: int = Field(
@@ -220,15 +268,6 @@ class Engine(_Strict):
     def _engine_id_text(cls, value: object) -> object:
         """Engine ids are strings in vLLM's config; accept a bare YAML number too."""
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-    @field_validator("settings")
-    @classmethod
-    def _known_settings(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
-        unknown = sorted(set(value) - set(SETTINGS_BY_KEY))
-        if unknown:
-            known = ", ".join(sorted(SETTINGS_BY_KEY))
-            raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {known}")
-        return value
 
     @model_validator(mode="after")
     def _shape(self) -> Engine:
@@ -442,9 +481,15 @@ class Layout(_Strict):
     versions: dict[str, str] = Field(default_factory=dict)
     engines: tuple[Engine, ...] = Field(min_length=1, max_length=MAX_ENGINES)
     proxy: Proxy | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     provenance: Provenance
     verify: VerifyPlan = VerifyPlan()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: object) -> object:
+        refuse_nul(data)
+        return data
 
     @model_validator(mode="after")
     def _bounded(self) -> Layout:
