@@ -232,7 +232,7 @@ class Engine(_Strict):
     )
     api_port: PORT = Field(description="first API port; external DP rank i adds i")
     rpc_port: PORT | None = None
-    engine_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    engine_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$")
     kv_port: PORT | None = None
     kv_connector: KVConnector | None = None
     speculative: Speculative | None = None
