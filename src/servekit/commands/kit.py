@@ -92,7 +92,7 @@ def verify(opts: KitVerifyOptions) -> int:
     if opts.as_json:
         typer.echo(report.model_dump_json(indent=2))
     else:
-        Console(width=160).print(checks_table(report, "kit verify"))
+        Console().print(checks_table(report, "kit verify"))
         if written:
             typer.echo(written)
     return 0 if report.ok else 1
@@ -108,7 +108,7 @@ def rebuild(opts: KitRebuildOptions) -> int:
 
     limits = Limits(max_total=opts.max_size, max_ratio=opts.max_ratio)
     report = rebuild_kit(RebuildRequest(opts.kit, opts.base, opts.out, opts.tag, limits, opts.gzip))
-    Console(width=160).print(checks_table(report, "kit rebuild"))
+    Console().print(checks_table(report, "kit rebuild"))
     return 0 if report.ok else 1
 
 
@@ -126,7 +126,7 @@ def inspect(opts: KitInspectOptions) -> int:
     )
     from servekit.kit.tables import print_image, print_kit
 
-    console = Console(width=160)
+    console = Console()
     if is_rootfs(opts.target):
         if not opts.fs:
             raise UsageError(
