@@ -179,10 +179,13 @@ def print_defaults(
     rows = defaults_rows(catalog, kind=kind, role=role, family=family)
     out = console or Console()
     used = [s for s in SETTINGS if any(r.setting.key == s.key for r in rows)]
-    how = [[s.key, s.var, f"{s.how} {s.target}"] for s in used]
-    title = "settings (script variable VAR=${VAR:-value}; how each reaches vLLM)"
-    for table in fit_tables(out, ["setting", "script var", "reaches vLLM as"], how, title):
-        out.print(table)
+    out.print(
+        Text("settings: script variable (VAR=${VAR:-value}), how it reaches vLLM, what it takes")
+    )
+    for s in used:
+        out.print(
+            Text.assemble((s.key, "bold"), f" ({s.var}): {s.how} {s.target}; {s.range_text()}")
+        )
     users = family_users(catalog)
     for (fam, knd), cells in _by_family(rows).items():
         roles = [r for r in (*ROLES, ANY_ROLE) if any(c.role == r for c in cells)]
