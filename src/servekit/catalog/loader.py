@@ -198,7 +198,7 @@ def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
         hint = f"field {field!r}: {msg}"
     more = len(exc.errors()) - 1
     suffix = f" (+{more} more)" if more else ""
-    return f"{source}:{line}: {hint}{suffix}"
+    return f"{source}:{line}: {hint}{suffix}".replace("\n", "\\n")
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:

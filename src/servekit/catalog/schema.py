@@ -96,6 +96,11 @@ def _no_leading_dash(text: str) -> str:
     return text
 
 
+def _shown_key(key: object) -> str:
+    text = str(key)
+    return text if re.fullmatch(r"[\w.-]{1,40}", text) else repr(text)[:40]
+
+
 def refuse_nul(data: object, where: str = "") -> None:
     """No text anywhere in a layout or profile may hold a NUL character (argv cannot)."""
     stack: list[tuple[object, str]] = [(data, where)]
@@ -104,8 +109,8 @@ def refuse_nul(data: object, where: str = "") -> None:
         if isinstance(item, str) and "\x00" in item:
             raise ValueError(f"{path or '(top level)'}: a NUL character; remove it")
         if isinstance(item, dict):
-            stack.extend((v, f"{path}.{k}".lstrip(".")) for k, v in item.items())
-            stack.extend((k, f"{path}.{k!r}".lstrip(".")) for k in item)
+            stack.extend((v, f"{path}.{_shown_key(k)}".lstrip(".")) for k, v in item.items())
+            stack.extend((k, f"{path}.{_shown_key(k)}".lstrip(".")) for k in item)
         elif isinstance(item, list | tuple):
             stack.extend((v, f"{path}.{i}".lstrip(".")) for i, v in enumerate(item))
 
