@@ -68,3 +68,44 @@ def test_strict_check_fails_on_the_catalogs_warnings_and_plain_check_passes() ->
     strict = servekit("layouts", "check", "--strict")
     assert strict.returncode == 1
     assert "a3/2p1x2d" in strict.stdout and "AscendDirectTransport" in strict.stdout
+
+
+PROXY_ARGV = [
+    ["--replica", "http://127.0.0.1:1", "http://127.0.0.1:2", "--port", "0"],
+    ["--prefill", "http://a:1", "http://b:2/", "--decode", "http://c:3", "--mode", "prompt-keyed"],
+    ["--prefill", "http://a:1", "--prefill", "http://b:2", "--decode", "http://c:3", "--admin"],
+    ["--decode", "http://c:3", "--prefill", "http://a:1", "--connect-timeout=2.5", "--debug"],
+]
+
+
+@pytest.mark.parametrize("argv", PROXY_ARGV)
+def test_servekit_proxy_and_the_module_entry_build_the_same_config(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import servekit.proxy.server
+    from servekit.cli import app
+    from servekit.proxy.config import parse_args
+
+    seen: list[object] = []
+    monkeypatch.setattr(servekit.proxy.server, "run", seen.append)
+    result = CliRunner().invoke(app, ["proxy", *argv])
+    assert result.exit_code == 0, result.output
+    assert seen == [parse_args(argv)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--api-key", "k", "--replica", "http://a:1"], "--api-key: keys are not taken"),
+        (["--replica", "http://a:1", "--mode", "pd"], "--mode applies to PD"),
+        (["--prefill", "http://a:1", "--decode", "http://b:2", "--mode", "replica"], "--mode"),
+        (["--prefill", "ftp://a:1", "--decode", "http://b:2"], "expected http://HOST:PORT"),
+        (["--replica", "http://a:1", "--port", "70000"], "--port: must be at most 65535"),
+    ],
+)
+def test_servekit_proxy_refuses_bad_flags_in_one_line(argv: list[str], needle: str) -> None:
+    result = servekit("proxy", *argv)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and needle in result.stderr

@@ -6,12 +6,18 @@ function typer registers, and :func:`options_table` into the Markdown rows the
 docs show. So the CLI, the model the code reads and the docs cannot drift: a
 test renders all three and compares them.
 
-Field conventions: the flag is ``--`` + the name in kebab case (a field may set
-``json_schema_extra={"flag": "--x"}`` or dataclass metadata ``flag``); the help
-is the field's description (dataclass metadata ``help``); names listed in
-``arguments`` become positional arguments; ``tuple[X, ...]`` fields take the
-option several times. Values are validated by the model itself, and a failure
-becomes one :class:`~servekit.errors.UsageError` naming the flag.
+Field conventions: the flag is ``--`` + the name in kebab case (or what the
+command's ``flag_of`` makes of the name; a field may set
+``json_schema_extra={"flag": "--x", "short": "-x"}`` or dataclass metadata
+``flag``/``short``); ``flag``/``cli`` False keeps a field off the command line;
+the help is the field's description (dataclass metadata ``help``); names listed
+in ``arguments`` become positional arguments; ``tuple[X, ...]`` fields take the
+option several times, and with ``nargs="+"`` also several values after one
+flag (``--prefill A B``, as argparse's ``nargs="+"``). Defaults live in the
+model only: the CLI passes on what the user gave, the help shows the model's
+default. Values are validated by the model itself, and a failure becomes one
+:class:`~servekit.errors.UsageError` naming the flag (a validator whose message
+starts with ``--`` names its flag and the fix itself, and is shown as it is).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -28,6 +34,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from servekit.errors import UsageError
 
 T = TypeVar("T")
+FlagOf = Callable[[str], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,70 +48,115 @@ class OptionSpec:
     help: str
     required: bool
     argument: bool
+    short: str | None = None
+    greedy: bool = False
 
 
-def _flag(name: str, extra: dict[str, Any]) -> str:
-    return str(extra.get("flag") or "--" + name.replace("_", "-"))
+def kebab_flag(name: str) -> str:
+    """The default flag of a field: ``--`` + its name in kebab case."""
+    return "--" + name.replace("_", "-")
 
 
-def _pydantic_specs(model: type[BaseModel], arguments: Sequence[str]) -> list[OptionSpec]:
+def _spec(
+    name: str,
+    extra: Mapping[str, Any],
+    *,
+    hint: Any,
+    default: Any,
+    help_text: str,
+    required: bool,
+    arguments: Sequence[str],
+    flag_of: FlagOf,
+) -> OptionSpec:
+    flag = extra.get("flag")
+    return OptionSpec(
+        name=name,
+        flag=flag if isinstance(flag, str) else flag_of(name),
+        annotation=hint,
+        default=default,
+        help=help_text,
+        required=required,
+        argument=name in arguments,
+        short=extra.get("short"),
+        greedy=extra.get("nargs") == "+",
+    )
+
+
+def _on_cli(extra: Mapping[str, Any]) -> bool:
+    return extra.get("cli") is not False and extra.get("flag") is not False
+
+
+def _pydantic_specs(
+    model: type[BaseModel], arguments: Sequence[str], flag_of: FlagOf
+) -> list[OptionSpec]:
     specs = []
     hints = typing.get_type_hints(model)
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        if extra.get("cli") is False:
+        if not _on_cli(extra):
             continue
         required = field.is_required()
+        default = None if required else field.get_default(call_default_factory=True)
         specs.append(
-            OptionSpec(
-                name=name,
-                flag=_flag(name, extra),
-                annotation=hints[name],
-                default=None if required else field.get_default(call_default_factory=True),
-                help=field.description or "",
+            _spec(
+                name,
+                extra,
+                hint=hints[name],
+                default=default,
+                help_text=field.description or "",
                 required=required,
-                argument=name in arguments,
+                arguments=arguments,
+                flag_of=flag_of,
             )
         )
     return specs
 
 
-def _dataclass_specs(model: type[Any], arguments: Sequence[str]) -> list[OptionSpec]:
+def _dataclass_default(field: dataclasses.Field[Any]) -> tuple[bool, Any]:
+    """(required, default) of a dataclass field."""
+    if field.default is not dataclasses.MISSING:
+        return False, field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return False, field.default_factory()
+    return True, None
+
+
+def _dataclass_specs(
+    model: type[Any], arguments: Sequence[str], flag_of: FlagOf
+) -> list[OptionSpec]:
     specs = []
     hints = typing.get_type_hints(model)
     for field in dataclasses.fields(model):
         meta = dict(field.metadata)
-        if meta.get("cli") is False:
+        if not _on_cli(meta):
             continue
-        required = (
-            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        )
-        if field.default is not dataclasses.MISSING:
-            default: Any = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-        else:
-            default = None
+        required, default = _dataclass_default(field)
+        help_text = str(meta.get("help", ""))
+        if meta.get("choices"):
+            help_text += f" ({', '.join(meta['choices'])})"
         specs.append(
-            OptionSpec(
-                name=field.name,
-                flag=_flag(field.name, meta),
-                annotation=hints[field.name],
+            _spec(
+                field.name,
+                meta,
+                hint=hints[field.name],
                 default=default,
-                help=str(meta.get("help", "")),
+                help_text=help_text,
                 required=required,
-                argument=field.name in arguments,
+                arguments=arguments,
+                flag_of=flag_of,
             )
         )
     return specs
 
 
-def option_specs(model: type[Any], arguments: Sequence[str] = ()) -> list[OptionSpec]:
+def option_specs(
+    model: type[Any], arguments: Sequence[str] = (), flag_of: FlagOf = kebab_flag
+) -> list[OptionSpec]:
     """The options of a pydantic model or a dataclass, in field order."""
     if isinstance(model, type) and issubclass(model, BaseModel):
-        return _pydantic_specs(model, arguments)
+        return _pydantic_specs(model, arguments, flag_of)
     if dataclasses.is_dataclass(model):
-        return _dataclass_specs(model, arguments)
+        return _dataclass_specs(model, arguments, flag_of)
     raise TypeError(f"{model!r} is neither a pydantic model nor a dataclass")
 
 
@@ -114,7 +166,7 @@ def _cli_type(annotation: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in get_args(annotation) if a is not type(None)]
         if len(inner) == 1:
-            return _cli_type(inner[0]) | None
+            return _cli_type(inner[0])
         return str
     if origin is tuple:
         args = [a for a in get_args(annotation) if a is not Ellipsis]
@@ -124,89 +176,12 @@ def _cli_type(annotation: Any) -> Any:
     return annotation
 
 
-def _cli_default(spec: OptionSpec) -> Any:
-    if isinstance(spec.default, tuple):
-        return list(spec.default) or None
-    return spec.default
+def _is_flag(spec: OptionSpec) -> bool:
+    return _cli_type(spec.annotation) is bool
 
 
-def _parameter(spec: OptionSpec) -> inspect.Parameter:
-    import typer
-
-    cli_type = _cli_type(spec.annotation)
-    help_text = spec.help or None
-    if spec.argument:
-        info: Any = typer.Argument(help=help_text, show_default=not spec.required)
-    else:
-        info = typer.Option(spec.flag, help=help_text)
-    default = inspect.Parameter.empty if spec.required else _cli_default(spec)
-    return inspect.Parameter(
-        spec.name,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=default,
-        annotation=typing.Annotated[cli_type, info],
-    )
-
-
-def _model_values(specs: Sequence[OptionSpec], given: dict[str, Any]) -> dict[str, Any]:
-    values = {}
-    for spec in specs:
-        value = given.get(spec.name)
-        if value is None and not spec.required:
-            continue
-        values[spec.name] = tuple(value) if isinstance(value, list) else value
-    return values
-
-
-def _usage(exc: ValidationError, specs: Sequence[OptionSpec]) -> UsageError:
-    first = exc.errors()[0]
-    name = str(first["loc"][0]) if first["loc"] else ""
-    flag = next((s.flag for s in specs if s.name == name), name or "(options)")
-    msg = first["msg"].removeprefix("Value error, ")
-    return UsageError(f"{flag}: {msg}")
-
-
-def build_options(model: type[T], given: dict[str, Any], arguments: Sequence[str] = ()) -> T:
-    """Validate CLI values into the model; a bad value is one UsageError naming its flag."""
-    specs = option_specs(model, arguments)
-    values = _model_values(specs, given)
-    try:
-        return TypeAdapter(model).validate_python(values)
-    except ValidationError as exc:
-        raise _usage(exc, specs) from None
-    except (TypeError, ValueError) as exc:  # a dataclass's own __post_init__ checks
-        raise UsageError(str(exc)) from None
-
-
-def command_from_model(
-    model: type[T],
-    run: Callable[[T], int | None],
-    *,
-    doc: str,
-    arguments: Sequence[str] = (),
-) -> Callable[..., None]:
-    """A typer-registrable function whose options are the model's fields.
-
-    ``run`` gets the validated model; its return value is the exit code.
-    """
-    import typer
-
-    specs = option_specs(model, arguments)
-    ordered = sorted(specs, key=lambda s: not s.argument)
-
-    def command(**given: Any) -> None:
-        code = run(build_options(model, given, arguments))
-        raise typer.Exit(code or 0)
-
-    params = [_parameter(s) for s in ordered]
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__doc__ = doc
-    command.__name__ = model.__name__
-    return command
-
-
-def _default_text(spec: OptionSpec) -> str:
+def default_text(spec: OptionSpec) -> str:
+    """The default as the help and the docs show it."""
     if spec.required:
         return "required"
     if spec.default is None or spec.default == ():
@@ -218,10 +193,203 @@ def _default_text(spec: OptionSpec) -> str:
     return str(spec.default)
 
 
-def options_table(model: type[Any], arguments: Sequence[str] = ()) -> str:
+def _declarations(spec: OptionSpec) -> list[str]:
+    flag = spec.flag
+    if _is_flag(spec) and spec.default is True:
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    return [flag, *([spec.short] if spec.short else [])]
+
+
+def _parameter(spec: OptionSpec) -> inspect.Parameter:
+    import typer
+
+    cli_type = _cli_type(spec.annotation)
+    help_text = spec.help or None
+    shown = default_text(spec)
+    show: str | bool = shown if shown not in ("-", "required") and not _is_flag(spec) else False
+    if spec.argument:
+        info: Any = typer.Argument(help=help_text, show_default=show)
+    else:
+        info = typer.Option(*_declarations(spec), help=help_text, show_default=show)
+    if spec.required:
+        default: Any = inspect.Parameter.empty
+    elif _is_flag(spec):
+        default = bool(spec.default)
+    else:
+        default, cli_type = None, cli_type | None
+    return inspect.Parameter(
+        spec.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=typing.Annotated[cli_type, info],
+    )
+
+
+def given_values(specs: Sequence[OptionSpec], given: Mapping[str, Any]) -> dict[str, Any]:
+    """What the user gave: options left out (None, an unchanged flag) are absent."""
+    values = {}
+    for spec in specs:
+        value = given.get(spec.name)
+        if value is None or (_is_flag(spec) and value == spec.default and not spec.required):
+            continue
+        values[spec.name] = tuple(value) if isinstance(value, list) else value
+    return values
+
+
+def _usage(exc: ValidationError, specs: Sequence[OptionSpec]) -> UsageError:
+    """One line naming the flag; a validator's message that starts with a flag is kept whole."""
+    first = exc.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    flag = next((s.flag for s in specs if s.name == name), name or "(options)")
+    msg = first["msg"].removeprefix("Value error, ")
+    if msg.startswith("--"):
+        return UsageError(msg)
+    if first["type"] == "literal_error":
+        return UsageError(f"{flag} {first['input']!r}: {msg}")
+    return UsageError(f"{flag}: {msg}")
+
+
+def validate_model(model: type[T], values: Mapping[str, Any], specs: Sequence[OptionSpec]) -> T:
+    """The model from option values; a bad value is one UsageError naming its flag."""
+    try:
+        return TypeAdapter(model).validate_python(dict(values))
+    except ValidationError as exc:
+        raise _usage(exc, specs) from None
+    except (TypeError, ValueError) as exc:  # a dataclass's own __post_init__ checks
+        raise UsageError(str(exc)) from None
+
+
+def build_options(
+    model: type[T],
+    given: Mapping[str, Any],
+    arguments: Sequence[str] = (),
+    flag_of: FlagOf = kebab_flag,
+) -> T:
+    """Validate CLI values into the model; a bad value is one UsageError naming its flag."""
+    specs = option_specs(model, arguments, flag_of)
+    return validate_model(model, given_values(specs, given), specs)
+
+
+def spread_greedy(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``--f A B --g`` -> ``--f A --f B --g`` for each flag in ``flags`` (argparse's nargs='+')."""
+    out: list[str] = []
+    current: str | None = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return [*out, *args[i:]]
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            current = name if name in flags and "=" not in arg else None
+            out.append(arg)
+            continue
+        if current is not None and out[-1] != current:
+            out.append(current)
+        out.append(arg)
+    return out
+
+
+def command_class(
+    specs: Sequence[OptionSpec], preparse: Callable[[list[str]], None] | None = None
+) -> type[Any] | None:
+    """A typer command class that takes greedy lists and runs ``preparse`` on argv first."""
+    greedy = [s.flag for s in specs if s.greedy]
+    if not greedy and preparse is None:
+        return None
+    from typer.core import TyperCommand
+
+    class _Command(TyperCommand):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            if preparse is not None:
+                preparse(list(args))
+            return super().parse_args(ctx, spread_greedy(args, greedy))
+
+    return _Command
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandModel:
+    """What a generated command was made from: the docs table and the help come from it."""
+
+    model: type[Any]
+    arguments: tuple[str, ...] = ()
+    flag_of: FlagOf = kebab_flag
+
+    def specs(self) -> list[OptionSpec]:
+        return option_specs(self.model, self.arguments, self.flag_of)
+
+    def table(self) -> str:
+        return options_table(self.model, self.arguments, self.flag_of)
+
+
+def command_from_model(
+    model: type[T],
+    run: Callable[[T], int | None],
+    *,
+    doc: str,
+    arguments: Sequence[str] = (),
+    flag_of: FlagOf = kebab_flag,
+    build: Callable[[dict[str, Any]], T] | None = None,
+) -> Callable[..., None]:
+    """A typer-registrable function whose options are the model's fields.
+
+    ``run`` gets the validated model (``build`` makes it from the values given,
+    when the model needs more than field validation); its return value is the
+    exit code.
+    """
+    import typer
+
+    specs = option_specs(model, arguments, flag_of)
+    ordered = sorted(specs, key=lambda s: not s.argument)
+
+    def make(given: dict[str, Any]) -> T:
+        values = given_values(specs, given)
+        return build(values) if build is not None else validate_model(model, values, specs)
+
+    def command(**given: Any) -> None:
+        code = run(make(given))
+        raise typer.Exit(code or 0)
+
+    params = [_parameter(s) for s in ordered]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = doc
+    command.__name__ = model.__name__
+    command.options_model = CommandModel(model, tuple(arguments), flag_of)  # type: ignore[attr-defined]
+    return command
+
+
+def add_command(
+    app: Any,
+    name: str,
+    model: type[T],
+    run: Callable[[T], int | None],
+    *,
+    doc: str,
+    arguments: Sequence[str] = (),
+    flag_of: FlagOf = kebab_flag,
+    build: Callable[[dict[str, Any]], T] | None = None,
+    preparse: Callable[[list[str]], None] | None = None,
+    **settings: Any,
+) -> None:
+    """Register the command generated from ``model`` on a typer app as ``name``."""
+    cls = command_class(option_specs(model, arguments, flag_of), preparse)
+    if cls is not None:
+        settings["cls"] = cls
+    app.command(name, **settings)(
+        command_from_model(model, run, doc=doc, arguments=arguments, flag_of=flag_of, build=build)
+    )
+
+
+def options_table(
+    model: type[Any], arguments: Sequence[str] = (), flag_of: FlagOf = kebab_flag
+) -> str:
     """The Markdown option table of a command, as docs/*.md carry it."""
     rows = ["| option | default | what it does |", "|---|---|---|"]
-    for spec in option_specs(model, arguments):
-        name = spec.name.upper() if spec.argument else f"`{spec.flag}`"
-        rows.append(f"| {name} | {_default_text(spec)} | {spec.help} |")
+    for spec in option_specs(model, arguments, flag_of):
+        if spec.argument:
+            name = spec.name.upper()
+        else:
+            name = ", ".join(f"`{f}`" for f in (spec.flag, *([spec.short] if spec.short else [])))
+        cell = spec.help.replace("|", "\\|")
+        rows.append(f"| {name} | {default_text(spec)} | {cell} |")
     return "\n".join(rows) + "\n"

@@ -9,6 +9,8 @@ test proves none of them disagrees.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -30,7 +32,12 @@ GUARD_MIDDLEWARE = middleware_target(GUARD_MODULE)
 
 
 class Setting(BaseModel):
-    """One tunable: its key in layouts and --set, its script variable, how it reaches vLLM."""
+    """One tunable: its key in layouts and --set, its script variable, how it reaches vLLM.
+
+    ``type`` and the bounds say which values it takes; :func:`check_setting`
+    refuses anything else (a value is never a command, and never text where
+    vLLM expects a number).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -39,6 +46,32 @@ class Setting(BaseModel):
     how: Literal["flag", "bool-flag", "env", "middleware"]
     target: str  # the CLI flag, the env var name, or the middleware import path
     help: str
+    type: Literal["int", "float", "bool", "str"]
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+    pattern: str | None = None  # str settings: the whole value must match
+    example: str
+
+    def range_text(self) -> str:
+        """The values it takes, in words: ``a whole number from 1 to 1048576``."""
+        if self.type == "bool":
+            return "true or false"
+        if self.type == "str":
+            return "a word of letters, digits and _"
+        kind = "a whole number" if self.type == "int" else "a number"
+        low = self.gt if self.gt is not None else self.ge
+        if low is None:
+            return kind
+        if self.gt is not None:
+            top = f", at most {_num(self.le)}" if self.le is not None else ""
+            return f"{kind} above {_num(low)}{top}"
+        top = f" to {_num(self.le)}" if self.le is not None else ""
+        return f"{kind} from {_num(low)}{top}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:g}"
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -48,6 +81,10 @@ SETTINGS: tuple[Setting, ...] = (
         how="flag",
         target="--gpu-memory-utilization",
         help="fraction of device memory vLLM may use (weights + KV cache)",
+        type="float",
+        gt=0,
+        le=1,
+        example="0.9",
     ),
     Setting(
         key="max_num_seqs",
@@ -55,6 +92,10 @@ SETTINGS: tuple[Setting, ...] = (
         how="flag",
         target="--max-num-seqs",
         help="most sequences running at once per engine (DP rank)",
+        type="int",
+        ge=1,
+        le=1 << 20,
+        example="32",
     ),
     Setting(
         key="max_num_batched_tokens",
@@ -62,6 +103,10 @@ SETTINGS: tuple[Setting, ...] = (
         how="flag",
         target="--max-num-batched-tokens",
         help="token budget of one scheduler step",
+        type="int",
+        ge=1,
+        le=1 << 30,
+        example="8192",
     ),
     Setting(
         key="block_size",
@@ -69,6 +114,10 @@ SETTINGS: tuple[Setting, ...] = (
         how="flag",
         target="--block-size",
         help="KV cache block size in tokens",
+        type="int",
+        ge=1,
+        le=1 << 16,
+        example="128",
     ),
     Setting(
         key="enable_prefix_caching",
@@ -76,6 +125,8 @@ SETTINGS: tuple[Setting, ...] = (
         how="bool-flag",
         target="--enable-prefix-caching",
         help="automatic prefix caching (1 on, 0 off)",
+        type="bool",
+        example="true",
     ),
     Setting(
         key="kv_cache_dtype",
@@ -83,6 +134,9 @@ SETTINGS: tuple[Setting, ...] = (
         how="flag",
         target="--kv-cache-dtype",
         help="KV cache element type",
+        type="str",
+        pattern=r"[a-z0-9_]{1,32}",
+        example="bfloat16",
     ),
     Setting(
         key="cpu_kvcache_gib",
@@ -90,6 +144,10 @@ SETTINGS: tuple[Setting, ...] = (
         how="env",
         target="VLLM_CPU_KVCACHE_SPACE",
         help="KV cache size in GiB for the vLLM CPU backend",
+        type="int",
+        ge=1,
+        le=1 << 20,
+        example="4",
     ),
     Setting(
         key="guard",
@@ -97,10 +155,68 @@ SETTINGS: tuple[Setting, ...] = (
         how="middleware",
         target=GUARD_MIDDLEWARE,
         help="decode guard middleware: refuse plain requests on decode-role engines (1 on)",
+        type="bool",
+        example="true",
     ),
 )
 
 SETTINGS_BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
+_DIGITS = re.compile(r"[+-]?[0-9]{1,19}")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]{1,19}(?:\.[0-9]{0,19})?|\.[0-9]{1,19})")
+
+
+def _number(setting: Setting, value: object) -> int | float | None:
+    """The value as the setting's number type, or None when it is not one."""
+    if isinstance(value, str):
+        text = value.strip()
+        if _DIGITS.fullmatch(text):
+            value = int(text)
+        elif setting.type == "float" and _DECIMAL.fullmatch(text):
+            value = float(text)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if setting.type == "int":
+        return value if isinstance(value, int) else None
+    return value if math.isfinite(value) else None
+
+
+def _in_range(setting: Setting, number: float) -> bool:
+    return not (
+        (setting.gt is not None and number <= setting.gt)
+        or (setting.ge is not None and number < setting.ge)
+        or (setting.le is not None and number > setting.le)
+    )
+
+
+def check_setting(key: str, value: object) -> SettingValue:
+    """The value, typed, if the setting takes it; else ValueError naming the key and the fix."""
+    setting = SETTINGS_BY_KEY[key]
+    shown = repr(value)[:60]
+    fix = f"{key} takes {setting.range_text()}, e.g. {key}: {setting.example}"
+    if setting.type == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{key}: {shown} is not true or false; {fix}")
+    if setting.type == "str":
+        if isinstance(value, str) and re.fullmatch(setting.pattern or ".*", value):
+            return value
+        raise ValueError(f"{key}: {shown} is not a plain word; {fix}")
+    number = _number(setting, value)
+    if number is None or not _in_range(setting, number):
+        raise ValueError(f"{key}: {shown} is refused; {fix}")
+    return number
+
+
+def check_settings(value: object) -> object:
+    """A ``settings`` mapping with every key known and every value of its setting's type."""
+    if not isinstance(value, dict):
+        return value
+    unknown = sorted(str(k) for k in value if k not in SETTINGS_BY_KEY)
+    if unknown:
+        known = ", ".join(sorted(SETTINGS_BY_KEY))
+        raise ValueError(f"unknown setting {unknown[0][:40]!r}; known settings: {known}")
+    return {key: check_setting(key, item) for key, item in value.items()}
+
 
 # The generic rows: engines whose layout names no profile. A profile (a family of
 # layouts in the catalog, e.g. layouts/a3/profiles/dsv4-flash-a3-pd.yaml) carries

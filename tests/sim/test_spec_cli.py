@@ -65,10 +65,42 @@ def test_spec_files_json_and_yaml(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
     assert load_spec(tmp_path / "s.json") == load_spec(tmp_path / "s.yaml")
     (tmp_path / "bad.yaml").write_text("endpoints: [")
-    with pytest.raises(UsageError, match="not valid"):
+    with pytest.raises(UsageError, match=r"bad\.yaml:1: malformed YAML"):
         load_spec(tmp_path / "bad.yaml")
+    (tmp_path / "bad.json").write_text('{"endpoints": [')
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_spec(tmp_path / "bad.json")
     with pytest.raises(UsageError, match="no such file"):
         load_spec(tmp_path / "missing.json")
+
+
+HOSTILE_SPECS = {
+    "latin1.yaml": b"endpoints:\n  - name: caf\xe9\n",
+    "utf16.yaml": "endpoints: []\n".encode("utf-16"),
+    "utf16.json": '{"endpoints": []}'.encode("utf-16"),
+    "deep.json": b"[" * 100_000 + b"]" * 100_000,
+    "deep.yaml": b"endpoints: " + b"[" * 5000 + b"]" * 5000,
+    "dup.yaml": b"endpoints: []\nendpoints: []\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SPECS))
+@pytest.mark.parametrize("entry", [[*SERVEKIT, "sim"], [sys.executable, "-m", "servekit.sim"]])
+def test_a_hostile_spec_file_is_one_line_and_exit_2(
+    name: str, entry: list[str], tmp_path: Path
+) -> None:
+    spec = tmp_path / name
+    spec.write_bytes(HOSTILE_SPECS[name])
+    proc = subprocess.run(
+        [*entry, "--spec", str(spec), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: --spec {spec}")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
 def test_quick_spec_numbers_ports_and_ranks() -> None:
@@ -113,9 +145,10 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
     others = {m for m in loaded if not m.startswith("servekit.sim")}
     assert others == {
         "servekit",
-        "servekit.cliopts",
         "servekit.errors",
         "servekit.guard",
+        "servekit.lazyface",
+        "servekit.safeyaml",
         "servekit.textcontract",
         "servekit.visioncontract",
     }
@@ -190,7 +223,7 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFi
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert bad.returncode == 2
-    assert bad.stderr == "error: --role: Input should be 'mixed', 'prefill' or 'decode'\n"
+    assert bad.stderr == "error: --role 'boss': Input should be 'mixed', 'prefill' or 'decode'\n"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep()]}))
     for args in (["--spec", str(spec)], []):
         assert entry(args) == 2

@@ -5,17 +5,36 @@ writes :class:`AcceptResult` files, and puts :func:`render_markdown`'s section
 into the release report.
 """
 
-from servekit.accept.markdown import render_markdown, summary_line
-from servekit.accept.models import (
-    AcceptResult,
-    CheckResult,
-    EvidenceFile,
-    read_result,
-    write_result,
-)
-from servekit.accept.options import AcceptOptions
-from servekit.accept.runner import RESULT_FILE, run_acceptance, run_acceptance_async
+from typing import TYPE_CHECKING
 
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.accept.markdown import render_markdown, summary_line
+    from servekit.accept.models import (
+        AcceptResult,
+        CheckResult,
+        EvidenceFile,
+        read_result,
+        write_result,
+    )
+    from servekit.accept.options import AcceptOptions
+    from servekit.accept.runner import RESULT_FILE, run_acceptance, run_acceptance_async
+
+_NAMES = {
+    "AcceptOptions": "options",
+    "AcceptResult": "models",
+    "CheckResult": "models",
+    "EvidenceFile": "models",
+    "RESULT_FILE": "runner",
+    "read_result": "models",
+    "render_markdown": "markdown",
+    "run_acceptance": "runner",
+    "run_acceptance_async": "runner",
+    "summary_line": "markdown",
+    "write_result": "models",
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "RESULT_FILE",
     "AcceptOptions",

@@ -1,13 +1,18 @@
 """What an acceptance run is asked to do, parsed once from the user's input.
 
-``--context 144k,1m`` and ``--depths`` are parsed here so that a typo is one
-line naming the flag and the fix (exit 2), before any request is sent.
+:class:`AcceptCommandOptions` is ``servekit accept``'s options model (the typer
+command and the docs table are generated from it); :class:`AcceptOptions` is
+what a run needs, parsed from it. ``--context 144k,1m`` and ``--depths`` are
+parsed here so that a typo is one line naming the flag and the fix (exit 2),
+before any request is sent.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +38,49 @@ class AcceptOptions(BaseModel):
     concurrency: int = Field(default=4, ge=2, description="--concurrency of the invariant check")
     seed: str = Field(default="servekit", description="--seed: picks the needle codes")
     timeout_s: float = Field(default=600.0, gt=0, description="--timeout per request")
+
+
+def _run_field(name: str, flag_help: str, **bounds: Any) -> Any:
+    """A field of AcceptOptions, reused so its default exists once."""
+    return Field(AcceptOptions.model_fields[name].default, description=flag_help, **bounds)
+
+
+class AcceptCommandOptions(BaseModel):
+    """The options of ``servekit accept``: one model for the CLI, the code and the docs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str | None = Field(
+        None, description="URL of the entry, or a layout run by 'servekit up'"
+    )
+    only: tuple[str, ...] = Field(
+        (), description="check id or group (repeatable): guard, needle.144k"
+    )
+    context: tuple[str, ...] = Field(
+        (),
+        description=f"needle contexts, e.g. 144k,1m or 2k (default: {','.join(DEFAULT_CONTEXTS)})",
+    )
+    depths: str | None = Field(
+        None,
+        description="depths of needles A-D, e.g. 0.1,0.4,0.6,0.9 "
+        f"(default: {','.join(map(str, DEFAULT_DEPTHS))})",
+    )
+    model: str | None = Field(None, description="served model name (URL targets)")
+    capability: tuple[str, ...] = Field(
+        (), description="declare retrieval / vision (URL targets; repeatable)"
+    )
+    seed: str = _run_field("seed", "picks the needle codes")
+    timeout: float = _run_field("timeout_s", "seconds per request")
+    concurrency: int = _run_field(
+        "concurrency", "requests sent at once by the invariant check (2 or more)"
+    )
+    out: Path = Field(Path("accept-out"), description="folder for result.json, accept.md, evidence")
+    selfcheck: bool = Field(
+        False, description="prove the checks fail on simulator faults behind the real proxy"
+    )
+    list_checks: bool = Field(
+        False, description="list the checks and exit", json_schema_extra={"flag": "--list"}
+    )
 
 
 def parse_context(text: str) -> int:

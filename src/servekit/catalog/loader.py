@@ -2,7 +2,10 @@
 
 A catalog is a folder of ``<hardware>/<name>/layout.yaml``. servekit's own
 catalog ships inside the package; ``--catalog DIR`` or ``SERVEKIT_CATALOG``
-points every command at a user's folder instead.
+points every command at a user's folder instead. Files are read through
+:mod:`servekit.safeyaml` (bounded size, strict UTF-8, bounded nesting and
+aliases, duplicate keys refused), so any file gives a layout or one
+UsageError line, never a traceback or a hang.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from servekit import safeyaml
 from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers, profile_path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
@@ -104,8 +108,7 @@ def load_profile(profiles_dir: Path, name: str) -> Profile:
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name) or not path.is_file():
         known = ", ".join(sorted(p.stem for p in profiles_dir.glob("*.yaml"))) or "none"
         raise UsageError(f"unknown profile {name!r}; profiles here: {known} ({profiles_dir})")
-    text = _read(path)
-    node, data = _parse_yaml(text, str(path))
+    node, data = safeyaml.load_file(path)
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
@@ -138,18 +141,21 @@ def load_all(catalog: Path | str | None = None) -> list[LoadedLayout]:
     return [load(name, root) for name in layout_names(root)]
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(
-            f"{path}: cannot read ({exc.strerror}); check the path and permissions"
-        ) from exc
-
-
 def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
     """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
-    return parse_layout_text(_read(path), str(path), expected_name, profiles_dir_of(path))
+    return parse_layout_bytes(
+        safeyaml.read_bytes(path), str(path), expected_name, profiles_dir_of(path)
+    )
+
+
+def parse_layout_bytes(
+    data: bytes,
+    source: str,
+    expected_name: str | None = None,
+    profiles_dir: Path | None = None,
+) -> Layout:
+    """A layout from a file's bytes (UTF-8 YAML); any problem is one UsageError line."""
+    return parse_layout_text(safeyaml.decode(data, source), source, expected_name, profiles_dir)
 
 
 def parse_layout_text(
@@ -158,7 +164,7 @@ def parse_layout_text(
     expected_name: str | None = None,
     profiles_dir: Path | None = None,
 ) -> Layout:
-    node, data = _parse_yaml(text, source)
+    node, data = safeyaml.compose(text, source)
     if not isinstance(data, dict):
         raise UsageError(
             f"{source}:1: a layout must be a YAML mapping of fields (name, title, ...)"
@@ -177,23 +183,6 @@ def parse_layout_text(
         raise UsageError(_describe(exc, node, source)) from exc
 
 
-def _parse_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        context = getattr(exc, "context_mark", None)
-        if mark is not None and context is not None and mark.index >= len(text.rstrip()):
-            mark = context  # an unclosed bracket: point at where it opened, not at the end
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(
-            f"{where}: malformed YAML ({problem}); fix the syntax at that line"
-        ) from exc
-    return node, data
-
-
 def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
     err = exc.errors()[0]
     loc = tuple(err["loc"])
@@ -209,7 +198,7 @@ def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
         hint = f"field {field!r}: {msg}"
     more = len(exc.errors()) - 1
     suffix = f" (+{more} more)" if more else ""
-    return f"{source}:{line}: {hint}{suffix}"
+    return f"{source}:{line}: {hint}{suffix}".replace("\n", "\\n")
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servekit.catalog.schema import ArgValue, EnvValue
+from servekit.catalog.schema import ArgMap, EnvMap, Settings, refuse_nul
 from servekit.defaults import EngineKind, Role, SettingValue
 
 PROFILES_DIR = "profiles"
@@ -32,10 +32,10 @@ class _Strict(BaseModel):
 class RoleProfile(_Strict):
     """The part of an engine's definition a profile can give (any role, or one role)."""
 
-    settings: dict[str, SettingValue] = Field(default_factory=dict)
-    engine_args: dict[str, ArgValue] = Field(default_factory=dict)
-    leader_args: dict[str, ArgValue] = Field(default_factory=dict)
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    settings: Settings = Field(default_factory=dict)
+    engine_args: ArgMap = Field(default_factory=dict)
+    leader_args: ArgMap = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     additional_config: dict[str, Any] | None = None
     bind_host: str | None = "0.0.0.0"
     cwd: str | None = None
@@ -50,6 +50,12 @@ class Profile(_Strict):
     source: str = Field(description="where these values were verified")
     common: RoleProfile = RoleProfile()
     roles: dict[Literal["mixed", "prefill", "decode"], RoleProfile] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: object) -> object:
+        refuse_nul(data)
+        return data
 
     def layer(self, role: Role) -> list[dict[str, Any]]:
         """The profile's contributions for ``role``, in merge order."""

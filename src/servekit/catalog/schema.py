@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from servekit.defaults import SETTINGS_BY_KEY, EngineKind, Role, SettingValue
+from servekit.defaults import EngineKind, Role, SettingValue, check_settings
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
@@ -30,12 +39,85 @@ ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
     "cpu": "vllm-cpu",
 }
 
-_PORT_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_PORT_RANGE = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_CONTEXT = re.compile(r"^[1-9][0-9]{0,9}[km]?$")
+
+# Bounds on every count, so that nothing is built from an absurd value: a Plan
+# is computed (and scripts rendered) only from a layout these already passed.
+MAX_NODES = 256
+MAX_DEVICES = 1024
+MAX_DP = 4096
+MAX_TP = 1024
+MAX_REPLICAS = 256
+MAX_ENGINES = 256
+MAX_PROCESSES = 4096
+MAX_CONCURRENCY = 4096
+MAX_MODEL_LEN = 1 << 30
+PORT = Annotated[int, Field(ge=1, le=65535)]
+NodeIndex = Annotated[int, Field(ge=0, lt=MAX_NODES)]
+DeviceId = Annotated[int, Field(ge=0, lt=MAX_DEVICES)]
+VERIFY_WORKLOADS = (
+    "single-stream",
+    "multi-stream",
+    "prefill",
+    "kv-capacity",
+    "rate-sweep",
+    "concurrency-sweep",
+)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _env_name(name: str) -> str:
+    if not re.fullmatch(_ENV_NAME, name):
+        raise ValueError(
+            f"{name[:40]!r} is not an environment variable name; use letters, digits and _ "
+            "(not a digit first), e.g. HCCL_BUFFSIZE"
+        )
+    return name
+
+
+def _flag_name(name: str) -> str:
+    if not _FLAG_NAME.match(name):
+        raise ValueError(
+            f"{name[:40]!r} is not a vLLM flag name; write the flag without its dashes, "
+            "e.g. max_num_seqs or enforce_eager"
+        )
+    return name
+
+
+def _no_leading_dash(text: str) -> str:
+    if text.startswith("-"):
+        raise ValueError(f"{text[:40]!r} starts with '-'; give a path, e.g. /root/kernel_cache")
+    return text
+
+
+def _shown_key(key: object) -> str:
+    text = str(key)
+    return text if re.fullmatch(r"[\w.-]{1,40}", text) else repr(text)[:40]
+
+
+def refuse_nul(data: object, where: str = "") -> None:
+    """No text anywhere in a layout or profile may hold a NUL character (argv cannot)."""
+    stack: list[tuple[object, str]] = [(data, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            raise ValueError(f"{path or '(top level)'}: a NUL character; remove it")
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{_shown_key(k)}".lstrip(".")) for k, v in item.items())
+            stack.extend((k, f"{path}.{_shown_key(k)}".lstrip(".")) for k in item)
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}.{i}".lstrip(".")) for i, v in enumerate(item))
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+FlagName = Annotated[str, AfterValidator(_flag_name)]
+Settings = Annotated[dict[str, SettingValue], BeforeValidator(check_settings)]
 
 
 class Model(_Strict):
@@ -44,14 +126,27 @@ class Model(_Strict):
     path: str = Field(description="model directory on every node")
     served_name: str
     quantization: str | None = None
-    max_model_len: int = Field(gt=0)
+    max_model_len: int = Field(gt=0, le=MAX_MODEL_LEN)
     capabilities: tuple[Capability, ...] = ()
     trust_remote_code: bool = False
 
 
 class Hardware(_Strict):
     accelerator: Accelerator
-    devices_per_node: int = Field(ge=0, description="accelerator devices per node (0 on cpu)")
+    devices_per_node: int = Field(
+        ge=0, le=MAX_DEVICES, description="accelerator devices per node (0 on cpu)"
+    )
+
+    @field_validator("devices_per_node")
+    @classmethod
+    def _devices_here(cls, value: int, info: ValidationInfo) -> int:
+        accelerator = info.data.get("accelerator")
+        if value == 0 and accelerator not in (None, "cpu"):
+            raise ValueError(
+                f"0 devices on {accelerator}; give the devices of one node (16 on an A3 "
+                "node); 0 is for cpu layouts only"
+            )
+        return value
 
     @property
     def engine_kind(self) -> EngineKind:
@@ -74,7 +169,7 @@ class KVConnector(_Strict):
 
 class Speculative(_Strict):
     method: str
-    num_speculative_tokens: int = Field(ge=1)
+    num_speculative_tokens: int = Field(ge=1, le=64)
     enforce_eager: bool | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -110,6 +205,8 @@ class Prepend(_Strict):
 
 EnvValue = str | NodeValue | Prepend
 ArgValue = bool | int | float | str | dict[str, Any] | list[Any]
+EnvMap = dict[EnvName, EnvValue]
+ArgMap = dict[FlagName, ArgValue]
 
 
 class Engine(_Strict):
@@ -126,61 +223,56 @@ class Engine(_Strict):
     profile: str | None = Field(
         default=None, description="the family profile its role's settings, flags and env come from"
     )
-    nodes: tuple[int, ...] = Field(min_length=1)
+    nodes: tuple[NodeIndex, ...] = Field(min_length=1, max_length=MAX_NODES)
     launch: LaunchMode = "single"
-    dp_size: int = Field(default=1, ge=1)
-    dp_size_per_node: int = Field(default=1, ge=1)
-    tp: int = Field(default=1, ge=1)
+    dp_size: int = Field(default=1, ge=1, le=MAX_DP)
+    dp_size_per_node: int = Field(default=1, ge=1, le=MAX_DEVICES)
+    tp: int = Field(default=1, ge=1, le=MAX_TP)
     expert_parallel: bool = False
     partial_node: bool = Field(default=False, description="uses fewer devices than a node has")
-    devices: tuple[int, ...] | None = Field(
-        default=None, description="explicit device ids on its node (engines sharing a node)"
+    devices: tuple[DeviceId, ...] | None = Field(
+        default=None,
+        max_length=MAX_DEVICES,
+        description="explicit device ids on its node (engines sharing a node)",
     )
-    api_port: int = Field(ge=1, le=65535, description="first API port; external DP rank i adds i")
-    rpc_port: int | None = Field(default=None, ge=1, le=65535)
-    engine_id: str | None = None
-    kv_port: int | None = Field(default=None, ge=1, le=65535)
+    api_port: PORT = Field(description="first API port; external DP rank i adds i")
+    rpc_port: PORT | None = None
+    engine_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$")
+    kv_port: PORT | None = None
     kv_connector: KVConnector | None = None
     speculative: Speculative | None = None
-    settings: dict[str, SettingValue] = Field(
+    settings: Settings = Field(
         default_factory=dict,
-        description="overrides of the defaults table (keys of `servekit defaults`)",
+        description="overrides of the defaults table (keys of `servekit defaults`, typed)",
     )
-    engine_args: dict[str, ArgValue] = Field(
+    engine_args: ArgMap = Field(
         default_factory=dict,
         description="further vLLM flags without leading dashes (true: bare flag; mapping or "
         "list: JSON)",
     )
-    leader_args: dict[str, ArgValue] = Field(
+    leader_args: ArgMap = Field(
         default_factory=dict,
         description="flags only the engine's API (leader) process gets, e.g. api_server_count",
     )
     additional_config: dict[str, Any] | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     bind_host: str | None = Field(
         default="0.0.0.0",
         description="--host of the API server (BIND_HOST overrides at launch); null: no --host",
     )
-    cwd: str | None = Field(
+    cwd: Annotated[str, AfterValidator(_no_leading_dash)] | None = Field(
         default=None, description="working directory, created if missing (compile caches land here)"
     )
-    replicas: int = Field(default=1, ge=1, description="identical copies (local replica layouts)")
+    replicas: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS, description="identical copies (local replica layouts)"
+    )
 
     @field_validator("engine_id", mode="before")
     @classmethod
     def _engine_id_text(cls, value: object) -> object:
         """Engine ids are strings in vLLM's config; accept a bare YAML number too."""
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-    @field_validator("settings")
-    @classmethod
-    def _known_settings(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
-        unknown = sorted(set(value) - set(SETTINGS_BY_KEY))
-        if unknown:
-            known = ", ".join(sorted(SETTINGS_BY_KEY))
-            raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {known}")
-        return value
 
     @model_validator(mode="after")
     def _shape(self) -> Engine:
@@ -191,7 +283,28 @@ class Engine(_Strict):
                 f"dp_size {self.dp_size} is not a multiple of "
                 f"dp_size_per_node {self.dp_size_per_node}"
             )
+        last = self.api_port + self.ports_used - 1
+        if last > 65535:
+            raise ValueError(
+                f"api_port {self.api_port} + {self.ports_used - 1} more ports runs past 65535; "
+                "pick a lower api_port"
+            )
         return self
+
+    @property
+    def ports_used(self) -> int:
+        """API ports counted from ``api_port`` (a replica or external DP rank adds one)."""
+        if self.launch == "external-dp":
+            return self.dp_size_per_node
+        return self.replicas if self.launch == "single" else 1
+
+    @property
+    def process_count(self) -> int:
+        """How many processes the Plan will start for this engine."""
+        if self.launch == "single":
+            return self.replicas
+        per_node = self.dp_size_per_node if self.launch == "external-dp" else 1
+        return len(self.nodes) * per_node
 
     @property
     def headless_nodes(self) -> tuple[int, ...]:
@@ -202,16 +315,20 @@ class Engine(_Strict):
 class EndpointRef(_Strict):
     """Endpoints the proxy fans out to: a node and a port or an inclusive range."""
 
-    node: int = Field(ge=0)
+    node: NodeIndex
     ports: str = Field(description="'7100' or '7100-7115'")
 
     @field_validator("ports", mode="before")
     @classmethod
     def _ports(cls, value: object) -> str:
-        text = str(value)
+        text = str(value) if isinstance(value, int | str) else repr(value)
         m = _PORT_RANGE.match(text)
-        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
-            raise ValueError(f"ports {text!r} must be 'PORT' or 'FIRST-LAST' with FIRST <= LAST")
+        numbers = [int(g) for g in (m.groups() if m else ()) if g is not None]
+        if not m or not all(1 <= n <= 65535 for n in numbers) or numbers != sorted(numbers):
+            raise ValueError(
+                f"ports {text[:40]!r} must be 'PORT' or 'FIRST-LAST' with 1 <= FIRST <= LAST "
+                "<= 65535"
+            )
         return text
 
     def expand(self) -> list[tuple[int, int]]:
@@ -223,12 +340,12 @@ class EndpointRef(_Strict):
 
 
 class Proxy(_Strict):
-    node: int = Field(default=0, ge=0)
+    node: NodeIndex = 0
     host: str | NodeValue = Field(
         default_factory=lambda: NodeValue(node="ip"),
         description="listen address; {node: ip} is the proxy node's own address",
     )
-    port: int = Field(ge=1, le=65535)
+    port: PORT
     mode: ProxyMode = "pd"
     admin: bool = Field(
         default=False,
@@ -319,12 +436,43 @@ class VerifyPlan(_Strict):
 
     workloads: tuple[str, ...] = ("single-stream", "multi-stream", "prefill")
     contexts: tuple[str, ...] = ()
-    concurrency: tuple[int, ...] = (1, 4, 8, 16)
+    concurrency: tuple[int, ...] = Field(default=(1, 4, 8, 16), min_length=1, max_length=64)
     reference: str | None = Field(
         default=None,
         description="a single-instance layout of the same model, run beside this one so "
         "acceptance can check PD output == single (local and simulated runs)",
     )
+
+    @field_validator("workloads")
+    @classmethod
+    def _known_workloads(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if name not in VERIFY_WORKLOADS:
+                raise ValueError(
+                    f"unknown workload {name[:40]!r}; use any of {', '.join(VERIFY_WORKLOADS)}"
+                )
+        return names
+
+    @field_validator("contexts")
+    @classmethod
+    def _context_sizes(cls, sizes: tuple[str, ...]) -> tuple[str, ...]:
+        for size in sizes:
+            if not _CONTEXT.match(size):
+                raise ValueError(
+                    f"context {size[:40]!r} is not a size; write tokens such as 2k, 144k or 1m"
+                )
+        return sizes
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, levels: tuple[int, ...]) -> tuple[int, ...]:
+        for level in levels:
+            if not 1 <= level <= MAX_CONCURRENCY:
+                raise ValueError(
+                    f"{level} concurrent requests is not a level; give whole numbers from 1 "
+                    f"to {MAX_CONCURRENCY}, e.g. [1, 4, 16]"
+                )
+        return levels
 
 
 class Layout(_Strict):
@@ -333,14 +481,30 @@ class Layout(_Strict):
     summary: str
     model: Model
     hardware: Hardware
-    nodes: int = Field(ge=1)
+    nodes: int = Field(ge=1, le=MAX_NODES)
     image: str
     versions: dict[str, str] = Field(default_factory=dict)
-    engines: tuple[Engine, ...] = Field(min_length=1)
+    engines: tuple[Engine, ...] = Field(min_length=1, max_length=MAX_ENGINES)
     proxy: Proxy | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict)
     provenance: Provenance
     verify: VerifyPlan = VerifyPlan()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: object) -> object:
+        refuse_nul(data)
+        return data
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Layout:
+        total = sum(e.process_count for e in self.engines)
+        if total > MAX_PROCESSES:
+            raise ValueError(
+                f"the engines start {total} processes; at most {MAX_PROCESSES} (check nodes, "
+                "dp_size_per_node and replicas)"
+            )
+        return self
 
     @property
     def engine_kind(self) -> EngineKind:

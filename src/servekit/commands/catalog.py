@@ -1,59 +1,99 @@
-"""``servekit layouts list|show|check`` and ``servekit defaults``."""
+"""``servekit layouts list|show|check``, ``servekit defaults`` and ``servekit catalog site``.
+
+Each command is generated from its options model (:mod:`servekit.catalog.options`);
+the work lives in :mod:`servekit.render.views` and :mod:`servekit.report.site`,
+imported inside the run functions so ``servekit --help`` stays fast.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
-CatalogOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--catalog", help="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
-    ),
-]
+from servekit.catalog.options import (
+    CatalogSiteOptions,
+    DefaultsOptions,
+    LayoutsCheckOptions,
+    LayoutsListOptions,
+    LayoutsShowOptions,
+)
+from servekit.cliopts import add_command
+
+
+def _list(opts: LayoutsListOptions) -> int:
+    from servekit.render import views
+
+    views.print_list(opts.catalog)
+    return 0
+
+
+def _show(opts: LayoutsShowOptions) -> int:
+    from servekit.render import views
+
+    views.print_show(opts.name, opts.catalog)
+    return 0
+
+
+def _check(opts: LayoutsCheckOptions) -> int:
+    from servekit.render import views
+
+    return views.run_check(list(opts.names), opts.strict, opts.catalog)
+
+
+def _defaults(opts: DefaultsOptions) -> int:
+    from servekit.render import views
+
+    views.print_defaults(opts.role, opts.kind, family=opts.family, catalog=opts.catalog)
+    return 0
+
+
+def _site(opts: CatalogSiteOptions) -> int:
+    from servekit.report.site import build_site
+
+    typer.echo(str(build_site(opts.out, str(opts.catalog) if opts.catalog else None)))
+    return 0
 
 
 def register(app: typer.Typer) -> None:
+    """Attach the ``layouts`` and ``catalog`` groups and ``defaults`` to the root app."""
     layouts = typer.Typer(help="The catalog of layouts: list, show, check.", no_args_is_help=True)
+    add_command(
+        layouts,
+        "list",
+        LayoutsListOptions,
+        _list,
+        doc="Every layout with its topology and verification status.",
+    )
+    add_command(
+        layouts,
+        "show",
+        LayoutsShowOptions,
+        _show,
+        doc="One layout: its fields, provenance, deviations and plan.",
+        arguments=("name",),
+    )
+    add_command(
+        layouts,
+        "check",
+        LayoutsCheckOptions,
+        _check,
+        doc="Validate layouts: errors exit 1; warnings exit 0 unless --strict.",
+        arguments=("names",),
+    )
     app.add_typer(layouts, name="layouts")
-
-    @layouts.command("list")
-    def list_(catalog: CatalogOpt = None) -> None:
-        """Every layout with its topology and verification status."""
-        from servekit.render import views
-
-        views.print_list(catalog)
-
-    @layouts.command("show")
-    def show(name: str, catalog: CatalogOpt = None) -> None:
-        """One layout: its fields, provenance and plan summary."""
-        from servekit.render import views
-
-        views.print_show(name, catalog)
-
-    @layouts.command("check")
-    def check(
-        names: Annotated[
-            list[str] | None, typer.Argument(help="layouts to check (default: all)")
-        ] = None,
-        strict: Annotated[bool, typer.Option("--strict", help="warnings fail too")] = False,
-        catalog: CatalogOpt = None,
-    ) -> None:
-        """Validate layouts: errors exit 1; warnings exit 0 unless --strict."""
-        from servekit.render import views
-
-        raise typer.Exit(views.run_check(names or [], strict, catalog))
-
-    @app.command("defaults")
-    def defaults(
-        role: Annotated[str | None, typer.Option("--role", help="mixed, prefill or decode")] = None,
-        kind: Annotated[
-            str | None, typer.Option("--kind", help="vllm-ascend, vllm or vllm-cpu")
-        ] = None,
-    ) -> None:
-        """Print the one defaults table every rendered surface takes its values from."""
-        from servekit.render import views
-
-        views.print_defaults(role, kind)
+    add_command(
+        app,
+        "defaults",
+        DefaultsOptions,
+        _defaults,
+        doc="The defaults table: generic rows per engine kind and role, and each layout "
+        "family's rows (its profile), in one place.",
+    )
+    site = typer.Typer(help="The catalog as a static site.", no_args_is_help=True)
+    add_command(
+        site,
+        "site",
+        CatalogSiteOptions,
+        _site,
+        doc="Write the static HTML catalog: an index with filters and a page per layout.",
+    )
+    app.add_typer(site, name="catalog")

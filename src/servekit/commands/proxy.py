@@ -1,28 +1,38 @@
-"""``servekit proxy``: the same flags and entry as ``python -m servekit.proxy``.
+"""``servekit proxy``: the command generated from :class:`~servekit.proxy.config.ProxyConfig`.
 
-The flags are parsed by :func:`servekit.proxy.config.parse_args` alone, so the
-two entry points cannot drift; ``servekit proxy --help`` prints that parser's help.
+The same dataclass generates ``python -m servekit.proxy``'s argparse parser, and
+both end in :func:`~servekit.proxy.config.config_from_values`, so the two entry
+points take the same flags (``--prefill A B`` as well as ``--prefill A --prefill
+B``), defaults and checks. ``servekit.proxy.config`` is standard library only,
+so importing it here costs ``servekit --help`` nothing.
 """
 
 from __future__ import annotations
 
 import typer
 
+from servekit.cliopts import add_command
+from servekit.proxy.config import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
+
+
+def _run(config: ProxyConfig) -> int:
+    from servekit.proxy.server import run
+
+    run(config)
+    return 0
+
 
 def register(app: typer.Typer) -> None:
     """Attach the ``proxy`` command."""
-
-    @app.command(
+    add_command(
+        app,
         "proxy",
-        add_help_option=False,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        ProxyConfig,
+        _run,
+        doc="PD / replica router with health checks, metrics and the decode guard.",
+        flag_of=flag_of,
+        build=config_from_values,
+        preparse=refuse_keys_in_argv,
+        no_args_is_help=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
-    def proxy(ctx: typer.Context) -> None:
-        """PD / replica router with health checks, metrics and the decode guard (--help)."""
-        from servekit.proxy.config import build_parser, parse_args
-        from servekit.proxy.server import run
-
-        if not ctx.args or "--help" in ctx.args or "-h" in ctx.args:
-            build_parser().print_help()
-            return
-        run(parse_args(list(ctx.args)))

@@ -1,8 +1,7 @@
-"""``servekit verify`` and ``servekit catalog site``: parsing only.
+"""``servekit verify``: parsing only.
 
-The flow lives in :mod:`servekit.verify.run`, the site in
-:mod:`servekit.report.site`; both are imported inside the command bodies so
-``servekit --help`` stays fast.
+The flow lives in :mod:`servekit.verify.run`, imported inside the command body
+so ``servekit --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -89,20 +88,6 @@ def verify_command(  # noqa: PLR0917 (typer maps each parameter to a flag)
     raise SystemExit(outcome.exit_code)
 
 
-def site_command(
-    out: Annotated[Path, typer.Option("--out", help="folder to write (replaced whole)")],
-    catalog: CatalogOpt = None,
-) -> None:
-    """Write the static HTML catalog: an index with filters and a page per layout."""
-    from servekit.report.site import build_site
-
-    index = build_site(out, str(catalog) if catalog else None)
-    typer.echo(str(index))
-
-
 def register(app: typer.Typer) -> None:
-    """Attach ``verify`` and the ``catalog`` group (``catalog site``)."""
+    """Attach ``verify`` (``catalog site`` lives with the catalog commands)."""
     app.command("verify")(verify_command)
-    catalog_app = typer.Typer(help="The catalog as a static site.", no_args_is_help=True)
-    catalog_app.command("site")(site_command)
-    app.add_typer(catalog_app, name="catalog")

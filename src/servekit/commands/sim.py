@@ -66,6 +66,7 @@ def _callback() -> Any:
     callback.__signature__ = inspect.Signature([ctx_param, *params])  # type: ignore[attr-defined]
     callback.__annotations__ = {"ctx": typer.Context, **command.__annotations__}
     callback.__doc__ = command.__doc__
+    callback.options_model = command.options_model  # type: ignore[attr-defined]
     return callback
 
 

@@ -13,24 +13,58 @@ See ``docs/kit.md``.
     print(render_release_table(table))
 """
 
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
-from servekit.kit.checks import CheckReport, CheckResult
-from servekit.kit.errors import KitRefused
-from servekit.kit.image import read_image
-from servekit.kit.imagetypes import Image
-from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
-from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
-from servekit.kit.rebuild import RebuildRequest, rebuild_kit
-from servekit.kit.releasetable import (
-    KitReleaseTable,
-    KitTableRow,
-    kit_release_table,
-    render_release_table,
-    verify_release,
-)
-from servekit.kit.streams import Limits
-from servekit.kit.verify import VerifyOptions, verify_kit
+from typing import TYPE_CHECKING
 
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.kit.build import BuildRequest, BuildResult, build_kit
+    from servekit.kit.checks import CheckReport, CheckResult
+    from servekit.kit.errors import KitRefused
+    from servekit.kit.image import read_image
+    from servekit.kit.imagetypes import Image
+    from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
+    from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
+    from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+    from servekit.kit.releasetable import (
+        KitReleaseTable,
+        KitTableRow,
+        kit_release_table,
+        render_release_table,
+        verify_release,
+    )
+    from servekit.kit.streams import Limits
+    from servekit.kit.verify import VerifyOptions, verify_kit
+
+_NAMES = {
+    "BuildRequest": "build",
+    "BuildResult": "build",
+    "CheckReport": "checks",
+    "CheckResult": "checks",
+    "Gate": "models",
+    "Image": "imagetypes",
+    "ImageSummary": "inspector",
+    "KitExpect": "models",
+    "KitManifest": "models",
+    "KitRefused": "errors",
+    "KitReleaseTable": "releasetable",
+    "KitTableRow": "releasetable",
+    "Limits": "streams",
+    "Marker": "models",
+    "RebuildRequest": "rebuild",
+    "RoleValues": "models",
+    "VerifyOptions": "verify",
+    "build_kit": "build",
+    "inspect_image": "inspector",
+    "inspect_kit": "inspector",
+    "kit_release_table": "releasetable",
+    "read_image": "image",
+    "rebuild_kit": "rebuild",
+    "render_release_table": "releasetable",
+    "verify_kit": "verify",
+    "verify_release": "releasetable",
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "BuildRequest",
     "BuildResult",

@@ -1,4 +1,9 @@
-"""Rich tables for the kit commands (presentation only, no decisions)."""
+"""Rich tables for the kit commands (presentation only, no decisions).
+
+Every column folds instead of cutting (``…``), and the grids (layers, payload)
+go through :mod:`servekit.termtable`, so an 80-column terminal shows every
+cell whole; the JSON output (``--json``) stays the full record.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from rich.table import Table
 from servekit.kit.checks import CheckReport
 from servekit.kit.inspector import ImageSummary
 from servekit.kit.models import KitManifest
+from servekit.termtable import fit_tables
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -17,8 +23,8 @@ STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 def checks_table(report: CheckReport, title: str) -> Table:
     """One row per check: name, PASS/FAIL/SKIP, detail."""
     table = Table(title=f"{title}: {report.subject}")
-    table.add_column("check")
-    table.add_column("result")
+    table.add_column("check", overflow="fold")
+    table.add_column("result", no_wrap=True)
     table.add_column("detail", overflow="fold")
     for check in report.checks:
         table.add_row(check.name, f"[{STYLE[check.status]}]{check.status.upper()}[/]", check.detail)
@@ -49,6 +55,8 @@ def _promises(m: KitManifest) -> str:
 def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None:
     """Stamps, layers, payload and config delta of a kit."""
     stamps = Table(title=f"kit {m.name}", show_header=False)
+    stamps.add_column(no_wrap=True)
+    stamps.add_column(overflow="fold")
     stamps.add_row("generator", f"{m.generator.name} {m.generator.version}")
     stamps.add_row("created", m.created or "-")
     stamps.add_row("repo_rev", m.code.repo_rev if m.code else "-")
@@ -59,29 +67,27 @@ def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None
     stamps.add_row("filesystem", f"{m.image.fs_entries} entries")
     stamps.add_row("promises", _promises(m))
     console.print(stamps)
-    layers = Table(title="working layers")
-    for col in ("file", "raw bytes", "blob bytes", "entries", "whiteouts", "opaque"):
-        layers.add_column(col)
-    for layer in m.layers:
-        layers.add_row(
+    layers = [
+        [
             layer.file,
             str(layer.raw_size),
             str(layer.compressed_size),
             str(layer.entries),
             str(len(layer.whiteouts)),
             str(len(layer.opaque_dirs)),
-        )
-    console.print(layers)
-    payload = Table(title=f"payload ({len(m.payload)} files)")
-    for col in ("path", "mode", "owner", "bytes", "sha256"):
-        payload.add_column(col)
-    for item in m.payload[:payload_limit]:
-        payload.add_row(
-            item.path, item.mode, f"{item.uid}:{item.gid}", str(item.size), item.sha256[:16]
-        )
-    console.print(payload)
+        ]
+        for layer in m.layers
+    ]
+    header = ["file", "raw bytes", "blob bytes", "entries", "whiteouts", "opaque"]
+    _grid(console, header, layers, "working layers")
+    payload = [
+        [item.path, item.mode, f"{item.uid}:{item.gid}", str(item.size), item.sha256[:16]]
+        for item in m.payload[:payload_limit]
+    ]
+    header = ["path", "mode", "owner", "bytes", "sha256"]
+    _grid(console, header, payload, f"payload ({len(m.payload)} files)")
     delta = Table(title="config delta")
-    delta.add_column("field")
+    delta.add_column("field", overflow="fold")
     delta.add_column("value", overflow="fold")
     for key, value in _delta_rows(m) or [("(none)", "")]:
         delta.add_row(key, value)
@@ -91,17 +97,20 @@ def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None
 def print_image(console: Console, s: ImageSummary) -> None:
     """Identity, layers and config of an image."""
     console.print(f"{s.format} {s.reference}  name={s.name or '-'}  id={s.image_id}")
-    layers = Table(title=f"layers ({len(s.layers)})")
-    for col in ("#", "diffID", "blob digest", "bytes", "media type"):
-        layers.add_column(col)
-    for layer in s.layers:
-        layers.add_row(
-            str(layer.index), layer.diff_id, layer.digest or "-", str(layer.size), layer.media_type
-        )
-    console.print(layers)
+    rows = [
+        [str(layer.index), layer.diff_id, layer.digest or "-", str(layer.size), layer.media_type]
+        for layer in s.layers
+    ]
+    header = ["#", "diffID", "blob digest", "bytes", "media type"]
+    _grid(console, header, rows, f"layers ({len(s.layers)})")
     config = Table(title="config")
-    config.add_column("field")
+    config.add_column("field", overflow="fold")
     config.add_column("value", overflow="fold")
     for key, value in s.config.items():
         config.add_row(key, json.dumps(value))
     console.print(config)
+
+
+def _grid(console: Console, header: list[str], rows: list[list[str]], title: str) -> None:
+    for table in fit_tables(console, header, rows, title):
+        console.print(table)

@@ -37,7 +37,8 @@ def opt(default: Any, help: str, **meta: Any) -> Any:
     """A config field: its default, its flag's help and what the flag accepts.
 
     ``meta`` keys: ``choices`` (what the command line offers), ``ge``/``gt``/``le``
-    (bounds), ``metavar``, ``flag=False`` (not on the command line).
+    (bounds), ``metavar``, ``nargs="+"`` (several values after one flag), ``flag=False``
+    (not on the command line).
     """
     return field(default=default, metadata={"help": help, **meta}, repr=meta.get("repr", True))
 
@@ -50,9 +51,11 @@ class ProxyConfig:
     its metadata says ``flag=False``; its help is the flag's help.
     """
 
-    prefill: tuple[str, ...] = opt((), "prefill instances (http://HOST:PORT)", metavar="URL")
-    decode: tuple[str, ...] = opt((), "decode instances", metavar="URL")
-    replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL")
+    prefill: tuple[str, ...] = opt((), "prefill instances (http://HOST:PORT)", metavar="URL",
+                                   nargs="+")  # fmt: skip
+    decode: tuple[str, ...] = opt((), "decode instances", metavar="URL", nargs="+")
+    replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL",
+                                   nargs="+")  # fmt: skip
     mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:2],
                     allowed=MODES)  # fmt: skip
     host: str = opt("127.0.0.1", "address to listen on")
@@ -166,7 +169,8 @@ def _add_flag(p: argparse.ArgumentParser, f: dataclasses.Field[Any]) -> None:
         p.add_argument(flag_of(f.name), action="store_true", help=helptext, **kw)
         return
     if typing.get_origin(hint) is tuple:
-        kw["nargs"] = "+"
+        kw["nargs"] = meta.get("nargs", "+")
+        kw["action"] = "extend"  # --prefill A B and --prefill A --prefill B alike
     elif "choices" in meta:
         kw["choices"] = meta["choices"]
     elif hint in (int, float):
@@ -207,7 +211,8 @@ def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -
         raise UsageError("give --prefill URL... and --decode URL... (PD) or --replica URL...")
 
 
-def _refuse_keys_in_argv(argv: list[str]) -> None:
+def refuse_keys_in_argv(argv: list[str]) -> None:
+    """``--api-key KEY`` / ``--admin-key KEY`` are refused: ``ps`` shows argv to everyone."""
     for arg in argv:
         flag = arg.split("=", 1)[0]
         if flag in KEY_FLAGS:
@@ -254,8 +259,25 @@ def parse_args(argv: list[str], read_keys: bool = True) -> ProxyConfig:
     ``read_keys`` reads the keys the flags name (the proxy process does); a
     launcher that only inspects argv passes False and needs no key.
     """
-    _refuse_keys_in_argv(argv)
-    ns = vars(build_parser().parse_args(argv))
+    refuse_keys_in_argv(argv)
+    return config_from_values(vars(build_parser().parse_args(argv)), read_keys)
+
+
+def _check_choices(values: dict[str, Any]) -> None:
+    for f in cli_fields():
+        choices = f.metadata.get("choices")
+        if choices is not None and f.name in values and values[f.name] not in choices:
+            _bad(f.name, f"pick one of {', '.join(choices)} (got {values[f.name]!r})")
+
+
+def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyConfig:
+    """A :class:`ProxyConfig` from the flags given (field name -> value; absent: not given).
+
+    Both entry points end here: argparse (``python -m servekit.proxy``, the zipapp)
+    and the typer command ``servekit proxy`` generated from the dataclass.
+    """
+    ns = dict(values)
+    _check_choices(ns)
     for role in ("prefill", "decode", "replica"):
         ns[role] = tuple(check_url(f"--{role}", u) for u in ns.get(role, ()))
     _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))

@@ -11,22 +11,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from servekit import safeyaml
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:
+    """``KEY=VALUE`` -> (path, value); the value is read as YAML, within safeyaml's bounds."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
-        raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set proxy.port=9000")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--set {item!r}: value is not a valid YAML scalar ({exc})") from exc
+        raise UsageError(f"--set {item[:80]!r}: expected KEY=VALUE, e.g. --set proxy.port=9000")
+    value = safeyaml.compose(raw, f"--set {key.strip()[:80]}")[1] if raw.strip() else ""
     return key.strip().split("."), value
+
+
+def _where(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    """``engines.3.settings`` -> ``engines.decode0.settings``: engines by name, as --set takes."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] == "engines" and isinstance(loc[1], int):
+        engines = data.get("engines") or []
+        if loc[1] < len(engines) and isinstance(engines[loc[1]], dict):
+            parts[1] = str(engines[loc[1]].get("name", loc[1]))
+    return ".".join(parts)
 
 
 def _assign(node: Any, path: list[str], value: Any, full: str) -> None:
@@ -71,7 +79,7 @@ def apply_overrides(layout: Layout, items: list[str]) -> Layout:
         return Layout.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
+        field = _where(tuple(err["loc"]), data)
         if err["type"] == "extra_forbidden":
             raise UsageError(
                 f"--set: unknown key {field!r}; see 'servekit layouts show {layout.name}' for the fields"

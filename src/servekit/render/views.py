@@ -1,7 +1,9 @@
 """What ``servekit layouts`` and ``servekit defaults`` print (rich tables).
 
 Kept apart from the command module so the CLI stays a thin mapping and the
-logic is testable without typer.
+logic is testable without typer. Tables go through :mod:`servekit.termtable`,
+so an 80-column terminal shows every cell whole (wrapped, transposed or split,
+never cut to ``re…``).
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from servekit.catalog.families import ANY_ROLE, DefaultsRow, defaults_rows, family_users
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import LoadedLayout, load, load_all, resolve_catalog
 from servekit.catalog.schema import Layout
-from servekit.defaults import ENGINE_KINDS, ROLES, table_rows
+from servekit.defaults import ENGINE_KINDS, ROLES, SETTINGS, EngineKind
 from servekit.errors import UsageError
 from servekit.render.rules import Finding, check_layout
+from servekit.termtable import fit_tables, natural_width
 
 
 def topology(layout: Layout) -> str:
@@ -32,24 +36,34 @@ def topology(layout: Layout) -> str:
     return f"DP {e.dp_size} x TP {e.tp}" if e.dp_size > 1 else f"TP {e.tp}"
 
 
-def print_list(catalog: Path | None, console: Console | None = None) -> None:
-    out = console or Console()
-    table = Table(title=f"layouts in {resolve_catalog(catalog)}")
-    for col in ("layout", "hardware", "nodes", "topology", "status"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("why")
+LIST_HEADER = ("layout", "hardware", "nodes", "topology", "status")
+
+
+def list_rows(catalog: Path | None) -> list[tuple[list[str], str]]:
+    """Each layout's short columns and the reason for its status."""
+    rows = []
     for loaded in load_all(catalog):
         lay = loaded.layout
         status = layout_status(loaded)
-        table.add_row(
-            lay.name,
-            lay.hardware.accelerator,
-            str(lay.nodes),
-            topology(lay),
-            status.state,
-            status.reason,
-        )
-    out.print(table)
+        cells = [lay.name, lay.hardware.accelerator, str(lay.nodes), topology(lay), status.state]
+        rows.append((cells, status.reason))
+    return rows
+
+
+def print_list(catalog: Path | None, console: Console | None = None) -> None:
+    """The catalog as one table; where the reasons do not fit beside it, they follow it."""
+    out = console or Console()
+    rows = list_rows(catalog)
+    title = f"layouts in {resolve_catalog(catalog)}"
+    wide = [[*cells, why] for cells, why in rows]
+    tables = fit_tables(out, [*LIST_HEADER, "why"], wide, title)
+    if len(tables) == 1 and natural_width(out, tables[0]) <= out.width:
+        out.print(tables[0])
+        return
+    for table in fit_tables(out, LIST_HEADER, [cells for cells, _ in rows], title):
+        out.print(table)
+    for cells, why in rows:
+        out.print(Text.assemble((cells[0], "bold"), f" ({cells[4]}): {why}"))
 
 
 def print_show(name: str, catalog: Path | None, console: Console | None = None) -> None:
@@ -81,20 +95,30 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     for c in prov.caveats:
         out.print(f"caveat: {c}")
     plan = build_plan(lay)
-    table = Table(title="plan")
-    for col in ("node", "process", "role", "engine id", "devices", "api", "kv"):
-        table.add_column(col)
-    for p in plan.processes:
-        table.add_row(
-            str(p.node),
+    rows = [
+        [
             p.name,
+            str(p.node),
             p.role + (" (headless)" if p.headless else ""),
             p.engine_id or "-",
-            ",".join(map(str, p.devices)) or "-",
+            _devices(p.devices),
             str(p.api_port or "-"),
             str(p.kv_port or "-"),
-        )
-    out.print(table)
+        ]
+        for p in plan.processes
+    ]
+    header = ["process", "node", "role", "engine id", "devices", "api", "kv"]
+    for table in fit_tables(out, header, rows, "plan"):
+        out.print(table)
+
+
+def _devices(devices: tuple[int, ...]) -> str:
+    """``0-15`` for a run of ids, else the ids: short enough for an 80-column table."""
+    if not devices:
+        return "-"
+    if list(devices) == list(range(devices[0], devices[-1] + 1)) and len(devices) > 2:
+        return f"{devices[0]}-{devices[-1]}"
+    return ",".join(map(str, devices))
 
 
 def check_findings(
@@ -139,17 +163,49 @@ def run_check(
     return 0
 
 
-def print_defaults(role: str | None, kind: str | None, console: Console | None = None) -> None:
+def print_defaults(
+    role: str | None,
+    kind: str | None,
+    console: Console | None = None,
+    *,
+    family: str | None = None,
+    catalog: Path | str | None = None,
+) -> None:
+    """The defaults table: how each setting reaches vLLM, then each family's values per role."""
     if role is not None and role not in ROLES:
         raise UsageError(f"--role {role!r}: choose one of {', '.join(ROLES)}")
     if kind is not None and kind not in ENGINE_KINDS:
         raise UsageError(f"--kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
+    rows = defaults_rows(catalog, kind=kind, role=role, family=family)
     out = console or Console()
-    table = Table(title="servekit defaults (one table; every rendered surface reads it)")
-    for col in ("engine kind", "role", "setting", "script var", "value", "reaches vLLM as"):
-        table.add_column(col)
-    for k, r, setting, value in table_rows():
-        if (role and r != role) or (kind and k != kind):
-            continue
-        table.add_row(k, r, setting.key, setting.var, value, f"{setting.how} {setting.target}")
-    out.print(table)
+    used = [s for s in SETTINGS if any(r.setting.key == s.key for r in rows)]
+    out.print(
+        Text("settings: script variable (VAR=${VAR:-value}), how it reaches vLLM, what it takes")
+    )
+    for s in used:
+        out.print(
+            Text.assemble((s.key, "bold"), f" ({s.var}): {s.how} {s.target}; {s.range_text()}")
+        )
+    users = family_users(catalog)
+    for (fam, knd), cells in _by_family(rows).items():
+        roles = [r for r in (*ROLES, ANY_ROLE) if any(c.role == r for c in cells)]
+        grid = [
+            [s.key, *(_value(cells, s.key, r) for r in roles)]
+            for s in SETTINGS
+            if any(c.setting.key == s.key for c in cells)
+        ]
+        used_by = ", ".join(users.get((fam, knd), [])) or "no layout of this catalog"
+        out.print(Text(f"family {fam} ({knd}), used by {used_by}", style="bold"))
+        for table in fit_tables(out, ["setting", *roles], grid):
+            out.print(table)
+
+
+def _by_family(rows: list[DefaultsRow]) -> dict[tuple[str, EngineKind], list[DefaultsRow]]:
+    groups: dict[tuple[str, EngineKind], list[DefaultsRow]] = {}
+    for row in rows:
+        groups.setdefault((row.family, row.kind), []).append(row)
+    return groups
+
+
+def _value(cells: list[DefaultsRow], key: str, role: str) -> str:
+    return next((c.value for c in cells if c.setting.key == key and c.role == role), "-")

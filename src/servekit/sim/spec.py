@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servekit import safeyaml
 from servekit.errors import UsageError
 from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
@@ -155,9 +155,13 @@ def load_spec(path: Path) -> SimSpec:
     """Read a spec file: ``.json``, or YAML for ``.yaml``/``.yml``."""
     if not path.is_file():
         raise UsageError(f"--spec {path}: no such file; write a SimSpec as JSON or YAML")
-    text = path.read_text()
+    where = f"--spec {path}"
+    text = safeyaml.decode(safeyaml.read_bytes(path, where), where)
+    if path.suffix != ".json":
+        return spec_from_mapping(safeyaml.compose(text, where)[1], where=where)
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise UsageError(f"--spec {path}: not valid {path.suffix or 'YAML'}: {exc}") from exc
-    return spec_from_mapping(data, where=f"--spec {path}")
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or ["nested too deeply"])[0]
+        raise UsageError(f"{where}: not valid JSON ({reason}); fix the file") from None
+    return spec_from_mapping(data, where=where)

@@ -1,0 +1,68 @@
+"""The options of the catalog commands: ``layouts list|show|check``, ``defaults``, ``catalog site``.
+
+One model per command (:mod:`servekit.cliopts` turns each into its typer
+command and its docs table), so a flag, its default and its help exist once.
+Light on purpose: ``servekit --help`` imports this module, so it needs nothing
+but pydantic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servekit.defaults import EngineKind, Role
+
+CATALOG_HELP = "catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
+
+
+def catalog_field() -> Any:
+    """``--catalog DIR``, the same on every command that reads layouts."""
+    return Field(None, description=CATALOG_HELP)
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LayoutsListOptions(_Options):
+    """``servekit layouts list``."""
+
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsShowOptions(_Options):
+    """``servekit layouts show NAME``."""
+
+    name: str = Field(description="layout name, e.g. a3/1p1d")
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsCheckOptions(_Options):
+    """``servekit layouts check [NAMES...]``."""
+
+    names: tuple[str, ...] = Field((), description="layouts to check (default: all)")
+    strict: bool = Field(False, description="warnings fail too")
+    catalog: Path | None = catalog_field()
+
+
+class DefaultsOptions(_Options):
+    """``servekit defaults``: the defaults table, narrowed."""
+
+    kind: EngineKind | None = Field(None, description="engine kind: vllm-ascend, vllm or vllm-cpu")
+    role: Role | None = Field(None, description="mixed, prefill or decode")
+    family: str | None = Field(
+        None,
+        description="a layout family (a profile such as dsv4-flash-a3-pd), or 'generic' for "
+        "the rows of engines without one",
+    )
+    catalog: Path | None = catalog_field()
+
+
+class CatalogSiteOptions(_Options):
+    """``servekit catalog site``."""
+
+    out: Path = Field(description="folder to write (replaced whole)")
+    catalog: Path | None = catalog_field()

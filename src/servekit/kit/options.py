@@ -1,0 +1,138 @@
+"""The options of ``servekit kit build|verify|rebuild|inspect``: one model per command.
+
+:mod:`servekit.cliopts` generates each typer command and its docs table from
+these models, so a flag's default and help exist once. Light on purpose:
+``servekit --help`` imports this module, so it needs only pydantic (the kit
+machinery is imported when a command runs).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servekit.defaults import EngineKind
+
+DEFAULT_MAX_SIZE = 64 << 30
+DEFAULT_MAX_RATIO = 1000
+_ENGINE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+
+
+def max_size_field() -> Any:
+    return Field(
+        DEFAULT_MAX_SIZE, ge=1, description="Largest size (bytes) a stream may decompress to"
+    )
+
+
+def max_ratio_field() -> Any:
+    return Field(DEFAULT_MAX_RATIO, ge=1, description="Largest decompression ratio")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KitBuildOptions(_Options):
+    """``servekit kit build``."""
+
+    base: str = Field(description="Base image: OCI dir or docker-archive .tar")
+    out: Path = Field(description="Kit file to write (NAME.tar.zst)")
+    source: str | None = Field(None, description="Source image built on the base")
+    payload: Path | None = Field(None, description="Payload spec (YAML/JSON)")
+    payload_root: Path | None = Field(
+        None, description="Project root for payload sources (default: spec's folder)"
+    )
+    name: str | None = Field(None, description="Kit folder name (default: from --out)")
+    base_ref: str | None = Field(
+        None, description="Reference to record for the base, e.g. repo/img:tag"
+    )
+    repo: Path | None = Field(None, description="Git repo for the repo_rev stamp")
+    engine: tuple[str, ...] = Field((), description="Engine version NAME=VERSION (repeatable)")
+    date: str | None = Field(None, description="'created' stamp (default: repo HEAD date)")
+    expect: Path | None = Field(
+        None, description="YAML of the kit's promises (the expect: section), for --source"
+    )
+    max_size: int = max_size_field()
+    max_ratio: int = max_ratio_field()
+
+    @field_validator("engine")
+    @classmethod
+    def _engines(cls, items: tuple[str, ...]) -> tuple[str, ...]:
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not _ENGINE_NAME.fullmatch(key) or not value.isprintable():
+                raise ValueError(f"--engine {item!r}: write NAME=VERSION, e.g. vllm=0.27.1")
+        return items
+
+    def engines(self) -> dict[str, str]:
+        """``--engine`` pairs as name -> version."""
+        return dict(item.split("=", 1) for item in self.engine)
+
+
+class KitVerifyOptions(_Options):
+    """``servekit kit verify ARCHIVE``."""
+
+    archive: Path = Field(description="Kit .tar.zst (or unpacked folder)")
+    repo: Path | None = Field(
+        None, description="Git checkout: every payload file against it at the stamped repo_rev"
+    )
+    baseline: str | None = Field(
+        None, description="Release baseline repo_rev (7497a06+0dirty or a commit)"
+    )
+    base: str | None = Field(None, description="Base image: rebuild onto it and prove the result")
+    smoke: Path | None = Field(
+        None, description="Log of 'selftest.sh image' run in the rebuilt image"
+    )
+    out: Path | None = Field(
+        None, description="Folder for the release table (Markdown, JSON) and its evidence"
+    )
+    kind: EngineKind | None = Field(
+        None, description="Also compare script defaults with servekit's table for this kind"
+    )
+    role: Literal["decode", "prefill", "mixed"] | None = Field(
+        None, description="Role for --kind (default: from each script's name)"
+    )
+    as_json: bool = Field(
+        False, description="Print the report as JSON", json_schema_extra={"flag": "--json"}
+    )
+    max_size: int = max_size_field()
+    max_ratio: int = max_ratio_field()
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _known_role(cls, value: object) -> object:
+        if value is not None and value not in ("decode", "prefill", "mixed"):
+            raise ValueError(f"--role {value!r}: choose decode, prefill or mixed")
+        return value
+
+    @model_validator(mode="after")
+    def _role_needs_kind(self) -> KitVerifyOptions:
+        if self.role is not None and self.kind is None:
+            raise ValueError("--role applies to the servekit table check: give --kind KIND too")
+        return self
+
+
+class KitRebuildOptions(_Options):
+    """``servekit kit rebuild KIT``."""
+
+    kit: Path = Field(description="Kit .tar.zst or unpacked folder")
+    base: str = Field(description="Base image: OCI dir or docker-archive .tar")
+    out: Path = Field(description="OCI layout dir, or FILE.tar for docker-archive")
+    tag: str | None = Field(None, description="Tag (OCI ref name or repo:tag)")
+    gzip: bool = Field(False, description="Gzip the working layers (OCI output)")
+    max_size: int = max_size_field()
+    max_ratio: int = max_ratio_field()
+
+
+class KitInspectOptions(_Options):
+    """``servekit kit inspect TARGET``."""
+
+    target: str = Field(description="Kit (.tar.zst or folder) or image reference")
+    fs: bool = Field(False, description="Print the filesystem manifest instead")
+    exclude: tuple[str, ...] = Field(
+        (), description="Rootfs path to skip with --fs, e.g. /proc (repeatable)"
+    )
+    as_json: bool = Field(False, description="Print JSON", json_schema_extra={"flag": "--json"})

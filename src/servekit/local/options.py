@@ -1,0 +1,112 @@
+"""The options of ``servekit up|down|status|logs|demo`` and ``servekit model tiny``.
+
+One model per command (:mod:`servekit.cliopts` generates the typer command and
+the docs table from it), so each flag's default and help exist once. Light on
+purpose: ``servekit --help`` imports this module, so it needs only pydantic.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from servekit.catalog.options import catalog_field
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _seconds(value: float, flag: str) -> float:
+    """A positive, finite number of seconds, or a message naming the flag and the fix."""
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{flag} {value:g}: give a positive number of seconds, e.g. {flag} 600")
+    return value
+
+
+def ready_timeout_field(default: float) -> Any:
+    return Field(default, description="seconds to wait for readiness (positive, finite)")
+
+
+class UpOptions(_Options):
+    """``servekit up NAME``."""
+
+    name: str = Field(description="layout name, e.g. local/1p1d")
+    engine: Literal["vllm", "sim"] = Field(
+        "vllm", description="vllm: real vLLM on the CPU; sim: the simulator"
+    )
+    detach: bool = Field(False, description="return once ready; a background supervisor watches")
+    free_ports: bool = Field(False, description="map every planned port to a free local one")
+    ready_timeout: float = ready_timeout_field(600.0)
+    catalog: Path | None = catalog_field()
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, value: object) -> object:
+        if value not in ("vllm", "sim"):
+            raise ValueError(f"--engine {value}: unknown engine; use --engine vllm or --engine sim")
+        return value
+
+    @field_validator("ready_timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        return _seconds(value, "--ready-timeout")
+
+
+class DownOptions(_Options):
+    """``servekit down [NAME]``."""
+
+    name: str | None = Field(None, description="layout to stop (default: every run)")
+
+
+class StatusOptions(_Options):
+    """``servekit status [NAME]``."""
+
+    name: str | None = Field(None, description="layout (default: every run)")
+    as_json: bool = Field(
+        False,
+        description="one JSON document (a list of runs) for scripts",
+        json_schema_extra={"flag": "--json"},
+    )
+
+
+class LogsOptions(_Options):
+    """``servekit logs PROCESS``."""
+
+    process: str = Field(description="process name, e.g. decode or proxy")
+    layout: str | None = Field(
+        None, description="which run (default: the only run with that process)"
+    )
+    lines: int = Field(50, description="lines to show", json_schema_extra={"short": "-n"})
+    follow: bool = Field(
+        False, description="keep printing as the log grows", json_schema_extra={"short": "-f"}
+    )
+
+    @field_validator("lines")
+    @classmethod
+    def _lines(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"--lines {value}: give 0 or more lines, e.g. -n 50")
+        return value
+
+
+class DemoOptions(_Options):
+    """``servekit demo``."""
+
+    ready_timeout: float = ready_timeout_field(900.0)
+
+    @field_validator("ready_timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        return _seconds(value, "--ready-timeout")
+
+
+class TinyModelOptions(_Options):
+    """``servekit model tiny``."""
+
+    out: Path = Field(
+        description="folder to write: new, empty, or an earlier build (replaced whole)"
+    )

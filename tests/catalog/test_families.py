@@ -1,0 +1,112 @@
+"""The defaults table per engine kind, role and layout family, in one place.
+
+Every engine of every layout takes its tunables from exactly its family's row
+(its profile's settings for its role, or the generic row of its engine kind)
+plus its own overrides; the V4.1 kit's values stay out of the V4 families;
+``servekit defaults`` shows the generic rows and every family's rows and
+narrows them with --kind, --role and --family.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+
+from servekit.catalog.families import (
+    GENERIC,
+    catalog_profiles,
+    defaults_rows,
+    family_of,
+    family_settings,
+)
+from servekit.catalog.loader import layout_names, load, packaged_catalog
+from servekit.defaults import SETTINGS_BY_KEY, format_value
+from servekit.render.plan import build_plan
+from servekit.render.views import print_defaults
+
+CATALOG = packaged_catalog()
+PROFILES = {p.name: p for p in catalog_profiles()}
+# The V4.1 TP8 kit's values (layouts/a3/dsv41-tp8): they belong to that layout only.
+V41_KIT = {"gpu_memory_utilization": 0.92, "max_num_seqs": 32, "max_num_batched_tokens": 8192}
+
+
+def _own_overrides(name: str, engine: str) -> dict[str, Any]:
+    """The settings an engine writes in its own layout.yaml (not merged from a profile)."""
+    raw = yaml.safe_load((CATALOG / name / "layout.yaml").read_text())
+    mine: dict[str, Any] = next(e for e in raw["engines"] if e["name"] == engine)
+    return dict(mine.get("settings") or {})
+
+
+@pytest.mark.parametrize("name", layout_names(CATALOG))
+def test_every_engine_takes_its_familys_row_plus_its_own_overrides(name: str) -> None:
+    layout = load(name).layout
+    plan = build_plan(layout)
+    for engine in layout.engines:
+        row = family_settings(family_of(engine), layout.engine_kind, engine.role, PROFILES)
+        wanted = {**row, **_own_overrides(name, engine.name)}
+        expected = {SETTINGS_BY_KEY[k].var: format_value(v) for k, v in wanted.items()}
+        for process in plan.processes:
+            if process.engine == engine.name:
+                assert process.settings == expected, (name, process.name)
+
+
+def test_the_v41_kit_values_stay_out_of_the_v4_families_and_the_generic_rows() -> None:
+    rows = [r for r in defaults_rows(kind="vllm-ascend") if r.family != "dsv41"]
+    assert {r.family for r in rows} == {GENERIC, *PROFILES}
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        cells.setdefault((r.family, r.role), {})[r.setting.key] = r.value
+    for (family, role), row in cells.items():
+        # 8192 batched tokens is also the V4 prefill source's own value; 0.92 and 32 are not.
+        assert row.get("gpu_memory_utilization") != "0.92", (family, role)
+        assert row.get("max_num_seqs") != "32", (family, role)
+    tp8 = load("a3/dsv41-tp8").layout.engines[0]
+    assert family_of(tp8) == GENERIC
+    assert {k: tp8.settings[k] for k in V41_KIT} == V41_KIT  # its own overrides, said once
+
+
+def shown(**filters: Any) -> str:
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    print_defaults(filters.pop("role", None), filters.pop("kind", None), console, **filters)
+    out: str = console.file.getvalue()  # type: ignore[attr-defined]
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "…" not in out
+    return out
+
+
+def test_defaults_shows_the_generic_rows_and_every_familys_rows() -> None:
+    out = " ".join(shown().split())
+    for family in (GENERIC, *PROFILES):
+        assert f"family {family} (" in out
+    assert "used by a3/1p1d, a3/1p3d, a3/2p2d, a3/3p1d" in out
+    assert "used by a3/dsv41-ced-pd, a3/dsv41-tp8" in out
+
+
+def test_defaults_narrows_by_family_kind_and_role() -> None:
+    out = shown(family="dsv4-flash-a3-pd", role="decode")
+    assert "family dsv4-flash-a3-pd (vllm-ascend)" in out and "family generic" not in out
+    assert " 60 " in out and " 16 " not in out  # decode's max_num_seqs, not prefill's
+    cpu = shown(kind="vllm-cpu")
+    assert "family generic (vllm-cpu)" in cpu and "vllm-ascend" not in cpu
+
+
+def test_an_unknown_family_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "servekit", "defaults", "--family", "dsv5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --family 'dsv5': unknown family; choose one of generic")
+    assert result.stderr.count("\n") == 1

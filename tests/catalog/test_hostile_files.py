@@ -1,0 +1,202 @@
+"""Hostile and careless layout and profile files: one line naming the file and the fix, exit 2.
+
+Each case is a file an editor, a paste or a script can produce: another
+encoding, absurd nesting, aliases that expand forever, duplicate keys, counts
+no cluster has, values the schema used to let through. ``servekit layouts
+check`` must answer in one line with exit 2, never a traceback and never a
+hang (the subprocess timeout turns a hang into a failure).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servekit.catalog.loader import packaged_catalog
+from servekit.catalog.profiles import PROFILES_DIR
+
+LAUGHS = "".join(
+    f"x-{c}: &{c} [{', '.join([f'*{p}'] * 10) if p else ', '.join(['lol'] * 10)}]\n"
+    for p, c in zip(["", "a", "b", "c", "d", "e", "f"], "abcdefg", strict=False)
+)
+
+
+def check(catalog: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servekit", "layouts", "check", "--catalog", str(catalog)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+        timeout=120,
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture
+def single_text() -> str:
+    return (packaged_catalog() / "local" / "single" / "layout.yaml").read_text()
+
+
+def write_raw(tmp_path: Path, data: bytes, name: str = "local/single") -> Path:
+    root = tmp_path / "catalog"
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "layout.yaml").write_bytes(data)
+    return root
+
+
+ENCODINGS = [
+    (lambda t: t.encode("utf-16"), "the file is UTF-16; save it as UTF-8"),
+    (lambda t: t.encode("utf-16-be"), "NUL byte (UTF-16 without a byte order mark?)"),
+    (lambda t: t.encode("utf-32"), "the file is UTF-32"),
+    (lambda t: t.replace("Tiny", "Tïny").encode("latin-1"), "not UTF-8 (byte 0xef"),
+]
+
+
+@pytest.mark.parametrize(("encode", "needle"), ENCODINGS)
+def test_a_file_in_another_encoding_is_named_with_the_fix(
+    encode: Callable[[str], bytes], needle: str, single_text: str, tmp_path: Path
+) -> None:
+    root = write_raw(tmp_path, encode(single_text))
+    assert_refused(check(root), "local/single/layout.yaml", needle)
+
+
+def test_a_utf8_byte_order_mark_is_fine(single_text: str, tmp_path: Path) -> None:
+    root = write_raw(tmp_path, b"\xef\xbb\xbf" + single_text.encode())
+    assert check(root).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("x-deep: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested deeper than 32 levels"),
+        ("x-deep:\n" + "".join(" " * i + "k:\n" for i in range(1, 200)), "nested deeper"),
+        (LAUGHS, "expands to more than 100000 values through its aliases"),
+        ("x-loop: &loop [*loop]\n", "alias refers to the value that contains it"),
+        ("x-big: " + "9" * 6000 + "\n", "a number with thousands of digits"),
+        ("x-code: !!python/object/apply:os.system [touch /tmp/x]\n", "malformed YAML"),
+    ],
+)
+def test_absurd_yaml_is_refused_before_anything_is_built(
+    extra: str, needle: str, single_text: str, tmp_path: Path
+) -> None:
+    root = write_raw(tmp_path, (single_text + extra).encode())
+    assert_refused(check(root), "layout.yaml", needle)
+
+
+def test_a_duplicate_key_names_both_lines(single_text: str, tmp_path: Path) -> None:
+    text = single_text.replace("nodes: 1\n", "nodes: 1\nnodes: 2\n")
+    line = text.splitlines().index("nodes: 2") + 1
+    root = write_raw(tmp_path, text.encode())
+    assert_refused(check(root), f"layout.yaml:{line}: duplicate key 'nodes' (also at line")
+
+
+def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "catalog"
+    shutil.copytree(packaged_catalog() / "a3", root / "a3")
+    profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
+    profile.write_text(
+        profile.read_text().replace("common:\n", "common:\n  cwd: /a\n  cwd: /b\n", 1)
+    )
+    assert_refused(check(root), "dsv4-flash-a3-pd.yaml:", "duplicate key 'cwd'")
+
+
+def test_a_profile_in_another_encoding_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "catalog"
+    shutil.copytree(packaged_catalog() / "a3", root / "a3")
+    profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-mixed.yaml"
+    profile.write_bytes(profile.read_text().encode("utf-16"))
+    assert_refused(check(root), "dsv4-flash-a3-mixed.yaml: the file is UTF-16")
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[last] = value
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "needles"),
+    [
+        ("local/single", "nodes", 10**20, ["field 'nodes'", "less than or equal to 256"]),
+        ("local/single", "nodes", "1e20", ["field 'nodes'"]),
+        ("local/single", "engines.0.replicas", 10**9, ["engines.0.replicas"]),
+        ("a3/1p1d", "engines.1.dp_size", 10**12, ["engines.1.dp_size"]),
+        ("a3/1p1d", "engines.1.dp_size_per_node", 10**6, ["engines.1.dp_size_per_node"]),
+        ("a3/1p1d", "engines.1.nodes", [10**15], ["engines.1.nodes.0"]),
+        ("a3/1p1d", "proxy.decode.0.ports", "7100-99999999999", ["1 <= FIRST <= LAST <= 65535"]),
+        ("a3/1p1d", "engines.1.api_port", 65530, ["runs past 65535; pick a lower api_port"]),
+        ("a3/1p1d", "engines.1.devices", list(range(2000)), ["engines.1.devices"]),
+        ("local/single", "model.max_model_len", 10**30, ["model.max_model_len"]),
+        ("a3/1p1d", "hardware.devices_per_node", 0, ["hardware.devices_per_node", "0 devices"]),
+        ("local/1p1d", "verify.workloads", ["single-stream", "warp"], ["unknown workload 'warp'"]),
+        ("local/1p1d", "verify.concurrency", [0, -1], ["verify.concurrency", "from 1 to"]),
+        ("local/1p1d", "verify.concurrency", [], ["verify.concurrency"]),
+        ("local/1p1d", "verify.contexts", ["lots"], ["context 'lots' is not a size"]),
+    ],
+)
+def test_absurd_values_name_the_field_and_the_fix(
+    name: str,
+    path: str,
+    value: Any,
+    needles: list[str],
+    layout_data: Callable[[str], dict[str, Any]],
+    write_catalog: Callable[[dict[str, Any]], Path],
+) -> None:
+    data = layout_data(name)
+    data.setdefault("verify", {})
+    _set(data, path, value)
+    assert_refused(check(write_catalog(data)), *needles)
+
+
+def test_too_many_processes_in_total_are_refused(
+    layout_data: Callable[[str], dict[str, Any]], write_catalog: Callable[[dict[str, Any]], Path]
+) -> None:
+    data = layout_data("local/dp2")
+    for engine in data["engines"]:
+        engine["replicas"] = 256
+    data["engines"] = data["engines"] * 20
+    for i, engine in enumerate(data["engines"]):
+        engine["name"] = f"e{i}"
+        engine["api_port"] = 1000 + 300 * i
+    assert_refused(check(write_catalog(data)), "processes; at most 4096")
+
+
+def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servekit",
+            "render",
+            "local/single",
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "nodes=100000000000000000000",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert_refused(result, "nodes")
+    assert not (tmp_path / "o").exists()
