@@ -35,9 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "visioncontract",
         "userdirs",
         "lazyface",
-        "errors",
-        "__init__",
+        "safeyaml",
     ),
+    ("errors", "__init__"),
 )
 RANK = {name: row for row, names in enumerate(LAYERS) for name in names}
 
