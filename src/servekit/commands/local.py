@@ -72,6 +72,10 @@ def up(
         float, typer.Option("--ready-timeout", help="seconds to wait for readiness")
     ] = 600.0,
     catalog: Annotated[str | None, typer.Option("--catalog", help="layout folder")] = None,
+    speed: Annotated[
+        float | None,
+        typer.Option("--speed", help="--engine sim: simulated time X times faster (default 1)"),
+    ] = None,
 ) -> None:
     """Run a layout's Plan on this machine and supervise it."""
     from rich.console import Console
@@ -80,7 +84,7 @@ def up(
     from servekit.local.prepare import prepare_run
 
     timeout = _seconds(ready_timeout, "--ready-timeout")
-    spec = prepare_run(name, _engine(engine), free_ports=free_ports, catalog=catalog)
+    spec = prepare_run(name, _engine(engine), free_ports=free_ports, catalog=catalog, speed=speed)
     console = Console(stderr=True)
     run = up_detached if detach else up_foreground
     raise typer.Exit(run(spec, console, timeout))

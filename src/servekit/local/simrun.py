@@ -56,12 +56,18 @@ def sim_spec_doc(plan: Plan) -> dict[str, object]:
     return {"endpoints": [_endpoint(p, plan) for p in engines]}
 
 
-def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
-    """Replace the engine launches with one simulator launch serving all their ports."""
+def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir, speed: float | None = None) -> RunSpec:
+    """Replace the engine launches with one simulator launch serving all their ports.
+
+    ``speed`` (``servekit up --speed X``) runs simulated time X times faster;
+    it is written into ``sim.json`` and recorded in the run's deployment.
+    """
     from servekit.sim.spec import spec_from_mapping
 
     doc = sim_spec_doc(plan)
     sim_spec = spec_from_mapping(doc, where="plan -> sim spec")
+    if speed is not None:
+        sim_spec = sim_spec.at_speed(speed)
     path = run.root / "sim.json"
     atomic_write_text(path, sim_spec.model_dump_json(indent=2) + "\n")
     engines = [x for x in spec.launches if x.kind == "engine"]
@@ -83,7 +89,12 @@ def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
         for e in spec.endpoints
     )
     return spec.model_copy(
-        update={"engine": "sim", "launches": (sim, *others), "endpoints": endpoints}
+        update={
+            "engine": "sim",
+            "launches": (sim, *others),
+            "endpoints": endpoints,
+            "sim_speed": sim_spec.speed,
+        }
     )
 
 
