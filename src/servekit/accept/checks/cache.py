@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 import statistics
 
-from servekit.accept.checks.common import metric_sum
+from servekit.accept.checks.common import engine_metrics, metric_sum
 from servekit.accept.checks.needle import (
     bind_context,
     calibrated,
@@ -25,7 +25,7 @@ from servekit.accept.checks.needle import (
     needles_for,
 )
 from servekit.accept.corpus import filler
-from servekit.accept.env import Probe, base_url
+from servekit.accept.env import Probe
 from servekit.accept.needles import embed, instruction_phrases
 from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
@@ -49,14 +49,11 @@ async def role_hits(probe: Probe) -> dict[str, float]:
     """Cache-hit counters per role (``prefill_prefix_cache_hits``...), summed over engines."""
     found: dict[str, float] = {}
     for role in ROLES:
-        for endpoint in probe.env.deployment.by_role(role):
-            ex = await probe.get(f"{base_url(endpoint.url)}/metrics")
-            if ex.status != 200:
-                continue
+        for text in await engine_metrics(probe, probe.env.deployment.by_role(role)):
             for key, names in HIT_METRICS.items():
-                if any(name in ex.body for name in names):
+                if any(name in text for name in names):
                     name = f"{role}_{key}"
-                    found[name] = found.get(name, 0.0) + metric_sum(ex.body, names)
+                    found[name] = found.get(name, 0.0) + metric_sum(text, names)
     return found
 
 
