@@ -31,6 +31,21 @@ def require_sim() -> None:
         )
 
 
+def _profile(proc: ProcessPlan, plan: Plan) -> object:
+    """The profile's name, or the profile inline when the Plan turns prefix caching off.
+
+    A layout that runs with ``--no-enable-prefix-caching`` (PREFIX=0) gets a
+    simulator without prefix caching too, as ``servekit sim serve`` does for
+    the rendered scripts, so a dry run sees what the cluster will do.
+    """
+    name = SIM_PROFILES.get(plan.engine_kind, "zero")
+    if proc.settings.get("PREFIX") != "0":
+        return name
+    from servekit.sim.profile import load_profile
+
+    return load_profile(name).model_copy(update={"enable_prefix_caching": False}).model_dump()
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -46,7 +61,7 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
         "guard": proc.guard,
-        "profile": SIM_PROFILES.get(plan.engine_kind, "zero"),
+        "profile": _profile(proc, plan),
     }
 
 

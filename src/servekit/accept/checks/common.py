@@ -22,6 +22,7 @@ PROMPTS = (
     "Once upon a time, in a small village,",
     "The quick brown fox",
 )
+PREFIX_CACHING = re.compile(r'^vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', re.M)
 METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|[+-]Inf)\s*")
 
 
@@ -83,6 +84,22 @@ async def engine_metrics(probe: Probe, endpoints: Sequence[Endpoint]) -> list[st
         if isinstance(text, str):
             texts.append(text)
     return texts
+
+
+def prefix_caching_off(texts: Sequence[str]) -> bool:
+    """Whether the engines say prefix caching is off (``vllm:cache_config_info``).
+
+    True only when at least one engine reports the setting and none reports it
+    on: an engine that says nothing is not taken to have it off.
+    """
+    found = [m.group(1).lower() for text in texts for m in PREFIX_CACHING.finditer(text)]
+    return bool(found) and all(value == "false" for value in found)
+
+
+CACHING_OFF = (
+    "no prefix-cache hit expected: the engines run with prefix caching off "
+    "(vllm:cache_config_info enable_prefix_caching=False, as the layout sets it)"
+)
 
 
 def tokenize_count(doc: Any) -> int | None:

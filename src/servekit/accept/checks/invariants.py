@@ -13,11 +13,13 @@ import asyncio
 import secrets
 
 from servekit.accept.checks.common import (
+    CACHING_OFF,
     PROMPTS,
     complete,
     engine_metrics,
     first_diff,
     metric_sum,
+    prefix_caching_off,
     text_or_reason,
 )
 from servekit.accept.corpus import filler
@@ -129,9 +131,10 @@ def _cache_endpoints(probe: Probe) -> tuple[tuple[Endpoint, ...], bool]:
     return probe.env.engines() or (entry,), True
 
 
-async def _prefix_hits(probe: Probe, endpoints: tuple[Endpoint, ...]) -> float:
+async def _prefix_hits(probe: Probe, endpoints: tuple[Endpoint, ...]) -> tuple[float, bool]:
+    """Prefix-cache hits summed over ``endpoints``, and whether they have caching off."""
     texts = await engine_metrics(probe, endpoints)
-    return sum(metric_sum(text, PREFIX_HIT_METRICS) for text in texts)
+    return sum(metric_sum(text, PREFIX_HIT_METRICS) for text in texts), prefix_caching_off(texts)
 
 
 async def prefix_hot_cold(probe: Probe) -> Outcome:
@@ -139,10 +142,11 @@ async def prefix_hot_cold(probe: Probe) -> Outcome:
     nonce = secrets.token_hex(6)
     prompt = f"Reading session {nonce}.\n\n{filler(1600)}\n\nIn one sentence, the town is"
     urls, usage_counts = _cache_endpoints(probe)
-    before = await _prefix_hits(probe, urls)
+    before, _ = await _prefix_hits(probe, urls)
     cold_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
     hot_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
-    delta = await _prefix_hits(probe, urls) - before
+    after, caching_off = await _prefix_hits(probe, urls)
+    delta = after - before
     cold, why_cold = text_or_reason(cold_ex)
     hot, why_hot = text_or_reason(hot_ex)
     if cold is None or hot is None:
@@ -157,6 +161,8 @@ async def prefix_hot_cold(probe: Probe) -> Outcome:
     if hot != cold:
         return failed(f"hot answer differs from cold: {first_diff(cold, hot)}", **measures)
     if not (delta > 0 or (usage_counts and cached)):
+        if caching_off:
+            return passed(f"hot equals cold byte for byte; {CACHING_OFF}", **measures)
         where = "prefill /metrics" if not usage_counts else "usage or /metrics"
         return failed(f"hot request shows no prefix-cache hit ({where})", **measures)
     return passed("hot equals cold byte for byte and hit the prefix cache", **measures)
