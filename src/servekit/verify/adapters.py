@@ -67,7 +67,7 @@ class LocalRunner:
     ) -> Deployment:
         from rich.console import Console
 
-        from servekit.local.control import up_detached
+        from servekit.local.control import EXIT_INTERRUPTED, up_detached
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
@@ -75,6 +75,8 @@ class LocalRunner:
             ensure_tiny_model(loaded)
         spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog, speed=speed)
         code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
+        if code == EXIT_INTERRUPTED:  # Ctrl-C/SIGTERM during start-up: it stopped the run
+            raise KeyboardInterrupt
         if code != 0:
             raise StartFailed(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
         return load_deployment(name)

@@ -238,24 +238,30 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop_node(node: Node, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM the entry (it stops its processes), then the group; SIGKILL what is left."""
-    popen = node.popen
-    if popen is None:
-        return
-    pgid = popen.pid
-    with contextlib.suppress(ProcessLookupError):
-        popen.send_signal(signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        popen.wait(timeout_s)
+def stop_nodes(nodes: Sequence[Node], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM every entry (each stops its processes), then their groups; SIGKILL what is left.
+
+    Every node is signalled first and waited for together, as a platform stops
+    a job's pods, so the teardown takes one node's time, not the sum.
+    """
+    running = [n.popen for n in nodes if n.popen is not None]
+    for popen in running:
+        with contextlib.suppress(ProcessLookupError):
+            popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for popen in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(max(0.1, deadline - time.monotonic()))
     for signum in (signal.SIGTERM, signal.SIGKILL):
-        deadline = time.monotonic() + 5.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signum)
+        until = time.monotonic() + 5.0
+        while any(_group_alive(p.pid) for p in running) and time.monotonic() < until:
+            for popen in running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signum)
             time.sleep(0.1)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        popen.wait(5)
+    for popen in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(5)
 
 
 def leftovers(cluster: DryCluster) -> list[int]:
@@ -310,8 +316,7 @@ def dry_cluster(
             cluster.started_s = time.perf_counter() - started
             yield cluster
         finally:
-            for node in [*cluster.reference, *nodes]:
-                stop_node(node)
+            stop_nodes([*cluster.reference, *nodes])
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
