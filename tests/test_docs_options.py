@@ -20,11 +20,15 @@ BLOCK = re.compile(r"<!-- options: servekit ([\w -]+?) \(.*?\) -->\n(.*?)<!-- /o
 
 def _models() -> dict[str, tuple[str, object, tuple[str, ...]]]:
     from servekit.bench.options import BenchOptions
+    from servekit.commands.deployment import DeploymentOptions
     from servekit.commands.sim import SimCommandOptions
+    from servekit.verify.options import VerifyOptions
 
     return {
         "bench": ("bench.md", BenchOptions, ()),
         "sim": ("sim.md", SimCommandOptions, ()),
+        "verify": ("verify.md", VerifyOptions, ("name",)),
+        "deployment": ("verify.md", DeploymentOptions, ("name",)),
     }
 
 

@@ -134,6 +134,7 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
         target=cluster.entry_url,
         logs=cluster.logs,
         reference=cluster.reference_url,
+        speed=SPEED,  # the engines are out of reach: the speed is declared
         out=out,
         no_baseline=True,
     )
@@ -148,6 +149,7 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
     assert "pass --nodes" in reason
     differing = {k for k in want["checks"] if got["checks"][k] != want["checks"][k]}
     assert differing == {"guard.decode_direct"}
+    assert outcome.run.accept_speed == outcome.run.bench_speed == SPEED
     dep = json.loads((out / "deployment.json").read_text())
     assert dep["engine_access"] == "relay"
     assert [e["url"] for e in dep["endpoints"] if e["name"] == "decode0.dp15"] == [

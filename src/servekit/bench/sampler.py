@@ -68,10 +68,6 @@ class MetricsSource:
         present = [s for _, s in await self.by_role()]
         return merge_snapshots(present) if present else None
 
-    async def of(self, index: int) -> MetricsSnapshot:
-        """One engine's snapshot (``index`` in the order given); EndpointError if unreadable."""
-        return await self.clients[index].metrics()
-
 
 class RelaySource(MetricsSource):
     """The engines' metrics read through the proxy's ``/metrics/engines`` page.
@@ -108,15 +104,29 @@ class RelaySource(MetricsSource):
                 continue
         return found
 
-    async def of(self, index: int) -> MetricsSnapshot:
-        parts, t_ns = await self._parts()
-        text = parts.get(self.urls[index])
-        if text is None:
-            raise EndpointError(f"{self.path}: no samples of {self.urls[index]}")
+    async def each(self) -> list[MetricsSnapshot | EndpointError]:
+        """Every engine's snapshot (or why not) from one read of the relay, in order."""
         try:
-            return parse_metrics(text, t_ns)
-        except ValueError as exc:
-            raise EndpointError(f"{self.path}: not Prometheus text ({exc})") from exc
+            parts, t_ns = await self._parts()
+        except EndpointError as exc:
+            return [exc] * len(self.urls)
+        found: list[MetricsSnapshot | EndpointError] = []
+        for url in self.urls:
+            try:
+                found.append(_parsed(self.path, url, parts, t_ns))
+            except EndpointError as exc:
+                found.append(exc)
+        return found
+
+
+def _parsed(path: str, url: str, parts: dict[str, str], t_ns: int) -> MetricsSnapshot:
+    text = parts.get(url)
+    if text is None:
+        raise EndpointError(f"{path}: no samples of {url}")
+    try:
+        return parse_metrics(text, t_ns)
+    except ValueError as exc:
+        raise EndpointError(f"{path}: not Prometheus text ({exc})") from exc
 
 
 def role_loads(snaps: Sequence[tuple[str, MetricsSnapshot]]) -> dict[str, float]:

@@ -30,7 +30,7 @@ class DeploymentOptions(BaseModel):
         None, description="the URL clients use, when not the Plan's entry on its node"
     )
     logs: Path | None = Field(
-        None, description="the cluster's log folder, one <process>.log per process (LOG_DIR)"
+        None, description="the cluster's log folder, one PROCESS.log per process (LOG_DIR)"
     )
     engine: str = Field("vllm", description="what the nodes run: vllm, or sim (servekit sim serve)")
     speed: float | None = Field(

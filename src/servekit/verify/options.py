@@ -54,7 +54,7 @@ class VerifyOptions(BaseModel):
     )
     logs: Path | None = Field(
         default=None,
-        description="the cluster's log folder, one <process>.log per process (run.sh's LOG_DIR), "
+        description="the cluster's log folder, one PROCESS.log per process (run.sh's LOG_DIR), "
         "for the error counters",
     )
     reference: str | None = Field(

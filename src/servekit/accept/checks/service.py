@@ -101,7 +101,7 @@ def count_errors(path: Path) -> Counter[str]:
 
 NO_LOGS = (
     "the deployment names no log files: its processes log on their own nodes; pass "
-    "--logs DIR to verify (or to 'servekit deployment'), the folder of one <process>.log "
+    "--logs DIR to verify (or to 'servekit deployment'), the folder of one PROCESS.log "
     "per process that run.sh writes with LOG_DIR"
 )
 

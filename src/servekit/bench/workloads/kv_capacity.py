@@ -50,16 +50,20 @@ def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
     return total or None
 
 
-async def _metrics_of(ep: Endpoint, index: int | None, ctx: BenchContext) -> MetricsSnapshot:
+async def _metrics_of(
+    ep: Endpoint, ctx: BenchContext, relayed: MetricsSnapshot | Exception | None
+) -> MetricsSnapshot:
     """The endpoint's own /metrics, or its part of the proxy's relay (engines out of reach)."""
-    if index is not None and isinstance(ctx.metrics, RelaySource):
-        return await ctx.metrics.of(index)
+    if isinstance(relayed, Exception):
+        raise relayed
+    if relayed is not None:
+        return relayed
     async with OpenAIClient(ep.url, ctx.settings.api_key, timeout_s=30) as client:
         return await client.metrics()
 
 
 async def _from_endpoint(
-    ep: Endpoint, ctx: BenchContext, index: int | None = None
+    ep: Endpoint, ctx: BenchContext, relayed: MetricsSnapshot | Exception | None = None
 ) -> tuple[int | None, dict[str, Any]]:
     source, _ = ctx.deployment.metrics_source(ep)
     ev: dict[str, Any] = {"url": ep.url, "log": str(ep.log) if ep.log else None}
@@ -68,7 +72,7 @@ async def _from_endpoint(
     ev["log_tokens"] = log_value
     # Any failure here only loses the metrics cross-check, never the figure.
     try:
-        ev["metrics_tokens"] = kv_from_metrics(await _metrics_of(ep, index, ctx))
+        ev["metrics_tokens"] = kv_from_metrics(await _metrics_of(ep, ctx, relayed))
     except Exception as exc:
         ev["metrics_tokens"], ev["metrics_error"] = None, str(exc)
     value = log_value if log_value is not None else ev["metrics_tokens"]
@@ -80,12 +84,14 @@ async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     """One point per engine endpoint (the entry URL when no endpoints are known)."""
     dep = ctx.deployment
     engines: list[Endpoint] = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
-    indexed: list[int | None] = list(range(len(engines)))
+    relayed: list[MetricsSnapshot | Exception | None] = [None] * len(engines)
+    if isinstance(ctx.metrics, RelaySource) and engines:
+        relayed = list(await ctx.metrics.each())  # one read of the relay for every engine
     if not engines:
-        engines, indexed = [Endpoint(name="entry", role="mixed", url=dep.entry_url)], [None]
+        engines, relayed = [Endpoint(name="entry", role="mixed", url=dep.entry_url)], [None]
     points = []
-    for ep, index in zip(engines, indexed, strict=True):
-        value, ev = await _from_endpoint(ep, ctx, index)
+    for ep, snap in zip(engines, relayed, strict=True):
+        value, ev = await _from_endpoint(ep, ctx, snap)
         fig = Figure(
             unit="tokens",
             median=value,
