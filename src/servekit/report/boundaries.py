@@ -37,6 +37,11 @@ def _interrupt_lines(run: VerifyRun) -> list[str]:
 
 def _speed_lines(run: VerifyRun) -> list[str]:
     lines = []
+    if run.simulated and run.target and run.accept_speed is None:
+        lines.append(
+            "The attached simulators' speed is unknown (no engine could be asked and no "
+            "--speed was given): figures timed by the client's clock assume real time."
+        )
     if run.accept_speed not in (None, 1.0):
         lines.append(
             f"Acceptance ran on simulated time at {run.accept_speed:g}x speed: its verdicts do "
