@@ -155,3 +155,40 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
     assert [e["url"] for e in dep["endpoints"] if e["name"] == "decode0.dp15"] == [
         f"http://{cluster.addresses[1]}:7115"
     ]
+
+
+def test_accept_and_bench_take_the_clusters_deployment_file(
+    cluster: DryCluster, homes: dict[str, str], tmp_path: Path
+) -> None:
+    dep = tmp_path / "deployment.json"
+    nodes = ",".join(cluster.addresses)
+    made = subprocess.run(
+        [sys.executable, "-m", "servekit", "deployment", LAYOUT, "--nodes", nodes,
+         "--out", str(dep), "--logs", str(cluster.logs), "--engine", "sim", "--speed", "10"],
+        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    accept = subprocess.run(
+        [sys.executable, "-m", "servekit", "accept", "--target", str(dep),
+         "--only", "service", "--only", "guard", "--out", str(tmp_path / "accept")],
+        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    )  # fmt: skip
+    assert accept.returncode == 0, accept.stdout + accept.stderr
+    result = json.loads((tmp_path / "accept" / "result.json").read_text())
+    assert {c["id"]: c["verdict"] for c in result["checks"]} == {
+        "service.health": "pass",
+        "service.models": "pass",
+        "service.proxy_health": "pass",
+        "service.error_logs": "pass",
+        "guard.decode_direct": "pass",
+    }
+    assert result["sim_speed"] == SPEED
+    bench = subprocess.run(
+        [sys.executable, "-m", "servekit", "bench", "--target", str(dep), "--workload", "kv",
+         "--out", str(tmp_path / "bench")],
+        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    points = json.loads((tmp_path / "bench" / "bench.json").read_text())["points"]
+    assert len(points) == 20
+    assert {p["evidence"]["source"] for p in points} == {"engine log"}
