@@ -14,6 +14,7 @@ their memory at ready, acceptance N/N and the figures of each verify:
 
     .venv/bin/python benchmarks/cluster_dryrun.py --layout a3/1p3d --speed 10 --relay
     .venv/bin/python benchmarks/cluster_dryrun.py --layout a3/1p1d
+    .venv/bin/python benchmarks/cluster_dryrun.py --layout a3/1p1d --speed 50 --full
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _verify(args: list[str], out: Path, env: dict[str, str]) -> dict[str, Any]:
         "bench_points": len(points),
         "figures_with_a_value": figures,
         "steps": {s["name"]: f"{s['status']} {s['duration_s']:.1f}s" for s in run.get("steps", [])},
+        "contexts": json.loads(accept.read_text()).get("contexts") if accept.is_file() else None,
         "first_line": done.stdout.splitlines()[1][:160] if done.stdout.count("\n") > 1 else "",
     }
 
@@ -82,6 +84,9 @@ def main() -> int:
     parser.add_argument("--layout", default="a3/1p3d")
     parser.add_argument("--speed", type=float, default=10.0, help="SERVEKIT_SIM_SPEED of the nodes")
     parser.add_argument("--relay", action="store_true", help="also verify without --nodes")
+    parser.add_argument(
+        "--full", action="store_true", help="verify --full: 144K and 1M needles, 1024/256, 3 runs"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cluster-dryrun-"))
     env = {
@@ -90,7 +95,8 @@ def main() -> int:
         "XDG_DATA_HOME": str(work / "data"),
         "COLUMNS": "200",
     }
-    report: dict[str, Any] = {"layout": args.layout, "speed": args.speed, "out": str(work)}
+    report: dict[str, Any] = {"layout": args.layout, "speed": args.speed, "full": args.full}
+    report["out"] = str(work)
     start = time.perf_counter()
     with dry_cluster(args.layout, speed=args.speed) as cluster:
         report["ready_s"] = round(cluster.started_s, 1)
@@ -99,7 +105,7 @@ def main() -> int:
         report["entry"] = cluster.entry_url
         report["processes"], rss = _processes(cluster)
         report["rss_mib"] = round(rss)
-        base = [*cluster.verify_args(), "--engine", "sim"]
+        base = [*cluster.verify_args(), "--engine", "sim", *(["--full"] if args.full else [])]
         report["verify_nodes"] = _verify(base, work / "verify-nodes", env)
         if args.relay:
             relay = [a for a in base if a not in ("--nodes", ",".join(cluster.addresses))]

@@ -304,3 +304,19 @@ def test_a_workload_without_a_valid_run_fails_the_run(
     step = out.run.step("bench")
     assert step is not None and step.detail == "StepFailed: no valid run for single_stream ISL=128"
     assert "single-stream decode no valid run" in out.report_md.read_text().splitlines()[2]
+
+
+def test_the_kit_is_checked_even_when_the_start_fails(catalog: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "kit.tar.zst"
+    archive.write_bytes(b"kit")
+    checked: list[Path] = []
+
+    def kit(path: Path, out_dir: Path) -> KitCheck:
+        checked.append(path)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return KitCheck(archive=str(path), ok=True, summary="1/1 kit checks passed")
+
+    runner = SimRunner(fail_up=True)
+    out = verify(options(catalog, tmp_path / "run", kit=archive), components(runner, kit=kit))
+    assert out.exit_code == 1 and checked == [archive]
+    assert out.run.step("kit") is not None and out.run.step("kit").status == "ok"  # type: ignore[union-attr]

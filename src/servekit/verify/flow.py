@@ -88,6 +88,7 @@ class Flow:
         if dep is None:
             self.steps.skip("accept", "not run: the deployment did not come up")
             self.steps.skip("bench", "not run: the deployment did not come up")
+            self.check_kit()  # the kit does not need the deployment
             return
         atomic_write_text(self.run_dir / "deployment.json", dep.model_dump_json(indent=2) + "\n")
         self.files = self.files.model_copy(update={"deployment": "deployment.json"})
