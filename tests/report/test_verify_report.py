@@ -50,3 +50,27 @@ def test_an_interrupted_run_never_passes_and_says_what_finished() -> None:
     assert not r.passed and r.verdict == "INTERRUPTED"
     first = boundaries(r, None, None, None)[0]
     assert first.startswith("Interrupted by SIGTERM while bench was running: only up, accept")
+
+
+def test_the_cache_row_says_when_prefix_caching_is_off() -> None:
+    from servekit.accept.models import AcceptResult, CheckResult
+    from servekit.report.figures import cache_row
+
+    def result(off: bool) -> AcceptResult:
+        m: dict[str, float | bool] = {"speedup": 1.01, "prefill_prefix_cache_hits": 0.0}
+        if off:
+            m["prefix_caching_off"] = True
+        check = CheckResult(
+            id="cache.2k.cold_hot_hot", group="cache", verdict="pass", reason="", measurements=m
+        )
+        return AcceptResult(
+            target="t", model="m", simulated=True, started_at="s", duration_s=1, checks=(check,)
+        )
+
+    off = cache_row(run(), result(True), "accept")
+    assert (
+        off is not None
+        and "prefix caching off on the engines (no hit expected)" in off.parts[0].text
+    )
+    on = cache_row(run(), result(False), "accept")
+    assert on is not None and "hot TTFT 1.01x faster than cold" in on.parts[0].text

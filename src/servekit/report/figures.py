@@ -94,7 +94,11 @@ def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> R
             )
             continue
         hits = [f"{name} {float(m[key]):,.0f}" for key, name in CACHE_HITS if key in m]
-        text = f"{label}: hot TTFT {float(m['speedup']):g}x faster than cold; " + ", ".join(hits)
+        if m.get("prefix_caching_off"):
+            head = f"{label}: prefix caching off on the engines (no hit expected), cold/hot TTFT {float(m['speedup']):g}; "
+        else:
+            head = f"{label}: hot TTFT {float(m['speedup']):g}x faster than cold; "
+        text = head + ", ".join(hits)
         parts.append(Part(text + " tokens", _href(check, accept_dir)))
     ok = all(c.verdict == "pass" for c in checks)
     return Row(
