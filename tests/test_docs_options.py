@@ -48,11 +48,12 @@ PAGES = {
     "kit rebuild": "kit.md",
     "kit inspect": "kit.md",
     "catalog site": "catalog-site.md",
+    "verify": "verify.md",
+    "deployment": "verify.md",
 }
 # Commands without an options model of their own, and why.
 NOT_GENERATED = {
     "sim serve": "takes vLLM's own 'vllm serve' flags, parsed by the simulator",
-    "verify": "the verify command is converted with the deployment commands",
 }
 
 

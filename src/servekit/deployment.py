@@ -1,13 +1,21 @@
 """What a running deployment looks like to its clients (accept, bench, verify).
 
 ``servekit up`` writes a :class:`Deployment` as ``deployment.json`` in its run
-directory; ``--target NAME`` reads it back; ``--target URL`` builds a minimal one
-by asking the URL. One model, so every consumer sees the same endpoints.
+directory, and ``servekit deployment NAME --nodes ...`` writes one for a cluster
+started from the rendered scripts; ``--target NAME`` or ``--target FILE`` reads
+it back; ``--target URL`` builds a minimal one. One model, so every consumer sees
+the same endpoints.
+
+Where only the proxy's node takes outside traffic, the engines' own ports are
+out of reach: such a deployment says ``engine_access: relay`` and its engines'
+metrics are read from the proxy's ``/metrics/engines`` page, every sample
+labelled ``engine_url`` (:func:`split_relay`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +26,10 @@ from servekit.userdirs import state_dir
 
 EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
 EngineKind = Literal["vllm", "sim", "external"]
+EngineAccess = Literal["direct", "relay"]
+RELAY_PATH = "/metrics/engines"
+"""The proxy's page of every engine's /metrics, each sample labelled by engine."""
+RELAY_LABEL = re.compile(r'engine_url="([^"]*)"')
 
 
 class Endpoint(BaseModel):
@@ -30,6 +42,13 @@ class Endpoint(BaseModel):
     url: str
     engine_id: str | None = None
     log: Path | None = Field(default=None, description="log file when the process runs here")
+    dp_rank: int | None = Field(default=None, description="the DP rank this API server serves")
+    node: int | None = Field(default=None, description="the node (rank in the rank table)")
+    metrics_url: str | None = Field(
+        default=None,
+        description="where its vLLM metrics are read: its /metrics, or the proxy's "
+        "/metrics/engines relay (samples labelled engine_url=url)",
+    )
 
 
 class Deployment(BaseModel):
@@ -52,6 +71,18 @@ class Deployment(BaseModel):
     sim_speed: float | None = Field(
         default=None, gt=0, description="simulated runs: virtual seconds per wall second"
     )
+    engine_access: EngineAccess = Field(
+        default="direct",
+        description="direct: every endpoint answers from here; relay: only the entry does, "
+        "and the engines' metrics come through the proxy's /metrics/engines",
+    )
+    metrics_relay: str | None = Field(
+        default=None, description="the proxy's /metrics/engines URL, when it has one"
+    )
+    process_logs: dict[str, Path] = Field(
+        default_factory=dict,
+        description="every process's log file by its Plan name (headless ranks too), when known",
+    )
 
     def by_role(self, role: EndpointRole) -> tuple[Endpoint, ...]:
         return tuple(e for e in self.endpoints if e.role == role)
@@ -63,6 +94,47 @@ class Deployment(BaseModel):
     @property
     def simulated(self) -> bool:
         return self.engine == "sim"
+
+    @property
+    def direct(self) -> bool:
+        """Whether the engines' own URLs answer from here (not only through the proxy)."""
+        return self.engine_access == "direct"
+
+    def log_files(self) -> dict[str, Path]:
+        """Every known log file by process name: ``process_logs``, else the endpoints' logs."""
+        if self.process_logs:
+            return dict(self.process_logs)
+        return {e.name: e.log for e in self.endpoints if e.log is not None}
+
+    def metrics_source(self, endpoint: Endpoint) -> tuple[str, str | None]:
+        """Where to GET an endpoint's vLLM metrics, and the ``engine_url`` to keep.
+
+        Direct access reads the endpoint's own ``/metrics`` (the whole page);
+        relay access reads the proxy's ``/metrics/engines`` and keeps the
+        samples labelled with the endpoint's URL.
+        """
+        if not self.direct and self.metrics_relay:
+            return self.metrics_relay, endpoint.url
+        return endpoint.metrics_url or f"{endpoint.url.rstrip('/')}/metrics", None
+
+
+def split_relay(page: str) -> dict[str, str]:
+    """The proxy's ``/metrics/engines`` page as one Prometheus text per ``engine_url``.
+
+    Comment lines (HELP, TYPE) go into every part, so each part parses on its
+    own; a sample line goes to the engine its ``engine_url`` label names.
+    Lines without the label (the proxy's own) are dropped.
+    """
+    lines = page.splitlines()
+    owners = [None if ln.startswith("#") else RELAY_LABEL.search(ln) for ln in lines]
+    parts: dict[str, list[str]] = {m.group(1): [] for m in owners if m is not None}
+    for line, owner in zip(lines, owners, strict=True):
+        if owner is not None:
+            parts[owner.group(1)].append(line)
+        elif line.startswith("#"):
+            for part in parts.values():
+                part.append(line)
+    return {url: "\n".join(part) + "\n" for url, part in parts.items()}
 
 
 FOLDER_RUNS = Path(".servekit/runs")
@@ -103,18 +175,47 @@ def find_run_dir(layout: str) -> Path:
 
 
 def load_deployment(target: str) -> Deployment:
-    """Resolve ``--target URL|NAME`` to a Deployment.
+    """Resolve ``--target URL|NAME|FILE`` to a Deployment.
 
-    A URL becomes an external deployment with that entry; a layout name reads
-    the ``deployment.json`` that ``servekit up`` wrote.
+    A URL becomes an external deployment with that entry; a ``.json`` file (or
+    any existing file) is a deployment written by ``servekit deployment`` or
+    ``servekit up``; a layout name reads the ``deployment.json`` that
+    ``servekit up`` wrote.
     """
     if target.startswith(("http://", "https://")):
         return Deployment(entry_url=target.rstrip("/"))
+    given = Path(target)
+    if target.endswith(".json") or given.is_file():
+        return read_deployment_file(given, f"--target {target}")
     found = [d / "deployment.json" for d in run_dirs_of(target)]
     path = next((f for f in found if f.is_file()), run_dir_for(target) / "deployment.json")
     if not path.is_file():
         raise UsageError(
             f"--target {target}: no running deployment found at {path}; "
-            f"start it with 'servekit up {target}' or pass a URL"
+            f"start it with 'servekit up {target}', pass a URL, or a deployment.json "
+            "written by 'servekit deployment'"
         )
-    return Deployment.model_validate_json(path.read_text())
+    return read_deployment_file(path, f"--target {target}")
+
+
+def read_deployment_file(path: Path, flag: str) -> Deployment:
+    """A deployment.json, or one UsageError line saying what is wrong with it."""
+    from pydantic import ValidationError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = type(exc).__name__
+        raise UsageError(
+            f"{flag}: cannot read {path} ({why}); give a deployment.json written by "
+            "'servekit deployment'"
+        ) from None
+    try:
+        return Deployment.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise UsageError(
+            f"{flag}: {path} is not a deployment.json: field {where}: {first['msg']}; "
+            "write one with 'servekit deployment NAME --nodes IP,... --out FILE'"
+        ) from None

@@ -47,7 +47,7 @@ def test_verify_rejects_an_unknown_engine(catalog: Path) -> None:
     done = servekit("verify", "local/1p1d", "--engine", "gpu", "--catalog", str(catalog))
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "error: --engine gpu: use vllm (real engines) or sim (simulated engines)"
+        "error: --engine: gpu is not an engine; use vllm (real engines) or sim (simulated engines)"
     )
 
 

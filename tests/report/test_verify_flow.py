@@ -130,15 +130,25 @@ def test_failed_start_still_reports_and_skips_measurements(catalog: Path, tmp_pa
     assert "The acceptance suite did not run." in out.report_md.read_text()
 
 
-def test_interrupt_during_bench_still_tears_down(
+def test_interrupt_during_bench_tears_down_and_reports_it(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
     def interrupted(*_: object) -> object:
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        verify(options(catalog, tmp_path / "run"), components(runner, bench=interrupted))
+    out = verify(options(catalog, tmp_path / "run"), components(runner, bench=interrupted))
     assert runner.downs == ["local/1p1d"]
+    assert out.exit_code == 130 and out.record is None and out.ledger is None
+    stop = out.run.interrupted
+    assert stop is not None and stop.signal == "SIGINT" and stop.step == "bench"
+    assert stop.finished == ("up", "accept")
+    steps = {s.name: s for s in out.run.steps}
+    assert steps["bench"].status == "fail" and steps["bench"].detail == "interrupted by SIGINT"
+    assert steps["down"].status == "ok"
+    md = out.report_md.read_text()
+    assert md.startswith("# Verification of local/1p1d: INTERRUPTED (simulated)")
+    assert "Interrupted by SIGINT while bench was running" in md
+    assert (out.run_dir / "SHA256SUMS").is_file()
 
 
 def test_baseline_gives_before_after_with_deltas(
@@ -294,3 +304,19 @@ def test_a_workload_without_a_valid_run_fails_the_run(
     step = out.run.step("bench")
     assert step is not None and step.detail == "StepFailed: no valid run for single_stream ISL=128"
     assert "single-stream decode no valid run" in out.report_md.read_text().splitlines()[2]
+
+
+def test_the_kit_is_checked_even_when_the_start_fails(catalog: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "kit.tar.zst"
+    archive.write_bytes(b"kit")
+    checked: list[Path] = []
+
+    def kit(path: Path, out_dir: Path) -> KitCheck:
+        checked.append(path)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return KitCheck(archive=str(path), ok=True, summary="1/1 kit checks passed")
+
+    runner = SimRunner(fail_up=True)
+    out = verify(options(catalog, tmp_path / "run", kit=archive), components(runner, kit=kit))
+    assert out.exit_code == 1 and checked == [archive]
+    assert out.run.step("kit") is not None and out.run.step("kit").status == "ok"  # type: ignore[union-attr]

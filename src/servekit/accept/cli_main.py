@@ -8,9 +8,10 @@ from pathlib import Path
 from rich.console import Console
 
 from servekit.accept.markdown import render_markdown
-from servekit.accept.matrix import print_matrix, verdict_text
-from servekit.accept.models import AcceptResult, CheckResult
+from servekit.accept.matrix import print_matrix
+from servekit.accept.models import AcceptResult
 from servekit.accept.options import DEFAULT_CONTEXTS, AcceptOptions, parse_contexts, parse_depths
+from servekit.accept.progress import accept_progress, weights_for
 from servekit.accept.registry import all_checks, select
 from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
@@ -92,12 +93,8 @@ def main(
     from servekit.accept.runner import run_acceptance_async
 
     deployment = resolve_target(target, model, capabilities)
-    progress = Console(stderr=True)
-
-    def show(check: CheckResult) -> None:
-        progress.print(verdict_text(check), check.id, f"({check.duration_s:.1f}s)")
-
-    result = asyncio.run(
-        run_acceptance_async(deployment, options, out, target=target, on_result=show)
-    )
+    with accept_progress(weights_for(options), Console(stderr=True)) as show:
+        result = asyncio.run(
+            run_acceptance_async(deployment, options, out, target=target, on_result=show)
+        )
     return _finish(result, out, console)

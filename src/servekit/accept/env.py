@@ -51,7 +51,9 @@ class Env:
     def tokenize_base(self) -> str:
         """Where /tokenize goes: an engine (a proxy may not offer it), else the entry."""
         engines = self.engines()
-        return base_url(engines[0].url) if engines else self.entry
+        if not engines or not self.deployment.direct:
+            return self.entry
+        return base_url(engines[0].url)
 
 
 class Probe:

@@ -3,7 +3,9 @@
 One :class:`BenchContext` per benchmark run, so every workload shares the one
 client (one connection pool) and one prompt-id counter (no prefix is ever
 reused within a run). Requests go to the deployment's entry (the proxy for
-PD); /tokenize and /metrics go to its engine endpoints when it lists them.
+PD); /tokenize and /metrics go to its engine endpoints when it lists them, or,
+when they are reached only through the proxy, to the proxy (its /tokenize and
+its /metrics/engines relay).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any
 from servekit.bench.config import RunSettings
 from servekit.bench.load import run_concurrent, stream_body
 from servekit.bench.prompts import PromptBuilder
-from servekit.bench.sampler import MetricsSource, wait_idle
+from servekit.bench.sampler import MetricsSource, RelaySource, wait_idle
 from servekit.client import OpenAIClient, RequestRecord
-from servekit.deployment import Deployment
+from servekit.deployment import RELAY_PATH, Deployment, Endpoint
 
 ENGINE_ROLES = ("mixed", "prefill", "decode")
 """Endpoints that are this deployment's engines (not the proxy, not a reference)."""
@@ -45,15 +47,28 @@ class BenchContext:
     idle_checked: bool = True
 
     def __post_init__(self) -> None:
-        engines = [e for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
-        engine_clients = [self.client.derive(e.url) for e in engines] or [self.client]
-        roles: list[str] = [e.role for e in engines] or ["engine"]
-        # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
+        engines = self.engines
         # A fresh tag per benchmark run: ids restart at 0 in every run, and a
         # rerun against the same server would otherwise send the same prompts
         # and be served from its prefix cache.
-        self.prompts = PromptBuilder(engine_clients[0], tag=secrets.token_hex(3))
+        tag = secrets.token_hex(3)
+        relay = self.deployment.metrics_relay
+        if engines and not self.deployment.direct and relay:
+            # The engines are out of reach: the proxy relays /tokenize and their metrics.
+            proxy = self.client.derive(relay.removesuffix(RELAY_PATH))
+            self.prompts = PromptBuilder(self.client, tag=tag)
+            self.metrics = RelaySource(proxy, RELAY_PATH, [(e.url, e.role) for e in engines])
+            return
+        engine_clients = [self.client.derive(e.url) for e in engines] or [self.client]
+        roles: list[str] = [e.role for e in engines] or ["engine"]
+        # The proxy may offer neither /tokenize nor vLLM metrics: ask the engines.
+        self.prompts = PromptBuilder(engine_clients[0], tag=tag)
         self.metrics = MetricsSource(engine_clients, roles)
+
+    @property
+    def engines(self) -> list[Endpoint]:
+        """The deployment's engine endpoints (not the proxy, not a reference)."""
+        return [e for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
 
     @property
     def legs_per_request(self) -> int:

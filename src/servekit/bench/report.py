@@ -124,6 +124,16 @@ def grouped(result: BenchResult) -> dict[str, list[Point]]:
     return groups
 
 
+def speed_line(speed: float) -> str:
+    """What the simulated speed of a run means for its figures."""
+    if speed == 1.0:
+        return "Simulated engines at real time (speed 1): wall-clock figures are comparable."
+    return (
+        f"Simulated engines at {speed:g}x speed: figures timed by the client's clock are "
+        f"about {speed:g}x faster than the simulated hardware; /metrics figures are not."
+    )
+
+
 def render_section(result: BenchResult, baseline: BenchResult | None = None, level: int = 2) -> str:
     """The benchmark section of a release report (Markdown, heading at ``level``)."""
     h = "#" * level
@@ -137,6 +147,8 @@ def render_section(result: BenchResult, baseline: BenchResult | None = None, lev
     ]
     if inp.note:
         parts += ["", f"Note: {inp.note}"]
+    if inp.sim_speed is not None:
+        parts += ["", speed_line(inp.sim_speed)]
     for workload, points in grouped(result).items():
         parts += ["", f"{h}# {TITLES.get(workload, workload)}", "", workload_table(points)]
     if baseline is not None:
@@ -154,7 +166,8 @@ def render_markdown(result: BenchResult, baseline: BenchResult | None = None) ->
         f"# servekit bench: {inp.target}",
         "",
         f"- entry: {inp.entry_url}",
-        f"- layout: {inp.layout or 'n/a'}; engine: {inp.engine}; image: {inp.image or 'n/a'}",
+        f"- layout: {inp.layout or 'n/a'}; engine: {inp.engine}; image: {inp.image or 'n/a'}"
+        + (f"; simulated speed {inp.sim_speed:g}x" if inp.sim_speed is not None else ""),
         f"- versions: {versions}",
         f"- schema: {result.schema_version}; duration {result.duration_s:.1f} s",
         "",

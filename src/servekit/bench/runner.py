@@ -84,6 +84,7 @@ async def bench_async(
         settings=settings.model_copy(update={"api_key": None}),
         harness=f"servekit {__version__}",
         note=note,
+        sim_speed=deployment.sim_speed if deployment.simulated else None,
     )
     return BenchResult(
         created=created, inputs=inputs, points=tuple(points), duration_s=time.perf_counter() - t0

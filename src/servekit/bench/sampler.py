@@ -7,7 +7,9 @@ The metrics are read from the deployment's engine endpoints (the PD proxy may
 have no vLLM metrics) and summed; the running/waiting load is also kept per
 role, so DP ranks count as one engine and a PD pair as one engine per role.
 Targets without vLLM metrics are treated as idle and the point records that the
-check could not be made.
+check could not be made. Engines out of reach behind a proxy are read through the
+proxy's ``/metrics/engines`` (:class:`RelaySource`): one GET per sample, split by
+its ``engine_url`` label into the same per-engine snapshots.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from servekit.bench.background import in_background
-from servekit.client import EndpointError, MetricsSnapshot, OpenAIClient, merge_snapshots
+from servekit.client import (
+    EndpointError,
+    MetricsSnapshot,
+    OpenAIClient,
+    merge_snapshots,
+    parse_metrics,
+)
+from servekit.deployment import split_relay
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -58,6 +67,66 @@ class MetricsSource:
         """All engines' metrics summed; None when none of them answers."""
         present = [s for _, s in await self.by_role()]
         return merge_snapshots(present) if present else None
+
+
+class RelaySource(MetricsSource):
+    """The engines' metrics read through the proxy's ``/metrics/engines`` page.
+
+    ``client`` is bound to the proxy, ``path`` is the relay's path on it, and
+    ``engines`` lists each engine's URL (its ``engine_url`` label) and role.
+    """
+
+    def __init__(self, client: OpenAIClient, path: str, engines: Sequence[tuple[str, str]]) -> None:
+        super().__init__([client] * len(engines), [role for _, role in engines])
+        self.relay = client
+        self.path = path
+        self.urls = tuple(url for url, _ in engines)
+
+    async def _parts(self) -> tuple[dict[str, str], int]:
+        rec = await self.relay.request("GET", self.path)
+        if not rec.ok or rec.response_body is None:
+            raise EndpointError(f"{self.path}: {rec.error}", rec)
+        return split_relay(rec.response_body), time.perf_counter_ns()
+
+    async def by_role(self) -> list[tuple[str, MetricsSnapshot]]:
+        try:
+            parts, t_ns = await self._parts()
+        except EndpointError:
+            return []
+        found: list[tuple[str, MetricsSnapshot]] = []
+        for url, role in zip(self.urls, self.roles, strict=True):
+            text = parts.get(url)
+            if text is None:
+                continue
+            try:
+                found.append((role, parse_metrics(text, t_ns)))
+            except ValueError:
+                continue
+        return found
+
+    async def each(self) -> list[MetricsSnapshot | EndpointError]:
+        """Every engine's snapshot (or why not) from one read of the relay, in order."""
+        try:
+            parts, t_ns = await self._parts()
+        except EndpointError as exc:
+            return [exc] * len(self.urls)
+        found: list[MetricsSnapshot | EndpointError] = []
+        for url in self.urls:
+            try:
+                found.append(_parsed(self.path, url, parts, t_ns))
+            except EndpointError as exc:
+                found.append(exc)
+        return found
+
+
+def _parsed(path: str, url: str, parts: dict[str, str], t_ns: int) -> MetricsSnapshot:
+    text = parts.get(url)
+    if text is None:
+        raise EndpointError(f"{path}: no samples of {url}")
+    try:
+        return parse_metrics(text, t_ns)
+    except ValueError as exc:
+        raise EndpointError(f"{path}: not Prometheus text ({exc})") from exc
 
 
 def role_loads(snaps: Sequence[tuple[str, MetricsSnapshot]]) -> dict[str, float]:

@@ -70,6 +70,12 @@ class BenchInputs(_Model):
     settings: RunSettings = Field(default_factory=RunSettings)
     harness: str = Field("", description="servekit version that measured")
     note: str | None = None
+    sim_speed: float | None = Field(
+        None,
+        gt=0,
+        description="simulated engines: virtual seconds per wall second while measuring "
+        "(wall-clock figures at a speed above 1 are that much too fast)",
+    )
 
 
 class BenchResult(_Model):

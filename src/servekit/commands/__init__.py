@@ -21,6 +21,7 @@ GROUPS = (
     "bench",
     "kit",
     "report",
+    "deployment",
 )
 
 

@@ -44,7 +44,9 @@ def _up(opts: UpOptions) -> int:
     from servekit.local.prepare import prepare_run
 
     catalog = str(opts.catalog) if opts.catalog else None
-    spec = prepare_run(opts.name, opts.engine, free_ports=opts.free_ports, catalog=catalog)
+    spec = prepare_run(
+        opts.name, opts.engine, free_ports=opts.free_ports, catalog=catalog, speed=opts.speed
+    )
     run = up_detached if opts.detach else up_foreground
     return run(spec, Console(stderr=True), opts.ready_timeout)
 

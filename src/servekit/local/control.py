@@ -42,8 +42,9 @@ EXIT_INTERRUPTED = 130
 
 def summary(spec: RunSpec) -> str:
     """What to tell the user once everything answers."""
+    speed = f" at {spec.sim_speed:g}x speed" if spec.sim_speed not in (None, 1.0) else ""
     return (
-        f"{spec.layout} is ready ({spec.engine}): {spec.entry_url} serves {spec.model!r}\n"
+        f"{spec.layout} is ready ({spec.engine}{speed}): {spec.entry_url} serves {spec.model!r}\n"
         f"run records: {spec.run_dir} (deployment.json, plan.json, logs/)"
     )
 

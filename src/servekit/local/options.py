@@ -42,6 +42,9 @@ class UpOptions(_Options):
     free_ports: bool = Field(False, description="map every planned port to a free local one")
     ready_timeout: float = ready_timeout_field(600.0)
     catalog: Path | None = catalog_field()
+    speed: float | None = Field(
+        None, gt=0, le=10000, description="--engine sim: simulated time X times faster (default 1)"
+    )
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from pathlib import Path
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
 from servekit.deployment import run_dir_for, run_dirs_of
+from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
 from servekit.local import companions, portplan, preflight
 from servekit.local.portplan import LOOPBACK
@@ -70,9 +71,18 @@ def prepare_run(
     free_ports: bool = False,
     cwd: Path | None = None,
     catalog: str | None = None,
+    speed: float | None = None,
 ) -> RunSpec:
-    """Check everything, build the Plan, write the run directory; start nothing."""
+    """Check everything, build the Plan, write the run directory; start nothing.
+
+    ``speed`` (simulator only) runs simulated time that many times faster.
+    """
     here = (cwd or Path.cwd()).resolve()
+    if speed is not None and (engine != "sim" or not 0 < speed < float("inf")):
+        raise UsageError(
+            f"--speed {speed:g}: give a positive number with --engine sim "
+            "(real engines run at real time), e.g. --engine sim --speed 50"
+        )
     layout = load(name, catalog).layout
     preflight.check_hardware(layout, engine)
     for existing in run_dirs_of(name):
@@ -101,7 +111,7 @@ def prepare_run(
         capabilities=tuple(layout.model.capabilities),
     )
     if engine == "sim":
-        spec = sim_run_spec(spec, plan, run)
+        spec = sim_run_spec(spec, plan, run, speed)
     spec = _with_engine_env(spec, broken, notes)
     atomic_write_text(run.launch, spec.model_dump_json(indent=2) + "\n")
     atomic_write_text(run.versions, json.dumps(versions(), indent=2, sort_keys=True) + "\n")

@@ -73,6 +73,9 @@ class RunSpec(BaseModel):
     notes: tuple[str, ...] = Field(
         default=(), description="one line each: what preparing the run did on the user's behalf"
     )
+    sim_speed: float | None = Field(
+        default=None, gt=0, description="simulated runs: virtual seconds per wall second"
+    )
 
     def launch(self, name: str) -> Launch:
         for item in self.launches:

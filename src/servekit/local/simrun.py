@@ -31,6 +31,21 @@ def require_sim() -> None:
         )
 
 
+def _profile(proc: ProcessPlan, plan: Plan) -> object:
+    """The profile's name, or the profile inline when the Plan turns prefix caching off.
+
+    A layout that runs with ``--no-enable-prefix-caching`` (PREFIX=0) gets a
+    simulator without prefix caching too, as ``servekit sim serve`` does for
+    the rendered scripts, so a dry run sees what the cluster will do.
+    """
+    name = SIM_PROFILES.get(plan.engine_kind, "zero")
+    if proc.settings.get("PREFIX") != "0":
+        return name
+    from servekit.sim.profile import load_profile
+
+    return load_profile(name).model_copy(update={"enable_prefix_caching": False}).model_dump()
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -46,7 +61,7 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
         "guard": proc.guard,
-        "profile": SIM_PROFILES.get(plan.engine_kind, "zero"),
+        "profile": _profile(proc, plan),
     }
 
 
@@ -56,12 +71,18 @@ def sim_spec_doc(plan: Plan) -> dict[str, object]:
     return {"endpoints": [_endpoint(p, plan) for p in engines]}
 
 
-def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
-    """Replace the engine launches with one simulator launch serving all their ports."""
+def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir, speed: float | None = None) -> RunSpec:
+    """Replace the engine launches with one simulator launch serving all their ports.
+
+    ``speed`` (``servekit up --speed X``) runs simulated time X times faster;
+    it is written into ``sim.json`` and recorded in the run's deployment.
+    """
     from servekit.sim.spec import spec_from_mapping
 
     doc = sim_spec_doc(plan)
     sim_spec = spec_from_mapping(doc, where="plan -> sim spec")
+    if speed is not None:
+        sim_spec = sim_spec.at_speed(speed)
     path = run.root / "sim.json"
     atomic_write_text(path, sim_spec.model_dump_json(indent=2) + "\n")
     engines = [x for x in spec.launches if x.kind == "engine"]
@@ -83,7 +104,12 @@ def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir) -> RunSpec:
         for e in spec.endpoints
     )
     return spec.model_copy(
-        update={"engine": "sim", "launches": (sim, *others), "endpoints": endpoints}
+        update={
+            "engine": "sim",
+            "launches": (sim, *others),
+            "endpoints": endpoints,
+            "sim_speed": sim_spec.speed,
+        }
     )
 
 

@@ -154,6 +154,7 @@ class Supervisor:
             capabilities=spec.capabilities,
             run_dir=spec.run_dir,
             versions=versions(),
+            sim_speed=spec.sim_speed,
         )
         atomic_write_text(self.dir.deployment, deployment.model_dump_json(indent=2) + "\n")
 

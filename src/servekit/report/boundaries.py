@@ -22,8 +22,41 @@ BENCH_KIND = {
 }
 
 
+def _interrupt_lines(run: VerifyRun) -> list[str]:
+    stop = run.interrupted
+    if stop is None:
+        return []
+    during = f" while {stop.step} was running" if stop.step else ""
+    done = ", ".join(stop.finished) or "no step"
+    more = f" ({stop.detail})" if stop.detail else ""
+    return [
+        f"Interrupted by {stop.signal}{during}{more}: only {done} finished; what ran is "
+        "reported as far as it got, nothing after it was measured, and the run does not count."
+    ]
+
+
+def _speed_lines(run: VerifyRun) -> list[str]:
+    lines = []
+    if run.simulated and run.target and run.accept_speed is None:
+        lines.append(
+            "The attached simulators' speed is unknown (no engine could be asked and no "
+            "--speed was given): figures timed by the client's clock assume real time."
+        )
+    if run.accept_speed not in (None, 1.0):
+        lines.append(
+            f"Acceptance ran on simulated time at {run.accept_speed:g}x speed: its verdicts do "
+            "not depend on wall time, but its recorded wall times are that much shorter."
+        )
+    if run.bench_speed not in (None, 1.0):
+        lines.append(
+            f"The benchmarks ran on simulated time at {run.bench_speed:g}x speed: figures timed "
+            "by the client's clock are that much faster than the simulated hardware."
+        )
+    return lines
+
+
 def _engine_lines(run: VerifyRun) -> list[str]:
-    lines: list[str] = []
+    lines: list[str] = _interrupt_lines(run)
     if run.simulated:
         lines.append(
             "Every figure in this report comes from simulated engines (servekit sim): it "
@@ -35,6 +68,7 @@ def _engine_lines(run: VerifyRun) -> list[str]:
             f"Attached to a running deployment at {run.target}: this run neither started "
             "nor stopped it, so its launch configuration was not checked against the Plan."
         )
+    lines += _speed_lines(run)
     if run.quick:
         lines.append(
             "Quick mode: short prompts and outputs, one run per figure; the figures are a "

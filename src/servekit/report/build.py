@@ -18,6 +18,7 @@ from servekit.report import baseline as baseline_mod
 from servekit.report.boundaries import boundaries
 from servekit.report.evidence import checksums, write_point_files
 from servekit.report.figures import PointFiles, headline, verification_table
+from servekit.report.kittable import kit_section
 from servekit.report.models import KitCheck, VerifyRun
 from servekit.report.plots import report_plots
 from servekit.report.templates_env import render_template
@@ -71,6 +72,25 @@ def read_inputs(run_dir: Path) -> Inputs:
     )
 
 
+def speeds(run: VerifyRun) -> str | None:
+    """``acceptance at 50x, benchmarks at 1x`` for simulated runs whose speed is known."""
+    found = [(w, s) for w, s in (("acceptance", run.accept_speed), ("benchmarks", run.bench_speed))]
+    known = [f"{what} at {speed:g}x" for what, speed in found if speed is not None]
+    if not run.simulated or not known:
+        return None
+    return ", ".join(known) + " (virtual seconds per wall second)"
+
+
+def _interrupted(run: VerifyRun) -> str | None:
+    stop = run.interrupted
+    if stop is None:
+        return None
+    during = f" during {stop.step}" if stop.step else ""
+    done = ", ".join(stop.finished) or "nothing"
+    more = f"; {stop.detail}" if stop.detail else ""
+    return f"by {stop.signal}{during}; finished before it: {done}{more}"
+
+
 def _facts(run: VerifyRun) -> tuple[Row, ...]:
     engine = "simulated engines (servekit sim)" if run.simulated else run.engine
     versions = ", ".join(f"{k} {v}" for k, v in sorted(run.versions.items())) or "-"
@@ -85,6 +105,12 @@ def _facts(run: VerifyRun) -> tuple[Row, ...]:
     ]
     if run.target:
         rows.append(Row("Target", (Part(run.target),)))
+    speed = speeds(run)
+    if speed:
+        rows.append(Row("Simulated speed", (Part(speed),)))
+    stop = _interrupted(run)
+    if stop:
+        rows.append(Row("Interrupted", (Part(stop),), "fail"))
     return tuple(rows)
 
 
@@ -135,7 +161,8 @@ def build_view(
         (c.path, c.sha256, c.size)
         for c in checksums(run_dir, exclude=(*REPORT_FILES, "SHA256SUMS"))
     )
-    verdict = "PASS" if run.passed else "FAIL"
+    verdict = run.verdict
+    kit_title, kit_rows = kit_section(run_dir, inputs.kit)
     return ReportView(
         title=f"Verification of {run.layout}: {verdict}"
         + (" (simulated)" if run.simulated else ""),
@@ -160,6 +187,8 @@ def build_view(
         steps=_steps(run),
         simulated=run.simulated,
         plots=plots,
+        kit_title=kit_title,
+        kit_rows=kit_rows,
     )
 
 

@@ -32,8 +32,11 @@ TITLES = {
 }
 
 
-def sim_suffix(run: VerifyRun) -> str:
-    return " (simulated)" if run.simulated else ""
+def sim_suffix(run: VerifyRun, speed: float | None = None) -> str:
+    """`` (simulated)``, with the speed when it was not real time; empty for real engines."""
+    if not run.simulated:
+        return ""
+    return " (simulated)" if speed in (None, 1.0) else f" (simulated at {speed:g}x speed)"
 
 
 def _check(accept: AcceptResult | None, check_id: str) -> CheckResult | None:
@@ -63,8 +66,51 @@ def acceptance_row(run: VerifyRun, accept: AcceptResult | None) -> Row:
         step = run.step("accept")
         return Row("Acceptance", (Part(step.detail if step else "not run"),), "fail")
     c = accept.counts
-    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {c.skipped} skipped{sim_suffix(run)}"
+    sim = sim_suffix(run, accept.sim_speed)
+    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {c.skipped} skipped{sim}"
     return Row("Acceptance", (Part(text, run.files.accept),), "ok" if accept.ok else "fail")
+
+
+CACHE_HITS = (
+    ("prefill_prefix_cache_hits", "prefill hits"),
+    ("decode_prefix_cache_hits", "decode hits"),
+    ("decode_external_prefix_cache_hits", "decode KV pulled"),
+    ("mixed_prefix_cache_hits", "hits"),
+)
+
+
+def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> Row | None:
+    """Prefix caching on one long prompt, cold then hot twice: speed-up and each side's hits."""
+    checks = [c for c in (accept.checks if accept else ()) if c.group == "cache"]
+    if not checks:
+        return None
+    parts: list[Part] = []
+    for check in checks:
+        m = check.measurements
+        label = check.id.split(".")[1] if check.id.count(".") >= 2 else check.id
+        if check.verdict != "pass" or "speedup" not in m:
+            parts.append(
+                Part(f"{label}: {check.verdict}: {check.reason}", _href(check, accept_dir))
+            )
+            continue
+        hits = [f"{name} {float(m[key]):,.0f}" for key, name in CACHE_HITS if key in m]
+        if m.get("prefix_caching_off"):
+            head = f"{label}: prefix caching off on the engines (no hit expected), cold/hot TTFT {float(m['speedup']):g}; "
+        else:
+            head = f"{label}: hot TTFT {float(m['speedup']):g}x faster than cold; "
+        text = head + ", ".join(hits)
+        parts.append(Part(text + " tokens", _href(check, accept_dir)))
+    ok = all(c.verdict == "pass" for c in checks)
+    return Row(
+        f"Prefix cache (cold, hot, hot){sim_suffix(run, accept.sim_speed if accept else None)}",
+        tuple(parts),
+        "ok" if ok else "fail",
+    )
+
+
+def _href(check: CheckResult, accept_dir: str) -> str:
+    responses = [e for e in check.evidence if e.kind == "response"]
+    return f"{accept_dir}/{responses[0].path}" if responses else f"{accept_dir}/result.json"
 
 
 def _point_parts(point: Point, names: tuple[str, ...], href: str | None) -> list[Part]:
@@ -132,11 +178,12 @@ def bench_rows(run: VerifyRun, bench: BenchResult | None, files: PointFiles) -> 
         step = run.step("bench")
         return [Row("Benchmarks", (Part(step.detail if step else "not run"),), "fail")]
     rows: list[Row] = []
+    sim = sim_suffix(run, bench.inputs.sim_speed)
     for item, workload, names in BENCH_ROWS:
         if workload == "kv_capacity":
-            row = kv_row(item + sim_suffix(run), bench, files)
+            row = kv_row(item + sim, bench, files)
         else:
-            row = _points_row(item + sim_suffix(run), workload, names, bench, files)
+            row = _points_row(item + sim, workload, names, bench, files)
         if row is not None:
             rows.append(row)
     return rows
@@ -161,6 +208,8 @@ def verification_table(
 ) -> tuple[Row, ...]:
     """The seed's verification table, one row per item."""
     rows = [service_row(run, accept, accept_dir), acceptance_row(run, accept)]
+    cache = cache_row(run, accept, accept_dir)
+    rows += [cache] if cache is not None else []
     rows += bench_rows(run, bench, files)
     rows.append(kit_row(run, kit))
     return tuple(rows)
@@ -180,11 +229,12 @@ def headline(
     run: VerifyRun, accept: AcceptResult | None, bench: BenchResult | None, files: PointFiles
 ) -> tuple[Part, ...]:
     """The report's first line: acceptance N/N and the headline benchmark figures."""
-    sim = sim_suffix(run)
+    sim = sim_suffix(run, bench.inputs.sim_speed if bench else None)
     parts: list[Part] = []
     if accept is not None:
         c = accept.counts
-        parts.append(Part(f"acceptance {c.passed}/{c.ran}{sim}", run.files.accept))
+        text = f"acceptance {c.passed}/{c.ran}{sim_suffix(run, accept.sim_speed)}"
+        parts.append(Part(text, run.files.accept))
     else:
         parts.append(Part("acceptance not run"))
     for workload, name, what, last in (

@@ -40,6 +40,9 @@ class KitCheck(_Frozen):
     ok: bool
     summary: str = Field(description="one line, e.g. '89 payload files byte-identical'")
     evidence: str | None = Field(default=None, description="result file, relative to the run")
+    table: str | None = Field(
+        default=None, description="the kit's release table (kit-table.json), relative to the run"
+    )
 
 
 class Files(_Frozen):
@@ -51,6 +54,15 @@ class Files(_Frozen):
     bench: str | None = None
     baseline: str | None = None
     kit: str | None = None
+
+
+class Interruption(_Frozen):
+    """A run stopped by Ctrl-C or SIGTERM: where it was and what had finished."""
+
+    signal: str = Field(description="SIGINT or SIGTERM")
+    step: StepName | None = Field(default=None, description="the step that was running")
+    finished: tuple[str, ...] = Field(default=(), description="steps that had ended ok")
+    detail: str = Field(default="", description="how far the running step got")
 
 
 class VerifyRun(_Frozen):
@@ -74,10 +86,25 @@ class VerifyRun(_Frozen):
     )
     declared_workloads: tuple[str, ...] = ()
     derived_from: str | None = None
+    accept_speed: float | None = Field(
+        default=None, description="simulated engines: the speed acceptance ran at"
+    )
+    bench_speed: float | None = Field(
+        default=None, description="simulated engines: the speed the benchmarks ran at"
+    )
+    interrupted: Interruption | None = Field(
+        default=None, description="set when Ctrl-C or SIGTERM stopped the run"
+    )
 
     @property
     def simulated(self) -> bool:
         return self.engine == "sim"
+
+    @property
+    def verdict(self) -> str:
+        if self.interrupted is not None:
+            return "INTERRUPTED"
+        return "PASS" if self.passed else "FAIL"
 
     def step(self, name: StepName) -> StepOutcome | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -88,6 +115,8 @@ class VerifyRun(_Frozen):
 
         Teardown is reported but does not judge the measurements.
         """
+        if self.interrupted is not None:
+            return False
         judged = ("up", "accept", "bench", "kit")
         if any(s.status == "fail" for s in self.steps if s.name in judged):
             return False

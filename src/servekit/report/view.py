@@ -59,6 +59,18 @@ class Plot:
 
 
 @dataclass(frozen=True)
+class KitRow:
+    """One row of the kit's release table: the item, its status, N/N, the result, the evidence."""
+
+    item: str
+    status: str
+    ratio: str
+    result: str
+    href: str | None
+    mark: Mark
+
+
+@dataclass(frozen=True)
 class ReportView:
     """Everything a template needs to write the report."""
 
@@ -79,3 +91,5 @@ class ReportView:
     evidence_sha256: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     plots: tuple[Plot, ...] = field(default_factory=tuple)
+    kit_title: str | None = None
+    kit_rows: tuple[KitRow, ...] = field(default_factory=tuple)

@@ -4,12 +4,41 @@ up (or attach) -> accept -> bench -> kit -> down -> report -> ledger. The flow
 knows its parts only through small Protocols (:mod:`servekit.verify.components`),
 bound to servekit's real runner, acceptance suite, benchmark and kit verifier in
 :mod:`servekit.verify.adapters`. It sits above local, accept, bench, kit and
-report; report only renders what a run left behind.
+report; report only renders what a run left behind. A cluster started from the
+rendered scripts is attached to through :mod:`servekit.verify.cluster` (the Plan
+plus the node addresses, or the proxy's engine-metrics relay).
+
+The names below are imported on first use, so the CLI can build ``servekit
+verify`` from :class:`VerifyOptions` without loading the engine stack.
 """
 
-from servekit.verify.adapters import real_components
-from servekit.verify.components import Components
-from servekit.verify.options import VerifyOptions
-from servekit.verify.run import VerifyOutcome, verify
+from typing import TYPE_CHECKING
 
-__all__ = ["Components", "VerifyOptions", "VerifyOutcome", "real_components", "verify"]
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.verify.adapters import real_components
+    from servekit.verify.cluster import cluster_deployment, relay_deployment
+    from servekit.verify.components import Components
+    from servekit.verify.options import VerifyOptions
+    from servekit.verify.run import VerifyOutcome, verify
+
+_NAMES = {
+    "Components": "components",
+    "VerifyOptions": "options",
+    "VerifyOutcome": "run",
+    "cluster_deployment": "cluster",
+    "real_components": "adapters",
+    "relay_deployment": "cluster",
+    "verify": "run",
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__all__ = [
+    "Components",
+    "VerifyOptions",
+    "VerifyOutcome",
+    "cluster_deployment",
+    "real_components",
+    "relay_deployment",
+    "verify",
+]

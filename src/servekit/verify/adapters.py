@@ -20,6 +20,8 @@ from servekit.errors import UsageError
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
 from servekit.verify.components import Components, EngineChoice
+from servekit.verify.options import KitInputs
+from servekit.verify.progress import HOOKS
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
 
@@ -60,30 +62,36 @@ class LocalRunner:
         self.ready_timeout_s = ready_timeout_s
         self._reference: str | None = None
 
-    def _start(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+    def _start(
+        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
+    ) -> Deployment:
         from rich.console import Console
 
-        from servekit.local.control import up_detached
+        from servekit.local.control import EXIT_INTERRUPTED, up_detached
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
         if engine == "vllm":
             ensure_tiny_model(loaded)
-        spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog)
+        spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog, speed=speed)
         code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
+        if code == EXIT_INTERRUPTED:  # Ctrl-C/SIGTERM during start-up: it stopped the run
+            raise KeyboardInterrupt
         if code != 0:
             raise StartFailed(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
         return load_deployment(name)
 
-    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+    def up(
+        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
+    ) -> Deployment:
         from servekit.catalog.loader import load
 
-        dep = self._start(loaded, engine)
+        dep = self._start(loaded, engine, speed)
         ref_name = loaded.layout.verify.reference
         if ref_name is None:
             return dep
         self._reference = ref_name
-        ref = self._start(load(ref_name, self.catalog), engine)
+        ref = self._start(load(ref_name, self.catalog), engine, speed)
         return dep.model_copy(update={"reference_url": ref.entry_url})
 
     def down(self, loaded: LoadedLayout) -> str:
@@ -108,7 +116,10 @@ def attach(target: str) -> Deployment:
 def accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
     from servekit.accept.runner import run_acceptance
 
-    return run_acceptance(deployment, out_dir=out_dir, contexts=list(contexts))
+    hooks = HOOKS.get()
+    return run_acceptance(
+        deployment, out_dir=out_dir, contexts=list(contexts), on_result=hooks.on_check
+    )
 
 
 def bench(
@@ -116,28 +127,39 @@ def bench(
 ) -> BenchResult:
     from servekit.bench.runner import run_bench
 
-    return run_bench(deployment, workloads, settings)
+    return run_bench(deployment, workloads, settings, progress=HOOKS.get().on_bench)
 
 
-def kit(archive: Path, out_dir: Path) -> KitCheck:
-    """``servekit kit verify ARCHIVE``: every check, kept as evidence."""
-    from servekit.fsutil import atomic_write_text
-    from servekit.kit.verify import verify_kit
+def kit(archive: Path, out_dir: Path, inputs: KitInputs | None = None) -> KitCheck:
+    """``servekit kit verify ARCHIVE --out DIR``: every check and the release table.
 
-    report = verify_kit(archive)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "kit-verify.json", report.model_dump_json(indent=2) + "\n")
+    The kit package's :func:`~servekit.kit.verify_release` writes each row's
+    evidence and ``kit-table.json``/``.md`` into ``out_dir``; ``inputs`` (the
+    repository, base, smoke log and baseline) turn the rows that need them on.
+    """
+    from servekit.kit import VerifyOptions as KitOptions
+    from servekit.kit import verify_release
+
+    given = inputs or KitInputs()
+    options = KitOptions(
+        repo=given.repo, base=given.base, smoke=given.smoke, baseline=given.baseline
+    )
+    table, report = verify_release(archive, out_dir, options)
     counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip")}
     failures = [f"{c.name}: {c.detail}" for c in report.checks if c.status == "fail"]
     summary = f"{counts['pass']}/{counts['pass'] + counts['fail']} kit checks passed"
     if failures:
         summary += f" ({failures[0]})"
+    not_run = [r.item for r in table.rows if r.status == "not run"]
+    if not_run:
+        summary += f"; release rows not run: {', '.join(not_run)}"
     return KitCheck(
         archive=str(archive),
         archive_sha256=sha256_file(archive) if archive.is_file() else None,
-        ok=report.ok,
+        ok=report.ok and table.ok,
         summary=summary,
         evidence="kit/kit-verify.json",
+        table="kit/kit-table.json",
     )
 
 

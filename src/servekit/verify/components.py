@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from servekit.accept.models import AcceptResult
 from servekit.bench.config import RunSettings, Workload
@@ -19,14 +19,21 @@ from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.report.models import KitCheck
+from servekit.verify.options import EngineChoice, KitInputs
 
-EngineChoice = Literal["vllm", "sim"]
+__all__ = ["Acceptor", "Attacher", "Bencher", "Components", "EngineChoice", "KitVerifier", "Runner"]
 
 
 class Runner(Protocol):
-    """Brings a layout up detached and tears it down."""
+    """Brings a layout up detached and tears it down.
 
-    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment: ...
+    ``speed`` (simulated engines only) runs simulated time that many times
+    faster; the flow passes it only when the user asked for one.
+    """
+
+    def up(
+        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
+    ) -> Deployment: ...
 
     def down(self, loaded: LoadedLayout) -> str: ...
 
@@ -54,9 +61,15 @@ class Bencher(Protocol):
 
 
 class KitVerifier(Protocol):
-    """Self-checks an image kit archive, writing its evidence under ``out_dir``."""
+    """Self-checks an image kit archive, writing its evidence under ``out_dir``.
 
-    def __call__(self, archive: Path, out_dir: Path) -> KitCheck: ...
+    ``inputs`` carries what the release table's rows need beyond the kit (the
+    repository, the base, the smoke log, the baseline); passed only when given.
+    """
+
+    def __call__(
+        self, archive: Path, out_dir: Path, inputs: KitInputs | None = None
+    ) -> KitCheck: ...
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,14 @@
 Each step records its outcome in :class:`~servekit.verify.steps.Steps` and
 writes its result file into the run folder; the flow object keeps what later
 steps and the report need. Bad input at start-up (a UsageError from the
-runner) propagates, so the command exits 2 after teardown.
+runner) propagates, so the command exits 2 after teardown. An interrupt
+(``KeyboardInterrupt``) propagates too, after the running step recorded it;
+:meth:`Flow.interruption` then says what had finished.
+
+Simulated engines started here run acceptance at ``--speed`` and the
+benchmarks at ``--bench-speed`` (default 1): when the two differ the layout is
+restarted at the benchmark speed before measuring, since client-timed figures
+are wall time.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
-from servekit.report.models import Files, KitCheck
+from servekit.report.models import Files, Interruption, KitCheck
+from servekit.verify.attach import attach_deployment, describe
 from servekit.verify.components import Components
 from servekit.verify.options import VerifyOptions
+from servekit.verify.progress import KIT_UNITS, VerifyProgress, accept_units, bench_units
 from servekit.verify.steps import StepFailed, Steps, one_line
 from servekit.verify.workloads import contexts_for, settings_for, workloads_for
 
@@ -40,20 +49,26 @@ class Flow:
     kit: KitCheck | None = None
     files: Files = field(default_factory=Files)
     baseline_source: str | None = None
+    progress: VerifyProgress = field(default_factory=VerifyProgress)
+    restarted: bool = False
 
     def up(self) -> None:
-        target = self.opts.target
-        if target is not None:
+        if self.opts.attached:
             self.deployment = self.steps.run(
-                "up", lambda: self.parts.attach(target), lambda d: f"attached to {d.entry_url}"
+                "up",
+                lambda: attach_deployment(self.opts, self.loaded.layout, self.parts.attach),
+                describe,
             )
             return
         self.started_here = True
-        start = self.steps.now()
+        start = self.steps.begin("up")
         try:
-            dep = self.parts.runner.up(self.loaded, self.opts.engine)
+            dep = self._start(self.opts.speed)
         except UsageError:
             raise  # bad input (wrong hardware, port taken, no model): exit 2, no report
+        except KeyboardInterrupt:
+            self.steps.interrupted("up", start)
+            raise
         except Exception as exc:
             self.steps.mark("up", False, one_line(exc), start)
             return
@@ -62,20 +77,32 @@ class Flow:
             "up", True, f"{len(dep.endpoints)} endpoints ready, entry {dep.entry_url}", start
         )
 
+    def _start(self, speed: float | None) -> Deployment:
+        runner, engine = self.parts.runner, self.opts.engine
+        if speed is None:
+            return runner.up(self.loaded, engine)
+        return runner.up(self.loaded, engine, speed=speed)
+
     def measure(self) -> None:
         dep = self.deployment
         if dep is None:
             self.steps.skip("accept", "not run: the deployment did not come up")
             self.steps.skip("bench", "not run: the deployment did not come up")
+            self.check_kit()  # the kit does not need the deployment
             return
         atomic_write_text(self.run_dir / "deployment.json", dep.model_dump_json(indent=2) + "\n")
         self.files = self.files.model_copy(update={"deployment": "deployment.json"})
-        self._accept(dep)
-        self._bench(dep)
+        layout, quick = self.loaded.layout, self.opts.is_quick
+        contexts = contexts_for(layout, quick)
+        workloads, settings = workloads_for(layout, quick), settings_for(quick)
+        units = sum(accept_units(contexts).values()) + bench_units(workloads, settings)
+        units += KIT_UNITS if self.opts.kit is not None else 0.0
+        with self.progress.measuring(units):
+            self._accept(dep, contexts)
+            self._bench(dep)
+            self.check_kit()
 
-    def _accept(self, dep: Deployment) -> None:
-        layout = self.loaded.layout
-        contexts = contexts_for(layout, self.opts.is_quick)
+    def _accept(self, dep: Deployment, contexts: tuple[str, ...]) -> None:
         out = self.run_dir / "accept"
 
         def go() -> AcceptResult:
@@ -87,9 +114,41 @@ class Flow:
                 raise StepFailed(f"{c.passed}/{c.ran} passed, {c.failed} failed")
             return result
 
-        self.steps.run("accept", go, lambda r: f"{r.counts.passed}/{r.counts.ran} passed")
-        if self.accept is not None:
-            self.files = self.files.model_copy(update={"accept": "accept/result.json"})
+        try:
+            self.steps.run("accept", go, lambda r: f"{r.counts.passed}/{r.counts.ran} passed")
+        finally:
+            if self.accept is None and self.progress.checks:
+                self._keep_partial_accept(dep, out)
+            if self.accept is not None:
+                self.files = self.files.model_copy(update={"accept": "accept/result.json"})
+
+    def _keep_partial_accept(self, dep: Deployment, out: Path) -> None:
+        """The checks that finished before an interrupt, as the acceptance result."""
+        checks = tuple(self.progress.checks)
+        self.accept = AcceptResult(
+            target=dep.entry_url,
+            model=dep.model,
+            simulated=dep.simulated,
+            started_at=checks[0].started_at,
+            duration_s=round(sum(c.duration_s for c in checks), 3),
+            sim_speed=dep.sim_speed if dep.simulated else None,
+            checks=checks,
+        )
+        write_result(self.accept, out / "result.json")
+
+    def _bench_target(self, dep: Deployment) -> Deployment:
+        """The deployment to benchmark: restarted at the benchmark speed when it differs."""
+        wanted = self.opts.benchmark_speed
+        if not (self.started_here and dep.simulated) or wanted == (dep.sim_speed or 1.0):
+            return dep
+        self.progress.doing(f"restarting at {wanted:g}x speed for the benchmarks")
+        with self.progress.paused():
+            self.parts.runner.down(self.loaded)
+            self.deployment = None
+            fresh = self._start(wanted)
+        self.deployment = fresh
+        self.restarted = True
+        return fresh
 
     def _bench(self, dep: Deployment) -> None:
         layout = self.loaded.layout
@@ -97,7 +156,8 @@ class Flow:
         wl = workloads_for(layout, quick)
 
         def go() -> BenchResult:
-            result = self.parts.bench(dep, wl, settings_for(quick))
+            target = self._bench_target(dep)
+            result = self.parts.bench(target, wl, settings_for(quick))
             result.write(self.run_dir / "bench" / "bench.json")
             self.bench = result
             bad = [f"{p.workload} {p.label}" for p in result.points if p.errors]
@@ -108,22 +168,32 @@ class Flow:
                 raise StepFailed(f"no valid run for {', '.join(empty)}")
             return result
 
-        self.steps.run("bench", go, lambda r: f"{len(r.points)} points measured")
+        self.steps.run("bench", go, self._bench_detail)
         if self.bench is not None:
             self.files = self.files.model_copy(update={"bench": "bench/bench.json"})
+
+    def _bench_detail(self, result: BenchResult) -> str:
+        speed = result.inputs.sim_speed
+        at = f" at {speed:g}x speed" if speed is not None else ""
+        again = " (restarted at that speed after acceptance)" if self.restarted else ""
+        return f"{len(result.points)} points measured{at}{again}"
 
     def check_kit(self) -> None:
         archive = self.opts.kit
         if archive is None:
             self.steps.skip("kit", "no --kit given")
             return
+        inputs = self.opts.kit_inputs
 
         def go() -> KitCheck:
-            result = self.parts.kit(archive, self.run_dir / "kit")
-            atomic_write_text(
-                self.run_dir / "kit" / "kit-check.json", result.model_dump_json(indent=2) + "\n"
-            )
+            out = self.run_dir / "kit"
+            if inputs.given:
+                result = self.parts.kit(archive, out, inputs)
+            else:
+                result = self.parts.kit(archive, out)
+            atomic_write_text(out / "kit-check.json", result.model_dump_json(indent=2) + "\n")
             self.kit = result
+            self.progress.advance(KIT_UNITS)
             if not result.ok:
                 raise StepFailed(result.summary)
             return result
@@ -135,16 +205,34 @@ class Flow:
     def down(self) -> None:
         """Tear down what this run started; also after a failed or interrupted start."""
         if not self.started_here:
-            self.steps.skip("down", "attached with --target: left running")
+            self.steps.skip("down", "attached: the deployment was left running")
             return
         if self.deployment is None:
             try:
                 detail = self.parts.runner.down(self.loaded)
             except Exception as exc:
                 detail = f"nothing left to stop ({exc})"
-            self.steps.skip("down", f"start-up failed; {detail}")
+            self.steps.skip("down", f"start-up failed or was interrupted; {detail}")
             return
         self.steps.run("down", lambda: self.parts.runner.down(self.loaded), lambda text: text)
+
+    def interruption(self, signal_name: str, step: str | None) -> Interruption:
+        """What an interrupt stopped: the running step, what had finished, how far it got."""
+        detail = ""
+        if step == "accept":
+            done = len(self.progress.checks)
+            planned = len(accept_units(contexts_for(self.loaded.layout, self.opts.is_quick)))
+            detail = f"{done} of {planned} acceptance checks had finished"
+        elif step == "bench" and self.bench is None:
+            detail = "no benchmark result was written"
+        return Interruption.model_validate(
+            {
+                "signal": signal_name,
+                "step": step,
+                "finished": self.steps.finished(),
+                "detail": detail,
+            }
+        )
 
 
 def no_figure(point: Point) -> bool:

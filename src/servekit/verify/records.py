@@ -9,7 +9,7 @@ from servekit import __version__
 from servekit.accept.models import AcceptResult
 from servekit.catalog.ledger import LedgerRecord
 from servekit.deployment import Deployment
-from servekit.report.models import RunEngine, VerifyRun
+from servekit.report.models import Interruption, RunEngine, VerifyRun
 from servekit.verify.flow import Flow
 from servekit.verify.options import VerifyOptions
 
@@ -29,9 +29,16 @@ def _versions(flow: Flow) -> dict[str, str]:
     return found
 
 
-def run_record(flow: Flow, started: dt.datetime, finished: dt.datetime) -> VerifyRun:
+def run_record(
+    flow: Flow,
+    started: dt.datetime,
+    finished: dt.datetime,
+    interrupted: Interruption | None = None,
+) -> VerifyRun:
     layout = flow.loaded.layout
     dep = flow.deployment
+    accept_speed = flow.accept.sim_speed if flow.accept is not None else None
+    bench_speed = flow.bench.inputs.sim_speed if flow.bench is not None else None
     return VerifyRun(
         layout=layout.name,
         title=layout.title,
@@ -48,6 +55,9 @@ def run_record(flow: Flow, started: dt.datetime, finished: dt.datetime) -> Verif
         baseline_source=flow.baseline_source,
         declared_workloads=tuple(layout.verify.workloads),
         derived_from=layout.provenance.derived_from,
+        accept_speed=accept_speed,
+        bench_speed=bench_speed,
+        interrupted=interrupted,
     )
 
 

@@ -3,12 +3,18 @@
 Teardown always runs once something was started, also when a step fails or the
 user interrupts. The report is written for failed runs too (it says what
 failed); only a passing run adds a record to the layout's verification ledger.
+
+Ctrl-C or SIGTERM stops the measurements where they are: the running step is
+recorded as interrupted, teardown runs (further signals ignored until the
+report is written), the report opens with INTERRUPTED and says which step
+was running and what had finished, and the exit code is 130 or 143.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +27,13 @@ from servekit.fsutil import atomic_write_text
 from servekit.render.plan import build_plan
 from servekit.report.build import RUN_FILE, build_report
 from servekit.report.evidence import write_sums
-from servekit.report.models import VerifyRun
+from servekit.report.models import Interruption, VerifyRun
+from servekit.verify.attach import check_attach_inputs
 from servekit.verify.components import Components
 from servekit.verify.flow import Flow
+from servekit.verify.interrupts import Interrupts
 from servekit.verify.options import VerifyOptions, default_run_dir
+from servekit.verify.progress import VerifyProgress
 from servekit.verify.records import ledger_record, run_record
 from servekit.verify.steps import Steps
 
@@ -47,6 +56,10 @@ class VerifyOutcome:
 
     @property
     def exit_code(self) -> int:
+        """0 pass, 1 fail, 128 + the signal (130, 143) when interrupted."""
+        stop = self.run.interrupted
+        if stop is not None:
+            return 128 + int(signal.Signals[stop.signal])
         return 0 if self.run.passed else 1
 
 
@@ -54,7 +67,18 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _check_kit_inputs(opts: VerifyOptions) -> None:
+    given = opts.kit_inputs
+    if opts.kit is None and given.given:
+        raise UsageError("--kit-repo/--kit-base/--kit-smoke/--kit-baseline: give --kit ARCHIVE too")
+    if given.repo is not None and not given.repo.is_dir():
+        raise UsageError(f"--kit-repo {given.repo}: no such folder; give the kit's source checkout")
+    if given.smoke is not None and not given.smoke.is_file():
+        raise UsageError(f"--kit-smoke {given.smoke}: no such file; give selftest.sh's log")
+
+
 def _check_inputs(opts: VerifyOptions) -> None:
+    _check_kit_inputs(opts)
     if opts.baseline is not None:
         BenchResult.read(opts.baseline)
     if opts.kit is not None and not opts.kit.is_file():
@@ -109,26 +133,54 @@ def _baseline_source(flow: Flow) -> tuple[Path, str] | None:
     return None
 
 
-def verify(opts: VerifyOptions, parts: Components, clock: Clock = _utc_now) -> VerifyOutcome:
+def verify(
+    opts: VerifyOptions,
+    parts: Components,
+    clock: Clock = _utc_now,
+    progress: VerifyProgress | None = None,
+) -> VerifyOutcome:
     """Run the whole flow and return where its report is."""
     loaded = load(opts.name, opts.catalog)
     _check_inputs(opts)
+    check_attach_inputs(opts, loaded.layout)
     started = clock()
     run_dir = _fresh_run_dir((opts.out or default_run_dir(opts.name, started)).resolve())
-    flow = Flow(opts, loaded, parts, run_dir, Steps())
+    flow = Flow(opts, loaded, parts, run_dir, Steps(), progress=progress or VerifyProgress())
     _write_static(flow)
-    try:
-        flow.up()
-        flow.measure()
-        flow.check_kit()
-    finally:
-        flow.down()
-    run = run_record(flow, started, clock())
+    with Interrupts() as interrupts:
+        flow.steps.interrupt_name = lambda: signal.Signals(interrupts.caught()).name
+        stopped = None
+        try:
+            flow.up()
+            flow.measure()
+        except KeyboardInterrupt:
+            stopped = flow.interruption(interrupts.name(), _running_step(flow))
+        finally:
+            with interrupts.shielded():
+                flow.down()
+        with interrupts.shielded():
+            return _finish(flow, started, clock(), stopped)
+
+
+def _running_step(flow: Flow) -> str | None:
+    """The step an interrupt stopped: the last one recorded as interrupted."""
+    for outcome in reversed(flow.steps.outcomes):
+        if outcome.detail.startswith("interrupted by"):
+            return outcome.name
+    return flow.steps.current
+
+
+def _finish(
+    flow: Flow, started: dt.datetime, finished: dt.datetime, stopped: Interruption | None
+) -> VerifyOutcome:
+    """run.json, the reports, the checksums and (on pass) the ledger record."""
+    run_dir = flow.run_dir
+    run = run_record(flow, started, finished, stopped)
     atomic_write_text(run_dir / RUN_FILE, run.model_dump_json(indent=2) + "\n")
     md, html = build_report(run_dir)
     sums = write_sums(run_dir)
     record = ledger = None
-    if run.passed and opts.record:
+    if run.passed and flow.opts.record:
         record = ledger_record(run, flow.accept, sums, run_dir)
-        ledger = append_record(loaded, record)
+        ledger = append_record(flow.loaded, record)
     return VerifyOutcome(run, run_dir, md, html, sums, ledger, record)

@@ -16,7 +16,12 @@ import secrets
 import statistics
 
 from servekit.accept.check import Check
-from servekit.accept.checks.common import metric_sum
+from servekit.accept.checks.common import (
+    CACHING_OFF,
+    engine_metrics,
+    metric_sum,
+    prefix_caching_off,
+)
 from servekit.accept.checks.needle import (
     bind_context,
     calibrated,
@@ -26,7 +31,7 @@ from servekit.accept.checks.needle import (
     needles_for,
 )
 from servekit.accept.corpus import filler
-from servekit.accept.env import Probe, base_url
+from servekit.accept.env import Probe
 from servekit.accept.needles import embed, instruction_phrases
 from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
@@ -46,22 +51,26 @@ ROLES: tuple[EndpointRole, ...] = ("prefill", "decode", "mixed")
 
 
 async def role_hits(probe: Probe) -> dict[str, float]:
-    """Cache-hit counters per role (``prefill_prefix_cache_hits``...), summed over engines."""
+    """Cache-hit counters per role (``prefill_prefix_cache_hits``...), summed over engines.
+
+    ``<role>_prefix_caching_off`` is 1.0 when that role's engines report prefix
+    caching off (their hits cannot move), else absent.
+    """
     found: dict[str, float] = {}
     for role in ROLES:
-        for endpoint in probe.env.deployment.by_role(role):
-            ex = await probe.get(f"{base_url(endpoint.url)}/metrics")
-            if ex.status != 200:
-                continue
+        texts = await engine_metrics(probe, probe.env.deployment.by_role(role))
+        if prefix_caching_off(texts):
+            found[f"{role}_prefix_caching_off"] = 1.0
+        for text in texts:
             for key, names in HIT_METRICS.items():
-                if any(name in ex.body for name in names):
+                if any(name in text for name in names):
                     name = f"{role}_{key}"
-                    found[name] = found.get(name, 0.0) + metric_sum(ex.body, names)
+                    found[name] = found.get(name, 0.0) + metric_sum(text, names)
     return found
 
 
 def hit_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
+    return {k: after[k] - before.get(k, 0.0) for k in sorted(after) if not k.endswith("_off")}
 
 
 def _timings(runs: list[Exchange]) -> dict[str, Measure]:
@@ -90,6 +99,12 @@ def _cache_hit(probe: Probe, deltas: dict[str, float], hot_cached: list[int]) ->
     return "no prefix-cache hit in /metrics or usage.prompt_tokens_details.cached_tokens"
 
 
+def _caching_off(probe: Probe, after: dict[str, float]) -> bool:
+    """Whether the engines that would show the hit run with prefix caching off."""
+    role = "prefill" if probe.env.deployment.by_role("prefill") else "mixed"
+    return after.get(f"{role}_prefix_caching_off") == 1.0
+
+
 async def cold_hot_hot(probe: Probe, ctx: int) -> Outcome:
     """The same long prompt cold, hot, hot: judged, byte-identical, hitting the cache."""
     if (closed := gate(probe, ctx)) is not None:
@@ -107,7 +122,8 @@ async def cold_hot_hot(probe: Probe, ctx: int) -> Outcome:
     url = f"{probe.env.entry}/v1/chat/completions"
     before = await role_hits(probe)
     runs = [await probe.stream(url, body) for _ in RUNS]
-    deltas = hit_deltas(before, await role_hits(probe))
+    after = await role_hits(probe)
+    deltas = hit_deltas(before, after)
     readings = [read_stream(ex) for ex in runs]
     for label, ex, reading in zip(RUNS, runs, readings, strict=True):
         if not ex.ok or reading.problems:
@@ -132,9 +148,16 @@ async def cold_hot_hot(probe: Probe, ctx: int) -> Outcome:
     if any(r.text != readings[0].text for r in readings[1:]):
         return failed("a hot answer is not byte-identical to the cold one", **measures)
     why = _cache_hit(probe, deltas, cached[1:])
+    speedup = measures["speedup"]
+    if why is not None and _caching_off(probe, after):
+        return passed(
+            f"cold, hot, hot byte-identical and judged; {CACHING_OFF}; cold/hot TTFT {speedup}",
+            prompt_tokens=cal.tokens,
+            prefix_caching_off=True,
+            **measures,
+        )
     if why is not None:
         return failed(f"hot requests show no prefix-cache hit: {why}", **measures)
-    speedup = measures["speedup"]
     return passed(
         f"cold, hot, hot byte-identical and judged; hot TTFT {speedup}x faster than cold",
         prompt_tokens=cal.tokens,

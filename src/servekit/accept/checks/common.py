@@ -1,13 +1,15 @@
-"""Small helpers shared by the check modules: prompts and greedy answers."""
+"""Small helpers shared by the check modules: prompts, greedy answers, engine metrics."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from servekit.accept.env import Probe
+from servekit.accept.env import Probe, base_url
 from servekit.accept.replies import answer_text
 from servekit.accept.wire import Exchange
+from servekit.deployment import Endpoint, split_relay
 
 # Short, plain prompts whose greedy continuations the invariants compare.
 PROMPTS = (
@@ -20,6 +22,7 @@ PROMPTS = (
     "Once upon a time, in a small village,",
     "The quick brown fox",
 )
+PREFIX_CACHING = re.compile(r'^vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', re.M)
 METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|[+-]Inf)\s*")
 
 
@@ -59,6 +62,44 @@ def first_diff(a: str, b: str) -> str:
         if x != y:
             return f"differ at char {i}: {a[i : i + 20]!r} vs {b[i : i + 20]!r}"
     return f"lengths {len(a)} vs {len(b)}"
+
+
+async def engine_metrics(probe: Probe, endpoints: Sequence[Endpoint]) -> list[str]:
+    """The /metrics text of each endpoint that answered, as evidence of the check.
+
+    Engines reached directly are asked one by one; behind a proxy whose
+    engines are out of reach, the proxy's ``/metrics/engines`` is read once and
+    split by its ``engine_url`` label.
+    """
+    pages: dict[str, dict[str, str] | str | None] = {}
+    texts: list[str] = []
+    for endpoint in endpoints:
+        url, label = probe.env.deployment.metrics_source(endpoint)
+        if url not in pages:
+            ex = await probe.get(url if label else f"{base_url(endpoint.url)}/metrics")
+            ok = ex.status == 200
+            pages[url] = (split_relay(ex.body) if label else ex.body) if ok else None
+        page = pages[url]
+        text = page.get(label) if isinstance(page, dict) and label else page
+        if isinstance(text, str):
+            texts.append(text)
+    return texts
+
+
+def prefix_caching_off(texts: Sequence[str]) -> bool:
+    """Whether the engines say prefix caching is off (``vllm:cache_config_info``).
+
+    True only when at least one engine reports the setting and none reports it
+    on: an engine that says nothing is not taken to have it off.
+    """
+    found = [m.group(1).lower() for text in texts for m in PREFIX_CACHING.finditer(text)]
+    return bool(found) and all(value == "false" for value in found)
+
+
+CACHING_OFF = (
+    "no prefix-cache hit expected: the engines run with prefix caching off "
+    "(vllm:cache_config_info enable_prefix_caching=False, as the layout sets it)"
+)
 
 
 def tokenize_count(doc: Any) -> int | None:

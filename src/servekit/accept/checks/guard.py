@@ -26,6 +26,12 @@ async def decode_direct(probe: Probe) -> Outcome:
     decoders = probe.env.deployment.by_role("decode")
     if not decoders:
         return skipped("the deployment has no decode endpoint")
+    if not probe.env.deployment.direct:
+        return skipped(
+            f"the {len(decoders)} decode instances are reached only through the proxy "
+            "(attached without --nodes): the guard on each decode instance needs direct "
+            "access; pass --nodes IP,... (the nodes' addresses in rank order)"
+        )
     body = probe.chat([{"role": "user", "content": "What is 8*9?"}], max_tokens=16)
     codes: list[str] = []
     for decoder in decoders:

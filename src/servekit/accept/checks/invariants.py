@@ -14,17 +14,25 @@ import secrets
 
 from servekit.accept.check import Check
 from servekit.accept.checks.common import (
+    CACHING_OFF,
     PROMPTS,
     complete,
+    engine_metrics,
     first_diff,
     metric_sum,
+    prefix_caching_off,
     text_or_reason,
 )
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.replies import cached_tokens, read_stream, usage
+from servekit.deployment import Endpoint
 
+NO_DIRECT_ACCESS = (
+    "the engines are reached only through the proxy (attached without --nodes): "
+    "{what} need direct access; pass --nodes IP,... (the nodes' addresses in rank order)"
+)
 PREFIX_HIT_METRICS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 
 
@@ -75,20 +83,19 @@ async def pd_equals_single(probe: Probe) -> Outcome:
     return failed(diff) if diff else passed(f"{len(prompts)} answers equal the reference")
 
 
-async def _external_hits(probe: Probe, urls: list[str]) -> float | None:
+async def _external_hits(probe: Probe, decode: tuple[Endpoint, ...]) -> float | None:
     """Tokens decode engines loaded through the KV connector (None: not exported)."""
     total, seen = 0.0, False
-    for url in urls:
-        ex = await probe.get(f"{url}/metrics")
-        if ex.status == 200 and any(name in ex.body for name in EXTERNAL_HIT_METRICS):
+    for text in await engine_metrics(probe, decode):
+        if any(name in text for name in EXTERNAL_HIT_METRICS):
             seen = True
-            total += metric_sum(ex.body, EXTERNAL_HIT_METRICS)
+            total += metric_sum(text, EXTERNAL_HIT_METRICS)
     return total if seen else None
 
 
 async def pd_kv_handoff(probe: Probe) -> Outcome:
     """In PD, decode really loads the prompt's KV from prefill (not a silent re-prefill)."""
-    decode = [base_url(e.url) for e in probe.env.deployment.by_role("decode")]
+    decode = probe.env.deployment.by_role("decode")
     if not decode or not probe.env.deployment.by_role("prefill"):
         return skipped("not a PD deployment (no prefill and decode endpoints)")
     before = await _external_hits(probe, decode)
@@ -111,7 +118,7 @@ async def pd_kv_handoff(probe: Probe) -> Outcome:
     )
 
 
-def _cache_endpoints(probe: Probe) -> tuple[list[str], bool]:
+def _cache_endpoints(probe: Probe) -> tuple[tuple[Endpoint, ...], bool]:
     """Where prefix-cache hits are counted, and whether usage may vouch for them.
 
     In PD the decode side reports the KV it received from prefill as cached, so
@@ -119,17 +126,15 @@ def _cache_endpoints(probe: Probe) -> tuple[list[str], bool]:
     """
     prefill = probe.env.deployment.by_role("prefill")
     if prefill:
-        return [base_url(e.url) for e in prefill], False
-    return [base_url(e.url) for e in probe.env.engines()] or [probe.env.entry], True
+        return prefill, False
+    entry = Endpoint(name="entry", role="mixed", url=probe.env.entry)
+    return probe.env.engines() or (entry,), True
 
 
-async def _prefix_hits(probe: Probe, urls: list[str]) -> float:
-    total = 0.0
-    for url in urls:
-        ex = await probe.get(f"{url}/metrics")
-        if ex.status == 200:
-            total += metric_sum(ex.body, PREFIX_HIT_METRICS)
-    return total
+async def _prefix_hits(probe: Probe, endpoints: tuple[Endpoint, ...]) -> tuple[float, bool]:
+    """Prefix-cache hits summed over ``endpoints``, and whether they have caching off."""
+    texts = await engine_metrics(probe, endpoints)
+    return sum(metric_sum(text, PREFIX_HIT_METRICS) for text in texts), prefix_caching_off(texts)
 
 
 async def prefix_hot_cold(probe: Probe) -> Outcome:
@@ -137,10 +142,11 @@ async def prefix_hot_cold(probe: Probe) -> Outcome:
     nonce = secrets.token_hex(6)
     prompt = f"Reading session {nonce}.\n\n{filler(1600)}\n\nIn one sentence, the town is"
     urls, usage_counts = _cache_endpoints(probe)
-    before = await _prefix_hits(probe, urls)
+    before, _ = await _prefix_hits(probe, urls)
     cold_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
     hot_ex = await complete(probe, probe.env.entry, prompt, max_tokens=32)
-    delta = await _prefix_hits(probe, urls) - before
+    after, caching_off = await _prefix_hits(probe, urls)
+    delta = after - before
     cold, why_cold = text_or_reason(cold_ex)
     hot, why_hot = text_or_reason(hot_ex)
     if cold is None or hot is None:
@@ -155,6 +161,8 @@ async def prefix_hot_cold(probe: Probe) -> Outcome:
     if hot != cold:
         return failed(f"hot answer differs from cold: {first_diff(cold, hot)}", **measures)
     if not (delta > 0 or (usage_counts and cached)):
+        if caching_off:
+            return passed(f"hot equals cold byte for byte; {CACHING_OFF}", **measures)
         where = "prefill /metrics" if not usage_counts else "usage or /metrics"
         return failed(f"hot request shows no prefix-cache hit ({where})", **measures)
     return passed("hot equals cold byte for byte and hit the prefix cache", **measures)
@@ -229,6 +237,8 @@ async def replicas_agree(probe: Probe) -> Outcome:
     replicas = probe.env.deployment.by_role("mixed")
     if len(replicas) < 2:
         return skipped(f"{len(replicas)} mixed replica(s): nothing to compare")
+    if not probe.env.deployment.direct:
+        return skipped(NO_DIRECT_ACCESS.format(what="each replica's own answers"))
     prompts = PROMPTS[:2]
     first = await _answers(probe, base_url(replicas[0].url), prompts)
     if isinstance(first, str):

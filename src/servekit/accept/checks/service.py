@@ -20,8 +20,22 @@ ERROR_PATTERN = re.compile(r"\b(AssertionError|EngineDeadError|RuntimeError)\b")
 
 
 async def health(probe: Probe) -> Outcome:
-    """Every endpoint (or the entry alone) answers /health with 200."""
-    endpoints = probe.env.deployment.endpoints
+    """Every endpoint (or the entry alone) answers /health with 200.
+
+    Engines reached only through the proxy cannot be asked: then the entry
+    answers, and service.proxy_health counts the engines the proxy sees healthy.
+    """
+    dep = probe.env.deployment
+    if not dep.direct:
+        ex = await probe.get(f"{probe.env.entry}/health")
+        if ex.status != 200:
+            return failed(f"the entry is unhealthy: {ex.describe()}")
+        return passed(
+            "the entry answers /health 200; its engines are reached only through the proxy "
+            "(no --nodes), so service.proxy_health counts the healthy ones",
+            endpoints=1,
+        )
+    endpoints = dep.endpoints
     urls = [base_url(e.url) for e in endpoints] or [probe.env.entry]
     bad: list[str] = []
     for url in urls:
@@ -85,15 +99,21 @@ def count_errors(path: Path) -> Counter[str]:
     return counts
 
 
+NO_LOGS = (
+    "the deployment names no log files: its processes log on their own nodes; pass "
+    "--logs DIR to verify (or to 'servekit deployment'), the folder of one PROCESS.log "
+    "per process that run.sh writes with LOG_DIR"
+)
+
+
 async def error_logs(probe: Probe) -> Outcome:
     """After all traffic, the engines' logs hold no engine error lines."""
-    logs = [(e.name, e.log) for e in probe.env.deployment.endpoints if e.log is not None]
+    logs = sorted(probe.env.deployment.log_files().items())
     if not logs:
-        return skipped("the deployment gives no log paths (not a local run)")
+        return skipped(NO_LOGS)
     totals: Counter[str] = Counter()
     worst: list[str] = []
     for name, log in logs:
-        assert log is not None
         if not log.is_file():
             return failed(f"log of {name} not readable at {log}")
         found = count_errors(log)

@@ -15,6 +15,7 @@ from typing import Any
 
 from servekit.bench.config import KVCapacity
 from servekit.bench.context import ENGINE_ROLES, BenchContext
+from servekit.bench.sampler import RelaySource
 from servekit.bench.schema import Figure, Point
 from servekit.client import MetricsSnapshot, OpenAIClient
 from servekit.deployment import Endpoint
@@ -49,16 +50,31 @@ def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
     return total or None
 
 
-async def _from_endpoint(ep: Endpoint, ctx: BenchContext) -> tuple[int | None, dict[str, Any]]:
+async def _metrics_of(
+    ep: Endpoint, ctx: BenchContext, relayed: MetricsSnapshot | Exception | None
+) -> MetricsSnapshot:
+    """The endpoint's own /metrics, or its part of the proxy's relay (engines out of reach)."""
+    if isinstance(relayed, Exception):
+        raise relayed
+    if relayed is not None:
+        return relayed
+    async with OpenAIClient(ep.url, ctx.settings.api_key, timeout_s=30) as client:
+        return await client.metrics()
+
+
+async def _from_endpoint(
+    ep: Endpoint, ctx: BenchContext, relayed: MetricsSnapshot | Exception | None = None
+) -> tuple[int | None, dict[str, Any]]:
+    source, _ = ctx.deployment.metrics_source(ep)
     ev: dict[str, Any] = {"url": ep.url, "log": str(ep.log) if ep.log else None}
+    ev["metrics_url"] = source
     log_value = kv_from_log(ep.log, ep.name) if ep.log else None
     ev["log_tokens"] = log_value
     # Any failure here only loses the metrics cross-check, never the figure.
-    async with OpenAIClient(ep.url, ctx.settings.api_key, timeout_s=30) as client:
-        try:
-            ev["metrics_tokens"] = kv_from_metrics(await client.metrics())
-        except Exception as exc:
-            ev["metrics_tokens"], ev["metrics_error"] = None, str(exc)
+    try:
+        ev["metrics_tokens"] = kv_from_metrics(await _metrics_of(ep, ctx, relayed))
+    except Exception as exc:
+        ev["metrics_tokens"], ev["metrics_error"] = None, str(exc)
     value = log_value if log_value is not None else ev["metrics_tokens"]
     ev["source"] = "engine log" if log_value is not None else "metrics"
     return value, ev
@@ -67,12 +83,15 @@ async def _from_endpoint(ep: Endpoint, ctx: BenchContext) -> tuple[int | None, d
 async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     """One point per engine endpoint (the entry URL when no endpoints are known)."""
     dep = ctx.deployment
-    engines = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
+    engines: list[Endpoint] = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
+    relayed: list[MetricsSnapshot | Exception | None] = [None] * len(engines)
+    if isinstance(ctx.metrics, RelaySource) and engines:
+        relayed = list(await ctx.metrics.each())  # one read of the relay for every engine
     if not engines:
-        engines = [Endpoint(name="entry", role="mixed", url=dep.entry_url)]
+        engines, relayed = [Endpoint(name="entry", role="mixed", url=dep.entry_url)], [None]
     points = []
-    for ep in engines:
-        value, ev = await _from_endpoint(ep, ctx)
+    for ep, snap in zip(engines, relayed, strict=True):
+        value, ev = await _from_endpoint(ep, ctx, snap)
         fig = Figure(
             unit="tokens",
             median=value,

@@ -1,0 +1,179 @@
+"""``verify --target`` / ``--nodes``: the running deployment, completed from the layout.
+
+A bare URL knows nothing of the engines behind it; the layout's Plan does. So
+the deployment a verify run attaches to is built from what the user gave:
+
+- ``--nodes IP,...`` (with or without ``--target URL``): every endpoint from the
+  Plan on those addresses, reached directly;
+- ``--target URL`` of a layout with a proxy: the node addresses recovered from
+  the proxy's ``/metrics/engines``, the engines reached only through it;
+- ``--target URL`` of a layout whose only API server is the entry: that server;
+- ``--target NAME|FILE``: the deployment.json, with the layout's capabilities
+  and model filled in when it lacks them.
+
+``--logs DIR`` names every process's log file. A simulated target's speed is
+read from an engine's ``/sim/state`` when an engine is reachable.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from servekit.catalog.schema import Layout
+from servekit.deployment import Deployment
+from servekit.errors import UsageError
+from servekit.render.plan import build_plan
+from servekit.verify.cluster import (
+    Fetch,
+    RelayMismatch,
+    cluster_deployment,
+    parse_nodes,
+    relay_deployment,
+    single_entry_nodes,
+)
+from servekit.verify.components import Attacher
+from servekit.verify.options import VerifyOptions
+
+FETCH_TIMEOUT_S = 10.0
+
+
+def fetch_text(url: str) -> str:
+    """GET ``url`` and return its body (OSError when it cannot be read)."""
+    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:
+        body: bytes = resp.read()
+    return body.decode("utf-8", errors="replace")
+
+
+def is_url(target: str | None) -> bool:
+    return target is not None and target.startswith(("http://", "https://"))
+
+
+def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
+    """Bad combinations of --target, --nodes, --logs and --speed, before anything runs."""
+    if opts.nodes is not None:
+        parse_nodes(opts.nodes, layout)
+        if opts.target is not None and not is_url(opts.target):
+            raise UsageError(
+                f"--target {opts.target}: with --nodes give the entry URL (or no --target "
+                "to use the Plan's entry on node 0)"
+            )
+    if opts.logs is not None and not opts.logs.is_dir():
+        raise UsageError(
+            f"--logs {opts.logs}: no such folder; give the folder run.sh's LOG_DIR wrote"
+        )
+    if opts.reference is not None and not is_url(opts.reference):
+        raise UsageError(f"--reference {opts.reference}: give a URL such as http://10.0.0.9:8080")
+    if opts.reference is not None and not opts.attached:
+        raise UsageError("--reference: only with --target or --nodes (up starts the reference)")
+    if opts.logs is not None and not opts.attached:
+        raise UsageError(
+            "--logs: only with --target or --nodes (runs started here keep their logs)"
+        )
+    if opts.engine != "sim" and (opts.speed is not None or opts.bench_speed is not None):
+        raise UsageError(
+            "--speed/--bench-speed: only simulated engines have a speed; add --engine sim"
+        )
+
+
+def attach_deployment(
+    opts: VerifyOptions, layout: Layout, attach: Attacher, fetch: Fetch = fetch_text
+) -> Deployment:
+    """The deployment this run attaches to (see the module docstring for each case)."""
+    engine = opts.engine
+    if opts.nodes is not None:
+        nodes = parse_nodes(opts.nodes, layout)
+        dep = cluster_deployment(layout, nodes, entry=opts.target, logs=opts.logs, engine=engine)
+    else:
+        assert opts.target is not None
+        dep = attach(opts.target)
+        if is_url(opts.target) and not dep.endpoints:
+            dep = _behind_url(layout, opts.target, fetch, opts.logs, engine)
+        else:
+            dep = _filled(dep, layout, opts.logs)
+    if opts.reference is not None:
+        dep = dep.model_copy(update={"reference_url": opts.reference.rstrip("/")})
+    return with_speed(dep, opts, fetch)
+
+
+def _behind_url(
+    layout: Layout, target: str, fetch: Fetch, logs: Path | None, engine: Any
+) -> Deployment:
+    if layout.proxy is not None:
+        try:
+            return relay_deployment(layout, target, fetch, logs=logs, engine=engine)
+        except RelayMismatch as exc:
+            raise RelayMismatch(
+                f"{exc}; the engines behind {target} are unknown: pass --nodes IP,... "
+                "(the nodes' addresses in rank order)"
+            ) from None
+    nodes = single_entry_nodes(layout, target)
+    if nodes is None:
+        raise RelayMismatch(
+            f"{layout.name} has API servers on several nodes and no proxy to list them: "
+            "pass --nodes IP,... (the nodes' addresses in rank order)"
+        )
+    return cluster_deployment(layout, nodes, entry=target, logs=logs, engine=engine)
+
+
+def _filled(dep: Deployment, layout: Layout, logs: Path | None) -> Deployment:
+    """A deployment.json (or a bare URL) with what the layout knows and it lacks."""
+    if dep.layout is not None and dep.layout != layout.name:
+        raise UsageError(
+            f"--target: that deployment runs {dep.layout}, not {layout.name}; "
+            f"verify {dep.layout}, or give the deployment of {layout.name}"
+        )
+    update: dict[str, Any] = {"layout": layout.name}
+    if not dep.capabilities:
+        update["capabilities"] = tuple(layout.model.capabilities)
+    if dep.model is None:
+        update["model"] = layout.model.served_name
+    if logs is not None:
+        names = [p.name for p in build_plan(layout).processes]
+        update["process_logs"] = {n: logs / f"{n}.log" for n in names}
+        update["endpoints"] = tuple(
+            e.model_copy(update={"log": logs / f"{e.name}.log"}) for e in dep.endpoints
+        )
+    return dep.model_copy(update=update)
+
+
+def with_speed(dep: Deployment, opts: VerifyOptions, fetch: Fetch) -> Deployment:
+    """A simulated deployment's speed: its own record, an engine's /sim/state, else --speed."""
+    if opts.engine == "sim" and dep.engine == "external":
+        dep = dep.model_copy(update={"engine": "sim"})
+    if not dep.simulated or dep.sim_speed is not None:
+        return dep
+    speed = sim_speed_of(dep, fetch) if dep.direct else None
+    speed = speed or opts.speed
+    return dep.model_copy(update={"sim_speed": speed}) if speed else dep
+
+
+def sim_speed_of(dep: Deployment, fetch: Fetch) -> float | None:
+    """``launch.speed`` from the first engine's ``GET /sim/state`` (servekit sim serve)."""
+    engines = [e for e in dep.endpoints if e.role in ("mixed", "prefill", "decode")]
+    if not engines:
+        return None
+    try:
+        state = json.loads(fetch(f"{engines[0].url.rstrip('/')}/sim/state"))
+    except (OSError, ValueError):
+        return None
+    launch = state.get("launch") if isinstance(state, dict) else None
+    speed = launch.get("speed") if isinstance(launch, dict) else None
+    return float(speed) if isinstance(speed, int | float) and speed > 0 else None
+
+
+def describe(dep: Deployment) -> str:
+    """The up step's line for an attached deployment."""
+    engines = [e for e in dep.endpoints if e.role in ("mixed", "prefill", "decode")]
+    nodes = {e.node for e in dep.endpoints if e.node is not None}
+    where = f" on {len(nodes)} node(s)" if nodes else ""
+    how = (
+        "engines reached directly"
+        if dep.direct
+        else "engines reached only through the proxy's /metrics/engines (no --nodes)"
+    )
+    if not engines:
+        return f"attached to {dep.entry_url}"
+    return f"attached to {dep.entry_url}: {len(engines)} engine endpoints{where}, {how}"

@@ -1,0 +1,111 @@
+"""The Deployment model: relay pages split by engine, --target FILE, where metrics come from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from servekit.deployment import (
+    Deployment,
+    Endpoint,
+    load_deployment,
+    split_relay,
+)
+from servekit.errors import UsageError
+
+PAGE = """# HELP vllm:num_requests_running Number of requests running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",engine_role="prefill",engine_url="http://10.0.0.1:7100",model_name="m"} 1.0
+vllm:num_requests_running{engine="0",engine_role="decode",engine_url="http://10.0.0.2:7100",model_name="m"} 2.0
+# HELP vllm:prefix_cache_hits_total Hits.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",engine_role="prefill",engine_url="http://10.0.0.1:7100",model_name="m"} 128.0
+vllm:prefix_cache_hits_total{engine="0",engine_role="decode",engine_url="http://10.0.0.2:7100",model_name="m"} 0.0
+# HELP servekit_proxy_engine_scrape_ok 1 when read
+# TYPE servekit_proxy_engine_scrape_ok gauge
+servekit_proxy_engine_scrape_ok{engine_role="prefill",engine_url="http://10.0.0.1:7100"} 1.0
+servekit_proxy_engine_scrape_ok{engine_role="decode",engine_url="http://10.0.0.2:7100"} 1.0
+"""
+
+
+def _values(text: str) -> dict[str, float]:
+    return {
+        s.name: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if not s.name.startswith("servekit_")
+    }
+
+
+def test_a_relay_page_splits_into_one_parseable_page_per_engine() -> None:
+    parts = split_relay(PAGE)
+    assert set(parts) == {"http://10.0.0.1:7100", "http://10.0.0.2:7100"}
+    assert _values(parts["http://10.0.0.1:7100"]) == {
+        "vllm:num_requests_running": 1.0,
+        "vllm:prefix_cache_hits_total": 128.0,
+    }
+    assert _values(parts["http://10.0.0.2:7100"])["vllm:num_requests_running"] == 2.0
+
+
+@given(st.lists(st.integers(min_value=1, max_value=65535), min_size=1, max_size=8, unique=True))
+def test_every_engine_keeps_exactly_its_own_samples(ports: list[int]) -> None:
+    lines = ["# TYPE vllm:x gauge"]
+    lines += [f'vllm:x{{engine_url="http://h:{p}"}} {p}.0' for p in ports]
+    parts = split_relay("\n".join(lines) + "\n")
+    assert {url: _values(text) for url, text in parts.items()} == {
+        f"http://h:{p}": {"vllm:x": float(p)} for p in ports
+    }
+
+
+def test_metrics_come_from_the_engine_or_from_the_relay() -> None:
+    ep = Endpoint(name="d0", role="decode", url="http://10.0.0.2:7100")
+    direct = Deployment(entry_url="http://10.0.0.1:8080", endpoints=(ep,))
+    assert direct.metrics_source(ep) == ("http://10.0.0.2:7100/metrics", None)
+    relay = direct.model_copy(
+        update={"engine_access": "relay", "metrics_relay": "http://10.0.0.1:8080/metrics/engines"}
+    )
+    assert relay.metrics_source(ep) == ("http://10.0.0.1:8080/metrics/engines", ep.url)
+    assert not relay.direct
+
+
+def test_process_logs_win_over_endpoint_logs(tmp_path: Path) -> None:
+    ep = Endpoint(name="d0", role="decode", url="http://h:1", log=tmp_path / "x.log")
+    dep = Deployment(entry_url="http://h:1", endpoints=(ep,))
+    assert dep.log_files() == {"d0": tmp_path / "x.log"}
+    more = dep.model_copy(update={"process_logs": {"d0": tmp_path / "d0.log"}})
+    assert more.log_files() == {"d0": tmp_path / "d0.log"}
+
+
+def test_target_file_reads_a_deployment(tmp_path: Path) -> None:
+    dep = Deployment(layout="a3/1p1d", entry_url="http://10.0.0.1:8080")
+    path = tmp_path / "deployment.json"
+    path.write_text(dep.model_dump_json())
+    assert load_deployment(str(path)) == dep
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ('{"entry_url": 3}', "field entry_url"),
+        ("not json", "is not a deployment.json"),
+        (b"\xff\xfe", "cannot read"),
+    ],
+)
+def test_a_bad_deployment_file_is_one_line(tmp_path: Path, content: str | bytes, says: str) -> None:
+    path = tmp_path / "deployment.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(UsageError) as err:
+        load_deployment(str(path))
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_missing_deployment_file_says_how_to_write_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="servekit deployment"):
+        load_deployment(str(tmp_path / "nope.json"))
