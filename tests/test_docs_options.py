@@ -90,9 +90,12 @@ def test_every_command_is_generated_from_a_model_and_documented() -> None:
 
 
 def _check_param(spec: OptionSpec, param: Any) -> None:
-    wanted = [spec.flag, *([spec.short] if spec.short else [])]
+    primary, *secondary = spec.flag.split("/")
+    wanted = [primary, *([spec.short] if spec.short else [])]
     if not spec.argument:
         assert sorted(param.opts) == sorted(wanted), (param.opts, wanted)
+        if secondary:
+            assert param.secondary_opts == secondary, (param.secondary_opts, secondary)
     assert param.help == (spec.help or None)
     assert param.required == spec.required
     shown = default_text(spec)
@@ -123,7 +126,7 @@ def test_help_shows_each_flag_with_its_help(command: str) -> None:
     shown = _squash(result.output)
     for spec in _model(command).specs():
         if not spec.argument:
-            assert spec.flag in shown
+            assert all(part in shown for part in spec.flag.split("/")), spec.flag
         assert _squash(spec.help) in shown, (spec.name, spec.help)
 
 

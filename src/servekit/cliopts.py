@@ -213,6 +213,9 @@ def _parameter(spec: OptionSpec) -> inspect.Parameter:
         info = typer.Option(*_declarations(spec), help=help_text, show_default=show)
     if spec.required:
         default: Any = inspect.Parameter.empty
+    elif _is_flag(spec) and spec.default is None:
+        # A tri-state flag (--quick/--full): None means "the user chose neither".
+        default, cli_type = None, bool | None
     elif _is_flag(spec):
         default = bool(spec.default)
     else:
