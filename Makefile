@@ -22,8 +22,8 @@ sim-demo:
 
 test:
 	scripts/bootstrap.sh engine tools
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/pytest
 
@@ -32,8 +32,8 @@ unit:
 	$(BIN)/pytest -m "not vllm and not tools"
 
 lint:
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 
 clean:
