@@ -10,6 +10,7 @@ import pytest
 from servekit.accept.models import AcceptResult, CheckResult
 from servekit.bench.config import KVCapacity, MultiStream, Prefill, SingleStream
 from servekit.catalog.loader import load
+from servekit.catalog.schema import VERIFY_WORKLOADS
 from servekit.errors import UsageError
 from servekit.numbers import delta, fmt
 from servekit.render.plan import build_plan
@@ -51,6 +52,17 @@ def test_quick_workloads_follow_the_layout_and_add_kv(catalog: Path) -> None:
     assert isinstance(wl[0], SingleStream) and wl[0].prompt_tokens == 128
     full = workloads_for(layout, quick=False)
     assert isinstance(full[0], SingleStream) and full[0].prompt_tokens == 1024
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_workload_the_schema_allows_builds(catalog: Path, quick: bool) -> None:
+    layout = load("local/1p1d", str(catalog)).layout
+    every = layout.model_copy(
+        update={"verify": layout.verify.model_copy(update={"workloads": VERIFY_WORKLOADS})}
+    )
+    built = workloads_for(every, quick=quick)
+    assert len(built) == len(VERIFY_WORKLOADS)
+    assert len({type(w) for w in built}) == len(VERIFY_WORKLOADS)
 
 
 def test_unknown_workload_names_the_field(catalog: Path) -> None:

@@ -19,21 +19,13 @@ from servekit.bench.config import (
     SingleStream,
     Workload,
 )
-from servekit.catalog.schema import Layout
+from servekit.catalog.schema import VERIFY_WORKLOADS, Layout
 from servekit.errors import UsageError
 
 QUICK_ISL = 128
 QUICK_OSL = 32
 QUICK_CONTEXTS = ("2k",)
 FULL_CONTEXTS = ((147456, "144k"), (1048576, "1m"))
-KNOWN = (
-    "single-stream",
-    "multi-stream",
-    "prefill",
-    "kv-capacity",
-    "rate-sweep",
-    "concurrency-sweep",
-)
 
 
 def _one(name: str, layout: Layout, quick: bool) -> Workload:
@@ -55,7 +47,7 @@ def _one(name: str, layout: Layout, quick: bool) -> Workload:
         return KVCapacity()
     raise UsageError(
         f"{layout.name}: verify.workloads has unknown workload {name!r}; "
-        f"use one of {', '.join(KNOWN)}"
+        f"use one of {', '.join(VERIFY_WORKLOADS)}"
     )
 
 
