@@ -179,3 +179,36 @@ def test_verify_role_needs_kind_and_a_known_role(tmp_path: Path) -> None:
     assert odd.returncode == 2 and "decode, prefill or mixed" in odd.stderr
     unknown = servekit("kit", "verify", str(kit), "--kind", "trt")
     assert unknown.returncode == 2 and "--kind 'trt'" in unknown.stderr
+
+
+def test_verify_family_compares_with_that_family_row_only(tmp_path: Path) -> None:
+    from servekit.catalog.families import family_script_defaults
+
+    family = family_script_defaults("a3/dsv4-flash-a3-pd", "decode")
+    assert family["PREFIX"] == "0"  # the verified source runs --no-enable-prefix-caching
+    script = "#!/bin/bash\n" + "".join(f"{k}=${{{k}:-{v}}}\n" for k, v in family.items())
+    layers = base_layers()
+    working = layer_tar(
+        [M("opt", "d", mode=0o755), M("opt/run_decode.sh", "f", script.encode(), 0o755)]
+    )
+    base = write_docker_archive(tmp_path / "base.tar", layers)
+    src = write_oci(tmp_path / "src", [*layers, working])
+    kit = tmp_path / "a3-v1.tar.zst"
+    built = inproc("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    assert built.returncode == 0, built.stdout
+
+    def table_row(*flags: str) -> dict[str, str]:
+        done = inproc("kit", "verify", str(kit), "--json", *flags)
+        rows = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+        return rows["table"]
+
+    assert table_row("--family", "a3/dsv4-flash-a3-pd")["status"] == "pass"
+    generic = table_row("--kind", "vllm-ascend")
+    assert generic["status"] == "fail" and "PREFIX defaults to '0'" in generic["detail"]
+
+    unknown = servekit("kit", "verify", str(kit), "--family", "a3/nope")
+    assert unknown.returncode == 2 and "--family 'a3/nope'" in unknown.stderr
+    hostile = servekit("kit", "verify", str(kit), "--family", "$(touch /tmp/x)")
+    assert hostile.returncode == 2 and "--family" in hostile.stderr
+    with_role = servekit("kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope")
+    assert with_role.returncode == 2 and "--family 'a3/nope'" in with_role.stderr

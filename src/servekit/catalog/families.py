@@ -130,3 +130,19 @@ def defaults_rows(
         and (kind is None or r.kind == kind)
         and (role is None or r.role in (role, ANY_ROLE))
     ]
+
+
+def family_script_defaults(
+    family: str, role: str, catalog: Path | str | None = None, kind: EngineKind | None = None
+) -> dict[str, str]:
+    """Script variable -> value for one family and role, as ``kit verify --family`` compares.
+
+    A family's engines take exactly its row (no generic fallback), so a kit
+    that ships the V4.1 family's scripts is checked against that row only.
+    """
+    rows = defaults_rows(catalog, kind=kind, family=family)
+    if not rows and kind is not None:
+        raise UsageError(f"--family {family!r} has no rows for --kind {kind}; drop --kind")
+    if role in ROLES:
+        rows = [r for r in rows if r.role in (role, ANY_ROLE)]
+    return {r.setting.var: r.value for r in rows}

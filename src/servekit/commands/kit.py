@@ -65,6 +65,17 @@ def build(opts: KitBuildOptions) -> int:
     return 0
 
 
+def _family_table(opts: KitVerifyOptions) -> Callable[[str], dict[str, str]] | None:
+    """``--family``: the catalog family's row per role (the kit package never reads the catalog)."""
+    if opts.family is None:
+        return None
+    from servekit.catalog.families import family_script_defaults
+
+    family, kind = opts.family, opts.kind
+    family_script_defaults(family, "mixed", kind=kind)  # a bad family fails here, before the kit
+    return lambda role: family_script_defaults(family, role, kind=kind)
+
+
 def verify(opts: KitVerifyOptions) -> int:
     """Check a kit without running anything from it; 1 on any failure."""
     from rich.console import Console
@@ -77,6 +88,7 @@ def verify(opts: KitVerifyOptions) -> int:
     options = VerifyOptions(
         limits=Limits(max_total=opts.max_size, max_ratio=opts.max_ratio),
         kind=opts.kind,
+        table=_family_table(opts),
         role=opts.role,
         repo=opts.repo,
         baseline=opts.baseline,

@@ -19,6 +19,7 @@ from servekit.defaults import EngineKind
 DEFAULT_MAX_SIZE = 64 << 30
 DEFAULT_MAX_RATIO = 1000
 _ENGINE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+_FAMILY_NAME = re.compile(r"(?:[a-z0-9][a-z0-9_-]*/)?[a-z0-9][a-z0-9_.-]*")
 
 
 def max_size_field() -> Any:
@@ -92,8 +93,13 @@ class KitVerifyOptions(_Options):
     kind: EngineKind | None = Field(
         None, description="Also compare script defaults with servekit's table for this kind"
     )
+    family: str | None = Field(
+        None,
+        description="Compare script defaults with this catalog family's row instead"
+        " (a profile, see servekit defaults)",
+    )
     role: Literal["decode", "prefill", "mixed"] | None = Field(
-        None, description="Role for --kind (default: from each script's name)"
+        None, description="Role for --kind/--family (default: from each script's name)"
     )
     as_json: bool = Field(
         False, description="Print the report as JSON", json_schema_extra={"flag": "--json"}
@@ -110,8 +116,12 @@ class KitVerifyOptions(_Options):
 
     @model_validator(mode="after")
     def _role_needs_kind(self) -> KitVerifyOptions:
-        if self.role is not None and self.kind is None:
-            raise ValueError("--role applies to the servekit table check: give --kind KIND too")
+        if self.role is not None and self.kind is None and self.family is None:
+            raise ValueError(
+                "--role applies to the servekit table check: give --kind KIND or --family NAME too"
+            )
+        if self.family is not None and not _FAMILY_NAME.fullmatch(self.family):
+            raise ValueError(f"--family {self.family[:40]!r}: write a profile name, e.g. a3/NAME")
         return self
 
 
