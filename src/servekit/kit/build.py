@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 import servekit
 from servekit.errors import UsageError
 from servekit.kit.apply import apply_image, apply_layer, first_difference
@@ -24,6 +26,7 @@ from servekit.kit.imagetypes import Image, canonical_json
 from servekit.kit.kitwrite import write_archive, write_stage
 from servekit.kit.layertar import LayerScan, ScanOptions, scan_layer
 from servekit.kit.models import (
+    KIT_NAME,
     BaseInfo,
     CodeBaseline,
     ConfigDelta,
@@ -184,8 +187,11 @@ def kit_name(req: BuildRequest) -> str:
         name = req.out.name
         for suffix in (".tar.zst", ".tzst"):
             name = name.removesuffix(suffix)
-    if not name or "/" in name or name.startswith("."):
-        raise UsageError(f"--name {name!r}: give a plain folder name such as mykit-v1")
+    if not KIT_NAME.fullmatch(name):
+        raise UsageError(
+            f"--name {name[:40]!r}: give a plain kit name (letters, digits, . _ + -)"
+            " such as mykit-v1"
+        )
     return name
 
 
@@ -266,6 +272,18 @@ def _base_reference(req: BuildRequest, base: Image) -> str:
 
 
 def _manifest(
+    req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
+) -> KitManifest:
+    """The MANIFEST; a value it refuses (say a base reference over two lines) is exit 2."""
+    try:
+        return _manifest_of(req, name, base, work, code)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UsageError(f"kit build: {where} {err['msg']} (fix the input that gives it)") from None
+
+
+def _manifest_of(
     req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
 ) -> KitManifest:
     payload = _payload_files(work, _repo_sources(req, work))

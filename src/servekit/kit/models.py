@@ -24,6 +24,32 @@ from servekit.kit.paths import image_path
 SCHEMA_VERSION: Literal[2] = 2
 Role = Literal["decode", "prefill", "mixed"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The generated rebuild.sh, selftest.sh and Dockerfile carry these values in shell
+# text and comments; a kit whose MANIFEST holds anything else is refused, so a
+# kit that passes its "generated" check never ships a script that runs a value.
+KIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:~-]{0,127}")
+_DIGEST = re.compile(r"(sha256:)?[0-9a-f]{64}")
+_MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
+_MAX_TEXT = 1024
+
+
+def _token(value: str) -> str:
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} is not a plain token (letters, digits, . _ + : ~ -)")
+    return value
+
+
+def _digest(value: str) -> str:
+    if not _DIGEST.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} is not a sha256 digest")
+    return value
+
+
+def _one_line(value: str | None) -> str | None:
+    if value is not None and (not value.isprintable() or len(value) > _MAX_TEXT):
+        raise ValueError(f"{value[:40]!r}: one printable line of at most {_MAX_TEXT} characters")
+    return value
 
 
 class _Frozen(BaseModel):
@@ -36,6 +62,8 @@ class Generator(_Frozen):
     name: str
     version: str
 
+    _tokens = field_validator("name", "version")(_token)
+
 
 class BaseInfo(_Frozen):
     """The base image the working layers go on top of."""
@@ -44,6 +72,14 @@ class BaseInfo(_Frozen):
     image_id: str = Field(description="sha256 of the base image config")
     layer_count: int
     diff_ids: list[str]
+
+    _reference = field_validator("reference")(_one_line)
+    _image_id = field_validator("image_id")(_digest)
+
+    @field_validator("diff_ids")
+    @classmethod
+    def _diff_ids(cls, value: list[str]) -> list[str]:
+        return [_digest(v) for v in value]
 
 
 class LayerInfo(_Frozen):
@@ -57,6 +93,22 @@ class LayerInfo(_Frozen):
     entries: int
     whiteouts: list[str]
     opaque_dirs: list[str]
+
+    _digests = field_validator("diff_id", "sha256")(_digest)
+
+    @field_validator("file")
+    @classmethod
+    def _member(cls, value: str) -> str:
+        if not _MEMBER.fullmatch(value) or ".." in value.split("/"):
+            raise ValueError(f"{value[:40]!r} is not a plain member path such as layers/1.tar")
+        return value
+
+    @field_validator("whiteouts", "opaque_dirs")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            _one_line(path)
+        return value
 
 
 class PayloadFile(_Frozen):
@@ -200,6 +252,23 @@ class CodeBaseline(_Frozen):
     dirty_files: list[str]
     engines: dict[str, str] = Field(default_factory=dict)
 
+    _tokens = field_validator("repo_rev", "commit")(_token)
+
+    @field_validator("dirty_files")
+    @classmethod
+    def _dirty(cls, value: list[str]) -> list[str]:
+        for path in value:
+            _one_line(path)
+        return value
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, version in value.items():
+            _token(key)
+            _token(version)
+        return value
+
 
 class ImageInfo(_Frozen):
     """The image the kit reproduces (base + working layers)."""
@@ -209,6 +278,9 @@ class ImageInfo(_Frozen):
     layer_count: int
     fs_entries: int
     payload_count: int
+
+    _source = field_validator("source")(_one_line)
+    _image_id = field_validator("image_id")(_digest)
 
 
 class KitManifest(_Frozen):
@@ -227,3 +299,12 @@ class KitManifest(_Frozen):
     expect: KitExpect | None = Field(
         None, description="The kit's promises (kit verify checks them)"
     )
+
+    _created = field_validator("created")(_one_line)
+
+    @field_validator("name")
+    @classmethod
+    def _kit_name(cls, value: str) -> str:
+        if not KIT_NAME.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a plain kit name such as mykit-v1")
+        return value
