@@ -8,27 +8,16 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from servekit.cli import app
+from servekit.cli import leaf_commands
 from servekit.cliopts import CommandModel
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BLOCK = re.compile(
     r"(<!-- options: servekit ([\w -]+?) \(.*?\) -->\n)(.*?)(<!-- /options -->)", re.S
 )
-
-
-def _leaves(cmd: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
-    subs = getattr(cmd, "commands", None) or {}
-    for name, sub in subs.items():
-        yield from _leaves(sub, (*path, name))
-    if not subs or getattr(cmd, "invoke_without_command", False):
-        yield " ".join(path), cmd
 
 
 def _table(commands: dict[str, Any], name: str) -> str:
@@ -40,7 +29,7 @@ def _table(commands: dict[str, Any], name: str) -> str:
 
 
 def main() -> int:
-    commands = dict(_leaves(typer.main.get_command(app)))
+    commands = leaf_commands()
     changed = 0
     for page in sorted(DOCS.glob("*.md")):
         text = page.read_text()

@@ -12,15 +12,13 @@ code's defaults cannot drift.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from servekit.cli import app
+from servekit.cli import app, leaf_commands
 from servekit.cliopts import CommandModel, OptionSpec, default_text
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -57,15 +55,7 @@ NOT_GENERATED = {
 }
 
 
-def _leaves(cmd: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
-    subs = getattr(cmd, "commands", None) or {}
-    for name, sub in subs.items():
-        yield from _leaves(sub, (*path, name))
-    if not subs or getattr(cmd, "invoke_without_command", False):
-        yield " ".join(path), cmd
-
-
-COMMANDS = dict(_leaves(typer.main.get_command(app)))
+COMMANDS = leaf_commands()
 
 
 def _model(name: str) -> CommandModel:

@@ -9,6 +9,8 @@ stderr and exit code 2.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -23,6 +25,19 @@ app = typer.Typer(
     add_completion=False,
 )
 register_all(app)
+
+
+def leaf_commands() -> dict[str, Any]:
+    """Every runnable command by its full name ("kit verify"), for the docs tables and tests."""
+
+    def leaves(cmd: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+        subs = getattr(cmd, "commands", None) or {}
+        for name, sub in subs.items():
+            yield from leaves(sub, (*path, name))
+        if not subs or getattr(cmd, "invoke_without_command", False):
+            yield " ".join(path), cmd
+
+    return dict(leaves(typer.main.get_command(app)))
 
 
 def main() -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from servekit.kit.render import render_all
 
 from .imagegen import base_layers, source_layers, write_oci
 from .kitedit import edit_kit
+from .test_kit_cli import servekit
 
 HOSTILE = [
     "$(touch /tmp/servekit-pwned)",
@@ -48,19 +47,9 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KitManifest]:
     return built.archive, built.manifest
 
 
-def _servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("name", ["$(id)", "a`id`", "x y", "../up", ".hidden", "-rf"])
 def test_build_refuses_a_kit_name_that_is_not_plain(tmp_path: Path, name: str) -> None:
-    done = _servekit("kit", "build", "--base", "x", "--payload", "p", "--out",
+    done = servekit("kit", "build", "--base", "x", "--payload", "p", "--out",
                      str(tmp_path / "k.tar.zst"), "--name", name)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "--name" in done.stderr and "Traceback" not in done.stderr
@@ -93,7 +82,7 @@ def test_verify_refuses_a_manifest_with_hostile_text(
         manifest.write_text(json.dumps(data))
 
     bad = edit_kit(archive, tmp_path / "bad.tar.zst", poison)
-    done = _servekit("kit", "verify", str(bad))
+    done = servekit("kit", "verify", str(bad))
     assert done.returncode != 0
     assert "MANIFEST.json is invalid" in done.stdout + done.stderr, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
