@@ -46,7 +46,7 @@ def state_table(state: RunState, health: dict[str, str] | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     last = "health" if health is not None else "detail"
     for column in ("process", "role", "port", "pid", "phase", last, "uptime"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for proc in state.processes:
         table.add_row(*_row(proc, now, None if health is None else health.get(proc.name, "-")))
     return table
