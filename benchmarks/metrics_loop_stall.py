@@ -1,20 +1,24 @@
-"""How long the proxy's event loop stalls while it builds ``/metrics/engines``.
+"""How long an event loop stalls while metrics of many engines are parsed on it.
 
-    .venv/bin/python benchmarks/proxy_relay_stall.py --engines 52
+    .venv/bin/python benchmarks/metrics_loop_stall.py --engines 52
 
-The relay merges every engine's /metrics page (parse, label, render: pure
-Python). While it does, every stream the proxy relays waits. This script takes
-one real simulator engine's /metrics page (``servekit sim --layout local/1p1d``
-after a few requests), copies it for ``--engines`` engine URLs, and merges the
-copies with servekit's own :func:`servekit.proxy.relay.merge` in the two ways
-the proxy could call it, alternately, ``--rounds`` times each:
+Two loops carry streams while they read engine metrics, and both do pure
+Python work per read that grows with the engine count:
 
-- ``inline``: on the event loop (how the relay worked before);
-- ``thread``: ``asyncio.to_thread`` (how it works now).
+- the proxy's ``/metrics/engines`` merges every engine's page (parse, label,
+  render: :func:`servekit.proxy.relay.merge`), while it relays client streams;
+- the benchmark's sampler splits that page and parses one snapshot per engine
+  (:func:`servekit.bench.sampler.relay_snapshots`) every 0.25 s, while the load
+  generator stamps the arrival of the very frames it measures.
 
-Meanwhile a ticker task on the same loop sleeps 1 ms at a time and records how
-late each wake-up is: its worst lateness is the longest a relayed stream could
-have stalled. Printed side by side, with the ratio; no wall-clock assertion.
+This script takes one real simulator engine's /metrics page (``servekit sim
+--layout local/1p1d`` after a few requests), copies it for ``--engines`` engine
+URLs, and runs each job in the two ways the code could call it, alternately,
+``--rounds`` times each: ``inline`` on the event loop (how both worked before)
+and ``thread`` through ``asyncio.to_thread`` (how both work now). A ticker task
+on the same loop sleeps 1 ms at a time and records how late each wake-up is:
+its worst lateness is the longest a stream could have stalled. Printed side by
+side, with the ratio; no wall-clock assertion.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from servekit.bench.sampler import relay_snapshots
 from servekit.proxy.instances import Instance
 from servekit.proxy.relay import merge
 
@@ -74,22 +80,20 @@ async def _ticker(stop: asyncio.Event, lateness: list[float]) -> None:
         lateness.append((time.perf_counter() - start - 0.001) * 1000)
 
 
-async def _measure(
-    mode: str, instances: list[Instance], texts: list[str | None]
-) -> dict[str, float]:
+async def _measure(mode: str, job: Callable[[], object]) -> dict[str, float]:
     stop, lateness = asyncio.Event(), []
     ticker = asyncio.create_task(_ticker(stop, lateness))
     await asyncio.sleep(0.05)
     start = time.perf_counter()
     if mode == "inline":
-        size = len(merge(instances, texts))
+        job()
     else:
-        size = len(await asyncio.to_thread(merge, instances, texts))
+        await asyncio.to_thread(job)
     took = time.perf_counter() - start
     await asyncio.sleep(0.02)
     stop.set()
     await ticker
-    return {"merge_s": took, "worst_ms": max(lateness), "bytes": size}
+    return {"work_s": took, "worst_ms": max(lateness)}
 
 
 async def main_async(engines: int, rounds: int) -> None:
@@ -99,19 +103,27 @@ async def main_async(engines: int, rounds: int) -> None:
         for i in range(engines)
     ]
     texts: list[str | None] = [page] * engines
-    results: dict[str, list[dict[str, float]]] = {"inline": [], "thread": []}
-    for _ in range(rounds):
-        for mode, runs in results.items():
-            runs.append(await _measure(mode, instances, texts))
-    print(f"{engines} engines, one page {len(page):,} bytes, merged page "
-          f"{int(results['thread'][0]['bytes']):,} bytes, {rounds} rounds each (median)")  # fmt: skip
-    print(f"{'':8} {'merge s':>9} {'worst loop stall ms':>20}")
-    med = {m: {k: statistics.median(r[k] for r in rs) for k in ("merge_s", "worst_ms")}
-           for m, rs in results.items()}  # fmt: skip
-    for mode, figures in med.items():
-        print(f"{mode:8} {figures['merge_s']:9.3f} {figures['worst_ms']:20.1f}")
-    ratio = med["inline"]["worst_ms"] / max(med["thread"]["worst_ms"], 1e-9)
-    print(f"worst stall inline / thread: {ratio:.1f}x")
+    merged = merge(instances, texts).decode()
+    urls = [i.url for i in instances]
+    assert all(not isinstance(s, Exception) for s in relay_snapshots("/m", merged, urls, 0))
+    jobs: dict[str, Callable[[], object]] = {
+        "proxy: merge /metrics/engines": lambda: merge(instances, texts),
+        "bench: one sample via the relay": lambda: relay_snapshots("/m", merged, urls, 0),
+    }
+    print(f"{engines} engines, one page {len(page):,} bytes, relay page {len(merged):,} bytes,"
+          f" {rounds} rounds each (median)")  # fmt: skip
+    print(f"{'job':34} {'called':7} {'work s':>8} {'worst loop stall ms':>20}")
+    for name, job in jobs.items():
+        results: dict[str, list[dict[str, float]]] = {"inline": [], "thread": []}
+        for _ in range(rounds):
+            for mode, runs in results.items():
+                runs.append(await _measure(mode, job))
+        med = {m: {k: statistics.median(r[k] for r in rs) for k in ("work_s", "worst_ms")}
+               for m, rs in results.items()}  # fmt: skip
+        for mode, figures in med.items():
+            print(f"{name:34} {mode:7} {figures['work_s']:8.3f} {figures['worst_ms']:20.1f}")
+        ratio = med["inline"]["worst_ms"] / max(med["thread"]["worst_ms"], 1e-9)
+        print(f"{name:34} worst stall inline / thread: {ratio:.1f}x")
 
 
 def main() -> None:
