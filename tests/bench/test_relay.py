@@ -9,8 +9,12 @@ the relay's per-engine snapshots equal the engines' own.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from tests.accept.stacks import sim_pd
 
 from servekit.bench.config import KVCapacity, RunSettings, SingleStream
@@ -64,3 +68,39 @@ def test_relay_snapshots_equal_the_engines_own(tmp_path: Path) -> None:
     with sim_pd(tmp_path) as stack:
         own, relay = asyncio.run(both(stack.deployment))
     assert own == relay and sum(own) > 0
+
+
+def test_metrics_are_parsed_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sample of many engines is ~0.25 s of parsing; on the loop it would delay frame stamps."""
+    import servekit.client._client as client_module
+    from servekit.bench import sampler
+
+    threads: dict[str, set[int]] = {"relay": set(), "direct": set()}
+
+    def spying(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def spy(*args: Any) -> Any:
+            threads[name].add(threading.get_ident())
+            return real(*args)
+
+        return spy
+
+    monkeypatch.setattr(sampler, "relay_snapshots", spying("relay", sampler.relay_snapshots))
+    monkeypatch.setattr(
+        client_module, "parse_metrics", spying("direct", client_module.parse_metrics)
+    )
+
+    async def sample(dep: Deployment) -> int:
+        engines = [e for e in dep.endpoints if e.role in ("prefill", "decode")]
+        async with OpenAIClient(dep.entry_url) as client:
+            own = MetricsSource([client.derive(e.url) for e in engines], [e.role for e in engines])
+            relay = RelaySource(client, RELAY_PATH, [(e.url, e.role) for e in engines])
+            got = len(await own.by_role()) + len(await relay.by_role())
+        return got
+
+    with sim_pd(tmp_path) as stack:
+        assert asyncio.run(sample(stack.deployment)) == 4
+    loop_thread = threading.get_ident()  # asyncio.run ran its loop on this thread
+    assert threads["relay"] and threads["direct"]
+    assert loop_thread not in threads["relay"] | threads["direct"]
