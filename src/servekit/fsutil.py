@@ -98,8 +98,9 @@ def staged_dir(final: Path, *, force: bool = False, flag: str = "--out") -> Iter
         yield tmp
         (tmp / MARKER).write_text("written by servekit; it may replace this folder whole\n")
         if final.exists():
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            # A fresh empty sibling to swap the old folder into: a fixed name such
+            # as ``.out.old`` could be a folder of the user's, and would be deleted.
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)

@@ -259,3 +259,16 @@ def test_out_never_replaces_a_folder_servekit_did_not_write(
     (tmp_path / "link").symlink_to(mine)
     with pytest.raises(UsageError, match="symbolic link"):
         write_rendering(plan, tmp_path / "link")
+
+
+def test_replacing_a_rendering_leaves_its_neighbours_alone(tmp_path: Path) -> None:
+    """The old folder is swapped into a fresh temp name: a sibling ``.out.old`` is the user's."""
+    plan = build_plan(load("a3/1p1d").layout)
+    out = tmp_path / "out"
+    write_rendering(plan, out)
+    neighbour = tmp_path / ".out.old"
+    neighbour.mkdir()
+    (neighbour / "keep.txt").write_text("mine")
+    write_rendering(plan, out)  # replaces servekit's own rendering
+    assert (neighbour / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
