@@ -16,7 +16,7 @@ from aiohttp import web
 from servekit.errors import UsageError
 from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.faults import patch_faults
-from servekit.sim.http import add_admin_routes, error_response, json_response
+from servekit.sim.http import add_admin_routes, admin_refusal, error_response, json_response
 from servekit.sim.openai import ApiError, load_json
 
 SELECT_KEYS = frozenset({"names", "role", "engine_id"})
@@ -42,6 +42,8 @@ def build_admin_app(endpoints: Mapping[str, SimEndpoint]) -> web.Application:
 
     def group(action: GroupAction) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.Response:
+            if (refused := admin_refusal(request)) is not None:
+                return refused
             try:
                 doc = load_json(await request.read())
                 chosen = select(endpoints, doc.get("select"))

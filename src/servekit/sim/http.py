@@ -7,6 +7,8 @@ Handlers only translate between HTTP and :class:`SimEndpoint`; errors are
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import os
 import socket
 import struct
 import time
@@ -200,6 +202,36 @@ async def tokenize(request: web.Request) -> web.Response:
     )
 
 
+ADMIN_FROM_ENV = "SERVEKIT_SIM_ADMIN_FROM"
+
+
+def admin_refusal(request: web.Request) -> web.Response | None:
+    """403 for a state-changing admin call from another machine, unless opened on purpose.
+
+    A simulator started as a drop-in ``vllm`` binds where the rendered scripts
+    say (often 0.0.0.0); its fault, kill and restart routes would then let
+    anyone on the network stop an engine. They answer loopback peers only (the
+    dry run's nodes are loopback addresses), unless ``SERVEKIT_SIM_ADMIN_FROM=any``
+    was set when the simulator started. GET routes stay open (read-only).
+    """
+    if request.method == "GET" or os.environ.get(ADMIN_FROM_ENV) == "any":
+        return None
+    try:
+        loopback = ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return error_response(
+        ApiError(
+            403,
+            f"the simulator's admin routes answer loopback clients only; start it with "
+            f"{ADMIN_FROM_ENV}=any to open them",
+            "PermissionError",
+        )
+    )
+
+
 def add_admin_routes(
     router: web.UrlDispatcher, prefix: str, pick: Callable[[web.Request], SimEndpoint]
 ) -> None:
@@ -210,6 +242,8 @@ def add_admin_routes(
 
     def route(action: Action) -> Handler:
         async def handler(request: web.Request) -> web.Response:
+            if (refused := admin_refusal(request)) is not None:
+                return refused
             try:
                 ep = pick(request)
                 raw = await request.read()
