@@ -1,0 +1,149 @@
+"""The rank-table reader inside the rendered run.sh, fuzzed: any file gives a line, never a run.
+
+The platform writes ``global_rank_table.json``; the rendered entry reads it with
+an embedded python3 program (``RANK_PY``) whose output the shell then uses. That
+program is what parses hostile input on the real cluster, so it is taken from
+a real rendering and run on generated files: any JSON shape, wrong types,
+hostile strings, deep nesting, bytes that are not UTF-8. Each run must end with
+exit 0 or 1 (a one-line reason), never a traceback and never a hang, and
+whatever it prints for the shell must be plain: counts, IP addresses, pod names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servekit.catalog.loader import load
+from servekit.render.plan import build_plan
+from servekit.render.shell import render_files
+
+POD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}|-")
+HOSTILE = ["$(touch /tmp/pwned)", "`id`", "a b", "x\ny", "10.0.0.1; id", "'", '"', "\x00", ""]
+
+
+@pytest.fixture(scope="module")
+def rank_py() -> str:
+    run_sh = render_files(build_plan(load("a3/1p1d").layout), "modelarts")["run.sh"]
+    assert isinstance(run_sh, str)
+    match = re.search(r"^RANK_PY='\n(.*?)^'$", run_sh, re.M | re.S)
+    assert match is not None, "run.sh no longer embeds RANK_PY"
+    return match.group(1)
+
+
+def _read(rank_py: str, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", rank_py, *args[:1], str(path), *args[1:]],
+        capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+
+
+def _check(run: subprocess.CompletedProcess[str]) -> None:
+    assert run.returncode in (0, 1), (run.returncode, run.stderr[-500:])
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    if run.returncode == 1:
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        return
+    nnodes, rank, group0, addrs, pods = run.stdout.split("\n")[:5]
+    assert nnodes.isdigit() and rank.isdigit() and group0.isdigit()
+    for addr in addrs.split(" "):
+        assert str(ipaddress.ip_address(addr)) == addr
+    for pod in pods.split(" "):
+        assert POD.fullmatch(pod), pod
+
+
+ip = st.one_of(
+    st.ip_addresses().map(str),
+    st.sampled_from(HOSTILE),
+    st.text(max_size=20),
+    st.integers(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+)
+pod = st.one_of(st.from_regex(r"[a-z0-9][a-z0-9-]{0,12}", fullmatch=True), st.sampled_from(HOSTILE),
+                st.text(max_size=20), st.none(), st.integers())  # fmt: skip
+server = st.one_of(
+    st.fixed_dictionaries({"server_ip": ip, "pod_name": pod}), st.integers(), st.text()
+)
+group = st.one_of(st.fixed_dictionaries({"server_list": st.lists(server, max_size=3)}), st.none(),
+                  st.fixed_dictionaries({"server_list": st.text(max_size=5)}))  # fmt: skip
+table = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "status": st.one_of(st.just("completed"), st.text(max_size=10), st.integers()),
+            "server_group_list": st.one_of(st.lists(group, max_size=3), st.text(max_size=5)),
+        }
+    ),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+        max_leaves=10,
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=table, me_pod=st.one_of(st.just(""), pod.filter(lambda p: isinstance(p, str))))
+def test_any_json_gives_plain_output_or_one_line(
+    rank_py: str, tmp_path_factory: pytest.TempPathFactory, doc: object, me_pod: str
+) -> None:
+    path = tmp_path_factory.mktemp("rank") / "global_rank_table.json"
+    path.write_text(json.dumps(doc))
+    _check(_read(rank_py, path, "servers", me_pod.replace("\x00", ""), "10.0.0.1"))
+    status = _read(rank_py, path, "status")
+    _check_status(status)
+
+
+def _check_status(run: subprocess.CompletedProcess[str]) -> None:
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "\n" not in run.stdout.rstrip("\n")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_any_bytes_give_one_line(
+    rank_py: str, tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("rank") / "global_rank_table.json"
+    path.write_bytes(data)
+    _check(_read(rank_py, path, "servers", "pod-0", "10.0.0.1"))
+    _check_status(_read(rank_py, path, "status"))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        b"\xff\xfe{\x00}\x00",
+        json.dumps(
+            {
+                "status": "completed",
+                "server_group_list": [
+                    {"server_list": [{"server_ip": "10.0.0.1", "pod_name": "p0"}]}
+                ],
+            }
+        ).encode("utf-16"),
+    ],
+)
+def test_deep_or_foreign_files_give_one_line(rank_py: str, tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "global_rank_table.json"
+    path.write_bytes(content)
+    run = _read(rank_py, path, "servers", "p0", "10.0.0.1")
+    _check(run)
+    assert run.returncode == 1 and "not readable JSON" in run.stderr
+    _check_status(_read(rank_py, path, "status"))
+
+
+def test_a_missing_file_gives_one_line(rank_py: str, tmp_path: Path) -> None:
+    run = _read(rank_py, tmp_path / "absent.json", "servers", "p0", "10.0.0.1")
+    _check(run)
+    assert run.returncode == 1
