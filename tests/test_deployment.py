@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servekit.deployment import (
     Deployment,
     Endpoint,
+    entry_url,
     load_deployment,
     split_relay,
 )
@@ -109,3 +111,38 @@ def test_a_bad_deployment_file_is_one_line(tmp_path: Path, content: str | bytes,
 def test_a_missing_deployment_file_says_how_to_write_one(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="servekit deployment"):
         load_deployment(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://x:99999", "Port out of range"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://", "give http://HOST:PORT"),
+        ("http://h:0", "root URL"),
+        ("http://h:8000/?a=1", "root URL"),
+        ("http://h:8000/#top", "root URL"),
+        ("http://h:8000/\n", "root URL"),
+    ],
+)
+def test_a_bad_target_url_is_one_line_before_anything_runs(url: str, says: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(says)):
+        load_deployment(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://10.0.0.1:8080", "https://proxy.example:443/", "http://[fd00::2]:8000", "http://h"],
+)
+def test_a_good_target_url_is_kept_without_its_slash(url: str) -> None:
+    assert load_deployment(url).entry_url == url.rstrip("/")
+
+
+@given(st.text(max_size=40))
+def test_any_text_after_the_scheme_is_a_url_or_one_usage_error(tail: str) -> None:
+    try:
+        got = entry_url("http://" + tail)
+    except UsageError as exc:
+        assert str(exc).startswith("--target ") and "\n" not in str(exc)
+    else:
+        assert got.startswith("http://") and not got.endswith("/")

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -174,6 +175,27 @@ def find_run_dir(layout: str) -> Path:
     return next(iter(run_dirs_of(layout)), run_dir_for(layout))
 
 
+def entry_url(text: str, flag: str = "--target") -> str:
+    """A server's root URL as given on the command line, checked; no trailing slash.
+
+    Caught here, a typo (``http://x:99999``, ``http://[::1``) is one line and
+    exit 2, not a run of checks that all fail against nothing.
+    """
+    shown = text[:200] if text.isprintable() else repr(text[:200])
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(
+            f"{flag} {shown}: not a usable URL ({exc}); give http://HOST:PORT"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{flag} {shown}: give http://HOST:PORT (or https://)")
+    if port == 0 or parts.query or parts.fragment or not text.isprintable():
+        raise UsageError(f"{flag} {shown}: give the server's root URL, http://HOST:PORT")
+    return text.rstrip("/")
+
+
 def load_deployment(target: str) -> Deployment:
     """Resolve ``--target URL|NAME|FILE`` to a Deployment.
 
@@ -183,7 +205,7 @@ def load_deployment(target: str) -> Deployment:
     ``servekit up`` wrote.
     """
     if target.startswith(("http://", "https://")):
-        return Deployment(entry_url=target.rstrip("/"))
+        return Deployment(entry_url=entry_url(target))
     given = Path(target)
     if target.endswith(".json") or given.is_file():
         return read_deployment_file(given, f"--target {target}")

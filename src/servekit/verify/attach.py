@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit.catalog.schema import Layout
-from servekit.deployment import Deployment
+from servekit.deployment import Deployment, entry_url
 from servekit.errors import UsageError
 from servekit.render.plan import build_plan
 from servekit.verify.cluster import (
@@ -53,6 +53,8 @@ def is_url(target: str | None) -> bool:
 
 def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
     """Bad combinations of --target, --nodes, --logs and --speed, before anything runs."""
+    if is_url(opts.target):
+        entry_url(str(opts.target))
     if opts.nodes is not None:
         parse_nodes(opts.nodes, layout)
         if opts.target is not None and not is_url(opts.target):
@@ -66,6 +68,8 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
         )
     if opts.reference is not None and not is_url(opts.reference):
         raise UsageError(f"--reference {opts.reference}: give a URL such as http://10.0.0.9:8080")
+    if opts.reference is not None:
+        entry_url(opts.reference, "--reference")
     if opts.reference is not None and not opts.attached:
         raise UsageError("--reference: only with --target or --nodes (up starts the reference)")
     if opts.logs is not None and not opts.attached:
