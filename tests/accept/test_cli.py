@@ -70,6 +70,12 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
         ("--depths", "0.5", "--target", "http://127.0.0.1:9"),
         ("--concurrency", "1", "--target", "http://127.0.0.1:9"),
         ("--timeout", "0", "--target", "http://127.0.0.1:9"),
+        ("--concurrency", "1000000000", "--target", "http://127.0.0.1:9"),
+        ("--timeout", "inf", "--target", "http://127.0.0.1:9"),
+        ("--timeout", "nan", "--target", "http://127.0.0.1:9"),
+        ("--seed", "", "--target", "http://127.0.0.1:9"),
+        ("--target", "http://127.0.0.1:99999"),
+        ("--target", "http://[::1"),
         ("--only", "guard"),
         ("--target", "local/not-running"),
     ]
@@ -78,6 +84,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert proc.stderr.startswith("error: ")
         assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "accept-out").exists()  # nothing written for a refused command
 
 
 def test_selfcheck_exits_0_and_writes_its_matrix(tmp_path: Path) -> None:

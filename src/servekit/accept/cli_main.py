@@ -31,10 +31,6 @@ def build_options(
 ) -> AcceptOptions:
     """Parse the flags into options; a bad value is a UsageError naming the flag."""
     parsed = parse_contexts(contexts or list(DEFAULT_CONTEXTS))
-    if concurrency < 2:
-        raise UsageError(f"--concurrency {concurrency}: use 2 or more concurrent requests")
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout {timeout_s}: give a positive number of seconds")
     base = AcceptOptions(contexts=parsed, seed=seed, timeout_s=timeout_s, concurrency=concurrency)
     if depths is not None:
         base = base.model_copy(update={"depths": parse_depths(depths)})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,11 @@ from servekit.errors import UsageError
 DEFAULT_CONTEXTS = ("144k", "1m")
 _CONTEXT = re.compile(r"^(\d+)([km]?)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
+# Bounds shared by the run options and the command's options (so the CLI refuses
+# what the run would, in one line naming the flag).
+Concurrency = Annotated[int, Field(ge=2, le=1024)]
+Seed = Annotated[str, Field(min_length=1, max_length=200)]
+TimeoutS = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 
 
 class AcceptOptions(BaseModel):
@@ -34,10 +39,10 @@ class AcceptOptions(BaseModel):
     depths: tuple[float, float, float, float] = Field(
         default=DEFAULT_DEPTHS, description="--depths: where needles A-D sit (0..1)"
     )
-    max_tokens: int = Field(default=64, ge=1, description="max_tokens of needle requests")
-    concurrency: int = Field(default=4, ge=2, description="--concurrency of the invariant check")
-    seed: str = Field(default="servekit", description="--seed: picks the needle codes")
-    timeout_s: float = Field(default=600.0, gt=0, description="--timeout per request")
+    max_tokens: int = Field(default=64, ge=1, le=65536, description="max_tokens of needle requests")
+    concurrency: Concurrency = Field(default=4, description="--concurrency of the invariant check")
+    seed: Seed = Field(default="servekit", description="--seed: picks the needle codes")
+    timeout_s: TimeoutS = Field(default=600.0, description="--timeout per request")
 
 
 def _run_field(name: str, flag_help: str, **bounds: Any) -> Any:
@@ -69,9 +74,9 @@ class AcceptCommandOptions(BaseModel):
     capability: tuple[str, ...] = Field(
         (), description="declare retrieval / vision (URL targets; repeatable)"
     )
-    seed: str = _run_field("seed", "picks the needle codes")
-    timeout: float = _run_field("timeout_s", "seconds per request")
-    concurrency: int = _run_field(
+    seed: Seed = _run_field("seed", "picks the needle codes")
+    timeout: TimeoutS = _run_field("timeout_s", "seconds per request")
+    concurrency: Concurrency = _run_field(
         "concurrency", "requests sent at once by the invariant check (2 or more)"
     )
     out: Path = Field(Path("accept-out"), description="folder for result.json, accept.md, evidence")
