@@ -53,6 +53,13 @@ def test_bench_writes_results_and_compares_with_a_baseline(engine: Engine, tmp_p
         (["--arrival", "bursty"], "--arrival bursty: choose constant or poisson"),
         (["--baseline", "missing.json"], "--baseline missing.json: no such file"),
         (["--runs", "0"], "--runs: Input should be greater than or equal to 1"),
+        (["--runs", "100000000"], "--runs: Input should be less than or equal to 100"),
+        (["--workload", "multi", "--streams", "100000000"], "--streams/--prefill-streams: "),
+        (["--osl", "10000000000"], "--osl: Input should be less than or equal to"),
+        (["--workload", "rate", "--rates", "1e400"], "--rates: Input should be a finite number"),
+        (["--idle-timeout", "inf"], "--idle-timeout: Input should be a finite number"),
+        (["--slo", "ttft=inf"], "--slo ttft=inf: expected NAME=MS"),
+        (["--target", "http://127.0.0.1:99999"], "Port out of range"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_path: Path) -> None:

@@ -15,6 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 SLOName = Literal["ttft", "tpot", "e2el"]
 
+# Bounds a careless or hostile command line cannot get past: a point of 10**9
+# streams or an infinite timeout would exhaust memory or never end.
+MAX_TOKENS = 1 << 24
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Decoded = Annotated[int, Field(ge=2, le=MAX_TOKENS)]
+InFlight = Annotated[int, Field(ge=1, le=4096)]
+Requests = Annotated[int, Field(ge=1, le=1_000_000)]
+Rate = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -28,38 +38,40 @@ class SingleStream(WorkloadSpec):
     """One greedy ``ignore_eos`` stream at a time on an idle engine."""
 
     kind: Literal["single_stream"] = "single_stream"
-    prompt_tokens: int = Field(1024, ge=1, description="exact prompt length (via /tokenize)")
-    output_tokens: int = Field(256, ge=2, description="generated tokens (ignore_eos)")
-    sample_interval_s: float = Field(0.25, gt=0, description="/metrics sampling period")
-    max_retries: int = Field(3, ge=0, description="re-runs of a point invalidated by other load")
+    prompt_tokens: Tokens = Field(1024, description="exact prompt length (via /tokenize)")
+    output_tokens: Decoded = Field(256, description="generated tokens (ignore_eos)")
+    sample_interval_s: Seconds = Field(0.25, description="/metrics sampling period")
+    max_retries: int = Field(
+        3, ge=0, le=100, description="re-runs of a point invalidated by other load"
+    )
 
 
 class MultiStream(WorkloadSpec):
     """N concurrent streams with unique prefixes (no prefix-cache help)."""
 
     kind: Literal["multi_stream"] = "multi_stream"
-    streams: tuple[int, ...] = Field((1, 4, 8, 16), description="concurrent streams per point")
-    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
-    output_tokens: int = Field(256, ge=2, description="generated tokens (ignore_eos)")
+    streams: tuple[InFlight, ...] = Field((1, 4, 8, 16), description="concurrent streams per point")
+    input_tokens: Tokens = Field(1024, description="exact prompt length")
+    output_tokens: Decoded = Field(256, description="generated tokens (ignore_eos)")
 
 
 class Prefill(WorkloadSpec):
     """Prefill throughput with cold prefixes, after a warm-up request."""
 
     kind: Literal["prefill"] = "prefill"
-    streams: tuple[int, ...] = Field((1, 2, 4), description="concurrent prefills per point")
-    prompt_tokens: int = Field(1024, ge=1, description="exact prompt length")
+    streams: tuple[InFlight, ...] = Field((1, 2, 4), description="concurrent prefills per point")
+    prompt_tokens: Tokens = Field(1024, description="exact prompt length")
 
 
 class RateSweep(WorkloadSpec):
     """Open-loop load at fixed request rates (constant or Poisson arrivals)."""
 
     kind: Literal["rate_sweep"] = "rate_sweep"
-    rates: tuple[float, ...] = Field((1.0, 2.0, 4.0), description="requests per second")
+    rates: tuple[Rate, ...] = Field((1.0, 2.0, 4.0), description="requests per second")
     arrival: Literal["constant", "poisson"] = Field("poisson", description="arrival process")
-    requests: int = Field(32, ge=1, description="requests per point and run")
-    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
-    output_tokens: int = Field(256, ge=1, description="generated tokens (ignore_eos)")
+    requests: Requests = Field(32, description="requests per point and run")
+    input_tokens: Tokens = Field(1024, description="exact prompt length")
+    output_tokens: Tokens = Field(256, description="generated tokens (ignore_eos)")
     seed: int = Field(0, description="seed of the Poisson arrivals")
 
 
@@ -67,10 +79,10 @@ class ConcurrencySweep(WorkloadSpec):
     """Closed-loop load: at most C requests in flight."""
 
     kind: Literal["concurrency_sweep"] = "concurrency_sweep"
-    concurrencies: tuple[int, ...] = Field((1, 4, 16), description="requests in flight")
-    requests: int = Field(32, ge=1, description="requests per point and run")
-    input_tokens: int = Field(1024, ge=1, description="exact prompt length")
-    output_tokens: int = Field(256, ge=1, description="generated tokens (ignore_eos)")
+    concurrencies: tuple[InFlight, ...] = Field((1, 4, 16), description="requests in flight")
+    requests: Requests = Field(32, description="requests per point and run")
+    input_tokens: Tokens = Field(1024, description="exact prompt length")
+    output_tokens: Tokens = Field(256, description="generated tokens (ignore_eos)")
 
 
 class KVCapacity(WorkloadSpec):
@@ -111,11 +123,13 @@ def default_workloads() -> list[WorkloadSpec]:
 class RunSettings(_Frozen):
     """Settings shared by every workload."""
 
-    runs: int = Field(3, ge=1, description="runs per figure; the figure is their median")
-    warmup: int = Field(1, ge=0, description="warm-up requests before measuring (discarded)")
-    slo_ms: dict[SLOName, float] = Field(
+    runs: int = Field(3, ge=1, le=100, description="runs per figure; the figure is their median")
+    warmup: int = Field(
+        1, ge=0, le=100, description="warm-up requests before measuring (discarded)"
+    )
+    slo_ms: dict[SLOName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         default_factory=dict, description="goodput SLOs in ms, e.g. ttft=200 tpot=50"
     )
-    idle_timeout_s: float = Field(120.0, gt=0, description="how long to wait for an idle engine")
-    request_timeout_s: float = Field(600.0, gt=0, description="per-request read timeout")
+    idle_timeout_s: Seconds = Field(120.0, description="how long to wait for an idle engine")
+    request_timeout_s: Seconds = Field(600.0, description="per-request read timeout")
     api_key: str | None = Field(None, description="bearer token for the target")

@@ -6,6 +6,7 @@ mistake becomes one :class:`~servekit.errors.UsageError` naming the flag.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from copy import copy
 from pathlib import Path
@@ -22,6 +23,7 @@ from servekit.bench.config import (
     Prefill,
     RateSweep,
     RunSettings,
+    Seconds,
     SingleStream,
     SLOName,
     WorkloadSpec,
@@ -64,10 +66,22 @@ def parse_slos(items: Sequence[str]) -> dict[SLOName, float]:
             ms = float(value)
         except ValueError:
             ms = -1.0
-        if match is None or ms <= 0:
+        if match is None or not 0 < ms < math.inf:
             raise UsageError(f"--slo {item}: expected NAME=MS with NAME one of ttft, tpot, e2el")
         slos[match] = ms
     return slos
+
+
+# The flag a workload field comes from, to name it in an error.
+_FLAG_OF = {
+    "prompt_tokens": "--isl",
+    "input_tokens": "--isl",
+    "output_tokens": "--osl",
+    "streams": "--streams/--prefill-streams",
+    "rates": "--rates",
+    "requests": "--requests",
+    "concurrencies": "--concurrency",
+}
 
 
 def build_workloads(
@@ -100,8 +114,9 @@ def build_workloads(
         ]
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"workload option {field}: {first['msg']}") from None
+        field = str(first["loc"][0]) if first["loc"] else ""
+        flag = _FLAG_OF.get(field, f"workload option {field}")
+        raise UsageError(f"{flag}: {first['msg']}") from None
 
 
 def _one(  # noqa: PLR0917 - private fan-out of the flags above
@@ -171,9 +186,8 @@ class BenchOptions(BaseModel):
         None, description="a saved bench.json; prints before -> after (delta)"
     )
     out: Path | None = Field(None, description="output folder (default .servekit/bench/<UTC time>)")
-    idle_timeout: float = Field(
+    idle_timeout: Seconds = Field(
         RunSettings.model_fields["idle_timeout_s"].default,
-        gt=0,
         description=RunSettings.model_fields["idle_timeout_s"].description,
     )
     note: str | None = Field(None, description="a note stored with the result")
