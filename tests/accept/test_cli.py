@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servekit.sim.testing import running_sim
 
 from .stacks import sim_pd
@@ -102,3 +104,32 @@ def test_list_names_every_check(tmp_path: Path) -> None:
     assert "guard.decode_direct" in ids
     assert sum(i.startswith("needle.144k.") for i in ids) == 11
     assert sum(i.startswith("needle.1m.") for i in ids) == 11
+
+
+def test_a_server_that_never_answers_is_one_line_not_hours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It takes the connection and says nothing: before, every check waited its 600 s."""
+    import asyncio
+
+    from tests.proxy.backends import black_hole
+
+    from servekit.accept import runner
+    from servekit.accept.options import AcceptOptions
+    from servekit.deployment import Deployment
+    from servekit.errors import UsageError
+
+    monkeypatch.setattr(runner, "DISCOVERY_TIMEOUT_S", 0.5)
+
+    async def scenario() -> None:
+        url, server = await black_hole()
+        try:
+            with pytest.raises(UsageError, match=r"/v1/models did not answer in 0 s"):
+                await runner.run_acceptance_async(
+                    Deployment(entry_url=url), AcceptOptions(), tmp_path / "out"
+                )
+        finally:
+            server.close()
+
+    asyncio.run(scenario())
+    assert not (tmp_path / "out" / "result.json").exists()

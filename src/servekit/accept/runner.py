@@ -22,6 +22,7 @@ from servekit.accept.outcome import Outcome, failed
 from servekit.accept.registry import Check, all_checks, select
 from servekit.accept.wire import Wire
 from servekit.deployment import Deployment
+from servekit.errors import UsageError
 
 RESULT_FILE = "result.json"
 OnResult = Callable[[CheckResult], None]
@@ -43,10 +44,26 @@ def _model_card(doc: Any) -> tuple[str | None, int | None]:
     return model, limit if isinstance(limit, int) else None
 
 
+DISCOVERY_TIMEOUT_S = 30.0
+
+
+async def _models(env: Env, url: str) -> Any:
+    """GET /v1/models, bounded: a server that takes the connection and never answers
+    would otherwise hold every check for its full request timeout (600 s each)."""
+    try:
+        reply = await asyncio.wait_for(env.wire.get(f"{url}/v1/models"), DISCOVERY_TIMEOUT_S)
+    except TimeoutError:
+        raise UsageError(
+            f"{url}/v1/models did not answer in {DISCOVERY_TIMEOUT_S:.0f} s; "
+            "is the server up and is this its root URL?"
+        ) from None
+    return reply.json_body()
+
+
 async def discover(env: Env) -> None:
     """Fill in the served model and max_model_len from /v1/models (entry, then engine)."""
     for url in dict.fromkeys((env.entry, env.tokenize_base)):
-        model, limit = _model_card((await env.wire.get(f"{url}/v1/models")).json_body())
+        model, limit = _model_card(await _models(env, url))
         env.model = env.model or env.deployment.model or model
         env.max_model_len = env.max_model_len or limit
         if env.model and env.max_model_len:
