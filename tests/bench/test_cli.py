@@ -98,3 +98,29 @@ def test_unknown_layout_name_is_a_usage_error(tmp_path: Path) -> None:
 def test_unreachable_url_is_a_usage_error(tmp_path: Path) -> None:
     proc = servekit("bench", "--target", "http://127.0.0.1:9", "--runs", "1", cwd=tmp_path)
     assert proc.returncode == 2 and "cannot list models" in proc.stderr
+
+
+def test_a_server_that_never_answers_is_one_line_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It takes the connection and says nothing: before, the run waited its request timeout."""
+    import asyncio
+
+    from tests.proxy.backends import black_hole
+
+    from servekit.bench import runner
+    from servekit.bench.config import SingleStream
+    from servekit.deployment import Deployment
+    from servekit.errors import UsageError
+
+    monkeypatch.setattr(runner, "DISCOVERY_TIMEOUT_S", 0.5)
+
+    async def scenario() -> None:
+        url, server = await black_hole()
+        try:
+            with pytest.raises(UsageError, match=r"/v1/models did not answer"):
+                await runner.bench_async(Deployment(entry_url=url), [SingleStream()])
+        finally:
+            server.close()
+
+    asyncio.run(scenario())

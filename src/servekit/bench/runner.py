@@ -91,9 +91,19 @@ async def bench_async(
     )
 
 
+DISCOVERY_TIMEOUT_S = 30.0
+
+
 async def _resolve_model(client: OpenAIClient, deployment: Deployment) -> str:
+    """The served model, bounded: a server that takes the connection and never answers
+    would otherwise hold the run for the full request timeout."""
     try:
-        return await client.resolve_model()
+        return await asyncio.wait_for(client.resolve_model(), DISCOVERY_TIMEOUT_S)
+    except TimeoutError:
+        raise UsageError(
+            f"--target {deployment.entry_url}: /v1/models did not answer in "
+            f"{DISCOVERY_TIMEOUT_S:.0f} s; is the server up and is this its root URL?"
+        ) from None
     except EndpointError as exc:
         raise UsageError(
             f"--target {deployment.entry_url}: cannot list models ({exc}); "
