@@ -212,3 +212,7 @@ def test_verify_family_compares_with_that_family_row_only(tmp_path: Path) -> Non
     assert hostile.returncode == 2 and "--family" in hostile.stderr
     with_role = servekit("kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope")
     assert with_role.returncode == 2 and "--family 'a3/nope'" in with_role.stderr
+    alone = servekit("kit", "verify", str(kit), "--catalog", "layouts")
+    assert alone.returncode == 2 and "--catalog applies to --family" in alone.stderr
+    missing = servekit("kit", "verify", str(kit), "--family", "a3/x", "--catalog", "/nonexistent")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr

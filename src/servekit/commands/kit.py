@@ -71,9 +71,9 @@ def _family_table(opts: KitVerifyOptions) -> Callable[[str], dict[str, str]] | N
         return None
     from servekit.catalog.families import family_script_defaults
 
-    family, kind = opts.family, opts.kind
-    family_script_defaults(family, "mixed", kind=kind)  # a bad family fails here, before the kit
-    return lambda role: family_script_defaults(family, role, kind=kind)
+    family, kind, catalog = opts.family, opts.kind, opts.catalog
+    family_script_defaults(family, "mixed", catalog, kind)  # a bad family fails before the kit
+    return lambda role: family_script_defaults(family, role, catalog, kind)
 
 
 def verify(opts: KitVerifyOptions) -> int:

@@ -101,6 +101,9 @@ class KitVerifyOptions(_Options):
     role: Literal["decode", "prefill", "mixed"] | None = Field(
         None, description="Role for --kind/--family (default: from each script's name)"
     )
+    catalog: str | None = Field(
+        None, description="Catalog folder for --family (default: the packaged one)"
+    )
     as_json: bool = Field(
         False, description="Print the report as JSON", json_schema_extra={"flag": "--json"}
     )
@@ -120,6 +123,8 @@ class KitVerifyOptions(_Options):
             raise ValueError(
                 "--role applies to the servekit table check: give --kind KIND or --family NAME too"
             )
+        if self.catalog is not None and self.family is None:
+            raise ValueError("--catalog applies to --family: give --family NAME too")
         if self.family is not None and not _FAMILY_NAME.fullmatch(self.family):
             raise ValueError(f"--family {self.family[:40]!r}: write a profile name, e.g. a3/NAME")
         return self
