@@ -166,3 +166,30 @@ def test_seen_phase_keeps_a_recorded_end_and_flags_leftovers(tmp_path: Path) -> 
         sleeper.kill()
         sleeper.wait()
     assert seen_phase(state) == "dead"
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"\xff\xfe", b'{"layout": 1}', b"[" * 5000])
+def test_an_unreadable_state_is_said_not_taken_for_no_run(tmp_path: Path, content: bytes) -> None:
+    """A full disk or a hand edit: the run's processes may still be alive, so neither
+    status nor up may act as if nothing ran; down sets the record aside, keeping it."""
+    env = user_env(tmp_path / "state")
+    run = tmp_path / "state" / "servekit" / "runs" / "local__single"
+    run.mkdir(parents=True)
+    (run / "state.json").write_bytes(content)
+
+    shown = servekit(tmp_path, env, "status")
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    assert "state.json is not a run state" in shown.stderr
+    assert "servekit down local/single" in shown.stderr
+    assert status_json(tmp_path, env) == []
+
+    up = servekit(tmp_path, env, "up", "local/single", "--engine", "sim")
+    assert up.returncode == 2, up.stderr
+    assert up.stderr.count("\n") == 1 and "Clear it with: servekit down local/single" in up.stderr
+
+    down = servekit(tmp_path, env, "down", "local/single")
+    assert down.returncode == 0, down.stderr
+    assert "could not be listed" in down.stdout
+    (kept,) = run.glob("state.json.unreadable-*")
+    assert kept.read_bytes() == content and not (run / "state.json").exists()
+    assert servekit(tmp_path, env, "status").returncode == 2  # "no runs": the record is aside

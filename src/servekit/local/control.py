@@ -31,6 +31,7 @@ from servekit.local.state import (
     RunState,
     pid_alive,
     read_state,
+    state_or_why,
     supervisor_alive,
     write_state,
 )
@@ -160,15 +161,20 @@ def active_runs() -> list[RunDir]:
     """Run directories (in every root) whose state says something may still be running."""
     found = []
     for path in (p for root in run_roots() for p in sorted(root.glob("*/state.json"))):
-        state = read_state(path)
-        if state is not None and state.phase not in ("failed", "stopped"):
-            found.append(RunDir(path.parent))
+        state = state_or_why(path)
+        if isinstance(state, str) or (
+            state is not None and state.phase not in ("failed", "stopped")
+        ):
+            found.append(RunDir(path.parent))  # an unreadable record may hide live processes
     return found
 
 
 def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
     """Stop one run: through its supervisor, or directly if the supervisor is gone."""
-    state = read_state(run.state)
+    found = state_or_why(run.state)
+    if isinstance(found, str):
+        return _set_aside(run, found)
+    state = found
     if state is None:
         return f"{run.root.name}: nothing recorded"
     stopped_cleanly = False
@@ -183,6 +189,16 @@ def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
         run.deployment.unlink(missing_ok=True)
         _record_stopped(run, state)
     return f"{state.layout}: stopped"
+
+
+def _set_aside(run: RunDir, why: str) -> str:
+    """An unreadable state.json: keep it as evidence under another name, clear the record."""
+    kept = run.state.with_name(f"state.json.unreadable-{int(time.time())}")
+    os.replace(run.state, kept)
+    return (
+        f"{run.root.name}: {why}; kept as {kept.name}. Its processes could not be listed: "
+        f"if any still run, stop them by hand (their logs are under {run.logs})"
+    )
 
 
 def _record_stopped(run: RunDir, state: RunState) -> None:

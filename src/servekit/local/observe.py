@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from servekit.local import procs
 from servekit.local.display import view_table
 from servekit.local.rundir import RunDir
 from servekit.local.runview import RunView, run_view
-from servekit.local.state import read_state
+from servekit.local.state import read_state, state_or_why
 
 POLL_S = 0.5
 PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -58,9 +59,32 @@ def collect(name: str | None) -> list[RunView]:
     return views
 
 
+def unreadable(name: str | None) -> list[tuple[RunDir, str]]:
+    """Runs whose state.json exists but cannot be read, with why."""
+    found = []
+    for run in runs_of(name):
+        why = state_or_why(run.state)
+        if isinstance(why, str):
+            found.append((run, why))
+    return found
+
+
+def _warn_unreadable(broken: list[tuple[RunDir, str]]) -> None:
+    for run, why in broken:
+        print(
+            f"warning: {run.root}: {why}; its processes cannot be listed and may still run. "
+            f"'servekit down {run.root.name.replace('__', '/', 1)}' sets the record aside",
+            file=sys.stderr,
+        )
+
+
 def status(name: str | None, console: Console, as_json: bool = False) -> int:
     """Print a table per run (or, with ``as_json``, one JSON document for scripts)."""
     views = collect(name)
+    broken = unreadable(name)
+    _warn_unreadable(broken)
+    if not views and broken and not as_json:
+        return 1
     if not views and (name is not None or not as_json):
         where = ", ".join(str(r) for r in run_roots())
         what = f"no run of {name}" if name else "no runs"

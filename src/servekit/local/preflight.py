@@ -15,7 +15,7 @@ from pathlib import Path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 from servekit.local.runspec import EngineChoice
-from servekit.local.state import pid_alive, read_state, supervisor_alive
+from servekit.local.state import pid_alive, state_or_why, supervisor_alive
 
 LOCAL_ACCELERATOR = "cpu"
 
@@ -64,7 +64,13 @@ def check_model_dir(path: Path) -> None:
 
 def check_not_running(state_path: Path, layout: str) -> None:
     """One run per layout: refuse to start over a live supervisor or its leftovers."""
-    state = read_state(state_path)
+    found = state_or_why(state_path)
+    if isinstance(found, str):
+        raise UsageError(
+            f"{layout}: the previous run's {found}; its processes may still run. "
+            f"Clear it with: servekit down {layout}"
+        )
+    state = found
     if state is None:
         return
     if state.phase not in ("failed", "stopped") and supervisor_alive(state):

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.fsutil import atomic_write_text
 
@@ -71,11 +71,28 @@ def write_state(path: Path, state: RunState) -> None:
 
 
 def read_state(path: Path) -> RunState | None:
-    """The last state written, or None when there is none."""
+    """The last state written, or None when there is none (or it cannot be read)."""
+    found = state_or_why(path)
+    return found if isinstance(found, RunState) else None
+
+
+def state_or_why(path: Path) -> RunState | str | None:
+    """The last state written; None when there is none; why not, when it cannot be read.
+
+    The supervisor writes state.json atomically, so an unreadable one means a full
+    disk or a hand edit: its processes may still run, and callers must say so
+    rather than treat the run as absent.
+    """
     try:
-        return RunState.model_validate_json(path.read_text())
-    except (FileNotFoundError, ValueError):
+        return RunState.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        return f"cannot read {path.name} ({exc.strerror})"
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        return f"{path.name} is not a run state ({where}: {err['msg']})"[:200]
 
 
 def _stat(pid: int) -> list[str] | None:
