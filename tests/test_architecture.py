@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "userdirs",
         "lazyface",
         "safeyaml",
+        "logscan",
     ),
     ("errors", "__init__"),
 )

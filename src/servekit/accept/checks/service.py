@@ -15,6 +15,7 @@ from servekit.accept.check import Check
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.deployment import Deployment
+from servekit.logscan import log_lines
 
 ERROR_PATTERN = re.compile(r"\b(AssertionError|EngineDeadError|RuntimeError)\b")
 
@@ -92,10 +93,9 @@ async def proxy_health(probe: Probe) -> Outcome:
 def count_errors(path: Path) -> Counter[str]:
     """Lines naming AssertionError / EngineDeadError / RuntimeError, by name."""
     counts: Counter[str] = Counter()
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            for name in set(ERROR_PATTERN.findall(line)):
-                counts[name] += 1
+    for line in log_lines(path):
+        for name in set(ERROR_PATTERN.findall(line)):
+            counts[name] += 1
     return counts
 
 
@@ -114,9 +114,10 @@ async def error_logs(probe: Probe) -> Outcome:
     totals: Counter[str] = Counter()
     worst: list[str] = []
     for name, log in logs:
-        if not log.is_file():
-            return failed(f"log of {name} not readable at {log}")
-        found = count_errors(log)
+        try:
+            found = count_errors(log)
+        except OSError as exc:
+            return failed(f"log of {name} not readable at {log} ({exc})")
         totals.update(found)
         if found:
             worst.append(f"{name}: {dict(found)}")

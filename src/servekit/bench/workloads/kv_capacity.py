@@ -19,6 +19,7 @@ from servekit.bench.sampler import RelaySource
 from servekit.bench.schema import Figure, Point
 from servekit.client import MetricsSnapshot, OpenAIClient
 from servekit.deployment import Endpoint
+from servekit.logscan import log_lines
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 CACHE_INFO = "vllm:cache_config_info"
@@ -30,12 +31,18 @@ def kv_from_log(path: Path, name: str | None = None) -> int | None:
     When several endpoints share one log (the simulator writes one for all),
     lines naming the endpoint win over the others.
     """
-    if not path.is_file():
+    last: str | None = None
+    last_named: str | None = None
+    try:
+        for line in log_lines(path):
+            if KV_LINE.search(line):
+                last = line
+                if name and name in line:
+                    last_named = line
+    except OSError:
         return None
-    lines = [ln for ln in path.read_text(errors="replace").splitlines() if KV_LINE.search(ln)]
-    named = [ln for ln in lines if name and name in ln]
-    chosen = (named or lines)[-1:]
-    match = KV_LINE.search(chosen[0]) if chosen else None
+    chosen = last_named or last
+    match = KV_LINE.search(chosen) if chosen else None
     return int(match.group(1).replace(",", "")) if match else None
 
 
