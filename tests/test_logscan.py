@@ -58,3 +58,34 @@ def test_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
     zero.symlink_to("/dev/zero")
     with pytest.raises(OSError, match="not a regular file"):
         list(log_lines(zero))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(
+        st.sampled_from([b"a", b"\n", b"\r\n", b"\xc3\xa9", b"\xff", b"xyz" * 5]), max_size=80
+    ).map(b"".join),
+    count=st.integers(0, 12),
+    chunk=st.integers(1, 16),
+)
+def test_last_lines_equal_the_end_of_the_whole_file(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, count: int, chunk: int
+) -> None:
+    path = tmp_path_factory.mktemp("log") / "x.log"
+    path.write_bytes(data)
+    old = logscan.CHUNK
+    logscan.CHUNK = chunk  # small blocks: reading backwards crosses many of them
+    try:
+        got = logscan.last_lines(path, count)
+    finally:
+        logscan.CHUNK = old
+    whole = data.decode("utf-8", errors="replace").splitlines()
+    assert got == (whole[-count:] if count else [])
+
+
+def test_logs_never_wait_on_a_fifo(tmp_path: Path) -> None:
+    from servekit.local.procs import tail
+
+    fifo = tmp_path / "decode.log"
+    os.mkfifo(fifo)
+    assert tail(fifo, 20) == []

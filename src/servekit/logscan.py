@@ -12,9 +12,36 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 MAX_LINE = 64 * 1024
+
+
+def open_log(path: Path) -> BinaryIO:
+    """A regular file opened for reading; a FIFO or a device is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise OSError(f"{path} is not a regular file")
+    return fh
+
+
+def last_lines(path: Path, count: int, max_bytes: int = 64 << 20) -> list[str]:
+    """The last ``count`` lines, reading backwards in blocks (at most ``max_bytes``)."""
+    with open_log(path) as fh:
+        end = fh.seek(0, os.SEEK_END)
+        start, data = end, b""
+        while start > 0 and data.count(b"\n") <= count and end - start < max_bytes:
+            step = min(CHUNK, start)
+            start -= step
+            fh.seek(start)
+            data = fh.read(step) + data
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if start > 0 and lines:
+        lines = lines[1:]  # the first line read may be the end of a longer one
+    return lines[-count:] if count else []
 
 
 def log_lines(path: Path, max_line: int = MAX_LINE) -> Iterator[str]:
@@ -22,10 +49,7 @@ def log_lines(path: Path, max_line: int = MAX_LINE) -> Iterator[str]:
 
     Raises OSError when ``path`` cannot be opened or is not a regular file.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
+    with open_log(path) as fh:
         pending = b""
         dropping = False  # inside a line already cut to max_line
         while chunk := fh.read(CHUNK):

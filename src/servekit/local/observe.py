@@ -26,6 +26,7 @@ from servekit.local.display import view_table
 from servekit.local.rundir import RunDir
 from servekit.local.runview import RunView, run_view
 from servekit.local.state import read_state, state_or_why
+from servekit.logscan import open_log
 
 POLL_S = 0.5
 PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -151,7 +152,11 @@ def logs(
         out(line)
     if not follow:
         return
-    with open(path, "rb") as fh:
+    try:
+        fh = open_log(path)
+    except OSError as exc:
+        raise UsageError(f"cannot follow {path}: {exc}") from None
+    with fh:
         fh.seek(0, os.SEEK_END)
         while True:
             chunk = fh.readline()

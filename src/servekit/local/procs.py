@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servekit.local import proctree
+from servekit.logscan import last_lines
 
 
 @dataclass
@@ -57,16 +58,11 @@ def spawn(
 
 
 def tail(log: Path, lines: int = 20) -> list[str]:
-    """The last ``lines`` lines of a log (empty when it does not exist)."""
+    """The last ``lines`` lines of a log (empty when it does not exist or is not a file)."""
     try:
-        with open(log, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
+        return last_lines(log, lines)
     except OSError:
         return []
-    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
 def first_dead(children: Iterable[Child]) -> Child | None:
