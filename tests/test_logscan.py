@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,16 @@ from hypothesis import strategies as st
 
 from servekit import logscan
 from servekit.logscan import log_lines
+
+
+@contextlib.contextmanager
+def _chunks_of(size: int) -> Iterator[None]:
+    """Read in ``size``-byte chunks (hypothesis examples cannot share monkeypatch)."""
+    old, logscan.CHUNK = logscan.CHUNK, size
+    try:
+        yield
+    finally:
+        logscan.CHUNK = old
 
 
 def _expected(data: bytes, max_line: int) -> list[str]:
@@ -33,12 +45,8 @@ def test_lines_equal_a_split_cut_to_the_limit(
 ) -> None:
     path = tmp_path_factory.mktemp("log") / "x.log"
     path.write_bytes(data)
-    old = logscan.CHUNK
-    logscan.CHUNK = chunk  # small chunks: lines cross chunk borders
-    try:
+    with _chunks_of(chunk):  # small chunks: lines cross chunk borders
         got = list(log_lines(path, max_line=max_line))
-    finally:
-        logscan.CHUNK = old
     assert got == _expected(data, max_line)
 
 
@@ -73,12 +81,8 @@ def test_last_lines_equal_the_end_of_the_whole_file(
 ) -> None:
     path = tmp_path_factory.mktemp("log") / "x.log"
     path.write_bytes(data)
-    old = logscan.CHUNK
-    logscan.CHUNK = chunk  # small blocks: reading backwards crosses many of them
-    try:
+    with _chunks_of(chunk):  # small blocks: reading backwards crosses many of them
         got = logscan.last_lines(path, count)
-    finally:
-        logscan.CHUNK = old
     whole = data.decode("utf-8", errors="replace").splitlines()
     assert got == (whole[-count:] if count else [])
 
