@@ -306,3 +306,45 @@ def test_help_lists_the_flags_it_acts_on_and_serves_nothing() -> None:
     assert out.returncode == 0, out.stderr
     for flag in ("--kv-transfer-config", "--data-parallel-rank", "--headless", "--middleware"):
         assert flag in out.stdout
+
+
+def test_secret_flags_are_never_shown_or_logged(
+    wrapper_path: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    """/sim/state answers anyone who reaches the port; the engine log is copied around."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [*decode_argv(port), "--api-key", "s3cr3t-1", "--hf-token=s3cr3t-2"]
+    proc = start(procs, argv, wrapper_path)
+    wait_healthy(url, proc)
+    _, raw = get(f"{url}/sim/state")
+    launch = json.loads(raw)["launch"]
+    assert "s3cr3t" not in json.dumps(launch)
+    assert launch["argv"][launch["argv"].index("--api-key") + 1] == "<redacted>"
+    assert "--hf-token=<redacted>" in launch["argv"]
+    assert launch["ignored"]["api-key"] == "<redacted>"
+    assert (
+        "--tokenizer" not in launch["argv"]
+        or "<redacted>" not in launch["argv"][launch["argv"].index("--tokenizer") + 1]
+    )
+    err = stop(proc)
+    assert "s3cr3t" not in err and "<redacted>" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--api-key", "x"], ["--api-key", "<redacted>"]),
+        (["--api-key=x"], ["--api-key=<redacted>"]),
+        (["--hf-token", "x", "--port", "1"], ["--hf-token", "<redacted>", "--port", "1"]),
+        (
+            ["--tokenizer", "t", "--max-num-batched-tokens", "9"],
+            ["--tokenizer", "t", "--max-num-batched-tokens", "9"],
+        ),
+        (["--api-key", "--port", "1"], ["--api-key", "--port", "1"]),
+    ],
+)
+def test_redaction_hides_values_of_secret_flags_only(argv: list[str], shown: list[str]) -> None:
+    from servekit.sim.vllmserve import redacted_argv
+
+    assert redacted_argv(argv) == shown

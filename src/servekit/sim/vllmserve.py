@@ -22,7 +22,9 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +105,47 @@ def endpoint_name(launch: VllmLaunch) -> str:
     return f"{launch.role}-{engine}-dp{launch.ranks[0]}"
 
 
+# A flag is secret when one of its dash-separated words is one of these:
+# --api-key, --hf-token; not --tokenizer or --max-num-batched-tokens.
+SECRET_FLAG = re.compile(
+    r"(?:^|[-_])(?:key|token|secret|password|credentials?)(?:$|[-_=])", re.IGNORECASE
+)
+REDACTED = "<redacted>"
+
+
+def redacted_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with the values of secret-bearing flags (``--api-key``) hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("--"):
+            out.append(REDACTED)
+        elif arg.startswith("--") and "=" in arg and SECRET_FLAG.search(arg.split("=", 1)[0][2:]):
+            out.append(f"{arg.split('=', 1)[0]}={REDACTED}")
+        else:
+            out.append(arg)
+        hide_next = arg.startswith("--") and "=" not in arg and bool(SECRET_FLAG.search(arg[2:]))
+    return out
+
+
+def redacted_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Grouped flags with secret-bearing values hidden (a bare switch stays as it is)."""
+    return {
+        k: REDACTED if SECRET_FLAG.search(k) and not isinstance(v, bool) else v
+        for k, v in flags.items()
+    }
+
+
 def launch_record(launch: VllmLaunch, profile: Profile, speed: float) -> dict[str, Any]:
-    """What ``GET /sim/state`` shows as ``launch``: the command line and what it meant."""
+    """What ``GET /sim/state`` shows as ``launch``: the command line and what it meant.
+
+    ``/sim/state`` answers anyone who can reach the port, so values of flags such
+    as ``--api-key`` are shown as ``<redacted>`` (here and in the engine log).
+    """
     return {
         **launch.model_dump(mode="json"),
+        "argv": redacted_argv(launch.argv),
+        "ignored": redacted_flags(launch.ignored),
         "ranks": list(launch.ranks),
         "profile": profile.name,
         "speed": speed,
@@ -153,10 +192,11 @@ def describe(launch: VllmLaunch) -> str:
 
 
 def _log_launch(launch: VllmLaunch) -> None:
-    log.info("vllm serve %s", " ".join(launch.argv))
+    log.info("vllm serve %s", " ".join(redacted_argv(launch.argv)))
     log.info("simulating %s", describe(launch))
     if launch.ignored:
-        log.info("accepted, not simulated: %s", json.dumps(launch.ignored, sort_keys=True))
+        shown = redacted_flags(launch.ignored)
+        log.info("accepted, not simulated: %s", json.dumps(shown, sort_keys=True))
 
 
 async def _headless(launch: VllmLaunch) -> None:
