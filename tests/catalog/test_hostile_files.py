@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
@@ -37,15 +38,6 @@ def check(catalog: Path) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=120,
     )
-
-
-def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture
@@ -74,7 +66,7 @@ def test_a_file_in_another_encoding_is_named_with_the_fix(
     encode: Callable[[str], bytes], needle: str, single_text: str, tmp_path: Path
 ) -> None:
     root = write_raw(tmp_path, encode(single_text))
-    assert_refused(check(root), "local/single/layout.yaml", needle)
+    one_line_error(check(root), "local/single/layout.yaml", needle)
 
 
 def test_a_utf8_byte_order_mark_is_fine(single_text: str, tmp_path: Path) -> None:
@@ -97,14 +89,14 @@ def test_absurd_yaml_is_refused_before_anything_is_built(
     extra: str, needle: str, single_text: str, tmp_path: Path
 ) -> None:
     root = write_raw(tmp_path, (single_text + extra).encode())
-    assert_refused(check(root), "layout.yaml", needle)
+    one_line_error(check(root), "layout.yaml", needle)
 
 
 def test_a_duplicate_key_names_both_lines(single_text: str, tmp_path: Path) -> None:
     text = single_text.replace("nodes: 1\n", "nodes: 1\nnodes: 2\n")
     line = text.splitlines().index("nodes: 2") + 1
     root = write_raw(tmp_path, text.encode())
-    assert_refused(check(root), f"layout.yaml:{line}: duplicate key 'nodes' (also at line")
+    one_line_error(check(root), f"layout.yaml:{line}: duplicate key 'nodes' (also at line")
 
 
 def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
@@ -114,7 +106,7 @@ def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
     profile.write_text(
         profile.read_text().replace("common:\n", "common:\n  cwd: /a\n  cwd: /b\n", 1)
     )
-    assert_refused(check(root), "dsv4-flash-a3-pd.yaml:", "duplicate key 'cwd'")
+    one_line_error(check(root), "dsv4-flash-a3-pd.yaml:", "duplicate key 'cwd'")
 
 
 def test_a_profile_in_another_encoding_is_named(tmp_path: Path) -> None:
@@ -122,7 +114,7 @@ def test_a_profile_in_another_encoding_is_named(tmp_path: Path) -> None:
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
     profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-mixed.yaml"
     profile.write_bytes(profile.read_text().encode("utf-16"))
-    assert_refused(check(root), "dsv4-flash-a3-mixed.yaml: the file is UTF-16")
+    one_line_error(check(root), "dsv4-flash-a3-mixed.yaml: the file is UTF-16")
 
 
 def _set(data: dict[str, Any], path: str, value: Any) -> None:
@@ -164,7 +156,7 @@ def test_absurd_values_name_the_field_and_the_fix(
     data = layout_data(name)
     data.setdefault("verify", {})
     _set(data, path, value)
-    assert_refused(check(write_catalog(data)), *needles)
+    one_line_error(check(write_catalog(data)), *needles)
 
 
 def test_too_many_processes_in_total_are_refused(
@@ -177,7 +169,7 @@ def test_too_many_processes_in_total_are_refused(
     for i, engine in enumerate(data["engines"]):
         engine["name"] = f"e{i}"
         engine["api_port"] = 1000 + 300 * i
-    assert_refused(check(write_catalog(data)), "processes; at most 4096")
+    one_line_error(check(write_catalog(data)), "processes; at most 4096")
 
 
 def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
@@ -198,5 +190,5 @@ def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
         check=False,
         timeout=120,
     )
-    assert_refused(result, "nodes")
+    one_line_error(result, "nodes")
     assert not (tmp_path / "o").exists()

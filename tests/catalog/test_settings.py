@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
@@ -37,15 +38,6 @@ def servekit(*args: str) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=120,
     )
-
-
-def one_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 GOOD = {
@@ -107,7 +99,7 @@ def test_set_refuses_a_command_or_text_for_a_number(value: str, tmp_path: Path) 
     canary = tmp_path / "PWNED"
     out = tmp_path / "out"
     item = "engines.decode0.settings.max_num_seqs=" + value.format(canary=canary)
-    line = one_line(servekit("render", "a3/1p1d", "--out", str(out), "--set", item))
+    line = one_line_error(servekit("render", "a3/1p1d", "--out", str(out), "--set", item))
     assert "engines.decode0.settings: max_num_seqs:" in line
     assert "takes a whole number from 1" in line and "e.g. max_num_seqs: 32" in line
     assert not out.exists() and not canary.exists()
@@ -116,7 +108,9 @@ def test_set_refuses_a_command_or_text_for_a_number(value: str, tmp_path: Path) 
 def test_set_refuses_a_value_that_is_not_yaml(tmp_path: Path) -> None:
     canary = tmp_path / "PWNED"
     item = f"engines.decode0.settings.max_num_seqs=`touch {canary}`"
-    one_line(servekit("render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item), "--set")
+    one_line_error(
+        servekit("render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item), "--set"
+    )
     assert not canary.exists()
 
 
@@ -143,7 +137,7 @@ def test_the_same_value_in_layout_yaml_fails_layouts_check(value: str, tmp_path:
         _decode(data).setdefault("settings", {})["max_num_seqs"] = value.format(canary=canary)
 
     result = servekit("layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)))
-    one_line(result, "a3/1p1d/layout.yaml:", "engines.1.settings", "max_num_seqs:", "e.g.")
+    one_line_error(result, "a3/1p1d/layout.yaml:", "engines.1.settings", "max_num_seqs:", "e.g.")
     assert not canary.exists()
 
 
@@ -152,7 +146,7 @@ def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
     profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
     profile.write_text(profile.read_text().replace("max_num_seqs: 60", "max_num_seqs: lots"))
     result = servekit("layouts", "check", "--catalog", str(root))
-    one_line(result, "dsv4-flash-a3-pd.yaml:", "max_num_seqs: 'lots' is refused")
+    one_line_error(result, "dsv4-flash-a3-pd.yaml:", "max_num_seqs: 'lots' is refused")
 
 
 @pytest.mark.parametrize(
@@ -184,4 +178,4 @@ def test_names_that_become_shell_words_or_flags_must_be_names(
     edit: Callable[[dict[str, Any]], None], needles: list[str], tmp_path: Path
 ) -> None:
     result = servekit("layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)))
-    one_line(result, *needles)
+    one_line_error(result, *needles)

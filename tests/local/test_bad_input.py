@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.refusal import one_line_error
 
 from servekit.errors import UsageError
 from servekit.local import preflight
@@ -28,15 +29,6 @@ def servekit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0]
-
-
 def assert_nothing_started(cwd: Path) -> None:
     runs = cwd / "runs"
     assert not list(runs.glob("*/state.json")), "a refused up must not start a supervisor"
@@ -45,13 +37,13 @@ def assert_nothing_started(cwd: Path) -> None:
 
 def test_unknown_layout(tmp_path: Path) -> None:
     result = servekit(tmp_path, "up", "local/nope")
-    assert_refused(result, "unknown layout 'local/nope'", "local/1p1d")
+    one_line_error(result, "unknown layout 'local/nope'", "local/1p1d")
     assert_nothing_started(tmp_path)
 
 
 def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> None:
     result = servekit(tmp_path, "up", "a3/1p1d")
-    assert_refused(result, "needs ascend-a3 hardware", "--engine sim")
+    one_line_error(result, "needs ascend-a3 hardware", "--engine sim")
     assert_nothing_started(tmp_path)
 
 
@@ -65,7 +57,7 @@ def test_missing_model_directory_says_how_to_build_it(
     data["model"]["path"] = "models/mine"  # not the tiny model: never built on demand
     catalog = write_catalog(data)
     result = servekit(tmp_path, "up", "local/single", "--catalog", str(catalog))
-    assert_refused(result, "model directory", "is missing", "servekit model tiny --out")
+    one_line_error(result, "model directory", "is missing", "servekit model tiny --out")
     assert_nothing_started(tmp_path)
     assert not (tmp_path / "models").exists()
 
@@ -79,13 +71,13 @@ def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
             holder.bind(("127.0.0.1", 8100))
         holder.listen()
         result = servekit(tmp_path, "up", "local/single")
-    assert_refused(result, "port 8100 (engine) is already in use", "--free-ports")
+    one_line_error(result, "port 8100 (engine) is already in use", "--free-ports")
     assert_nothing_started(tmp_path)
 
 
 def test_unknown_engine(tmp_path: Path) -> None:
     result = servekit(tmp_path, "up", "local/single", "--engine", "tgi")
-    assert_refused(result, "--engine tgi", "vllm", "sim")
+    one_line_error(result, "--engine tgi", "vllm", "sim")
 
 
 def test_engine_not_installed_names_the_extra() -> None:
@@ -133,7 +125,7 @@ def test_engine_missing_from_the_interpreter_is_refused_by_the_cli(tmp_path: Pat
     env = {**os.environ, "PYTHONPATH": str(shim), "SERVEKIT_RUNS": str(tmp_path / "runs")}
     cmd = [sys.executable, "-m", "servekit", "up", "local/single"]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert_refused(result, "vLLM engine is not installed", "servekit[local]")
+    one_line_error(result, "vLLM engine is not installed", "servekit[local]")
     assert_nothing_started(tmp_path)
 
 
@@ -172,37 +164,37 @@ def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "1e400", "-inf"])
 def test_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
     result = servekit(tmp_path, "up", "local/single", "--engine", "sim", "--ready-timeout", value)
-    assert_refused(result, "--ready-timeout", "positive number of seconds")
+    one_line_error(result, "--ready-timeout", "positive number of seconds")
     assert_nothing_started(tmp_path)
 
 
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_demo_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
     result = servekit(tmp_path, "demo", "--ready-timeout", value)
-    assert_refused(result, "--ready-timeout", "positive number of seconds")
+    one_line_error(result, "--ready-timeout", "positive number of seconds")
     assert not (tmp_path / ".servekit").exists()
     assert_nothing_started(tmp_path)
 
 
 def test_logs_refuses_a_negative_line_count(tmp_path: Path) -> None:
-    assert_refused(servekit(tmp_path, "logs", "proxy", "-n", "-5"), "--lines -5")
+    one_line_error(servekit(tmp_path, "logs", "proxy", "-n", "-5"), "--lines -5")
 
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "", "a/b"])
 def test_logs_refuses_what_is_not_a_process_name(tmp_path: Path, name: str) -> None:
-    assert_refused(servekit(tmp_path, "logs", name), "not a process name")
+    one_line_error(servekit(tmp_path, "logs", name), "not a process name")
 
 
 @pytest.mark.parametrize("name", ["..", "local/..", "../../x", ""])
 def test_down_refuses_what_is_not_a_layout_name(tmp_path: Path, name: str) -> None:
-    assert_refused(servekit(tmp_path, "down", name), "not a layout name")
+    one_line_error(servekit(tmp_path, "down", name), "not a layout name")
 
 
 def test_model_tiny_never_replaces_a_file(tmp_path: Path) -> None:
     target = tmp_path / "precious"
     target.write_text("keep me")
     result = servekit(tmp_path, "model", "tiny", "--out", str(target))
-    assert_refused(result, "exists and is not a folder")
+    one_line_error(result, "exists and is not a folder")
     assert target.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious"]
 
@@ -212,14 +204,14 @@ def test_model_tiny_never_replaces_a_folder_of_other_files(tmp_path: Path) -> No
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
     result = servekit(tmp_path, "model", "tiny", "--out", str(folder))
-    assert_refused(result, "not a tiny-model build", "servekit-tiny.json")
+    one_line_error(result, "not a tiny-model build", "servekit-tiny.json")
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
 
 
 def test_model_tiny_never_replaces_a_link(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    assert_refused(servekit(tmp_path, "model", "tiny", "--out", "link"), "is not a folder")
+    one_line_error(servekit(tmp_path, "model", "tiny", "--out", "link"), "is not a folder")
     assert (tmp_path / "link").is_symlink()
 
 

@@ -1,0 +1,1 @@
+"""Helpers shared by test packages (imported as tests.helpers.*)."""
