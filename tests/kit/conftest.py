@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from tests.helpers.gitrepo import git
 
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 
@@ -38,21 +38,9 @@ def git_repo(tmp_path: Path) -> Path:
     """A git repository with one commit and a fixed commit date."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    env = {
-        "GIT_AUTHOR_DATE": "2026-10-05T12:00:00+00:00",
-        "GIT_COMMITTER_DATE": "2026-10-05T12:00:00+00:00",
-        "HOME": str(tmp_path),
-        "PATH": "/usr/bin:/bin",
-    }
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
-
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
+    git(repo, "init", "-q")
     (repo / "a.txt").write_text("a\n")
     (repo / "b.txt").write_text("b\n")
-    git("add", ".")
-    git("commit", "-q", "-m", "first")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
     return repo

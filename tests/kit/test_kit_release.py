@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.helpers.gitrepo import git
 
 from servekit.errors import UsageError
 from servekit.kit import (
@@ -27,23 +28,6 @@ from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.checks import CheckResult
 
 from .imagegen import M, base_layers, layer_tar, write_oci
-
-ENV = {
-    "GIT_AUTHOR_DATE": "2026-10-05T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2026-10-05T12:00:00+00:00",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "PATH": "/usr/bin:/bin",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, env=ENV, capture_output=True, text=True
-    )
-    return done.stdout
 
 
 @pytest.fixture

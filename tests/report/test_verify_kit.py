@@ -7,11 +7,11 @@ was not given say how to run them; a failed row fails the run.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.helpers.gitrepo import git
 from tests.kit.imagegen import base_layers, write_oci
 
 from servekit.kit.build import BuildRequest, build_kit
@@ -19,20 +19,6 @@ from servekit.verify import adapters
 from servekit.verify.run import VerifyOptions, verify
 
 from .support import SimRunner, components
-
-ENV = {
-    "GIT_AUTHOR_DATE": "2026-10-05T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2026-10-05T12:00:00+00:00",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "PATH": "/usr/bin:/bin",
-}
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, env=ENV, capture_output=True)
 
 
 def make_kit(tmp_path: Path, spec_default: str) -> tuple[Path, Path, Path]:
