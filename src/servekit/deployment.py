@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
 
 EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
@@ -235,9 +235,8 @@ def read_deployment_file(path: Path, flag: str) -> Deployment:
     try:
         return Deployment.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        where, msg = first_error(exc)
         raise UsageError(
-            f"{flag}: {path} is not a deployment.json: field {where}: {first['msg']}; "
+            f"{flag}: {path} is not a deployment.json: field {where}: {msg}; "
             "write one with 'servekit deployment NAME --nodes IP,... --out FILE'"
         ) from None

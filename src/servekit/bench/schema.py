@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.bench.config import RunSettings, Workload
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.fsutil import atomic_write_text
 
 SCHEMA_VERSION = "servekit.bench/1"
@@ -103,8 +103,7 @@ class BenchResult(_Model):
         try:
             return cls.model_validate_json(path.read_text())
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
+            where, msg = first_error(exc, "")
             raise UsageError(
-                f"--baseline {path}: not a {SCHEMA_VERSION} result ({where}: {first['msg']})"
+                f"--baseline {path}: not a {SCHEMA_VERSION} result ({where}: {msg})"
             ) from exc

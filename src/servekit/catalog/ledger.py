@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.catalog.loader import LoadedLayout, packaged_catalog
 from servekit.catalog.schema import Layout
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.fsutil import atomic_write_text
 from servekit.userdirs import data_dir
 
@@ -137,10 +137,9 @@ def _parse_line(line: str, where: str) -> LedgerRecord:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: not a JSON line ({exc.msg}); fix or remove that line") from exc
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(record)"
+        field, msg = first_error(exc, "(record)")
         raise UsageError(
-            f"{where}: ledger field {field!r}: {err['msg']}; fix or remove that line"
+            f"{where}: ledger field {field!r}: {msg}; fix or remove that line"
         ) from exc
 
 

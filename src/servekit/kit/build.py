@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import servekit
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.kit.apply import apply_image, apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
 from servekit.kit.fsmanifest import FILE, FsState
@@ -278,9 +278,8 @@ def _manifest(
     try:
         return _manifest_of(req, name, base, work, code)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise UsageError(f"kit build: {where} {err['msg']} (fix the input that gives it)") from None
+        where, msg = first_error(exc, "")
+        raise UsageError(f"kit build: {where} {msg} (fix the input that gives it)") from None
 
 
 def _manifest_of(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from servekit.errors import first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.jsonsafe import decode_text, load_json
 from servekit.kit.kitarchive import kit_members, unpack_checked
@@ -47,10 +48,9 @@ class KitDir:
         try:
             return KitManifest.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+            loc, msg = first_error(exc, "(top)")
             raise KitRefused(
-                f"kit {self.root.name}: {MANIFEST} is invalid ({loc}: {err['msg']})"
+                f"kit {self.root.name}: {MANIFEST} is invalid ({loc}: {msg})"
             ) from None
 
     def member(self, rel: str) -> Path:

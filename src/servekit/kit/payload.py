@@ -18,7 +18,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
 from servekit.kit.models import ConfigDelta, KitExpect
@@ -87,9 +87,8 @@ def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        raise UsageError(f"{what}: {loc}: {err['msg']}") from None
+        loc, msg = first_error(exc, "(top)")
+        raise UsageError(f"{what}: {loc}: {msg}") from None
 
 
 def load_spec(path: Path) -> PayloadSpec:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servekit.errors import first_error
 from servekit.fsutil import atomic_write_text
 
 Phase = Literal["starting", "ready", "failed", "stopping", "stopped"]
@@ -90,9 +91,8 @@ def state_or_why(path: Path) -> RunState | str | None:
     except OSError as exc:
         return f"cannot read {path.name} ({exc.strerror})"
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        return f"{path.name} is not a run state ({where}: {err['msg']})"[:200]
+        where, msg = first_error(exc)
+        return f"{path.name} is not a run state ({where}: {msg})"[:200]
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 
 Misbehave = Literal["none", "wrong_code", "echo_prompt", "long_answer"]
 
@@ -72,9 +72,8 @@ def patch_faults(current: FaultSpec, patch: Any) -> FaultSpec:
     try:
         return FaultSpec.model_validate({**current.model_dump(), **patch})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise UsageError(f"faults: field {loc}: {first['msg']}") from exc
+        loc, msg = first_error(exc)
+        raise UsageError(f"faults: field {loc}: {msg}") from exc
 
 
 class FaultDice:

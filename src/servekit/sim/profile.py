@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 
 PROFILE_PACKAGE = "servekit.sim.profiles"
 
@@ -154,6 +154,5 @@ def profile_from_mapping(data: Any, where: str = "profile") -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise UsageError(f"{where}: field {loc}: {first['msg']}") from exc
+        loc, msg = first_error(exc)
+        raise UsageError(f"{where}: field {loc}: {msg}") from exc

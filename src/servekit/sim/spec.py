@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servekit import safeyaml
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
 
@@ -143,9 +143,8 @@ def spec_from_mapping(data: Any, where: str = "spec") -> SimSpec:
     try:
         spec = SimSpec.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise UsageError(f"{where}: field {loc}: {first['msg']}") from exc
+        loc, msg = first_error(exc)
+        raise UsageError(f"{where}: field {loc}: {msg}") from exc
     for ep in spec.endpoints:
         ep.resolved_profile()
     return spec

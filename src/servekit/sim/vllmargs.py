@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.sim.spec import KvMode, Role
 
@@ -197,10 +197,8 @@ def parse_launch(argv: list[str]) -> VllmLaunch:
     try:
         return _launch(argv, ns, unknown, model=model)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "command line"
-        msg = first["msg"].removeprefix("Value error, ")
-        raise UsageError(f"sim serve: {where}: {msg}") from None
+        where, msg = first_error(exc, "command line")
+        raise UsageError(f"sim serve: {where}: {msg.removeprefix('Value error, ')}") from None
 
 
 def _launch(
