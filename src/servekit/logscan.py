@@ -32,12 +32,14 @@ def last_lines(path: Path, count: int, max_bytes: int = 64 << 20) -> list[str]:
     """The last ``count`` lines, reading backwards in blocks (at most ``max_bytes``)."""
     with open_log(path) as fh:
         end = fh.seek(0, os.SEEK_END)
-        start, data = end, b""
-        while start > 0 and data.count(b"\n") <= count and end - start < max_bytes:
+        start, blocks, newlines = end, [], 0
+        while start > 0 and newlines <= count and end - start < max_bytes:
             step = min(CHUNK, start)
             start -= step
             fh.seek(start)
-            data = fh.read(step) + data
+            blocks.append(fh.read(step))
+            newlines += blocks[-1].count(b"\n")  # each block counted once, joined once
+    data = b"".join(reversed(blocks))
     lines = data.decode("utf-8", errors="replace").splitlines()
     if start > 0 and lines:
         lines = lines[1:]  # the first line read may be the end of a longer one

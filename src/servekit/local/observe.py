@@ -25,7 +25,7 @@ from servekit.local import procs
 from servekit.local.display import view_table
 from servekit.local.rundir import RunDir
 from servekit.local.runview import RunView, run_view
-from servekit.local.state import read_state, state_or_why
+from servekit.local.state import state_or_why
 from servekit.logscan import open_log
 
 POLL_S = 0.5
@@ -50,24 +50,17 @@ def runs_of(name: str | None) -> list[RunDir]:
     return [RunDir(d) for d in found]
 
 
-def collect(name: str | None) -> list[RunView]:
-    """Every recorded run of ``name`` (or every run), as it is now."""
-    views = []
+def collect(name: str | None) -> tuple[list[RunView], list[tuple[RunDir, str]]]:
+    """Every recorded run of ``name`` (or every run) as it is now, and the runs whose
+    state.json exists but cannot be read, with why (each state file is read once)."""
+    views, broken = [], []
     for run in runs_of(name):
-        state = read_state(run.state)
-        if state is not None:
-            views.append(run_view(run, state))
-    return views
-
-
-def unreadable(name: str | None) -> list[tuple[RunDir, str]]:
-    """Runs whose state.json exists but cannot be read, with why."""
-    found = []
-    for run in runs_of(name):
-        why = state_or_why(run.state)
-        if isinstance(why, str):
-            found.append((run, why))
-    return found
+        found = state_or_why(run.state)
+        if isinstance(found, str):
+            broken.append((run, found))
+        elif found is not None:
+            views.append(run_view(run, found))
+    return views, broken
 
 
 def _warn_unreadable(broken: list[tuple[RunDir, str]]) -> None:
@@ -81,8 +74,7 @@ def _warn_unreadable(broken: list[tuple[RunDir, str]]) -> None:
 
 def status(name: str | None, console: Console, as_json: bool = False) -> int:
     """Print a table per run (or, with ``as_json``, one JSON document for scripts)."""
-    views = collect(name)
-    broken = unreadable(name)
+    views, broken = collect(name)
     _warn_unreadable(broken)
     if not views and broken and not as_json:
         return 1
