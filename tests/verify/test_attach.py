@@ -148,3 +148,14 @@ def test_servekit_deployment_never_clobbers_another_file(tmp_path: Path) -> None
     bad = servekit("deployment", "a3/1p1d", "--nodes", "a", "--out", str(tmp_path / "d.json"))
     assert bad.returncode == 2 and bad.stderr.startswith("error: --nodes a:")
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [("ftp://x", "give http://HOST:PORT"), ("http://x:99999", "Port out of range")],
+)
+def test_servekit_deployment_checks_its_entry_url(tmp_path: Path, entry: str, says: str) -> None:
+    out = tmp_path / "d.json"
+    done = servekit("deployment", "a3/1p1d", "--nodes", "a,b", "--entry", entry, "--out", str(out))
+    assert done.returncode == 2 and done.stderr.startswith(f"error: --entry {entry}:")
+    assert says in done.stderr and not out.exists()

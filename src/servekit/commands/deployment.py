@@ -47,7 +47,7 @@ class DeploymentOptions(BaseModel):
 def write_deployment(opts: DeploymentOptions) -> int:
     """Build the deployment from the Plan and the addresses; write it atomically."""
     from servekit.catalog.loader import load
-    from servekit.deployment import Deployment
+    from servekit.deployment import Deployment, entry_url
     from servekit.errors import UsageError
     from servekit.fsutil import atomic_write_text
     from servekit.verify.cluster import cluster_deployment, parse_nodes
@@ -58,14 +58,13 @@ def write_deployment(opts: DeploymentOptions) -> int:
         raise UsageError("--speed: only simulated engines have a speed; add --engine sim")
     if opts.logs is not None and not opts.logs.is_dir():
         raise UsageError(f"--logs {opts.logs}: no such folder; give the folder LOG_DIR filled")
-    if opts.entry is not None and not opts.entry.startswith(("http://", "https://")):
-        raise UsageError(f"--entry {opts.entry}: give a URL such as http://10.0.0.1:8080")
+    entry = None if opts.entry is None else entry_url(opts.entry, "--entry")
     _check_out(opts.out)
     layout = load(opts.name, opts.catalog).layout
     dep = cluster_deployment(
         layout,
         parse_nodes(opts.nodes, layout),
-        entry=opts.entry,
+        entry=entry,
         logs=opts.logs.resolve() if opts.logs else None,
         engine="sim" if opts.engine == "sim" else "vllm",
         access="relay" if opts.through_proxy else "direct",
