@@ -71,9 +71,12 @@ def _family_table(opts: KitVerifyOptions) -> Callable[[str], dict[str, str]] | N
         return None
     from servekit.catalog.families import family_script_defaults
 
-    family, kind, catalog = opts.family, opts.kind, opts.catalog
-    family_script_defaults(family, "mixed", catalog, kind)  # a bad family fails before the kit
-    return lambda role: family_script_defaults(family, role, catalog, kind)
+    # Read the catalog once, before the kit (a bad family fails first), not per script.
+    rows = {
+        role: family_script_defaults(opts.family, role, opts.catalog, opts.kind)
+        for role in ("decode", "prefill", "mixed")
+    }
+    return rows.__getitem__
 
 
 def verify(opts: KitVerifyOptions) -> int:

@@ -23,7 +23,8 @@ from servekit.kit.paths import image_path
 
 SCHEMA_VERSION: Literal[2] = 2
 Role = Literal["decode", "prefill", "mixed"]
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# An environment variable name as shell scripts and a Dockerfile ENV take it unquoted.
+VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The generated rebuild.sh, selftest.sh and Dockerfile carry these values in shell
 # text and comments; a kit whose MANIFEST holds anything else is refused, so a
 # kit that passes its "generated" check never ships a script that runs a value.
@@ -50,6 +51,12 @@ def _one_line(value: str | None) -> str | None:
     if value is not None and (not value.isprintable() or len(value) > _MAX_TEXT):
         raise ValueError(f"{value[:40]!r}: one printable line of at most {_MAX_TEXT} characters")
     return value
+
+
+def _each_one_line(values: list[str]) -> list[str]:
+    for value in values:
+        _one_line(value)
+    return values
 
 
 class _Frozen(BaseModel):
@@ -103,12 +110,7 @@ class LayerInfo(_Frozen):
             raise ValueError(f"{value[:40]!r} is not a plain member path such as layers/1.tar")
         return value
 
-    @field_validator("whiteouts", "opaque_dirs")
-    @classmethod
-    def _paths(cls, value: list[str]) -> list[str]:
-        for path in value:
-            _one_line(path)
-        return value
+    _paths = field_validator("whiteouts", "opaque_dirs")(_each_one_line)
 
 
 class PayloadFile(_Frozen):
@@ -180,7 +182,7 @@ class Gate(_Frozen):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
+        if not VAR_NAME.fullmatch(value):
             raise ValueError("a variable name such as V41_CED_GRAPH_GATE")
         return value
 
@@ -217,7 +219,7 @@ class KitExpect(_Frozen):
             return value
         out: dict[object, object] = {}
         for name, promise in value.items():
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
+            if not isinstance(name, str) or not VAR_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a shell variable name")
             try:
                 out[name] = (
@@ -254,12 +256,7 @@ class CodeBaseline(_Frozen):
 
     _tokens = field_validator("repo_rev", "commit")(_token)
 
-    @field_validator("dirty_files")
-    @classmethod
-    def _dirty(cls, value: list[str]) -> list[str]:
-        for path in value:
-            _one_line(path)
-        return value
+    _dirty = field_validator("dirty_files")(_each_one_line)
 
     @field_validator("engines")
     @classmethod

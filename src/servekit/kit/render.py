@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import functools
 import posixpath
-import re
 import shlex
 
 import jinja2
 
-from servekit.kit.models import KitManifest, Role, RoleValues
+from servekit.kit.models import VAR_NAME, KitManifest, Role, RoleValues
 
 GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
-# What a Dockerfile's ENV takes as a name without quoting; other keys are listed, not replayed.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _promise(value: object) -> str:
@@ -43,7 +40,8 @@ def _env() -> jinja2.Environment:
     env.filters["shq"] = shlex.quote
     env.filters["whiteout"] = _whiteout
     env.filters["promise"] = _promise
-    env.tests["env_name"] = lambda key: bool(_ENV_NAME.fullmatch(key))
+    # Keys Docker cannot take unquoted are listed in a comment, not replayed.
+    env.tests["env_name"] = lambda key: bool(VAR_NAME.fullmatch(key))
     env.tests["one_line"] = lambda text: text.isprintable() and text.strip() == text != ""
     return env
 
