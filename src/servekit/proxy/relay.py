@@ -95,7 +95,7 @@ async def render(router: Router) -> bytes:
     on the loop that would stall every stream the proxy is relaying for as
     long (and a benchmark sampling through the relay would measure its own
     stall as inter-token latency). In a worker thread the loop keeps its turn
-    every switch interval (``benchmarks/proxy_relay_stall.py``).
+    every switch interval (``benchmarks/metrics_loop_stall.py``).
     """
     instances = list(router.instances())
     texts = await asyncio.gather(*(scrape(router, i) for i in instances))

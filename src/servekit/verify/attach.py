@@ -66,9 +66,11 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
         raise UsageError(
             f"--logs {opts.logs}: no such folder; give the folder run.sh's LOG_DIR wrote"
         )
-    if opts.reference is not None and not is_url(opts.reference):
-        raise UsageError(f"--reference {opts.reference}: give a URL such as http://10.0.0.9:8080")
     if opts.reference is not None:
+        if not is_url(opts.reference):
+            raise UsageError(
+                f"--reference {opts.reference}: give a URL such as http://10.0.0.9:8080"
+            )
         entry_url(opts.reference, "--reference")
     if opts.reference is not None and not opts.attached:
         raise UsageError("--reference: only with --target or --nodes (up starts the reference)")
