@@ -13,7 +13,12 @@ generation request passes only when it asks for a remote prefill:
   ``remote_bootstrap_addr`` and ``transfer_id`` instead; or
 - ``kv_transfer_params`` is the prompt-keyed marker ``{"servekit_prompt_keyed":
   true}`` that servekit's proxy sets for connectors that find the KV by prompt
-  (ExampleConnector on the CPU); ``SERVEKIT_DECODE_GUARD=strict`` refuses it.
+  (ExampleConnector on the CPU); ``SERVEKIT_DECODE_GUARD=strict`` refuses it; or
+- on a layerwise decoder (``SERVEKIT_GUARD_METASERVER`` set: vllm-ascend's
+  MooncakeLayerwiseConnector), and then only: exactly ``{do_remote_decode: false,
+  do_remote_prefill: true, metaserver: URL}`` where URL is one of the deployment's
+  own proxies named in that variable (:func:`asks_layerwise_prefill`). The decoder
+  POSTs its block allocation to that URL, so a URL a client chose is never called.
 
 Everything else on a generating route (no params, ``do_remote_prefill: false``,
 a field missing or of the wrong type, a body that is not a JSON object) gets
@@ -32,10 +37,15 @@ file on ``PYTHONPATH`` (it imports only the standard library)::
 
 ``SERVEKIT_DECODE_GUARD`` in the engine's environment: ``on`` (default),
 ``strict`` (remote prefill only, no prompt-keyed marker) or ``off``.
+``SERVEKIT_GUARD_METASERVER``: the proxy's metaserver URL(s), separated by
+spaces or commas, for layerwise decoders (set, it admits the layerwise shape and
+nothing else; an entry that is not a plain ``http(s)://HOST[:PORT]/PATH`` is
+dropped with a log line, so a bad value refuses rather than opens).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -49,6 +59,7 @@ PROMPT_KEYED_KEY = "servekit_prompt_keyed"
 MIDDLEWARE_CLASS = "DecodeGuardMiddleware"
 RENDERED_MODULE = "servekit_decode_guard"
 ENV_SWITCH = "SERVEKIT_DECODE_GUARD"
+METASERVER_ENV = "SERVEKIT_GUARD_METASERVER"
 STATE_HEADER = b"x-servekit-decode-guard"
 ROUTES_HEADER = b"x-servekit-guarded-routes"
 HEALTH_PATH = "/health"
@@ -73,6 +84,18 @@ STATES = ("on", "strict", "off")
 _PULL_FIELDS = ("remote_engine_id", "remote_request_id", "remote_host")
 _BOOTSTRAP_FIELDS = ("remote_engine_id", "remote_bootstrap_addr", "transfer_id")
 _MATCH_FULL = 2  # starlette.routing.Match.FULL
+_LAYERWISE_KEYS = frozenset({"do_remote_decode", "do_remote_prefill", "metaserver"})
+_URL_MAX = 2048
+# A plain URL and nothing else: no userinfo, query, fragment, percent-encoding,
+# backslash, whitespace or non-ASCII; path segments that start with neither a dot
+# nor a slash (no "." / ".." / empty segments). What passes means one thing to
+# every HTTP client, so comparing it is comparing where the decoder would connect.
+_URL_RE = re.compile(
+    r"(?P<scheme>[A-Za-z]+)://(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])"
+    r"(?::(?P<port>[0-9]{1,5}))?(?P<path>(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+)",
+    re.ASCII,
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _CACHE_MAX = 1024
 
 Scope = MutableMapping[str, Any]
@@ -123,14 +146,79 @@ def is_prompt_keyed_mark(params: object) -> bool:
     return params == {PROMPT_KEYED_KEY: True} and params[PROMPT_KEYED_KEY] is True
 
 
-def kv_params_pass(params: object, accept_prompt_keyed: bool = True) -> bool:
-    """The rule on the value of ``kv_transfer_params``."""
+MetaserverKey = tuple[str, str, int, str]
+
+
+def metaserver_key(url: object) -> MetaserverKey | None:
+    """(scheme, host, port, path) of a plain metaserver URL, normalised; None if not plain.
+
+    Normalised: scheme and host lower-cased, the default port filled in, an IPv6
+    literal compressed. Nothing else is rewritten, so two URLs with one key are
+    one address and one path to any client.
+    """
+    if not isinstance(url, str) or len(url) > _URL_MAX:
+        return None
+    m = _URL_RE.fullmatch(url)
+    if m is None:
+        return None
+    scheme, host = m["scheme"].lower(), m["host"].lower()
+    if scheme not in _DEFAULT_PORTS:
+        return None
+    if host.startswith("["):
+        try:
+            host = "[" + str(ipaddress.IPv6Address(host[1:-1])) + "]"
+        except ValueError:
+            return None
+    port = int(m["port"]) if m["port"] is not None else _DEFAULT_PORTS[scheme]
+    if not 0 < port <= 65535:
+        return None
+    return scheme, host, port, m["path"]
+
+
+def trusted_metaservers(raw: str) -> frozenset[MetaserverKey]:
+    """The keys of the URLs in ``SERVEKIT_GUARD_METASERVER`` (entries that are not plain: dropped)."""
+    keys = (metaserver_key(part) for part in re.split(r"[\s,]+", raw.strip()) if part)
+    return frozenset(k for k in keys if k is not None)
+
+
+def asks_layerwise_prefill(params: object, trusted: frozenset[MetaserverKey]) -> bool:
+    """The layerwise decode request, exactly as the proxy sends it, to a trusted metaserver.
+
+    The decoder POSTs its allocation to ``metaserver`` and waits for the KV to be
+    pushed; ``do_remote_decode`` true would also run the connector's producer
+    branch on the decoder, so the key set is exactly the proxy's three keys.
+    """
+    if not isinstance(params, dict) or params.keys() != _LAYERWISE_KEYS:
+        return False
+    if params["do_remote_prefill"] is not True or params["do_remote_decode"] is not False:
+        return False
+    key = metaserver_key(params["metaserver"])
+    return key is not None and key in trusted
+
+
+def kv_params_pass(
+    params: object,
+    accept_prompt_keyed: bool = True,
+    metaservers: frozenset[MetaserverKey] | None = None,
+) -> bool:
+    """The rule on the value of ``kv_transfer_params``.
+
+    ``metaservers`` not None: a layerwise decoder, where only the layerwise shape
+    to one of those metaservers passes (its connector would prefill locally for
+    the prompt-keyed marker, and would wait forever on pull-shaped params).
+    """
+    if metaservers is not None:
+        return asks_layerwise_prefill(params, metaservers)
     if asks_remote_prefill(params):
         return True
     return accept_prompt_keyed and is_prompt_keyed_mark(params)
 
 
-def body_passes(body: bytes, accept_prompt_keyed: bool = True) -> bool:
+def body_passes(
+    body: bytes,
+    accept_prompt_keyed: bool = True,
+    metaservers: frozenset[MetaserverKey] | None = None,
+) -> bool:
     """The rule on a whole request body, parsed as the engine parses it (json.loads)."""
     try:
         doc = json.loads(body)
@@ -138,7 +226,7 @@ def body_passes(body: bytes, accept_prompt_keyed: bool = True) -> bool:
         return False
     if not isinstance(doc, dict):
         return False
-    return kv_params_pass(doc.get("kv_transfer_params"), accept_prompt_keyed)
+    return kv_params_pass(doc.get("kv_transfer_params"), accept_prompt_keyed, metaservers)
 
 
 def _template_regex(template: str) -> re.Pattern[str]:
@@ -171,7 +259,9 @@ def guard_error_body(path: str) -> bytes:
     message = (
         f"{path} on a decode-role instance requires kv_transfer_params asking for a remote "
         "prefill (do_remote_prefill: true with remote_block_ids, remote_engine_id, "
-        "remote_request_id, remote_host, remote_port); send requests through the PD proxy"
+        "remote_request_id, remote_host, remote_port; on a layerwise decoder exactly "
+        "do_remote_decode: false, do_remote_prefill: true and metaserver: this deployment's "
+        "proxy); send requests through the PD proxy"
     )
     doc = {"error": {"message": message, "type": "invalid_request_error", "code": GUARD_ERROR_CODE}}
     return json.dumps(doc).encode()
@@ -253,6 +343,27 @@ def guard_state() -> str:
     return "strict" if raw == "strict" else "on"
 
 
+def metaservers_from_env() -> frozenset[MetaserverKey] | None:
+    """``SERVEKIT_GUARD_METASERVER``'s trusted keys; None when unset (not a layerwise decoder)."""
+    raw = os.environ.get(METASERVER_ENV, "")
+    if not raw.strip():
+        return None
+    keys = trusted_metaservers(raw)
+    dropped = [p for p in re.split(r"[\s,]+", raw.strip()) if p and metaserver_key(p) is None]
+    if dropped:
+        log.error(
+            "decode guard: %s entries %s are not plain http(s)://HOST[:PORT]/PATH URLs and are "
+            "ignored; layerwise requests naming them are refused",
+            METASERVER_ENV, dropped,
+        )  # fmt: skip
+    return keys
+
+
+def _key_url(key: MetaserverKey) -> str:
+    scheme, host, port, path = key
+    return f"{scheme}://{host}:{port}{path}"
+
+
 def _make_visible(logger: logging.Logger) -> None:
     """Make the guard's lines reach the engine log whatever logging setup the server did.
 
@@ -313,6 +424,7 @@ class DecodeGuardMiddleware:
         self.state = guard_state() if state is None else state
         self.table: RouteTable | None = None
         _make_visible(log)
+        self.metaservers = metaservers_from_env()
 
     @property
     def enabled(self) -> bool:
@@ -335,7 +447,10 @@ class DecodeGuardMiddleware:
         routes = table.guarded if table is not None and table.from_router else ["POST *"]
         source = "router" if table is not None and table.from_router else "path rule"
         allowed = sorted(NEVER_GENERATE)
-        return {"state": self.state, "routes_from": source, "guarded": routes, "allowed": allowed}
+        doc = {"state": self.state, "routes_from": source, "guarded": routes, "allowed": allowed}
+        if self.metaservers is not None:
+            doc["layerwise_metaservers"] = sorted(_key_url(k) for k in self.metaservers)
+        return doc
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -356,7 +471,8 @@ class DecodeGuardMiddleware:
 
     async def _judge(self, scope: Scope, receive: Receive, send: Send) -> None:
         messages, body, complete = await _buffer(receive)
-        if complete and not body_passes(body, accept_prompt_keyed=self.state == "on"):
+        keyed = self.state == "on"
+        if complete and not body_passes(body, keyed, self.metaservers):
             client = scope.get("client") or ("?", 0)
             log.warning(
                 "decode guard: refused %s %s from %s:%s: kv_transfer_params do not ask for a "

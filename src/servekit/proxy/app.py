@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, passthrough, relay
+from servekit.proxy import admin, layerwise, passthrough, relay
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
@@ -26,7 +26,8 @@ from servekit.proxy.validation import check_request
 
 ROUTER = web.AppKey("router", Router)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
-OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH})
+# layerwise.PATH: decoders call it without a key; the request id it names is the capability.
+OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH, layerwise.PATH})
 CLIENT_CLOSED = "499"  # nginx's status for "the client closed the connection first"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -67,6 +68,8 @@ async def _run_trip(
         return await trip.generate("replica", raw), trip
     if mode == "prompt-keyed":
         return await trip.prompt_keyed(), trip
+    if mode == "layerwise":
+        return await layerwise.run(trip, request.app[layerwise.BOOK]), trip
     return await trip.pd(), trip
 
 
@@ -149,6 +152,8 @@ def build_app(router: Router) -> web.Application:
     app.router.add_get("/metrics", metrics)
     relay.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
+    if cfg.mode == "layerwise":
+        layerwise.add_routes(app)
     if cfg.admin:
         admin.add_routes(app, ROUTER)
     return app

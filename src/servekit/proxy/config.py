@@ -26,9 +26,10 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from servekit.errors import UsageError
+from servekit.guard import metaserver_key
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
-MODES = ("pd", "prompt-keyed", "replica")
+MODES = ("pd", "prompt-keyed", "layerwise", "replica")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 
@@ -56,8 +57,15 @@ class ProxyConfig:
     decode: tuple[str, ...] = opt((), "decode instances", metavar="URL", nargs="+")
     replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL",
                                    nargs="+")  # fmt: skip
-    mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:2],
+    mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:3],
                     allowed=MODES)  # fmt: skip
+    metaserver_url: str | None = opt(
+        None, "layerwise: the URL decoders call back with their blocks (default "
+        "http://HOST:PORT/v1/metaserver; needed when --host is a wildcard)", metavar="URL",
+    )  # fmt: skip
+    metaserver_timeout_s: float = opt(300.0, "layerwise: longest wait for a decoder's call to "
+                                      "/v1/metaserver (it comes when the decoder schedules the "
+                                      "request)", gt=0)  # fmt: skip
     host: str = opt("127.0.0.1", "address to listen on")
     port: int = opt(8000, "port to listen on (0: any free one)", ge=0, le=65535, metavar="PORT")
     api_key: str | None = opt(None, "client key (in-process only)", flag=False, repr=False)
@@ -99,11 +107,24 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_value(f, getattr(self, f.name))
+        _check_layerwise(self)
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
         """The instance roles this mode routes to."""
         return ("replica",) if self.mode == "replica" else ("prefill", "decode")
+
+
+def _check_layerwise(config: ProxyConfig) -> None:
+    """Decoders must be able to call the metaserver URL, and their guard must accept it."""
+    if config.metaserver_url is not None and metaserver_key(config.metaserver_url) is None:
+        _bad("metaserver_url", f"{config.metaserver_url!r} is not a plain "
+             "http(s)://HOST[:PORT]/PATH URL (no user, query, %-escapes or dot segments)")  # fmt: skip
+    wildcard = config.host.strip("[]") in ("0.0.0.0", "::", "0:0:0:0:0:0:0:0", "")
+    if config.mode == "layerwise" and config.metaserver_url is None and wildcard:
+        _bad("host", f"{config.host} is a wildcard, and decoders call the proxy back at "
+             "HOST:PORT/v1/metaserver in layerwise mode; give --metaserver-url "
+             "http://ADDRESS:PORT/v1/metaserver with an address they reach")  # fmt: skip
 
 
 @cache

@@ -1,0 +1,317 @@
+"""The layerwise PD flow (vllm-ascend's MooncakeLayerwiseConnector): decoder first.
+
+Unlike the pull flow (prefill, then decode with the prefill's block ids), the
+layerwise connector needs the decoder's blocks before the prefill runs, so the
+KV can be pushed into them layer by layer while the prefill computes:
+
+1. the client's request goes to a decoder with ``kv_transfer_params`` exactly
+   ``{do_remote_decode: false, do_remote_prefill: true, metaserver: URL}``
+   (:func:`decode_payload`), URL being this proxy's ``/v1/metaserver``;
+2. the decoder's scheduler, once it allocated blocks, POSTs them there: its
+   ``request_id`` (vLLM's id for the request, made from the ``X-Request-Id``
+   the proxy sent), ``remote_block_ids``, ``remote_engine_id``,
+   ``remote_host``, ``remote_port`` (:func:`call_problem` checks the shape);
+3. the proxy sends the client's request to a prefill with one token and that
+   body as ``kv_transfer_params``, with the same ``X-Request-Id``, so both
+   engines name the request alike (the prefill signals "done" by that name);
+4. the decoder's answer (streamed or whole) goes to the client.
+
+Facts and their sources: ``tests/proxy/fixtures/layerwise_protocol.json``.
+Where this differs from the vendored example proxy, on purpose: the wait for
+step 2 is bounded (``--metaserver-timeout``: 504, and the decode request is
+closed, so the engine aborts it); a failed prefill closes the decode request
+and answers a clean error (the example logs and leaves the client hanging);
+``/v1/metaserver`` answers as soon as the call is matched, not after the
+prefill (the decoder does not read the answer, and this frees its caller
+thread); each attempt gets a fresh random request id, which is the only
+capability a metaserver call carries: it is single use and never known to a
+client before the call is consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeGuard
+
+from aiohttp import web
+
+from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.instances import Instance
+from servekit.proxy.payloads import prefill_payload
+from servekit.proxy.requests import prompt_count
+from servekit.proxy.router import Router
+from servekit.proxy.stages import Trip, _Opened
+
+PATH = "/v1/metaserver"
+CALL_MAX_BYTES = 4 * 1024 * 1024  # 16k-token prompts are ~1k block ids: room to spare
+WILDCARDS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0", ""})
+
+# vLLM's id for a request whose X-Request-Id is {rid} (what the connector sends back).
+REQUEST_IDS = {
+    "/v1/completions": "cmpl-{rid}-0",
+    "/v1/chat/completions": "chatcmpl-{rid}",
+}
+
+
+def decode_payload(body: dict[str, Any], metaserver: str) -> dict[str, Any]:
+    """The client's request as the decoder gets it: the layerwise params, nothing else."""
+    params = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": metaserver}
+    return {**body, "kv_transfer_params": params}
+
+
+def layerwise_prefill_payload(
+    route: str, body: dict[str, Any], call: dict[str, Any]
+) -> dict[str, Any]:
+    """The prefill copy (one token, unstreamed) carrying the decoder's call whole."""
+    payload = prefill_payload(route, body, with_kv_params=False)
+    payload["kv_transfer_params"] = call
+    return payload
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def call_problem(doc: object) -> str | None:
+    """What is wrong with a metaserver call's body (None: the shape the connector sends)."""
+    if not isinstance(doc, dict):
+        return "body is not a JSON object"
+    if doc.get("do_remote_decode") is not True:
+        return "do_remote_decode is not true"
+    ids = doc.get("remote_block_ids")
+    if not isinstance(ids, list) or not all(_whole(b) and b >= 0 for b in ids):
+        return "remote_block_ids is not a list of block ids"
+    for key in ("remote_engine_id", "remote_host"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            return f"{key} is missing or not text"
+    port = doc.get("remote_port")
+    if not _whole(port) or not 0 < port <= 65535:
+        return "remote_port is not a port number"
+    return None
+
+
+def default_metaserver(host: str, port: int) -> str:
+    """``http://HOST:PORT/v1/metaserver`` (IPv6 literals bracketed)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{PATH}"
+
+
+class Book:
+    """Requests waiting for their decoder's metaserver call, by vLLM's request id."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def expect(self, key: str) -> asyncio.Future[dict[str, Any]]:
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = future
+        return future
+
+    def take(self, key: str) -> asyncio.Future[dict[str, Any]] | None:
+        """The waiting request of that id, removed (a call is honoured once)."""
+        future = self._waiting.pop(key, None)
+        return None if future is None or future.done() else future
+
+    def forget(self, key: str) -> None:
+        self._waiting.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def keep(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` to its end beside the request (a prefill the decode no longer needs)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+BOOK = web.AppKey("layerwise_book", Book)
+
+
+class _PrefillFailed(Exception):
+    """Carries a prefill failure past the decode retry loop (it must not be retried there)."""
+
+    def __init__(self, error: ProxyError | Answer) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _read_call(request: web.Request) -> bytes | None:
+    """The call's body, or None when it exceeds :data:`CALL_MAX_BYTES`."""
+    if (request.content_length or 0) > CALL_MAX_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(64 * 1024):
+        size += len(chunk)
+        if size > CALL_MAX_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _refusal(status: int, code: str, message: str) -> web.Response:
+    doc = {"error": {"message": message, "type": "proxy_error", "code": code, "stage": "decode"}}
+    return web.json_response(doc, status=status)
+
+
+async def metaserver(request: web.Request) -> web.Response:
+    """POST /v1/metaserver: a decoder hands over its block allocation for one request."""
+    book = request.app[BOOK]
+    raw = await _read_call(request)
+    if raw is None:
+        return _refusal(413, "payload_too_large", f"metaserver call exceeds {CALL_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
+    key = doc.get("request_id") if isinstance(doc, dict) else None
+    future = book.take(key) if isinstance(key, str) else None
+    if future is None:
+        return _refusal(404, "unknown_request", "request_id names no request waiting for its KV")
+    problem = call_problem(doc)
+    if problem is not None:
+        msg = f"the decoder's metaserver call is malformed: {problem}"
+        future.set_exception(ProxyError("upstream_error", "decode", msg))
+        return _refusal(400, "bad_request", msg)
+    assert isinstance(doc, dict)
+    future.set_result(doc)
+    return web.json_response({"status": "accepted"})
+
+
+def add_routes(app: web.Application) -> None:
+    """The metaserver route and the book it fills (layerwise mode only)."""
+    app[BOOK] = Book()
+    app.router.add_post(PATH, metaserver)
+
+
+def _advertised(router: Router, request: web.Request) -> str:
+    cfg = router.config
+    if cfg.metaserver_url is not None:
+        return cfg.metaserver_url
+    port = cfg.port
+    if port == 0:  # bound to any free port: the one this request came in on
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        port = int(sockname[1]) if sockname else 0
+    return default_metaserver(cfg.host, port)
+
+
+async def run(trip: Trip, book: Book) -> web.StreamResponse:
+    """One client request through the layerwise flow; retried on another decoder on 5xx."""
+    route = trip.ticket.route
+    if route not in REQUEST_IDS:
+        msg = (
+            f"{route}: layerwise mode serves {' and '.join(REQUEST_IDS)} (vLLM names other "
+            "requests itself, so the decoder's metaserver call could not be matched)"
+        )
+        raise ProxyError("bad_request", "proxy", msg)
+    if prompt_count(trip.ticket.body) > 1:
+        msg = "prompt: layerwise mode serves one prompt per request; send the prompts separately"
+        raise ProxyError("bad_request", "proxy", msg)
+    url = _advertised(trip.router, trip.request)
+
+    async def exchange(inst: Instance) -> _Opened | bytes:
+        return await _attempt(trip, book, inst, url)
+
+    trip.progress.stage = "decode"
+    try:
+        out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
+    except _PrefillFailed as failed:
+        raise failed.error from None
+    if isinstance(out, _Opened):
+        return await trip._relay("decode", out)
+    trip.first_byte_at = time.perf_counter()
+    rid = trip.headers["X-Request-Id"]
+    return web.Response(body=out, headers={"Content-Type": "application/json", "X-Request-Id": rid})
+
+
+async def _stop(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a task and wait for its cleanup (closing a connection aborts the engine's request)."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
+async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened | bytes:
+    """Decode on ``inst``, wait for its metaserver call, prefill into its blocks."""
+    cfg = trip.router.config
+    rid = uuid.uuid4().hex
+    trip.headers["X-Request-Id"] = rid  # the decode and its prefill must share it
+    key = REQUEST_IDS[trip.ticket.route].format(rid=rid)
+    call = book.expect(key)
+    data = json.dumps(decode_payload(trip.ticket.body, url)).encode()
+    decode: asyncio.Task[_Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
+    prefill: asyncio.Task[bytes] | None = None
+    handed_off = False
+    try:
+        first: set[asyncio.Future[Any]] = {decode, call}
+        done, _ = await asyncio.wait(
+            first, timeout=cfg.metaserver_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if call not in done:
+            who = f"decode {trip.router.describe(inst)}"
+            if decode in done:
+                decode.result()  # its own failure (a 4xx, a 5xx, a connection error)
+                msg = (
+                    f"{who} answered without calling {PATH}: is its kv connector "
+                    "MooncakeLayerwiseConnector?"
+                )
+                raise ProxyError("missing_kv_transfer_params", "decode", msg)
+            msg = (
+                f"{who} did not call {url} within {cfg.metaserver_timeout_s:g} s "
+                "(--metaserver-timeout); can it reach that address?"
+            )
+            raise ProxyError("timeout", "decode", msg)
+        payload = layerwise_prefill_payload(trip.ticket.route, trip.ticket.body, call.result())
+        prefill = asyncio.create_task(_prefill(trip, json.dumps(payload).encode()))
+        both: set[asyncio.Future[Any]] = {decode, prefill}
+        done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        if prefill in done and prefill.exception() is not None:
+            error = prefill.exception()
+            if isinstance(error, ProxyError | Answer):
+                raise _PrefillFailed(error)
+            raise _PrefillFailed(
+                ProxyError("upstream_error", "prefill", f"prefill failed: {error}")
+            )
+        out = await decode
+        if not prefill.done():  # the decode has its KV: let the prefill's answer arrive
+            book.keep(_drain(prefill))
+            handed_off = True
+        return out
+    finally:
+        book.forget(key)
+        if not handed_off:
+            await _stop(prefill)
+        await _stop(decode)
+
+
+async def _drain(task: asyncio.Task[bytes]) -> None:
+    with contextlib.suppress(Exception):
+        await task
+
+
+async def _decode(trip: Trip, inst: Instance, data: bytes) -> _Opened | bytes:
+    """The decode exchange: a stream opened (first bytes in) or the whole answer."""
+    if trip.ticket.stream:
+        return await trip._open_stream("decode", inst, data)
+    return await trip._post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
+
+
+async def _prefill(trip: Trip, data: bytes) -> bytes:
+    """The prefill that pushes KV into the decoder's blocks (retried on another prefill)."""
+    cfg = trip.router.config
+    t0 = time.perf_counter()
+
+    async def exchange(inst: Instance) -> bytes:
+        return await trip._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+
+    body = await trip.router.attempt("prefill", trip.ticket.prefix_key, exchange)
+    trip.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
+    return body
