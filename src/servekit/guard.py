@@ -249,9 +249,15 @@ def is_guarded_path(method: str, path: str) -> bool:
     return method.upper() == "POST" and not never_generates(path)
 
 
-def guard_rejects(method: str, path: str, body: bytes, accept_prompt_keyed: bool = True) -> bool:
+def guard_rejects(
+    method: str,
+    path: str,
+    body: bytes,
+    accept_prompt_keyed: bool = True,
+    metaservers: frozenset[MetaserverKey] | None = None,
+) -> bool:
     """The whole rule without a router: True when a decode-role instance must answer 400."""
-    return is_guarded_path(method, path) and not body_passes(body, accept_prompt_keyed)
+    return is_guarded_path(method, path) and not body_passes(body, accept_prompt_keyed, metaservers)
 
 
 def guard_error_body(path: str) -> bytes:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from servekit.sim import layerwise
 from servekit.sim.clock import Clock
 from servekit.sim.engine import Engine, EngineDeadError, Seq
 from servekit.sim.faults import FaultDice, FaultSpec, patch_faults
@@ -201,7 +202,11 @@ class SimEndpoint:
         limit = self._max_tokens(req, prompt_len)
         digest = hash(tuple(req.prompt_ids))
         delay = self._spike()
-        transfer = self._pd_in(req, rid, digest, prompt_len)
+        push = layerwise.start_push(self, req) if self.spec.kv_mode == "layerwise" else None
+        if self._layerwise_decode(req):
+            transfer: float | None = await layerwise.receive(self, req, rid, prompt_len)
+        else:
+            transfer = self._pd_in(req, rid, digest, prompt_len)
         remote = transfer is not None
         delay += transfer or 0.0
         output, finish = self._output(req, digest, limit)
@@ -222,7 +227,9 @@ class SimEndpoint:
             stream=req.stream,
         )
         admitted = Admitted(seq, req, rid, usage_skew=int(self.faults.usage_off_by_one))
-        seq.on_finish = self._pd_out(admitted, digest)
+        seq.on_finish = (
+            self._pd_out(admitted, digest) if push is None else layerwise.finish_push(push)
+        )
         self.engine.submit(seq)
         return admitted
 
@@ -290,6 +297,11 @@ class SimEndpoint:
         self.stats.external_queries += prompt_len
         self.stats.external_hits += prompt_len
         return self.profile.transfer_time(prompt_len)
+
+    def _layerwise_decode(self, req: GenRequest) -> bool:
+        params = req.kv_transfer_params or {}
+        kind = self.spec.kv_mode == "layerwise" and self.spec.role == "decode"
+        return kind and bool(params.get("do_remote_prefill"))
 
     @property
     def _any_peer(self) -> bool:

@@ -60,6 +60,12 @@ class FaultSpec(BaseModel):
     no_kv_handoff: bool = Field(
         default=False, description="decode re-prefills instead of loading the handed-over KV"
     )
+    no_metaserver_call: bool = Field(
+        default=False, description="layerwise decoder: never calls the metaserver (waits on)"
+    )
+    die_mid_push: bool = Field(
+        default=False, description="layerwise prefill: dies after pushing half the layers"
+    )
     merge_frames: bool = Field(
         default=False, description="a stream's events arrive in one write at its end"
     )

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from servekit.errors import UsageError
 from servekit.guard import guard_error_body, guard_rejects
+from servekit.sim import layerwise
 from servekit.sim.endpoint import Admitted, SimEndpoint
 from servekit.sim.engine import EngineDeadError, Seq
 from servekit.sim.metrics import render
@@ -69,7 +70,9 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     if kind == "responses" and not ep.spec.responses_api:
         return web.Response(status=404, body=b'{"detail":"Not Found"}', content_type=JSON)
     body = await request.read()
-    if ep.spec.guard and guard_rejects(request.method, request.path, body):
+    if ep.spec.guard and guard_rejects(
+        request.method, request.path, body, metaservers=layerwise.guard_keys(ep)
+    ):
         ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
         return web.Response(status=400, body=guard_error_body(request.path), content_type=JSON)
     try:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from servekit.sim.layerwise import PushBoard
+
 PROMPT_KEYED_MAX = 4096
 
 
@@ -69,6 +71,7 @@ class KvRegistry:
         self._offers: dict[tuple[str, str], Offer] = {}
         self._block_ids = itertools.count(1)
         self._by_prompt: OrderedDict[int, int] = OrderedDict()
+        self.pushes = PushBoard()  # the layerwise connector's pushes (sim.layerwise)
 
     def add_producer(self, producer: Producer) -> None:
         self._producers.setdefault(producer.engine_id, []).append(producer)

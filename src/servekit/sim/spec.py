@@ -20,7 +20,7 @@ from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
 
 Role = Literal["mixed", "prefill", "decode"]
-KvMode = Literal["params", "prompt"]
+KvMode = Literal["params", "prompt", "layerwise"]
 KvPeers = Literal["process", "any"]
 
 
@@ -36,8 +36,14 @@ class EndpointSpec(BaseModel):
     engine_id: str | None = Field(default=None, description="defaults to the endpoint name")
     kv_port: int = Field(default=0, ge=0, le=65535)
     kv_mode: KvMode = Field(
-        default="params", description="params: kv_transfer_params; prompt: KV found by prompt"
+        default="params",
+        description="params: kv_transfer_params; prompt: KV found by prompt; layerwise: "
+        "decoder first, it calls the metaserver, prefill pushes the KV (sim.layerwise)",
     )
+    metaservers: tuple[str, ...] = Field(
+        default=(), description="layerwise decoder: the proxy URLs its guard trusts "
+        "(SERVEKIT_GUARD_METASERVER)",
+    )  # fmt: skip
     kv_peers: KvPeers = Field(
         default="process",
         description="process: KV moves between endpoints of this process only (checked); "
