@@ -175,6 +175,12 @@ def metaserver_key(url: object) -> MetaserverKey | None:
     return scheme, host, port, m["path"]
 
 
+def metaserver_url(host: str, port: int, path: str = "/v1/metaserver") -> str:
+    """The metaserver URL of a proxy listening at ``host:port`` (IPv6 literals bracketed)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{path}"
+
+
 def trusted_metaservers(raw: str) -> frozenset[MetaserverKey]:
     """The keys of the URLs in ``SERVEKIT_GUARD_METASERVER`` (entries that are not plain: dropped)."""
     keys = (metaserver_key(part) for part in re.split(r"[\s,]+", raw.strip()) if part)

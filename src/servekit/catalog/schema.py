@@ -29,7 +29,7 @@ from servekit.defaults import EngineKind, Role, SettingValue, check_settings
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
 Capability = Literal["retrieval", "vision", "tools"]
-ProxyMode = Literal["pd", "prompt-keyed", "replica"]
+ProxyMode = Literal["pd", "prompt-keyed", "layerwise", "replica"]
 KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 
 ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {

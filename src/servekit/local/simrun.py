@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
+from servekit.guard import METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
 from servekit.render.plan import Plan, ProcessPlan
@@ -46,6 +47,12 @@ def _profile(proc: ProcessPlan, plan: Plan) -> object:
     return load_profile(name).model_copy(update={"enable_prefix_caching": False}).model_dump()
 
 
+def _metaservers(proc: ProcessPlan) -> tuple[str, ...]:
+    """The proxy URLs a layerwise decoder's guard trusts (SERVEKIT_GUARD_METASERVER)."""
+    value = proc.env.get(METASERVER_ENV)
+    return tuple(value.split()) if isinstance(value, str) else ()
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -54,6 +61,7 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "role": proc.role,
         "engine_id": proc.engine_id,
         "kv_mode": proc.kv_mode or "params",
+        "metaservers": _metaservers(proc),
         "dp_rank": proc.dp_rank or 0,
         "dp_size": proc.dp_size or 1,
         "tp": proc.tp,

@@ -40,6 +40,7 @@ from typing import Any, TypeGuard
 
 from aiohttp import web
 
+from servekit.guard import metaserver_url
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
@@ -97,8 +98,7 @@ def call_problem(doc: object) -> str | None:
 
 def default_metaserver(host: str, port: int) -> str:
     """``http://HOST:PORT/v1/metaserver`` (IPv6 literals bracketed)."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}{PATH}"
+    return metaserver_url(host, port, PATH)
 
 
 class Book:

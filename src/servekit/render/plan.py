@@ -32,15 +32,18 @@ from servekit.defaults import (
     defaults_for,
     format_value,
 )
+from servekit.guard import METASERVER_ENV, metaserver_url
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
-KvMode = Literal["params", "prompt"]
-ProxyMode = Literal["pd", "prompt-keyed", "replica"]
+KvMode = Literal["params", "prompt", "layerwise"]
+ProxyMode = Literal["pd", "prompt-keyed", "layerwise", "replica"]
 BIND_REF = "${BIND_HOST}"
 PlanEnvValue = EnvValue | BundlePrepend
+KV_MODES: dict[str, KvMode] = {"prompt-keyed": "prompt", "layerwise": "layerwise"}
+LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"  # vllm-ascend; selects proxy mode layerwise
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
     "vllm-ascend": "ASCEND_RT_VISIBLE_DEVICES",
@@ -244,8 +247,8 @@ class _Context:
         self.opts = opts
         self.kind = layout.engine_kind
         self.device_cursor: dict[int, int] = {}
-        prompt_keyed = layout.proxy is not None and layout.proxy.mode == "prompt-keyed"
-        self.kv_mode: KvMode = "prompt" if prompt_keyed else "params"
+        mode = layout.proxy.mode if layout.proxy is not None else None
+        self.kv_mode: KvMode = KV_MODES.get(mode or "", "params")
 
     def host(self, node: int) -> str:
         """Node ``node``'s address here (a ``${NODE<k>_IP}`` reference when not given)."""
@@ -310,6 +313,22 @@ def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -
         args.argv.extend(("--middleware", GUARD_MIDDLEWARE))
     args.template.extend(("${GUARD_ON:+--middleware}", "${GUARD_ON:+" + GUARD_MIDDLEWARE + "}"))
     env["PYTHONPATH"] = BundlePrepend(bundle_dir=ctx.opts.bundle_dir)
+
+
+def _layerwise_guard_env(ctx: _Context, engine: Engine, env: dict[str, PlanEnvValue]) -> None:
+    """A layerwise decoder's guard trusts exactly its proxy's metaserver URL.
+
+    Set when the proxy's address is known here (a literal host, or node addresses
+    given); a node reference that scripts fill in at launch is not an
+    environment literal, so the variable is left out and the guard refuses
+    layerwise requests (fail closed) until it is given.
+    """
+    proxy = ctx.layout.proxy
+    if proxy is None or proxy.mode != "layerwise" or engine.role != "decode":
+        return
+    host = proxy.host if isinstance(proxy.host, str) else ctx.opts.bind_host or ctx.host(proxy.node)
+    if "$" not in host:
+        env[METASERVER_ENV] = metaserver_url(host, ctx.port(proxy.node, proxy.port))
 
 
 def _json(value: Any) -> str:
@@ -458,6 +477,7 @@ def _process(
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
     used = _apply_settings(ctx, args, env, settings)
+    _layerwise_guard_env(ctx, engine, env)
     _tail_args(ctx, engine, args, kv_port, leader=not headless)
     device_var = DEVICE_ENV[ctx.kind]
     if device_var and devices and not ctx.whole_node(devices):

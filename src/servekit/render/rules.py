@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servekit.catalog.schema import Engine, Layout
-from servekit.render.plan import Plan, PlanOptions, build_plan
+from servekit.catalog.schema import Engine, Layout, Proxy
+from servekit.render.plan import LAYERWISE_CONNECTOR, Plan, PlanOptions, build_plan
 
 Level = Literal["error", "warning"]
 
@@ -216,6 +216,7 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
     groups: dict[str, tuple[str, ...]] = {
         "pd": ("prefill", "decode"),
         "prompt-keyed": ("prefill", "decode"),
+        "layerwise": ("prefill", "decode"),
         "replica": ("mixed",),
     }
     for role in groups[proxy.mode]:
@@ -232,7 +233,8 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
             yield _err(
                 layout, f"proxy.{which}", f"misses {role} endpoint node {node}:{port}; add it"
             )
-    if proxy.mode in ("pd", "prompt-keyed") and not layout.is_pd:
+    yield from _layerwise_pairing(layout, proxy)
+    if proxy.mode in ("pd", "prompt-keyed", "layerwise") and not layout.is_pd:
         yield _err(
             layout,
             "proxy.mode",
@@ -240,6 +242,21 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
         )
     if proxy.mode == "replica" and proxy.prefill + proxy.decode:
         yield _err(layout, "proxy.mode", "replica mode takes replicas, not prefill/decode lists")
+
+
+def _layerwise_pairing(layout: Layout, proxy: Proxy) -> Iterable[Finding]:
+    """MooncakeLayerwiseConnector and proxy mode layerwise come together, or neither."""
+    connectors = {e.kv_connector.name for e in layout.engines if e.kv_connector is not None}
+    layerwise = LAYERWISE_CONNECTOR in connectors
+    if layerwise and proxy.mode != "layerwise":
+        yield _err(layout, "proxy.mode", f"engines use {LAYERWISE_CONNECTOR}, whose decoders "
+                   "call the proxy back (/v1/metaserver); set proxy mode layerwise")  # fmt: skip
+    if proxy.mode == "layerwise" and not layerwise:
+        yield _err(layout, "proxy.mode", f"mode layerwise needs engines with {LAYERWISE_CONNECTOR}; "
+                   "use mode pd for pull connectors")  # fmt: skip
+    if proxy.mode == "layerwise" and proxy.host in ("0.0.0.0", "::"):
+        yield _err(layout, "proxy.host", "a wildcard is no address decoders can call back in "
+                   "layerwise mode; use {node: ip} or the proxy node's address")  # fmt: skip
 
 
 def rule_speculative(layout: Layout, plan: Plan) -> Iterable[Finding]:

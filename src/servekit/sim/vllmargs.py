@@ -23,6 +23,7 @@ from servekit.sim.spec import KvMode, Role
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
+LAYERWISE_CONNECTORS = frozenset({"MooncakeLayerwiseConnector"})  # vllm-ascend
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 
@@ -201,6 +202,12 @@ def parse_launch(argv: list[str]) -> VllmLaunch:
         raise UsageError(f"sim serve: {where}: {msg.removeprefix('Value error, ')}") from None
 
 
+def _kv_mode(connector: object) -> KvMode:
+    if connector in PROMPT_KEYED_CONNECTORS:
+        return "prompt"
+    return "layerwise" if connector in LAYERWISE_CONNECTORS else "params"
+
+
 def _launch(
     argv: list[str], ns: argparse.Namespace, unknown: list[str], *, model: str
 ) -> VllmLaunch:
@@ -214,7 +221,7 @@ def _launch(
         host=ns.host,
         port=ns.port,
         role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
-        kv_mode="prompt" if connector in PROMPT_KEYED_CONNECTORS else "params",
+        kv_mode=_kv_mode(connector),
         kv_connector=connector if isinstance(connector, str) else None,
         kv_port=_kv_port(kv),
         engine_id=str(kv["engine_id"]) if kv.get("engine_id") is not None else None,

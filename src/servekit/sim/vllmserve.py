@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit.errors import UsageError
+from servekit.guard import METASERVER_ENV
 from servekit.sim.cli_main import configure_logging
 from servekit.sim.faults import FaultSpec, patch_faults
 from servekit.sim.profile import Profile, load_profile
@@ -164,6 +165,7 @@ def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
         "engine_id": launch.engine_id,
         "kv_port": launch.kv_port,
         "kv_mode": launch.kv_mode,
+        "metaservers": tuple(env.get(METASERVER_ENV, "").replace(",", " ").split()),
         "kv_peers": "any",
         "dp_rank": launch.ranks[0],
         "dp_size": launch.dp_size,

@@ -1,0 +1,69 @@
+"""How a layout selects the layerwise protocol: connector name and proxy mode, checked together.
+
+A layout whose engines use MooncakeLayerwiseConnector sets ``proxy.mode:
+layerwise``; the Plan then runs the proxy with ``--mode layerwise`` and gives
+each decoder's guard the proxy's metaserver URL (SERVEKIT_GUARD_METASERVER)
+when the proxy's address is known. Either half alone is refused by the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from servekit.catalog.schema import Layout
+from servekit.guard import METASERVER_ENV, metaserver_key
+from servekit.render.plan import LAYERWISE_CONNECTOR, PlanOptions, build_plan
+from servekit.render.rules import check_layout
+
+
+def _layerwise(data: dict[str, Any], connector: bool = True, mode: bool = True) -> Layout:
+    for engine in data["engines"]:
+        if connector and engine.get("kv_connector"):
+            engine["kv_connector"]["name"] = LAYERWISE_CONNECTOR
+    if mode:
+        data["proxy"]["mode"] = "layerwise"
+    return Layout.model_validate(data)
+
+
+def _errors(layout: Layout) -> list[str]:
+    return [f.line() for f in check_layout(layout) if f.level == "error"]
+
+
+def test_the_layerwise_pair_renders_proxy_mode_and_the_decoders_trust(
+    layout_data: Callable[[str], dict[str, Any]],
+) -> None:
+    layout = _layerwise(layout_data("a3/1p1d"))
+    assert _errors(layout) == []
+    hosts = ("10.0.0.1", "10.0.0.2")
+    plan = build_plan(layout, PlanOptions(hosts=hosts))
+    proxy = plan.process("proxy")
+    i = proxy.argv.index("--mode")
+    assert proxy.argv[i + 1] == "layerwise"
+    url = f"http://{hosts[layout.proxy.node]}:{proxy.api_port}/v1/metaserver"  # type: ignore[union-attr]
+    decoders = [p for p in plan.processes if p.role == "decode" and not p.headless]
+    assert decoders
+    for p in decoders:
+        assert p.env[METASERVER_ENV] == url and metaserver_key(url) is not None
+        assert p.kv_mode == "layerwise"
+    for p in plan.processes:
+        if p.role == "prefill":
+            assert METASERVER_ENV not in p.env and p.kv_mode == "layerwise"
+
+
+def test_without_known_addresses_the_guard_variable_is_left_out(
+    layout_data: Callable[[str], dict[str, Any]],
+) -> None:
+    plan = build_plan(_layerwise(layout_data("a3/1p1d")))
+    assert all(METASERVER_ENV not in p.env for p in plan.processes)
+
+
+def test_either_half_alone_is_refused(layout_data: Callable[[str], dict[str, Any]]) -> None:
+    assert _errors(Layout.model_validate(layout_data("a3/1p1d"))) == []  # positive control
+    only_connector = _errors(_layerwise(layout_data("a3/1p1d"), mode=False))
+    assert any("set proxy mode layerwise" in e for e in only_connector), only_connector
+    only_mode = _errors(_layerwise(layout_data("a3/1p1d"), connector=False))
+    assert any("mode layerwise needs engines" in e for e in only_mode), only_mode
+    data = layout_data("a3/1p1d")
+    data["proxy"]["host"] = "0.0.0.0"
+    assert any("wildcard" in e for e in _errors(_layerwise(data)))
