@@ -1,0 +1,451 @@
+"""Take a source-convention folder's facts by running every node rank of it, contained.
+
+A folder of the source convention (``run.sh`` dispatching on the rank table or
+``MASTER``, role scripts, ``launch_online_dp.py``, proxy scripts, ``meta.yaml``) is
+run the way the platform runs it: the folder is copied to each node's
+``/root/script``, every node rank runs ``dash /root/script/run.sh`` side by side
+on the fake platform (:mod:`servekit.importer.platform`: a real rank table with
+one group-0 node, fake ``hostname``/``ifconfig``/``ip``/``sysctl``, a recording
+``vllm``, and a recording proxy both at ``$PROXY_SCRIPT`` and in place of every
+vendored ``*proxy*.py`` of the folder, so a script that runs its proxy by name is
+recorded too), each inside its bubblewrap sandbox (:mod:`servekit.importer.contain`)
+under one wall-clock limit for the whole run. The folder's own scripts,
+``launch_online_dp.py`` and templates run unchanged.
+
+What comes back (:class:`FolderFacts`, ``.document()`` is the fidelity fixture
+format of tests/render/fidelity/README.md plus ``nodes_from``, ``host_tuning``,
+``meta`` and ``unexpressed``):
+
+- every process started, normalized (:mod:`servekit.importer.platform.normalize`);
+- ``host_tuning``: each write a node made to its fake ``/proc/sys`` or ``/sys``
+  (``cpufreq``, ``sysctl``), with the script file and line that names it; the
+  same value written to every fake CPU is one fact at ``/cpu*/``;
+- ``unexpressed``: what the facts alone cannot say, with file and line: a
+  variable exported twice in one script (the recorded value is the last);
+- ``meta``: the folder's meta.yaml (:func:`servekit.importer.meta.read_meta`).
+
+The node count is detected (:func:`detect_nodes`): ``run.sh``'s own check wins,
+then ``nodes:`` in meta.yaml, then the name grammar (``1node``, ``2nodes``,
+``<A>x<B>p<C>x<D>d``); two of them that disagree are one refusal line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from servekit.importer.contain import (
+    FAKE_CPUS,
+    ImportRefused,
+    Limits,
+    Sandbox,
+    Write,
+    breach,
+    copy_proc_sys,
+    sandbox_python,
+    writes,
+)
+from servekit.importer.meta import SourceMeta, read_meta
+from servekit.importer.platform import fixture
+from servekit.importer.platform.harness import (
+    NodeRun,
+    create_platform,
+    default_groups,
+    install_recorder,
+    run_all_nodes,
+    run_facts,
+)
+from servekit.importer.platform.normalize import ProcessFacts, sorted_facts
+
+ENTRY = "run.sh"
+# Python files of a folder that run for real (the platform's DP launcher); every other
+# one is replaced by the recorder.
+RUN_AS_IS = frozenset({"launch_online_dp.py"})
+DEVICES = {"a2": 8, "a3": 16}
+SCRIPT_DIR = "/root/script"
+EXECUTABLE_ASSUMPTION = (
+    "*.sh made executable: role scripts are started with exec, and the platform's copy "
+    "of the scripts folder is assumed to keep them executable"
+)
+MAX_FILES = 2000
+MAX_FOLDER_BYTES = 32 * 1024 * 1024
+MAX_SCRIPT_BYTES = 1024 * 1024
+_NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
+_RANK_RANGE = re.compile(r"\(want 0\.\.(\d+)\)")
+_NODES_NAME = re.compile(r"(\d+)nodes?")
+_PD_NAME = re.compile(r"(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?")
+_EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=")
+_CPU = re.compile(r"/cpu(\d+)/")
+_BRANCH = re.compile(r"^\s*(else|elif|fi|esac)\b|;;")
+
+
+class SourceRef(BaseModel):
+    """Where a folder comes from: repository, commit and the folder's path in it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repo: str | None = None
+    commit: str | None = None
+    folder: str
+
+
+class HostTuning(BaseModel):
+    """A write to /proc/sys or /sys a node's scripts attempted (recorded, never applied)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: int
+    path: str
+    value: str
+    file: str | None
+    line: int | None
+
+
+class Unexpressed(BaseModel):
+    """Something of the scripts the facts cannot carry, named by file and line."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str
+    line: int
+    what: str
+
+
+class FolderFacts(BaseModel):
+    """Everything a contained run of one folder observed; ``document()`` is the JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: SourceRef
+    entry: str = ENTRY
+    shell: str
+    nodes: int
+    nodes_from: str
+    devices_per_node: int
+    group0_size: int
+    assumptions: tuple[str, ...]
+    processes: tuple[dict[str, Any], ...]
+    host_tuning: tuple[HostTuning, ...]
+    meta: SourceMeta
+    unexpressed: tuple[Unexpressed, ...]
+
+    def process_facts(self) -> list[ProcessFacts]:
+        return [ProcessFacts.from_json(p) for p in self.processes]
+
+    def document(self) -> dict[str, Any]:
+        """The facts document (fixture format, extended); ``fixture.dumps`` writes it."""
+        placeholders = dict(fixture.PLACEHOLDERS)
+        if any("/cpu*/" in t.path for t in self.host_tuning):
+            placeholders["/cpu*/"] = "every CPU: the same value was written to each"
+        return {
+            "source": self.source.model_dump(),
+            "entry": self.entry,
+            "shell": self.shell,
+            "nodes": self.nodes,
+            "nodes_from": self.nodes_from,
+            "devices_per_node": self.devices_per_node,
+            "group0_size": self.group0_size,
+            "assumptions": list(self.assumptions),
+            "placeholders": placeholders,
+            "processes": [dict(p) for p in self.processes],
+            "host_tuning": [t.model_dump() for t in self.host_tuning],
+            "meta": self.meta.document(),
+            "unexpressed": [u.model_dump() for u in self.unexpressed],
+        }
+
+
+def _read_script(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES)
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()
+
+
+def _scripts(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.sh") if p.is_file() and not p.is_symlink())
+
+
+def _code_lines(path: Path) -> Iterable[tuple[int, str]]:
+    for number, line in enumerate(_read_script(path), start=1):
+        if not line.lstrip().startswith("#"):
+            yield number, line
+
+
+def name_nodes(name: str) -> int | None:
+    """The node count the naming grammar says: ``1node``, ``4nodes``, ``1x2p1x4d`` = 6."""
+    if match := _NODES_NAME.fullmatch(name):
+        return int(match.group(1))
+    if match := _PD_NAME.fullmatch(name):
+        a, b, c, d = (int(g) if g else 1 for g in match.groups())
+        return a * b + c * d
+    return None
+
+
+def detect_nodes(folder: Path, meta: SourceMeta, given: int | None = None) -> tuple[int, str]:
+    """(node count, which source said it); every source that says one must agree.
+
+    Order: ``run.sh``'s node-count check (``AISHIPBOX_NNODES != N`` or its rank
+    dispatch ``(want 0..N-1)``: what the platform run enforces) wins, then
+    ``nodes:`` in meta.yaml, then the folder name's grammar, then ``given``.
+    """
+    said: list[tuple[int, str]] = []
+    entry = folder / ENTRY
+    for number, line in _code_lines(entry):
+        if match := _NNODES_CHECK.search(line):
+            said.append((int(match.group(1)), f"{ENTRY}:{number} (node-count check)"))
+        elif match := _RANK_RANGE.search(line):
+            said.append((int(match.group(1)) + 1, f"{ENTRY}:{number} (rank dispatch 0..N-1)"))
+    if meta.nodes is not None:
+        said.append((meta.nodes, f"{meta.file} (nodes)"))
+    if (by_name := name_nodes(folder.name)) is not None:
+        said.append((by_name, f"folder name {folder.name!r} (naming grammar)"))
+    if given is not None:
+        said.append((given, "--nodes"))
+    if not said:
+        raise ImportRefused(
+            f"{folder}: cannot tell its node count (no check in {ENTRY}, no nodes: in "
+            "meta.yaml, a name outside the grammar); pass the node count"
+        )
+    counts = {n for n, _ in said}
+    if len(counts) > 1:
+        listed = ", ".join(f"{where} says {n}" for n, where in said)
+        raise ImportRefused(f"{folder}: node counts disagree ({listed}); fix the folder")
+    return said[0]
+
+
+def detect_devices(folder: Path, source: SourceRef) -> int:
+    """NPUs per node in the rank table: 8 on A2, 16 on A3, by the model folder's suffix
+    (``glm5.2-a2``); 16 when the path names neither."""
+    for name in (*Path(source.folder).parts[::-1], *folder.resolve().parts[::-1]):
+        for hw, count in DEVICES.items():
+            if name.endswith(f"-{hw}") or name == hw:
+                return count
+    return DEVICES["a3"]
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {ENTRY}")
+    if not (folder / ENTRY).is_file():
+        raise ImportRefused(f"{folder}: no {ENTRY}; a source layout folder starts at its {ENTRY}")
+
+
+def _copy_folder(folder: Path, into: Path) -> None:
+    """Copy the folder (symlinks as symlinks), bounded in files and bytes."""
+    count, size = 0, 0
+    for top, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            count += 1
+            try:
+                info = os.lstat(os.path.join(top, name))
+            except OSError as exc:
+                raise ImportRefused(f"{folder}: cannot read {name} ({exc.strerror})") from None
+            size += info.st_size if stat.S_ISREG(info.st_mode) else 0
+        if count > MAX_FILES or size > MAX_FOLDER_BYTES:
+            raise ImportRefused(
+                f"{folder}: more than {MAX_FILES} files or {MAX_FOLDER_BYTES >> 20} MiB; "
+                "a layout folder is a few scripts"
+            )
+    try:
+        shutil.copytree(folder, into, symlinks=True)
+    except (OSError, shutil.Error) as exc:
+        raise ImportRefused(f"{folder}: cannot copy it ({exc}); check its permissions") from None
+    for path in into.rglob("*.sh"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _replace_helpers(copy: Path, python: str) -> list[str]:
+    """Every ``*.py`` of the copy but the DP launcher becomes the recorder; their names.
+
+    A proxy is recorded whatever it is named (the recorder tells a proxy by its name
+    or its flags); any other helper is recorded as a ``script`` process.
+    """
+    replaced = []
+    for path in sorted(copy.glob("*.py")):
+        if path.name in RUN_AS_IS:
+            continue
+        if path.is_file() and not path.is_symlink():
+            install_recorder(path, python, executable=False)
+            replaced.append(path.name)
+    return replaced
+
+
+def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
+    for run in runs:
+        where = f"{name}: node {run.node}"
+        found = breach(run.stderr)
+        if found is not None:
+            what, line = found
+            raise ImportRefused(f"{where} {what}: {line}")
+        if run.timed_out:
+            raise ImportRefused(
+                f"{where} ran past the {limit:g}s time limit; its sandbox was killed "
+                "(a script that never ends, or a process left running)"
+            )
+        found = breach(run.stderr)
+        if found is not None:
+            what, line = found
+            raise ImportRefused(f"{where} {what}: {line}")
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
+            raise ImportRefused(f"{where}: {ENTRY} exited {run.returncode}: {last}")
+        if not run.records:
+            raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
+
+
+def double_exports(folder: Path) -> list[Unexpressed]:
+    """A variable exported twice in one script: the process gets (and facts hold) the last."""
+    found = []
+    for script in _scripts(folder):
+        seen: dict[str, int] = {}
+        for number, line in _code_lines(script):
+            if _BRANCH.search(line):
+                seen.clear()  # an export in another branch of an if/case is not a second one
+                continue
+            match = _EXPORT.match(line)
+            if not match:
+                continue
+            name = match.group(1)
+            if name in seen:
+                found.append(
+                    Unexpressed(
+                        file=script.name,
+                        line=number,
+                        what=(
+                            f"{name} exported twice (lines {seen[name]} and {number}); the "
+                            "facts hold the value the process got, built from both"
+                        ),
+                    )
+                )
+            else:
+                seen[name] = number
+    return found
+
+
+def _needles(path: str) -> list[str]:
+    if path.startswith("/proc/sys/"):
+        key = path.removeprefix("/proc/sys/")
+        return [key.replace("/", "."), key]
+    tail = "/".join(_CPU.sub("/cpu*/", path).split("/")[-2:])
+    return [tail, path.rsplit("/", 1)[-1]]
+
+
+def _where(folder: Path, path: str) -> tuple[str | None, int | None]:
+    """The script file and line that names a written path (first match)."""
+    for needle in _needles(path):
+        for script in _scripts(folder):
+            for number, line in _code_lines(script):
+                if needle in line:
+                    return script.name, number
+    return None, None
+
+
+def _collapse_cpus(found: list[Write]) -> list[Write]:
+    """The same value written to every fake CPU is one write at ``/cpu*/``."""
+    groups: dict[tuple[int, str, str], set[int]] = {}
+    for w in found:
+        if match := _CPU.search(w.path):
+            key = (w.node, _CPU.sub("/cpu*/", w.path), w.value)
+            groups.setdefault(key, set()).add(int(match.group(1)))
+    out: list[Write] = []
+    for w in found:
+        if _CPU.search(w.path):
+            key = (w.node, _CPU.sub("/cpu*/", w.path), w.value)
+            if groups.get(key) == set(range(FAKE_CPUS)):
+                out.append(Write(w.node, key[1], w.value))
+                groups[key] = set()  # emitted once
+                continue
+            if not groups.get(key):
+                continue
+        out.append(w)
+    return out
+
+
+def host_tuning(folder: Path, found: list[Write]) -> list[HostTuning]:
+    tuning = []
+    for w in _collapse_cpus(found):
+        file, line = _where(folder, w.path)
+        tuning.append(HostTuning(node=w.node, path=w.path, value=w.value, file=file, line=line))
+    return sorted(tuning, key=lambda t: (t.node, t.path))
+
+
+def extract_folder(
+    folder: Path,
+    *,
+    nodes: int | None = None,
+    source: SourceRef | None = None,
+    shell: str = "dash",
+    time_limit_s: float = 120.0,
+    devices_per_node: int | None = None,
+) -> FolderFacts:
+    """Run every node rank of ``folder`` in its sandbox and return what they started."""
+    folder = Path(folder)
+    _check_folder(folder)
+    meta = read_meta(folder)
+    count, said = detect_nodes(folder, meta, nodes)
+    if shutil.which(shell) is None:
+        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
+    ref = source or SourceRef(folder=folder.name)
+    per_node = devices_per_node or detect_devices(folder, ref)
+    python = sandbox_python()
+    limits = Limits(time_s=time_limit_s)
+    with tempfile.TemporaryDirectory(prefix="servekit-import-", ignore_cleanup_errors=True) as tmp:
+        scratch = Path(tmp)
+        original = scratch / "folder"
+        _copy_folder(folder, original)
+        replaced = _replace_helpers(original, python)
+        platform = create_platform(
+            scratch / "platform",
+            count,
+            default_groups(count),
+            python=python,
+            devices_per_node=per_node,
+        )
+        template = scratch / "proc-sys-template"
+        copy_proc_sys(template)
+        sandbox = Sandbox(scratch, platform.root, limits)
+        trees = []
+        for node in platform.nodes:
+            tree = sandbox.prepare(node.index, node.pod, template)
+            shutil.copytree(original, tree.root / "script", symlinks=True)
+            trees.append(tree)
+        sandbox.hand_over()
+        runs = run_all_nodes(
+            platform,
+            Path(SCRIPT_DIR) / ENTRY,
+            shell=shell,
+            timeout=time_limit_s,
+            wrap=sandbox.wrap,
+        )
+        _check(ref.folder, runs, time_limit_s)
+        processes = [facts for run in runs for facts in run_facts(platform, run)]
+        found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
+    assumptions = [EXECUTABLE_ASSUMPTION]
+    if replaced:
+        assumptions.append(
+            f"the folder's Python helpers run as the recorder: {', '.join(replaced)}"
+        )
+    return FolderFacts(
+        source=ref,
+        shell=shell,
+        nodes=count,
+        nodes_from=said,
+        devices_per_node=per_node,
+        group0_size=platform.group_sizes[0],
+        assumptions=tuple(assumptions),
+        processes=tuple(p.to_json() for p in sorted_facts(processes)),
+        host_tuning=tuple(host_tuning(folder, found)),
+        meta=meta,
+        unexpressed=tuple(double_exports(folder)),
+    )
