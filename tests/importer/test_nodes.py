@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.importer import folders
 
 from servekit.importer import ImportRefused, read_meta
-from servekit.importer.extract import detect_nodes, name_nodes
+from servekit.importer.extract import detect_nodes, double_exports, name_nodes
 
 
 @pytest.mark.parametrize(
@@ -77,3 +80,34 @@ def test_no_source_of_a_node_count_is_refused(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "custom", "#!/bin/sh\n")
     with pytest.raises(ImportRefused, match="cannot tell its node count"):
         detect_nodes(folder, read_meta(folder))
+
+
+def test_a_fifo_in_the_folder_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from servekit.importer import extract_folder
+
+    folder = _folder(tmp_path, "1node", "#!/bin/sh\nexec vllm serve /m\n")
+    os.mkfifo(folder / "pipe.sh")
+    with pytest.raises(ImportRefused, match=r"pipe\.sh is not a regular file"):
+        extract_folder(folder)
+
+
+SCRIPT_TEXT = st.text(
+    st.sampled_from(list("AISHIPBOX_NNODES!=-ne\"' 0123456789\n#export LD=x;;fi(want ..)")),
+    max_size=400,
+)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=SCRIPT_TEXT, name=st.sampled_from(["1node", "2p1x2d", "custom", "4nodes"]))
+def test_any_script_text_gives_a_count_or_one_refusal_line(
+    tmp_path: Path, run: str, name: str
+) -> None:
+    folder = _folder(tmp_path, name, run)
+    try:
+        count, said = detect_nodes(folder, read_meta(folder))
+    except ImportRefused as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert count >= 0
+        assert said
+    assert all(u.line >= 1 for u in double_exports(folder))

@@ -250,6 +250,13 @@ def _copy_folder(folder: Path, into: Path) -> None:
                 info = os.lstat(os.path.join(top, name))
             except OSError as exc:
                 raise ImportRefused(f"{folder}: cannot read {name} ({exc.strerror})") from None
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) and not (
+                stat.S_ISLNK(info.st_mode)
+            ):
+                raise ImportRefused(
+                    f"{folder}: {name} is not a regular file, folder or link (a FIFO or a "
+                    "device would block the copy); remove it"
+                )
             size += info.st_size if stat.S_ISREG(info.st_mode) else 0
         if count > MAX_FILES or size > MAX_FOLDER_BYTES:
             raise ImportRefused(
