@@ -76,6 +76,7 @@ EXECUTABLE_ASSUMPTION = (
     "of the scripts folder is assumed to keep them executable"
 )
 MAX_FILES = 2000
+MAX_NODES = 250
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 MAX_SCRIPT_BYTES = 1024 * 1024
 _NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
@@ -220,7 +221,10 @@ def detect_nodes(folder: Path, meta: SourceMeta, given: int | None = None) -> tu
     if len(counts) > 1:
         listed = ", ".join(f"{where} says {n}" for n, where in said)
         raise ImportRefused(f"{folder}: node counts disagree ({listed}); fix the folder")
-    return said[0]
+    count, where = said[0]
+    if not 1 <= count <= MAX_NODES:
+        raise ImportRefused(f"{folder}: {where} says {count} nodes; want 1..{MAX_NODES}")
+    return count, where
 
 
 def detect_devices(folder: Path, source: SourceRef) -> int:
