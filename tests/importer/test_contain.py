@@ -184,3 +184,39 @@ def test_an_unreadable_or_missing_folder_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ImportRefused, match=r"no run\.sh"):
         extract_folder(tmp_path / "empty")
+
+
+def test_the_sandbox_command_line_has_every_confinement(tmp_path: Path) -> None:
+    """The options docs/importer.md promises, in the order that makes them hold."""
+    from servekit.importer.contain import Sandbox
+
+    sandbox = Sandbox(tmp_path, tmp_path / "platform", Limits())
+    argv = sandbox.wrap(0, ["python3", "reaper.py", "dash", "/root/script/run.sh"])
+    words = " ".join(argv)
+    for option in (
+        "--unshare-all --unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop ALL",
+        "--ro-bind / /",
+        "--ro-bind /etc /etc",
+        "--proc /proc",
+        f"--bind {tmp_path}/nodes/0/proc-sys /proc/sys",
+        f"--bind {tmp_path}/nodes/0/sys /sys",
+        f"--bind {tmp_path}/nodes/0/root /root",
+        f"--bind {tmp_path}/nodes/0/tmp /tmp",
+        "--nproc=256",
+        "--core=0",
+    ):
+        assert option in words, option
+    assert argv.index("/proc/sys") > argv.index("--proc"), "/proc/sys must be bound over /proc"
+    assert argv[-4:] == ["python3", "reaper.py", "dash", "/root/script/run.sh"]
+    if os.geteuid() == 0:
+        assert argv[1:3] == ["--reuid=65534", "--regid=65534"]
+
+
+def test_import_refused_is_a_usage_error_with_exit_code_2() -> None:
+    from servekit.errors import UsageError
+
+    assert issubclass(ImportRefused, UsageError)
+    assert ImportRefused("x").exit_code == 2

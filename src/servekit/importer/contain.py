@@ -316,7 +316,7 @@ class Sandbox:
 # stderr words that say what a script tried that the sandbox stopped, in check order.
 BREACHES: tuple[tuple[str, str], ...] = (
     ("Read-only file system", "tried to write outside its scratch folder"),
-    ("Permission denied", "tried to write outside its scratch folder"),
+    ("Permission denied", "was denied access outside its scratch folder"),
     ("Network is unreachable", "tried to use the network"),
     ("Cannot assign requested address", "tried to use the network"),
     ("Connection refused", "tried to use the network"),

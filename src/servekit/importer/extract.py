@@ -5,12 +5,14 @@ A folder of the source convention (``run.sh`` dispatching on the rank table or
 run the way the platform runs it: the folder is copied to each node's
 ``/root/script``, every node rank runs ``dash /root/script/run.sh`` side by side
 on the fake platform (:mod:`servekit.importer.platform`: a real rank table with
-one group-0 node, fake ``hostname``/``ifconfig``/``ip``/``sysctl``, a recording
-``vllm``, and a recording proxy both at ``$PROXY_SCRIPT`` and in place of every
-vendored ``*proxy*.py`` of the folder, so a script that runs its proxy by name is
-recorded too), each inside its bubblewrap sandbox (:mod:`servekit.importer.contain`)
-under one wall-clock limit for the whole run. The folder's own scripts,
-``launch_online_dp.py`` and templates run unchanged.
+one group-0 node and 8 or 16 NPUs per server, fake
+``hostname``/``ifconfig``/``ip``/``sysctl``, a recording ``vllm``, a recording
+proxy at ``$PROXY_SCRIPT``, and the recorder in place of every ``*.py`` of the
+folder but ``launch_online_dp.py``, so a proxy the scripts run by path, whatever
+its name, is recorded too), each inside its bubblewrap sandbox
+(:mod:`servekit.importer.contain`) under one wall-clock limit for the whole run.
+The folder's own shell scripts, ``launch_online_dp.py`` and templates run
+unchanged.
 
 What comes back (:class:`FolderFacts`, ``.document()`` is the fidelity fixture
 format of tests/render/fidelity/README.md plus ``nodes_from``, ``host_tuning``,
