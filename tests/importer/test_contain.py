@@ -220,3 +220,23 @@ def test_import_refused_is_a_usage_error_with_exit_code_2() -> None:
 
     assert issubclass(ImportRefused, UsageError)
     assert ImportRefused("x").exit_code == 2
+
+
+def test_a_sandbox_that_cannot_be_built_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from servekit.importer.contain import Sandbox
+
+    wrap = Sandbox.wrap
+
+    def broken(self: Sandbox, index: int, argv: list[str]) -> list[str]:
+        words = wrap(self, index, argv)
+        return [
+            *words[: words.index("--unshare-all")],
+            "--no-such-option",
+            *words[words.index("--unshare-all") :],
+        ]
+
+    monkeypatch.setattr(Sandbox, "wrap", broken)
+    with pytest.raises(ImportRefused, match="bubblewrap could not build the sandbox"):
+        extract_folder(_folder(tmp_path, ENGINE), time_limit_s=30)

@@ -297,6 +297,13 @@ def _replace_helpers(copy: Path, python: str) -> list[str]:
 def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
     for run in runs:
         where = f"{name}: node {run.node}"
+        broken = [line for line in run.stderr.splitlines() if line.startswith("bwrap: ")]
+        if broken:
+            raise ImportRefused(
+                f"{where}: bubblewrap could not build the sandbox ({broken[0][7:200]}); the "
+                "importer needs unprivileged user namespaces (kernel.unprivileged_userns_clone, "
+                "a container's seccomp profile)"
+            )
         found = breach(run.stderr)
         if found is not None:
             what, line = found
