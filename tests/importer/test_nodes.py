@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.importer import folders
 
 from servekit.importer import ImportRefused, read_meta
-from servekit.importer.extract import detect_nodes, double_exports, name_nodes
+from servekit.importer.scan import detect_nodes, double_exports, name_nodes
 
 
 @pytest.mark.parametrize(
