@@ -74,6 +74,10 @@ EXECUTABLE_ASSUMPTION = (
     "*.sh made executable: role scripts are started with exec, and the platform's copy "
     "of the scripts folder is assumed to keep them executable"
 )
+PROXY_ASSUMPTION = (
+    "PROXY_SCRIPT is set to the recording proxy, as the fidelity fixtures always had it: "
+    "a script that honours it records {PROXY_SCRIPT}, not its own default proxy file"
+)
 MAX_FILES = 2000
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 
@@ -277,7 +281,7 @@ def extract_folder(
         _check(ref.folder, runs, time_limit_s)
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
-    assumptions = [EXECUTABLE_ASSUMPTION]
+    assumptions = [EXECUTABLE_ASSUMPTION, PROXY_ASSUMPTION]
     if replaced:
         assumptions.append(
             f"the folder's Python helpers run as the recorder: {', '.join(replaced)}"
