@@ -41,6 +41,11 @@ for want in "$@"; do
       command -v skopeo >/dev/null || missing+=(skopeo)
       command -v umoci >/dev/null || missing+=(umoci)
       command -v chromium >/dev/null || missing+=(chromium)
+      # servekit.importer runs a folder's scripts under dash, in a bubblewrap sandbox
+      # (bwrap), dropped to nobody (setpriv) with limits (prlimit): docs/importer.md
+      command -v bwrap >/dev/null || missing+=(bubblewrap)
+      command -v dash >/dev/null || missing+=(dash)
+      { command -v setpriv && command -v prlimit; } >/dev/null || missing+=(util-linux)
       if [ "${#missing[@]}" -gt 0 ]; then
         SUDO=""
         [ "$(id -u)" -eq 0 ] || SUDO="sudo"

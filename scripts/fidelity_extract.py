@@ -6,9 +6,11 @@
 SOURCE_DIR holds one folder per layout (``1node/run.sh``, ``1p1d/run.sh``, ...), as
 ``git archive COMMIT models/deepseekv4-flash-a3`` of the source repository gives
 them; OUT_DIR receives ``<layout>.json`` per layout (tests/render/fidelity/a3).
-Each layout runs under tests/fakeplatform's fake platform (fake rank table, fake
-hostname/ifconfig, recording vllm and proxy); nothing of the source runs any other
-way. See tests/render/fidelity/README.md.
+Each layout runs through servekit.importer.extract_folder: every node rank on the
+fake platform (fake rank table, fake hostname/ifconfig, recording vllm and proxy),
+each in its bubblewrap sandbox; nothing of the source runs any other way. See
+tests/render/fidelity/README.md (scripts/import_source.py does the same for every
+folder of a checkout: docs/importer.md).
 """
 
 from __future__ import annotations
@@ -17,13 +19,10 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.fakeplatform import fixture  # noqa: E402
-from tests.fakeplatform.extract import ExtractError, Source, extract_layouts  # noqa: E402
-
-from servekit.fsutil import atomic_write_text  # noqa: E402
+from servekit.errors import UsageError
+from servekit.fsutil import atomic_write_text
+from servekit.importer import SourceRef, extract_folder
+from servekit.importer.platform import fixture
 
 # Node count of each layout of models/deepseekv4-flash-a3 (its run.sh checks it).
 LAYOUT_NODES = {
@@ -69,15 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no run.sh for {', '.join(missing)} under {args.source_dir}", file=sys.stderr)
         return 2
-    source = Source(repo=args.repo, commit=args.commit, folder=args.folder)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        for name, doc in extract_layouts(args.source_dir, layouts, source, shell=args.shell):
-            atomic_write_text(args.out_dir / f"{name}.json", fixture.dumps(doc))
-            print(f"{name}: {len(doc['processes'])} processes on {doc['nodes']} nodes")
-    except ExtractError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    for name, nodes in layouts.items():
+        ref = SourceRef(
+            repo=args.repo, commit=args.commit, folder=f"{args.folder.rstrip('/')}/{name}"
+        )
+        try:
+            facts = extract_folder(
+                args.source_dir / name, nodes=nodes, source=ref, shell=args.shell
+            )
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        doc = facts.document()
+        atomic_write_text(args.out_dir / f"{name}.json", fixture.dumps(doc))
+        print(f"{name}: {len(doc['processes'])} processes on {doc['nodes']} nodes")
     return 0
 
 

@@ -12,16 +12,16 @@ replaces, is compared by its fan-out.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.fakeplatform import fixture
-from tests.fakeplatform.compare import compare
-from tests.fakeplatform.normalize import (
+
+from servekit.catalog.loader import load
+from servekit.catalog.schema import Deviation
+from servekit.importer.platform import fixture
+from servekit.importer.platform.compare import compare
+from servekit.importer.platform.normalize import (
     JSONValue,
     Placeholders,
     ProcessFacts,
@@ -29,9 +29,6 @@ from tests.fakeplatform.normalize import (
     node_placeholders,
     process_facts,
 )
-
-from servekit.catalog.loader import load
-from servekit.catalog.schema import Deviation
 from servekit.render.envvalues import template_value
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
 
@@ -245,39 +242,5 @@ def test_fixtures_hold_the_run_time_values_as_placeholders() -> None:
     assert _value(headless, "--data-parallel-address") == "{NODE0_IP}"
 
 
-SOURCE_GIT = Path(
-    os.environ.get("SERVEKIT_FIDELITY_SOURCE", "/work/.mirror/xuopoj+ma-vllm-samples/repo")
-)
-
-
-def _source_tree(commit: str, folder: str, into: Path) -> Path | None:
-    """The source folder at ``commit`` from a local git copy, or None without one."""
-    git = shutil.which("git")
-    if git is None or not SOURCE_GIT.exists():
-        return None
-    archive = subprocess.run(
-        [git, "-C", str(SOURCE_GIT), "archive", commit, folder],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        return None
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / folder
-
-
-@pytest.mark.slow
-def test_fixtures_are_what_running_the_source_gives(tmp_path: Path) -> None:
-    """Re-run the extraction on the fixtures' commit: the checked-in facts come back."""
-    from tests.fakeplatform.extract import Source, extract_layouts
-
-    meta, _ = fixture.read(FIXTURES / "1p1d.json")
-    commit = meta["source"]["commit"]
-    parent = "models/deepseekv4-flash-a3"
-    tree = _source_tree(commit, parent, tmp_path)
-    if tree is None:
-        pytest.skip(f"no git copy of the source with {commit} at {SOURCE_GIT}")
-    source = Source(repo=meta["source"]["repo"], commit=commit, folder=parent)
-    layouts = {name: fixture.read(FIXTURES / f"{name}.json")[0]["nodes"] for name in LAYOUTS}
-    for name, doc in extract_layouts(tree, layouts, source):
-        assert fixture.dumps(doc) == (FIXTURES / f"{name}.json").read_text(), name
+# The re-derivation of these facts from a source checkout (SERVEKIT_SOURCE_CHECKOUT)
+# is tests/importer/test_source_facts.py, which runs the product's contained extractor.

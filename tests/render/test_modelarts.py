@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fakeplatform.compare import compare
-from tests.fakeplatform.harness import (
+
+from servekit.catalog.loader import load
+from servekit.importer.platform.compare import compare
+from servekit.importer.platform.harness import (
+    RECORDER,
     FakePlatform,
     create_platform,
     platform_placeholders,
@@ -25,16 +28,13 @@ from tests.fakeplatform.harness import (
     start_node,
     write_rank_table,
 )
-from tests.fakeplatform.normalize import Placeholders, ProcessFacts, process_facts
-
-from servekit.catalog.loader import load
+from servekit.importer.platform.normalize import Placeholders, ProcessFacts, process_facts
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.render.shell import write_rendering
 
 A3 = ("1node", "2nodes", "1p1d", "2p1x2d", "2p2d", "3p1d", "1p3d")
-HERE = Path(__file__).resolve().parents[1] / "fakeplatform"
 
 
 def render(name: str, tmp_path: Path) -> Path:
@@ -47,7 +47,7 @@ def fake_bundle(tmp_path: Path) -> Path:
     """A bundle folder whose proxy is the recorder (the real zipapp is tested elsewhere)."""
     folder = tmp_path / "bundle"
     folder.mkdir()
-    body = (HERE / "recorder.py").read_text()
+    body = RECORDER.read_text()
     (folder / PROXY_FILE).write_text(body)
     return folder
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeplatform.normalize import JSONValue, ProcessFacts, keyed
+from servekit.importer.platform.normalize import JSONValue, ProcessFacts, keyed
 
 
 @dataclass

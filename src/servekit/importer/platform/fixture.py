@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.fakeplatform.normalize import ProcessFacts, sorted_facts
+from servekit.importer.platform.normalize import ProcessFacts, sorted_facts
 
 PLACEHOLDERS = {
     "{NODE<k>_IP}": "node k's IP address (rank k of the rank table)",

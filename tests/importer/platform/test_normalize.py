@@ -7,7 +7,8 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.fakeplatform.normalize import (
+
+from servekit.importer.platform.normalize import (
     Placeholders,
     ProcessFacts,
     env_changes,

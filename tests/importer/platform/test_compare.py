@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fakeplatform import fixture
-from tests.fakeplatform.compare import compare
-from tests.fakeplatform.normalize import Placeholders, ProcessFacts, process_facts
+from servekit.importer.platform import fixture
+from servekit.importer.platform.compare import compare
+from servekit.importer.platform.normalize import Placeholders, ProcessFacts, process_facts
 
 
 def facts(

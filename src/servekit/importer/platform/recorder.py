@@ -2,8 +2,11 @@
 
 The harness copies this file, unchanged, to ``bin/vllm`` (with its own interpreter
 on the first line) and to ``proxy_recorder.py`` (which scripts run as
-``python3 "$PROXY_SCRIPT" ...``). The copy's file name says what it stands for:
-``vllm`` records an engine, anything else a proxy.
+``python3 "$PROXY_SCRIPT" ...``; the importer also puts it in place of a folder's
+own Python helpers). What it stands for: ``vllm`` records an engine; a script
+whose name says ``proxy``, or whose flags are a PD proxy's (``--prefiller-hosts``,
+``--decoder-hosts``, ``--prefill``, ``--decode``), a proxy; anything else a
+``script`` (a helper such as a smoke test, recorded so it is not lost).
 
 Each process writes one JSON record into ``$FAKEPLATFORM_RECORD_DIR``: its argv as
 the caller wrote it, the environment it was started with (``/proc/self/environ``,
@@ -66,8 +69,21 @@ def _port(argv: list[str]) -> str | None:
     return None
 
 
+PROXY_FLAGS = ("--prefiller-hosts", "--decoder-hosts", "--prefill", "--decode")
+
+
+def _kind() -> str:
+    name = Path(sys.argv[0]).name
+    if name == "vllm":
+        return "engine"
+    flags = {word.partition("=")[0] for word in sys.argv[1:]}
+    if "proxy" in name.lower() or flags & set(PROXY_FLAGS):
+        return "proxy"
+    return "script"
+
+
 def main() -> int:
-    kind = "engine" if Path(sys.argv[0]).name == "vllm" else "proxy"
+    kind = _kind()
     env = _environment()
     if not env.get("FAKEPLATFORM_RECORD_DIR"):
         print("recorder: FAKEPLATFORM_RECORD_DIR is not set", file=sys.stderr)

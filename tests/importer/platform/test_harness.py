@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fakeplatform.harness import (
+
+from servekit.importer.platform.harness import (
+    RECORDER,
     FakePlatform,
     create_platform,
     fake_nodes,
@@ -213,7 +215,8 @@ def test_a_node_past_its_timeout_is_killed_with_everything_it_started(
 def test_shell_of_the_kit_is_shellcheck_clean() -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "Debian's shellcheck is required (scripts/bootstrap.sh tools installs it)"
-    scripts = [str(p) for p in sorted((HERE / "bin").iterdir())] + [str(SAMPLE)]
+    bin_dir = RECORDER.parent / "bin"
+    scripts = [str(p) for p in sorted(bin_dir.iterdir())] + [str(SAMPLE)]
     done = subprocess.run(
         [shellcheck, "-s", "sh", *scripts], capture_output=True, text=True, check=False
     )

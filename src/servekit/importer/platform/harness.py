@@ -8,13 +8,16 @@ that in a temp folder:
 
 - a real ``global_rank_table.json`` (``status``, ``server_group_list`` with
   ``server_ip`` and ``pod_name``; group sizes configurable, group 0 first);
-- ``bin/`` placed first on ``PATH``: fake ``hostname``, ``ifconfig`` and ``ip``
-  (``tests/fakeplatform/bin``, reading ``FAKEPLATFORM_POD/IP/NIC``) and a recording
-  ``vllm`` (``tests/fakeplatform/recorder.py``);
+- ``bin/`` placed first on ``PATH``: fake ``hostname``, ``ifconfig``, ``ip`` and
+  ``sysctl`` (``bin/`` beside this module, reading ``FAKEPLATFORM_POD/IP/NIC``) and
+  a recording ``vllm`` (``recorder.py``);
 - a recording proxy script for ``PROXY_SCRIPT``;
 
 and runs one node's entry (``dash ENTRY`` by default) under a minimal, explicit
 environment, waiting for it and everything it started, then returns the records.
+``start_node`` takes a ``wrap`` that turns the node's command into another one:
+``servekit.importer.contain`` uses it to run a folder's scripts in a sandbox; the
+rendered servekit entries the render tests run are servekit's own and run as is.
 Values are distinctive on purpose (pods ``fake-pod-<k>``, IPs ``10.88.0.<k+1>``,
 NICs ``fakenic<k>``, inherited ``LD_PRELOAD=/inherited/preload``) so the
 normalizer can turn them back into placeholders.
@@ -30,12 +33,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fakeplatform.normalize import (
+from servekit.importer.platform.normalize import (
     Placeholders,
     ProcessFacts,
     env_changes,
@@ -44,7 +47,10 @@ from tests.fakeplatform.normalize import (
 )
 
 HERE = Path(__file__).resolve().parent
-FAKE_TOOLS = ("hostname", "ifconfig", "ip")
+FAKE_TOOLS = ("hostname", "ifconfig", "ip", "sysctl")
+RECORDER = HERE / "recorder.py"
+REAPER = HERE / "reaper.py"
+MAX_OUTPUT = 64 * 1024
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HARNESS_PREFIX = "FAKEPLATFORM_"
 
@@ -57,6 +63,9 @@ INHERITED: dict[str, str] = {
     "HTTP_PROXY": "http://inherited-proxy.invalid:3128",
     "HTTPS_PROXY": "http://inherited-proxy.invalid:3128",
 }
+
+
+Wrap = Callable[[int, list[str]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,12 @@ class FakePlatform:
     nodes: tuple[FakeNode, ...]
     group_sizes: tuple[int, ...]
     inherited: dict[str, str] = field(default_factory=lambda: dict(INHERITED))
+    python: str = sys.executable
+    devices_per_node: int = 0
+
+    @property
+    def reaper(self) -> Path:
+        return self.root / "reaper.py"
 
     @property
     def bin_dir(self) -> Path:
@@ -150,7 +165,8 @@ class FakePlatform:
 
     def records(self, node: int | None = None) -> list[Record]:
         """Every process recorded so far (of one node if given), in a stable order."""
-        found = [_read_record(p) for p in sorted(self.record_dir.glob("*.json"))]
+        paths = sorted(self.record_dir.glob("*.json"))[:MAX_RECORDS]
+        found = [_read_record(p) for p in paths]
         chosen = [r for r in found if r is not None and (node is None or r.node == node)]
         return sorted(chosen, key=lambda r: (r.node, r.kind, r.argv))
 
@@ -159,22 +175,52 @@ class FakePlatform:
         return [json.loads(p.read_text()) for p in sorted(self.record_dir.glob("*.exit.json"))]
 
 
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+MAX_RECORDS = 4096
+
+
 def _read_record(path: Path) -> Record | None:
+    """One record; a folder's script may have planted anything there (bounded, no links)."""
     if path.name.endswith(".exit.json"):
         return None
-    data = json.loads(path.read_text())
-    return Record(
-        kind=data["kind"],
-        node=data["node"],
-        argv=tuple(data["argv"]),
-        env=dict(data["env"]),
-        cwd=data["cwd"],
-        pid=data["pid"],
-    )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            raw = os.read(fd, MAX_RECORD_BYTES + 1)
+        finally:
+            os.close(fd)
+        data = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        if not isinstance(data, dict):
+            return None
+        return Record(
+            kind=str(data["kind"]),
+            node=int(data["node"]),
+            argv=tuple(str(a) for a in data["argv"]),
+            env={str(k): str(v) for k, v in dict(data["env"]).items()},
+            cwd=str(data["cwd"]),
+            pid=int(data["pid"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def devices(node: FakeNode, count: int) -> list[dict[str, str]]:
+    """The NPUs of one server in the rank table: ``count`` (A2: 8, A3: 16) numbered globally."""
+    return [
+        {
+            "device_id": str(d),
+            "device_ip": f"10.89.{node.index}.{d + 1}",
+            "rank_id": str(node.index * count + d),
+        }
+        for d in range(count)
+    ]
 
 
 def rank_table(
-    nodes: Sequence[FakeNode], group_sizes: Sequence[int], status: str = "completed"
+    nodes: Sequence[FakeNode],
+    group_sizes: Sequence[int],
+    status: str = "completed",
+    devices_per_node: int = 0,
 ) -> dict[str, Any]:
     """A ModelArts ``global_rank_table.json`` document: groups in order, group 0 first."""
     if sum(group_sizes) != len(nodes) or any(size < 1 for size in group_sizes):
@@ -183,7 +229,12 @@ def rank_table(
     start = 0
     for g, size in enumerate(group_sizes):
         servers = [
-            {"server_id": n.ip, "server_ip": n.ip, "pod_name": n.pod, "device": []}
+            {
+                "server_id": n.ip,
+                "server_ip": n.ip,
+                "pod_name": n.pod,
+                "device": devices(n, devices_per_node),
+            }
             for n in nodes[start : start + size]
         ]
         groups.append(
@@ -200,7 +251,7 @@ def rank_table(
 
 def write_rank_table(platform: FakePlatform, status: str = "completed") -> None:
     """(Re)write the platform's rank table, e.g. to flip it to ``completed`` later."""
-    doc = rank_table(platform.nodes, platform.group_sizes, status)
+    doc = rank_table(platform.nodes, platform.group_sizes, status, platform.devices_per_node)
     tmp = platform.rank_table.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2))
     tmp.rename(platform.rank_table)
@@ -218,11 +269,20 @@ def create_platform(
     *,
     status: str = "completed",
     inherited: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+    devices_per_node: int = 0,
 ) -> FakePlatform:
-    """Lay out a fake platform in the empty or missing folder ``root``."""
+    """Lay out a fake platform in the empty or missing folder ``root``.
+
+    ``python`` runs the reaper and the recorders (standard library only): a
+    sandbox that cannot see this interpreter passes the system's.
+    ``devices_per_node`` NPUs are listed per server in the rank table (A2: 8, A3: 16).
+    """
     node_list = fake_nodes(nodes) if isinstance(nodes, int) else tuple(nodes)
     sizes = tuple(group_sizes) if group_sizes is not None else default_groups(len(node_list))
-    platform = FakePlatform(root.resolve(), node_list, sizes)
+    platform = FakePlatform(
+        root.resolve(), node_list, sizes, python=python, devices_per_node=devices_per_node
+    )
     if inherited is not None:
         platform.inherited = dict(inherited)
     for folder in (platform.bin_dir, platform.record_dir, platform.home, platform.start_dir):
@@ -233,15 +293,17 @@ def create_platform(
     for tool in FAKE_TOOLS:
         shutil.copy2(HERE / "bin" / tool, platform.bin_dir / tool)
         (platform.bin_dir / tool).chmod(0o755)
-    _install_recorder(platform.bin_dir / "vllm", executable=True)
-    _install_recorder(platform.proxy_script, executable=False)
+    install_recorder(platform.bin_dir / "vllm", python, executable=True)
+    install_recorder(platform.proxy_script, python, executable=False)
+    shutil.copyfile(REAPER, platform.reaper)
     write_rank_table(platform, status)
     return platform
 
 
-def _install_recorder(target: Path, *, executable: bool) -> None:
-    body = (HERE / "recorder.py").read_text()
-    target.write_text(f"#!{sys.executable} -IS\n{body}")
+def install_recorder(target: Path, python: str = sys.executable, *, executable: bool) -> None:
+    """Write the recorder to ``target``, run by ``python`` (isolated, no site)."""
+    body = RECORDER.read_text()
+    target.write_text(f"#!{python} -IS\n{body}")
     target.chmod(0o755 if executable else 0o644)
 
 
@@ -293,11 +355,23 @@ class NodeProcess:
             node=self.index,
             returncode=None if timed_out else self.popen.returncode,
             timed_out=timed_out,
-            stdout=(folder / "stdout").read_text(errors="replace"),
-            stderr=(folder / "stderr").read_text(errors="replace"),
+            stdout=read_tail(folder / "stdout"),
+            stderr=read_tail(folder / "stderr"),
             records=self.platform.records(self.index),
             env=self.env,
         )
+
+
+def read_tail(path: Path, limit: int = MAX_OUTPUT) -> str:
+    """The last ``limit`` bytes of a node's output file (a script may print without end)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -325,12 +399,18 @@ def start_node(
     shell: str = "dash",
     args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
+    wrap: Wrap | None = None,
 ) -> NodeProcess:
-    """Start node ``index``'s entry (``SHELL ENTRY ARGS...``) from the platform's start dir."""
+    """Start node ``index``'s entry (``SHELL ENTRY ARGS...``) from the platform's start dir.
+
+    ``wrap(index, argv)`` gives the command that runs ``argv`` (a sandbox around it).
+    """
     env = platform.base_env(index)
     env.update(extra_env or {})
     folder = platform.node_dir(index)
-    argv = [sys.executable, str(HERE / "reaper.py"), shell, str(entry), *args]
+    argv = [platform.python, "-IS", str(platform.reaper), shell, str(entry), *args]
+    if wrap is not None:
+        argv = wrap(index, argv)
     with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
         popen = subprocess.Popen(
             argv,
@@ -353,9 +433,12 @@ def run_node(
     args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 60.0,
+    wrap: Wrap | None = None,
 ) -> NodeRun:
     """Run node ``index``'s entry to the end and return its records."""
-    process = start_node(platform, index, entry, shell=shell, args=args, extra_env=extra_env)
+    process = start_node(
+        platform, index, entry, shell=shell, args=args, extra_env=extra_env, wrap=wrap
+    )
     return process.wait(timeout)
 
 
@@ -366,13 +449,18 @@ def run_all_nodes(
     shell: str = "dash",
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 60.0,
+    wrap: Wrap | None = None,
 ) -> list[NodeRun]:
-    """Run every node's entry side by side, as the platform does, and wait for all."""
+    """Run every node's entry side by side, as the platform does, and wait for all.
+
+    ``timeout`` bounds the whole run (one deadline for all nodes), not each node.
+    """
     started = [
-        start_node(platform, k, entry, shell=shell, extra_env=extra_env)
+        start_node(platform, k, entry, shell=shell, extra_env=extra_env, wrap=wrap)
         for k in range(len(platform.nodes))
     ]
-    return [process.wait(timeout) for process in started]
+    deadline = time.monotonic() + timeout
+    return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
 
 
 def platform_placeholders(platform: FakePlatform) -> Placeholders:

@@ -1,0 +1,301 @@
+"""Take a source-convention folder's facts by running every node rank of it, contained.
+
+A folder of the source convention (``run.sh`` dispatching on the rank table or
+``MASTER``, role scripts, ``launch_online_dp.py``, proxy scripts, ``meta.yaml``) is
+run the way the platform runs it: the folder is copied to each node's
+``/root/script``, every node rank runs ``dash /root/script/run.sh`` side by side
+on the fake platform (:mod:`servekit.importer.platform`: a real rank table with
+one group-0 node and 8 or 16 NPUs per server, fake
+``hostname``/``ifconfig``/``ip``/``sysctl``, a recording ``vllm``, a recording
+proxy at ``$PROXY_SCRIPT``, and the recorder in place of every ``*.py`` of the
+folder but ``launch_online_dp.py``, so a proxy the scripts run by path, whatever
+its name, is recorded too), each inside its bubblewrap sandbox
+(:mod:`servekit.importer.contain`) under one wall-clock limit for the whole run.
+The folder's own shell scripts, ``launch_online_dp.py`` and templates run
+unchanged.
+
+What comes back (:class:`FolderFacts`, ``.document()`` is the fidelity fixture
+format of tests/render/fidelity/README.md plus ``nodes_from``,
+``devices_per_node``, ``host_tuning``, ``meta`` and ``unexpressed``): every process
+started, normalized (:mod:`servekit.importer.platform.normalize`); each write a
+node made to its fake ``/proc/sys`` or ``/sys``; the folder's meta.yaml
+(:func:`servekit.importer.meta.read_meta`). What needs the scripts' text too (the
+node count, the file and line of a write, a double export) is
+:mod:`servekit.importer.scan`. docs/importer.md has the whole picture.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from servekit.importer.contain import (
+    ImportRefused,
+    Limits,
+    Sandbox,
+    breach,
+    copy_proc_sys,
+    sandbox_python,
+    writes,
+)
+from servekit.importer.meta import SourceMeta, read_meta
+from servekit.importer.platform import fixture
+from servekit.importer.platform.harness import (
+    NodeRun,
+    create_platform,
+    default_groups,
+    install_recorder,
+    run_all_nodes,
+    run_facts,
+)
+from servekit.importer.platform.normalize import ProcessFacts, sorted_facts
+from servekit.importer.scan import (
+    ENTRY,
+    HostTuning,
+    Unexpressed,
+    detect_nodes,
+    double_exports,
+    host_tuning,
+)
+
+# Python files of a folder that run for real (the platform's DP launcher); every other
+# one is replaced by the recorder.
+RUN_AS_IS = frozenset({"launch_online_dp.py"})
+DEVICES = {"a2": 8, "a3": 16}
+SCRIPT_DIR = "/root/script"
+EXECUTABLE_ASSUMPTION = (
+    "*.sh made executable: role scripts are started with exec, and the platform's copy "
+    "of the scripts folder is assumed to keep them executable"
+)
+PROXY_ASSUMPTION = (
+    "PROXY_SCRIPT is set to the recording proxy, as the fidelity fixtures always had it: "
+    "a script that honours it records {PROXY_SCRIPT}, not its own default proxy file"
+)
+MAX_FILES = 2000
+MAX_FOLDER_BYTES = 32 * 1024 * 1024
+
+
+class SourceRef(BaseModel):
+    """Where a folder comes from: repository, commit and the folder's path in it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repo: str | None = None
+    commit: str | None = None
+    folder: str
+
+
+class FolderFacts(BaseModel):
+    """Everything a contained run of one folder observed; ``document()`` is the JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: SourceRef
+    entry: str = ENTRY
+    shell: str
+    nodes: int
+    nodes_from: str
+    devices_per_node: int
+    group0_size: int
+    assumptions: tuple[str, ...]
+    processes: tuple[dict[str, Any], ...]
+    host_tuning: tuple[HostTuning, ...]
+    meta: SourceMeta
+    unexpressed: tuple[Unexpressed, ...]
+
+    def process_facts(self) -> list[ProcessFacts]:
+        return [ProcessFacts.from_json(p) for p in self.processes]
+
+    def document(self) -> dict[str, Any]:
+        """The facts document (fixture format, extended); ``fixture.dumps`` writes it."""
+        placeholders = dict(fixture.PLACEHOLDERS)
+        if any("/cpu*/" in t.path for t in self.host_tuning):
+            placeholders["/cpu*/"] = "every CPU: the same value was written to each"
+        return {
+            "source": self.source.model_dump(),
+            "entry": self.entry,
+            "shell": self.shell,
+            "nodes": self.nodes,
+            "nodes_from": self.nodes_from,
+            "devices_per_node": self.devices_per_node,
+            "group0_size": self.group0_size,
+            "assumptions": list(self.assumptions),
+            "placeholders": placeholders,
+            "processes": [dict(p) for p in self.processes],
+            "host_tuning": [t.model_dump() for t in self.host_tuning],
+            "meta": self.meta.document(),
+            "unexpressed": [u.model_dump() for u in self.unexpressed],
+        }
+
+
+def detect_devices(folder: Path, source: SourceRef) -> int:
+    """NPUs per node in the rank table: 8 on A2, 16 on A3, by the model folder's suffix
+    (``glm5.2-a2``); 16 when the path names neither."""
+    for name in (*Path(source.folder).parts[::-1], *folder.resolve().parts[::-1]):
+        for hw, count in DEVICES.items():
+            if name.endswith(f"-{hw}") or name == hw:
+                return count
+    return DEVICES["a3"]
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {ENTRY}")
+    if not (folder / ENTRY).is_file():
+        raise ImportRefused(f"{folder}: no {ENTRY}; a source layout folder starts at its {ENTRY}")
+
+
+def _copy_folder(folder: Path, into: Path) -> None:
+    """Copy the folder (symlinks as symlinks), bounded in files and bytes."""
+    count, size = 0, 0
+    for top, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            count += 1
+            try:
+                info = os.lstat(os.path.join(top, name))
+            except OSError as exc:
+                raise ImportRefused(f"{folder}: cannot read {name} ({exc.strerror})") from None
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) and not (
+                stat.S_ISLNK(info.st_mode)
+            ):
+                raise ImportRefused(
+                    f"{folder}: {name} is not a regular file, folder or link (a FIFO or a "
+                    "device would block the copy); remove it"
+                )
+            size += info.st_size if stat.S_ISREG(info.st_mode) else 0
+        if count > MAX_FILES or size > MAX_FOLDER_BYTES:
+            raise ImportRefused(
+                f"{folder}: more than {MAX_FILES} files or {MAX_FOLDER_BYTES >> 20} MiB; "
+                "a layout folder is a few scripts"
+            )
+    try:
+        shutil.copytree(folder, into, symlinks=True)
+    except (OSError, shutil.Error) as exc:
+        raise ImportRefused(f"{folder}: cannot copy it ({exc}); check its permissions") from None
+    for path in into.rglob("*.sh"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _replace_helpers(copy: Path, python: str) -> list[str]:
+    """Every ``*.py`` of the copy but the DP launcher becomes the recorder; their names.
+
+    A proxy is recorded whatever it is named (the recorder tells a proxy by its name
+    or its flags); any other helper is recorded as a ``script`` process.
+    """
+    replaced = []
+    for path in sorted(copy.glob("*.py")):
+        if path.name in RUN_AS_IS:
+            continue
+        if path.is_file() and not path.is_symlink():
+            install_recorder(path, python, executable=False)
+            replaced.append(path.name)
+    return replaced
+
+
+def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
+    for run in runs:
+        where = f"{name}: node {run.node}"
+        broken = [line for line in run.stderr.splitlines() if line.startswith("bwrap: ")]
+        if broken:
+            raise ImportRefused(
+                f"{where}: bubblewrap could not build the sandbox ({broken[0][7:200]}); the "
+                "importer needs unprivileged user namespaces (kernel.unprivileged_userns_clone, "
+                "a container's seccomp profile)"
+            )
+        found = breach(run.stderr)
+        if found is not None:
+            what, line = found
+            raise ImportRefused(f"{where} {what}: {line}")
+        if run.timed_out:
+            raise ImportRefused(
+                f"{where} ran past the {limit:g}s time limit; its sandbox was killed "
+                "(a script that never ends, or a process left running)"
+            )
+        found = breach(run.stderr)
+        if found is not None:
+            what, line = found
+            raise ImportRefused(f"{where} {what}: {line}")
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
+            raise ImportRefused(f"{where}: {ENTRY} exited {run.returncode}: {last}")
+        if not run.records:
+            raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
+
+
+def extract_folder(
+    folder: Path,
+    *,
+    nodes: int | None = None,
+    source: SourceRef | None = None,
+    shell: str = "dash",
+    time_limit_s: float = 120.0,
+    devices_per_node: int | None = None,
+) -> FolderFacts:
+    """Run every node rank of ``folder`` in its sandbox and return what they started."""
+    folder = Path(folder)
+    _check_folder(folder)
+    meta = read_meta(folder)
+    count, said = detect_nodes(folder, meta, nodes)
+    if shutil.which(shell) is None:
+        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
+    ref = source or SourceRef(folder=folder.name)
+    per_node = devices_per_node or detect_devices(folder, ref)
+    python = sandbox_python()
+    limits = Limits(time_s=time_limit_s)
+    with tempfile.TemporaryDirectory(prefix="servekit-import-", ignore_cleanup_errors=True) as tmp:
+        scratch = Path(tmp)
+        original = scratch / "folder"
+        _copy_folder(folder, original)
+        replaced = _replace_helpers(original, python)
+        platform = create_platform(
+            scratch / "platform",
+            count,
+            default_groups(count),
+            python=python,
+            devices_per_node=per_node,
+        )
+        template = scratch / "proc-sys-template"
+        copy_proc_sys(template)
+        sandbox = Sandbox(scratch, platform.root, limits)
+        trees = []
+        for node in platform.nodes:
+            tree = sandbox.prepare(node.index, node.pod, template)
+            shutil.copytree(original, tree.root / "script", symlinks=True)
+            trees.append(tree)
+        sandbox.hand_over()
+        runs = run_all_nodes(
+            platform,
+            Path(SCRIPT_DIR) / ENTRY,
+            shell=shell,
+            timeout=time_limit_s,
+            wrap=sandbox.wrap,
+        )
+        _check(ref.folder, runs, time_limit_s)
+        processes = [facts for run in runs for facts in run_facts(platform, run)]
+        found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
+    assumptions = [EXECUTABLE_ASSUMPTION, PROXY_ASSUMPTION]
+    if replaced:
+        assumptions.append(
+            f"the folder's Python helpers run as the recorder: {', '.join(replaced)}"
+        )
+    return FolderFacts(
+        source=ref,
+        shell=shell,
+        nodes=count,
+        nodes_from=said,
+        devices_per_node=per_node,
+        group0_size=platform.group_sizes[0],
+        assumptions=tuple(assumptions),
+        processes=tuple(p.to_json() for p in sorted_facts(processes)),
+        host_tuning=tuple(host_tuning(folder, found)),
+        meta=meta,
+        unexpressed=tuple(double_exports(folder)),
+    )

@@ -1,0 +1,198 @@
+"""What a folder's scripts say when read, beside what running them shows.
+
+Running a folder (:mod:`servekit.importer.extract`) observes what it starts and
+what it writes; some facts need the text too, and each is named by file and line:
+
+- the node count: ``run.sh``'s own check, ``nodes:`` in meta.yaml, the folder
+  name's grammar (:func:`detect_nodes`);
+- where a host tuning write comes from (:func:`host_tuning`: the first script
+  line naming the key), the same value to every fake CPU as one ``/cpu*/`` fact;
+- what the facts cannot carry (:func:`double_exports`: a variable exported twice
+  in one script).
+
+Every script is read at most :data:`MAX_SCRIPT_BYTES`, never through a link.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from servekit.importer.contain import FAKE_CPUS, ImportRefused, Write
+from servekit.importer.meta import SourceMeta
+
+ENTRY = "run.sh"
+MAX_NODES = 250
+MAX_SCRIPT_BYTES = 1024 * 1024
+_NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
+_RANK_RANGE = re.compile(r"\(want 0\.\.(\d+)\)")
+_NODES_NAME = re.compile(r"(\d+)nodes?")
+_PD_NAME = re.compile(r"(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?")
+_EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=")
+_CPU = re.compile(r"/cpu(\d+)/")
+_BRANCH = re.compile(r"^\s*(else|elif|fi|esac)\b|;;")
+
+
+class HostTuning(BaseModel):
+    """A write to /proc/sys or /sys a node's scripts attempted (recorded, never applied)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: int
+    path: str
+    value: str
+    file: str | None
+    line: int | None
+
+
+class Unexpressed(BaseModel):
+    """Something of the scripts the facts cannot carry, named by file and line."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str
+    line: int
+    what: str
+
+
+def _read_script(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES)
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()
+
+
+def _scripts(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.sh") if p.is_file() and not p.is_symlink())
+
+
+def _code_lines(path: Path) -> Iterable[tuple[int, str]]:
+    for number, line in enumerate(_read_script(path), start=1):
+        if not line.lstrip().startswith("#"):
+            yield number, line
+
+
+def name_nodes(name: str) -> int | None:
+    """The node count the naming grammar says: ``1node``, ``4nodes``, ``1x2p1x4d`` = 6."""
+    if match := _NODES_NAME.fullmatch(name):
+        return int(match.group(1))
+    if match := _PD_NAME.fullmatch(name):
+        a, b, c, d = (int(g) if g else 1 for g in match.groups())
+        return a * b + c * d
+    return None
+
+
+def detect_nodes(folder: Path, meta: SourceMeta, given: int | None = None) -> tuple[int, str]:
+    """(node count, which source said it); every source that says one must agree.
+
+    Order: ``run.sh``'s node-count check (``AISHIPBOX_NNODES != N`` or its rank
+    dispatch ``(want 0..N-1)``: what the platform run enforces) wins, then
+    ``nodes:`` in meta.yaml, then the folder name's grammar, then ``given``.
+    """
+    said: list[tuple[int, str]] = []
+    entry = folder / ENTRY
+    for number, line in _code_lines(entry):
+        if match := _NNODES_CHECK.search(line):
+            said.append((int(match.group(1)), f"{ENTRY}:{number} (node-count check)"))
+        elif match := _RANK_RANGE.search(line):
+            said.append((int(match.group(1)) + 1, f"{ENTRY}:{number} (rank dispatch 0..N-1)"))
+    if meta.nodes is not None:
+        said.append((meta.nodes, f"{meta.file} (nodes)"))
+    if (by_name := name_nodes(folder.name)) is not None:
+        said.append((by_name, f"folder name {folder.name!r} (naming grammar)"))
+    if given is not None:
+        said.append((given, "--nodes"))
+    if not said:
+        raise ImportRefused(
+            f"{folder}: cannot tell its node count (no check in {ENTRY}, no nodes: in "
+            "meta.yaml, a name outside the grammar); pass the node count"
+        )
+    counts = {n for n, _ in said}
+    if len(counts) > 1:
+        listed = ", ".join(f"{where} says {n}" for n, where in said)
+        raise ImportRefused(f"{folder}: node counts disagree ({listed}); fix the folder")
+    count, where = said[0]
+    if not 1 <= count <= MAX_NODES:
+        raise ImportRefused(f"{folder}: {where} says {count} nodes; want 1..{MAX_NODES}")
+    return count, where
+
+
+def double_exports(folder: Path) -> list[Unexpressed]:
+    """A variable exported twice in one script: the process gets (and facts hold) the last."""
+    found = []
+    for script in _scripts(folder):
+        seen: dict[str, int] = {}
+        for number, line in _code_lines(script):
+            if _BRANCH.search(line):
+                seen.clear()  # an export in another branch of an if/case is not a second one
+                continue
+            match = _EXPORT.match(line)
+            if not match:
+                continue
+            name = match.group(1)
+            if name in seen:
+                found.append(
+                    Unexpressed(
+                        file=script.name,
+                        line=number,
+                        what=(
+                            f"{name} exported twice (lines {seen[name]} and {number}); the "
+                            "facts hold the value the process got, built from both"
+                        ),
+                    )
+                )
+            else:
+                seen[name] = number
+    return found
+
+
+def _needles(path: str) -> list[str]:
+    if path.startswith("/proc/sys/"):
+        key = path.removeprefix("/proc/sys/")
+        return [key.replace("/", "."), key]
+    tail = "/".join(_CPU.sub("/cpu*/", path).split("/")[-2:])
+    return [tail, path.rsplit("/", 1)[-1]]
+
+
+def _where(folder: Path, path: str) -> tuple[str | None, int | None]:
+    """The script file and line that names a written path (first match)."""
+    for needle in _needles(path):
+        for script in _scripts(folder):
+            for number, line in _code_lines(script):
+                if needle in line:
+                    return script.name, number
+    return None, None
+
+
+def _collapse_cpus(found: list[Write]) -> list[Write]:
+    """The same value written to every fake CPU is one write at ``/cpu*/``."""
+    groups: dict[tuple[int, str, str], set[int]] = {}
+    for w in found:
+        if match := _CPU.search(w.path):
+            key = (w.node, _CPU.sub("/cpu*/", w.path), w.value)
+            groups.setdefault(key, set()).add(int(match.group(1)))
+    out: list[Write] = []
+    for w in found:
+        if _CPU.search(w.path):
+            key = (w.node, _CPU.sub("/cpu*/", w.path), w.value)
+            if groups.get(key) == set(range(FAKE_CPUS)):
+                out.append(Write(w.node, key[1], w.value))
+                groups[key] = set()  # emitted once
+                continue
+            if not groups.get(key):
+                continue
+        out.append(w)
+    return out
+
+
+def host_tuning(folder: Path, found: list[Write]) -> list[HostTuning]:
+    tuning = []
+    for w in _collapse_cpus(found):
+        file, line = _where(folder, w.path)
+        tuning.append(HostTuning(node=w.node, path=w.path, value=w.value, file=file, line=line))
+    return sorted(tuning, key=lambda t: (t.node, t.path))
