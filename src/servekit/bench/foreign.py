@@ -27,6 +27,7 @@ point.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,14 @@ def read_baseline(path: Path) -> BenchResult:
 
 
 def _number(value: Any) -> float | None:
+    """A finite number, or None (a hostile file's strings, NaN or 10**400 are skipped)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _fig(value: float | None, unit: str, method: str) -> Figure | None:
