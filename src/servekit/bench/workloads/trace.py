@@ -199,7 +199,7 @@ async def measure(spec: TraceReplay, ctx: BenchContext) -> list[Point]:
         records += batch
         samples.append(per_request(batch))
         ctx.progress(f"trace {_label(spec)}", i + 1, ctx.settings.runs)
-    method = "see docs/bench.md#trace-replay"
+    method = "see docs/bench.md#trace-replay---trace"
     names = [k for k in runs[0] if k not in SKIP and "loop_lag" not in k]
     figures: dict[str, Figure] = {
         n: figure((r[n] for r in runs), FIGURE_UNITS.get(n) or unit_of(n), method) for n in names
