@@ -10,7 +10,8 @@ partial. The Azure LLM inference trace is a CSV with a header naming
 
 A trace is hostile input like any other: it is read as a byte stream, each line
 bounded before it is decoded (a 1 GB line costs at most ``MAX_LINE_BYTES``),
-the line count and the total of block ids bounded before anything is kept, and
+the line count, the total of block ids and the total of prompt tokens (their
+texts are built before the first send) bounded before anything is kept, and
 every refusal is one :class:`~servekit.errors.UsageError` naming the line and
 the field.
 """
@@ -37,6 +38,8 @@ MAX_REQUESTS = 1_000_000
 MAX_BLOCK_IDS = 4_000_000
 """All ``hash_ids`` of a trace together (about 32 MB kept)."""
 MAX_TOKENS = 1 << 24
+MAX_INPUT_TOKENS = 100_000_000
+"""All prompts of a replay together: their texts are built before the first send (~600 MB)."""
 MAX_TIME_S = 30 * 86400.0
 
 
@@ -149,6 +152,7 @@ def _collect(
     origin: float | None = None
     previous = -math.inf
     blocks = 0
+    prompt_tokens = 0
     for number, raw in lines:
         if limit is not None and len(requests) >= limit:
             break
@@ -172,6 +176,12 @@ def _collect(
             raise UsageError(
                 f"{where}: line {number}: hash_ids: more than {MAX_BLOCK_IDS} in the trace; "
                 "replay a part of it"
+            )
+        prompt_tokens += isl
+        if prompt_tokens > MAX_INPUT_TOKENS:
+            raise UsageError(
+                f"{where}: line {number}: input_length: the prompts add up to more than "
+                f"{MAX_INPUT_TOKENS} tokens; replay the first N requests with --requests N"
             )
         origin = at if origin is None else origin
         requests.append(TraceRequest(number, at - origin, isl, osl, ids))
