@@ -7,6 +7,7 @@ model (fixtures/foreign/README.md has the exact commands).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,13 @@ def test_a_huge_baseline_is_refused_before_reading(tmp_path: Path) -> None:
         handle.truncate(1 << 30)  # sparse: nothing is written
     with pytest.raises(UsageError, match="larger than 64 MiB"):
         read_baseline(path)
+
+
+def test_a_fifo_baseline_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="no such file"):
+        read_baseline(fifo)
 
 
 JSON = st.recursive(

@@ -60,15 +60,22 @@ TOKENS_WHY = (
 def read_baseline(path: Path) -> BenchResult:
     """A servekit result, an AIPerf export or a vllm bench serve result; else one line, exit 2."""
     where = f"--baseline {path}"
+    if not path.is_file():  # a FIFO or a device would block the read
+        raise UsageError(f"{where}: no such file; pass a saved bench.json")
     try:
-        size = path.stat().st_size
-    except OSError:
-        raise UsageError(f"{where}: no such file; pass a saved bench.json") from None
-    if size > MAX_BYTES:
+        if path.stat().st_size > MAX_BYTES:  # refused unread; the bounded read covers growth
+            raise UsageError(f"{where}: larger than {MAX_BYTES >> 20} MiB; not a benchmark result")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(
+            f"{where}: cannot read ({exc.strerror}); pass a saved bench.json"
+        ) from None
+    if len(data) > MAX_BYTES:
         raise UsageError(f"{where}: larger than {MAX_BYTES >> 20} MiB; not a benchmark result")
     try:
-        doc = json.loads(path.read_bytes())
-    except (ValueError, RecursionError, OSError):
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
         raise UsageError(f"{where}: not JSON; pass a saved bench.json") from None
     if isinstance(doc, dict) and doc.get("schema_version") == SCHEMA_VERSION:
         return BenchResult.read(path)
