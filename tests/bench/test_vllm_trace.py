@@ -9,6 +9,7 @@ from vLLM's own counters, near what the trace's ids imply. Marked ``vllm``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +31,6 @@ LAYOUT = "local/single"
 
 @pytest.fixture
 def single(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    import os
-
     monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.chdir(tmp_path)
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
