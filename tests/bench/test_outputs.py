@@ -18,6 +18,7 @@ from servekit.bench import (
     run_bench,
     write_outputs,
 )
+from servekit.bench.records import RECORDS_FILE, read_rows
 from servekit.bench.report import cell
 from servekit.bench.schema import BenchInputs, Figure, Point
 from servekit.deployment import Deployment
@@ -74,6 +75,7 @@ def test_written_result_reads_back_identically_and_is_a_baseline(
         [
             "bench.json",
             "bench.md",
+            "requests.jsonl",
             "multi_stream.png",
             "concurrency_sweep.png",
             "concurrency_sweep_latency.png",
@@ -87,7 +89,9 @@ def test_written_result_reads_back_identically_and_is_a_baseline(
     assert raw["schema_version"] == SCHEMA_VERSION
     assert raw["inputs"]["workloads"][0]["kind"] == "multi_stream"
     again = BenchResult.read(tmp_path / "out" / "bench.json")
-    assert again == result
+    rows = read_rows(tmp_path / "out" / RECORDS_FILE)
+    assert len(rows) == 2 * (4 + 4)  # two runs of two sweep points of four requests
+    assert again.with_requests(rows) == result
     rows = compare(again, result)
     assert rows and all(r.change == 0.0 for r in rows if r.before)
     md = (tmp_path / "out" / "bench.md").read_text()

@@ -6,6 +6,9 @@ The Python API (``servekit bench`` and ``servekit verify`` use it)::
     result = run_bench(deployment, default_workloads(), RunSettings(runs=3))
     write_outputs(result, Path("out"), baseline=BenchResult.read(Path("old/bench.json")))
     markdown = render_section(result)   # for the release report
+    run_bench(deployment, [TraceReplay(path="trace.jsonl")])  # a Mooncake/Azure trace
+    rows = read_rows(Path("out/requests.jsonl"))                # the per-request records
+    before = read_baseline(Path("profile_export_aiperf.json"))  # or bench.json, vllm's JSON
 
 Method and metric definitions: docs/bench.md.
 """
@@ -26,11 +29,14 @@ if TYPE_CHECKING:
         RateSweep,
         RunSettings,
         SingleStream,
+        TraceReplay,
         Workload,
         WorkloadSpec,
         default_workloads,
     )
+    from servekit.bench.foreign import read_baseline
     from servekit.bench.output import write_outputs
+    from servekit.bench.records import RequestRow, read_rows
     from servekit.bench.report import render_markdown, render_section
     from servekit.bench.runner import bench_async, run_bench
     from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
@@ -50,6 +56,10 @@ _NAMES = {
     "RunSettings": "config",
     "SCHEMA_VERSION": "schema",
     "SingleStream": "config",
+    "TraceReplay": "config",
+    "RequestRow": "records",
+    "read_baseline": "foreign",
+    "read_rows": "records",
     "WORKLOAD_NAMES": "config",
     "Workload": "config",
     "WorkloadSpec": "config",
@@ -76,13 +86,17 @@ __all__ = [
     "Point",
     "Prefill",
     "RateSweep",
+    "RequestRow",
     "RunSettings",
     "SingleStream",
+    "TraceReplay",
     "Workload",
     "WorkloadSpec",
     "bench_async",
     "compare",
     "default_workloads",
+    "read_baseline",
+    "read_rows",
     "render_markdown",
     "render_section",
     "run_bench",

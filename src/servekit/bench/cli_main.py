@@ -19,11 +19,11 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servekit.bench.config import RunSettings
+from servekit.bench.foreign import read_baseline
 from servekit.bench.options import BenchOptions, build_workloads, parse_slos
 from servekit.bench.output import write_outputs
 from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.runner import run_bench
-from servekit.bench.schema import BenchResult
 from servekit.bench.screen import print_result
 from servekit.deployment import load_deployment
 from servekit.errors import UsageError
@@ -63,8 +63,10 @@ def main(args: BenchOptions, console: Console | None = None) -> int:
         arrival=args.arrival,
         concurrency=args.concurrency,
         requests=args.requests,
+        trace=args.trace,
+        trace_speed=args.trace_speed,
     )
-    baseline = BenchResult.read(args.baseline) if args.baseline else None
+    baseline = read_baseline(args.baseline) if args.baseline else None
     deployment = load_deployment(args.target)
     try:
         total = planned_runs(workloads, settings.runs)

@@ -85,6 +85,19 @@ class ConcurrencySweep(WorkloadSpec):
     output_tokens: Tokens = Field(256, description="generated tokens (ignore_eos)")
 
 
+class TraceReplay(WorkloadSpec):
+    """Replay a request trace (Mooncake JSONL or Azure CSV) on its own clock."""
+
+    kind: Literal["trace"] = "trace"
+    path: str = Field(description="the trace file")
+    format: Literal["mooncake", "azure"] | None = Field(
+        None, description="trace format (default: by name and header)"
+    )
+    speed: Rate = Field(1.0, description="trace seconds replayed per engine second")
+    block_size: Tokens = Field(512, description="prompt tokens per hash_ids block")
+    requests: Requests | None = Field(None, description="replay only the first N requests")
+
+
 class KVCapacity(WorkloadSpec):
     """KV cache capacity in tokens from the engine log or /metrics."""
 
@@ -92,7 +105,7 @@ class KVCapacity(WorkloadSpec):
 
 
 Workload = Annotated[
-    SingleStream | MultiStream | Prefill | RateSweep | ConcurrencySweep | KVCapacity,
+    SingleStream | MultiStream | Prefill | RateSweep | ConcurrencySweep | TraceReplay | KVCapacity,
     Field(discriminator="kind"),
 ]
 

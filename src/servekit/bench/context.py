@@ -18,6 +18,7 @@ from typing import Any
 from servekit.bench.config import RunSettings
 from servekit.bench.load import run_concurrent, stream_body
 from servekit.bench.prompts import PromptBuilder
+from servekit.bench.records import RequestRow
 from servekit.bench.sampler import MetricsSource, RelaySource, wait_idle
 from servekit.client import OpenAIClient, RequestRecord
 from servekit.deployment import RELAY_PATH, Deployment, Endpoint
@@ -45,6 +46,8 @@ class BenchContext:
     prompts: PromptBuilder = field(init=False)
     metrics: MetricsSource = field(init=False)
     idle_checked: bool = True
+    rows: list[RequestRow] = field(default_factory=list)
+    """Every measured request, for ``requests.jsonl`` (servekit.bench.records)."""
 
     def __post_init__(self) -> None:
         engines = self.engines

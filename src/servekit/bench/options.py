@@ -26,8 +26,10 @@ from servekit.bench.config import (
     Seconds,
     SingleStream,
     SLOName,
+    TraceReplay,
     WorkloadSpec,
 )
+from servekit.bench.trace import read_trace
 from servekit.errors import UsageError
 
 SLO_NAMES: tuple[SLOName, ...] = ("ttft", "tpot", "e2el")
@@ -56,18 +58,24 @@ def parse_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
     return tuple(int(v) for v in values)
 
 
+SLO_ALIASES = {"e2e": "e2el"}
+
+
 def parse_slos(items: Sequence[str]) -> dict[SLOName, float]:
-    """['ttft=200', 'tpot=50'] -> {'ttft': 200.0, 'tpot': 50.0} (milliseconds)."""
+    """['ttft=200,tpot=50', 'e2e=900'] -> {'ttft': 200.0, 'tpot': 50.0, 'e2el': 900.0} (ms)."""
     slos: dict[SLOName, float] = {}
-    for item in items:
+    for item in (part for text in items for part in text.split(",") if part.strip()):
         name, _, value = item.partition("=")
-        match = next((n for n in SLO_NAMES if n == name.strip()), None)
+        name = SLO_ALIASES.get(name.strip(), name.strip())
+        match = next((n for n in SLO_NAMES if n == name), None)
         try:
             ms = float(value)
         except ValueError:
             ms = -1.0
         if match is None or not 0 < ms < math.inf:
-            raise UsageError(f"--slo {item}: expected NAME=MS with NAME one of ttft, tpot, e2el")
+            raise UsageError(
+                f"--slo {item}: expected NAME=MS with NAME one of ttft, tpot, e2el (or e2e)"
+            )
         slos[match] = ms
     return slos
 
@@ -95,8 +103,17 @@ def build_workloads(
     arrival: str = "poisson",
     concurrency: str | None = None,
     requests: int | None = None,
+    trace: Path | None = None,
+    trace_speed: float = 1.0,
 ) -> list[WorkloadSpec]:
-    """Workload specs from ``--workload`` names and their shared flags."""
+    """Workload specs from ``--workload`` names and their shared flags.
+
+    ``--trace FILE`` adds a trace replay; alone, it is the only workload.
+    """
+    if trace is not None:
+        replay = _trace(trace, trace_speed, requests)
+        if not names:
+            return [replay]
     chosen = list(names) or list(DEFAULT_WORKLOADS)
     unknown = [n for n in chosen if n not in WORKLOAD_NAMES]
     if unknown:
@@ -108,7 +125,7 @@ def build_workloads(
     shared = {k: v for k, v in (("requests", requests),) if v is not None}
     io = {"isl": isl, "osl": osl}
     try:
-        return [
+        specs = [
             _one(n, io, streams, prefill_streams, rates, arrival, concurrency, shared)
             for n in chosen
         ]
@@ -116,6 +133,21 @@ def build_workloads(
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else ""
         flag = _FLAG_OF.get(field, f"workload option {field}")
+        raise UsageError(f"{flag}: {first['msg']}") from None
+    return specs + ([replay] if trace is not None else [])
+
+
+def _trace(path: Path, speed: float, requests: int | None) -> TraceReplay:
+    """The trace replay the flags describe; the file is read when the workload runs."""
+    if not path.is_file():
+        raise UsageError(f"--trace {path}: no such file; pass a Mooncake JSONL or Azure CSV trace")
+    read_trace(path, limit=requests)  # a bad trace is refused before any engine is touched
+    try:
+        return TraceReplay(path=str(path), speed=speed, requests=requests)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        flag = {"speed": "--trace-speed", "requests": "--requests"}.get(field, "--trace")
         raise UsageError(f"{flag}: {first['msg']}") from None
 
 
@@ -177,13 +209,23 @@ class BenchOptions(BaseModel):
     )
     arrival: str = Field("poisson", description="arrivals of the rate sweep: constant or poisson")
     concurrency: str | None = Field(None, description="concurrency sweep (default 1,4,16)")
-    requests: int | None = Field(None, description="requests per sweep point and run (default 32)")
+    requests: int | None = Field(
+        None, description="requests per sweep point and run (default 32); with --trace: the first N"
+    )
+    trace: Path | None = Field(
+        None, description="replay a Mooncake JSONL or Azure CSV trace (alone: the only workload)"
+    )
+    trace_speed: float = Field(
+        1.0, description="trace seconds per engine second (simulators add their own --speed)"
+    )
     slo: tuple[str, ...] = Field(
         (),
-        description="goodput SLO NAME=MS, repeatable: ttft, tpot, e2el (as vllm bench serve --goodput)",
+        description="goodput SLOs NAME=MS[,NAME=MS], repeatable: ttft, tpot, e2el (as vllm bench serve --goodput)",
     )
     baseline: Path | None = Field(
-        None, description="a saved bench.json; prints before -> after (delta)"
+        None,
+        description="a saved bench.json, AIPerf profile_export_aiperf.json or vllm bench serve "
+        "result; prints before -> after (delta)",
     )
     out: Path | None = Field(None, description="output folder (default .servekit/bench/<UTC time>)")
     idle_timeout: Seconds = Field(

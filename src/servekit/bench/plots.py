@@ -81,6 +81,30 @@ def latency_plot(points: list[Point], path: Path) -> Path:
     return out
 
 
+def goodput_plot(points: list[Point], path: Path) -> Path:
+    """Request throughput beside goodput (requests meeting every SLO) for each point."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = list(range(len(points)))
+    for shift, name in ((-0.2, "request_throughput"), (0.2, "goodput")):
+        vals = [(p.figures[name].median or 0.0) if name in p.figures else 0.0 for p in points]
+        ax.bar([x + shift for x in xs], vals, width=0.4, label=name)
+    ax.set_xticks(xs, [p.label for p in points], rotation=30)
+    ax.set_ylabel("req/s")
+    slo = points[0].evidence.get("slo_ms") or {}
+    limits = ", ".join(f"{k}<={v:g}ms" for k, v in slo.items())
+    ax.set_title(f"{points[0].workload}: goodput ({limits})")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
+
+
+def _has_goodput(points: list[Point]) -> bool:
+    return any(p.figures.get("goodput") and p.figures["goodput"].median is not None for p in points)
+
+
 def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     """Every plot that applies to the measured workloads."""
     groups: dict[str, list[Point]] = {}
@@ -98,4 +122,9 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
             ys = ("output_throughput", "total_token_throughput")
             written.append(throughput_plot(pts, x, ys, out_dir / f"{workload}.png"))
             written.append(latency_plot(pts, out_dir / f"{workload}_latency.png"))
+    if pts := groups.get("trace"):
+        written.append(latency_plot(pts, out_dir / "trace_latency.png"))
+    for workload in ("concurrency_sweep", "rate_sweep", "trace"):
+        if (pts := groups.get(workload)) and _has_goodput(pts):
+            written.append(goodput_plot(pts, out_dir / f"{workload}_goodput.png"))
     return written

@@ -43,53 +43,70 @@ class PromptBuilder:
         self._client = client
         self._ids = itertools.count(start_id)
         self._tag = f"{tag}-" if tag else ""
-        self._words_for: dict[int, int] = {}
+        self._words_for: dict[tuple[int, bool], int] = {}
 
     def next_prefix(self) -> str:
         """A fresh ``[req-NNNNN]`` (or ``[req-TAG-NNNNN]``) prefix."""
         return f"[req-{self._tag}{next(self._ids):05d}]"
 
     async def build(self, n_tokens: int) -> str:
-        """One prompt of exactly ``n_tokens`` tokens with a fresh prefix.
+        """One prompt of exactly ``n_tokens`` tokens with a fresh prefix."""
+        return await self.fit(self.next_prefix(), n_tokens)
+
+    async def fit(
+        self,
+        prefix: str,
+        n_tokens: int,
+        *,
+        special: bool = True,
+        hint: str = "choose a larger --isl",
+    ) -> str:
+        """``prefix`` and filler of exactly ``n_tokens`` tokens as the target counts them.
 
         Words bring the count to at most ``n_tokens`` (some words are several
         tokens, so word counts can skip a length); single-token pads (" the",
-        else " a", ",") then close the gap exactly.
+        else " a", ",") then close the gap exactly. ``special`` counts the
+        tokens the server adds (BOS) too, as a whole prompt is counted; a piece
+        of a prompt (a trace's block) is counted without them.
         """
-        prefix = self.next_prefix()
-        words = self._words_for.get(n_tokens, n_tokens)
-        text, count = await self._fit_words(prefix, words, n_tokens)
+        words = self._words_for.get((n_tokens, special), n_tokens)
+        text, count = await self._fit_words(prefix, words, n_tokens, special)
         for pad in PADS:
-            padded, got = await self._pad(text, count, pad, n_tokens)
+            padded, got = await self._pad(text, count, pad, n_tokens, special)
             if got == n_tokens:
                 return padded
         raise UsageError(
             f"prompt length {n_tokens}: the target's tokenizer cannot reach it exactly "
-            f"(prefix {prefix!r} alone may be longer); choose a larger --isl"
+            f"(prefix {prefix!r} alone may be longer); {hint}"
         )
 
-    async def _count(self, text: str) -> int:
-        return (await self._client.tokenize(text)).count
+    async def count(self, text: str, *, special: bool = True) -> int:
+        """Tokens of ``text`` by the target's own /tokenize."""
+        return (await self._client.tokenize(text, add_special_tokens=special)).count
 
-    async def _fit_words(self, prefix: str, words: int, n_tokens: int) -> tuple[str, int]:
+    async def _fit_words(
+        self, prefix: str, words: int, n_tokens: int, special: bool
+    ) -> tuple[str, int]:
         """Prefix plus words with a count at most ``n_tokens`` (as close as found)."""
         for _ in range(MAX_ROUNDS):
             text = f"{prefix} {filler(words)}" if words > 0 else prefix
-            count = await self._count(text)
+            count = await self.count(text, special=special)
             if count <= n_tokens or words == 0:
-                self._words_for[n_tokens] = words
+                self._words_for[(n_tokens, special)] = words
                 return text, count
             words = max(0, words - (count - n_tokens))
-        return prefix, await self._count(prefix)
+        return prefix, await self.count(prefix, special=special)
 
-    async def _pad(self, text: str, count: int, pad: str, n_tokens: int) -> tuple[str, int]:
+    async def _pad(
+        self, text: str, count: int, pad: str, n_tokens: int, special: bool
+    ) -> tuple[str, int]:
         """Append ``pad`` until the count is exact; the closest try otherwise."""
         k = n_tokens - count
         for _ in range(MAX_ROUNDS):
             if k < 0:
                 break
             padded = text + pad * k
-            got = await self._count(padded) if k else count
+            got = await self.count(padded, special=special) if k else count
             if got == n_tokens:
                 return padded, got
             k += n_tokens - got

@@ -7,9 +7,10 @@ the release report embeds; :func:`render_markdown` is the standalone file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from servekit.bench.baseline import Delta, compare
+from servekit.bench.baseline import Delta, compare, not_compared
+from servekit.bench.config import SLOName
 from servekit.bench.schema import BenchResult, Figure, Point
 from servekit.numbers import fmt, signed_percent
 
@@ -40,6 +41,15 @@ KEY_FIGURES: dict[str, tuple[str, ...]] = {
     "kv_capacity": ("kv_cache_tokens",),
 }
 KEY_FIGURES["concurrency_sweep"] = KEY_FIGURES["rate_sweep"]
+KEY_FIGURES["trace"] = (
+    *KEY_FIGURES["rate_sweep"][:-1],
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "lateness_max_ms",
+    "prefix_cache_hit_rate",
+    "prefix_cache_hits",
+    "harness_loop_lag_p99_ms",
+)
 
 TITLES = {
     "single_stream": "Single-stream decode",
@@ -47,6 +57,7 @@ TITLES = {
     "prefill": "Prefill (cold prefix)",
     "rate_sweep": "Request-rate sweep",
     "concurrency_sweep": "Concurrency sweep",
+    "trace": "Trace replay",
     "kv_capacity": "KV cache capacity",
 }
 
@@ -149,13 +160,37 @@ def render_section(result: BenchResult, baseline: BenchResult | None = None, lev
         parts += ["", f"Note: {inp.note}"]
     if inp.sim_speed is not None:
         parts += ["", speed_line(inp.sim_speed)]
+    if inp.settings.slo_ms:
+        parts += ["", goodput_line(inp.settings.slo_ms)]
     for workload, points in grouped(result).items():
         parts += ["", f"{h}# {TITLES.get(workload, workload)}", "", workload_table(points)]
+        parts += [trace_line(p) for p in points if p.workload == "trace"]
     if baseline is not None:
         rows = compare(baseline, result)
         parts += ["", f"{h}# Against the baseline ({baseline.created})", ""]
         parts.append(delta_table(rows) if rows else "No figure in common with the baseline.")
+        parts += [f"\nNot compared (definitions differ): {why}." for why in not_compared(baseline)]
     return "\n".join(parts) + "\n"
+
+
+def goodput_line(slo_ms: Mapping[SLOName, float]) -> str:
+    """What goodput counts: requests meeting every SLO, per second."""
+    limits = ", ".join(f"{name} <= {ms:g} ms" for name, ms in slo_ms.items())
+    return f"Goodput: requests per second meeting every SLO ({limits}), as vllm bench serve."
+
+
+def trace_line(point: Point) -> str:
+    """The replay's shape and the prefix reuse the trace itself implies, under its table."""
+    p, ev = point.params, point.evidence
+    rate = ev.get("trace_hit_rate")
+    implied = f"{rate:.1%}" if isinstance(rate, float) else "n/a"
+    return (
+        f"\n{point.label}: {p.get('trace_requests')} requests over "
+        f"{float(p.get('trace_span_s', 0)):g} s of trace time at {float(p.get('clock_factor', 1)):g}x; "
+        f"{ev.get('trace_blocks')} blocks, {ev.get('trace_distinct_blocks')} distinct "
+        f"(a perfect prefix cache would hit {implied}); lateness in the "
+        f"{ev.get('lateness_clock', 'wall')} clock."
+    )
 
 
 def render_markdown(result: BenchResult, baseline: BenchResult | None = None) -> str:

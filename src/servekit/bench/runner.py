@@ -22,12 +22,20 @@ from servekit.bench.config import (
     RateSweep,
     RunSettings,
     SingleStream,
+    TraceReplay,
     WorkloadSpec,
     as_workloads,
 )
 from servekit.bench.context import BenchContext, ProgressFn, quiet
 from servekit.bench.schema import BenchInputs, BenchResult, Point
-from servekit.bench.workloads import kv_capacity, multi_stream, prefill, single_stream, sweeps
+from servekit.bench.workloads import (
+    kv_capacity,
+    multi_stream,
+    prefill,
+    single_stream,
+    sweeps,
+    trace,
+)
 from servekit.client import EndpointError, OpenAIClient
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
@@ -41,6 +49,7 @@ MEASURES: dict[type, Measure] = {
     RateSweep: sweeps.measure_rate,
     ConcurrencySweep: sweeps.measure_concurrency,
     KVCapacity: kv_capacity.measure,
+    TraceReplay: trace.measure,
 }
 
 
@@ -86,9 +95,10 @@ async def bench_async(
         note=note,
         sim_speed=deployment.sim_speed if deployment.simulated else None,
     )
-    return BenchResult(
+    result = BenchResult(
         created=created, inputs=inputs, points=tuple(points), duration_s=time.perf_counter() - t0
     )
+    return result.with_requests(ctx.rows)
 
 
 DISCOVERY_TIMEOUT_S = 30.0

@@ -9,12 +9,14 @@ run, so reading it back must be exact: models are frozen and forbid extras.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from servekit.bench.config import RunSettings, Workload
+from servekit.bench.records import RequestRow
 from servekit.errors import UsageError, first_error
 from servekit.fsutil import atomic_write_text
 
@@ -86,6 +88,17 @@ class BenchResult(_Model):
     inputs: BenchInputs
     points: tuple[Point, ...] = ()
     duration_s: float = 0.0
+    _requests: tuple[RequestRow, ...] = PrivateAttr(default=())
+
+    @property
+    def requests(self) -> tuple[RequestRow, ...]:
+        """The measured requests behind the figures (``requests.jsonl``; not in bench.json)."""
+        return self._requests
+
+    def with_requests(self, rows: Sequence[RequestRow]) -> BenchResult:
+        """This result carrying its per-request rows (written beside bench.json)."""
+        self._requests = tuple(rows)
+        return self
 
     def point(self, workload: str, label: str) -> Point | None:
         """The point with that key, if measured."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from servekit.bench.baseline import compare
+from servekit.bench.baseline import compare, not_compared
 from servekit.bench.report import TITLES, delta_grid, grouped, workload_grid
 from servekit.bench.schema import BenchResult
 from servekit.termtable import fit_tables
@@ -33,6 +33,8 @@ def print_result(console: Console, result: BenchResult, baseline: BenchResult | 
     if baseline is not None:
         changes = compare(baseline, result)
         title = f"Against the baseline ({baseline.created})"
+        for why in not_compared(baseline):
+            console.print(f"not compared (definitions differ): {why}", highlight=False)
         if not changes:
             console.print(f"{title}: no figure in common with the baseline.")
             return

@@ -20,6 +20,7 @@ from servekit.report.view import Plot
 
 PLOTS_DIR = "bench/plots"
 LATENCY = "_latency"
+GOODPUT = "_goodput"
 
 
 def plot_title(stem: str) -> str:
@@ -27,6 +28,9 @@ def plot_title(stem: str) -> str:
     if stem.endswith(LATENCY):
         workload = stem.removesuffix(LATENCY)
         return f"{TITLES.get(workload, workload)}: latency distribution per point"
+    if stem.endswith(GOODPUT):
+        workload = stem.removesuffix(GOODPUT)
+        return f"{TITLES.get(workload, workload)}: goodput (requests meeting every SLO) per point"
     return f"{TITLES.get(stem, stem)}: throughput against load"
 
 

@@ -18,6 +18,7 @@ from servekit.bench.config import ConcurrencySweep, RateSweep
 from servekit.bench.context import BenchContext
 from servekit.bench.lag import LoopLagProbe
 from servekit.bench.load import run_at_rate, run_concurrent
+from servekit.bench.records import rows_of
 from servekit.bench.schema import Figure, Point
 from servekit.bench.stats import error_kinds, error_samples, figure, per_request, serving_metrics
 from servekit.client import RequestRecord
@@ -54,6 +55,7 @@ async def _point(
         async with LoopLagProbe().running() as probe:
             batch, duration = await send([ctx.body(p, spec.output_tokens) for p in prompts])
         records += batch
+        ctx.rows += rows_of(batch, workload=workload, point=label, run=i, duration_s=duration)
         metrics = serving_metrics(batch, duration, spec.input_tokens, ctx.settings.slo_ms)
         runs.append({"duration_s": duration, **metrics, **probe.summary()})
         samples.append(per_request(batch))
