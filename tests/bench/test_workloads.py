@@ -84,7 +84,12 @@ def test_single_stream_catches_a_short_foreign_request_by_its_finish(engine: Eng
     assert [r["foreign_requests"] for r in point.evidence["runs"]] == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("engine", [Setup(hide=("/metrics",))], indirect=True)
+# A 100 ms step: with no /metrics the frames are the only clock, and at 2 ms a
+# loaded client reads two frames at once (then the run is rightly "not measured").
+SLOW_STEPS = {"decode_step_s": [[1, 0.1]]}
+
+
+@pytest.mark.parametrize("engine", [Setup(profile=SLOW_STEPS, hide=("/metrics",))], indirect=True)
 def test_target_without_metrics_still_measures_and_says_so(engine: Engine) -> None:
     result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
     (point,) = result.points
