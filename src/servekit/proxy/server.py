@@ -18,8 +18,11 @@ import aiohttp
 from aiohttp import web
 
 from servekit.errors import UsageError
-from servekit.proxy.app import build_app
+from servekit.proxy import fds
+from servekit.proxy.app import CONNS, build_app
 from servekit.proxy.config import ProxyConfig, parse_args
+from servekit.proxy.conns import ConnectionSite
+from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handler
 from servekit.proxy.router import Router
 
 log = logging.getLogger("servekit.proxy")
@@ -52,9 +55,17 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
     session = aiohttp.ClientSession(connector=connector)
     router = Router(config, session)
-    runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
+    app = build_app(router)
+    table = app[CONNS]
+    table.cap, warning = fds.connection_cap(config.max_connections, len(list(router.instances())))
+    if warning:
+        log.warning("%s", warning)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, logger=server_log(config),
+        keepalive_timeout=config.keepalive_timeout_s,
+    )  # fmt: skip
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=2048)
+    site = ConnectionSite(runner, table, config.host, config.port, backlog=2048)
     try:
         await site.start()
     except OSError as exc:
@@ -69,11 +80,20 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     return RunningProxy(router, runner, probes, port)
 
 
+def server_log(config: ProxyConfig) -> ServerLog:
+    """aiohttp's request-handler logger: one line per unparsable request, rate-limited."""
+    burst, every = config.log_burst, config.log_interval_s
+    bad = RateLimited(log, "bad requests", burst, every)
+    return ServerLog(log, bad, RateLimited(log, "request handler errors", burst, every))
+
+
 async def serve(config: ProxyConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    loop_errors = RateLimited(log, "event loop errors", config.log_burst, config.log_interval_s)
+    loop.set_exception_handler(loop_exception_handler(loop_errors))
     running = await start_proxy(config)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("servekit proxy (%s) listening on %s", config.mode, running.url)
