@@ -83,8 +83,8 @@ class RateLimited:
             self._flush_handle = None
         if self.suppressed:
             self.logger.warning(
-                "%s: suppressed %d more lines like this in %g s", self.what, self.suppressed,
-                self.interval_s,
+                "%s: suppressed %d more lines like this (at most %d per %g s)", self.what,
+                self.suppressed, self.burst, self.interval_s,
             )  # fmt: skip
         self.window_start, self.used, self.suppressed = self.clock(), 0, 0
 

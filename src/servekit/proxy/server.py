@@ -19,9 +19,9 @@ from aiohttp import web
 
 from servekit.errors import UsageError
 from servekit.proxy import fds
-from servekit.proxy.app import CONNS, build_app
+from servekit.proxy.app import BAD_REQUESTS, CONNS, build_app
 from servekit.proxy.config import ProxyConfig, parse_args
-from servekit.proxy.conns import ConnectionSite
+from servekit.proxy.conns import Connections, ConnectionSite
 from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handler
 from servekit.proxy.router import Router
 
@@ -38,11 +38,18 @@ class RunningProxy:
     port: int
 
     @property
+    def connections(self) -> Connections:
+        """The open client connections and what was shed (read by tests and benchmarks)."""
+        return self.runner.app[CONNS]
+
+    @property
     def url(self) -> str:
         host = self.router.config.host
         return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.port}"
 
     async def stop(self) -> None:
+        for limiter in (self.runner.app[BAD_REQUESTS], self.connections.shed_log):
+            limiter.flush()  # what was suppressed is still reported
         self.probes.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.probes
@@ -61,7 +68,7 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     if warning:
         log.warning("%s", warning)
     runner = web.AppRunner(
-        app, handler_cancellation=True, access_log=None, logger=server_log(config),
+        app, handler_cancellation=True, access_log=None, logger=server_log(config, app[BAD_REQUESTS]),
         keepalive_timeout=config.keepalive_timeout_s,
     )  # fmt: skip
     await runner.setup()
@@ -80,11 +87,10 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     return RunningProxy(router, runner, probes, port)
 
 
-def server_log(config: ProxyConfig) -> ServerLog:
-    """aiohttp's request-handler logger: one line per unparsable request, rate-limited."""
-    burst, every = config.log_burst, config.log_interval_s
-    bad = RateLimited(log, "bad requests", burst, every)
-    return ServerLog(log, bad, RateLimited(log, "request handler errors", burst, every))
+def server_log(config: ProxyConfig, bad: RateLimited) -> ServerLog:
+    """aiohttp's request-handler logger: unparsable requests share ``bad`` with the app's."""
+    errors = RateLimited(log, "request handler errors", config.log_burst, config.log_interval_s)
+    return ServerLog(log, bad, errors)
 
 
 async def serve(config: ProxyConfig) -> None:
