@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from servekit.proxy import admin, passthrough, relay
-from servekit.proxy.bodies import read_request
+from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.ratelog import RateLimited, printable
@@ -165,8 +165,9 @@ def build_app(router: Router) -> web.Application:
     app[CONNS] = conns
     app[BAD_REQUESTS] = RateLimited(log, "bad requests", cfg.log_burst, cfg.log_interval_s)
     router.metrics.watch_connections(conns)
+    expect = expect_handler(cfg.max_body_bytes)
     for path in GENERATION_ROUTES:
-        app.router.add_post(path, generation)
+        app.router.add_post(path, generation, expect_handler=expect)
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.failures import ProxyError
+from servekit.proxy.failures import ProxyError, error_response
 
 THREAD_PARSE_BYTES = 1 << 20  # larger answers are checked off the event loop
 
@@ -33,6 +34,28 @@ def _too_large(limit: int) -> ProxyError:
     return ProxyError(
         "payload_too_large", "proxy", f"request body exceeds --max-body-bytes ({limit} bytes)"
     )
+
+
+def expect_handler(limit: int) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """``Expect: 100-continue``: an oversized declared body is refused before it is sent.
+
+    Otherwise as aiohttp's own handler: ``100 Continue`` on HTTP/1.1, 417 for
+    any other expectation.
+    """
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            return error_response(_too_large(limit))
+        if request.version != aiohttp.HttpVersion11:
+            return None
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text="expected 100-continue or nothing")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer proper has not started
+        return None
+
+    return expect
 
 
 async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:

@@ -14,7 +14,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.bodies import read_answer, read_request
+from servekit.proxy.bodies import expect_handler, read_answer, read_request
 from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.router import Router
@@ -86,6 +86,8 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
         return await fan_out(request.app[key], request)
 
     app.router.add_get("/v1/models", one)
-    app.router.add_post("/tokenize", one)
-    app.router.add_post("/detokenize", one)
+    router = app[key]
+    expect = expect_handler(router.config.max_body_bytes)
+    app.router.add_post("/tokenize", one, expect_handler=expect)
+    app.router.add_post("/detokenize", one, expect_handler=expect)
     app.router.add_post("/reset_prefix_cache", every)

@@ -26,6 +26,10 @@ from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handle
 from servekit.proxy.router import Router
 
 log = logging.getLogger("servekit.proxy")
+# After an answer that leaves a body unread (413, 408, a 404 with a body), aiohttp reads
+# and drops what still comes for this long before it closes, so the answer is not lost
+# to a reset; aiohttp's default (10 s) held every refused connection that long.
+LINGER_S = 2.0
 
 
 @dataclass
@@ -69,7 +73,7 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         log.warning("%s", warning)
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, logger=server_log(config, app[BAD_REQUESTS]),
-        keepalive_timeout=config.keepalive_timeout_s,
+        keepalive_timeout=config.keepalive_timeout_s, lingering_time=LINGER_S,
     )  # fmt: skip
     await runner.setup()
     site = ConnectionSite(runner, table, config.host, config.port, backlog=2048)
