@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -108,10 +109,20 @@ def _is_json(body: bytes) -> bool:
     return True
 
 
+_ONE_BIG_CHECK = threading.Lock()
+
+
+def _is_json_big(body: bytes) -> bool:
+    """:func:`_is_json` one at a time: a check holds about twice the body (text, then
+    the parsed values), so concurrent big answers would multiply that."""
+    with _ONE_BIG_CHECK:
+        return _is_json(body)
+
+
 async def check_json(body: bytes, who: str, stage: str) -> None:
     """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502)."""
     big = len(body) > THREAD_PARSE_BYTES
-    ok = await asyncio.to_thread(_is_json, body) if big else _is_json(body)
+    ok = await asyncio.to_thread(_is_json_big, body) if big else _is_json(body)
     if not ok:
         msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
         raise ProxyError("upstream_error", stage, msg)

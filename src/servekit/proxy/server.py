@@ -68,7 +68,8 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     router = Router(config, session)
     app = build_app(router)
     table = app[CONNS]
-    table.cap, warning = fds.connection_cap(config.max_connections, len(list(router.instances())))
+    engines = len(list(router.instances()))
+    table.cap, backlog, warning = fds.connection_cap(config.max_connections, engines)
     if warning:
         log.warning("%s", warning)
     runner = web.AppRunner(
@@ -76,7 +77,7 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
         keepalive_timeout=config.keepalive_timeout_s, lingering_time=LINGER_S,
     )  # fmt: skip
     await runner.setup()
-    site = ConnectionSite(runner, table, config.host, config.port, backlog=2048)
+    site = ConnectionSite(runner, table, config.host, config.port, backlog=backlog)
     try:
         await site.start()
     except OSError as exc:
