@@ -41,7 +41,7 @@ def open_fds() -> int:
 def backlog_for(soft: int) -> int:
     """The listen backlog: asyncio's loop accepts up to this many sockets per wake-up
     before any of them is admitted, so two batches must fit beside the cap."""
-    return min(MAX_BACKLOG, max(MIN_BACKLOG, soft // 4))
+    return min(MAX_BACKLOG, max(MIN_BACKLOG, soft // 16))
 
 
 def connection_cap(wanted: int, engines: int) -> tuple[int, int, str | None]:
