@@ -186,3 +186,37 @@ def test_the_limiter_writes_at_most_the_burst_per_window_and_counts_the_rest(
     reported = sum(int(r.args[1]) for r in collect.records)  # type: ignore[index, call-overload]
     assert written + reported == len(gaps)  # each call written or counted, once
     assert written <= burst * (1 + clock.now)  # windows are at least 1 s apart
+
+
+PREFIXES = [b"", b"GET / HTTP/1.1\r\n", b"GET /health HTTP/1.1\r\nHost: p\r\n",
+            b"POST /v1/completions HTTP/1.1\r\nHost: p\r\nContent-Length: 40\r\n\r\n",
+            b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"]  # fmt: skip
+HOSTILE = st.lists(
+    st.tuples(st.sampled_from(PREFIXES), st.binary(max_size=300)).map(b"".join),
+    min_size=1, max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=6, deadline=None)
+@given(HOSTILE)
+def test_hostile_bytes_are_answered_or_closed_and_the_proxy_stays_up(heads: list[bytes]) -> None:
+    """Every connection ends (answered or closed, never held), no traceback, /health 200."""
+    seen: list[logging.LogRecord] = []
+    collect = logging.Handler()
+    collect.emit = seen.append  # type: ignore[method-assign]
+    logger = logging.getLogger("servekit.proxy")
+    logger.addHandler(collect)
+    limits = {"header_timeout_s": 0.5, "body_timeout_s": 0.5, "keepalive_timeout_s": 0.5}
+
+    async def scenario() -> None:
+        async with stack(prefill=0, decode=0, replica=1, **limits) as s:
+            answers = await asyncio.gather(*(send_raw(s.url, h) for h in heads))
+            assert all(a == b"" or a.startswith(b"HTTP/1.") for a in answers)
+            status, _ = await s.get("/health")
+            assert status == 200
+
+    try:
+        run(scenario())
+    finally:
+        logger.removeHandler(collect)
+    assert not [r for r in seen if r.exc_info or r.levelno >= logging.ERROR]
