@@ -4,7 +4,9 @@ Engines are servekit's simulator (see harness.py). :class:`Spy` sits in front of
 one simulated endpoint and relays every request and answer unchanged (a reset
 upstream becomes a reset downstream), remembering what crossed the wire, so
 tests assert on the bytes the proxy really sent and received. ``stub`` answers
-a path with a bare status instead (endpoints the simulator does not serve).
+a path with a bare status instead (endpoints the simulator does not serve);
+``rewrite`` changes the whole answer of a path (a truncated or mis-encoded
+body, an oversized one), which the simulator does not produce.
 :func:`black_hole` accepts connections and never answers (a probe that hangs).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,7 @@ class Seen:
 class Spy:
     target: str
     stub: dict[str, int] = field(default_factory=dict)
+    rewrite: dict[str, Callable[[bytes], bytes]] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
 
@@ -65,6 +69,13 @@ class Spy:
         if request.path in self.stub:
             return web.Response(status=self.stub[request.path])
         headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED}
+        if request.path in self.rewrite:
+            async with self._session.request(
+                request.method, self.target + request.path_qs, data=raw, headers=headers
+            ) as up:
+                seen.answer = self.rewrite[request.path](await up.read())
+                return web.Response(status=up.status, body=seen.answer,
+                                    content_type=up.content_type)  # fmt: skip
         out = web.StreamResponse()
         try:
             async with self._session.request(

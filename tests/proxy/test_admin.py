@@ -72,8 +72,11 @@ def test_without_a_key_admin_answers_loopback_peers_only() -> None:
 
 
 def test_bearer_comparison() -> None:
-    assert bearer_matches("Bearer abc", "abc")
-    for header in (None, "", "Bearer ab", "Bearer abcd", "bearer abc", "Bearer abc ", "Bearer é"):
+    # RFC 9110 11.1: the scheme is case-insensitive; one or more spaces before the token
+    for header in ("Bearer abc", "bearer abc", "BEARER abc", "bEaReR abc", "Bearer  abc"):
+        assert bearer_matches(header, "abc"), header
+    for header in (None, "", "Bearer ab", "Bearer abcd", "Bearer abc ", "Bearer é", "Basic abc",
+                   "Bearerabc", "Bearer\tabc", "abc", "Bearer", "Bearer ", "xBearer abc"):  # fmt: skip
         assert not bearer_matches(header, "abc"), header
 
 

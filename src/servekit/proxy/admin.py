@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from servekit.errors import UsageError
+from servekit.proxy.bodies import read_request
 from servekit.proxy.config import check_url
+from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.router import Router
 
@@ -63,16 +66,37 @@ def _loopback(remote: str | None) -> bool:
         return False
 
 
+def authorization(request: web.Request) -> str | None:
+    """The one ``Authorization`` header, or None; sent twice, it is a 400.
+
+    RFC 9110 allows one credential per request; taking the first of two (as
+    before) let a request carry a second, unchecked one to whatever reads the
+    last.
+    """
+    values = request.headers.getall("Authorization", [])
+    if len(values) > 1:
+        msg = f"Authorization: sent {len(values)} times; send one"
+        raise ProxyError("bad_request", "proxy", msg)
+    return values[0] if values else None
+
+
 def bearer_matches(header: str | None, key: str) -> bool:
-    """``Authorization: Bearer <key>``, compared in constant time."""
-    given = (header or "").encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(given, f"Bearer {key}".encode())
+    """``Authorization: Bearer <key>``: the scheme in any case (RFC 9110 11.1), the key
+    compared in constant time."""
+    scheme, _, token = (header or "").partition(" ")
+    given = token.lstrip(" ").encode("utf-8", "surrogateescape")
+    same = hmac.compare_digest(given, key.encode("utf-8", "surrogateescape"))
+    return same and scheme.lower() == "bearer"
 
 
 def admin_refusal(request: web.Request, admin_key: str | None) -> web.Response | None:
-    """None when the request may use the admin API, else the 401/403 to answer."""
+    """None when the request may use the admin API, else the 400/401/403 to answer."""
     if admin_key is not None:
-        if bearer_matches(request.headers.get("Authorization"), admin_key):
+        try:
+            header = authorization(request)
+        except ProxyError as err:
+            return error_response(err)
+        if bearer_matches(header, admin_key):
             return None
         return _error(401, "unauthorized", "admin endpoints need the admin key as Bearer")
     if _loopback(request.remote):
@@ -130,10 +154,13 @@ async def _change(request: web.Request, router: Router, action: str, doc: Any) -
     return _listing(router, action=action)
 
 
-async def _json(request: web.Request) -> Any:
+async def _json(request: web.Request, router: Router) -> Any:
+    """The decoded body, or None when it is not JSON; 413/408 as for any body."""
+    cfg = router.config
+    raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
     try:
-        return await request.json()
-    except ValueError:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
         return None
 
 
@@ -145,13 +172,21 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
 
     def action_handler(action: str) -> Any:
         async def handle(request: web.Request) -> web.Response:
-            return await _change(request, request.app[key], action, await _json(request))
+            router = request.app[key]
+            try:
+                doc = await _json(request, router)
+            except ProxyError as err:
+                return error_response(err)
+            return await _change(request, router, action, doc)
 
         return handle
 
     def legacy_handler(action: str) -> Any:
         async def handle(request: web.Request) -> web.Response:
-            doc = await _json(request)
+            try:
+                doc = await _json(request, request.app[key])
+            except ProxyError as err:
+                return error_response(err)
             if not isinstance(doc, dict):
                 return _bad('body: expected {"type": ROLE, "instances": ["host:port"]}')
             items = doc.get("instances", [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,31 +19,40 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from servekit.proxy import admin, layerwise, passthrough, relay
-from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.bodies import expect_handler, read_request
+from servekit.proxy.conns import Connections, track
+from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.ratelog import RateLimited, printable
 from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
 
 ROUTER = web.AppKey("router", Router)
+CONNS = web.AppKey("connections", Connections)
+BAD_REQUESTS = web.AppKey("bad_requests", RateLimited)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 # layerwise.PATH: decoders call it without a key; the request id it names is the capability.
 OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH, layerwise.PATH})
+log = logging.getLogger("servekit.proxy")
 CLIENT_CLOSED = "499"  # nginx's status for "the client closed the connection first"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(err: ProxyError) -> web.Response:
-    return web.Response(status=err.status, body=err.body(), content_type="application/json")
+def log_refusal(request: web.Request, err: ProxyError) -> None:
+    """One line per request the proxy refused as the client's fault (4xx), rate-limited."""
+    if err.status < 500:
+        request.app[BAD_REQUESTS].log(
+            logging.INFO, "refused %s %s from %s: %d %s: %s", request.method,
+            printable(request.path, 100), request.remote, err.status, err.kind,
+            printable(err.message),
+        )  # fmt: skip
 
 
-async def _read_body(request: web.Request) -> tuple[dict[str, Any], bytes]:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        msg = "request body exceeds --max-body-bytes"
-        raise ProxyError("payload_too_large", "proxy", msg) from None
+async def _read_body(request: web.Request, router: Router) -> tuple[dict[str, Any], bytes]:
+    cfg = router.config
+    raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -55,7 +65,7 @@ async def _read_body(request: web.Request) -> tuple[dict[str, Any], bytes]:
 async def _run_trip(
     router: Router, request: web.Request, progress: Progress
 ) -> tuple[web.StreamResponse, Trip]:
-    body, raw = await _read_body(request)
+    body, raw = await _read_body(request, router)
     check_request(request.path, body)
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
     trip = Trip(router, request, ticket, progress)
@@ -84,6 +94,7 @@ async def generation(request: web.Request) -> web.StreamResponse:
             router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
+        log_refusal(request, err)
         resp = error_response(err)
     except Answer as answer:
         router.metrics.errors.labels("backend", f"http_{answer.status}").inc()
@@ -128,10 +139,15 @@ def _auth_middleware(api_key: str | None, admin_on: bool, admin_key: str | None)
         if admin_on and admin.is_admin_path(path):
             refusal = admin.admin_refusal(request, admin_key)
             return refusal if refusal is not None else await handler(request)
-        authorization = request.headers.get("Authorization")
-        open_path = api_key is None or path in OPEN_PATHS
-        if not open_path and not admin.bearer_matches(authorization, api_key or ""):
-            return error_response(ProxyError("unauthorized", "proxy", "missing or wrong API key"))
+        if api_key is None or path in OPEN_PATHS:
+            return await handler(request)
+        try:
+            authorization = admin.authorization(request)
+            if not admin.bearer_matches(authorization, api_key):
+                raise ProxyError("unauthorized", "proxy", "missing or wrong API key")
+        except ProxyError as err:
+            log_refusal(request, err)
+            return error_response(err)
         return await handler(request)
 
     return check
@@ -140,13 +156,21 @@ def _auth_middleware(api_key: str | None, admin_on: bool, admin_key: str | None)
 def build_app(router: Router) -> web.Application:
     """The aiohttp application around a router (its session is the caller's)."""
     cfg = router.config
-    middlewares = []
+    conns = Connections(
+        cfg.max_connections, cfg.header_timeout_s,
+        RateLimited(log, "shed connections", cfg.log_burst, cfg.log_interval_s),
+    )  # fmt: skip
+    middlewares = [track(conns)]
     if cfg.api_key is not None or cfg.admin:
         middlewares.append(_auth_middleware(cfg.api_key, cfg.admin, cfg.admin_key))
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[ROUTER] = router
+    app[CONNS] = conns
+    app[BAD_REQUESTS] = RateLimited(log, "bad requests", cfg.log_burst, cfg.log_interval_s)
+    router.metrics.watch_connections(conns)
+    expect = expect_handler(cfg.max_body_bytes)
     for path in GENERATION_ROUTES:
-        app.router.add_post(path, generation)
+        app.router.add_post(path, generation, expect_handler=expect)
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)

@@ -84,6 +84,21 @@ class ProxyConfig:
     decode_policy: str = opt("least-loaded", "how decode/replica is chosen", choices=POLICY_NAMES)
     debug: bool = opt(False, "name backend URLs in error bodies")
     max_body_bytes: int = opt(64 * 1024 * 1024, "larger bodies get 413", gt=0)
+    max_answer_bytes: int = opt(64 * 1024 * 1024, "an engine's unstreamed answer larger than "
+                                "this is a 502", gt=0)  # fmt: skip
+    header_timeout_s: float = opt(60.0, "request line and headers must arrive within this "
+                                  "(from connect, or a keep-alive request's first byte); "
+                                  "then 408 and close", gt=0, le=3600)  # fmt: skip
+    body_timeout_s: float = opt(60.0, "a request body must arrive within this after its "
+                                "headers; then 408 and close", gt=0, le=3600)  # fmt: skip
+    keepalive_timeout_s: float = opt(75.0, "an idle keep-alive connection is closed after this",
+                                     gt=0, le=3600)  # fmt: skip
+    max_connections: int = opt(4096, "open client connections; at the cap the longest-waiting "
+                               "idle or slow one is closed (503 when all are busy); lowered "
+                               "to fit the fd limit", ge=1, le=1_000_000)  # fmt: skip
+    log_burst: int = opt(10, "lines per --log-interval of each repeated kind (bad requests, "
+                         "shed connections); the rest are summed in one line", ge=1)  # fmt: skip
+    log_interval_s: float = opt(10.0, "window of --log-burst", gt=0, le=3600)
     connect_timeout_s: float = opt(5.0, "per connection attempt", gt=0)
     prefill_timeout_s: float = opt(600.0, "whole prefill exchange", gt=0)
     decode_timeout_s: float = opt(3600.0, "first byte of a stream, or a whole unstreamed answer",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from aiohttp import web
+
 ERROR_STATUS = {
     "bad_request": 400,
     "unauthorized": 401,
@@ -21,8 +23,13 @@ ERROR_STATUS = {
     "no_healthy_instance": 503,
     "timeout": 504,
     "payload_too_large": 413,
+    "request_timeout": 408,
+    "answer_too_large": 502,
     "forbidden": 403,
 }
+
+# The request's body is left unread: answer, then close the connection (RFC 9110 15.5.9/14).
+CLOSING_KINDS = frozenset({"payload_too_large", "request_timeout"})
 
 # Failures of one instance that left nothing at the client: another instance may serve.
 RETRYABLE_KINDS = frozenset({"connect_failed", "upstream_error"})
@@ -72,3 +79,11 @@ class ProxyError(Exception):
     def sse_event(self) -> bytes:
         """The error as the last SSE events of a stream that already started."""
         return b"data: " + self.body() + b"\n\ndata: [DONE]\n\n"
+
+
+def error_response(err: ProxyError) -> web.Response:
+    """The JSON response of a proxy-made error; closing the connection where its body is unread."""
+    resp = web.Response(status=err.status, body=err.body(), content_type="application/json")
+    if err.kind in CLOSING_KINDS:
+        resp.force_close()
+    return resp

@@ -7,10 +7,11 @@ by a collector, so routing pays nothing for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from servekit.proxy.instances import Instance, State
@@ -44,6 +45,41 @@ class _PoolCollector(Collector):
             toks.add_metric(key, inst.tokens)
             up.add_metric(key, 1.0 if inst.state is State.HEALTHY else 0.0)
         yield from (reqs, toks, up)
+
+
+class ConnectionSource(Protocol):
+    """What the connection collector reads (:class:`servekit.proxy.conns.Connections`)."""
+
+    @property
+    def cap(self) -> int: ...
+    @property
+    def open(self) -> Sized: ...
+    @property
+    def closed(self) -> Mapping[str, int]: ...
+
+
+class _ConnectionCollector(Collector):
+    """Open client connections and the ones the proxy closed, read at scrape time."""
+
+    def __init__(self, source: ConnectionSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        src = self._source
+        yield GaugeMetricFamily(
+            "servekit_proxy_client_connections", "Open client connections", value=len(src.open)
+        )
+        yield GaugeMetricFamily(
+            "servekit_proxy_client_connections_cap", "Most open client connections", value=src.cap
+        )
+        shed = CounterMetricFamily(
+            "servekit_proxy_client_connections_closed", "Client connections the proxy closed: "
+            "header_timeout, evicted (at the cap), refused (at the cap, all busy)",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason in ("header_timeout", "evicted", "refused"):
+            shed.add_metric([reason], src.closed.get(reason, 0))
+        yield shed
 
 
 class ProxyMetrics:
@@ -84,6 +120,10 @@ class ProxyMetrics:
             "to first byte)", ["stage"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
         r.register(_PoolCollector(instances))
+
+    def watch_connections(self, source: ConnectionSource) -> None:
+        """Report ``source``'s connection counts (once per proxy)."""
+        self.registry.register(_ConnectionCollector(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

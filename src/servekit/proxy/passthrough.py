@@ -3,7 +3,8 @@
 Every instance serves the same model and tokenizer, so ``/v1/models``,
 ``/tokenize`` and ``/detokenize`` go to one healthy instance (decode or replica
 first, which are the ones clients talk to). ``/reset_prefix_cache`` goes to
-every healthy instance, so a cold run really is cold on both PD stages.
+every healthy instance, so a cold run really is cold on both PD stages. Bodies
+both ways are bounded as for generation (:mod:`servekit.proxy.bodies`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.failures import ProxyError
+from servekit.proxy.bodies import expect_handler, read_answer, read_request
+from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.router import Router
 
@@ -25,27 +27,32 @@ def _candidates(router: Router) -> list[Instance]:
     return sorted(insts, key=lambda i: ROLE_ORDER.index(i.role))
 
 
-def _error(err: ProxyError) -> web.Response:
-    return web.Response(status=err.status, body=err.body(), content_type="application/json")
-
-
 async def relay_one(router: Router, request: web.Request) -> web.Response:
     """Send the request to the first healthy instance that answers; pass its answer back."""
-    data = await request.read() if request.can_read_body else None
+    cfg = router.config
+    try:
+        data = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
+    except ProxyError as err:
+        return error_response(err)
     timeout = aiohttp.ClientTimeout(total=router.config.prefill_timeout_s)
     headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
     for inst in _candidates(router):
         try:
             async with router.session.request(
-                request.method, inst.url + request.path_qs, data=data,
+                request.method, inst.url + request.path_qs, data=data or None,
                 headers={**headers, **router.headers}, timeout=timeout,
             ) as resp:  # fmt: skip
-                body = await resp.read()
+                who = router.describe(inst)
+                body = await read_answer(resp, cfg.max_answer_bytes, who, inst.role)
                 ctype = resp.headers.get("Content-Type", "application/json")
                 return web.Response(status=resp.status, body=body, headers={"Content-Type": ctype})
+        except ProxyError as err:
+            return error_response(err)
         except (aiohttp.ClientError, TimeoutError):
             continue
-    return _error(ProxyError("no_healthy_instance", "proxy", f"no backend served {request.path}"))
+    return error_response(
+        ProxyError("no_healthy_instance", "proxy", f"no backend served {request.path}")
+    )
 
 
 async def fan_out(router: Router, request: web.Request) -> web.Response:
@@ -58,16 +65,16 @@ async def fan_out(router: Router, request: web.Request) -> web.Response:
             async with router.session.post(
                 inst.url + request.path_qs, headers=router.headers, timeout=timeout
             ) as resp:
-                await resp.read()
+                await read_answer(resp, router.config.max_answer_bytes, inst.name, inst.role)
                 return resp.status < 300
-        except (aiohttp.ClientError, TimeoutError):
+        except (aiohttp.ClientError, TimeoutError, ProxyError):
             return False
 
     results = await asyncio.gather(*(one(i) for i in targets))
     failed = [router.describe(i) for i, ok in zip(targets, results, strict=True) if not ok]
     if failed or not targets:
         msg = f"{request.path} failed on: {', '.join(failed) or 'no healthy instance'}"
-        return _error(ProxyError("upstream_error", "proxy", msg))
+        return error_response(ProxyError("upstream_error", "proxy", msg))
     return web.json_response({"instances": len(targets)})
 
 
@@ -79,6 +86,8 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
         return await fan_out(request.app[key], request)
 
     app.router.add_get("/v1/models", one)
-    app.router.add_post("/tokenize", one)
-    app.router.add_post("/detokenize", one)
+    router = app[key]
+    expect = expect_handler(router.config.max_body_bytes)
+    app.router.add_post("/tokenize", one, expect_handler=expect)
+    app.router.add_post("/detokenize", one, expect_handler=expect)
     app.router.add_post("/reset_prefix_cache", every)

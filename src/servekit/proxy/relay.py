@@ -8,7 +8,8 @@ page with two labels added to every sample: ``engine_url`` (the instance's
 URL, as given to the proxy) and ``engine_role`` (prefill, decode or replica).
 vLLM's own ``engine`` label (the engine core index) is kept as it is.
 ``servekit_proxy_engine_scrape_ok{engine_url, engine_role}`` says which
-scrapes worked (1) or failed (0); the page is 200 either way.
+scrapes worked (1) or failed (0, also for a page over ``--max-answer-bytes``);
+the page is 200 either way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from servekit.proxy.bodies import read_answer
+from servekit.proxy.failures import ProxyError
 from servekit.proxy.instances import Instance
 from servekit.proxy.router import Router
 
@@ -40,8 +43,9 @@ async def scrape(router: Router, inst: Instance) -> str | None:
         ) as resp:
             if resp.status != 200:
                 return None
-            return await resp.text(errors="replace")
-    except (aiohttp.ClientError, TimeoutError):
+            raw = await read_answer(resp, router.config.max_answer_bytes, inst.name, inst.role)
+            return raw.decode("utf-8", "replace")
+    except (aiohttp.ClientError, TimeoutError, ProxyError):
         return None
 
 

@@ -18,11 +18,18 @@ import aiohttp
 from aiohttp import web
 
 from servekit.errors import UsageError
-from servekit.proxy.app import build_app
+from servekit.proxy import fds
+from servekit.proxy.app import BAD_REQUESTS, CONNS, build_app
 from servekit.proxy.config import ProxyConfig, parse_args
+from servekit.proxy.conns import Connections, ConnectionSite
+from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handler
 from servekit.proxy.router import Router
 
 log = logging.getLogger("servekit.proxy")
+# After an answer that leaves a body unread (413, 408, a 404 with a body), aiohttp reads
+# and drops what still comes for this long before it closes, so the answer is not lost
+# to a reset; aiohttp's default (10 s) held every refused connection that long.
+LINGER_S = 2.0
 
 
 @dataclass
@@ -35,11 +42,18 @@ class RunningProxy:
     port: int
 
     @property
+    def connections(self) -> Connections:
+        """The open client connections and what was shed (read by tests and benchmarks)."""
+        return self.runner.app[CONNS]
+
+    @property
     def url(self) -> str:
         host = self.router.config.host
         return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.port}"
 
     async def stop(self) -> None:
+        for limiter in (self.runner.app[BAD_REQUESTS], self.connections.shed_log):
+            limiter.flush()  # what was suppressed is still reported
         self.probes.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.probes
@@ -52,9 +66,18 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
     session = aiohttp.ClientSession(connector=connector)
     router = Router(config, session)
-    runner = web.AppRunner(build_app(router), handler_cancellation=True, access_log=None)
+    app = build_app(router)
+    table = app[CONNS]
+    engines = len(list(router.instances()))
+    table.cap, backlog, warning = fds.connection_cap(config.max_connections, engines)
+    if warning:
+        log.warning("%s", warning)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, logger=server_log(config, app[BAD_REQUESTS]),
+        keepalive_timeout=config.keepalive_timeout_s, lingering_time=LINGER_S,
+    )  # fmt: skip
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=2048)
+    site = ConnectionSite(runner, table, config.host, config.port, backlog=backlog)
     try:
         await site.start()
     except OSError as exc:
@@ -69,11 +92,19 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     return RunningProxy(router, runner, probes, port)
 
 
+def server_log(config: ProxyConfig, bad: RateLimited) -> ServerLog:
+    """aiohttp's request-handler logger: unparsable requests share ``bad`` with the app's."""
+    errors = RateLimited(log, "request handler errors", config.log_burst, config.log_interval_s)
+    return ServerLog(log, bad, errors)
+
+
 async def serve(config: ProxyConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    loop_errors = RateLimited(log, "event loop errors", config.log_burst, config.log_interval_s)
+    loop.set_exception_handler(loop_exception_handler(loop_errors))
     running = await start_proxy(config)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("servekit proxy (%s) listening on %s", config.mode, running.url)

@@ -2,8 +2,10 @@
 
 Rules kept here:
 - a backend 4xx passes through with its status and body (:class:`Answer`);
-- a backend 5xx or an empty 200 is tried on another instance while nothing
-  reached the client, and becomes a 502 naming the stage when none served;
+- a backend 5xx, an empty 200 or a 200 that is not UTF-8 JSON is tried on
+  another instance while nothing reached the client, and becomes a 502 naming
+  the stage when none served; an unstreamed answer over ``--max-answer-bytes``
+  is a 502 at once (the request asked for it, the engine is not at fault);
 - in PD mode a decode request always carries the prefill's kv_transfer_params,
   and only when they ask for a remote prefill as the decode guard requires
   (the proxy half of the guard);
@@ -31,6 +33,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from servekit.proxy.bodies import check_json, read_answer
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.payloads import (
@@ -98,16 +101,18 @@ class Trip:
         )
 
     async def _post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
-        """POST and read the whole answer; non-200 answers raise."""
+        """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
         lease = acquire(inst, self.ticket.prompt_tokens)
+        who = self._who(stage, inst)
         try:
             async with self.router.session.post(
                 inst.url + self.ticket.route, data=data, headers=self.headers,
                 timeout=self._timeout(total),
             ) as resp:  # fmt: skip
-                body = await resp.read()
+                body = await read_answer(resp, self.router.config.max_answer_bytes, who, stage)
                 ctype = resp.headers.get("Content-Type", "application/json")
-                _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+                _check_status(who, stage, resp.status, body, ctype)
+                await check_json(body, who, stage)
                 return body
         finally:
             self.router.release(lease)

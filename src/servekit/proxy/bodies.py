@@ -1,0 +1,128 @@
+"""Bodies read whole, bounded in bytes and time: client requests and engine answers.
+
+A client's body is read with a deadline (``--body-timeout``) and a cap
+(``--max-body-bytes``): a ``Content-Length`` above the cap is a 413 before one
+byte is read (``Content-Length: 999999999999`` used to wait for a body that
+never came), a chunked body is cut at the cap, and a body that has not arrived
+by the deadline is a 408 (a client trickling bytes held its connection and its
+handler for ever). Both responses close the connection (RFC 9110 15.5.9 and
+15.5.14): the rest of the body will not be read.
+
+An engine's unstreamed answer is read up to ``--max-answer-bytes`` (a 100 MB
+answer was buffered whole, 261 MB of RSS; six of 60 MB, 1.59 GB): beyond it
+the answer is a 502 that is not held against the engine (the request asked
+for it). A 200 whose body is not UTF-8 JSON (truncated, or another encoding)
+is a failure of that engine, counted and retried like a 5xx: it is never
+relayed as a 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from servekit.proxy.failures import ProxyError, error_response
+
+THREAD_PARSE_BYTES = 1 << 20  # larger answers are checked off the event loop
+
+
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        "payload_too_large", "proxy", f"request body exceeds --max-body-bytes ({limit} bytes)"
+    )
+
+
+def expect_handler(limit: int) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """``Expect: 100-continue``: an oversized declared body is refused before it is sent.
+
+    Otherwise as aiohttp's own handler: ``100 Continue`` on HTTP/1.1, 417 for
+    any other expectation.
+    """
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            return error_response(_too_large(limit))
+        if request.version != aiohttp.HttpVersion11:
+            return None
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text="expected 100-continue or nothing")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer proper has not started
+        return None
+
+    return expect
+
+
+async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise _too_large(limit)
+    if not request.body_exists:
+        return b""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                parts.append(chunk)
+    except TimeoutError:
+        msg = f"request body not received within --body-timeout ({timeout_s:g} s)"
+        raise ProxyError("request_timeout", "proxy", msg) from None
+    return b"".join(parts)
+
+
+async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage: str) -> bytes:
+    """An engine's whole answer, or ``answer_too_large`` (502, not the engine's fault)."""
+    declared = resp.content_length
+    if declared is not None and declared > limit:
+        raise _answer_too_large(who, stage, limit)
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await resp.content.readany():
+        size += len(chunk)
+        if size > limit:
+            raise _answer_too_large(who, stage, limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _answer_too_large(who: str, stage: str, limit: int) -> ProxyError:
+    msg = f"{who} answered more than --max-answer-bytes ({limit} bytes)"
+    return ProxyError("answer_too_large", stage, msg)
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
+
+
+_ONE_BIG_CHECK = threading.Lock()
+
+
+def _is_json_big(body: bytes) -> bool:
+    """:func:`_is_json` one at a time: a check holds about twice the body (text, then
+    the parsed values), so concurrent big answers would multiply that."""
+    with _ONE_BIG_CHECK:
+        return _is_json(body)
+
+
+async def check_json(body: bytes, who: str, stage: str) -> None:
+    """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502)."""
+    big = len(body) > THREAD_PARSE_BYTES
+    ok = await asyncio.to_thread(_is_json_big, body) if big else _is_json(body)
+    if not ok:
+        msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
+        raise ProxyError("upstream_error", stage, msg)
