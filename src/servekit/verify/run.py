@@ -120,7 +120,7 @@ def _baseline_source(flow: Flow) -> tuple[Path, str] | None:
         return flow.opts.baseline, f"--baseline {flow.opts.baseline}"
     if flow.opts.no_baseline:
         return None
-    engine = flow.opts.engine
+    engine = flow.opts.engine_choice
     records = [
         r
         for r in read_records(ledger_path(flow.loaded))
