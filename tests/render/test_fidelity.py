@@ -13,8 +13,6 @@ replaces, is compared by its fan-out.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -245,38 +243,24 @@ def test_fixtures_hold_the_run_time_values_as_placeholders() -> None:
     assert _value(headless, "--data-parallel-address") == "{NODE0_IP}"
 
 
-SOURCE_GIT = Path(
-    os.environ.get("SERVEKIT_FIDELITY_SOURCE", "/work/.mirror/xuopoj+ma-vllm-samples/repo")
-)
-
-
-def _source_tree(commit: str, folder: str, into: Path) -> Path | None:
-    """The source folder at ``commit`` from a local git copy, or None without one."""
-    git = shutil.which("git")
-    if git is None or not SOURCE_GIT.exists():
-        return None
-    archive = subprocess.run(
-        [git, "-C", str(SOURCE_GIT), "archive", commit, folder],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        return None
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / folder
-
-
 @pytest.mark.slow
 def test_fixtures_are_what_running_the_source_gives(tmp_path: Path) -> None:
-    """Re-run the extraction on the fixtures' commit: the checked-in facts come back."""
+    """Re-run the extraction on the fixtures' commit: the checked-in facts come back.
+
+    The source is ``SERVEKIT_SOURCE_CHECKOUT`` (tests/fakeplatform/source.py);
+    unset, the skip reason is the one command that runs it; set to anything
+    but a copy holding the commit, the test fails.
+    """
     from tests.fakeplatform.extract import Source, extract_layouts
+    from tests.fakeplatform.source import SourceMissing, source_tree
 
     meta, _ = fixture.read(FIXTURES / "1p1d.json")
     commit = meta["source"]["commit"]
     parent = "models/deepseekv4-flash-a3"
-    tree = _source_tree(commit, parent, tmp_path)
-    if tree is None:
-        pytest.skip(f"no git copy of the source with {commit} at {SOURCE_GIT}")
+    try:
+        tree = source_tree(commit, parent, tmp_path, os.environ)
+    except SourceMissing as exc:
+        pytest.skip(str(exc))
     source = Source(repo=meta["source"]["repo"], commit=commit, folder=parent)
     layouts = {name: fixture.read(FIXTURES / f"{name}.json")[0]["nodes"] for name in LAYOUTS}
     for name, doc in extract_layouts(tree, layouts, source):

@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+from servekit.catalog.ledger import NOT_OBSERVED, ledger_records, verification_status
+from servekit.catalog.loader import load
+from servekit.render.views import list_rows
 from servekit.verify.adapters import real_components
 from servekit.verify.dryrun import DryCluster, dry_cluster, leftovers
 from servekit.verify.options import VerifyOptions
@@ -96,14 +99,31 @@ def cli_verify(args: list[str], env: dict[str, str]) -> subprocess.CompletedProc
 
 
 def test_verify_with_nodes_equals_the_local_simulated_run(
-    cluster: DryCluster, local_run: Path, homes: dict[str, str], tmp_path: Path
+    cluster: DryCluster,
+    local_run: Path,
+    homes: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Issue 22's dry run: no --engine flag, and the ledger still says simulated."""
+    monkeypatch.setenv("XDG_DATA_HOME", homes["XDG_DATA_HOME"])  # the ledger verify wrote
+    loaded = load(LAYOUT)
+    before = verification_status(loaded)
     out = tmp_path / "cluster"
-    args = [*cluster.verify_args(), "--engine", "sim", "--out", str(out), "--no-baseline"]
+    args = [*cluster.verify_args(), "--quick", "--out", str(out), "--no-baseline"]
     assert args[:3] == [LAYOUT, "--target", cluster.entry_url]
     done = cli_verify(args, homes)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"# Verification of {LAYOUT}: PASS (simulated)")
+    record = ledger_records(loaded)[-1]
+    assert record.report == str(out.resolve()) and record.engine == "sim"
+    assert record.image == NOT_OBSERVED and record.versions == {}
+    assert record.observed is not None
+    assert record.observed["engine"] == "20/20 engines answered as servekit's simulator"
+    after = verification_status(loaded)
+    assert after.state == before.state != "verified"
+    cells, why = next(row for row in list_rows(None) if row[0][0] == LAYOUT)  # layouts list
+    assert cells[4] == before.state and "simulated run passed" in why
     got, want = summary(out), summary(local_run)
     assert got["n_of_n"] == want["n_of_n"] == "28/28"
     assert got["checks"] == want["checks"]
@@ -124,6 +144,18 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert errors["verdict"] == "pass" and errors["measurements"]["logs"] == 21
 
 
+def test_an_engine_flag_the_engines_contradict_is_refused_in_one_line(
+    cluster: DryCluster, homes: dict[str, str], tmp_path: Path
+) -> None:
+    args = [*cluster.verify_args(), "--engine", "vllm", "--quick", "--out", str(tmp_path / "r")]
+    done = cli_verify(args, homes)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "--engine vllm: the engines behind" in done.stderr
+    assert "answer as servekit's simulator" in done.stderr
+    assert not (tmp_path / "r").exists()  # nothing half-written
+
+
 def test_verify_through_the_proxy_alone_measures_every_figure(
     cluster: DryCluster, local_run: Path, tmp_path: Path
 ) -> None:
@@ -140,6 +172,7 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
     )
     outcome = verify(opts, real_components())
     assert outcome.exit_code == 0, [s for s in outcome.run.steps if s.status != "ok"]
+    assert outcome.run.engine == "sim"  # told by servekit_sim_info in the relayed metrics
     got, want = summary(out), summary(local_run)
     assert got["figures"] == want["figures"]
     assert got["n_of_n"] == "27/27"

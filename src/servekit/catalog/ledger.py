@@ -113,6 +113,18 @@ class VerificationStatus(BaseModel):
     def verified(self) -> bool:
         return self.state == "verified"
 
+    @property
+    def observed(self) -> str | None:
+        """How the facts of the record it rests on were observed (None: no record)."""
+        return observed_summary(self.record) if self.record is not None else None
+
+
+def observed_summary(record: LedgerRecord) -> str:
+    """One line: each fact of ``record`` and how it was observed, or that nothing was."""
+    if record.observed is None:
+        return "nothing (recorded before servekit observed the engines)"
+    return "; ".join(f"{fact}: {how}" for fact, how in record.observed.items())
+
 
 def is_packaged(loaded: LoadedLayout) -> bool:
     """True when ``loaded`` comes from the catalog installed with servekit."""

@@ -15,6 +15,7 @@ are wall time.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,7 @@ class Flow:
     progress: VerifyProgress = field(default_factory=VerifyProgress)
     restarted: bool = False
     identity: Identity | None = None
+    made_run_dir: bool = False
 
     def up(self) -> None:
         if self.opts.attached:
@@ -68,6 +70,7 @@ class Flow:
 
             self.deployment = self.steps.run("up", attach, describe)
             if refused:
+                self._unwrite()
                 raise refused[0]  # --engine contradicting the engines: exit 2, no report
             return
         self.started_here = True
@@ -86,6 +89,14 @@ class Flow:
         self.steps.mark(
             "up", True, f"{len(dep.endpoints)} endpoints ready, entry {dep.entry_url}", start
         )
+
+    def _unwrite(self) -> None:
+        """A refused run leaves nothing: what it wrote, and its folder if it made it."""
+        for name in ("plan.json", "baseline.json"):
+            (self.run_dir / name).unlink(missing_ok=True)
+        if self.made_run_dir:
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()  # only when empty: nothing of anyone else's goes
 
     def _identified(self, dep: Deployment) -> Deployment:
         """``dep`` as its engines say they are; refuses an ``--engine`` they contradict."""
