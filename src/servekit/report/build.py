@@ -18,7 +18,7 @@ from servekit.render.plan import Plan
 from servekit.report import baseline as baseline_mod
 from servekit.report.boundaries import boundaries
 from servekit.report.evidence import checksums, write_point_files
-from servekit.report.figures import PointFiles, headline, verification_table
+from servekit.report.figures import PointFiles, headline, sim_suffix, verification_table
 from servekit.report.kittable import kit_section
 from servekit.report.models import KitCheck, VerifyRun
 from servekit.report.plots import report_plots
@@ -217,7 +217,9 @@ def build_report(run_dir: Path) -> tuple[Path, Path]:
     """(Re)write ``report.md`` and ``report.html`` in ``run_dir``; returns their paths."""
     inputs = read_inputs(run_dir)
     files = write_point_files(run_dir, inputs.bench) if inputs.bench else {}
-    plots = report_plots(run_dir, inputs.bench) if inputs.bench else ()
+    bench = inputs.bench
+    source = sim_suffix(inputs.run, bench.inputs.sim_speed) if bench else ""
+    plots = report_plots(run_dir, bench, source) if bench else ()
     view = build_view(run_dir, inputs, files, plots)
     md = run_dir / REPORT_MD
     html = run_dir / REPORT_HTML
