@@ -141,3 +141,18 @@ def test_hostile_answers_never_crash_and_never_identify_vllm_without_every_mark(
     if verdict.kind == "vllm":
         assert status == 200 and server.strip().lower() == "uvicorn"
         assert "vllm:cache_config_info" in body
+
+
+def test_a_silent_engine_stops_the_probing_at_once() -> None:
+    asked: list[str] = []
+
+    def silent(url: str) -> Answer:
+        asked.append(url)
+        return Answer(0)
+
+    engines = tuple(
+        Endpoint(name=f"d{i}", role="decode", url=f"http://10.0.0.{i}:1") for i in range(50)
+    )
+    found = identify(Deployment(entry_url="http://10.0.0.1:1", endpoints=engines), silent)
+    assert found.kind == "unconfirmed" and "did not answer" in found.why
+    assert len(asked) == 2  # /version and /sim/state of the first engine only

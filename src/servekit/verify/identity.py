@@ -46,6 +46,7 @@ LOG_VERSION = re.compile(rb"vLLM (?:API )?server version (\d+\.\d+[0-9A-Za-z.+_-
 MAX_BODY = 32 << 20
 MAX_LOG_HEAD = 256 << 10
 PROBE_TIMEOUT_S = 5.0
+NO_ANSWER = " did not answer"
 FETCH_TIMEOUT_S = 10.0
 
 
@@ -142,7 +143,7 @@ def engine_verdict(url: str, probe: Probe) -> EngineVerdict:
     if said == SIM_VERSION or _is_sim_state(state):
         return EngineVerdict(url, "sim", "GET /version or /sim/state: servekit's simulator")
     if version.status == 0:
-        return EngineVerdict(url, "unconfirmed", f"{base}/version did not answer")
+        return EngineVerdict(url, "unconfirmed", f"{base}/version{NO_ANSWER}")
     if said is None or VERSION_LIKE.fullmatch(said) is None:
         return EngineVerdict(url, "unconfirmed", f"{base}/version gave no vLLM version")
     missing = []
@@ -182,7 +183,11 @@ def identify(dep: Deployment, probe: Probe = probe_url) -> Identity:
     if not engines:
         engines = [Endpoint(name="entry", role="mixed", url=dep.entry_url)]
     if dep.direct or not dep.metrics_relay:
-        verdicts = [engine_verdict(e.url, probe) for e in engines]
+        verdicts = []
+        for engine in engines:
+            verdicts.append(engine_verdict(engine.url, probe))
+            if verdicts[-1].why.endswith(NO_ANSWER):
+                break  # one silent engine settles it (unconfirmed); no 5 s wait per engine
     else:
         verdicts = relay_verdicts(dep.metrics_relay, engines, probe)
     return _combine(verdicts, log_facts(dep.log_files().values()))
