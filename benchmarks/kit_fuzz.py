@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
 import random
@@ -55,6 +54,8 @@ from servekit.kit.verify import VerifyOptions, verify_kit
 
 
 def _mutated(fx: cases.Fixture, job: dict[str, Any]) -> bytes:
+    if job["kind"] == "clean":  # the positive control: the kit as built
+        return fx.data
     if job["kind"] == "zst":
         data = bytearray(fx.data)
         data[job["offset"]] ^= job["xor"]
@@ -94,8 +95,11 @@ def _run(fx: cases.Fixture, job: dict[str, Any], scratch: Path) -> dict[str, Any
     ):
         if name == "rebuild" and not job.get("rebuild", True):
             continue
-        with contextlib.suppress(UsageError):
+        try:
             call()
+            out[name] = "undetected"  # it accepted the kit: a damaged one should be refused
+        except UsageError:
+            out[name] = "detected"
         shutil.rmtree(scratch / "out", ignore_errors=True)
     return out
 
@@ -134,6 +138,7 @@ def worker(fixture_dir: Path, memory_mib: int) -> None:
 # ---------------------------------------------------------------- driver side
 
 OUTCOMES = ("traceback", "hang", "detected", "undetected")
+COMMANDS = ("verify", "inspect", "rebuild")
 
 
 @dataclass
@@ -143,12 +148,23 @@ class Tally:
     total: collections.Counter[str] = field(default_factory=collections.Counter)
     by_group: dict[str, collections.Counter[str]] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, collections.Counter[str]] = field(default_factory=dict)
 
     def add(self, group: str, outcome: str, example: str = "") -> None:
         self.total[outcome] += 1
         self.by_group.setdefault(group, collections.Counter())[outcome] += 1
         if example and outcome in ("traceback", "hang", "undetected"):
             self.examples.setdefault(f"{outcome}: {group}", example)
+
+    def add_commands(self, group: str, result: dict[str, Any], example: str) -> None:
+        """Each command's own verdict (verify, inspect, rebuild when it ran)."""
+        for command in COMMANDS:
+            verdict = result.get(command)
+            if verdict is None:
+                continue
+            self.commands.setdefault(command, collections.Counter())[verdict] += 1
+            if verdict == "undetected" and command != "verify":
+                self.examples.setdefault(f"{command} accepted: {group}", example)
 
 
 class Pool:
@@ -232,25 +248,39 @@ def _outcome(result: dict[str, Any]) -> str:
     return str(result["verify"])
 
 
-def _report(tallies: dict[str, Tally], args: argparse.Namespace, seconds: float) -> dict[str, Any]:
+def _report(tallies: dict[str, Any], args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     return {
         "command": "benchmarks/kit_fuzz.py " + " ".join(sys.argv[1:]),
         "seconds": round(seconds, 1),
         "limits": {"timeout_s": args.timeout, "memory_mib": args.memory_mib},
+        "positive_control": tallies["positive control"],
         "totals": {
             name: {k: t.total.get(k, 0) for k in OUTCOMES} | {"cases": sum(t.total.values())}
             for name, t in tallies.items()
+            if isinstance(t, Tally)
+        },
+        "by_command": {
+            name: {c: dict(sorted(v.items())) for c, v in t.commands.items()}
+            for name, t in tallies.items()
+            if isinstance(t, Tally)
         },
         "by_region": {
             name: {g: dict(sorted(c.items())) for g, c in sorted(t.by_group.items())}
             for name, t in tallies.items()
-            if name != "structured"
+            if isinstance(t, Tally) and name != "structured"
         },
         "structured_not_detected": {
             g: dict(c) for g, c in tallies["structured"].by_group.items() if set(c) - {"detected"}
         },
         "examples": dict(
-            list({k: v for t in tallies.values() for k, v in t.examples.items()}.items())[:20]
+            list(
+                {
+                    k: v
+                    for t in tallies.values()
+                    if isinstance(t, Tally)
+                    for k, v in t.examples.items()
+                }.items()
+            )[:20]
         ),
     }
 
@@ -278,9 +308,31 @@ def main() -> None:
     finally:
         shutil.rmtree(top, ignore_errors=True)
     print(json.dumps(_report(report, args, time.monotonic() - start), indent=2))
+    if report["positive control"] != CLEAN_OK:
+        sys.exit(1)
 
 
-def campaign(fx: cases.Fixture, args: argparse.Namespace) -> dict[str, Tally]:
+CLEAN_OK = {"verify": "passed", "inspect": "accepted", "rebuild": "accepted"}
+
+
+def positive_control(pool: Pool) -> dict[str, str]:
+    """The undamaged kit through the same worker: verify, inspect and rebuild must accept it.
+
+    Without it, a verify that refused everything would read as 100% detected.
+    """
+    result = pool.run([{"id": -1, "kind": "clean", "rebuild": True}])[-1]
+    if "traceback" in result or result.get("hang"):
+        return {"verify": "traceback" if "traceback" in result else "hang"}
+    seen = {c: result.get(c, "not run") for c in COMMANDS}
+    words = {"undetected": "accepted", "detected": "refused"}
+    return {
+        "verify": "passed" if seen["verify"] == "undetected" else "failed",
+        "inspect": words.get(seen["inspect"], seen["inspect"]),
+        "rebuild": words.get(seen["rebuild"], seen["rebuild"]),
+    }
+
+
+def campaign(fx: cases.Fixture, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     zst_regions, tar_regions = cases.zst_regions(fx.data), cases.tar_regions(fx.tar)
     jobs = _flip_jobs("zst", len(fx.data), zst_regions, args.flips_zst, rng)
@@ -292,20 +344,26 @@ def campaign(fx: cases.Fixture, args: argparse.Namespace) -> dict[str, Tally]:
         job["rebuild"] = job["kind"] == "structured" or i % args.rebuild_every == 0
     argv = [sys.executable, __file__, "--worker", str(fx.dir), "--memory-mib", str(args.memory_mib)]
     pool = Pool(args.workers, argv, args.timeout)
+    tallies: dict[str, Any] = {"zst flips": Tally(), "tar flips": Tally(), "structured": Tally()}
     try:
+        tallies["positive control"] = control = positive_control(pool)
+        if control != CLEAN_OK:
+            print(f"positive control failed: the undamaged kit gave {control}", file=sys.stderr)
+            return tallies | {"zst flips": Tally(), "tar flips": Tally(), "structured": Tally()}
         results = pool.run(jobs)
     finally:
         pool.close()
-    tallies = {"zst flips": Tally(), "tar flips": Tally(), "structured": Tally()}
     for job in jobs:
         result = results[job["id"]]
         example = json.dumps(job | {k: v for k, v in result.items() if k != "id"})
         if job["kind"] == "structured":
-            tallies["structured"].add(job["name"], _outcome(result), example)
+            group, tally = job["name"], tallies["structured"]
         else:
             regions = zst_regions if job["kind"] == "zst" else tar_regions
             group = cases.region_of(regions, job["offset"])
-            tallies[f"{job['kind']} flips"].add(group, _outcome(result), example)
+            tally = tallies[f"{job['kind']} flips"]
+        tally.add(group, _outcome(result), example)
+        tally.add_commands(group, result, example)
     return tallies
 
 

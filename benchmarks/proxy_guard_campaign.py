@@ -35,17 +35,25 @@ sys.path.insert(0, str(ROOT))
 
 from tests.proxy.guard_spec import (  # noqa: E402
     CLIENT_FIELDS,
+    EDGE_IDS,
+    FAIL_CLOSED,
     KV_VALUES,
+    METHODS,
+    NEVER_RUN_THE_MODEL,
+    PATHS,
     PREFILL_ANSWERS,
+    RUN_THE_MODEL,
+    VLLM_ROUTES,
     bodies,
     connector_pulls,
     is_mark,
     kv_of,
     oracle_body,
+    oracle_path_guarded,
 )
 from tests.proxy.test_guard_rule import sim_offer  # noqa: E402
 
-from servekit.guard import body_passes  # noqa: E402
+from servekit.guard import body_passes, is_guarded_path  # noqa: E402
 from servekit.proxy.payloads import decode_payload, prompt_keyed_decode_payload  # noqa: E402
 
 
@@ -71,6 +79,47 @@ def hostile(n: int) -> Counter[str]:
         counts["spec_disagreements"] += strict is not oracle_body(body, strict=True)
 
     one()
+    return counts
+
+
+def paths(n: int) -> Counter[str]:
+    """The path rule against the spec: every vLLM route (both methods, with and without a
+    trailing slash), then generated paths and methods."""
+    counts: Counter[str] = Counter()
+    every = sorted({*VLLM_ROUTES, *NEVER_RUN_THE_MODEL, *RUN_THE_MODEL, *FAIL_CLOSED})
+    counts["vllm_routes"] = len(VLLM_ROUTES)
+    for path in every:
+        for method in ("POST", "GET"):
+            for tail in ("", "/"):
+                counts["route_checks"] += 1
+                counts["route_disagreements"] += is_guarded_path(method, path + tail) is not (
+                    oracle_path_guarded(method, path + tail)
+                )
+
+    @run_settings(n)
+    @given(METHODS, PATHS)
+    def one(method: str, path: str) -> None:
+        counts["generated_paths"] += 1
+        guarded = is_guarded_path(method, path)
+        counts["generated_path_disagreements"] += guarded is not oracle_path_guarded(method, path)
+
+    one()
+    return counts
+
+
+def edges() -> Counter[str]:
+    """Block ids at and beyond both bounds, flat and grouped, in every connector's answer."""
+    counts: Counter[str] = Counter()
+    for answer in PREFILL_ANSWERS:
+        if "remote_block_ids" not in answer:
+            continue
+        for block in EDGE_IDS:
+            for ids in ([3, block], [[3, block]]):
+                body = json.dumps({"kv_transfer_params": {**answer, "remote_block_ids": ids}})
+                counts["edge_bodies"] += 1
+                passed = body_passes(body.encode())
+                counts["edge_passed"] += passed
+                counts["edge_disagreements"] += passed is not oracle_body(body.encode())
     return counts
 
 
@@ -100,10 +149,13 @@ def main() -> None:
     )
     p.add_argument("--hostile", type=int, default=20000, help="hostile bodies to generate")
     p.add_argument("--proxy", type=int, default=5000, help="client bodies sent through the proxy")
+    p.add_argument("--paths", type=int, default=5000, help="generated method/path pairs")
     p.add_argument("--json", type=Path, help="write the counts here too")
     args = p.parse_args()
     t0 = time.perf_counter()
     figures = {"hostile": dict(hostile(args.hostile)), "proxy": dict(proxy_sent(args.proxy))}
+    figures["paths"] = dict(paths(args.paths))
+    figures["edges"] = dict(edges())
     figures["seconds"] = round(time.perf_counter() - t0, 1)  # type: ignore[assignment]
     print(json.dumps(figures, indent=2))
     if args.json:

@@ -96,6 +96,7 @@ _URL_RE = re.compile(
     re.ASCII,
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_MAX_BLOCK_ID = 2**63 - 1  # vLLM keeps block ids in int64 arrays; 2**63 already overflows
 _CACHE_MAX = 1024
 
 Scope = MutableMapping[str, Any]
@@ -122,9 +123,9 @@ def _block_ids(value: object) -> bool:
     """Block ids: a non-empty list of ids, or one list per KV cache group (some non-empty)."""
     if not isinstance(value, list) or not value:
         return False
-    if all(_whole(b, 0, 2**63) for b in value):
+    if all(_whole(b, 0, _MAX_BLOCK_ID) for b in value):
         return True
-    groups = all(isinstance(g, list) and all(_whole(b, 0, 2**63) for b in g) for g in value)
+    groups = all(isinstance(g, list) and all(_whole(b, 0, _MAX_BLOCK_ID) for b in g) for g in value)
     return groups and any(value)
 
 

@@ -49,6 +49,20 @@ def test_right_answers_must_pass_and_controls_must_fail() -> None:
         assert "must be fail" in row.reason
 
 
+def test_under_a_fault_the_other_checks_must_pass_and_the_targets_fail_for_its_reason() -> None:
+    wrong = next(c for c in CONTROLS if c.fault == "wrong_code")
+    other = _check("fail").model_copy(update={"id": "api.sse", "group": "api"})
+    row = _row("wrong_code", other, wrong)
+    assert row.verdict == "fail" and "must be pass" in row.reason  # the fault broke more
+    spared = _row("wrong_code", other.model_copy(update={"verdict": "pass"}), wrong)
+    assert spared.verdict == "pass"
+    because = _check("fail").model_copy(update={"reason": "expected code A not in answer 'B'"})
+    assert _row("wrong_code", because, wrong).verdict == "pass"
+    for reason in ("request timed out after 60 s", "the answer was empty"):
+        late = _row("wrong_code", because.model_copy(update={"reason": reason}), wrong)
+        assert late.verdict == "fail" and "not for the reason wrong_code causes" in late.reason
+
+
 def test_a_skipped_check_never_counts_as_exercised() -> None:
     row = _row("wrong_code", _check("skip"))
     assert row.verdict == "fail"
@@ -81,12 +95,24 @@ def test_every_control_that_failed_before_still_fails(selfcheck: AcceptResult) -
 
 
 def test_each_fault_control_fails_exactly_its_checks(selfcheck: AcceptResult) -> None:
+    """Both directions over the whole matrix: the control's checks fail for its reason,
+    and every other check still passes under the same fault."""
     assert selfcheck.exit_code == 0 and selfcheck.sim_speed == 1.0
-    ids = [c.id for c in selfcheck.checks]
+    right = [c.id.split(".", 2)[2] for c in selfcheck.checks if c.id.startswith("selfcheck.right.")]
     for control in CONTROLS:
-        mine = [i for i in ids if i.startswith(f"selfcheck.{control.fault}.")]
-        assert mine, control.fault
-        assert all(any(f".{sel}" in i for sel in control.checks) for i in mine)
+        rows = {
+            c.id.split(".", 2)[2]: c
+            for c in selfcheck.checks
+            if c.id.startswith(f"selfcheck.{control.fault}.")
+        }
+        assert sorted(rows) == sorted(right), control.fault  # the whole matrix ran
+        hit = [i for i in rows if control.targets(i)]
+        spared = [i for i in rows if not control.targets(i)]
+        assert hit and spared, control.fault
+        for check_id in hit:
+            assert rows[check_id].reason.startswith("judged fail as it must"), rows[check_id]
+        for check_id in spared:
+            assert rows[check_id].reason.startswith("judged pass as it must"), rows[check_id]
     echo = {c.id: c for c in selfcheck.checks}["selfcheck.echo_prompt.needle.2k.A"]
     assert "echoes the prompt's instruction" in echo.reason  # the echo rule, not the length
 

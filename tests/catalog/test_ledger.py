@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from servekit.catalog.ledger import (
+    NOT_OBSERVED,
     LedgerRecord,
     append_record,
     ledger_path,
@@ -43,6 +44,7 @@ def record(loaded: LoadedLayout, **changes: object) -> LedgerRecord:
         "acceptance": "11/11",
         "evidence_sha256": SHA,
         "report": "reports/x",
+        "observed": {"engine": "GET /version, Server: uvicorn, vLLM metrics", "image": "a test"},
     }
     base.update(changes)
     return LedgerRecord.model_validate(base)
@@ -113,6 +115,35 @@ def test_changing_an_engine_version_makes_it_stale(catalog: Path) -> None:
     status = status_from_records(loaded.layout, [old])
     assert status.state == "stale"
     assert "vllm 0.31.0 -> 0.32.0" in status.reason
+
+
+def test_a_record_without_observed_facts_never_verifies(catalog: Path) -> None:
+    """Records from before servekit observed the engines may hold the layout's copies."""
+    loaded = load("local/1p1d", catalog)
+    status = status_from_records(loaded.layout, [record(loaded, observed=None)])
+    assert status.state == "unverified"
+    assert "before servekit observed the engines" in status.reason
+
+
+def test_unconfirmed_engines_never_verify_and_say_why(catalog: Path) -> None:
+    loaded = load("local/1p1d", catalog)
+    why = "1/1 engines not identified: /version says 0.32.0 but /metrics has no vllm:x"
+    rec = record(loaded, engine="unconfirmed", observed={"engine": why})
+    status = status_from_records(loaded.layout, [rec])
+    assert status.state == "unverified"
+    assert "unconfirmed engines" in status.reason and why in status.reason
+
+
+def test_an_image_not_observed_verifies_on_the_versions_and_says_so(catalog: Path) -> None:
+    loaded = load("local/1p1d", catalog)
+    rec = record(loaded, image=NOT_OBSERVED)
+    status = status_from_records(loaded.layout, [rec])
+    assert status.state == "verified"
+    assert status.reason.startswith("verified on real vLLM engines (acceptance 11/11, vllm 0.32.0")
+    assert f"not observed: image {loaded.layout.image}" in status.reason
+    # an observed version that differs still makes it stale
+    other = record(loaded, image=NOT_OBSERVED, versions={"vllm": "0.31.0"})
+    assert status_from_records(loaded.layout, [other]).state == "stale"
 
 
 def test_simulated_pass_never_counts_as_hardware(catalog: Path) -> None:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.helpers.source import SourceMissing, SourceUnusable, source_tree
 
 from servekit.importer import SourceRef, extract_folder
 from servekit.importer.platform import fixture
@@ -25,12 +26,6 @@ FACTS = HERE / "source-facts"
 REPO_ROOT = HERE.parents[1]
 OLD_FIXTURES = REPO_ROOT / "tests" / "render" / "fidelity" / "a3"
 COMMIT = "64fc020e0c15048fda0bf5bfabaeba47639be044"
-ENV = "SERVEKIT_SOURCE_CHECKOUT"
-HOW_TO = (
-    f"set {ENV} to a checkout of xuopoj/ma-vllm-samples at {COMMIT[:7]}, e.g. "
-    f"git clone https://github.com/xuopoj/ma-vllm-samples /tmp/src && "
-    f"git -C /tmp/src checkout {COMMIT[:7]} && {ENV}=/tmp/src pytest {Path(__file__).name}"
-)
 FOLDERS = {
     "a2/deepseekv4-flash": ("1x2p2d", "2nodes", "2p1x2d", "2p2d"),
     "a3/deepseekv4-flash": ("1node", "1p1d", "1p3d", "2nodes", "2p1x2d", "2p2d", "3p1d"),
@@ -78,15 +73,24 @@ def test_the_seven_a3_facts_equal_the_fidelity_fixtures(topology: str) -> None:
     assert new["processes"] == json.loads(old.read_text())["processes"]
 
 
+@pytest.fixture(scope="module")
+def pinned_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The source's models/ at the pinned commit (git archive), whatever the checkout's HEAD."""
+    try:
+        return source_tree(COMMIT, "models", tmp_path_factory.mktemp("source"), os.environ)
+    except SourceMissing as exc:
+        pytest.skip(str(exc))
+    except SourceUnusable as exc:
+        pytest.fail(str(exc))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_running_the_importer_on_the_checkout_gives_the_facts_back(name: str) -> None:
-    checkout = os.environ.get(ENV)
-    if not checkout:
-        pytest.skip(HOW_TO)
-    folder = Path(checkout) / _source_folder(name)
-    if not folder.is_dir():
-        pytest.fail(f"{ENV}={checkout} has no {_source_folder(name)}; {HOW_TO}")
+def test_running_the_importer_on_the_checkout_gives_the_facts_back(
+    name: str, pinned_models: Path
+) -> None:
+    folder = pinned_models.parent / _source_folder(name)
+    assert folder.is_dir(), f"{COMMIT[:12]} has no {_source_folder(name)}"
     ref = SourceRef(repo="xuopoj/ma-vllm-samples", commit=COMMIT, folder=_source_folder(name))
     doc = extract_folder(folder, source=ref).document()
     assert fixture.dumps(doc) == (FACTS / f"{name}.json").read_text(), name

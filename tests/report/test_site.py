@@ -152,6 +152,7 @@ def _record(name: str, report: Path, engine: str = "vllm") -> LedgerRecord:
         acceptance="8/8",
         evidence_sha256="cd" * 32,
         report=str(report),
+        observed={"engine": "1/1 engines: GET /version, Server: uvicorn, vLLM metrics"},
     )
 
 

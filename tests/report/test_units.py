@@ -15,6 +15,7 @@ from servekit.errors import UsageError
 from servekit.numbers import delta, fmt
 from servekit.render.plan import build_plan
 from servekit.report.boundaries import boundaries
+from servekit.report.figures import cache_row, headline
 from servekit.report.models import StepOutcome, VerifyRun
 from servekit.report.usage import usage
 from servekit.verify.workloads import contexts_for, workloads_for
@@ -214,3 +215,40 @@ def test_kv_capacity_of_identical_ranks_reads_as_one_part() -> None:
         ("p.dp0: KV 100 tokens", "bench/points/p.dp0.json"),
         ("decode x3 (d.dp0 .. d.dp2): KV 2,987,648 tokens each", "bench/points/d.dp0.json"),
     ]
+
+
+def _accept(*verdicts: tuple[str, str, str]) -> AcceptResult:
+    checks = tuple(
+        CheckResult(id=i, group=i.split(".")[0], verdict=v, reason=r)  # type: ignore[arg-type]
+        for i, v, r in verdicts
+    )
+    return AcceptResult(
+        target="x", model="m", simulated=True, started_at="t", duration_s=1.0, checks=checks
+    )
+
+
+def test_the_headline_says_passed_failed_and_skipped_with_the_reason_in_a_word() -> None:
+    accept = _accept(
+        ("api.sse", "pass", "ok"),
+        ("vision.image", "skip", "the model does not declare the vision capability"),
+        ("vision.multi", "skip", "the model does not declare the vision capability"),
+        ("pd.single", "skip", "no reference endpoint given (Deployment.reference_url)"),
+    )
+    run = run_record(files={"accept": "accept/result.json"})
+    first = headline(run, accept, None, {})[0].text
+    assert first == (
+        "acceptance 1/1 passed, 0 failed, 3 skipped (capability 2, reference 1) (simulated)"
+    )
+    real = headline(run_record(engine="vllm"), accept, None, {})[0].text
+    assert real.endswith("(real engines)")
+    doubtful = headline(run_record(engine="unconfirmed"), accept, None, {})[0].text
+    assert doubtful.endswith("(engines unconfirmed)")
+
+
+def test_a_row_whose_checks_were_all_skipped_is_no_failure() -> None:
+    skips = _accept(("cache.prefix.x", "skip", "not a PD deployment"))
+    row = cache_row(run_record(), skips, "accept")
+    assert row is not None and row.mark == "none"  # drawn as –, never the red ✗
+    failing = _accept(("cache.prefix.x", "skip", "n/a"), ("cache.prefix.y", "fail", "slow"))
+    row = cache_row(run_record(), failing, "accept")
+    assert row is not None and row.mark == "fail"

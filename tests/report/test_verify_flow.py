@@ -47,7 +47,7 @@ def test_passing_sim_run_writes_report_evidence_and_a_sim_ledger_record(
     assert lines[0] == "# Verification of local/1p1d: PASS (simulated)"
     accept = out.run_dir / "accept" / "result.json"
     n = AcceptResult.model_validate_json(accept.read_text()).counts.passed
-    assert f"acceptance {n}/{n} (simulated)" in lines[2]
+    assert f"acceptance {n}/{n} passed, 0 failed, " in lines[2] and "(simulated)" in lines[2]
     assert "single-stream decode" in lines[2] and "tok/s" in lines[2]
     assert "prefill" in lines[2]
     assert out.record is not None and out.record.engine == "sim"

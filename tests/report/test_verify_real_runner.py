@@ -61,5 +61,9 @@ def test_verify_local_1p1d_on_real_vllm(catalog: Path, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check_run(catalog, "local/1p1d", out, "vllm", done.stdout)
+    (record,) = read_records(catalog / "local/1p1d" / "verification.jsonl")
+    assert record.observed is not None  # identified from what the engines answered
+    assert record.observed["engine"] == "2/2 engines: GET /version, Server: uvicorn, vLLM metrics"
+    assert record.versions == {"vllm": "0.32.0"} and record.image == "not observed"
     md = (out / "report.md").read_text()
     assert "(simulated)" not in md.split("## Honest boundaries")[0]

@@ -12,8 +12,15 @@ import pytest
 from servekit.catalog.loader import load
 from servekit.deployment import Deployment, Endpoint, load_deployment
 from servekit.errors import UsageError
-from servekit.verify.attach import attach_deployment, check_attach_inputs, describe, sim_speed_of
+from servekit.verify.attach import (
+    attach_deployment,
+    check_attach_inputs,
+    describe,
+    sim_speed_of,
+    with_identity,
+)
 from servekit.verify.cluster import RelayMismatch
+from servekit.verify.identity import Identity
 from servekit.verify.options import VerifyOptions
 
 from .test_cluster import NODES, relay_page
@@ -33,7 +40,8 @@ def test_nodes_give_every_endpoint_and_the_logs(tmp_path: Path) -> None:
     o = opts(target="http://10.0.0.1:8080", nodes=",".join(NODES), logs=tmp_path)
     check_attach_inputs(o, A3)
     dep = attach_deployment(o, A3, load_deployment, no_fetch)
-    assert dep.direct and len(dep.endpoints) == 21 and dep.engine == "vllm"
+    assert dep.direct and len(dep.endpoints) == 21
+    assert dep.engine == "external" and dep.image is None  # nothing assumed: asked later
     assert dep.process_logs["proxy"] == tmp_path / "proxy.log"
     assert "20 engine endpoints on 2 node(s), engines reached directly" in describe(dep)
 
@@ -73,14 +81,12 @@ def test_a_deployment_of_another_layout_is_refused(tmp_path: Path) -> None:
 def test_a_simulated_cluster_says_its_speed() -> None:
     state = json.dumps({"launch": {"speed": 25.0}})
     o = opts(target="http://10.0.0.1:8080", nodes=",".join(NODES), engine="sim")
-    dep = attach_deployment(o, A3, load_deployment, lambda url: state)
+    sim = Identity("sim", "the engines answered as the simulator")
+    dep = with_identity(attach_deployment(o, A3, load_deployment), sim, o, lambda url: state)
     assert dep.simulated and dep.sim_speed == 25.0
-    behind = attach_deployment(
-        opts(target="http://10.0.0.1:8080", engine="sim", speed=5),
-        A3,
-        load_deployment,
-        lambda _: relay_page("a3/1p1d", NODES),
-    )
+    o = opts(target="http://10.0.0.1:8080", engine="sim", speed=5)
+    relay = lambda _: relay_page("a3/1p1d", NODES)  # noqa: E731
+    behind = with_identity(attach_deployment(o, A3, load_deployment, relay), sim, o, relay)
     assert behind.sim_speed == 5.0  # engines out of reach: the declared speed
 
 

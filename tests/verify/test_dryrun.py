@@ -25,6 +25,14 @@ from typing import Any
 
 import pytest
 
+from servekit.catalog.ledger import (
+    NOT_OBSERVED,
+    VerificationStatus,
+    ledger_records,
+    verification_status,
+)
+from servekit.catalog.loader import load
+from servekit.render.views import list_rows
 from servekit.verify.adapters import real_components
 from servekit.verify.dryrun import DryCluster, dry_cluster, leftovers
 from servekit.verify.options import VerifyOptions
@@ -89,21 +97,55 @@ def local_run(homes: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     return out
 
 
+def decode_tok_s(run_dir: Path) -> float:
+    """The single-stream decode figure (tok/s) of a run."""
+    bench = json.loads((run_dir / "bench" / "bench.json").read_text())
+    point = next(p for p in bench["points"] if p["workload"] == "single_stream")
+    return float(point["figures"]["tok_per_s"]["median"])
+
+
 def cli_verify(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "servekit", "verify", *args]
     full = {**os.environ, **env, "COLUMNS": "200"}
     return subprocess.run(cmd, capture_output=True, text=True, env=full, check=False, timeout=600)
 
 
-def test_verify_with_nodes_equals_the_local_simulated_run(
-    cluster: DryCluster, local_run: Path, homes: dict[str, str], tmp_path: Path
-) -> None:
-    out = tmp_path / "cluster"
-    args = [*cluster.verify_args(), "--engine", "sim", "--out", str(out), "--no-baseline"]
+@pytest.fixture(scope="module")
+def nodes_run(
+    cluster: DryCluster, homes: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, VerificationStatus]:
+    """Issue 22's dry run: ``verify NAME --target URL --nodes ...`` with no --engine flag;
+    the run folder and the layout's status before it."""
+    before = verification_status(load(LAYOUT))
+    out = tmp_path_factory.mktemp("nodes") / "cluster"
+    args = [*cluster.verify_args(), "--quick", "--out", str(out), "--no-baseline"]
     assert args[:3] == [LAYOUT, "--target", cluster.entry_url]
     done = cli_verify(args, homes)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"# Verification of {LAYOUT}: PASS (simulated)")
+    return out, before
+
+
+def test_verify_with_nodes_equals_the_local_simulated_run(
+    cluster: DryCluster,
+    local_run: Path,
+    nodes_run: tuple[Path, VerificationStatus],
+    homes: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dry run is recorded simulated, whatever no flag said, and verifies nothing."""
+    monkeypatch.setenv("XDG_DATA_HOME", homes["XDG_DATA_HOME"])  # the ledger verify wrote
+    loaded = load(LAYOUT)
+    out, before = nodes_run
+    record = ledger_records(loaded)[-1]
+    assert record.report == str(out.resolve()) and record.engine == "sim"
+    assert record.image == NOT_OBSERVED and record.versions == {}
+    assert record.observed is not None
+    assert record.observed["engine"] == "20/20 engines answered as servekit's simulator"
+    after = verification_status(loaded)
+    assert after.state == before.state != "verified"
+    cells, why = next(row for row in list_rows(None) if row[0][0] == LAYOUT)  # layouts list
+    assert cells[4] == before.state and "simulated run passed" in why
     got, want = summary(out), summary(local_run)
     assert got["n_of_n"] == want["n_of_n"] == "28/28"
     assert got["checks"] == want["checks"]
@@ -124,8 +166,23 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert errors["verdict"] == "pass" and errors["measurements"]["logs"] == 21
 
 
+def test_an_engine_flag_the_engines_contradict_is_refused_in_one_line(
+    cluster: DryCluster, homes: dict[str, str], tmp_path: Path
+) -> None:
+    args = [*cluster.verify_args(), "--engine", "vllm", "--quick", "--out", str(tmp_path / "r")]
+    done = cli_verify(args, homes)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "--engine vllm: the engines behind" in done.stderr
+    assert "answer as servekit's simulator" in done.stderr
+    assert not (tmp_path / "r").exists()  # nothing half-written
+
+
 def test_verify_through_the_proxy_alone_measures_every_figure(
-    cluster: DryCluster, local_run: Path, tmp_path: Path
+    cluster: DryCluster,
+    local_run: Path,
+    nodes_run: tuple[Path, VerificationStatus],
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "relay"
     opts = VerifyOptions(
@@ -140,6 +197,11 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
     )
     outcome = verify(opts, real_components())
     assert outcome.exit_code == 0, [s for s in outcome.run.steps if s.status != "ok"]
+    assert outcome.run.engine == "sim"  # told by servekit_sim_info in the relayed metrics
+    # One cluster at one speed, measured through --nodes and through the relay: the
+    # single-stream figure means the same (it was 10x apart, issue 22).
+    direct, relayed = decode_tok_s(nodes_run[0]), decode_tok_s(out)
+    assert 1 / 3 < relayed / direct < 3, (direct, relayed)
     got, want = summary(out), summary(local_run)
     assert got["figures"] == want["figures"]
     assert got["n_of_n"] == "27/27"

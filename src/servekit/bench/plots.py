@@ -43,6 +43,13 @@ def _series(points: list[Point], x: str, y: str) -> tuple[list[float], list[floa
     return xs, ys, err
 
 
+def integer_ticks(ax: Any, xs: list[float]) -> None:
+    """Counts (streams, concurrency) on the axis as the integers measured, not 1.0/1.5/2.0."""
+    if xs and all(v.is_integer() for v in xs):
+        ticks = sorted(set(xs))
+        ax.set_xticks(ticks, [str(int(v)) for v in ticks])
+
+
 def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path) -> Path:
     """Figures (with min-max bars) against the load parameter ``x``."""
     plt = _pyplot()
@@ -52,6 +59,7 @@ def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path
         if xs:
             ax.errorbar(xs, vals, yerr=err, marker="o", capsize=3, label=name)
     ax.set_xlabel(x)
+    integer_ticks(ax, [float(p.params[x]) for p in points if x in p.params])
     ax.set_ylabel(points[0].figures[ys[0]].unit if ys[0] in points[0].figures else "")
     ax.set_title(f"{points[0].workload}: throughput vs {x}")
     ax.grid(alpha=0.3)

@@ -9,6 +9,15 @@ as it is *now*. Changing the image or an engine version therefore makes a layout
 ``stale`` on its own, with the reason shown, and a simulated run never counts as
 hardware verification.
 
+Every fact of a record is observed, never copied from the layout: the engine
+kind is what the engines answered (``servekit.verify.identity``), versions are
+what they reported, and a fact nothing exposed is :data:`NOT_OBSERVED`
+(``observed`` says how each fact was seen). Only a record of identified vLLM
+engines (``engine: vllm`` with ``observed``) can verify; a simulated or
+``unconfirmed`` one never does, nor does a record written before servekit
+observed the engines (no ``observed``: its facts may be the layout's copies).
+A fact not observed is not compared with the layout; the reason says so.
+
 :func:`status_from_records` is pure (no I/O); :func:`verification_status` reads
 one small file. ``layouts list`` and ``layouts check`` call it for every layout.
 
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -39,7 +49,9 @@ from servekit.userdirs import data_dir
 LEDGER_FILE = "verification.jsonl"
 LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"
 
-RunEngine = Literal["vllm", "sim", "external"]
+NOT_OBSERVED = "not observed"
+"""A fact no engine, endpoint or log line exposed (never filled in from the layout)."""
+RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 RunResult = Literal["pass", "fail"]
 State = Literal["verified", "stale", "unverified", "derived", "simulated-only"]
 StatusSource = Literal["ledger", "provenance", "none"]
@@ -56,16 +68,29 @@ class LedgerRecord(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict, description="engine versions run")
     servekit_version: str
     date: dt.datetime = Field(description="UTC time the run finished")
-    engine: RunEngine = Field(description="vllm: real engines; sim: the simulator")
+    engine: RunEngine = Field(
+        description="what the engines answered: vllm (identified real engines), sim (the "
+        "simulator), unconfirmed (could not be identified)"
+    )
     result: RunResult
     acceptance: str | None = Field(default=None, description="passed/ran, e.g. '11/11'")
     evidence_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of SHA256SUMS")
     report: str = Field(description="path of the report folder the run wrote")
     note: str | None = None
+    observed: dict[str, str] | None = Field(
+        default=None,
+        description="how each fact was observed (engine, image, each version; 'not observed'); "
+        "absent in records written before servekit observed the engines",
+    )
 
     @property
     def simulated(self) -> bool:
         return self.engine == "sim"
+
+    @property
+    def confirmed(self) -> bool:
+        """Identified real vLLM engines, with the facts observed (the only kind that verifies)."""
+        return self.engine == "vllm" and self.observed is not None
 
     @property
     def day(self) -> str:
@@ -87,6 +112,18 @@ class VerificationStatus(BaseModel):
     @property
     def verified(self) -> bool:
         return self.state == "verified"
+
+    @property
+    def observed(self) -> str | None:
+        """How the facts of the record it rests on were observed (None: no record)."""
+        return observed_summary(self.record) if self.record is not None else None
+
+
+def observed_summary(record: LedgerRecord) -> str:
+    """One line: each fact of ``record`` and how it was observed, or that nothing was."""
+    if record.observed is None:
+        return "nothing (recorded before servekit observed the engines)"
+    return "; ".join(f"{fact}: {how}" for fact, how in record.observed.items())
 
 
 def is_packaged(loaded: LoadedLayout) -> bool:
@@ -170,20 +207,48 @@ def verification_status(
     return status_from_records(loaded.layout, found)
 
 
+VERSION_LIKE = re.compile(r"v?\d+(\.\d+)*\S*")
+
+
+def comparable(value: str) -> bool:
+    """A layout version an engine can report (``0.32.0``), not a note (``bundled-in-image``)."""
+    return VERSION_LIKE.fullmatch(value) is not None
+
+
 def matches_current(layout: Layout, record: LedgerRecord) -> bool:
-    """True when ``record`` ran the layout's current image and engine versions."""
-    if record.image != layout.image:
+    """True when every fact ``record`` observed agrees with the layout as it is now.
+
+    A fact the run did not observe (the image, a version no engine reports) is
+    not compared: it can neither confirm nor contradict; :func:`unobserved`
+    names it so the status says so.
+    """
+    if record.image not in (NOT_OBSERVED, layout.image):
         return False
-    return all(record.versions.get(k) == v for k, v in layout.versions.items())
+    for key, want in layout.versions.items():
+        got = record.versions.get(key)
+        if got is not None and comparable(want) and got != want:
+            return False
+    return True
+
+
+def unobserved(layout: Layout, record: LedgerRecord) -> list[str]:
+    """The layout's facts ``record`` could not confirm: the image, versions not reported."""
+    missing = [f"image {layout.image}"] if record.image == NOT_OBSERVED else []
+    missing += [
+        f"{k} {v}"
+        for k, v in layout.versions.items()
+        if record.versions.get(k) is None or not comparable(v)
+    ]
+    return missing
 
 
 def status_from_records(layout: Layout, records: Sequence[LedgerRecord]) -> VerificationStatus:
     """Pure: the state of ``layout`` given its ledger records (any order)."""
     mine = sorted((r for r in records if r.layout == layout.name), key=lambda r: r.date)
-    hardware = [r for r in mine if r.result == "pass" and not r.simulated]
+    hardware = [r for r in mine if r.result == "pass" and r.confirmed]
     current = [r for r in hardware if matches_current(layout, r)]
     if current:
-        return _from_record("verified", current[-1], _verified_reason(current[-1]))
+        return _from_record("verified", current[-1], _verified_reason(layout, current[-1]))
     seed = _seed_status(layout)
     if seed is not None and seed.verified:
         return seed
@@ -206,18 +271,22 @@ def _from_record(state: State, record: LedgerRecord, reason: str) -> Verificatio
     )
 
 
-def _verified_reason(record: LedgerRecord) -> str:
+def _verified_reason(layout: Layout, record: LedgerRecord) -> str:
     where = f"acceptance {record.acceptance}, " if record.acceptance else ""
-    return f"verified on {record.image} ({where}{record.engine} run {record.day})"
+    seen = ", ".join(f"{k} {v}" for k, v in sorted(record.versions.items()))
+    on = f"on {record.image}" if record.image != NOT_OBSERVED else "on real vLLM engines"
+    text = f"verified {on} ({where}{seen + ', ' if seen else ''}vllm run {record.day})"
+    missing = unobserved(layout, record)
+    return text + (f"; not observed: {', '.join(missing)}" if missing else "")
 
 
 def _stale_reason(layout: Layout, record: LedgerRecord) -> str:
-    if record.image != layout.image:
+    if record.image not in (NOT_OBSERVED, layout.image):
         return f"verified on {record.image} ({record.day}), now {layout.image}; re-run verify"
     changed = [
         f"{k} {record.versions.get(k, 'unrecorded')} -> {v}"
         for k, v in layout.versions.items()
-        if record.versions.get(k) != v
+        if k in record.versions and comparable(v) and record.versions[k] != v
     ]
     return f"verified with {', '.join(changed)} changed since ({record.day}); re-run verify"
 
@@ -259,9 +328,22 @@ def _seed(
 
 def _sim_note(records: Sequence[LedgerRecord]) -> str:
     sims = [r for r in records if r.simulated and r.result == "pass"]
-    if not sims:
-        return ""
-    return f"; simulated run passed {sims[-1].day} (not hardware-verified)"
+    notes = [f"; simulated run passed {sims[-1].day} (not hardware-verified)"] if sims else []
+    doubtful = [r for r in records if r.result == "pass" and not r.simulated and not r.confirmed]
+    if doubtful:
+        notes.append(f"; {_unconfirmed_line(doubtful[-1])}")
+    return "".join(notes)
+
+
+def _unconfirmed_line(record: LedgerRecord) -> str:
+    """Why a passing record of unidentified engines does not verify."""
+    if record.observed is None:
+        return (
+            f"a run of {record.day} was recorded before servekit observed the engines "
+            "(its facts may be the layout's); re-run verify"
+        )
+    why = record.observed.get("engine", "the engines could not be identified")
+    return f"run of {record.day} passed on unconfirmed engines ({why}); not verified"
 
 
 def _unverified(layout: Layout, records: Sequence[LedgerRecord]) -> VerificationStatus:
@@ -273,6 +355,9 @@ def _unverified(layout: Layout, records: Sequence[LedgerRecord]) -> Verification
             last,
             f"simulated run only ({last.day}); not hardware-verified",
         )
+    doubtful = [r for r in records if r.result == "pass" and not r.confirmed]
+    if doubtful:
+        return _from_record("unverified", doubtful[-1], _unconfirmed_line(doubtful[-1]))
     if records:
         last = records[-1]
         return _from_record(

@@ -46,7 +46,8 @@ def list_rows(catalog: Path | None) -> list[tuple[list[str], str]]:
         lay = loaded.layout
         status = layout_status(loaded)
         cells = [lay.name, lay.hardware.accelerator, str(lay.nodes), topology(lay), status.state]
-        rows.append((cells, status.reason))
+        seen = f" [observed: {status.observed}]" if status.observed else ""
+        rows.append((cells, status.reason + seen))
     return rows
 
 
@@ -79,7 +80,9 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
         f"model {lay.model.served_name} at {lay.model.path} (max_model_len {lay.model.max_model_len})"
     )
     out.print(f"hardware {lay.hardware.accelerator} x {lay.nodes} node(s); image {lay.image}")
-    out.print(f"status: {status.state}: {status.reason}")
+    out.print(f"status: {status.state}: {status.reason}", markup=False)
+    if status.observed:
+        out.print(f"observed by the run it rests on: {status.observed}", markup=False)
     prov = lay.provenance
     out.print(f"source: {prov.source}")
     if prov.source_ref is not None:

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from servekit.accept.models import AcceptResult, read_result
 from servekit.bench.schema import BenchResult
+from servekit.catalog.ledger import NOT_OBSERVED
 from servekit.errors import UsageError
 from servekit.render.plan import Plan
 from servekit.report import baseline as baseline_mod
 from servekit.report.boundaries import boundaries
 from servekit.report.evidence import checksums, write_point_files
-from servekit.report.figures import PointFiles, headline, verification_table
+from servekit.report.figures import PointFiles, headline, sim_suffix, verification_table
 from servekit.report.kittable import kit_section
 from servekit.report.models import KitCheck, VerifyRun
 from servekit.report.plots import report_plots
@@ -91,14 +92,33 @@ def _interrupted(run: VerifyRun) -> str | None:
     return f"by {stop.signal}{during}; finished before it: {done}{more}"
 
 
+ENGINE_WORDS = {
+    "sim": "simulated engines (servekit sim)",
+    "vllm": "real vLLM engines",
+    "unconfirmed": "unconfirmed: the engines could not be identified",
+    "external": "unconfirmed: the engines were not asked",
+}
+
+
+def _observed(run: VerifyRun, fact: str) -> str:
+    """`` (observed: how)`` for a fact, or that the run did not record how."""
+    if run.observed is None:
+        return " (how it was observed was not recorded)"
+    how = run.observed.get(fact)
+    return f" (observed: {how})" if how and how != NOT_OBSERVED else ""
+
+
 def _facts(run: VerifyRun) -> tuple[Row, ...]:
-    engine = "simulated engines (servekit sim)" if run.simulated else run.engine
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(run.versions.items())) or "-"
+    engine = ENGINE_WORDS.get(run.engine, run.engine) + _observed(run, "engine")
+    versions = (
+        ", ".join(f"{k} {v}{_observed(run, k)}" for k, v in sorted(run.versions.items()))
+        or NOT_OBSERVED
+    )
     took = (run.finished - run.started).total_seconds()
     rows = [
         Row("Layout", (Part(f"{run.layout}: {run.title}", run.files.plan),)),
         Row("Engine", (Part(engine, run.files.deployment),)),
-        Row("Image", (Part(run.image),)),
+        Row("Image", (Part(run.image + _observed(run, "image")),)),
         Row("Versions", (Part(versions),)),
         Row("servekit", (Part(run.servekit_version),)),
         Row("When", (Part(f"{run.started.isoformat(timespec='seconds')}, {took:.0f} s"),)),
@@ -165,7 +185,8 @@ def build_view(
     kit_title, kit_rows = kit_section(run_dir, inputs.kit)
     return ReportView(
         title=f"Verification of {run.layout}: {verdict}"
-        + (" (simulated)" if run.simulated else ""),
+        + (" (simulated)" if run.simulated else "")
+        + (" (unconfirmed engines)" if run.engine in ("unconfirmed", "external") else ""),
         layout=run.layout,
         verdict=verdict,
         headline=headline(run, inputs.accept, inputs.bench, files),
@@ -196,7 +217,9 @@ def build_report(run_dir: Path) -> tuple[Path, Path]:
     """(Re)write ``report.md`` and ``report.html`` in ``run_dir``; returns their paths."""
     inputs = read_inputs(run_dir)
     files = write_point_files(run_dir, inputs.bench) if inputs.bench else {}
-    plots = report_plots(run_dir, inputs.bench) if inputs.bench else ()
+    bench = inputs.bench
+    source = sim_suffix(inputs.run, bench.inputs.sim_speed) if bench else ""
+    plots = report_plots(run_dir, bench, source) if bench else ()
     view = build_view(run_dir, inputs, files, plots)
     md = run_dir / REPORT_MD
     html = run_dir / REPORT_HTML

@@ -33,10 +33,54 @@ TITLES = {
 
 
 def sim_suffix(run: VerifyRun, speed: float | None = None) -> str:
-    """`` (simulated)``, with the speed when it was not real time; empty for real engines."""
+    """Where a figure came from, beside it: `` (simulated)`` (with the speed when it was not
+    real time), `` (real engines)``, or `` (engines unconfirmed)``."""
+    if run.engine == "vllm":
+        return " (real engines)"
     if not run.simulated:
-        return ""
+        return " (engines unconfirmed)"
     return " (simulated)" if speed in (None, 1.0) else f" (simulated at {speed:g}x speed)"
+
+
+SKIP_WORDS = (
+    ("capability", "capability"),
+    ("max_model_len", "context"),
+    ("reference", "reference"),
+    ("direct", "relay"),
+    ("--nodes", "relay"),
+    ("does not offer", "unsupported"),
+    ("log", "logs"),
+    ("metric", "metrics"),
+    ("proxy", "topology"),
+    ("decode", "topology"),
+    ("replica", "topology"),
+)
+
+
+def skip_word(reason: str) -> str:
+    """A skipped check's reason in one word (capability, context, reference, relay, ...)."""
+    low = reason.lower()
+    return next((word for key, word in SKIP_WORDS if key in low), "not-applicable")
+
+
+def skip_summary(accept: AcceptResult) -> str:
+    """``15 skipped (capability 12, reference 3)``; empty when nothing was skipped."""
+    words: dict[str, int] = {}
+    for check in accept.checks:
+        if check.verdict == "skip":
+            word = skip_word(check.reason)
+            words[word] = words.get(word, 0) + 1
+    if not words:
+        return ""
+    why = ", ".join(f"{w} {n}" for w, n in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{sum(words.values())} skipped ({why})"
+
+
+def judged(verdicts: list[str]) -> Mark:
+    """A row's mark from its checks: a failure fails it, all skipped is no verdict (never ✗)."""
+    if any(v == "fail" for v in verdicts):
+        return "fail"
+    return "none" if verdicts and all(v == "skip" for v in verdicts) else "ok"
 
 
 def _check(accept: AcceptResult | None, check_id: str) -> CheckResult | None:
@@ -67,7 +111,8 @@ def acceptance_row(run: VerifyRun, accept: AcceptResult | None) -> Row:
         return Row("Acceptance", (Part(step.detail if step else "not run"),), "fail")
     c = accept.counts
     sim = sim_suffix(run, accept.sim_speed)
-    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {c.skipped} skipped{sim}"
+    skipped = skip_summary(accept) or "0 skipped"
+    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {skipped}{sim}"
     return Row("Acceptance", (Part(text, run.files.accept),), "ok" if accept.ok else "fail")
 
 
@@ -100,11 +145,10 @@ def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> R
             head = f"{label}: hot TTFT {float(m['speedup']):g}x faster than cold; "
         text = head + ", ".join(hits)
         parts.append(Part(text + " tokens", _href(check, accept_dir)))
-    ok = all(c.verdict == "pass" for c in checks)
     return Row(
         f"Prefix cache (cold, hot, hot){sim_suffix(run, accept.sim_speed if accept else None)}",
         tuple(parts),
-        "ok" if ok else "fail",
+        judged([c.verdict for c in checks]),
     )
 
 
@@ -233,7 +277,9 @@ def headline(
     parts: list[Part] = []
     if accept is not None:
         c = accept.counts
-        text = f"acceptance {c.passed}/{c.ran}{sim_suffix(run, accept.sim_speed)}"
+        skipped = skip_summary(accept)
+        text = f"acceptance {c.passed}/{c.ran} passed, {c.failed} failed, "
+        text += (skipped or "0 skipped") + sim_suffix(run, accept.sim_speed)
         parts.append(Part(text, run.files.accept))
     else:
         parts.append(Part("acceptance not run"))

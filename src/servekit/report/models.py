@@ -16,7 +16,7 @@ RUN_SCHEMA: Literal["servekit.verify/1"] = "servekit.verify/1"
 
 StepName = Literal["up", "accept", "bench", "kit", "report", "ledger", "down"]
 StepStatus = Literal["ok", "fail", "skipped"]
-RunEngine = Literal["vllm", "sim", "external"]
+RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 
 
 class _Frozen(BaseModel):
@@ -74,8 +74,12 @@ class VerifyRun(_Frozen):
     engine: RunEngine
     target: str | None = Field(default=None, description="--target URL when attached")
     quick: bool = Field(default=False, description="short workloads (simulated dry runs)")
-    image: str
-    versions: dict[str, str] = Field(default_factory=dict)
+    image: str = Field(description="the image as observed, or 'not observed'")
+    versions: dict[str, str] = Field(default_factory=dict, description="as the engines reported")
+    observed: dict[str, str] | None = Field(
+        default=None,
+        description="how each fact was observed: engine, image, each version ('not observed')",
+    )
     servekit_version: str
     started: dt.datetime
     finished: dt.datetime

@@ -34,12 +34,16 @@ def plot_title(stem: str) -> str:
     return f"{TITLES.get(stem, stem)}: throughput against load"
 
 
-def report_plots(run_dir: Path, bench: BenchResult) -> tuple[Plot, ...]:
-    """Draw every plot that applies into ``run_dir/bench/plots``; one :class:`Plot` each."""
+def report_plots(run_dir: Path, bench: BenchResult, source: str = "") -> tuple[Plot, ...]:
+    """Draw every plot that applies into ``run_dir/bench/plots``; one :class:`Plot` each.
+
+    ``source`` (`` (simulated at 10x speed)``, `` (real engines)``) goes into each
+    title, so a plot says where its figures came from as the table rows do.
+    """
     paths = write_plots(bench, run_dir / PLOTS_DIR)
     return tuple(
         Plot(
-            title=plot_title(path.stem),
+            title=plot_title(path.stem) + source,
             href=path.relative_to(run_dir).as_posix(),
             data_uri="data:image/png;base64," + base64.b64encode(path.read_bytes()).decode(),
         )

@@ -22,7 +22,7 @@ from servekit.guard import guard_error_body, guard_rejects
 from servekit.sim import layerwise
 from servekit.sim.endpoint import Admitted, SimEndpoint
 from servekit.sim.engine import EngineDeadError, Seq
-from servekit.sim.metrics import render
+from servekit.sim.metrics import SIM_VERSION, render
 from servekit.sim.openai import ApiError, Kind, dumps, load_json, parse_generation, parse_tokenize
 from servekit.sim.shapes import ChunkWriter, final_body
 
@@ -181,7 +181,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def version(request: web.Request) -> web.Response:
-    return json_response({"version": "servekit-sim"})
+    return json_response({"version": SIM_VERSION})
 
 
 async def metrics(request: web.Request) -> web.Response:

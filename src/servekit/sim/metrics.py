@@ -23,6 +23,10 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+SIM_INFO = "servekit_sim_info"
+SIM_VERSION = "servekit-sim"
+"""What the simulator answers as its version (``GET /version``, ``servekit_sim_info``)."""
+
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001,
     0.005,
@@ -166,6 +170,17 @@ class StatsCollector(Collector):
         info.add_metric([*self._labels.values(), *self._cache.values()], 1.0)
         yield info
         yield self._gauge("vllm:num_gpu_blocks", "KV blocks.", float(self._cache["num_gpu_blocks"]))
+        yield self._identity()
+
+    def _identity(self) -> Metric:
+        """``servekit_sim_info``: the simulator says what it is, also through a proxy's relay.
+
+        Its metric names are vLLM's on purpose, so without this family a page
+        relayed by the proxy could not tell a simulated engine from a real one.
+        """
+        m = GaugeMetricFamily(SIM_INFO, "This engine is servekit's simulator.", labels=["version"])
+        m.add_metric([SIM_VERSION], 1.0)
+        return m
 
     def _counters(self, s: EngineStats) -> Iterator[Metric]:
         pairs = (

@@ -11,17 +11,20 @@ the deployment a verify run attaches to is built from what the user gave:
 - ``--target NAME|FILE``: the deployment.json, with the layout's capabilities
   and model filled in when it lacks them.
 
-``--logs DIR`` names every process's log file. A simulated target's speed is
-read from an engine's ``/sim/state`` when an engine is reachable.
+``--logs DIR`` names every process's log file. What the engines are is not
+taken from ``--engine``: the flow asks them (:mod:`servekit.verify.identity`),
+refuses an ``--engine`` they contradict, and :func:`with_identity` records
+what they said. A simulated target's speed is read from an engine's
+``/sim/state`` when an engine is reachable.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from servekit.catalog.ledger import NOT_OBSERVED
 from servekit.catalog.schema import Layout
 from servekit.deployment import Deployment, entry_url
 from servekit.errors import UsageError
@@ -35,16 +38,8 @@ from servekit.verify.cluster import (
     single_entry_nodes,
 )
 from servekit.verify.components import Attacher
+from servekit.verify.identity import Identity, fetch_text
 from servekit.verify.options import VerifyOptions
-
-FETCH_TIMEOUT_S = 10.0
-
-
-def fetch_text(url: str) -> str:
-    """GET ``url`` and return its body (OSError when it cannot be read)."""
-    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:
-        body: bytes = resp.read()
-    return body.decode("utf-8", errors="replace")
 
 
 def is_url(target: str | None) -> bool:
@@ -88,7 +83,7 @@ def attach_deployment(
     opts: VerifyOptions, layout: Layout, attach: Attacher, fetch: Fetch = fetch_text
 ) -> Deployment:
     """The deployment this run attaches to (see the module docstring for each case)."""
-    engine = opts.engine
+    engine: Any = "external"  # what they are is asked of the engines, never assumed
     if opts.nodes is not None:
         nodes = parse_nodes(opts.nodes, layout)
         dep = cluster_deployment(layout, nodes, entry=opts.target, logs=opts.logs, engine=engine)
@@ -101,7 +96,7 @@ def attach_deployment(
             dep = _filled(dep, layout, opts.logs)
     if opts.reference is not None:
         dep = dep.model_copy(update={"reference_url": opts.reference.rstrip("/")})
-    return with_speed(dep, opts, fetch)
+    return dep
 
 
 def _behind_url(
@@ -145,10 +140,32 @@ def _filled(dep: Deployment, layout: Layout, logs: Path | None) -> Deployment:
     return dep.model_copy(update=update)
 
 
+def check_engine_flag(flag: str | None, identity: Identity, where: str) -> None:
+    """``--engine`` the engines contradict is refused (one line, exit 2)."""
+    if flag is None or identity.kind in ("unconfirmed", flag):
+        return
+    said = "servekit's simulator" if identity.kind == "sim" else "real vLLM"
+    raise UsageError(
+        f"--engine {flag}: the engines behind {where} answer as {said} ({identity.why}); "
+        f"drop --engine or pass --engine {identity.kind}"
+    )
+
+
+def with_identity(
+    dep: Deployment, identity: Identity, opts: VerifyOptions, fetch: Fetch
+) -> Deployment:
+    """``dep`` as the engines said: their kind, reported versions and (observed) image."""
+    image = None if identity.image == NOT_OBSERVED else identity.image
+    update: dict[str, Any] = {"engine": identity.engine, "image": image}
+    if identity.kind != "sim":
+        update["sim_speed"] = None
+    if identity.kind == "vllm":
+        update["versions"] = {**dep.versions, **identity.versions}
+    return with_speed(dep.model_copy(update=update), opts, fetch)
+
+
 def with_speed(dep: Deployment, opts: VerifyOptions, fetch: Fetch) -> Deployment:
     """A simulated deployment's speed: its own record, an engine's /sim/state, else --speed."""
-    if opts.engine == "sim" and dep.engine == "external":
-        dep = dep.model_copy(update={"engine": "sim"})
     if not dep.simulated or dep.sim_speed is not None:
         return dep
     speed = sim_speed_of(dep, fetch) if dep.direct else None

@@ -127,7 +127,7 @@ def cluster_deployment(
         entry_url=entry_url,
         endpoints=tuple(endpoints),
         capabilities=tuple(layout.model.capabilities),
-        image=layout.image,
+        image=None,  # observed from the engines, never the layout's (verify.identity)
         engine_access=access,
         metrics_relay=relay,
         process_logs=_logs(plan, logs),

@@ -8,7 +8,7 @@ orchestration testable without patching import paths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +19,7 @@ from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.report.models import KitCheck
+from servekit.verify.identity import Identity, fetch_text, identify
 from servekit.verify.options import EngineChoice, KitInputs
 
 __all__ = ["Acceptor", "Attacher", "Bencher", "Components", "EngineChoice", "KitVerifier", "Runner"]
@@ -81,3 +82,7 @@ class Components:
     accept: Acceptor
     bench: Bencher
     kit: KitVerifier
+    identify: Callable[[Deployment], Identity] = identify
+    """Asks the engines what they are (the real probe also for test doubles: never assumed)."""
+    fetch: Callable[[str], str] = fetch_text
+    """GET a URL's text (an engine's /sim/state for its speed)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -38,13 +39,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import servekit
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 from servekit.render.plan import PlanOptions, build_plan
 from servekit.render.shell import write_rendering
 
-VLLM_WRAPPER = '#!/bin/sh\n[ "$1" = serve ] && shift\nexec {python} -m servekit.sim serve "$@"\n'
+VLLM_WRAPPER = (
+    '#!/bin/sh\n[ "$1" = serve ] && shift\nPYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}\n'
+    'export PYTHONPATH\nexec {python} -m servekit.sim serve "$@"\n'
+)
+"""The simulated ``vllm``: the servekit doing the dry run (its own code first on the path,
+whatever an editable install elsewhere points at), so the engines are this code's."""
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.25
@@ -293,7 +300,9 @@ def dry_cluster(
         for sub in ("bin", "config", "home", "tmp", "start", "logs", "work"):
             (root / sub).mkdir()
         bin_dir = root / "bin"
-        (bin_dir / "vllm").write_text(VLLM_WRAPPER.format(python=sys.executable))
+        code = shlex.quote(str(Path(servekit.__file__).resolve().parent.parent))
+        wrapper = VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code)
+        (bin_dir / "vllm").write_text(wrapper)
         (bin_dir / "vllm").chmod(0o755)
         prefix = free_block([x for x in (layout, ref_layout) if x is not None])
         nodes = _layout_nodes(root, layout, prefix, 2, "cluster")

@@ -15,6 +15,7 @@ are wall time.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from servekit.deployment import Deployment
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
 from servekit.report.models import Files, Interruption, KitCheck
-from servekit.verify.attach import attach_deployment, describe
+from servekit.verify.attach import attach_deployment, check_engine_flag, describe, with_identity
 from servekit.verify.components import Components
+from servekit.verify.identity import Identity
 from servekit.verify.options import VerifyOptions
 from servekit.verify.progress import KIT_UNITS, VerifyProgress, accept_units, bench_units
 from servekit.verify.steps import StepFailed, Steps, one_line
@@ -51,14 +53,25 @@ class Flow:
     baseline_source: str | None = None
     progress: VerifyProgress = field(default_factory=VerifyProgress)
     restarted: bool = False
+    identity: Identity | None = None
+    made_run_dir: bool = False
 
     def up(self) -> None:
         if self.opts.attached:
-            self.deployment = self.steps.run(
-                "up",
-                lambda: attach_deployment(self.opts, self.loaded.layout, self.parts.attach),
-                describe,
-            )
+            refused: list[UsageError] = []
+
+            def attach() -> Deployment:
+                try:
+                    dep = attach_deployment(self.opts, self.loaded.layout, self.parts.attach)
+                    return self._identified(dep)
+                except UsageError as exc:
+                    refused.append(exc)
+                    raise
+
+            self.deployment = self.steps.run("up", attach, describe)
+            if refused:
+                self._unwrite()
+                raise refused[0]  # --engine contradicting the engines: exit 2, no report
             return
         self.started_here = True
         start = self.steps.begin("up")
@@ -72,13 +85,28 @@ class Flow:
         except Exception as exc:
             self.steps.mark("up", False, one_line(exc), start)
             return
-        self.deployment = dep
+        self.deployment = dep = self._identified(dep)
         self.steps.mark(
             "up", True, f"{len(dep.endpoints)} endpoints ready, entry {dep.entry_url}", start
         )
 
+    def _unwrite(self) -> None:
+        """A refused run leaves nothing: what it wrote, and its folder if it made it."""
+        for name in ("plan.json", "baseline.json"):
+            (self.run_dir / name).unlink(missing_ok=True)
+        if self.made_run_dir:
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()  # only when empty: nothing of anyone else's goes
+
+    def _identified(self, dep: Deployment) -> Deployment:
+        """``dep`` as its engines say they are; refuses an ``--engine`` they contradict."""
+        identity = self.parts.identify(dep)
+        self.identity = identity
+        check_engine_flag(self.opts.engine, identity, dep.entry_url)
+        return with_identity(dep, identity, self.opts, self.parts.fetch)
+
     def _start(self, speed: float | None) -> Deployment:
-        runner, engine = self.parts.runner, self.opts.engine
+        runner, engine = self.parts.runner, self.opts.engine_choice
         if speed is None:
             return runner.up(self.loaded, engine)
         return runner.up(self.loaded, engine, speed=speed)

@@ -38,9 +38,10 @@ class VerifyOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
-    engine: EngineChoice = Field(
-        default="vllm",
-        description="vllm: real engines; sim: simulated engines (started here, or what --target runs)",
+    engine: EngineChoice | None = Field(
+        default=None,
+        description="vllm: real engines; sim: simulated engines (default: vllm when started "
+        "here; attached: what the engines say, and a contradicting value is refused)",
     )
     target: str | None = Field(
         default=None,
@@ -113,11 +114,16 @@ class VerifyOptions(BaseModel):
     @field_validator("engine", mode="before")
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
-        if value not in ("vllm", "sim"):
+        if value is not None and value not in ("vllm", "sim"):
             raise ValueError(
                 f"{value} is not an engine; use vllm (real engines) or sim (simulated engines)"
             )
         return value
+
+    @property
+    def engine_choice(self) -> EngineChoice:
+        """The engines to start here: ``--engine``, else real vLLM."""
+        return self.engine or "vllm"
 
     @property
     def is_quick(self) -> bool:

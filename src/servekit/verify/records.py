@@ -1,4 +1,11 @@
-"""The records a run leaves: ``run.json`` (VerifyRun) and, on pass, a ledger line."""
+"""The records a run leaves: ``run.json`` (VerifyRun) and, on pass, a ledger line.
+
+The engine kind, versions and image are the engines' answers
+(:class:`~servekit.verify.identity.Identity`), never the layout's nor the
+flags': a run whose engines were never asked (start-up failed) is
+``unconfirmed`` when attached and the engines it started otherwise, with
+everything else ``not observed``.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,22 @@ from pathlib import Path
 
 from servekit import __version__
 from servekit.accept.models import AcceptResult
-from servekit.catalog.ledger import LedgerRecord
-from servekit.deployment import Deployment
+from servekit.catalog.ledger import NOT_OBSERVED, LedgerRecord
 from servekit.report.models import Interruption, RunEngine, VerifyRun
 from servekit.verify.flow import Flow
-from servekit.verify.options import VerifyOptions
 
 
-def engine_of(opts: VerifyOptions, dep: Deployment | None) -> RunEngine:
-    if dep is not None and dep.engine != "external":
-        return dep.engine
-    return opts.engine
+def engine_of(flow: Flow) -> RunEngine:
+    """What the engines said they are; what was started here when they were never asked."""
+    if flow.identity is not None:
+        return flow.identity.kind
+    return "unconfirmed" if flow.opts.attached else flow.opts.engine_choice
 
 
-def _versions(flow: Flow) -> dict[str, str]:
-    found = dict(flow.loaded.layout.versions)
-    if flow.deployment is not None and flow.opts.engine != "sim":
-        for key in found:
-            if key in flow.deployment.versions:
-                found[key] = flow.deployment.versions[key]
-    return found
+def _observed(flow: Flow) -> dict[str, str]:
+    if flow.identity is not None:
+        return {"image": NOT_OBSERVED, **flow.identity.observed}
+    return {"engine": "not asked (the deployment did not come up)", "image": NOT_OBSERVED}
 
 
 def run_record(
@@ -36,17 +39,18 @@ def run_record(
     interrupted: Interruption | None = None,
 ) -> VerifyRun:
     layout = flow.loaded.layout
-    dep = flow.deployment
+    identity = flow.identity
     accept_speed = flow.accept.sim_speed if flow.accept is not None else None
     bench_speed = flow.bench.inputs.sim_speed if flow.bench is not None else None
     return VerifyRun(
         layout=layout.name,
         title=layout.title,
-        engine=engine_of(flow.opts, dep),
+        engine=engine_of(flow),
         target=flow.opts.target,
         quick=flow.opts.is_quick,
-        image=(dep.image if dep is not None and dep.image else layout.image),
-        versions=_versions(flow),
+        image=identity.image if identity is not None else NOT_OBSERVED,
+        versions=dict(identity.versions) if identity is not None else {},
+        observed=_observed(flow),
         servekit_version=__version__,
         started=started,
         finished=finished,
@@ -77,4 +81,5 @@ def ledger_record(
         acceptance=f"{counts.passed}/{counts.ran}" if counts is not None else None,
         evidence_sha256=sums_sha,
         report=str(run_dir),
+        observed=run.observed,
     )

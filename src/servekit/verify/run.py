@@ -120,7 +120,7 @@ def _baseline_source(flow: Flow) -> tuple[Path, str] | None:
         return flow.opts.baseline, f"--baseline {flow.opts.baseline}"
     if flow.opts.no_baseline:
         return None
-    engine = flow.opts.engine
+    engine = flow.opts.engine_choice
     records = [
         r
         for r in read_records(ledger_path(flow.loaded))
@@ -144,8 +144,11 @@ def verify(
     _check_inputs(opts)
     check_attach_inputs(opts, loaded.layout)
     started = clock()
-    run_dir = _fresh_run_dir((opts.out or default_run_dir(opts.name, started)).resolve())
+    wanted = (opts.out or default_run_dir(opts.name, started)).resolve()
+    made = not wanted.exists()
+    run_dir = _fresh_run_dir(wanted)
     flow = Flow(opts, loaded, parts, run_dir, Steps(), progress=progress or VerifyProgress())
+    flow.made_run_dir = made
     _write_static(flow)
     with Interrupts() as interrupts:
         flow.steps.interrupt_name = lambda: signal.Signals(interrupts.caught()).name

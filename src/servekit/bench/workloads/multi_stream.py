@@ -36,7 +36,13 @@ from servekit.bench.stats import (
     figure,
     stream_rates,
 )
-from servekit.bench.workloads.single_stream import ACCEPTED, DECODE_TIME, DRAFTS, FINISHED
+from servekit.bench.workloads.single_stream import (
+    ACCEPTED,
+    DECODE_TIME,
+    DRAFTS,
+    FINISHED,
+    engine_time_scale,
+)
 from servekit.client import MetricsSnapshot, RequestRecord
 
 FIGURES = (
@@ -152,6 +158,8 @@ async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
             after = await settled(ctx.metrics, before, FINISHED, legs)
             records += batch
             decode_s = histogram_sum_change(before, after, DECODE_TIME)
+            if decode_s:  # the engines' seconds, in the client's time base (single_stream)
+                decode_s /= engine_time_scale(ctx.deployment)
             runs.append(batch_figures(batch, acceptance(before, after), decode_s))
             ctx.progress(f"multi_stream N={n}", i + 1, ctx.settings.runs)
         points.append(_point(spec, n, runs, records))

@@ -18,6 +18,12 @@ has not collected yet), and on a small fast model the whole stream can arrive
 in one read: then the window is the engines' own decode time (the delta of
 ``vllm:request_decode_time_seconds``, first token to last on the engine), and
 the run says so in ``window_source``. Both windows are kept when both exist.
+
+Both windows are in one time base, the client's clock: a simulated engine at
+``sim_speed`` S reports its decode time in simulated seconds, S times the wall
+time it took, so its window is divided by S. Otherwise the figure would be S
+times smaller whenever frames merged (the engine's window) than when they did
+not (the client's), and one cluster read two ways would give two figures.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from servekit.bench.sampler import Sampler
 from servekit.bench.schema import Point
 from servekit.bench.stats import distinct_reads, error_kinds, error_samples, figure
 from servekit.client import RequestRecord
+from servekit.deployment import Deployment
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 FINISHED = "vllm:request_success"
@@ -37,12 +44,16 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 DECODE_TIME = "vllm:request_decode_time_seconds"
 
 
-def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[str, Any]:
+def shot_figures(
+    rec: RequestRecord, sampler: Sampler, legs: int = 1, time_scale: float = 1.0
+) -> dict[str, Any]:
     """One shot's (ms/step, A, tok/s) and the evidence behind them.
 
     ``legs`` is how many engine requests one client request makes (2 through a
     PD proxy: the prefill and the decode leg); any other request that finished
     on the engines during the shot is counted in ``foreign_requests``.
+    ``time_scale`` is the engines' seconds per wall second (a simulated
+    deployment's speed): the engine's window is divided by it.
     """
     t = rec.token_times_ns
     out: dict[str, Any] = {"ok": rec.ok, "error": rec.error, "max_running": sampler.max_running()}
@@ -72,13 +83,14 @@ def shot_figures(rec: RequestRecord, sampler: Sampler, legs: int = 1) -> dict[st
     merged = reads - 1 < steps
     client_ms = (t[-1] - t[0]) / 1e6
     engine_s = sampler.histogram_sum_delta(DECODE_TIME)
-    engine_ms = engine_s * 1000.0 if engine_s else None
+    engine_ms = engine_s * 1000.0 / time_scale if engine_s else None
     out.update(
         frames=len(t),
         reads=reads,
         frames_merged=merged,
         client_window_ms=client_ms,
         engine_decode_ms=engine_ms,
+        engine_time_scale=time_scale,
     )
     if not merged and client_ms > 0:
         window_ms, out["window_source"] = client_ms, "client: first to last token frame"
@@ -114,7 +126,13 @@ async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, d
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
     if rec.ok:
         await sampler.settle(FINISHED, ctx.legs_per_request)
-    return rec, shot_figures(rec, sampler, legs=ctx.legs_per_request)
+    scale = engine_time_scale(ctx.deployment)
+    return rec, shot_figures(rec, sampler, legs=ctx.legs_per_request, time_scale=scale)
+
+
+def engine_time_scale(dep: Deployment) -> float:
+    """The engines' seconds per wall second: a simulated deployment's speed, else 1."""
+    return dep.sim_speed if dep.simulated and dep.sim_speed else 1.0
 
 
 def _valid(ev: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from servekit.catalog.ledger import (
     LedgerRecord,
     VerificationStatus,
     ledger_records,
+    observed_summary,
     status_from_records,
 )
 from servekit.catalog.loader import LoadedLayout
@@ -35,6 +36,11 @@ class ReportLink:
 
     record: LedgerRecord
     href: str | None
+
+    @property
+    def observed(self) -> str:
+        """How the record's facts were observed, for the reports table."""
+        return observed_summary(self.record)
 
 
 @dataclass(frozen=True)
