@@ -192,3 +192,41 @@ def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
     )
     one_line_error(result, "nodes")
     assert not (tmp_path / "o").exists()
+
+
+RENDER = (sys.executable, "-m", "servekit", "render")
+
+
+def string_alias_bomb(single_text: str, chars: int, aliases: int) -> str:
+    """The layout with one anchored string of ``chars`` characters aliased ``aliases``
+    times as engine environment values, which render writes into every script."""
+    env = ", ".join(f"V{i}: *s" for i in range(aliases))
+    return single_text.replace(
+        "engines:\n  - {name: engine,",
+        f'x-s: &s "{"a" * chars}"\nengines:\n  - {{env: {{{env}}}, name: engine,',
+    )
+
+
+@pytest.mark.parametrize(("chars", "aliases"), [(50_000, 2_000), (500_000, 40_000)])
+def test_a_string_alias_bomb_is_refused_by_check_and_render_with_nothing_written(
+    chars: int, aliases: int, single_text: str, tmp_path: Path
+) -> None:
+    root = write_raw(tmp_path, string_alias_bomb(single_text, chars, aliases).encode())
+    assert (root / "local/single/layout.yaml").stat().st_size < 1 << 20
+    one_line_error(check(root), "layout.yaml", "KiB of text through its aliases")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [*RENDER, "local/single", "--target", "nodes", "--out", str(out), "--catalog", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    one_line_error(result, "KiB of text through its aliases")
+    assert not out.exists()
+
+
+def test_a_few_aliases_of_a_short_string_still_render(single_text: str, tmp_path: Path) -> None:
+    """Positive control: the same shape, small, is an ordinary layout."""
+    root = write_raw(tmp_path, string_alias_bomb(single_text, 20, 3).encode())
+    assert check(root).returncode == 0

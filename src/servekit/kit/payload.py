@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servekit import safeyaml
 from servekit.errors import UsageError, first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
@@ -74,13 +74,9 @@ class LayerMember:
 
 
 def read_yaml(path: Path, what: str) -> object:
-    """A YAML file's data (safe loading, strict UTF-8, bounded nesting), or a UsageError."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-        return yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
-        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise UsageError(f"{what} {path}: cannot read ({why})") from None
+    """A YAML file's data within :mod:`servekit.safeyaml`'s bounds (size, UTF-8,
+    nesting, aliases in values and bytes), or a UsageError naming the file."""
+    return safeyaml.load_file(path, f"{what} {path}")[1]
 
 
 def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
