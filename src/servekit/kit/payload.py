@@ -22,7 +22,7 @@ from servekit.errors import UsageError, first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
 from servekit.kit.models import ConfigDelta, KitExpect
-from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes
+from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes, whiteout_named
 
 BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
 
@@ -178,6 +178,14 @@ def expand(spec: PayloadSpec, root: Path, base: FsState) -> list[LayerMember]:
     root = root.resolve()
     members: dict[str, LayerMember] = {}
     items = [m for i, item in enumerate(spec.files) for m in _item(root, item, i)]
+    for member in items:
+        name = whiteout_named(member.path)
+        if name is not None:
+            raise UsageError(
+                f"payload: {member.path[:200]} is named {name[:40]!r}, which an image layer "
+                "reads as a whiteout (it would hide base files, not ship one); rename it, "
+                "or list the path under remove/opaque if hiding it is the point"
+            )
     items += [_marker(p, "payload remove", False) for p in spec.remove]
     items += [_marker(p, "payload opaque", True) for p in spec.opaque]
     for member in items:
