@@ -26,6 +26,8 @@ Standard library and PyYAML only, so the simulator can use it too.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +55,27 @@ _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToke
 
 
 def read_bytes(path: Path, source: str | None = None) -> bytes:
-    """A file's bytes, at most :data:`MAX_BYTES`; unreadable or too big is one line."""
+    """A regular file's bytes, at most :data:`MAX_BYTES`; unreadable, too big or not a
+    regular file is one line. The file is opened non-blocking and checked before it
+    is read, so a FIFO or a device under a YAML name never blocks or streams forever."""
     where = source or str(path)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(
             f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions"
         ) from None
-    return data
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UsageError(
+                f"{where}: not a regular file (a FIFO, device or folder); give a plain YAML file"
+            )
+        try:
+            return fh.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(
+                f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions"
+            ) from None
 
 
 def decode(data: bytes, source: str) -> str:
