@@ -79,6 +79,7 @@ class Deployment(BaseModel):
             return entry_url(value, "url")
         except UsageError as exc:
             raise ValueError(str(exc).removeprefix("url ")) from None
+
     versions: dict[str, str] = Field(default_factory=dict)
     image: str | None = None
     sim_speed: float | None = Field(
