@@ -138,12 +138,14 @@ def report_detached(
 def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Start the background supervisor, show progress, return once ready (0) or failed."""
     say_notes(spec, console)
-    daemon = start_detached(spec, ready_timeout_s)
+    daemon: subprocess.Popen[bytes] | None = None
     try:
+        daemon = start_detached(spec, ready_timeout_s)
         with ProgressView(console) as view:
             (state,) = follow([(spec, daemon)], view.update)
     except KeyboardInterrupt:
-        _stop_supervisor(daemon.pid, timeout_s=60.0)
+        if daemon is not None:
+            _stop_supervisor(daemon.pid, timeout_s=60.0)
         console.print(f"{spec.layout}: start-up interrupted; stopped")
         return EXIT_INTERRUPTED
     return report_detached(spec, daemon, state, console)
