@@ -215,8 +215,14 @@ def runsh_cases(src: Path, work: Path, a: argparse.Namespace) -> list[Row]:
         write_rendering(build_plan(load("a3/1p1d").layout), script, "modelarts")
     entry = script / "run.sh"
 
-    def table(name: str, data: bytes | None, env: dict[str, str], note: str = "") -> None:
-        platform = create_platform(work / f"platform-{len(rows)}", 2)
+    def table(
+        name: str,
+        data: bytes | None,
+        env: dict[str, str],
+        note: str = "",
+        status: str = "completed",
+    ) -> None:
+        platform = create_platform(work / f"platform-{len(rows)}", 2, status=status)
         if data is not None:
             platform.rank_table.write_bytes(data)
         tmp = work / f"tmp-{len(rows)}"
@@ -236,7 +242,8 @@ def runsh_cases(src: Path, work: Path, a: argparse.Namespace) -> list[Row]:
     table("run.sh: UTF-16 rank table", raw.decode().encode("utf-16"), wait)
     table("run.sh: 17 MB rank table", raw[:-1] + b', "p": "' + b"x" * (17 << 20) + b'"}', wait)
     table("run.sh: nested rank table", b'{"a":' * 200_000 + b"1" + b"}" * 200_000, wait)
-    table("run.sh: RANK_TABLE_TIMEOUT=30m", None, {"RANK_TABLE_TIMEOUT": "30m"})
+    table("run.sh: RANK_TABLE_TIMEOUT=30m", None, {"RANK_TABLE_TIMEOUT": "30m"}, "",
+          "initializing")  # fmt: skip
     canary = work / "PWNED"
     scopes = ["$(touch${IFS}" + str(canary) + ")", "`touch " + str(canary) + "`", "x 6.6.6.6",
               "a b", "x\ny"]  # fmt: skip
