@@ -36,16 +36,16 @@ def catalog(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("out", "needle"),
+    ("out", "needle", "force"),
     [
-        (".", "is the catalog it reads"),
-        ("..", "holds the catalog it reads"),
-        ("local", "is inside the catalog"),
-        ("local/single", "is inside the catalog"),
-        ("local/new-folder", "is inside the catalog"),
+        (".", "is the catalog it reads", True),
+        (".", "is the catalog it reads", False),
+        ("..", "holds the catalog it reads", True),
+        ("local", "is inside the catalog", True),
+        ("local/single", "is inside the catalog", False),
+        ("local/new-folder", "is inside the catalog", False),
     ],
 )
-@pytest.mark.parametrize("force", [True, False])
 def test_out_overlapping_the_catalog_is_refused_and_nothing_changes(
     catalog: Path, out: str, needle: str, force: bool
 ) -> None:
