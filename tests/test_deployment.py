@@ -146,3 +146,65 @@ def test_any_text_after_the_scheme_is_a_url_or_one_usage_error(tail: str) -> Non
         assert str(exc).startswith("--target ") and "\n" not in str(exc)
     else:
         assert got.startswith("http://") and not got.endswith("/")
+
+
+HOSTILE_URLS = [
+    ("http://user:secret@h:8000", "drop the user:password@ part"),
+    ("http://user@h:8000", "drop the user:password@ part"),
+    ("http://user:secret@h:99999", "drop the user:password@ part"),
+    ("http://h :8000", "no spaces"),
+    ("http://h\t:8000", "root URL"),
+    ("http://" + "a" * 70_000 + ":8000", "longer than 253 characters"),
+    ("http://" + "a." * 127 + "b:8000", "longer than 253 characters"),
+    ("http://h:8000/../admin", "no . or .. path segments"),
+    ("http://h:8000/v1/./x", "no . or .. path segments"),
+    ("http://h:8000/%2e%2E/admin", "no . or .. path segments"),
+]
+
+
+@pytest.mark.parametrize(("url", "says"), HOSTILE_URLS)
+def test_urls_that_are_not_a_servers_root_are_one_line(url: str, says: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(says)) as err:
+        entry_url(url)
+    assert "\n" not in str(err.value) and "secret" not in str(err.value)
+    assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:8000/v1", "http://" + "a" * 253 + ":80", "http://h:8000/a..b/.x"]
+)
+def test_near_misses_of_those_shapes_are_kept(url: str) -> None:
+    """Positive control: a path, a host of exactly 253 characters, dots inside a segment."""
+    assert entry_url(url) == url
+
+
+def test_a_deployment_file_with_userinfo_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deployment.json"
+    path.write_text('{"entry_url": "http://admin:hunter2@10.0.0.1:8000"}')
+    with pytest.raises(UsageError, match="user:password@") as err:
+        load_deployment(str(path))
+    assert "hunter2" not in str(err.value)
+
+
+segment = st.text(alphabet="ab.%2eE", max_size=4)
+userinfo = st.sampled_from(["", "u@", "u:p@", ":@"])
+host = st.one_of(st.just("h"), st.text(alphabet="ab.", min_size=250, max_size=256))
+space = st.sampled_from(["", " ", "\u00a0"])
+
+
+@given(userinfo, host, space, st.lists(segment, max_size=4))
+def test_generated_urls_are_accepted_only_when_clean(
+    user: str, name: str, gap: str, segments: list[str]
+) -> None:
+    path = "".join("/" + s for s in segments)
+    url = f"http://{user}{name}{gap}:8000{path}"
+    try:
+        got = entry_url(url)
+    except UsageError as exc:
+        assert "\n" not in str(exc) and (not user or ":p@" not in str(exc))
+        return
+    assert not user and not gap and len(name) <= 253
+    from urllib.parse import unquote
+
+    assert not {".", ".."} & {unquote(s) for s in got.split("/")[3:]}
+    assert "@" not in got

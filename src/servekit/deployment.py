@@ -18,9 +18,9 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
@@ -67,6 +67,19 @@ class Deployment(BaseModel):
     )
     capabilities: tuple[str, ...] = ()
     run_dir: Path | None = None
+
+    @field_validator("entry_url", "reference_url")
+    @classmethod
+    def _root_url(cls, value: str | None) -> str | None:
+        """A deployment.json someone edited gets the command line's URL check too, so a
+        user:pass@ in it never reaches run.json or report.html."""
+        if value is None:
+            return None
+        try:
+            return entry_url(value, "url")
+        except UsageError as exc:
+            raise ValueError(str(exc).removeprefix("url ")) from None
+
     versions: dict[str, str] = Field(default_factory=dict)
     image: str | None = None
     sim_speed: float | None = Field(
@@ -139,6 +152,8 @@ def split_relay(page: str) -> dict[str, str]:
 
 
 FOLDER_RUNS = Path(".servekit/runs")
+# The longest host name DNS allows (RFC 1035: 255 octets on the wire, 253 written).
+MAX_HOST = 253
 """Where runs lived before the per-user state folder; still listed from the current folder."""
 
 
@@ -179,11 +194,23 @@ def entry_url(text: str, flag: str = "--target") -> str:
     """A server's root URL as given on the command line, checked; no trailing slash.
 
     Caught here, a typo (``http://x:99999``, ``http://[::1``) is one line and
-    exit 2, not a run of checks that all fail against nothing.
+    exit 2, not a run of checks that all fail against nothing. So are shapes that
+    are not a server's root: ``user:pass@`` (the URL is written into
+    deployment.json, run.json and report.html, so a credential in it would be
+    published; the refusal itself never echoes it), any whitespace
+    (``http://h :8000``), a host longer than DNS allows (253 characters), and
+    ``.``/``..`` path segments (``/../``), which a client and a proxy may resolve
+    differently.
     """
     shown = text[:200] if text.isprintable() else repr(text[:200])
     try:
         parts = urlsplit(text)
+        if "@" in parts.netloc:
+            raise UsageError(
+                f"{flag} {parts.scheme}://...@{parts.netloc.rpartition('@')[2][:80]}: drop the "
+                "user:password@ part; the URL is written into deployment.json, run.json "
+                "and report.html"
+            )
         port = parts.port
     except ValueError as exc:
         raise UsageError(
@@ -193,6 +220,16 @@ def entry_url(text: str, flag: str = "--target") -> str:
         raise UsageError(f"{flag} {shown}: give http://HOST:PORT (or https://)")
     if port == 0 or parts.query or parts.fragment or not text.isprintable():
         raise UsageError(f"{flag} {shown}: give the server's root URL, http://HOST:PORT")
+    if any(c.isspace() for c in text):
+        raise UsageError(f"{flag} {shown}: a URL has no spaces; give http://HOST:PORT")
+    if len(parts.hostname) > MAX_HOST:
+        raise UsageError(
+            f"{flag} {text[:80]}...: the host is longer than {MAX_HOST} characters; "
+            "give a real host name"
+        )
+    segments = [unquote(s) for s in parts.path.split("/")]
+    if "." in segments or ".." in segments:
+        raise UsageError(f"{flag} {shown}: no . or .. path segments; give the server's root URL")
     return text.rstrip("/")
 
 

@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 
@@ -51,15 +51,40 @@ def _protected(path: Path) -> str | None:
     return None
 
 
-def check_output_dir(final: Path, force: bool = False, flag: str = "--out") -> None:
+def _overlap(final: Path, inputs: Sequence[tuple[str, Path]]) -> str | None:
+    """Why writing ``final`` would replace or nest inside an input, or None."""
+    out = final.resolve()
+    for what, path in inputs:
+        held = path.resolve()
+        if out == held:
+            return f"is the {what} it reads"
+        if out in held.parents:
+            return f"holds the {what} it reads ({held})"
+        if held in out.parents:
+            return f"is inside the {what} ({held})"
+    return None
+
+
+def check_output_dir(
+    final: Path,
+    force: bool = False,
+    flag: str = "--out",
+    inputs: Sequence[tuple[str, Path]] = (),
+) -> None:
     """Refuse a destination servekit must not replace; one UsageError naming the fix.
 
     servekit replaces a folder whole only when it is empty or holds its own marker
     (it wrote it before); a folder of someone else's files is refused unless
     ``force``, and the filesystem root, the home folder and the current folder (or
-    one above it) are refused always.
+    one above it) are refused always, as is any folder that is, holds or lies
+    inside one of ``inputs`` (``(what, path)``: say the catalog a render reads),
+    with or without ``force``: replacing it would delete what is being read.
     """
     from servekit.errors import UsageError
+
+    clash = _overlap(final, inputs)
+    if clash is not None:
+        raise UsageError(f"{flag} {final}: {clash}; give a folder outside it")
 
     if final.is_symlink():
         raise UsageError(f"{flag} {final}: is a symbolic link; give a real folder")

@@ -14,15 +14,20 @@ anything is built from the data:
 - duplicate keys in a mapping are refused with both lines (PyYAML keeps the
   last one silently);
 - aliases: the document's size with every alias expanded is at most
-  :data:`MAX_VALUES` values, and an alias may not contain itself (a "billion
-  laughs" document or a recursive one would otherwise make every consumer walk
-  forever).
+  :data:`MAX_VALUES` values and :data:`MAX_EXPANDED_BYTES` bytes of scalar
+  text, and an alias may not contain itself (a "billion laughs" document, one
+  long anchored string aliased thousands of times, or a recursive one would
+  otherwise make every consumer walk, render or write forever). Both sizes are
+  computed on the node graph, where an alias is one shared node, so nothing is
+  expanded to measure it.
 
 Standard library and PyYAML only, so the simulator can use it too.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,10 @@ from servekit.errors import UsageError
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_VALUES = 100_000
+# A document without aliases cannot hold more scalar text than its own bytes, so
+# the largest file accepted is also the most text an expanded document may hold:
+# no hand-written layout is refused, and a 57 KB file can no longer render 287 MB.
+MAX_EXPANDED_BYTES = MAX_BYTES
 MERGE_KEY = "tag:yaml.org,2002:merge"
 _BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
@@ -46,16 +55,27 @@ _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToke
 
 
 def read_bytes(path: Path, source: str | None = None) -> bytes:
-    """A file's bytes, at most :data:`MAX_BYTES`; unreadable or too big is one line."""
+    """A regular file's bytes, at most :data:`MAX_BYTES`; unreadable, too big or not a
+    regular file is one line. The file is opened non-blocking and checked before it
+    is read, so a FIFO or a device under a YAML name never blocks or streams forever."""
     where = source or str(path)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(
             f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions"
         ) from None
-    return data
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UsageError(
+                f"{where}: not a regular file (a FIFO, device or folder); give a plain YAML file"
+            )
+        try:
+            return fh.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(
+                f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions"
+            ) from None
 
 
 def decode(data: bytes, source: str) -> str:
@@ -122,20 +142,40 @@ def _check_keys(node: yaml.MappingNode, source: str) -> None:
         seen[name] = line
 
 
+def _own_bytes(node: yaml.Node) -> int:
+    """The UTF-8 size of a scalar's text (keys included); collections hold none of their own."""
+    if isinstance(node, yaml.ScalarNode):
+        return len(str(node.value).encode("utf-8", "surrogatepass"))
+    return 0
+
+
 def _check_graph(root: yaml.Node, source: str) -> None:
-    """Duplicate keys, recursive aliases, and the size with aliases expanded (iteratively)."""
-    size: dict[int, int] = {}
+    """Duplicate keys, recursive aliases, and the size with aliases expanded (iteratively).
+
+    The size is counted twice, in values and in bytes of scalar text, each node
+    once (an alias is the same node object, so its size is reused, not recounted).
+    """
+    size: dict[int, tuple[int, int]] = {}
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     open_nodes: set[int] = set()
     while stack:
         node, done = stack.pop()
         if done:
             open_nodes.discard(id(node))
-            size[id(node)] = 1 + sum(size[id(c)] for c in _children(node))
-            if size[id(node)] > MAX_VALUES:
+            children = [size[id(c)] for c in _children(node)]
+            values = 1 + sum(v for v, _ in children)
+            octets = _own_bytes(node) + sum(b for _, b in children)
+            size[id(node)] = (values, octets)
+            if values > MAX_VALUES:
                 raise UsageError(
                     f"{source}:{node.start_mark.line + 1}: this value expands to more than "
                     f"{MAX_VALUES} values through its aliases; write it without them"
+                )
+            if octets > MAX_EXPANDED_BYTES:
+                raise UsageError(
+                    f"{source}:{node.start_mark.line + 1}: this value expands to more than "
+                    f"{MAX_EXPANDED_BYTES // 1024} KiB of text through its aliases; "
+                    "write it without them"
                 )
             continue
         if id(node) in size:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
@@ -192,3 +194,111 @@ def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
     )
     one_line_error(result, "nodes")
     assert not (tmp_path / "o").exists()
+
+
+RENDER = (sys.executable, "-m", "servekit", "render")
+
+
+def string_alias_bomb(single_text: str, chars: int, aliases: int) -> str:
+    """The layout with one anchored string of ``chars`` characters aliased ``aliases``
+    times as engine environment values, which render writes into every script."""
+    env = ", ".join(f"V{i}: *s" for i in range(aliases))
+    return single_text.replace(
+        "engines:\n  - {name: engine,",
+        f'x-s: &s "{"a" * chars}"\nengines:\n  - {{env: {{{env}}}, name: engine,',
+    )
+
+
+@pytest.mark.parametrize(("chars", "aliases"), [(50_000, 2_000), (500_000, 40_000)])
+def test_a_string_alias_bomb_is_refused_by_check_and_render_with_nothing_written(
+    chars: int, aliases: int, single_text: str, tmp_path: Path
+) -> None:
+    root = write_raw(tmp_path, string_alias_bomb(single_text, chars, aliases).encode())
+    assert (root / "local/single/layout.yaml").stat().st_size < 1 << 20
+    one_line_error(check(root), "layout.yaml", "KiB of text through its aliases")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [*RENDER, "local/single", "--target", "nodes", "--out", str(out), "--catalog", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    one_line_error(result, "KiB of text through its aliases")
+    assert not out.exists()
+
+
+def test_a_few_aliases_of_a_short_string_still_render(single_text: str, tmp_path: Path) -> None:
+    """Positive control: the same shape, small, is an ordinary layout."""
+    root = write_raw(tmp_path, string_alias_bomb(single_text, 20, 3).encode())
+    assert check(root).returncode == 0
+
+
+def test_a_fifo_layout_file_is_neither_listed_nor_read(single_text: str, tmp_path: Path) -> None:
+    """A FIFO named layout.yaml used to be listed as a known layout and refused as unknown
+    (and a read of it would block forever); now it is not a layout, said once, the same
+    way by list, check and render."""
+    root = write_raw(tmp_path, single_text.encode())
+    fifo = root / "local" / "piped" / "layout.yaml"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    listed = subprocess.run(
+        [sys.executable, "-m", "servekit", "layouts", "list", "--catalog", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert listed.returncode == 0 and "local/single" in listed.stdout
+    assert "piped" not in listed.stdout
+    assert check(root).returncode == 0
+    result = subprocess.run(
+        [*RENDER, "local/piped", "--out", str(tmp_path / "o"), "--catalog", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    one_line_error(result, "local/piped/layout.yaml", "not a regular file")
+    assert not (tmp_path / "o").exists()
+
+
+def test_safeyaml_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    from servekit import safeyaml
+    from servekit.errors import UsageError
+
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        safeyaml.load_file(fifo)
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\tb", "a\x1bb", "a\u2028b", "\n"])
+def test_a_control_character_in_a_set_value_is_refused(value: str, tmp_path: Path) -> None:
+    """YAML used to fold a newline into a space; now it is one line, exit 2, nothing written."""
+    out = tmp_path / "o"
+    result = subprocess.run(
+        [*RENDER, "local/single", "--out", str(out), "--set", f"model.served_name={value}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    one_line_error(result, "model.served_name", "control character")
+    assert not out.exists()
+
+
+@given(st.text(max_size=12))
+@settings(max_examples=80, deadline=None)
+def test_set_values_are_refused_exactly_when_they_hold_a_control_character(value: str) -> None:
+    from servekit.errors import UsageError
+    from servekit.render.overrides import parse_set
+
+    try:
+        parse_set(f"model.served_name={value}")
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+        if not value.isprintable():
+            assert "control character" in str(exc)
+    else:
+        assert value.isprintable()

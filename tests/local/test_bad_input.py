@@ -139,7 +139,7 @@ def test_already_running_is_refused(tmp_path: Path) -> None:
 
 
 def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
-    from servekit.local.state import ProcState, RunState, write_state
+    from servekit.local.state import ProcState, RunState, start_ticks, write_state
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
@@ -150,7 +150,14 @@ def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
             started_at=0.0,
             phase="ready",
             processes=[
-                ProcState(name="engine", role="mixed", kind="engine", pid=sleeper.pid, log=tmp_path)
+                ProcState(
+                    name="engine",
+                    role="mixed",
+                    kind="engine",
+                    pid=sleeper.pid,
+                    pid_start=start_ticks(sleeper.pid),  # the process recorded at spawn
+                    log=tmp_path,
+                )
             ],
         )
         write_state(tmp_path / "state.json", state)

@@ -161,6 +161,7 @@ def test_seen_phase_keeps_a_recorded_end_and_flags_leftovers(tmp_path: Path) -> 
     try:
         state = state_of(2**22 + 9, None)
         state.processes[0].pid = sleeper.pid
+        state.processes[0].pid_start = start_ticks(sleeper.pid)
         assert seen_phase(state) == "unsupervised"
     finally:
         sleeper.kill()

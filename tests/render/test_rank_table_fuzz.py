@@ -4,8 +4,9 @@ The platform writes ``global_rank_table.json``; the rendered entry reads it with
 an embedded python3 program (``RANK_PY``) whose output the shell then uses. That
 program is what parses hostile input on the real cluster, so it is taken from
 a real rendering and run on generated files: any JSON shape, wrong types,
-hostile strings, deep nesting, bytes that are not UTF-8. Each run must end with
-exit 0 or 1 (a one-line reason), never a traceback and never a hang, and
+hostile strings, deep nesting, bytes that are not UTF-8, IPv6 scope ids. Each run
+must end with exit 0, 1 (a one-line reason: not readable yet, or not usable) or 3
+(one line: a file that can never be read), never a traceback and never a hang, and
 whatever it prints for the shell must be plain: counts, IP addresses, pod names.
 """
 
@@ -26,6 +27,7 @@ from servekit.catalog.loader import load
 from servekit.render.plan import build_plan
 from servekit.render.shell import render_files
 
+SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 POD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}|-")
 HOSTILE = ["$(touch /tmp/pwned)", "`id`", "a b", "x\ny", "10.0.0.1; id", "'", '"', "\x00", ""]
 
@@ -47,15 +49,17 @@ def _read(rank_py: str, path: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def _check(run: subprocess.CompletedProcess[str]) -> None:
-    assert run.returncode in (0, 1), (run.returncode, run.stderr[-500:])
+    assert run.returncode in (0, 1, 3), (run.returncode, run.stderr[-500:])
     assert "Traceback" not in run.stderr, run.stderr[-2000:]
-    if run.returncode == 1:
+    if run.returncode in (1, 3):
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
         return
     nnodes, rank, group0, addrs, pods = run.stdout.split("\n")[:5]
     assert nnodes.isdigit() and rank.isdigit() and group0.isdigit()
     for addr in addrs.split(" "):
-        assert str(ipaddress.ip_address(addr)) == addr
+        plain, pct, scope = addr.partition("%")
+        assert str(ipaddress.ip_address(plain)) == plain
+        assert not pct or (SCOPE.fullmatch(scope) and ":" in plain), addr
     for pod in pods.split(" "):
         assert POD.fullmatch(pod), pod
 
@@ -103,7 +107,7 @@ def test_any_json_gives_plain_output_or_one_line(
 
 
 def _check_status(run: subprocess.CompletedProcess[str]) -> None:
-    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.returncode in (0, 1, 3) and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "\n" not in run.stdout.rstrip("\n")
 
 
@@ -139,7 +143,7 @@ def test_deep_or_foreign_files_give_one_line(rank_py: str, tmp_path: Path, conte
     path.write_bytes(content)
     run = _read(rank_py, path, "servers", "p0", "10.0.0.1")
     _check(run)
-    assert run.returncode == 1 and "not readable JSON" in run.stderr
+    assert run.returncode == 3 and "not readable JSON" in run.stderr
     _check_status(_read(rank_py, path, "status"))
 
 
@@ -147,3 +151,30 @@ def test_a_missing_file_gives_one_line(rank_py: str, tmp_path: Path) -> None:
     run = _read(rank_py, tmp_path / "absent.json", "servers", "p0", "10.0.0.1")
     _check(run)
     assert run.returncode == 1
+
+
+scope = st.one_of(
+    st.from_regex(r"[A-Za-z0-9_.-]{1,15}", fullmatch=True),
+    st.text(max_size=20),
+    st.sampled_from(["$(touch${IFS}x)", "`id`", "a b", "x\ny", "x 6.6.6.6", "", "a" * 16]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.sampled_from(["fe80::1", "::1", "2001:db8::7", "10.0.0.2"]), scope_id=scope)
+def test_scope_ids_pass_only_as_interface_names(
+    rank_py: str, tmp_path_factory: pytest.TempPathFactory, base: str, scope_id: str
+) -> None:
+    """Accepted iff the address is IPv6 and the scope id has an interface name's shape;
+    either way the shell gets plain words (one address per node, no phantom node)."""
+    path = tmp_path_factory.mktemp("rank") / "global_rank_table.json"
+    servers = [{"server_ip": "10.0.0.1", "pod_name": "p0"},
+               {"server_ip": f"{base}%{scope_id}", "pod_name": "p1"}]  # fmt: skip
+    doc = {"status": "completed", "server_group_list": [{"server_list": servers}]}
+    path.write_text(json.dumps(doc))
+    run = _read(rank_py, path, "servers", "p0", "10.0.0.1")
+    _check(run)
+    ok = ":" in base and SCOPE.fullmatch(scope_id) is not None
+    assert (run.returncode == 0) == ok, (base, scope_id, run.stderr)
+    if ok:
+        assert run.stdout.split("\n")[3].split(" ") == ["10.0.0.1", f"{base}%{scope_id}"]

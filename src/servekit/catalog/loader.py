@@ -57,7 +57,9 @@ def resolve_catalog(catalog: Path | str | None = None) -> Path:
 def layout_names(catalog: Path) -> list[str]:
     """Every layout name in a catalog, sorted."""
     return sorted(
-        f"{p.parent.parent.name}/{p.parent.name}" for p in catalog.glob(f"*/*/{LAYOUT_FILE}")
+        f"{p.parent.parent.name}/{p.parent.name}"
+        for p in catalog.glob(f"*/*/{LAYOUT_FILE}")
+        if p.is_file()  # a FIFO or device by that name is not a layout (and would block a read)
     )
 
 
@@ -75,6 +77,10 @@ class LoadedLayout:
 
 def layout_path(name: str, catalog: Path) -> Path:
     path = catalog / name / LAYOUT_FILE
+    if path.exists() and not path.is_file():
+        raise UsageError(
+            f"{path}: not a regular file (a FIFO, device or folder); a layout is a plain YAML file"
+        )
     if not path.is_file():
         known = ", ".join(layout_names(catalog)) or "none"
         raise UsageError(

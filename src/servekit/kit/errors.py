@@ -12,3 +12,12 @@ from servekit.errors import UsageError
 
 class KitRefused(UsageError):
     """An image, layer, payload or kit that breaks a safety or format rule."""
+
+
+class KitTooLarge(KitRefused):
+    """A kit past a bound on what servekit reads of it (MANIFEST.json's bytes or entries).
+
+    ``kit verify`` reports other refusals as a failed check and carries on; this
+    one stops it with exit 2, because nothing after it can be read in bounded
+    memory and a report of passing rows would mislead.
+    """

@@ -17,10 +17,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servekit.errors import first_error
-from servekit.kit.errors import KitRefused
+from servekit.kit.errors import KitRefused, KitTooLarge
 from servekit.kit.jsonsafe import decode_text, load_json
 from servekit.kit.kitarchive import kit_members, unpack_checked
-from servekit.kit.models import KitManifest
+from servekit.kit.models import MAX_LAYERS, MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES, KitManifest
 from servekit.kit.scratch import scratch_dir
 from servekit.kit.streams import Limits, sha256_file
 
@@ -43,8 +43,21 @@ class KitDir:
     limits: Limits = field(default_factory=Limits)
 
     def read_manifest(self) -> KitManifest:
-        """Parse MANIFEST.json strictly (unknown or missing fields refuse the kit)."""
-        data = load_json(self.read_bytes(MANIFEST), f"kit {self.root.name}: {MANIFEST}")
+        """Parse MANIFEST.json strictly (unknown or missing fields refuse the kit).
+
+        Its size is bounded before it is parsed and its lists before they are
+        validated (:class:`KitTooLarge`), so a hostile one costs megabytes, not gigabytes.
+        """
+        what = f"kit {self.root.name}: {MANIFEST}"
+        raw = self.read_bytes(MANIFEST, MAX_MANIFEST_BYTES)
+        data = load_json(raw, what)
+        for key, bound in (("payload", MAX_PAYLOAD_FILES), ("layers", MAX_LAYERS)):
+            items = data.get(key) if isinstance(data, dict) else None
+            if isinstance(items, list) and len(items) > bound:
+                raise KitTooLarge(
+                    f"{what}: {len(items)} {key} entries, more than the {bound} a kit may list; "
+                    "this is not a kit servekit built"
+                )
         try:
             return KitManifest.model_validate(data)
         except ValidationError as exc:
@@ -69,16 +82,17 @@ class KitDir:
             )
         return path
 
-    def read_bytes(self, rel: str) -> bytes:
-        """A member's bytes, refused past ``limits.max_text`` (never read whole first)."""
+    def read_bytes(self, rel: str, bound: int | None = None) -> bytes:
+        """A member's bytes, refused past ``bound`` or ``limits.max_text`` (never read
+        whole first); past an explicit ``bound`` the refusal is :class:`KitTooLarge`."""
         path = self.member(rel)
+        cap = min(bound, self.limits.max_text) if bound is not None else self.limits.max_text
         with path.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            data = fh.read(min(size, self.limits.max_text) + 1)
-        if len(data) > self.limits.max_text:
-            raise KitRefused(
-                f"kit {self.root.name}: {rel} is larger than {self.limits.max_text} bytes"
-            )
+            data = fh.read(min(size, cap) + 1)
+        if len(data) > cap:
+            error = KitTooLarge if bound is not None else KitRefused
+            raise error(f"kit {self.root.name}: {rel} is larger than {cap} bytes")
         return data
 
     def text(self, rel: str) -> str:

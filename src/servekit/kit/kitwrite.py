@@ -11,9 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import manifest_text
 from servekit.kit.kitarchive import kit_members, pack, write_sidecar
-from servekit.kit.models import KitManifest
+from servekit.kit.models import MAX_MANIFEST_BYTES, KitManifest
 from servekit.kit.render import render_all
 from servekit.kit.streams import sha256_file
 
@@ -25,7 +26,13 @@ def sha256sum_line(digest: str, path: str) -> str:
 
 def write_stage(stage: Path, manifest: KitManifest, config: bytes, fs_lines: list[str]) -> None:
     """Write every side file of the kit next to its layers."""
-    (stage / "MANIFEST.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    text = manifest.model_dump_json(indent=2) + "\n"
+    if len(text.encode("utf-8")) > MAX_MANIFEST_BYTES:
+        raise KitRefused(
+            f"kit build: MANIFEST.json would be larger than {MAX_MANIFEST_BYTES >> 20} MiB, "
+            "which kit verify refuses; ship fewer or shorter payload paths"
+        )
+    (stage / "MANIFEST.json").write_text(text)
     (stage / "config.json").write_bytes(config)
     (stage / "base-diffids.txt").write_text("".join(f"{d}\n" for d in manifest.base.diff_ids))
     (stage / "fs-manifest.txt").write_text(manifest_text(fs_lines))

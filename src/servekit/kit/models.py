@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.paths import image_path
+from servekit.kit.paths import image_path, whiteout_named
 
 SCHEMA_VERSION: Literal[2] = 2
 Role = Literal["decode", "prefill", "mixed"]
@@ -33,6 +33,14 @@ _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:~-]{0,127}")
 _DIGEST = re.compile(r"(sha256:)?[0-9a-f]{64}")
 _MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
 _MAX_TEXT = 1024
+# Bounds on MANIFEST.json, checked before it is parsed (bytes) and before it is
+# validated (entries), so a kit listing 10^6 files is one line in bounded memory
+# rather than gigabytes of models. A payload is the files a project adds (scripts,
+# patches, a Python package or two): tens to thousands; an image's own files are
+# in fs-manifest.txt, which has its own bound (Limits.max_entries).
+MAX_PAYLOAD_FILES = 50_000
+MAX_LAYERS = 1_000
+MAX_MANIFEST_BYTES = 32 << 20
 
 
 def _token(value: str) -> str:
@@ -127,6 +135,17 @@ class PayloadFile(_Frozen):
     uid: int
     gid: int
     source: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _not_a_whiteout(cls, value: str) -> str:
+        name = whiteout_named(value)
+        if name is not None:
+            raise ValueError(
+                f"{value[:80]!r}: {name[:40]!r} is an OCI whiteout name, which hides base files "
+                "instead of shipping one"
+            )
+        return value
 
 
 class ConfigDelta(_Frozen):
@@ -289,8 +308,8 @@ class KitManifest(_Frozen):
     created: str | None
     base: BaseInfo
     image: ImageInfo
-    layers: list[LayerInfo]
-    payload: list[PayloadFile]
+    layers: list[LayerInfo] = Field(max_length=MAX_LAYERS)
+    payload: list[PayloadFile] = Field(max_length=MAX_PAYLOAD_FILES)
     config_delta: ConfigDelta
     code: CodeBaseline | None
     expect: KitExpect | None = Field(

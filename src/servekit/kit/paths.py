@@ -47,6 +47,24 @@ def _parts(name: str, what: str) -> list[str]:
     return parts
 
 
+WHITEOUT_PREFIX = ".wh."
+
+
+def whiteout_named(path: str) -> str | None:
+    """The component of ``path`` that OCI layers read as a whiteout (``.wh.x``,
+    ``.wh..wh..opq``), or None.
+
+    A file by such a name is not shipped as a file: applying the layer removes
+    ``x`` (or a whole folder) from the base instead, so a payload may not carry one.
+    Whiteouts a kit means are written by servekit from a spec's ``remove`` and
+    ``opaque`` lists and recorded per layer in MANIFEST.json.
+    """
+    for part in path.split("/"):
+        if part.startswith(WHITEOUT_PREFIX):
+            return part
+    return None
+
+
 def image_path(path: str, what: str) -> str:
     """Check a path a manifest records: canonical (``/a/b``), no ``..``, within bounds.
 

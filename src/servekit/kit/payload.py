@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servekit import safeyaml
 from servekit.errors import UsageError, first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
 from servekit.kit.models import ConfigDelta, KitExpect
-from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes
+from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes, whiteout_named
 
 BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
 
@@ -74,13 +74,9 @@ class LayerMember:
 
 
 def read_yaml(path: Path, what: str) -> object:
-    """A YAML file's data (safe loading, strict UTF-8, bounded nesting), or a UsageError."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-        return yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
-        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise UsageError(f"{what} {path}: cannot read ({why})") from None
+    """A YAML file's data within :mod:`servekit.safeyaml`'s bounds (size, UTF-8,
+    nesting, aliases in values and bytes), or a UsageError naming the file."""
+    return safeyaml.load_file(path, f"{what} {path}")[1]
 
 
 def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
@@ -182,6 +178,14 @@ def expand(spec: PayloadSpec, root: Path, base: FsState) -> list[LayerMember]:
     root = root.resolve()
     members: dict[str, LayerMember] = {}
     items = [m for i, item in enumerate(spec.files) for m in _item(root, item, i)]
+    for member in items:
+        name = whiteout_named(member.path)
+        if name is not None:
+            raise UsageError(
+                f"payload: {member.path[:200]} is named {name[:40]!r}, which an image layer "
+                "reads as a whiteout (it would hide base files, not ship one); rename it, "
+                "or list the path under remove/opaque if hiding it is the point"
+            )
     items += [_marker(p, "payload remove", False) for p in spec.remove]
     items += [_marker(p, "payload opaque", True) for p in spec.opaque]
     for member in items:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed, skipped
-from servekit.kit.errors import KitRefused
+from servekit.kit.errors import KitRefused, KitTooLarge
 from servekit.kit.expect import Shipped, check_expect
 from servekit.kit.integrity import (
     Scanned,
@@ -84,7 +84,7 @@ def run_verify(path: Path, options: VerifyOptions) -> Verified:
             checks = [_sidecar(path, kit.archive_sha256), _archive(kit)]
             checks += _inside(kit, options, verified)
     except KitRefused as exc:
-        if path.is_dir():
+        if path.is_dir() or isinstance(exc, KitTooLarge):
             raise
         checks = [_sidecar(path, None), failed("archive", [str(exc)])]
     verified.report = CheckReport(subject=str(path), checks=checks)
@@ -137,6 +137,8 @@ def _members(kit: KitDir, hashed: dict[str, str] | None = None) -> CheckResult:
 def _inside(kit: KitDir, options: VerifyOptions, verified: Verified) -> list[CheckResult]:
     try:
         manifest = kit.read_manifest()
+    except KitTooLarge:
+        raise
     except KitRefused as exc:
         return [_members(kit), failed("manifest", [str(exc)])]
     verified.manifest = manifest

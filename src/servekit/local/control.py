@@ -29,7 +29,9 @@ from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
 from servekit.local.state import (
     RunState,
+    foreign_note,
     pid_alive,
+    proc_alive,
     read_state,
     state_or_why,
     supervisor_alive,
@@ -136,12 +138,14 @@ def report_detached(
 def up_detached(spec: RunSpec, console: Console, ready_timeout_s: float) -> int:
     """Start the background supervisor, show progress, return once ready (0) or failed."""
     say_notes(spec, console)
-    daemon = start_detached(spec, ready_timeout_s)
+    daemon: subprocess.Popen[bytes] | None = None
     try:
+        daemon = start_detached(spec, ready_timeout_s)
         with ProgressView(console) as view:
             (state,) = follow([(spec, daemon)], view.update)
     except KeyboardInterrupt:
-        _stop_supervisor(daemon.pid, timeout_s=60.0)
+        if daemon is not None:
+            _stop_supervisor(daemon.pid, timeout_s=60.0)
         console.print(f"{spec.layout}: start-up interrupted; stopped")
         return EXIT_INTERRUPTED
     return report_detached(spec, daemon, state, console)
@@ -180,15 +184,18 @@ def stop_run(run: RunDir, timeout_s: float = 60.0) -> str:
     stopped_cleanly = False
     if supervisor_alive(state):
         stopped_cleanly = _stop_supervisor(state.supervisor_pid, timeout_s)
-    leftovers = {p.pid for p in state.processes if p.pid is not None and pid_alive(p.pid)}
+    # Only processes that are provably this run's (pid and start time as recorded at
+    # spawn) are signalled: a pid reused after a reboot or a wrap is someone else's.
+    leftovers = {p.pid for p in state.processes if p.pid is not None and proc_alive(p)}
+    note = foreign_note(state)
     survivors = procs.stop_group_pids(leftovers) if leftovers else set()
     if survivors:
-        return f"{state.layout}: could not stop pids {sorted(survivors)}"
+        return f"{state.layout}: could not stop pids {sorted(survivors)}{note}"
     if not stopped_cleanly:
         shutil.rmtree(run.scratch, ignore_errors=True)
         run.deployment.unlink(missing_ok=True)
         _record_stopped(run, state)
-    return f"{state.layout}: stopped"
+    return f"{state.layout}: stopped{note}"
 
 
 def _set_aside(run: RunDir, why: str) -> str:

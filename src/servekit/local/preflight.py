@@ -15,7 +15,7 @@ from pathlib import Path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 from servekit.local.runspec import EngineChoice
-from servekit.local.state import pid_alive, state_or_why, supervisor_alive
+from servekit.local.state import proc_alive, state_or_why, supervisor_alive
 
 LOCAL_ACCELERATOR = "cpu"
 
@@ -78,7 +78,7 @@ def check_not_running(state_path: Path, layout: str) -> None:
             f"{layout} is already running (supervisor pid {state.supervisor_pid}); "
             f"stop it first: servekit down {layout}"
         )
-    leftovers = sorted(p.pid for p in state.processes if p.pid is not None and pid_alive(p.pid))
+    leftovers = sorted(p.pid for p in state.processes if p.pid is not None and proc_alive(p))
     if leftovers:
         raise UsageError(
             f"{layout}: processes of the previous run are still alive (pids {leftovers}); "

@@ -19,7 +19,7 @@ from servekit.local.runspec import RunSpec
 from servekit.local.state import (
     RunState,
     SeenPhase,
-    pid_alive,
+    proc_alive,
     seen_phase,
     supervisor_alive,
 )
@@ -83,7 +83,7 @@ def run_view(run: RunDir, state: RunState) -> RunView:
             url=p.url,
             port=p.port,
             pid=p.pid,
-            alive=p.pid is not None and pid_alive(p.pid),
+            alive=proc_alive(p),
             phase=p.phase,
             exit_code=p.exit_code,
             started_at=p.started_at,

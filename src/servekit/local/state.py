@@ -33,6 +33,11 @@ class ProcState(BaseModel):
     url: str | None = None
     port: int | None = None
     pid: int | None = None
+    pid_start: int | None = Field(
+        default=None,
+        description="the process's start time (clock ticks after boot), recorded at spawn: "
+        "a pid that now belongs to another process differs, and is never signalled",
+    )
     log: Path
     phase: ProcPhase = "pending"
     detail: str = ""
@@ -119,6 +124,37 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def proc_alive(proc: ProcState) -> bool:
+    """The recorded process still runs: its pid is alive and started when it was recorded.
+
+    A pid with no recorded start time cannot be told from a later process that
+    reused it, so it counts as not this run's (never signalled, said by
+    :func:`foreign_procs`).
+    """
+    if proc.pid is None or proc.pid_start is None or not pid_alive(proc.pid):
+        return False
+    return start_ticks(proc.pid) == proc.pid_start
+
+
+def foreign_procs(state: RunState) -> list[ProcState]:
+    """Recorded processes whose pid is alive but is not (or cannot be shown to be) theirs."""
+    return [
+        p for p in state.processes if p.pid is not None and pid_alive(p.pid) and not proc_alive(p)
+    ]
+
+
+def foreign_note(state: RunState) -> str:
+    """One clause naming the pids left alone because another process holds them now."""
+    found = foreign_procs(state)
+    if not found:
+        return ""
+    shown = ", ".join(f"{p.name} pid {p.pid}" for p in found[:5])
+    return (
+        f"; left alone {shown}: that pid now belongs to another process "
+        "(its start time differs from the one recorded at spawn)"
+    )
+
+
 def supervisor_alive(state: RunState) -> bool:
     """The run's supervisor still runs (the same process, not a later one with its pid)."""
     if not pid_alive(state.supervisor_pid):
@@ -136,6 +172,6 @@ def seen_phase(state: RunState) -> SeenPhase:
     """
     if state.phase in ("failed", "stopped") or supervisor_alive(state):
         return state.phase
-    if any(p.pid is not None and pid_alive(p.pid) for p in state.processes):
+    if any(proc_alive(p) for p in state.processes):
         return "unsupervised"
     return "dead"

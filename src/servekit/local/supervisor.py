@@ -105,6 +105,7 @@ class Supervisor:
             self.children.append(child)
             proc = self.state.proc(launch.name)
             proc.pid, proc.started_at, proc.phase = child.pid, child.started_at, "starting"
+            proc.pid_start = start_ticks(child.pid)
         self._publish()
 
     def _wait_ready(self) -> None:

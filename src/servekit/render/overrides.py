@@ -23,6 +23,14 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise UsageError(f"--set {item[:80]!r}: expected KEY=VALUE, e.g. --set proxy.port=9000")
+    bad = next((c for c in item if not c.isprintable()), None)
+    if bad is not None:
+        # YAML would fold a newline into a space (and a value reaches shell scripts):
+        # a control character is refused, never silently changed.
+        raise UsageError(
+            f"--set {key.strip()[:80]!r}: holds a control character ({bad!r}); "
+            "give the value on one line of printable text"
+        )
     value = safeyaml.compose(raw, f"--set {key.strip()[:80]}")[1] if raw.strip() else ""
     return key.strip().split("."), value
 

@@ -12,9 +12,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servekit import safeyaml
 from servekit.errors import UsageError, first_error
 
 PROFILE_PACKAGE = "servekit.sim.profiles"
@@ -146,7 +146,8 @@ def load_profile(name: str) -> Profile:
     if name not in names:
         raise UsageError(f"profile: unknown profile {name!r}; choose one of {', '.join(names)}")
     text = resources.files(PROFILE_PACKAGE).joinpath(f"{name}.yaml").read_text()
-    return profile_from_mapping(yaml.safe_load(text), where=f"profile {name}")
+    where = f"profile {name}"
+    return profile_from_mapping(safeyaml.compose(text, where)[1], where=where)
 
 
 def profile_from_mapping(data: Any, where: str = "profile") -> Profile:

@@ -55,12 +55,17 @@ class LocalRunner:
     A layout that names a ``verify.reference`` gets that single-instance layout
     started beside it (same engine choice), so acceptance can compare PD answers
     with a single instance's byte for byte; both are torn down together.
+
+    Every layout is remembered before its start begins and forgotten only once
+    its own ``down`` returned, so an interrupt at any point (while the reference
+    starts, or halfway through the stop before a benchmark-speed restart) leaves
+    each started layout on the list the final teardown stops.
     """
 
     def __init__(self, catalog: str | None = None, ready_timeout_s: float = READY_TIMEOUT_S):
         self.catalog = catalog
         self.ready_timeout_s = ready_timeout_s
-        self._reference: str | None = None
+        self._started: list[str] = []
 
     def _start(
         self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
@@ -71,6 +76,8 @@ class LocalRunner:
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
+        if name not in self._started:
+            self._started.append(name)
         if engine == "vllm":
             ensure_tiny_model(loaded)
         spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog, speed=speed)
@@ -90,21 +97,21 @@ class LocalRunner:
         ref_name = loaded.layout.verify.reference
         if ref_name is None:
             return dep
-        self._reference = ref_name
         ref = self._start(load(ref_name, self.catalog), engine, speed)
         return dep.model_copy(update={"reference_url": ref.entry_url})
 
     def down(self, loaded: LoadedLayout) -> str:
         from servekit.local.control import down
 
-        names = [loaded.layout.name] + ([self._reference] if self._reference else [])
-        self._reference = None
+        names = list(dict.fromkeys([loaded.layout.name, *self._started]))
         stopped: list[str] = []
         for name in names:
             try:
                 stopped += down(name)
             except UsageError as exc:  # never started (a failed start): nothing to stop
                 stopped.append(str(exc))
+            if name in self._started:
+                self._started.remove(name)
         return "; ".join(stopped)
 
 
