@@ -201,9 +201,8 @@ def kit_cases(src: Path, work: Path, a: argparse.Namespace) -> list[Row]:
 
 
 def runsh_cases(src: Path, work: Path, a: argparse.Namespace) -> list[Row]:
-    from tests.fakeplatform.harness import create_platform, run_node
-
     from servekit.catalog.loader import load
+    from servekit.importer.platform.harness import create_platform, run_node
     from servekit.render.plan import build_plan
     from servekit.render.shell import write_rendering
 

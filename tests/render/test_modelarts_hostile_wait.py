@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fakeplatform.harness import create_platform, run_node, start_node
 
 from servekit.catalog.loader import load
+from servekit.importer.platform.harness import create_platform, run_node, start_node
 from servekit.render.plan import build_plan
 from servekit.render.shell import write_rendering
 
