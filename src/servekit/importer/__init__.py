@@ -1,0 +1,1 @@
+"""Bringing a folder in the source convention into the catalog (facts -> layout)."""
