@@ -278,8 +278,8 @@ def dump_yaml(data: Any) -> str:
 
 
 def source_text(doc: Mapping[str, Any]) -> str:
-    """The facts as written beside the layout (sorted keys, one process per block)."""
-    return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    """The facts as written beside the layout (their recorded order kept: JSON configs too)."""
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
 def write_layout(catalog: Path, synth: Synthesis, doc: Mapping[str, Any]) -> list[Path]:
