@@ -62,7 +62,7 @@ def _unrecorded(name: str, catalog: Path, doc: dict[str, Any]) -> Any:
 
 def test_the_source_folders_are_all_imported() -> None:
     folders = {_doc(n)["source"]["folder"] for n in IMPORTED}
-    assert len(folders) == len(IMPORTED) >= 24
+    assert len(folders) == len(IMPORTED) == 25
     assert {_doc(n)["source"]["commit"][:7] for n in IMPORTED} == {"64fc020"}
 
 
@@ -150,3 +150,37 @@ def test_a_name_that_says_another_topology_is_refused(tmp_path: Path) -> None:
     assert any("says 2p2d but its engines make 1x2p1x2d" in m for m in errors), errors
     right = [f for f in check_layout(load("a3/glm5.2/1x2p1x2d").layout) if f.field == "name"]
     assert right == []
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_host_tuning_is_recorded_and_each_write_named_by_a_deviation(name: str) -> None:
+    """Host writes are a layout fact, not applied: none is dropped silently."""
+    layout = load(name).layout
+    recorded = _doc(name).get("host_tuning") or []
+    assert [(t.node, t.path, t.value) for t in layout.host_tuning] == [
+        (t["node"], t["path"], t["value"]) for t in recorded
+    ]
+    named = [d.what for d in layout.provenance.deviations if d.what.startswith("host tuning")]
+    assert len(named) == len(recorded)
+    assert all(t.path in what for t, what in zip(layout.host_tuning, named, strict=True))
+
+
+def test_the_host_tuning_folder_has_its_four_writes() -> None:
+    layout = load("a3/qwen3.5-397b-a17b/1node").layout
+    assert {t.path.rsplit("/", 1)[-1] for t in layout.host_tuning} == {
+        "numa_balancing",
+        "sched_migration_cost_ns",
+        "swappiness",
+        "scaling_governor",
+    }
+
+
+def test_every_imported_layout_names_its_source_and_the_source_claim() -> None:
+    for name in IMPORTED:
+        layout = load(name).layout
+        ref = layout.provenance.source_ref
+        assert ref is not None and ref.repo == "xuopoj/ma-vllm-samples", name
+        assert ref.folder == _doc(name)["source"]["folder"]
+        claim = _doc(name)["meta"]["source_verified"]
+        assert layout.provenance.verification.verified is (claim is True)
+        assert "the source's claim" in (layout.provenance.verification.note or "")

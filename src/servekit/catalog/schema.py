@@ -498,6 +498,8 @@ class HostTuning(_Strict):
     node: NodeIndex | None = Field(default=None, description="the node whose launcher writes it")
     path: str = Field(min_length=1, max_length=4096)
     value: str = Field(max_length=4096)
+    file: str | None = Field(default=None, max_length=4096, description="the script writing it")
+    line: int | None = Field(default=None, ge=1)
 
 
 class Layout(_Strict):

@@ -85,6 +85,7 @@ class Synthesis:
     layout: dict[str, Any]
     roles: dict[str, dict[str, Any]] = field(default_factory=dict)
     unexpressed: list[Unexpressed] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -533,10 +534,14 @@ def _check_programs(engines: list[_Proc], folder: str, out: list[Unexpressed]) -
 
 def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     """The layout data of one folder's facts (``doc`` in the fidelity fixture format)."""
-    out = [
+    recorded = [
         Unexpressed(str(u.get("file")), u.get("line"), str(u.get("what")))
         for u in doc.get("unexpressed", ())
     ]
+    # A variable exported twice: the facts hold the value the process got, which
+    # the layout states as its one value; kept as a caveat, not lost.
+    twice = [u for u in recorded if re.match(r"^[A-Za-z_][A-Za-z0-9_]* exported twice", u.what)]
+    out = [u for u in recorded if u not in twice]
     folder = str(doc["source"]["folder"])
     procs = [_proc(p) for p in doc["processes"]]
     engines = [p for p in procs if p.kind == "engine"]
@@ -566,7 +571,8 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     }
     if proxy is not None:
         layout["proxy"] = proxy
-    return Synthesis(layout=layout, unexpressed=out)
+    caveats = [f"{u.text()} (the layout holds that value)" for u in twice]
+    return Synthesis(layout=layout, unexpressed=out, caveats=caveats)
 
 
 def dumps_json(value: JSON) -> str:

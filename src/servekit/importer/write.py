@@ -12,7 +12,6 @@ file and a rename (:mod:`servekit.fsutil`); nothing is half-written.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -203,8 +202,9 @@ def build_documents(
     for tuning in doc.get("host_tuning") or ():
         deviations.append(
             {
-                "what": f"host tuning {tuning.get('path')} = {tuning.get('value')} is recorded "
-                "in host_tuning, not applied by the rendered entry",
+                "what": f"host tuning {tuning.get('path')} = {tuning.get('value')} "
+                f"({tuning.get('file')}:{tuning.get('line')}) is recorded in host_tuning, not "
+                "applied by the rendered entry",
                 "reason": "a launcher must not retune the host it is started on; apply it once "
                 "per host (see host_tuning) before the layout runs",
             }
@@ -226,9 +226,12 @@ def build_documents(
         out["proxy"] = layout["proxy"]
     if doc.get("host_tuning"):
         out["host_tuning"] = [
-            {k: t[k] for k in ("node", "path", "value") if k in t} for t in doc["host_tuning"]
+            {k: t[k] for k in ("node", "path", "value", "file", "line") if k in t}
+            for t in doc["host_tuning"]
         ]
     out["provenance"] = _provenance(doc, deviations)
+    if synth.caveats:
+        out["provenance"]["caveats"] = list(synth.caveats)
     return out, prof
 
 
@@ -236,23 +239,24 @@ def _provenance(doc: Mapping[str, Any], deviations: list[dict[str, Any]]) -> dic
     """Source reference and meta.yaml's facts; its verified flag is the source's claim."""
     source = doc["source"]
     meta = dict(doc.get("meta") or {})
-    verified = meta.get("verified") is True
+    verified = meta.get("source_verified") is True
     provenance: dict[str, Any] = {
-        "source": str(meta.get("source") or f"{source['repo']} {source['folder']}"),
+        "source": str(meta.get("url") or f"{source['repo']} {source['folder']}"),
         "source_ref": {
             "repo": source["repo"],
             "folder": source["folder"],
             "commit": source["commit"],
         },
     }
-    derived = meta.get("derived")
-    if isinstance(derived, dt.date | str) and derived:
-        provenance["derived"] = str(derived)
+    if meta.get("derived"):
+        provenance["derived"] = str(meta["derived"])
     provenance["deviations"] = deviations
+    said = meta.get("source_verified")
+    claim = str(said).lower() if isinstance(said, bool) else "not given"
     provenance["verification"] = {
         "verified": verified,
-        "note": f"the source's claim (meta.yaml verified: {str(verified).lower()}); servekit's own "
-        "status is its ledger's",
+        "note": f"the source's claim (meta.yaml verified: {claim}); servekit's own status is "
+        "its ledger's",
     }
     if meta.get("notes"):
         provenance["notes"] = " ".join(str(meta["notes"]).split())
