@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("commands",),
     ("verify",),
-    ("report", "local"),
+    ("report", "local", "importer"),
     ("accept", "render"),
     ("bench", "kit", "sim", "catalog"),
     ("deployment", "fsutil", "cliopts", "proxy", "defaults"),
