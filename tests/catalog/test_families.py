@@ -70,6 +70,8 @@ def test_the_v41_kit_values_stay_out_of_the_v4_families_and_the_generic_rows() -
     for r in rows:
         cells.setdefault((r.family, r.role), {})[r.setting.key] = r.value
     for (family, role), row in cells.items():
+        if not (family == GENERIC or family.startswith("dsv4")):
+            continue  # imported families (<model>-<hw>) hold their own source folders' values
         # 8192 batched tokens is also the V4 prefill source's own value; 0.92 and 32 are not.
         assert row.get("gpu_memory_utilization") != "0.92", (family, role)
         assert row.get("max_num_seqs") != "32", (family, role)
