@@ -170,7 +170,8 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
         out.print(f"derived from {prov.derived_from}")
     for d in prov.deviations:
         where = f" ({', '.join(d.engines)})" if d.engines else ""
-        out.print(f"deviation: {d.names}{where}: {d.what} - because {d.reason}", markup=False)
+        named = f" {d.names}{where}:" if d.names or where else ""
+        out.print(f"deviation:{named} {d.what} - because {d.reason}", markup=False)
     for d in prov.source_deviations:
         out.print(f"source's own deviation from upstream: {d.what} - because {d.reason}")
     for c in prov.caveats:
