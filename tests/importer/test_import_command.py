@@ -131,3 +131,15 @@ def test_hostile_facts_give_a_layout_or_one_line(processes: list[object], nodes:
             import_layout(Path(tmp), name="a3/x/1node", facts=path, catalog=catalog)
         except UsageError as exc:
             assert "\n" not in str(exc)
+
+
+def test_an_alias_resolves_to_its_layout_and_a_folder_wins_over_it(tmp_path: Path) -> None:
+    catalog = tmp_path / "cat"
+    catalog.mkdir()
+    folder = _folder(tmp_path)
+    assert _run(str(folder), "--facts", str(FACTS), "--catalog", str(catalog)).returncode == 0
+    (catalog / "aliases.yaml").write_text("a3/1x2p1x4d: a3/glm5.1/1x2p1x4d\n")
+    assert load("a3/1x2p1x4d", catalog).layout.name == "a3/glm5.1/1x2p1x4d"
+    (catalog / "aliases.yaml").write_text("- not a mapping\n")
+    with pytest.raises(UsageError, match="aliases must map"):
+        load("a3/1x2p1x4d", catalog)
