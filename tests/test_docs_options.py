@@ -29,6 +29,7 @@ PAGES = {
     "layouts list": "layouts.md",
     "layouts show": "layouts.md",
     "layouts check": "layouts.md",
+    "layouts import": "layouts.md",
     "defaults": "layouts.md",
     "render": "layouts.md",
     "up": "local.md",

@@ -26,6 +26,7 @@ from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
 
 LAYOUT_FILE = "layout.yaml"
+ALIASES_FILE = "aliases.yaml"
 
 
 def packaged_catalog() -> Path:
@@ -55,12 +56,39 @@ def resolve_catalog(catalog: Path | str | None = None) -> Path:
 
 
 def layout_names(catalog: Path) -> list[str]:
-    """Every layout name in a catalog, sorted."""
+    """Every layout name in a catalog, sorted: ``<hw>/<name>`` and ``<hw>/<model>/<topology>``."""
+    found = [p.parent.relative_to(catalog) for p in catalog.glob(f"*/*/{LAYOUT_FILE}")]
+    found += [p.parent.relative_to(catalog) for p in catalog.glob(f"*/*/*/{LAYOUT_FILE}")]
     return sorted(
-        f"{p.parent.parent.name}/{p.parent.name}"
-        for p in catalog.glob(f"*/*/{LAYOUT_FILE}")
-        if p.is_file()  # a FIFO or device by that name is not a layout (and would block a read)
+        rel.as_posix()
+        for rel in found
+        if rel.parts[1] != PROFILES_DIR
+        and (catalog / rel / LAYOUT_FILE).is_file()  # a FIFO or device is not a layout
     )
+
+
+def aliases(catalog: Path) -> dict[str, str]:
+    """Old name -> layout name, from the catalog's ``aliases.yaml`` (none when absent).
+
+    The seven hand-made DeepSeek-V4-Flash A3 names (``a3/1p1d``, ...) keep resolving
+    after the import named them by the source's grammar (``a3/deepseekv4-flash/1p1d``).
+    """
+    path = catalog / ALIASES_FILE
+    if not path.is_file():
+        return {}
+    _node, data = safeyaml.load_file(path)
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise UsageError(f"{path}:1: aliases must map old names to layout names, e.g. a3/1p1d: ...")
+    return dict(data)
+
+
+def canonical_name(name: str, catalog: Path) -> str:
+    """``name`` itself, or the layout an alias points at."""
+    if (catalog / name / LAYOUT_FILE).is_file():
+        return name
+    return aliases(catalog).get(name, name)
 
 
 @dataclass(frozen=True)
@@ -92,12 +120,23 @@ def layout_path(name: str, catalog: Path) -> Path:
 def load(name: str, catalog: Path | str | None = None) -> LoadedLayout:
     """Load and schema-check one layout by name."""
     root = resolve_catalog(catalog)
-    path = layout_path(name, root)
-    return LoadedLayout(layout=parse_layout_file(path, expected_name=name), path=path)
+    real = canonical_name(name, root)
+    path = layout_path(real, root)
+    return LoadedLayout(layout=parse_layout_file(path, expected_name=real), path=path)
 
 
-def profiles_dir_of(layout_file: Path) -> Path:
-    """``<catalog>/<hardware>/profiles`` for ``<catalog>/<hardware>/<name>/layout.yaml``."""
+def profiles_dir_of(layout_file: Path, name: str | None = None) -> Path:
+    """``<catalog>/<hardware>/profiles`` for a layout file at any depth of the catalog.
+
+    ``<hardware>/<name>/layout.yaml`` sits two folders below the hardware folder,
+    ``<hardware>/<model>/<topology>/layout.yaml`` three; with the name known the
+    depth is its own, else the nearest ``profiles`` folder above wins.
+    """
+    if name is not None:
+        return layout_file.parents[name.count("/")] / PROFILES_DIR
+    for up in layout_file.parents[1:3]:
+        if (up / PROFILES_DIR).is_dir():
+            return up / PROFILES_DIR
     return layout_file.parent.parent / PROFILES_DIR
 
 
@@ -150,7 +189,7 @@ def load_all(catalog: Path | str | None = None) -> list[LoadedLayout]:
 def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
     """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
     return parse_layout_bytes(
-        safeyaml.read_bytes(path), str(path), expected_name, profiles_dir_of(path)
+        safeyaml.read_bytes(path), str(path), expected_name, profiles_dir_of(path, expected_name)
     )
 
 

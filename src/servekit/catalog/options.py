@@ -30,6 +30,12 @@ class _Options(BaseModel):
 class LayoutsListOptions(_Options):
     """``servekit layouts list``."""
 
+    as_json: bool = Field(
+        False,
+        description="print each layout's source (repository, commit, folder), the source's "
+        "claim, servekit's status and the derived date as JSON",
+        json_schema_extra={"flag": "--json"},
+    )
     catalog: Path | None = catalog_field()
 
 
@@ -65,4 +71,24 @@ class CatalogSiteOptions(_Options):
     """``servekit catalog site``."""
 
     out: Path = Field(description="folder to write (replaced whole)")
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsImportOptions(_Options):
+    """``servekit layouts import FOLDER``."""
+
+    folder: Path = Field(
+        description="a layout folder in the source's convention (run.sh, role scripts, meta.yaml)"
+    )
+    name: str | None = Field(
+        None,
+        description="layout name <hw>/<model>/<topology> (default: from the folder, "
+        "models/<model>-<hw>/<topology>)",
+    )
+    facts: Path | None = Field(
+        None,
+        description="import these recorded facts (a source.json) instead of running the folder",
+    )
+    repo: str = Field("xuopoj/ma-vllm-samples", description="the source repository (owner/name)")
+    commit: str | None = Field(None, description="the source commit the folder was taken at")
     catalog: Path | None = catalog_field()

@@ -39,6 +39,8 @@ ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
     "cpu": "vllm-cpu",
 }
 
+# ``a3/1p1d`` (hand-made) or ``a3/glm5.1/1x2p1x4d`` (imported: hardware, model, topology).
+LAYOUT_NAME = r"^[a-z0-9-]+/[a-z0-9][a-z0-9.-]*(?:/[a-z0-9][a-z0-9.-]*)?$"
 _PORT_RANGE = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -230,6 +232,11 @@ class Engine(_Strict):
     tp: int = Field(default=1, ge=1, le=MAX_TP)
     expert_parallel: bool = False
     partial_node: bool = Field(default=False, description="uses fewer devices than a node has")
+    visible_devices: bool = Field(
+        default=True,
+        description="set the device list variable on a partial node (false: the source sets "
+        "none and the runtime takes the first devices)",
+    )
     devices: tuple[DeviceId, ...] | None = Field(
         default=None,
         max_length=MAX_DEVICES,
@@ -255,6 +262,12 @@ class Engine(_Strict):
         description="flags only the engine's API (leader) process gets, e.g. api_server_count",
     )
     additional_config: dict[str, Any] | None = None
+    max_model_len: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_MODEL_LEN,
+        description="this engine's --max-model-len where it differs from the model's",
+    )
     env: EnvMap = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     bind_host: str | None = Field(
@@ -475,8 +488,25 @@ class VerifyPlan(_Strict):
         return levels
 
 
+class HostTuning(_Strict):
+    """A host setting a source launcher writes (cpufreq governor, sysctl): recorded, not applied.
+
+    The rendered entry does not retune the host it starts on; each entry here is
+    named by a deviation, so operators see what the source would have changed.
+    """
+
+    node: NodeIndex | None = Field(default=None, description="the node whose launcher writes it")
+    path: str = Field(min_length=1, max_length=4096)
+    value: str = Field(max_length=4096)
+    file: str | None = Field(default=None, max_length=4096, description="the script writing it")
+    line: int | None = Field(default=None, ge=1)
+
+
 class Layout(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$", description="<hardware>/<name>")
+    name: str = Field(
+        pattern=LAYOUT_NAME,
+        description="<hardware>/<name>, or <hardware>/<model>/<topology> for imported layouts",
+    )
     title: str
     summary: str
     model: Model
@@ -487,6 +517,9 @@ class Layout(_Strict):
     engines: tuple[Engine, ...] = Field(min_length=1, max_length=MAX_ENGINES)
     proxy: Proxy | None = None
     env: EnvMap = Field(default_factory=dict)
+    host_tuning: tuple[HostTuning, ...] = Field(
+        default=(), max_length=MAX_PROCESSES, description="host writes the source makes"
+    )
     provenance: Provenance
     verify: VerifyPlan = VerifyPlan()
 

@@ -13,6 +13,7 @@ from servekit.catalog.options import (
     CatalogSiteOptions,
     DefaultsOptions,
     LayoutsCheckOptions,
+    LayoutsImportOptions,
     LayoutsListOptions,
     LayoutsShowOptions,
 )
@@ -22,7 +23,10 @@ from servekit.cliopts import add_command
 def _list(opts: LayoutsListOptions) -> int:
     from servekit.render import views
 
-    views.print_list(opts.catalog)
+    if opts.as_json:
+        typer.echo(views.list_json(opts.catalog))
+    else:
+        views.print_list(opts.catalog)
     return 0
 
 
@@ -37,6 +41,25 @@ def _check(opts: LayoutsCheckOptions) -> int:
     from servekit.render import views
 
     return views.run_check(list(opts.names), opts.strict, opts.catalog)
+
+
+def _import(opts: LayoutsImportOptions) -> int:
+    from servekit.importer.api import import_layout
+
+    name, changed, unexpressed = import_layout(
+        opts.folder,
+        name=opts.name,
+        facts=opts.facts,
+        repo=opts.repo,
+        commit=opts.commit,
+        catalog=opts.catalog,
+    )
+    for line in unexpressed:
+        typer.echo(f"not expressed: {line}")
+    for path in changed:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"{name}: {len(changed)} file(s) changed, {len(unexpressed)} not expressed")
+    return 0
 
 
 def _defaults(opts: DefaultsOptions) -> int:
@@ -78,6 +101,14 @@ def register(app: typer.Typer) -> None:
         _check,
         doc="Validate layouts: errors exit 1; warnings exit 0 unless --strict.",
         arguments=("names",),
+    )
+    add_command(
+        layouts,
+        "import",
+        LayoutsImportOptions,
+        _import,
+        doc="Import a folder in the source's convention: its layout, family profile and facts.",
+        arguments=("folder",),
     )
     app.add_typer(layouts, name="layouts")
     add_command(

@@ -396,7 +396,7 @@ def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
         _bind(ctx, engine, args)
         args.lit("--port", str(port))
     args.lit("--served-model-name", layout.model.served_name)
-    args.lit("--max-model-len", str(layout.model.max_model_len))
+    args.lit("--max-model-len", str(engine.max_model_len or layout.model.max_model_len))
     if engine.tp > 1 or ctx.kind != "vllm-cpu":
         args.lit("--tensor-parallel-size", str(engine.tp))
     if engine.expert_parallel:
@@ -480,7 +480,7 @@ def _process(
     _layerwise_guard_env(ctx, engine, env)
     _tail_args(ctx, engine, args, kv_port, leader=not headless)
     device_var = DEVICE_ENV[ctx.kind]
-    if device_var and devices and not ctx.whole_node(devices):
+    if device_var and devices and not ctx.whole_node(devices) and engine.visible_devices:
         env[device_var] = ",".join(str(d) for d in devices)
     cwd = None if engine.cwd is None else (ctx.opts.work_dir or engine.cwd)
     return ProcessPlan(

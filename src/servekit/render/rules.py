@@ -8,6 +8,7 @@ so that what is checked is exactly what would be launched.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
@@ -44,6 +45,18 @@ def _err(layout: Layout, field: str, message: str) -> Finding:
 
 def _warn(layout: Layout, field: str, message: str) -> Finding:
     return Finding(level="warning", layout=layout.name, field=field, message=message)
+
+
+def _source_err(layout: Layout, field: str, message: str) -> Finding:
+    """An error, or a warning for an imported layout, whose values are its source's own.
+
+    An imported layout equals its source flag for flag (the fidelity test holds it
+    so); what servekit would not write itself is shown, not refused, so the
+    catalog can hold the source as it is and name its defects.
+    """
+    if layout.provenance.source_ref is not None and layout.name.count("/") == 2:
+        return _warn(layout, field, f"{message} (the source's own value)")
+    return _err(layout, field, message)
 
 
 def _engine_field(layout: Layout, engine: Engine, attr: str) -> str:
@@ -87,7 +100,7 @@ def rule_engine_ids(layout: Layout, plan: Plan) -> Iterable[Finding]:
     for e in layout.engines:
         if e.engine_id is None:
             if e.kv_connector is not None and e.kv_port is not None:
-                yield _err(
+                yield _source_err(
                     layout,
                     _engine_field(layout, e, "engine_id"),
                     "a KV connector with a kv_port needs an engine_id; add a unique one",
@@ -266,7 +279,7 @@ def rule_speculative(layout: Layout, plan: Plan) -> Iterable[Finding]:
     for p in prefill:
         assert p.speculative is not None
         if p.speculative.num_speculative_tokens != 1:
-            yield _err(
+            yield _source_err(
                 layout,
                 _engine_field(layout, p, "speculative.num_speculative_tokens"),
                 "prefill engines use num_speculative_tokens 1",
@@ -363,6 +376,57 @@ def rule_provenance(layout: Layout, plan: Plan) -> Iterable[Finding]:
         )
 
 
+_PD_NAME = re.compile(r"^(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?$")
+_MIXED_NAME = re.compile(r"^(?:1node|(\d+)nodes)(?:_\d+)?$")
+
+
+def topology_of(layout: Layout) -> str:
+    """The name the source's grammar gives this layout's engines.
+
+    ``<A>x<B>p<C>x<D>d``: A/C prefill/decode instances, B/D nodes each instance
+    spans, ``x1`` omitted (``1p1d``, ``2p1x2d``, ``1x4p1x4d``); a single mixed
+    engine is ``1node`` or ``<N>nodes``. Instances of one role must all span the
+    same number of nodes; otherwise the topology has no name (None-like ``?``).
+    """
+    by_role: dict[str, list[int]] = {}
+    for e in layout.engines:
+        by_role.setdefault(e.role, []).append(len(e.nodes) * e.replicas)
+    if set(by_role) == {"mixed"} and len(by_role["mixed"]) == 1:
+        n = layout.nodes
+        return "1node" if n == 1 else f"{n}nodes"
+    parts = []
+    for role, letter in (("prefill", "p"), ("decode", "d")):
+        spans = by_role.get(role, [])
+        if not spans or len(set(spans)) != 1:
+            return "?"
+        span = spans[0]
+        parts.append(f"{len(spans)}{'' if span == 1 else f'x{span}'}{letter}")
+    return "".join(parts) if "mixed" not in by_role else "?"
+
+
+def rule_topology_name(layout: Layout, plan: Plan) -> Iterable[Finding]:
+    """An imported name (``<hw>/<model>/<topology>``) must say the topology its engines have."""
+    parts = layout.name.split("/")
+    if len(parts) != 3:
+        return
+    said = parts[2]
+    if not (_PD_NAME.match(said) or _MIXED_NAME.match(said)):
+        yield _err(
+            layout,
+            "name",
+            f"topology {said!r} is not in the grammar <A>x<B>p<C>x<D>d, 1node or <N>nodes",
+        )
+        return
+    actual = topology_of(layout)
+    if re.sub(r"_\d+$", "", said) != actual:
+        yield _err(
+            layout,
+            "name",
+            f"says {said} but its engines make {actual} (A/C instances, B/D nodes each "
+            f"instance spans, x1 omitted); rename it {'/'.join(parts[:2])}/{actual}",
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_devices_fill_node,
     rule_engine_ids,
@@ -375,6 +439,7 @@ RULES: tuple[Rule, ...] = (
     rule_nodes,
     rule_decode_guard,
     rule_provenance,
+    rule_topology_name,
 )
 
 

@@ -16,6 +16,7 @@ from servekit.catalog.ledger import (
 from servekit.catalog.loader import LoadedLayout
 from servekit.catalog.schema import Layout
 from servekit.render.plan import Plan, ProcessPlan, build_plan
+from servekit.render.views import model_of, source_claim
 from servekit.report.site.topology import Topology, classify, svg
 
 
@@ -56,6 +57,8 @@ class Entry:
     svg: str
     reports: tuple[ReportLink, ...]
     page: str
+    model: str = ""
+    source_claim: str = "-"
 
     @property
     def name(self) -> str:
@@ -125,4 +128,6 @@ def entry_for(loaded: LoadedLayout, out: Path) -> Entry:
         svg=svg(plan, layout),
         reports=tuple(reversed(links)),
         page=f"layouts/{slug}.html",
+        model=model_of(layout),
+        source_claim=source_claim(layout),
     )
