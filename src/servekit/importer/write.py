@@ -58,6 +58,13 @@ GUARD_DEVIATIONS = (
         "reason": "the guard module ships beside the scripts, so nothing is installed in the image",
     },
 )
+LAYERWISE_GUARD_DEVIATION = {
+    "what": "SERVEKIT_GUARD_METASERVER names the proxy's metaserver on the decode API servers",
+    "env": "SERVEKIT_GUARD_METASERVER",
+    "reason": "a layerwise decoder calls back the metaserver URL a request names; the guard "
+    "passes only requests naming this deployment's own proxy, so no client can point a "
+    "decoder at a URL of its choosing",
+}
 PROXY_DEVIATION = {
     "what": "servekit's PD proxy replaces the vendored proxy script",
     "process": "proxy",
@@ -148,7 +155,6 @@ def _engines(
     """Engines as written (profile role + their own delta), whether decode is guarded, unsets."""
     layout = synth.layout
     pname = profile_name(str(layout["name"]))
-    layerwise = (layout.get("proxy") or {}).get("mode") == "layerwise"
     engines: list[dict[str, Any]] = []
     guarded = False
     unset: dict[str, list[str]] = {}
@@ -159,7 +165,7 @@ def _engines(
         for var in unset_names(env):
             unset.setdefault(var, []).append(str(e["name"]))
         data["env"] = {k: v for k, v in env.items() if v != UNSET}
-        if e["role"] == "decode" and not layerwise:
+        if e["role"] == "decode":
             data["settings"] = {**data.get("settings", {}), "guard": True}
             guarded = True
         if e["role"] not in roles:
@@ -186,6 +192,8 @@ def build_documents(
     deviations: list[dict[str, Any]] = []
     if decode_guard:
         deviations.extend(GUARD_DEVIATIONS)
+    if decode_guard and (layout.get("proxy") or {}).get("mode") == "layerwise":
+        deviations.append(dict(LAYERWISE_GUARD_DEVIATION))
     if "proxy" in layout:
         deviations.append(dict(PROXY_DEVIATION))
     for var, names in sorted(unset.items()):

@@ -29,7 +29,26 @@ class BundlePrepend(BaseModel):
     sep: str = ":"
 
 
-AnyEnvValue = EnvValue | BundlePrepend
+class NodeUrl(BaseModel):
+    """A URL naming node ``node``'s address, which only that node's rank table tells.
+
+    A layerwise decoder's guard must trust its proxy's metaserver; where the proxy
+    listens on every address, the URL is built on the proxy node's own IP, which a
+    rendered script knows only at launch (``${NODE<k>_IP}``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: int = Field(ge=0)
+    prefix: str
+    suffix: str
+
+    @property
+    def reference(self) -> str:
+        return "${NODE" + str(self.node) + "_IP}"
+
+
+AnyEnvValue = EnvValue | BundlePrepend | NodeUrl
 
 
 def shell_value(name: str, value: AnyEnvValue) -> str:
@@ -38,6 +57,8 @@ def shell_value(name: str, value: AnyEnvValue) -> str:
         return shlex.quote(value)
     if isinstance(value, NodeValue):
         return '"$NODE_IP"' if value.node == "ip" else '"$NODE_NIC"'
+    if isinstance(value, NodeUrl):
+        return shlex.quote(value.prefix) + '"' + value.reference + '"' + shlex.quote(value.suffix)
     inherited = '"${' + name + ':-}"'
     if isinstance(value, Prepend):
         return shlex.quote(value.prepend + value.sep) + inherited
@@ -51,12 +72,17 @@ def resolve_value(
     node_ip: str,
     node_nic: str,
     inherited: Mapping[str, str],
+    node_ips: Mapping[int, str] | None = None,
 ) -> str:
     """The value a process started here gets (the same rule the scripts apply)."""
     if isinstance(value, str):
         return value
     if isinstance(value, NodeValue):
         return node_ip if value.node == "ip" else node_nic
+    if isinstance(value, NodeUrl):
+        if node_ips is None or value.node not in node_ips:
+            raise ValueError(f"{name}: node {value.node}'s address is not known here")
+        return value.prefix + node_ips[value.node] + value.suffix
     before = inherited.get(name, "")
     if isinstance(value, Prepend):
         return value.prepend + value.sep + before
@@ -69,10 +95,13 @@ def resolve_env(
     node_ip: str,
     node_nic: str,
     inherited: Mapping[str, str],
+    node_ips: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
     """Every value of a process's environment, resolved for this machine."""
     return {
-        name: resolve_value(name, value, node_ip=node_ip, node_nic=node_nic, inherited=inherited)
+        name: resolve_value(
+            name, value, node_ip=node_ip, node_nic=node_nic, inherited=inherited, node_ips=node_ips
+        )
         for name, value in env.items()
     }
 
@@ -87,6 +116,8 @@ def template_value(name: str, value: AnyEnvValue) -> str:
         return value
     if isinstance(value, NodeValue):
         return "${NODE_IP}" if value.node == "ip" else "${NODE_NIC}"
+    if isinstance(value, NodeUrl):
+        return value.prefix + value.reference + value.suffix
     tail = value.sep + "${" + name + ":-}"
     if isinstance(value, Prepend):
         return value.prepend + tail

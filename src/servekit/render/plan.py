@@ -34,14 +34,14 @@ from servekit.defaults import (
 )
 from servekit.guard import METASERVER_ENV, metaserver_url
 from servekit.render.bundle import PROXY_FILE
-from servekit.render.envvalues import BUNDLE_REF, BundlePrepend
+from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
 KvMode = Literal["params", "prompt", "layerwise"]
 ProxyMode = Literal["pd", "prompt-keyed", "layerwise", "replica"]
 BIND_REF = "${BIND_HOST}"
-PlanEnvValue = EnvValue | BundlePrepend
+PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
 KV_MODES: dict[str, KvMode] = {"prompt-keyed": "prompt", "layerwise": "layerwise"}
 LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"  # vllm-ascend; selects proxy mode layerwise
 
@@ -318,17 +318,31 @@ def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -
 def _layerwise_guard_env(ctx: _Context, engine: Engine, env: dict[str, PlanEnvValue]) -> None:
     """A layerwise decoder's guard trusts exactly its proxy's metaserver URL.
 
-    Set when the proxy's address is known here (a literal host, or node addresses
-    given); a node reference that scripts fill in at launch is not an
-    environment literal, so the variable is left out and the guard refuses
-    layerwise requests (fail closed) until it is given.
+    The URL is the one the proxy advertises (:func:`_metaserver`): a literal where
+    the address is known here, else built at launch on the proxy node's IP.
     """
     proxy = ctx.layout.proxy
     if proxy is None or proxy.mode != "layerwise" or engine.role != "decode":
         return
-    host = proxy.host if isinstance(proxy.host, str) else ctx.opts.bind_host or ctx.host(proxy.node)
+    env[METASERVER_ENV] = _metaserver(ctx)
+
+
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def _metaserver(ctx: _Context) -> str | NodeUrl:
+    """Where decoders call the proxy back: its listen address, or its node's own IP
+    when it listens on every address (a wildcard is no address to call)."""
+    proxy = ctx.layout.proxy
+    assert proxy is not None
+    port = ctx.port(proxy.node, proxy.port)
+    if isinstance(proxy.host, str) and proxy.host not in WILDCARDS:
+        return metaserver_url(proxy.host, port)
+    host = ctx.opts.bind_host if not isinstance(proxy.host, str) else None
+    host = host or ctx.host(proxy.node)
     if "$" not in host:
-        env[METASERVER_ENV] = metaserver_url(host, ctx.port(proxy.node, proxy.port))
+        return metaserver_url(host, port)
+    return NodeUrl(node=proxy.node, prefix="http://", suffix=metaserver_url("", port)[7:])
 
 
 def _json(value: Any) -> str:
@@ -635,6 +649,14 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     args.lit("--port", str(port))
     if proxy.mode != "replica":
         args.lit("--mode", proxy.mode)
+    if proxy.mode == "layerwise":
+        callback = _metaserver(ctx)
+        args.lit("--metaserver-url")
+        if isinstance(callback, NodeUrl):
+            here = callback.prefix + ctx.host(proxy.node) + callback.suffix
+            args.ref(here, callback.prefix + callback.reference + callback.suffix)
+        else:
+            args.ref(callback, callback.replace("$", "$$"))
     _proxy_access(args, proxy)
 
     def urls(which: Literal["prefill", "decode", "replicas"], host: Any) -> tuple[str, ...]:

@@ -267,9 +267,6 @@ def _layerwise_pairing(layout: Layout, proxy: Proxy) -> Iterable[Finding]:
     if proxy.mode == "layerwise" and not layerwise:
         yield _err(layout, "proxy.mode", f"mode layerwise needs engines with {LAYERWISE_CONNECTOR}; "
                    "use mode pd for pull connectors")  # fmt: skip
-    if proxy.mode == "layerwise" and proxy.host in ("0.0.0.0", "::"):
-        yield _err(layout, "proxy.host", "a wildcard is no address decoders can call back in "
-                   "layerwise mode; use {node: ip} or the proxy node's address")  # fmt: skip
 
 
 def rule_speculative(layout: Layout, plan: Plan) -> Iterable[Finding]:
