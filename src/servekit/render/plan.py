@@ -653,8 +653,8 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         callback = _metaserver(ctx)
         args.lit("--metaserver-url")
         if isinstance(callback, NodeUrl):
-            here = callback.prefix + ctx.host(proxy.node) + callback.suffix
-            args.ref(here, callback.prefix + callback.reference + callback.suffix)
+            url = callback.prefix + ctx.host(proxy.node) + callback.suffix
+            args.ref(url, callback.prefix + callback.reference + callback.suffix)
         else:
             args.ref(callback, callback.replace("$", "$$"))
     _proxy_access(args, proxy)
