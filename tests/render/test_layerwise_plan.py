@@ -3,7 +3,8 @@
 A layout whose engines use MooncakeLayerwiseConnector sets ``proxy.mode:
 layerwise``; the Plan then runs the proxy with ``--mode layerwise`` and gives
 each decoder's guard the proxy's metaserver URL (SERVEKIT_GUARD_METASERVER)
-when the proxy's address is known. Either half alone is refused by the rules.
+(a literal, or built at launch on the proxy node's IP). Either half alone is
+refused by the rules.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from servekit.catalog.schema import Layout
 from servekit.guard import METASERVER_ENV, metaserver_key
+from servekit.render.envvalues import NodeUrl, resolve_value
 from servekit.render.plan import LAYERWISE_CONNECTOR, PlanOptions, build_plan
 from servekit.render.rules import check_layout
 
@@ -51,11 +53,40 @@ def test_the_layerwise_pair_renders_proxy_mode_and_the_decoders_trust(
             assert METASERVER_ENV not in p.env and p.kv_mode == "layerwise"
 
 
-def test_without_known_addresses_the_guard_variable_is_left_out(
+def test_without_known_addresses_the_url_is_built_at_launch_on_the_proxy_node(
     layout_data: Callable[[str], dict[str, Any]],
 ) -> None:
     plan = build_plan(_layerwise(layout_data("a3/1p1d")))
-    assert all(METASERVER_ENV not in p.env for p in plan.processes)
+    proxy = plan.process("proxy")
+    node = proxy.node
+    port = proxy.api_port
+    want = NodeUrl(node=node, prefix="http://", suffix=f":{port}/v1/metaserver")
+    decoders = [p for p in plan.processes if p.role == "decode" and not p.headless]
+    assert decoders and all(p.env[METASERVER_ENV] == want for p in decoders)
+    i = proxy.argv_template.index("--metaserver-url")
+    assert proxy.argv_template[i + 1] == f"http://${{NODE{node}_IP}}:{port}/v1/metaserver"
+    resolved = resolve_value(
+        METASERVER_ENV, want, node_ip="x", node_nic="y", inherited={}, node_ips={node: "10.9.8.7"}
+    )
+    assert metaserver_key(resolved) == metaserver_key(f"http://10.9.8.7:{port}/v1/metaserver")
+
+
+def test_a_wildcard_proxy_advertises_its_node_address(
+    layout_data: Callable[[str], dict[str, Any]],
+) -> None:
+    data = layout_data("a3/1p1d")
+    data["proxy"]["host"] = "0.0.0.0"
+    layout = _layerwise(data)
+    assert _errors(layout) == []
+    hosts = ("10.0.0.1", "10.0.0.2")
+    plan = build_plan(layout, PlanOptions(hosts=hosts))
+    proxy = plan.process("proxy")
+    url = f"http://{hosts[proxy.node]}:{proxy.api_port}/v1/metaserver"
+    assert proxy.argv[proxy.argv.index("--host") + 1] == "0.0.0.0"
+    assert proxy.argv[proxy.argv.index("--metaserver-url") + 1] == url
+    for p in plan.processes:
+        if p.role == "decode" and not p.headless:
+            assert p.env[METASERVER_ENV] == url
 
 
 def test_either_half_alone_is_refused(layout_data: Callable[[str], dict[str, Any]]) -> None:
@@ -64,6 +95,3 @@ def test_either_half_alone_is_refused(layout_data: Callable[[str], dict[str, Any
     assert any("set proxy mode layerwise" in e for e in only_connector), only_connector
     only_mode = _errors(_layerwise(layout_data("a3/1p1d"), connector=False))
     assert any("mode layerwise needs engines" in e for e in only_mode), only_mode
-    data = layout_data("a3/1p1d")
-    data["proxy"]["host"] = "0.0.0.0"
-    assert any("wildcard" in e for e in _errors(_layerwise(data)))
