@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.helpers.refusal import one_line_error
 
-from servekit.catalog.loader import load
+from servekit.catalog.loader import load, packaged_catalog
 from servekit.importer.compare import diff_plans, diff_sources
 from servekit.render.plan import build_plan
 
@@ -86,3 +86,14 @@ def test_refusals(tmp_path: Path) -> None:
     bad.write_text("{not json")
     one_line_error(_cli("layouts", "diff", str(bad), "a3/1p1d"), "not a servekit plan.json")
     one_line_error(_cli("layouts", "diff", "a3/nope", "a3/1p1d"), "unknown layout")
+
+
+def test_recorded_facts_through_the_importer_equal_the_catalog_layout() -> None:
+    """'What the source folder says vs the catalog': its source.json, imported, is the layout."""
+    facts = packaged_catalog() / "a3" / "glm5.1" / "1x2p1x2d" / "source.json"
+    same = diff_sources(str(facts), "a3/glm5.1/1x2p1x2d", None).as_json()
+    assert all(v == 0 for v in same["counts"].values()), same
+    other = diff_sources(str(facts), "a3/glm5.1/1x2p1x4d", None).as_json()
+    assert other["counts"]["processes_added"] == 8
+    flags = {c["key"] for p in other["processes"].values() for c in p["flags"]}
+    assert flags == {"--kv-transfer-config.kv_connector_extra_config.decode.dp_size"}

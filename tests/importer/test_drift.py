@@ -246,3 +246,17 @@ def test_cli_json_and_refusals(tmp_path: Path) -> None:
 def test_parser_never_crashes_on_hostile_text(lines: list[str]) -> None:
     for cmd in parse_upstream("\n".join(lines)):
         assert cmd.role in ("mixed", "prefill", "decode")
+
+
+def test_a_docs_checkout_finds_the_tutorial_of_the_layouts_source(tmp_path: Path) -> None:
+    page = tmp_path / "docs" / "source" / "tutorials" / "models" / "DeepSeek-V4-Flash.md"
+    page.parent.mkdir(parents=True)
+    page.write_text(saved_tutorial())
+    got = drift_report(LAYOUT, tmp_path, None)
+    assert got.upstream == str(page)
+    assert [r.role for r in got.roles] == ["prefill", "decode"]
+    (tmp_path / "empty").mkdir()
+    one_line_error(
+        _cli("layouts", "drift", LAYOUT, "--upstream", str(tmp_path / "empty")),
+        "no DeepSeek-V4-Flash.md",
+    )

@@ -39,6 +39,7 @@ from servekit.render.plan import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 
 PLAN_FILE = "plan.json"
+SOURCE_FILE = "source.json"  # the facts an import recorded (``layouts import --facts``)
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 _NODE_IP = re.compile(r"\$\{NODE\d+_(IP|NIC)\}")
 # Flags whose value restates a typed fact of the process (compared as that fact).
@@ -310,33 +311,37 @@ def _plan_file(path: Path) -> Plan:
         ) from exc
 
 
-def _source_folder(folder: Path) -> tuple[Plan, str]:
+def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
+    """A source-convention folder (run by the contained runner) or its recorded facts."""
     from servekit.importer.api import import_layout, name_for
 
     try:
         name = name_for(folder)
     except UsageError:
-        name = (
-            f"{folder.name[:2] if folder.name[:2] in ('a2', 'a3') else 'a3'}/imported/{folder.name}"
-        )
+        name = f"a3/imported/{folder.name if re.fullmatch(r'[a-z0-9.-]+', folder.name) else 'x'}"
     with tempfile.TemporaryDirectory(prefix="servekit-diff-") as tmp:
-        real, _changed, _unexpressed = import_layout(folder, name=name, catalog=Path(tmp))
+        real, _changed, _unexpressed = import_layout(
+            folder, name=name, facts=facts, catalog=Path(tmp)
+        )
         return build_plan(load(real, tmp).layout), f"{folder} (imported as {real})"
 
 
 def plan_of(source: str, catalog: Path | None) -> tuple[Plan, str]:
-    """A catalog name, a rendered folder (or its plan.json) or a source-convention folder."""
+    """A catalog name, a rendered folder (or its plan.json), a source-convention folder or
+    the facts recorded from one (a ``source.json``)."""
     path = Path(source)
     if path.is_file() and path.name == PLAN_FILE:
         return _plan_file(path), str(path)
+    if path.is_file() and path.name == SOURCE_FILE:
+        return _imported(path.parent, path)
     if path.is_dir():
         if (path / PLAN_FILE).is_file():
             return _plan_file(path / PLAN_FILE), str(path)
         if (path / "run.sh").is_file():
-            return _source_folder(path)
+            return _imported(path, None)
         raise UsageError(
             f"{source}: a folder with neither plan.json (a rendered layout) nor run.sh "
-            "(a source-convention folder); give one of those or a catalog name"
+            "(a source-convention folder); give one of those, a source.json or a catalog name"
         )
     return build_plan(load(source, catalog).layout), source
 

@@ -323,10 +323,34 @@ def _best(cands: list[UpstreamCommand], p: ProcessPlan) -> UpstreamCommand:
     return max(cands, key=score)
 
 
+def tutorial_in_checkout(checkout: Path, source: str) -> Path:
+    """``<Model>.html`` of the layout's source URL -> that page's markdown in a docs checkout."""
+    stem = source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".html")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._ &-]{0,100}", stem):
+        raise UsageError(
+            f"--upstream {checkout}: the layout's source {source[:80]!r} names no tutorial page; "
+            "give the tutorial's file instead of the checkout"
+        )
+    for rel in (
+        f"docs/source/tutorials/models/{stem}.md",
+        f"tutorials/models/{stem}.md",
+        f"models/{stem}.md",
+        f"{stem}.md",
+    ):
+        if (checkout / rel).is_file():
+            return checkout / rel
+    raise UsageError(
+        f"--upstream {checkout}: no {stem}.md under docs/source/tutorials/models; "
+        "give the tutorial's file instead"
+    )
+
+
 def drift_report(name: str, upstream: Path, catalog: Path | None) -> DriftReport:
     loaded = load(name, catalog)
     layout = loaded.layout
     plan = build_plan(layout)
+    if upstream.is_dir():
+        upstream = tutorial_in_checkout(upstream, layout.provenance.source)
     commands = parse_upstream(_read(upstream))
     if not commands:
         raise UsageError(
