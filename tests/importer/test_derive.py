@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import load, parse_layout_text, resolve_catalog
+from servekit.errors import UsageError
 from servekit.importer.compare import diff_plans
-from servekit.importer.derive import derive_layout, write_derived
+from servekit.importer.derive import MAX_INSTANCES, derive_layout, parse_topology, write_derived
 from servekit.importer.write import dump_yaml
 from servekit.render.plan import Plan, build_plan
 from servekit.render.rules import check_layout
@@ -110,3 +113,16 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_refusals_are_one_line_exit_2(args: list[str], needle: str) -> None:
     one_line_error(_cli("layouts", "new", *args), needle)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_topology_parser_takes_any_text(text: str) -> None:
+    """Any --topology is a Topology whose name reads back, or one UsageError line."""
+    try:
+        topo = parse_topology(text)
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert parse_topology(topo.name) == topo
+    assert 1 <= topo.nodes <= 4 * MAX_INSTANCES * MAX_INSTANCES

@@ -83,7 +83,7 @@ MAX_INSTANCES = 64
 
 def parse_topology(text: str, flag: str = "--topology") -> Topology:
     """The grammar's name -> counts; one line naming the grammar when it is not one."""
-    m = _PD_NAME.match(text)
+    m = _PD_NAME.fullmatch(text)
     if not m or text.count("_"):
         raise UsageError(
             f"{flag} {text[:40]!r}: not a PD topology of the grammar <A>x<B>p<C>x<D>d "
