@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
-from servekit.catalog.loader import load, parse_layout_text, resolve_catalog
+from servekit.catalog.loader import load, packaged_catalog, parse_layout_text, resolve_catalog
 from servekit.errors import UsageError
 from servekit.importer.compare import diff_plans
 from servekit.importer.derive import MAX_INSTANCES, derive_layout, parse_topology, write_derived
@@ -108,7 +108,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["a3/deepseekv4-flash/2p2d", "--from", "a3/nothing"], "unknown layout"),
         (["a3/deepseekv4-flash/2p2d", "--from", "a3/deepseekv4-flash/1node"], "no prefill engine"),
         ([GLM, "--from", GLM_BASE], "num_speculative_tokens"),
-        (["a3/deepseekv4-flash/2p2d", "--from", DSV4], "exists"),
+        (["a3/deepseekv4-flash/2p2d", "--from", DSV4], "packaged catalog; pass --catalog"),
+        (
+            ["a3/deepseekv4-flash/2p2d", "--from", DSV4, "--catalog", str(packaged_catalog())],
+            "exists",
+        ),
     ],
 )
 def test_refusals_are_one_line_exit_2(args: list[str], needle: str) -> None:

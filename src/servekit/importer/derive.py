@@ -34,6 +34,7 @@ from servekit.catalog.loader import (
     canonical_name,
     layout_path,
     load,
+    packaged_catalog,
     parse_layout_text,
     resolve_catalog,
 )
@@ -401,8 +402,17 @@ def _unique_ids(out: dict[str, Any]) -> None:
 
 
 def write_derived(name: str, data: dict[str, Any], catalog: Path | None, force: bool) -> Path:
-    """Write the layout atomically; never over an existing layout unless ``force``."""
+    """Write the layout atomically; never over an existing layout unless ``force``.
+
+    The packaged catalog is written only when ``--catalog`` names it: a derived
+    layout lands in the user's catalog (``--catalog`` or ``SERVEKIT_CATALOG``).
+    """
     root = resolve_catalog(catalog)
+    if catalog is None and root == packaged_catalog():
+        raise UsageError(
+            f"NAME {name}: would be written into servekit's packaged catalog; pass --catalog DIR "
+            f"(your catalog, or --catalog {root} to write there) or --dry-run"
+        )
     path = root / name / LAYOUT_FILE
     if path.exists() and not force:
         raise UsageError(f"NAME {name}: {path} exists; pick another name or pass --force")
