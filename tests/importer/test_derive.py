@@ -14,9 +14,10 @@ from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_text, resolve_catalog
+from servekit.catalog.schema import MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.compare import diff_plans
-from servekit.importer.derive import MAX_INSTANCES, derive_layout, parse_topology, write_derived
+from servekit.importer.derive import derive_layout, parse_topology, write_derived
 from servekit.importer.write import dump_yaml
 from servekit.render.plan import Plan, build_plan
 from servekit.render.rules import check_layout
@@ -108,6 +109,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["a3/deepseekv4-flash/2p2d", "--from", "a3/nothing"], "unknown layout"),
         (["a3/deepseekv4-flash/2p2d", "--from", "a3/deepseekv4-flash/1node"], "no prefill engine"),
         ([GLM, "--from", GLM_BASE], "num_speculative_tokens"),
+        (
+            ["a3/deepseekv4-flash/2p2d", "--from", DSV4, "--set", "prefill.tp=8"],
+            "--set prefill.tp=M",
+        ),
+        (
+            [
+                "a3/x/9p9d",
+                "--from",
+                DSV4,
+                "--prefill",
+                "64",
+                "--prefill-nodes",
+                "64",
+                "--decode",
+                "1",
+            ],
+            "at most 256",
+        ),
         (["a3/deepseekv4-flash/2p2d", "--from", DSV4], "packaged catalog; pass --catalog"),
         (
             ["a3/deepseekv4-flash/2p2d", "--from", DSV4, "--catalog", str(packaged_catalog())],
@@ -129,4 +148,4 @@ def test_topology_parser_takes_any_text(text: str) -> None:
         assert "\n" not in str(exc)
         return
     assert parse_topology(topo.name) == topo
-    assert 1 <= topo.nodes <= 4 * MAX_INSTANCES * MAX_INSTANCES
+    assert 1 <= topo.nodes <= MAX_NODES

@@ -39,7 +39,7 @@ from servekit.catalog.loader import (
     resolve_catalog,
 )
 from servekit.catalog.profiles import PROFILES_DIR
-from servekit.catalog.schema import LAYOUT_NAME
+from servekit.catalog.schema import LAYOUT_NAME, MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.write import dump_yaml
 from servekit.render.overrides import _assign, parse_set
@@ -100,7 +100,12 @@ def make_topology(a: int, b: int, c: int, d: int, flag: str = "--prefill/--decod
             raise UsageError(
                 f"{flag}: instances and nodes per instance must be 1..{MAX_INSTANCES}, got {value}"
             )
-    return Topology(a, b, c, d)
+    topo = Topology(a, b, c, d)
+    if topo.nodes > MAX_NODES:
+        raise UsageError(
+            f"{flag}: {topo.name} needs {topo.nodes} nodes; a layout has at most {MAX_NODES}"
+        )
+    return topo
 
 
 def read_base(base: str, catalog: Path) -> tuple[str, dict[str, Any]]:
@@ -192,8 +197,8 @@ def _fits(role: str, engine: dict[str, Any], per_node: int, accelerator: str) ->
     if dp_local * tp != per_node:
         raise UsageError(
             f"{role} instance: dp_size_per_node {dp_local} x tp {tp} = {dp_local * tp}, but "
-            f"{accelerator} nodes have {per_node} NPUs; --set engines.{engine.get('name')}."
-            f"dp_size_per_node=N and .tp=M with N x M = {per_node}"
+            f"{accelerator} nodes have {per_node} NPUs; --set {role}.dp_size_per_node=N "
+            f"--set {role}.tp=M with N x M = {per_node}"
         )
 
 
