@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.errors import UsageError
-from servekit.importer.api import name_for
+from servekit.importer.api import import_layout, name_for
 
 CATALOG = packaged_catalog()
 FACTS = CATALOG / "a3/glm5.1/1x2p1x4d/source.json"
@@ -79,3 +81,53 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path: Path) -> None:
         "processes",
     )
     assert list(catalog.iterdir()) == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    processes=st.lists(
+        st.fixed_dictionaries(
+            {
+                "key": st.text(max_size=8),
+                "node": st.integers(0, 3),
+                "kind": st.sampled_from(["engine", "proxy", "x"]),
+            },
+            optional={
+                "flags": st.lists(st.lists(_JSON, min_size=1, max_size=3), max_size=6),
+                "program": _JSON,
+                "env": _JSON,
+                "cwd": _JSON,
+            },
+        ),
+        max_size=4,
+    ),
+    nodes=_JSON,
+)
+def test_hostile_facts_give_a_layout_or_one_line(processes: list[object], nodes: object) -> None:
+    """Any JSON shaped roughly like facts: a layout, or UsageError; never another exception."""
+    import json as _json
+    import tempfile
+
+    doc = {
+        "source": {"repo": "r/r", "commit": "0" * 40, "folder": "models/x-a3/1node"},
+        "nodes": nodes,
+        "processes": processes,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "facts.json"
+        path.write_text(_json.dumps(doc))
+        catalog = Path(tmp) / "cat"
+        catalog.mkdir()
+        try:
+            import_layout(Path(tmp), name="a3/x/1node", facts=path, catalog=catalog)
+        except UsageError as exc:
+            assert "\n" not in str(exc)

@@ -184,3 +184,24 @@ def test_every_imported_layout_names_its_source_and_the_source_claim() -> None:
         claim = _doc(name)["meta"]["source_verified"]
         assert layout.provenance.verification.verified is (claim is True)
         assert "the source's claim" in (layout.provenance.verification.note or "")
+
+
+@pytest.mark.parametrize("topology", ["1node", "2nodes", "1p1d", "2p1x2d", "2p2d", "3p1d", "1p3d"])
+def test_the_importer_reproduces_the_hand_made_a3_layouts(topology: str) -> None:
+    """Imported a3/deepseekv4-flash/<t> and hand-made a3/<t>: the same processes and commands.
+
+    Flag order may differ (the fidelity comparison is by flag name); every word,
+    variable, working directory and process name must be the same.
+    """
+    made = build_plan(load(f"a3/{topology}").layout)
+    imported = build_plan(load(f"a3/deepseekv4-flash/{topology}").layout)
+    assert [p.name for p in made.processes] == [p.name for p in imported.processes]
+    for a, b in zip(made.processes, imported.processes, strict=True):
+        assert sorted(a.argv) == sorted(b.argv), a.name
+        assert (a.env, a.cwd, a.devices, a.api_port, a.kv_port) == (
+            b.env,
+            b.cwd,
+            b.devices,
+            b.api_port,
+            b.kv_port,
+        ), a.name

@@ -27,13 +27,14 @@ from tests.fakeplatform.harness import (
 )
 from tests.fakeplatform.normalize import Placeholders, ProcessFacts, process_facts
 
-from servekit.catalog.loader import load
+from servekit.catalog.loader import layout_names, load, packaged_catalog
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.render.shell import write_rendering
 
 A3 = ("1node", "2nodes", "1p1d", "2p1x2d", "2p2d", "3p1d", "1p3d")
+IMPORTED = [n for n in layout_names(packaged_catalog()) if n.count("/") == 2]
 HERE = Path(__file__).resolve().parents[1] / "fakeplatform"
 
 
@@ -87,13 +88,12 @@ def wait_for_records(platform: FakePlatform, node: int, count: int, limit: float
     raise AssertionError(f"node {node}: {len(platform.records(node))} of {count} processes started")
 
 
-@pytest.mark.parametrize("name", A3)
-def test_every_node_starts_exactly_the_plans_processes(name: str, tmp_path: Path) -> None:
-    layout = load(f"a3/{name}").layout
+def _every_node_starts_the_plans_processes(name: str, tmp_path: Path) -> None:
+    layout = load(name).layout
     platform = create_platform(tmp_path / "platform", layout.nodes)
-    entry = render(f"a3/{name}", tmp_path)
+    entry = render(name, tmp_path)
     bundle, work = fake_bundle(tmp_path), tmp_path / "kernel_cache"
-    plan = plan_for(f"a3/{name}", platform, bundle, work)
+    plan = plan_for(name, platform, bundle, work)
     extra = {"BUNDLE_DIR": str(bundle), "WORK_DIR": str(work), "FAKEPLATFORM_STAY": "1"}
     nodes = range(layout.nodes)
     running = [start_node(platform, node, entry, extra_env=extra) for node in nodes]
@@ -105,7 +105,18 @@ def test_every_node_starts_exactly_the_plans_processes(name: str, tmp_path: Path
         run = process.wait(30)
         recorded = [record_facts(platform, r, base=run.env) for r in run.records]
         diff = compare(plan_facts(plan, platform, node), recorded)
-        assert diff.clean, f"a3/{name} node {node}:\n{diff.text}\n{run.stderr[-2000:]}"
+        assert diff.clean, f"{name} node {node}:\n{diff.text}\n{run.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("name", A3)
+def test_every_node_starts_exactly_the_plans_processes(name: str, tmp_path: Path) -> None:
+    _every_node_starts_the_plans_processes(f"a3/{name}", tmp_path)
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_every_node_of_every_imported_layout_runs_under_dash(name: str, tmp_path: Path) -> None:
+    """The 25 layouts of the source catalog: rendered entry, every node, on the fake platform."""
+    _every_node_starts_the_plans_processes(name, tmp_path)
 
 
 def test_a_dying_rank_stops_the_nodes_other_processes(tmp_path: Path) -> None:

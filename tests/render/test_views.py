@@ -10,12 +10,13 @@ one line.
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from rich.console import Console
 
 from servekit.catalog.ledger import verification_status
-from servekit.catalog.loader import layout_names, load, load_all
+from servekit.catalog.loader import layout_names, load, load_all, packaged_catalog
 from servekit.render import views
 from servekit.render.plan import build_plan
 
@@ -69,7 +70,7 @@ def test_layouts_list_is_one_table_when_the_terminal_is_wide_enough() -> None:
     assert "why" in out
 
 
-@pytest.mark.parametrize("name", layout_names(load_all()[0].path.parents[2]))
+@pytest.mark.parametrize("name", layout_names(packaged_catalog()))
 def test_layouts_show_fits_80_columns(name: str) -> None:
     con = console(80)
     views.print_show(name, None, con)
@@ -83,3 +84,32 @@ def test_defaults_fit_80_columns() -> None:
     views.print_defaults(None, None, con)
     out = squashed(text_of(con))
     assert "gpu_memory_utilization" in out and "DecodeGuardMiddleware" in out.replace(" ", "")
+
+
+def test_layouts_list_json_gives_each_imported_layout_its_source_folder() -> None:
+    items = json.loads(views.list_json(None))
+    imported = [i for i in items if i["name"].count("/") == 2]
+    assert len(imported) == 25
+    assert {(i["source"]["repo"], i["source"]["commit"][:7]) for i in imported} == {
+        ("xuopoj/ma-vllm-samples", "64fc020")
+    }
+    assert len({i["source"]["folder"] for i in imported}) == 25
+    for i in imported:
+        hw, model, topology = i["name"].split("/")
+        assert i["source"]["folder"] == f"models/{model}-{hw}/{topology}"
+        assert i["source_claim"] in ("verified", "unverified") and i["status"]
+        assert i["derived"]
+
+
+def test_layouts_list_is_grouped_by_model_then_hardware_then_topology() -> None:
+    items = json.loads(views.list_json(None))
+    keys = [(i["model"], i["hardware"], i["name"]) for i in items]
+    assert keys == sorted(keys)
+    rows = [cells for cells, _ in views.list_rows(None)]
+    assert [r[1] for r in rows] == [i["name"] for i in items]
+    qwen = [r for r in rows if r[0] == "qwen3.5-397b-a17b"]
+    assert [r[1] for r in qwen] == [
+        "a2/qwen3.5-397b-a17b/2nodes",
+        "a3/qwen3.5-397b-a17b/1node",
+        "a3/qwen3.5-397b-a17b/1p1x2d",
+    ]

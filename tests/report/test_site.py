@@ -61,7 +61,7 @@ def test_index_lists_every_layout_with_its_filter_data(catalog: Path, site: Path
 def test_filter_choices_are_the_values_present(site: Path) -> None:
     html = (site / "index.html").read_text()
     for select, values in (
-        ("f-hw", {"", "a3", "local"}),
+        ("f-hw", {"", "a2", "a3", "local"}),
         ("f-topology", {"", "single", "dp", "pd"}),
         ("f-status", {"", "verified", "stale", "derived", "unverified"}),
     ):
@@ -137,7 +137,10 @@ def test_pages_are_self_contained(site: Path) -> None:
         html = path.read_text()
         assert "<link" not in html and " src=" not in html
         urls = set(re.findall(r"https?://[^\s\"'<]+", html))
-        assert urls <= {"http://www.w3.org/2000/svg"}, (path, urls)
+        # An imported layout names its upstream tutorial (meta.yaml's source) as text.
+        cited = set(re.findall(r"<th>source</th><td>(https?://[^<\s]+)</td>", html))
+        assert urls <= {"http://www.w3.org/2000/svg", *cited}, (path, urls)
+        assert not any(f'href="{u}' in html for u in cited)
 
 
 def _record(name: str, report: Path, engine: str = "vllm") -> LedgerRecord:

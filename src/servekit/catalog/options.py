@@ -30,6 +30,12 @@ class _Options(BaseModel):
 class LayoutsListOptions(_Options):
     """``servekit layouts list``."""
 
+    as_json: bool = Field(
+        False,
+        description="print each layout's source (repository, commit, folder), the source's "
+        "claim, servekit's status and the derived date as JSON",
+        json_schema_extra={"flag": "--json"},
+    )
     catalog: Path | None = catalog_field()
 
 

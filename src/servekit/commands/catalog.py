@@ -23,7 +23,10 @@ from servekit.cliopts import add_command
 def _list(opts: LayoutsListOptions) -> int:
     from servekit.render import views
 
-    views.print_list(opts.catalog)
+    if opts.as_json:
+        typer.echo(views.list_json(opts.catalog))
+    else:
+        views.print_list(opts.catalog)
     return 0
 
 

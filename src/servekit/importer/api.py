@@ -105,7 +105,14 @@ def import_layout(
     root = resolve_catalog(catalog)
     chosen = _check_name(name or name_for(folder))
     doc = read_facts(facts) if facts is not None else run_folder(folder, repo, commit)
-    synth = synthesize(doc, chosen)
+    try:
+        synth = synthesize(doc, chosen)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        where = facts if facts is not None else folder
+        raise UsageError(
+            f"{where}: the facts are not in the recorded format ({type(exc).__name__}: "
+            f"{str(exc)[:80]}); give a source.json an import wrote"
+        ) from exc
     _staged_check(root, synth, doc)
     changed = write_layout(root, synth, doc)
     return chosen, changed, [u.text() for u in synth.unexpressed]

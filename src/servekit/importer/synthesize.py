@@ -550,11 +550,13 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     model = _common_model(groups, _check_programs(engines, folder, out))
     counts: dict[str, int] = {}
     engine_data: list[dict[str, Any]] = []
-    for group in groups:
-        role = ROLE_OF.get((group[0].kv or {}).get("kv_role"), "mixed")
+    roles = [ROLE_OF.get((g[0].kv or {}).get("kv_role"), "mixed") for g in groups]
+    for group, role in zip(groups, roles, strict=True):
         counts[role] = counts.get(role, 0) + 1
         where = f"{folder} {group[0].key}"
-        engine = _typed_engine(group, f"{role}{counts[role] - 1}", model, where, out)
+        # A lone mixed engine is "mixed" (as the hand-made layouts name it), else role + index.
+        label = role if roles == ["mixed"] else f"{role}{counts[role] - 1}"
+        engine = _typed_engine(group, label, model, where, out)
         _devices(engine, group, per_node)
         engine["_role_data"] = _role_data(group, model, per_node, where, out)
         engine_data.append(engine)

@@ -8,6 +8,8 @@ never cut to ``re…``).
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -36,22 +38,98 @@ def topology(layout: Layout) -> str:
     return f"DP {e.dp_size} x TP {e.tp}" if e.dp_size > 1 else f"TP {e.tp}"
 
 
-LIST_HEADER = ("layout", "hardware", "nodes", "topology", "status")
+LIST_HEADER = (
+    "model",
+    "layout",
+    "hardware",
+    "nodes",
+    "topology",
+    "source says",
+    "status",
+    "derived",
+)
+
+
+def model_of(layout: Layout) -> str:
+    """The model a layout serves, as the catalog groups it (the source's model folder)."""
+    parts = layout.name.split("/")
+    if len(parts) == 3:
+        return parts[1]
+    ref = layout.provenance.source_ref
+    if ref is not None:
+        folder = ref.folder.rstrip("/").split("/")
+        if len(folder) >= 2:
+            return re.sub(r"-(a2|a3)$", "", folder[-2])
+    return layout.model.served_name
+
+
+def source_claim(layout: Layout) -> str:
+    """What the source says of its own verification (its claim, never servekit's)."""
+    if layout.provenance.source_ref is None:
+        return "-"
+    return "verified" if layout.provenance.verification.verified else "unverified"
+
+
+def _grouped(loaded: list[LoadedLayout]) -> list[LoadedLayout]:
+    """By model, then hardware, then topology (name)."""
+    return sorted(
+        loaded,
+        key=lambda x: (model_of(x.layout), x.layout.name.split("/")[0], x.layout.name),
+    )
 
 
 def list_rows(catalog: Path | None) -> list[tuple[list[str], str]]:
     """Each layout's short columns and the reason for its status."""
     rows = []
-    for loaded in load_all(catalog):
+    for loaded in _grouped(load_all(catalog)):
         lay = loaded.layout
         status = layout_status(loaded)
-        cells = [lay.name, lay.hardware.accelerator, str(lay.nodes), topology(lay), status.state]
+        derived = str(lay.provenance.derived) if lay.provenance.derived else "-"
+        cells = [
+            model_of(lay),
+            lay.name,
+            lay.hardware.accelerator,
+            str(lay.nodes),
+            topology(lay),
+            source_claim(lay),
+            status.state,
+            derived,
+        ]
         rows.append((cells, status.reason))
     return rows
 
 
+def list_json(catalog: Path | None) -> str:
+    """``layouts list --json``: one object per layout, grouped as the table is."""
+    items = []
+    for loaded in _grouped(load_all(catalog)):
+        lay = loaded.layout
+        ref = lay.provenance.source_ref
+        status = layout_status(loaded)
+        items.append(
+            {
+                "name": lay.name,
+                "model": model_of(lay),
+                "hardware": lay.name.split("/")[0],
+                "nodes": lay.nodes,
+                "topology": topology(lay),
+                "source": None
+                if ref is None
+                else {"repo": ref.repo, "commit": ref.commit, "folder": ref.folder},
+                "source_claim": source_claim(lay),
+                "status": status.state,
+                "status_reason": status.reason,
+                "derived": str(lay.provenance.derived) if lay.provenance.derived else None,
+            }
+        )
+    return json.dumps(items, indent=1)
+
+
+NARROW = (1, 2, 4, 6)  # layout, hardware, topology, status: the columns kept side by side
+
+
 def print_list(catalog: Path | None, console: Console | None = None) -> None:
-    """The catalog as one table; where the reasons do not fit beside it, they follow it."""
+    """The catalog as one table; where it does not fit, the key columns and a line per layout."""
     out = console or Console()
     rows = list_rows(catalog)
     title = f"layouts in {resolve_catalog(catalog)}"
@@ -60,10 +138,13 @@ def print_list(catalog: Path | None, console: Console | None = None) -> None:
     if len(tables) == 1 and natural_width(out, tables[0]) <= out.width:
         out.print(tables[0])
         return
-    for table in fit_tables(out, LIST_HEADER, [cells for cells, _ in rows], title):
+    header = [LIST_HEADER[i] for i in NARROW]
+    for table in fit_tables(out, header, [[cells[i] for i in NARROW] for cells, _ in rows], title):
         out.print(table)
     for cells, why in rows:
-        out.print(Text.assemble((cells[0], "bold"), f" ({cells[4]}): {why}"))
+        model, _name, _hw, nodes, _topology, claim, state, derived = cells
+        more = f"model {model}, {nodes} node(s), source says {claim}, derived {derived}"
+        out.print(Text.assemble((cells[1], "bold"), f" ({state}; {more}): {why}"))
 
 
 def print_show(name: str, catalog: Path | None, console: Console | None = None) -> None:
@@ -89,7 +170,8 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
         out.print(f"derived from {prov.derived_from}")
     for d in prov.deviations:
         where = f" ({', '.join(d.engines)})" if d.engines else ""
-        out.print(f"deviation: {d.names}{where}: {d.what} - because {d.reason}", markup=False)
+        named = f" {d.names}{where}:" if d.names or where else ""
+        out.print(f"deviation:{named} {d.what} - because {d.reason}", markup=False)
     for d in prov.source_deviations:
         out.print(f"source's own deviation from upstream: {d.what} - because {d.reason}")
     for c in prov.caveats:

@@ -35,6 +35,8 @@ def build_site(out: Path, catalog: str | None = None) -> Path:
     loaded = load_all(catalog)
     with staged_dir(out) as tmp:
         entries = [entry_for(item, tmp) for item in loaded]
+        # Grouped as users read the catalog: by model, then hardware, then topology.
+        entries.sort(key=lambda e: (e.model, e.hardware, e.name))
         for entry in entries:
             render_template(
                 "site/layout.html.j2", tmp / entry.page, e=entry, root="../", states=STATES

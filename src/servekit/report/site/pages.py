@@ -15,6 +15,7 @@ from servekit.catalog.ledger import (
 from servekit.catalog.loader import LoadedLayout
 from servekit.catalog.schema import Layout
 from servekit.render.plan import Plan, ProcessPlan, build_plan
+from servekit.render.views import model_of, source_claim
 from servekit.report.site.topology import Topology, classify, svg
 
 
@@ -50,6 +51,8 @@ class Entry:
     svg: str
     reports: tuple[ReportLink, ...]
     page: str
+    model: str = ""
+    source_claim: str = "-"
 
     @property
     def name(self) -> str:
@@ -119,4 +122,6 @@ def entry_for(loaded: LoadedLayout, out: Path) -> Entry:
         svg=svg(plan, layout),
         reports=tuple(reversed(links)),
         page=f"layouts/{slug}.html",
+        model=model_of(layout),
+        source_claim=source_claim(layout),
     )
