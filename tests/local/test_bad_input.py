@@ -192,7 +192,7 @@ def test_logs_refuses_what_is_not_a_process_name(tmp_path: Path, name: str) -> N
     one_line_error(servekit(tmp_path, "logs", name), "not a process name")
 
 
-@pytest.mark.parametrize("name", ["..", "local/..", "../../x", ""])
+@pytest.mark.parametrize("name", ["..", "local/..", "../../x", "", "a3/m/..", "a3/m/t/x"])
 def test_down_refuses_what_is_not_a_layout_name(tmp_path: Path, name: str) -> None:
     one_line_error(servekit(tmp_path, "down", name), "not a layout name")
 

@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
         doc="Import a folder in the source's convention: its layout, family profile and facts.",
         arguments=("folder",),
     )
+    from servekit.commands.derive import register_layouts
+
+    register_layouts(layouts)
     app.add_typer(layouts, name="layouts")
     add_command(
         app,

@@ -30,11 +30,14 @@ from servekit.logscan import open_log
 
 POLL_S = 0.5
 PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-LAYOUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# ``hardware/name``, or ``hardware/model/topology`` (imported and derived layouts).
+LAYOUT_NAME = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
+)
 
 
 def check_layout_name(name: str) -> str:
-    """A layout name as ``hardware/name``; anything else is one line and exit 2."""
+    """A layout name as ``hardware/name`` (or ``hardware/model/topology``); else exit 2."""
     if not LAYOUT_NAME.fullmatch(name) or ".." in name.split("/"):
         raise UsageError(
             f"{name!r} is not a layout name; give it as hardware/name, e.g. local/1p1d"

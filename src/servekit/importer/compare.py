@@ -1,0 +1,421 @@
+"""``servekit layouts diff A B``: the semantic difference of two Plans.
+
+The source's own debugging advice is to diff a broken layout's ``run_*.sh``
+against its baseline by hand, over dozens of files. Both sides here become a
+Plan (a catalog layout, a rendered folder's ``plan.json``, or a folder in the
+source's convention imported into a scratch catalog), and the difference is
+read in the Plan's own terms:
+
+- **engines**: each engine's role, nodes, DP size, TP, engine id, kv port and
+  API ports (the topology);
+- **processes** added and removed, and for each process on both sides where it
+  runs (node) and its typed facts;
+- **flags** added, removed and changed per process, with JSON flags
+  (``--kv-transfer-config``) compared key by key. Node addresses are compared
+  placement-free (``${NODE<k>_IP}`` reads as ``${NODE_IP}``) and the flags that
+  only restate typed facts (ports, DP rank and sizes, TP, the engine id and kv
+  port inside the KV config, the proxy's backend lists) are left to those facts,
+  so moving an engine to another node is a placement change, not a flag change;
+- **env** added, removed and changed per process;
+- **fan-out**: the proxy's prefill, decode and replica backends added and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from servekit.catalog.loader import load
+from servekit.errors import UsageError
+from servekit.render.plan import Plan, ProcessPlan, build_plan
+from servekit.termtable import fit_tables
+
+PLAN_FILE = "plan.json"
+SOURCE_FILE = "source.json"  # the facts an import recorded (``layouts import --facts``)
+MAX_PLAN_BYTES = 16 * 1024 * 1024
+_NODE_IP = re.compile(r"\$\{NODE\d+_(IP|NIC)\}")
+# Flags whose value restates a typed fact of the process (compared as that fact).
+FACT_FLAGS = frozenset(
+    {
+        "--port",
+        "--data-parallel-size",
+        "--data-parallel-size-local",
+        "--data-parallel-rank",
+        "--data-parallel-start-rank",
+        "--data-parallel-rpc-port",
+        "--tensor-parallel-size",
+        "--prefill",
+        "--decode",
+        "--replica",
+    }
+)
+FACT_KEYS = (
+    "node",
+    "engine",
+    "role",
+    "kind",
+    "engine_id",
+    "dp_rank",
+    "dp_size",
+    "dp_local",
+    "tp",
+    "headless",
+    "guard",
+    "kv_mode",
+    "devices",
+    "api_port",
+    "kv_port",
+    "rpc_port",
+    "cwd",
+)
+_KV_FACTS = ("engine_id", "kv_port")
+
+
+def _neutral(text: str) -> str:
+    return _NODE_IP.sub(lambda m: "${NODE_" + m.group(1) + "}", text)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}", v, out)
+    else:
+        out[prefix] = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+
+
+def flags_of(p: ProcessPlan) -> dict[str, str]:
+    """``--flag`` -> value (JSON flags flattened key by key), placement-free.
+
+    Read from the concrete ``argv`` (tunables resolved), node addresses neutral.
+    """
+    argv = [_neutral(a) for a in p.argv]
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            out.setdefault("(args)", "")
+            out["(args)"] = (out["(args)"] + " " + arg).strip()
+            i += 1
+            continue
+        name, eq, inline = arg.partition("=")
+        values: list[str] = [inline] if eq else []
+        i += 1
+        while not eq and i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        if name in FACT_FLAGS:
+            continue
+        value = " ".join(values) if values else "(set)"
+        try:
+            parsed = json.loads(value) if value[:1] in "{[" else None
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            for key in _KV_FACTS if name == "--kv-transfer-config" else ():
+                parsed.pop(key, None)
+            _flatten(name, parsed, out)
+        else:
+            out[name] = value
+    return out
+
+
+def env_of(p: ProcessPlan) -> dict[str, str]:
+    out = {}
+    for k, v in p.env.items():
+        dumped = v if isinstance(v, str) else json.dumps(v.model_dump(mode="json"), sort_keys=True)
+        out[k] = _neutral(str(dumped))
+    return out
+
+
+def facts_of(p: ProcessPlan) -> dict[str, str]:
+    data = p.model_dump(mode="json")
+    return {k: json.dumps(data.get(k)) for k in FACT_KEYS}
+
+
+@dataclass
+class Change:
+    """One key's difference: added (a None), removed (b None) or changed."""
+
+    key: str
+    a: str | None
+    b: str | None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"key": self.key, "a": self.a, "b": self.b}
+
+    def text(self) -> str:
+        if self.a is None:
+            return f"+ {self.key} {self.b}"
+        if self.b is None:
+            return f"- {self.key} {self.a}"
+        return f"~ {self.key} {self.a} -> {self.b}"
+
+
+def changes(a: dict[str, str], b: dict[str, str]) -> list[Change]:
+    keys = sorted(set(a) | set(b))
+    return [Change(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
+
+
+@dataclass
+class ProcessDiff:
+    name: str
+    role: str
+    facts: list[Change]
+    flags: list[Change]
+    env: list[Change]
+
+    def empty(self) -> bool:
+        return not (self.facts or self.flags or self.env)
+
+
+@dataclass
+class PlanDiff:
+    """Everything that differs between two Plans, in the Plan's own terms."""
+
+    a: str
+    b: str
+    plan: list[Change] = field(default_factory=list)
+    engines: list[Change] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    processes: list[ProcessDiff] = field(default_factory=list)
+    fanout: list[Change] = field(default_factory=list)
+
+    def flag_changes(self) -> int:
+        return sum(len(p.flags) for p in self.processes)
+
+    def env_changes(self) -> int:
+        return sum(len(p.env) for p in self.processes)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "plan": [c.as_json() for c in self.plan],
+            "engines": [c.as_json() for c in self.engines],
+            "processes_added": self.added,
+            "processes_removed": self.removed,
+            "processes": {
+                p.name: {
+                    "role": p.role,
+                    "facts": [c.as_json() for c in p.facts],
+                    "flags": [c.as_json() for c in p.flags],
+                    "env": [c.as_json() for c in p.env],
+                }
+                for p in self.processes
+                if not p.empty()
+            },
+            "fanout": [c.as_json() for c in self.fanout],
+            "counts": {
+                "engines": len(self.engines),
+                "processes_added": len(self.added),
+                "processes_removed": len(self.removed),
+                "flags": self.flag_changes(),
+                "env": self.env_changes(),
+                "fanout": len(self.fanout),
+            },
+        }
+
+
+def _engines(plan: Plan) -> dict[str, dict[str, str]]:
+    grouped: dict[str, list[ProcessPlan]] = defaultdict(list)
+    for p in plan.processes:
+        if p.engine is not None:
+            grouped[p.engine].append(p)
+    out: dict[str, dict[str, str]] = {}
+    for name, procs in grouped.items():
+        first = procs[0]
+        ports = sorted({p.api_port for p in procs if p.api_port is not None})
+        out[name] = {
+            "role": first.role,
+            "nodes": ",".join(str(n) for n in sorted({p.node for p in procs})),
+            "dp_size": str(first.dp_size),
+            "tp": str(first.tp),
+            "engine_id": str(first.engine_id),
+            "kv_port": str(first.kv_port),
+            "api_ports": f"{ports[0]}-{ports[-1]}" if len(ports) > 1 else ",".join(map(str, ports)),
+        }
+    return out
+
+
+def _fanout(plan: Plan) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for p in plan.processes:
+        if p.proxy is None:
+            continue
+        for role in ("prefill", "decode", "replica"):
+            for url in getattr(p.proxy, role):
+                out[f"{p.name}.{role} {url}"] = "backend"
+        out[f"{p.name}.mode"] = p.proxy.mode
+    return out
+
+
+def diff_plans(a: Plan, b: Plan, a_name: str, b_name: str) -> PlanDiff:
+    """The difference of two Plans (see the module docstring for what counts where)."""
+    top_a = {k: str(v) for k, v in a.model_dump(mode="json").items() if k != "nodes"}
+    top_b = {k: str(v) for k, v in b.model_dump(mode="json").items() if k != "nodes"}
+    top_a["nodes"], top_b["nodes"] = str(len(a.nodes)), str(len(b.nodes))
+    out = PlanDiff(a_name, b_name, plan=changes(top_a, top_b))
+    ea, eb = _engines(a), _engines(b)
+    for name in sorted(set(ea) | set(eb)):
+        fa, fb = ea.get(name, {}), eb.get(name, {})
+        if not fa or not fb:
+            side = fa or fb
+            summary = " ".join(f"{k}={v}" for k, v in side.items())
+            out.engines.append(Change(name, summary if fa else None, summary if fb else None))
+            continue
+        out.engines += [Change(f"{name}.{c.key}", c.a, c.b) for c in changes(fa, fb)]
+    pa = {p.name: p for p in a.processes}
+    pb = {p.name: p for p in b.processes}
+    out.added = [n for n in pb if n not in pa]
+    out.removed = [n for n in pa if n not in pb]
+    for name in (n for n in pa if n in pb):
+        x, y = pa[name], pb[name]
+        out.processes.append(
+            ProcessDiff(
+                name,
+                y.role,
+                changes(facts_of(x), facts_of(y)),
+                changes(flags_of(x), flags_of(y)),
+                changes(env_of(x), env_of(y)),
+            )
+        )
+    fa_, fb_ = _fanout(a), _fanout(b)
+    out.fanout = changes(fa_, fb_)
+    return out
+
+
+def _plan_file(path: Path) -> Plan:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_PLAN_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
+    if len(data) > MAX_PLAN_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_PLAN_BYTES} bytes; not a plan.json")
+    try:
+        return Plan.model_validate_json(data)
+    except ValidationError as exc:
+        raise UsageError(
+            f"{path}: not a servekit plan.json ({exc.errors()[0]['msg'][:80]}); "
+            "render the layout again"
+        ) from exc
+
+
+def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
+    """A source-convention folder (run by the contained runner) or its recorded facts."""
+    from servekit.importer.api import import_layout, name_for
+
+    try:
+        name = name_for(folder)
+    except UsageError:
+        name = f"a3/imported/{folder.name if re.fullmatch(r'[a-z0-9.-]+', folder.name) else 'x'}"
+    with tempfile.TemporaryDirectory(prefix="servekit-diff-") as tmp:
+        real, _changed, _unexpressed = import_layout(
+            folder, name=name, facts=facts, catalog=Path(tmp)
+        )
+        return build_plan(load(real, tmp).layout), f"{folder} (imported as {real})"
+
+
+def plan_of(source: str, catalog: Path | None) -> tuple[Plan, str]:
+    """A catalog name, a rendered folder (or its plan.json), a source-convention folder or
+    the facts recorded from one (a ``source.json``)."""
+    path = Path(source)
+    if path.is_file() and path.name == PLAN_FILE:
+        return _plan_file(path), str(path)
+    if path.is_file() and path.name == SOURCE_FILE:
+        return _imported(path.parent, path)
+    if path.is_dir():
+        if (path / PLAN_FILE).is_file():
+            return _plan_file(path / PLAN_FILE), str(path)
+        if (path / "run.sh").is_file():
+            return _imported(path, None)
+        raise UsageError(
+            f"{source}: a folder with neither plan.json (a rendered layout) nor run.sh "
+            "(a source-convention folder); give one of those, a source.json or a catalog name"
+        )
+    return build_plan(load(source, catalog).layout), source
+
+
+def diff_sources(a: str, b: str, catalog: Path | None) -> PlanDiff:
+    plan_a, name_a = plan_of(a, catalog)
+    plan_b, name_b = plan_of(b, catalog)
+    return diff_plans(plan_a, plan_b, name_a, name_b)
+
+
+def _by_role(diff: PlanDiff, kind: str) -> list[list[str]]:
+    """One row per (role, change) with how many processes it touches: 80 columns stay readable."""
+    seen: dict[tuple[str, str, str | None, str | None], list[str]] = defaultdict(list)
+    for p in diff.processes:
+        for c in getattr(p, kind):
+            seen[(p.role, c.key, c.a, c.b)].append(p.name)
+    rows = []
+    for (role, key, va, vb), names in seen.items():
+        where = names[0] if len(names) == 1 else f"{len(names)} processes"
+        rows.append(
+            [role, key, va if va is not None else "-", vb if vb is not None else "-", where]
+        )
+    return rows
+
+
+_URL = re.compile(r"^(?P<key>\S+) (?P<base>.*):(?P<port>\d+)$")
+
+
+def fanout_lines(fanout: list[Change]) -> list[str]:
+    """Backends added/removed, one line per proxy role and host with its port runs."""
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    lines: list[str] = []
+    for c in fanout:
+        m = _URL.match(c.key)
+        if m is None or (c.a is not None and c.b is not None):
+            lines.append(c.text())
+            continue
+        sign = "+" if c.a is None else "-"
+        groups[(sign, m.group("key"), m.group("base"))].append(int(m.group("port")))
+    for (sign, key, base), ports in groups.items():
+        ports.sort()
+        runs: list[str] = []
+        start = prev = ports[0]
+        for port in [*ports[1:], -1]:
+            if port != prev + 1:
+                runs.append(str(start) if start == prev else f"{start}-{prev}")
+                start = port
+            prev = port
+        lines.append(f"{sign} {key} {base}:{','.join(runs)}")
+    return lines
+
+
+def print_diff(diff: PlanDiff, console: Console | None = None) -> None:
+    out = console or Console()
+    out.print(f"A: {diff.a}\nB: {diff.b}", highlight=False)
+    if diff.plan:
+        rows = [[c.key, c.a or "-", c.b or "-"] for c in diff.plan]
+        for t in fit_tables(out, ["plan", "A", "B"], rows, "plan"):
+            out.print(t)
+    if diff.engines:
+        rows = [[c.key, c.a or "-", c.b or "-"] for c in diff.engines]
+        for t in fit_tables(out, ["engine", "A", "B"], rows, "engines (topology)"):
+            out.print(t)
+    for label, names in (("added", diff.added), ("removed", diff.removed)):
+        if names:
+            out.print(f"processes {label} ({len(names)}): {', '.join(names)}", highlight=False)
+    for kind, title in (("facts", "placement and facts"), ("flags", "flags"), ("env", "env")):
+        rows = _by_role(diff, kind)
+        if rows:
+            for t in fit_tables(
+                out, ["role", kind[:-1] if kind != "env" else "var", "A", "B", "where"], rows, title
+            ):
+                out.print(t)
+    for line in fanout_lines(diff.fanout):
+        out.print(line, highlight=False)
+    counts = diff.as_json()["counts"]
+    out.print("differences: " + ", ".join(f"{k} {v}" for k, v in counts.items()), highlight=False)
