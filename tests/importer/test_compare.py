@@ -97,3 +97,28 @@ def test_recorded_facts_through_the_importer_equal_the_catalog_layout() -> None:
     assert other["counts"]["processes_added"] == 8
     flags = {c["key"] for p in other["processes"].values() for c in p["flags"]}
     assert flags == {"--kv-transfer-config.kv_connector_extra_config.decode.dp_size"}
+
+
+def test_a_source_convention_folder_runs_contained_and_diffs(tmp_path: Path) -> None:
+    """A folder (no commit: a local copy) goes through the contained runner; an edit shows."""
+    from tests.importer.folders import a2_two_nodes
+
+    folder = a2_two_nodes(tmp_path / "models")
+    for script in ("run_node0.sh", "run_node1.sh"):  # a layout needs a context length
+        path = folder / script
+        path.write_text(
+            path.read_text().replace(
+                "--tensor-parallel-size 8", "--tensor-parallel-size 8 --max-model-len 4096"
+            )
+        )
+    same = diff_sources(str(folder), str(folder), None).as_json()
+    assert all(v == 0 for v in same["counts"].values()), same  # positive control
+    edited = tmp_path / "edited" / "testmodel-a2" / "2nodes"
+    edited.parent.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(folder, edited)
+    node0 = edited / "run_node0.sh"
+    node0.write_text(node0.read_text().replace("--port 8080", "--port 8090"))
+    moved = diff_sources(str(folder), str(edited), None).as_json()
+    assert moved["engines"] == [{"key": "mixed.api_ports", "a": "8080", "b": "8090"}], moved

@@ -13,6 +13,7 @@ file and a rename (:mod:`servekit.fsutil`); nothing is half-written.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -250,12 +251,15 @@ def _provenance(doc: Mapping[str, Any], deviations: list[dict[str, Any]]) -> dic
     verified = meta.get("source_verified") is True
     provenance: dict[str, Any] = {
         "source": str(meta.get("url") or f"{source['repo']} {source['folder']}"),
-        "source_ref": {
+    }
+    # A folder with no commit (a local copy, edited or not) names no verified scripts:
+    # it gets no source_ref, so nothing claims it equals a commit of the source.
+    if isinstance(source.get("commit"), str) and re.fullmatch(r"[0-9a-f]{7,40}", source["commit"]):
+        provenance["source_ref"] = {
             "repo": source["repo"],
             "folder": source["folder"],
             "commit": source["commit"],
-        },
-    }
+        }
     if meta.get("derived"):
         provenance["derived"] = str(meta["derived"])
     provenance["deviations"] = deviations
