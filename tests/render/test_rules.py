@@ -167,13 +167,6 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str]] = [
         "verified on quay.io/ascend/vllm-ascend:v0.20.0-a3, now quay.io/ascend/vllm-ascend:v0.21.0rc1-a3",
     ),
     ("guard", guard_off, "warning", "settings.guard", "decode guard is off"),
-    (
-        "derived",
-        derived,
-        "warning",
-        "provenance.derived_from",
-        "derived from a3/1node, not separately validated",
-    ),
 ]
 
 
@@ -232,3 +225,13 @@ def test_partial_node_engines_pass_and_overfull_fails(
     engine(data, "decode")["tp"] = 32
     engine(data, "decode")["devices"] = list(range(32))
     assert any("uses 32 devices but a node has 16" in f.message for f in findings_for(data))
+
+
+def test_a_derived_layout_is_no_warning_its_status_says_derived(
+    layout_data: Callable[[str], dict[str, Any]],
+) -> None:
+    """`layouts check --strict` passes a derived layout; `layouts list` says it is derived."""
+    data = layout_data("a3/1node")
+    assert findings_for(data) == []  # positive control: the base is clean
+    derived(data)
+    assert findings_for(data) == []
