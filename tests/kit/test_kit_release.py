@@ -249,7 +249,8 @@ def test_release_table_without_inputs_says_how_to_run_each_row(
     assert [r.result for r in table.rows if r.status == "not run"] == [
         "give --repo DIR",
         "give --base BASE",
-        "run 'selftest.sh image' in the rebuilt image and give --smoke LOG",
+        "run 'sh selftest.sh image NONCE' in the rebuilt image, NONCE from this run's"
+        " smoke-nonce.txt, and give --smoke LOG --nonce smoke-nonce.txt",
         "give --baseline REV, or record expect.repo_rev in the kit",
     ]
 

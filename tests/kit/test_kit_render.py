@@ -89,3 +89,29 @@ def test_a_schema_1_kit_keeps_the_files_it_was_written_with(
     assert root_text["selftest.sh"].startswith("#!/usr/bin/env bash")
     report = verify_kit(old)
     assert report.ok, report.checks
+
+
+def test_a_schema_2_kit_keeps_its_selftest_without_the_proof(
+    kit: BuildResult, tmp_path: Path
+) -> None:
+    """A kit built before the smoke proof (schema 2) still passes verify's generated check."""
+    import json
+
+    from servekit.kit.verify import verify_kit
+
+    from .kitedit import edit_kit
+
+    def to_v2(root: Path) -> None:
+        data = json.loads((root / "MANIFEST.json").read_text())
+        data["schema_version"] = 2
+        (root / "MANIFEST.json").write_text(json.dumps(data, indent=2) + "\n")
+        for name, text in render_all(KitManifest.model_validate(data)).items():
+            (root / name).write_text(text)
+
+    old = edit_kit(kit.archive, tmp_path / "v2.tar.zst", to_v2)
+    two = render_all(kit.manifest.model_copy(update={"schema_version": 2}))
+    three = render_all(kit.manifest)
+    assert "selftest proof" not in two["selftest.sh"] and "selftest proof" in three["selftest.sh"]
+    assert "smoke-nonce.txt" not in two["README.md"] and "smoke-nonce.txt" in three["README.md"]
+    report = verify_kit(old)
+    assert report.ok, report.checks

@@ -5,6 +5,11 @@ coreutils (:mod:`.pythonimage`, no registry), the kit is rebuilt onto it,
 ``umoci`` unpacks the result, and ``selftest.sh image`` runs in that root
 filesystem with ``chroot``, as ``docker run`` would run it. Its log then feeds
 ``kit verify --smoke``. Needs root (chroot, umoci keeping owners): marker tools.
+
+The smoke row's proof: the nonce a verify run issued must come back from
+inside the rebuilt rootfs, bound to that rootfs' files. The positive control
+(the real run with the issued nonce) passes; an earlier run's log, a run
+outside the image and a hand-written log each fail for their own reason.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from servekit.kit import VerifyOptions, verify_kit, verify_release
 from servekit.kit.build import BuildRequest, BuildResult, build_kit
 from servekit.kit.kitarchive import unpack
 from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.smokeproof import NONCE_FILE, issue_nonce, read_nonce
 from servekit.kit.streams import Limits
 
 from .imagegen import write_oci
@@ -91,7 +97,7 @@ def rootfs(result: BuildResult, base: Path, tmp_path: Path) -> Path:
     return bundle / "rootfs"
 
 
-def selftest(root: Path) -> subprocess.CompletedProcess[str]:
+def selftest(root: Path, nonce: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             shutil.which("chroot") or "/usr/sbin/chroot",
@@ -99,6 +105,7 @@ def selftest(root: Path) -> subprocess.CompletedProcess[str]:
             "/bin/sh",
             "/kit/selftest.sh",
             "image",
+            *([nonce] if nonce else []),
         ],
         capture_output=True,
         text=True,
@@ -113,18 +120,70 @@ def test_l1_and_l2_pass_in_the_rebuilt_image_and_feed_the_smoke_row(
 ) -> None:
     need_root_and_umoci()
     result = build(tmp_path, python_base)
-    done = selftest(rootfs(result, python_base, tmp_path))
+    nonce = issue_nonce(tmp_path)
+    done = selftest(rootfs(result, python_base, tmp_path), nonce)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"selftest kit py image {result.manifest.image.image_id}"
+    assert lines[1].startswith(f"selftest proof {nonce} sha256:")
     assert "L1 payload sha256: 3/3 ok" in lines
     assert "L2 py_compile: 2/2 ok" in lines
     assert f"L2 import vllm: {ENGINE} ok (stamp {ENGINE})" in lines
     assert lines[-1] == "selftest: ok"
     log = tmp_path / "smoke.txt"
     log.write_text(done.stdout)
-    smoke = verify_kit(result.archive, VerifyOptions(smoke=log)).get("smoke")
-    assert smoke is not None and smoke.status == "pass" and smoke.ratio == "6/6", smoke
+    options = VerifyOptions(
+        smoke=log, base=str(python_base), nonce=read_nonce(tmp_path / NONCE_FILE)
+    )
+    smoke = verify_kit(result.archive, options).get("smoke")
+    assert smoke is not None and smoke.status == "pass" and smoke.ratio == "7/7", smoke
+    assert smoke.items[0] == (
+        f"proof OK: ran in {result.manifest.image.image_id} (the kit rebuilt onto {python_base})"
+    )
+
+
+def _smoke(result: BuildResult, log: Path, base: Path, nonce: str | None) -> list[str]:
+    row = verify_kit(result.archive, VerifyOptions(smoke=log, base=str(base), nonce=nonce)).get(
+        "smoke"
+    )
+    assert row is not None and row.status == "fail", row
+    return row.problems
+
+
+def test_the_proof_refuses_an_old_log_a_run_outside_the_image_and_a_written_log(
+    python_base: Path, tmp_path: Path
+) -> None:
+    need_root_and_umoci()
+    result = build(tmp_path, python_base)
+    root = rootfs(result, python_base, tmp_path)
+    (tmp_path / "earlier").mkdir()
+    earlier = selftest(root, issue_nonce(tmp_path / "earlier"))
+    assert earlier.returncode == 0, earlier.stdout + earlier.stderr
+    nonce = issue_nonce(tmp_path)
+    log = tmp_path / "smoke.txt"
+    # An earlier run's log: everything ok, but it answers the nonce of that run.
+    log.write_text(earlier.stdout)
+    assert "a log from an earlier run" in _smoke(result, log, python_base, nonce)[0]
+    # Outside the image: the same script with this run's nonce, in a root filesystem
+    # that is not the rebuilt image (its /etc/os-release differs; L1/L2 still pass,
+    # so only the proof can tell).
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc" / "os-release").write_text("ID=elsewhere\n")
+    outside = selftest(root, nonce)
+    assert f"selftest proof {nonce} sha256:" in outside.stdout
+    log.write_text(outside.stdout)
+    assert "did not run inside this image" in _smoke(result, log, python_base, nonce)[0]
+    # Hand-written: the good lines with this run's nonce and a made-up digest.
+    written = earlier.stdout.splitlines()
+    written[1] = f"selftest proof {nonce} sha256:" + "1" * 64
+    log.write_text("\n".join(written) + "\n")
+    assert "did not run inside this image" in _smoke(result, log, python_base, nonce)[0]
+    # Without the proof line, without a nonce, without the rebuilt image: each says so.
+    log.write_text("\n".join(written[:1] + written[2:]) + "\n")
+    assert "no proof line" in _smoke(result, log, python_base, nonce)[0]
+    assert "no nonce was issued" in _smoke(result, log, python_base, None)[0]
+    row = verify_kit(result.archive, VerifyOptions(smoke=log, nonce=nonce)).get("smoke")
+    assert row is not None and "give --base" in row.problems[0]
 
 
 def test_the_release_table_shows_every_seed_row_with_its_counts(
@@ -133,26 +192,33 @@ def test_the_release_table_shows_every_seed_row_with_its_counts(
     need_root_and_umoci()
     result = build(tmp_path, python_base)
     assert result.manifest.code is not None
+    first = VerifyOptions(base=str(python_base))
+    table, _ = verify_release(result.archive, tmp_path / "issued", first)
+    smoke_row = {r.item: r for r in table.rows}["smoke L1/L2"]
+    assert smoke_row.status == "not run" and "smoke-nonce.txt" in smoke_row.result
+    nonce = read_nonce(tmp_path / "issued" / NONCE_FILE)
     log = tmp_path / "smoke.txt"
-    log.write_text(selftest(rootfs(result, python_base, tmp_path)).stdout)
+    log.write_text(selftest(rootfs(result, python_base, tmp_path), nonce).stdout)
     options = VerifyOptions(
         repo=tmp_path / "project",
         base=str(python_base),
         smoke=log,
+        nonce=nonce,
         baseline=result.manifest.code.repo_rev,
     )
     table, report = verify_release(result.archive, tmp_path / "evidence", options)
     assert report.ok and table.ok and table.complete, table
+    assert not (tmp_path / "evidence" / NONCE_FILE).exists()
     assert [(r.item, r.ratio) for r in table.rows] == [
         ("kit integrity", "9/9"),
         ("consistency (source = payload)", "3/3"),
         ("rebuild", "4/4"),
-        ("smoke L1/L2", "6/6"),
+        ("smoke L1/L2", "7/7"),
         ("defaults spot-check", "3/3"),
         ("repo_rev vs release baseline", "1/1"),
     ]
     markdown = (tmp_path / "evidence" / "kit-table.md").read_text()
-    assert "| smoke L1/L2 | ✅ pass | 6/6 |" in markdown and "[smoke.txt](smoke.txt)" in markdown
+    assert "| smoke L1/L2 | ✅ pass | 7/7 |" in markdown and "[smoke.txt](smoke.txt)" in markdown
 
 
 def test_a_changed_payload_file_and_a_wrong_engine_fail_l1_and_l2(

@@ -84,6 +84,7 @@ def verify(opts: KitVerifyOptions) -> int:
     from rich.console import Console
 
     from servekit.kit.releasetable import verify_release
+    from servekit.kit.smokeproof import NONCE_FILE, read_nonce
     from servekit.kit.streams import Limits
     from servekit.kit.tables import checks_table
     from servekit.kit.verify import VerifyOptions, run_verify
@@ -97,11 +98,17 @@ def verify(opts: KitVerifyOptions) -> int:
         baseline=opts.baseline,
         base=opts.base,
         smoke=opts.smoke,
+        nonce=read_nonce(opts.nonce) if opts.nonce is not None else None,
     )
     written = ""
     if opts.out is not None:
         table, report = verify_release(opts.archive, opts.out, options)
         written = f"release table: {opts.out / 'kit-table.md'} ({len(table.rows)} rows)"
+        if opts.smoke is None:
+            written += (
+                f"\nsmoke nonce: {opts.out / NONCE_FILE} (run 'sh selftest.sh image NONCE'"
+                " in the rebuilt image, then give --smoke LOG --nonce that file)"
+            )
     else:
         report = run_verify(opts.archive, options).report
     if opts.as_json:

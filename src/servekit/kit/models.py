@@ -21,7 +21,8 @@ from pydantic import (
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import image_path, whiteout_named
 
-SCHEMA_VERSION: Literal[2] = 2
+# 3: selftest.sh image takes the verify run's nonce and prints the smoke proof.
+SCHEMA_VERSION: Literal[3] = 3
 Role = Literal["decode", "prefill", "mixed"]
 # An environment variable name as shell scripts and a Dockerfile ENV take it unquoted.
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -302,7 +303,7 @@ class ImageInfo(_Frozen):
 class KitManifest(_Frozen):
     """The whole MANIFEST.json."""
 
-    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
     name: str
     generator: Generator
     created: str | None

@@ -85,7 +85,11 @@ class KitVerifyOptions(_Options):
     )
     base: str | None = Field(None, description="Base image: rebuild onto it and prove the result")
     smoke: Path | None = Field(
-        None, description="Log of 'selftest.sh image' run in the rebuilt image"
+        None, description="Log of 'selftest.sh image NONCE' run in the rebuilt image"
+    )
+    nonce: Path | None = Field(
+        None,
+        description="smoke-nonce.txt that an earlier kit verify --out issued for --smoke's run",
     )
     out: Path | None = Field(
         None, description="Folder for the release table (Markdown, JSON) and its evidence"
@@ -125,6 +129,8 @@ class KitVerifyOptions(_Options):
             )
         if self.catalog is not None and self.family is None:
             raise ValueError("--catalog applies to --family: give --family NAME too")
+        if self.nonce is not None and self.smoke is None:
+            raise ValueError("--nonce applies to --smoke: give --smoke LOG too")
         if self.family is not None and not _FAMILY_NAME.fullmatch(self.family):
             raise ValueError(f"--family {self.family[:40]!r}: write a profile name, e.g. a3/NAME")
         return self

@@ -75,8 +75,12 @@ def check_base(manifest: KitManifest, base: Image) -> None:
         raise UsageError(f"--base is not this kit's base: {problem}")
 
 
-def rebuild_kit(req: RebuildRequest) -> CheckReport:
-    """Rebuild, prove, and move into place only when every check passes."""
+def rebuild_kit(req: RebuildRequest, keep: list[FsState] | None = None) -> CheckReport:
+    """Rebuild, prove, and move into place only when every check passes.
+
+    ``keep`` receives the rebuilt image's filesystem as it was read back (the
+    smoke proof is recomputed from it).
+    """
     if req.out.exists():
         raise UsageError(f"--out {req.out} exists; give a new path")
     if req.gzip and req.out.name.endswith(".tar"):
@@ -94,7 +98,7 @@ def rebuild_kit(req: RebuildRequest) -> CheckReport:
         config = kit.read_bytes("config.json")
         with _staging(req.out) as staged:
             _write(staged, req, manifest, config, layers)
-            report = prove(kit, manifest, staged, req.limits).model_copy(
+            report = prove(kit, manifest, staged, req.limits, keep).model_copy(
                 update={"subject": str(req.out)}
             )
             if report.ok:
@@ -127,7 +131,9 @@ def _write(
     write_oci(staged, config, layers, req.tag or "latest", annotations)
 
 
-def prove(kit: KitDir, m: KitManifest, image_ref: Path, limits: Limits) -> CheckReport:
+def prove(
+    kit: KitDir, m: KitManifest, image_ref: Path, limits: Limits, keep: list[FsState] | None = None
+) -> CheckReport:
     """Read a rebuilt image back and compare it with the kit's record."""
     image = read_image(str(image_ref))
     want = m.base.diff_ids + [layer.diff_id for layer in m.layers]
@@ -146,6 +152,8 @@ def prove(kit: KitDir, m: KitManifest, image_ref: Path, limits: Limits) -> Check
         )
     )
     state = apply_image(image, limits, strict_from=len(m.base.diff_ids))
+    if keep is not None:
+        keep.append(state)
     checks.append(_fs_check(kit, state))
     checks.append(_payload_check(m, state))
     return CheckReport(subject=str(image_ref), checks=checks)
@@ -181,22 +189,28 @@ def _payload_check(m: KitManifest, state: FsState) -> CheckResult:
     return outcome("payload", problems, f"{n}/{n} file(s) sha256, size and mode equal")
 
 
-def rebuild_row(kit: Path, base: str, limits: Limits) -> tuple[CheckResult, CheckReport | None]:
+def rebuild_row(
+    kit: Path, base: str, limits: Limits
+) -> tuple[CheckResult, CheckReport | None, FsState | None]:
     """``kit verify --base``: rebuild into a scratch folder, prove it, and summarise as one row.
 
     A base that is not the kit's base is this row's failure (not exit 2), so
-    the rest of the verify table still shows.
+    the rest of the verify table still shows. The rebuilt filesystem comes
+    back only when every rebuild check passed (the smoke proof needs the
+    proven image, not a damaged one).
     """
     from servekit.kit.scratch import scratch_dir
 
+    keep: list[FsState] = []
     with scratch_dir() as tmp:
         try:
-            report = rebuild_kit(RebuildRequest(kit, base, tmp / "rebuilt", None, limits))
+            report = rebuild_kit(RebuildRequest(kit, base, tmp / "rebuilt", None, limits), keep)
         except UsageError as exc:
-            return failed("rebuild", [str(exc)]), None
+            return failed("rebuild", [str(exc)]), None, None
     kept = sum(c.status == "pass" for c in report.checks)
     problems = [f"{c.name}: {c.detail}" for c in report.checks if c.status == "fail"]
     items = [f"{c.status} {c.name}: {c.detail}" for c in report.checks]
     detail = "; ".join(f"{c.name} {c.detail}" for c in report.checks)
     row = counted("rebuild", kept, len(report.checks), problems, items, what="rebuild checks")
-    return row.model_copy(update={"detail": f"{row.ratio} checks: {detail}"}), report
+    state = keep[0] if keep and report.ok else None
+    return row.model_copy(update={"detail": f"{row.ratio} checks: {detail}"}), report, state

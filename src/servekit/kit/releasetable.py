@@ -90,7 +90,8 @@ ROWS = (
         "smoke L1/L2",
         ("smoke",),
         "smoke.txt",
-        "run 'selftest.sh image' in the rebuilt image and give --smoke LOG",
+        "run 'sh selftest.sh image NONCE' in the rebuilt image, NONCE from this run's"
+        " smoke-nonce.txt, and give --smoke LOG --nonce smoke-nonce.txt",
     ),
     _RowSpec(
         "defaults spot-check",
@@ -190,6 +191,10 @@ def verify_release(
 ) -> tuple[KitReleaseTable, CheckReport]:
     """Run ``kit verify``, write the evidence files and ``kit-table.md``/``.json`` into ``out``."""
     _prepare(out)
+    if options.smoke is None:
+        from servekit.kit.smokeproof import issue_nonce
+
+        issue_nonce(out)
     verified = run_verify(path, options)
     report = verified.report
     atomic_write_text(out / "kit-verify.json", report.model_dump_json(indent=2) + "\n")

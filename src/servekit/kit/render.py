@@ -46,13 +46,14 @@ def _env() -> jinja2.Environment:
     return env
 
 
-# Schema 1 kits (before promises and the image-mode selftest) keep the text they were
-# written with, so a kit built by an earlier servekit still passes its generated check.
-_V1 = ("README.md", "selftest.sh")
+# Schema 1 kits (before promises and the image-mode selftest) and schema 2 kits (before
+# the smoke proof's nonce) keep the text they were written with, so a kit built by an
+# earlier servekit still passes its generated check.
+_OLD = ("README.md", "selftest.sh")
 
 
 def _template(name: str, schema: int) -> str:
-    return f"v1/{name}.j2" if schema == 1 and name in _V1 else f"{name}.j2"
+    return f"v{schema}/{name}.j2" if schema in (1, 2) and name in _OLD else f"{name}.j2"
 
 
 def render_all(manifest: KitManifest) -> dict[str, str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed, skipped
 from servekit.kit.errors import KitRefused, KitTooLarge
 from servekit.kit.expect import Shipped, check_expect
+from servekit.kit.fsmanifest import FsState
 from servekit.kit.integrity import (
     Scanned,
     compile_row,
@@ -48,7 +49,8 @@ class VerifyOptions:
     role -> NAME -> value). ``repo``: source = payload at the stamped commit.
     ``baseline``: the release's repo_rev (else the kit's ``expect.repo_rev``).
     ``base``: rebuild onto this base and prove it. ``smoke``: a
-    ``selftest.sh image`` log from the rebuilt image.
+    ``selftest.sh image NONCE`` log from the rebuilt image; ``nonce``: the
+    nonce this verify issued for it (:mod:`servekit.kit.smokeproof`).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -59,6 +61,7 @@ class VerifyOptions:
     baseline: str | None = None
     base: str | None = None
     smoke: Path | None = None
+    nonce: str | None = None
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Verified:
     report: CheckReport
     rebuild: CheckReport | None = None
     manifest: KitManifest | None = None
+    rootfs: FsState | None = None
 
 
 def verify_kit(path: Path, options: VerifyOptions | None = None) -> CheckReport:
@@ -173,13 +177,14 @@ def _release_rows(
     if options.base is not None:
         from servekit.kit.rebuild import rebuild_row
 
-        row, verified.rebuild = rebuild_row(kit.root, options.base, options.limits)
+        row, verified.rebuild, verified.rootfs = rebuild_row(kit.root, options.base, options.limits)
         rows.append(row)
     if options.smoke is not None:
-        from servekit.kit.smoke import smoke_row
+        from servekit.kit.smoke import Challenge, smoke_row
 
         smoke = options.smoke
-        rows.append(guarded("smoke", lambda: smoke_row(m, smoke)))
+        challenge = Challenge(options.nonce, verified.rootfs, options.base)
+        rows.append(guarded("smoke", lambda: smoke_row(m, smoke, challenge)))
     baseline = _baseline(kit, m, options.baseline)
     return rows + ([baseline] if baseline is not None else [])
 

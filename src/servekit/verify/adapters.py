@@ -146,10 +146,15 @@ def kit(archive: Path, out_dir: Path, inputs: KitInputs | None = None) -> KitChe
     """
     from servekit.kit import VerifyOptions as KitOptions
     from servekit.kit import verify_release
+    from servekit.kit.smokeproof import read_nonce
 
     given = inputs or KitInputs()
     options = KitOptions(
-        repo=given.repo, base=given.base, smoke=given.smoke, baseline=given.baseline
+        repo=given.repo,
+        base=given.base,
+        smoke=given.smoke,
+        nonce=read_nonce(given.nonce) if given.nonce is not None else None,
+        baseline=given.baseline,
     )
     table, report = verify_release(archive, out_dir, options)
     counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip")}

@@ -25,11 +25,13 @@ class KitInputs(BaseModel):
     repo: Path | None = None
     base: str | None = None
     smoke: Path | None = None
+    nonce: Path | None = None
     baseline: str | None = None
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in (self.repo, self.base, self.smoke, self.baseline))
+        values = (self.repo, self.base, self.smoke, self.nonce, self.baseline)
+        return any(v is not None for v in values)
 
 
 class VerifyOptions(BaseModel):
@@ -84,6 +86,10 @@ class VerifyOptions(BaseModel):
         default=None,
         description="with --kit: the selftest.sh log from the rebuilt image (smoke row)",
     )
+    kit_nonce: Path | None = Field(
+        default=None,
+        description="with --kit-smoke: the smoke-nonce.txt an earlier kit verify --out issued",
+    )
     kit_baseline: str | None = Field(
         default=None, description="with --kit: the release's repo_rev (repo_rev row)"
     )
@@ -137,7 +143,11 @@ class VerifyOptions(BaseModel):
     @property
     def kit_inputs(self) -> KitInputs:
         return KitInputs(
-            repo=self.kit_repo, base=self.kit_base, smoke=self.kit_smoke, baseline=self.kit_baseline
+            repo=self.kit_repo,
+            base=self.kit_base,
+            smoke=self.kit_smoke,
+            nonce=self.kit_nonce,
+            baseline=self.kit_baseline,
         )
 
     @property

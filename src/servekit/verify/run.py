@@ -70,7 +70,11 @@ def _utc_now() -> dt.datetime:
 def _check_kit_inputs(opts: VerifyOptions) -> None:
     given = opts.kit_inputs
     if opts.kit is None and given.given:
-        raise UsageError("--kit-repo/--kit-base/--kit-smoke/--kit-baseline: give --kit ARCHIVE too")
+        raise UsageError(
+            "--kit-repo/--kit-base/--kit-smoke/--kit-nonce/--kit-baseline: give --kit ARCHIVE too"
+        )
+    if given.nonce is not None and given.smoke is None:
+        raise UsageError("--kit-nonce applies to --kit-smoke: give --kit-smoke LOG too")
     if given.repo is not None and not given.repo.is_dir():
         raise UsageError(f"--kit-repo {given.repo}: no such folder; give the kit's source checkout")
     if given.smoke is not None and not given.smoke.is_file():
