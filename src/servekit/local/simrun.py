@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
+from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
 from servekit.render.plan import Plan, ProcessPlan
@@ -54,6 +55,9 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "role": proc.role,
         "engine_id": proc.engine_id,
         "kv_mode": proc.kv_mode or "params",
+        "kv_connector": proc.kv_connector or "NixlConnector",
+        # what the real guard reads: the Plan's SERVEKIT_DECODE_GUARD (unset: strict)
+        "guard_mode": "prompt-keyed" if proc.env.get(GUARD_ENV) == "prompt-keyed" else "strict",
         "dp_rank": proc.dp_rank or 0,
         "dp_size": proc.dp_size or 1,
         "tp": proc.tp,

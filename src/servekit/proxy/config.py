@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from servekit.errors import UsageError
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
-MODES = ("pd", "prompt-keyed", "replica")
+MODES = ("pd", "bootstrap", "prompt-keyed", "replica")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 
@@ -56,8 +56,13 @@ class ProxyConfig:
     decode: tuple[str, ...] = opt((), "decode instances", metavar="URL", nargs="+")
     replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL",
                                    nargs="+")  # fmt: skip
-    mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:2],
-                    allowed=MODES)  # fmt: skip
+    mode: str = opt("pd", "PD flavour (pd: pull, the prefill's kv_transfer_params; bootstrap: "
+                    "vLLM's MooncakeConnector; prompt-keyed: ExampleConnector); replica mode "
+                    "follows from --replica", choices=MODES[:3], allowed=MODES)  # fmt: skip
+    prefill_bootstrap: tuple[str, ...] = opt(
+        (), "bootstrap mode: ENGINE_ID=http://HOST:PORT of each --prefill's bootstrap server, "
+        "in --prefill order", metavar="ID=URL", nargs="+",
+    )  # fmt: skip
     host: str = opt("127.0.0.1", "address to listen on")
     port: int = opt(8000, "port to listen on (0: any free one)", ge=0, le=65535, metavar="PORT")
     api_key: str | None = opt(None, "client key (in-process only)", flag=False, repr=False)
@@ -204,6 +209,28 @@ def check_url(flag: str, url: str) -> str:
     return url.rstrip("/")
 
 
+def parse_bootstrap(value: str) -> tuple[str, str]:
+    """``ENGINE_ID=http://HOST:PORT`` -> (engine id, URL); UsageError naming the flag if not."""
+    engine_id, sep, url = value.partition("=")
+    if not sep or not engine_id.strip():
+        raise UsageError(f"--prefill-bootstrap {value}: expected ENGINE_ID=http://HOST:PORT")
+    return engine_id.strip(), check_url("--prefill-bootstrap", url)
+
+
+def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, ...]) -> None:
+    if mode != "bootstrap":
+        if bootstrap:
+            raise UsageError("--prefill-bootstrap applies to --mode bootstrap; drop it")
+        return
+    if len(bootstrap) != len(prefill):
+        raise UsageError(
+            f"--prefill-bootstrap: give one ENGINE_ID=URL per --prefill ({len(prefill)}), "
+            f"got {len(bootstrap)}"
+        )
+    for value in bootstrap:
+        parse_bootstrap(value)
+
+
 def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -> None:
     if replica and (prefill or decode):
         raise UsageError("--replica cannot be combined with --prefill/--decode; pick one topology")
@@ -285,6 +312,7 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
+    _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))
     config = ProxyConfig(**ns)
     return with_keys(config) if read_keys else config
 

@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
-from servekit.sim.spec import KvMode, Role
+from servekit.kvprotocol import protocol_of
+from servekit.sim.spec import GuardMode, KvMode, Role
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
-PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 
@@ -41,6 +41,7 @@ class VllmLaunch(BaseModel):
     port: int = Field(ge=0, le=65535)
     role: Role
     kv_mode: KvMode
+    guard_mode: GuardMode
     kv_connector: str | None
     kv_port: int = Field(ge=0, le=65535)
     engine_id: str | None
@@ -214,7 +215,8 @@ def _launch(
         host=ns.host,
         port=ns.port,
         role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
-        kv_mode="prompt" if connector in PROMPT_KEYED_CONNECTORS else "params",
+        kv_mode=protocol_of(connector) if isinstance(connector, str) else "params",
+        guard_mode="prompt-keyed" if guard_state() == "prompt-keyed" else "strict",
         kv_connector=connector if isinstance(connector, str) else None,
         kv_port=_kv_port(kv),
         engine_id=str(kv["engine_id"]) if kv.get("engine_id") is not None else None,
