@@ -312,6 +312,8 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
+    if "prefill_bootstrap" in ns:
+        ns["prefill_bootstrap"] = tuple(ns["prefill_bootstrap"])
     _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))
     config = ProxyConfig(**ns)
     return with_keys(config) if read_keys else config
