@@ -1,5 +1,10 @@
 """Faults on the real KV path: NixlConnector between two real vLLM CPU engines.
 
+Found here: vLLM 0.32's NIXL decoder reads expired, reused blocks and answers
+200 with another prompt's continuation (the expiry test is a strict xfail that
+records it). servekit's proxy never holds params: it sends decode as soon as the
+prefill answers and a retry runs a new prefill, and local/1p1d's lease is 120 s.
+
 One module-scoped run of local/1p1d from a copy of the catalog whose NIXL lease
 is short (``kv_lease_duration``), beside local/single as the reference. Each
 fault must end in a clean error or the reference's answer, never a hung
@@ -116,6 +121,13 @@ def _clean_error_or(want: str, status: int, raw: bytes) -> None:
         assert status >= 400 and ("error" in doc or "detail" in doc), (status, raw)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="observed with vLLM 0.32 NixlConnector on the CPU: after the lease expired and "
+    "another prompt took the freed blocks, the decoder still pulled them and answered 200 "
+    "with a wrong text (the prefill logs 'Potentially invalid KV blocks ... retrieved by a "
+    "decode worker'); strict, so a vLLM that errors or answers right instead turns this red",
+)
 def test_expired_kv_ends_in_an_error_or_the_right_answer(run: Project) -> None:
     urls = _urls(run)
     want = _reference(urls, PROMPT)
