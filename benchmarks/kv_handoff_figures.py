@@ -77,8 +77,10 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float]]] = {"pd": [], "single": []}
     for i in range(args.n):
         prompt = f"Figure prompt {i}: " + "the mill by the river turns slowly " * (4 + 8 * i)
-        rows["pd"].append(stream(args.pd, prompt))
-        rows["single"].append(stream(args.single, prompt))
+        for name, url in (("pd", args.pd), ("single", args.single)):
+            ttft, per = stream(url, prompt)
+            rows[name].append((ttft, per))
+            print(f"{name:7s} prompt {i}: TTFT {ttft:.3f} s, {per * 1000:.1f} ms/token", flush=True)
     med = {k: (statistics.median(t for t, _ in v), statistics.median(p for _, p in v))
            for k, v in rows.items()}  # fmt: skip
     for k, (ttft, per) in med.items():
