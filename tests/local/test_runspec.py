@@ -41,7 +41,9 @@ def test_1p1d_launches_use_the_mapped_ports(tmp_path: Path) -> None:
     assert prefill.ready_model == plan.served_model_name
     assert proxy.ready_model is None  # the proxy is ready on /health alone
     kv = json.loads(prefill.argv[prefill.argv.index("--kv-transfer-config") + 1])
-    assert kv["kv_connector_extra_config"]["shared_storage_path"].startswith(str(tmp_path))
+    assert kv["kv_connector"] == "NixlConnector" and kv["kv_buffer_device"] == "cpu"
+    assert kv["kv_connector_module_path"] == "servekit_kv_cpu"  # the shim in the bundle
+    assert prefill.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(mapping["0:5600"])
     assert decode.log == tmp_path / "logs" / "decode.log"
 
 
@@ -98,7 +100,11 @@ def test_sim_spec_from_the_plan(tmp_path: Path) -> None:
     assert set(by_name) == {"prefill", "decode"}
     assert by_name["decode"].port == mapping["0:8101"]
     assert by_name["decode"].role == "decode"
-    assert by_name["prefill"].kv_mode == "prompt"
+    assert by_name["prefill"].kv_mode == "params"  # NIXL pulls
+    assert by_name["decode"].guard_mode == "strict"
+    keyed = spec_from_mapping(sim_spec_doc(_plan("local/1p1d-example", tmp_path)[0]))
+    decoder = next(e for e in keyed.endpoints if e.role == "decode")
+    assert decoder.kv_mode == "prompt" and decoder.guard_mode == "prompt-keyed"
     assert by_name["decode"].served_model_name == plan.served_model_name
 
 

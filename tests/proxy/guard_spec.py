@@ -59,7 +59,7 @@ def _ids_ok(v: Any) -> bool:
     return sum(len(g) for g in v) > 0
 
 
-def oracle_params(kv: Any, strict: bool = False) -> bool:
+def oracle_params(kv: Any, strict: bool = True) -> bool:
     """The spec on the value of kv_transfer_params."""
     if type(kv) is not dict:
         return False
@@ -74,7 +74,7 @@ def oracle_params(kv: Any, strict: bool = False) -> bool:
     return texts and _plain_int(port) and 0 <= port <= 65535 and _ids_ok(kv.get("remote_block_ids"))
 
 
-def oracle_body(body: bytes, strict: bool = False) -> bool:
+def oracle_body(body: bytes, strict: bool = True) -> bool:
     """The spec on a whole body: True when it passes."""
     try:
         doc = json.loads(body)

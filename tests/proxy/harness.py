@@ -89,6 +89,14 @@ class Stack:
     def loads_are_zero(self) -> bool:
         return all(i.tokens == 0 and i.requests == 0 for i in self.proxy.router.instances())
 
+    def prefill_bootstrap(self, i: int) -> str:
+        """ENGINE_ID=URL of prefill ``i``'s bootstrap server (bootstrap mode)."""
+        spec = self.prefill[i].ep.spec
+        return f"{spec.engine}=http://{spec.host}:{spec.side_port}"
+
+    def prefill_engine_id(self, i: int) -> str:
+        return self.prefill[i].ep.spec.engine
+
     def state(self, name: str) -> str:
         return next(i.state.value for i in self.proxy.router.instances() if i.name == name)
 
@@ -133,6 +141,11 @@ async def stack(
         r: [v for k, v in nodes.items() if k[0] == r[0]] for r in ("prefill", "decode", "replica")
     }
     settings = {**FAST_HEALTH, **config}
+    if settings.get("mode") == "bootstrap" and "prefill_bootstrap" not in settings:
+        settings["prefill_bootstrap"] = tuple(
+            f"{n.ep.spec.engine}=http://{n.ep.spec.host}:{n.ep.spec.side_port}"
+            for n in by_role["prefill"]
+        )
     cfg = ProxyConfig(
         **{role: tuple(n.url for n in members) for role, members in by_role.items()},
         mode="replica" if replica else settings.pop("mode", "pd"),

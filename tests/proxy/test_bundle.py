@@ -230,15 +230,16 @@ def test_the_guard_file_applies_the_rule_from_a_plain_environment(
     out = run_in(plain_python, code, env={"PYTHONPATH": str(tmp_path)}, cwd="/")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
-    for refused in ("incident", "not_remote"):
+    # no SERVEKIT_DECODE_GUARD: strict, so a client's prompt-keyed marker is refused too
+    for refused in ("incident", "not_remote", "marker"):
         status, body, _ = got[refused]
         assert (
             status == 400
             and json.loads(body)["error"]["code"] == "decode_role_requires_kv_transfer_params"
         )
-    for passed in ("routed", "marker", "tokenize"):
+    for passed in ("routed", "tokenize"):
         assert got[passed][:2] == [200, "generated"], passed
     status, body, headers = got["health"]
-    assert status == 200 and headers["x-servekit-decode-guard"] == "on"
+    assert status == 200 and headers["x-servekit-decode-guard"] == "strict"
     assert json.loads(body)["decode_guard"]["routes_from"] == "path rule"
     assert middleware_target() == f"{RENDERED_MODULE}.DecodeGuardMiddleware"

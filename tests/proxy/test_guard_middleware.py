@@ -143,7 +143,12 @@ def test_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     marked = [
         {"type": "http.request", "body": b'{"kv_transfer_params": {"servekit_prompt_keyed": true}}'}
     ]
-    cases = {"off": (200, 200), "on": (400, 200), "strict": (400, 400), "": (400, 200)}
+    # issue 23 item 1: unset, on, strict and unknown values refuse the marker; only
+    # prompt-keyed (set by the Plan for ExampleConnector decoders) takes it
+    cases = {
+        "off": (200, 200), "on": (400, 400), "strict": (400, 400), "": (400, 400),
+        "prompt-keyed": (400, 200), "typo": (400, 400),
+    }  # fmt: skip
     for value, (want_plain, want_marked) in cases.items():
         monkeypatch.setenv("SERVEKIT_DECODE_GUARD", value)
         for incoming, want in ((plain, want_plain), (marked, want_marked)):
@@ -213,7 +218,7 @@ def test_routes_come_from_the_router_and_health_names_them() -> None:
     with testclient.TestClient(vllm_like_app()) as client:
         health = client.get("/health")
         assert health.status_code == 200
-        assert health.headers["x-servekit-decode-guard"] == "on"
+        assert health.headers["x-servekit-decode-guard"] == "strict"
         report = health.json()["decode_guard"]
         assert report["routes_from"] == "router"
         assert set(report["guarded"]) == {

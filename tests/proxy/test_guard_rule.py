@@ -92,7 +92,7 @@ def test_every_body_the_proxy_sends_to_decode_passes(
     pd = json.dumps(decode_payload(body, answer)).encode()
     assert body_passes(pd, accept_prompt_keyed=False)
     keyed = json.dumps(prompt_keyed_decode_payload(body)).encode()
-    assert body_passes(keyed)
+    assert body_passes(keyed, accept_prompt_keyed=True)  # prompt-keyed decoders only
 
 
 def test_each_connectors_prefill_answer_passes_and_each_field_matters() -> None:

@@ -9,6 +9,8 @@ from servekit.proxy.payloads import PREFILL_KV_PARAMS, PROMPT_KEYED_MARK
 
 from .harness import MODEL, run, stack
 
+PROMPT_KEYED_SIM = {"kv_mode": "prompt", "guard_mode": "prompt-keyed"}
+
 
 def test_streamed_pd_request_prefills_one_token_then_streams_decode_byte_for_byte() -> None:
     async def scenario() -> None:
@@ -80,7 +82,7 @@ def test_pd_never_sends_decode_params_that_do_not_ask_for_a_remote_prefill() -> 
 
 def test_prompt_keyed_mode_marks_decode_requests_and_replaces_client_params() -> None:
     async def scenario() -> None:
-        async with stack(mode="prompt-keyed", sim={"kv_mode": "prompt"}) as s:
+        async with stack(mode="prompt-keyed", sim=PROMPT_KEYED_SIM) as s:
             body = {"model": MODEL, "prompt": "same prompt", "max_tokens": 3, "stream": True}
             status, out = await s.post("/v1/completions", body)
             assert status == 200
@@ -89,7 +91,7 @@ def test_prompt_keyed_mode_marks_decode_requests_and_replaces_client_params() ->
             (dec,) = s.decode[0].gen()
             assert out == dec.answer
             assert dec.body == {**body, "kv_transfer_params": PROMPT_KEYED_MARK}
-            assert body_passes(json.dumps(dec.body).encode())
+            assert body_passes(json.dumps(dec.body).encode(), accept_prompt_keyed=True)
             own = {**body, "kv_transfer_params": {"do_remote_prefill": False}}
             status, _ = await s.post("/v1/completions", own)
             assert status == 200  # the guard would refuse the client's params; the proxy marks it
@@ -150,5 +152,47 @@ def test_tokenize_goes_to_a_decoder_and_prefix_cache_reset_to_every_instance() -
             s.prefill[1].spy.stub["/reset_prefix_cache"] = 500
             status, out = await s.post("/reset_prefix_cache", {})
             assert status == 502 and "prefill-1" in json.loads(out)["error"]["message"]
+
+    run(scenario())
+
+
+def test_a_strict_decoder_refuses_the_marker_a_prompt_keyed_one_takes() -> None:
+    """Issue 23 item 1: the simulator's guard models strict and prompt-keyed apart."""
+
+    async def scenario() -> None:
+        for guard_mode, want in (("strict", 400), ("prompt-keyed", 200)):
+            sim = {"kv_mode": "prompt", "guard_mode": guard_mode}
+            async with stack(mode="prompt-keyed", sim=sim) as s:
+                body = {"model": MODEL, "prompt": "keyed", "max_tokens": 3}
+                status, out = await s.post("/v1/completions", body)
+                assert status == want, (guard_mode, out)
+                if want == 400:
+                    code = json.loads(out)["error"]["code"]
+                    assert code == "decode_role_requires_kv_transfer_params"
+
+    run(scenario())
+
+
+def test_bootstrap_mode_makes_the_transfer_id_and_the_decode_params() -> None:
+    """vLLM's MooncakeConnector: the prefill answers no params; the proxy builds decode's."""
+
+    async def scenario() -> None:
+        async with stack(mode="bootstrap", sim={"kv_mode": "bootstrap"}) as s:
+            body = {"model": MODEL, "prompt": "moon", "max_tokens": 3, "stream": True}
+            status, out = await s.post("/v1/completions", body)
+            assert status == 200, out
+            (pre,) = s.prefill[0].gen()
+            sent = pre.body["kv_transfer_params"]
+            assert set(sent) == {"do_remote_decode", "transfer_id"} and sent["do_remote_decode"]
+            assert json.loads(pre.answer)["kv_transfer_params"] is None  # as the real one answers
+            (dec,) = s.decode[0].gen()
+            kv = dec.body["kv_transfer_params"]
+            assert kv["transfer_id"] == sent["transfer_id"] and kv["do_remote_prefill"] is True
+            assert kv["remote_engine_id"] == s.prefill_engine_id(0)
+            assert kv["remote_bootstrap_addr"] == s.prefill_bootstrap(0).split("=", 1)[1]
+            assert body_passes(json.dumps(dec.body).encode())  # strict guard
+            await s.post("/v1/completions", body)
+            ids = {g.body["kv_transfer_params"]["transfer_id"] for g in s.prefill[0].gen()}
+            assert len(ids) == 2  # one transfer id per prefill
 
     run(scenario())

@@ -52,7 +52,8 @@ def test_when_every_decoder_fails_the_client_gets_502_not_a_consumed_kv_error() 
 
 def test_prompt_keyed_decode_retries_without_a_new_prefill() -> None:
     async def scenario() -> None:
-        async with stack(decode=2, mode="prompt-keyed", sim={"kv_mode": "prompt"},
+        async with stack(decode=2, mode="prompt-keyed",
+                         sim={"kv_mode": "prompt", "guard_mode": "prompt-keyed"},
                          decode_policy="round-robin", health_interval_s=30) as s:  # fmt: skip
             s.decode[0].fault(error_rate=1.0, error_status=500)
             status, _ = await s.post("/v1/completions", STREAM)

@@ -20,7 +20,14 @@ from .harness import FAST_HEALTH, wait_until
 def pd_spec(decoders: int = 1, kv_mode: str = "params", guard: bool = True) -> dict[str, Any]:
     eps = [{"name": "p0", "port": 0, "role": "prefill", "kv_mode": kv_mode}]
     eps += [
-        {"name": f"d{i}", "port": 0, "role": "decode", "kv_mode": kv_mode, "guard": guard}
+        {
+            "name": f"d{i}",
+            "port": 0,
+            "role": "decode",
+            "kv_mode": kv_mode,
+            "guard": guard,
+            "guard_mode": "prompt-keyed" if kv_mode == "prompt" else "strict",
+        }
         for i in range(decoders)
     ]
     return {"endpoints": eps}

@@ -76,4 +76,4 @@ def test_catalog_site_writes_the_index(catalog: Path, tmp_path: Path) -> None:
     done = servekit("catalog", "site", "--out", str(tmp_path / "site"), "--catalog", str(catalog))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "site" / "index.html")
-    assert len(list((tmp_path / "site" / "layouts").glob("*.html"))) == 12 + 25  # 25 imported
+    assert len(list((tmp_path / "site" / "layouts").glob("*.html"))) == 14 + 25  # 25 imported

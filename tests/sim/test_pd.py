@@ -88,7 +88,8 @@ def test_prefill_returns_vllm_shaped_kv_transfer_params(pd: RunningSim) -> None:
     assert params["remote_host"] == "127.0.0.1"
     assert params["remote_port"] == 36000 + 1 * 4  # kv_port + dp_rank x tp
     assert params["tp_size"] == 4
-    assert len(params["remote_block_ids"]) == -(-_prompt_tokens(pd) // 16)
+    (group,) = params["remote_block_ids"]  # one list per KV cache group, as NIXL writes it
+    assert len(group) == -(-_prompt_tokens(pd) // 16)
     assert isinstance(params["remote_request_id"], str)
 
 

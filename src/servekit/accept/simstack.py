@@ -56,14 +56,22 @@ def _with_logs(spec: Mapping[str, Any], log_dir: Path) -> SimSpec:
 def proxy_argv(spec: SimSpec, urls: Mapping[str, str], reference: str | None) -> list[str]:
     """``python -m servekit.proxy`` flags for the spec's engines (the reference left out)."""
     by_role: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
-    prompt_keyed = False
+    modes: set[str] = set()
+    bootstraps: list[str] = []
     for ep in spec.endpoints:
         if ep.name != reference:
             by_role[ep.role].append(urls[ep.name])
-            prompt_keyed = prompt_keyed or ep.kv_mode == "prompt"
+            modes.add(ep.kv_mode)
+            if ep.role == "prefill":
+                host = urls[ep.name].rsplit(":", 1)[0]
+                bootstraps.append(f"{ep.engine}={host}:{ep.side_port}")
     if by_role["prefill"] or by_role["decode"]:
         argv = ["--prefill", *by_role["prefill"], "--decode", *by_role["decode"]]
-        return argv + (["--mode", "prompt-keyed"] if prompt_keyed else [])
+        if "prompt" in modes:
+            return [*argv, "--mode", "prompt-keyed"]
+        if "bootstrap" in modes:
+            return [*argv, "--mode", "bootstrap", "--prefill-bootstrap", *bootstraps]
+        return argv
     return ["--replica", *by_role["mixed"]]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
+from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
@@ -62,6 +63,9 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "engine_id": proc.engine_id,
         "kv_mode": proc.kv_mode or "params",
         "metaservers": _metaservers(proc),
+        "kv_connector": proc.kv_connector or "NixlConnector",
+        # what the real guard reads: the Plan's SERVEKIT_DECODE_GUARD (unset: strict)
+        "guard_mode": "prompt-keyed" if proc.env.get(GUARD_ENV) == "prompt-keyed" else "strict",
         "dp_rank": proc.dp_rank or 0,
         "dp_size": proc.dp_size or 1,
         "tp": proc.tp,

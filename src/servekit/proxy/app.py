@@ -70,7 +70,7 @@ async def _run_trip(
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
     trip = Trip(router, request, ticket, progress)
     mode = router.config.mode
-    if mode == "pd" and prompt_count(body) > 1:
+    if mode in ("pd", "bootstrap") and prompt_count(body) > 1:
         # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
         msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
         raise ProxyError("bad_request", "proxy", msg)

@@ -29,7 +29,7 @@ from servekit.errors import UsageError
 from servekit.guard import metaserver_key
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
-MODES = ("pd", "prompt-keyed", "layerwise", "replica")
+MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 
@@ -57,8 +57,13 @@ class ProxyConfig:
     decode: tuple[str, ...] = opt((), "decode instances", metavar="URL", nargs="+")
     replica: tuple[str, ...] = opt((), "replicas, no PD (excludes the two above)", metavar="URL",
                                    nargs="+")  # fmt: skip
-    mode: str = opt("pd", "PD flavour; replica mode follows from --replica", choices=MODES[:3],
-                    allowed=MODES)  # fmt: skip
+    mode: str = opt("pd", "PD flavour (pd: pull, the prefill's kv_transfer_params; bootstrap: "
+                    "vLLM's MooncakeConnector; prompt-keyed: ExampleConnector; layerwise: vllm-ascend's MooncakeLayerwiseConnector); replica mode "
+                    "follows from --replica", choices=MODES[:4], allowed=MODES)  # fmt: skip
+    prefill_bootstrap: tuple[str, ...] = opt(
+        (), "bootstrap mode: ENGINE_ID=http://HOST:PORT of each --prefill's bootstrap server, "
+        "in --prefill order", metavar="ID=URL", nargs="+",
+    )  # fmt: skip
     metaserver_url: str | None = opt(
         None, "layerwise: the URL decoders call back with their blocks (default "
         "http://HOST:PORT/v1/metaserver; needed when --host is a wildcard)", metavar="URL",
@@ -240,6 +245,28 @@ def check_url(flag: str, url: str) -> str:
     return url.rstrip("/")
 
 
+def parse_bootstrap(value: str) -> tuple[str, str]:
+    """``ENGINE_ID=http://HOST:PORT`` -> (engine id, URL); UsageError naming the flag if not."""
+    engine_id, sep, url = value.partition("=")
+    if not sep or not engine_id.strip():
+        raise UsageError(f"--prefill-bootstrap {value}: expected ENGINE_ID=http://HOST:PORT")
+    return engine_id.strip(), check_url("--prefill-bootstrap", url)
+
+
+def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, ...]) -> None:
+    if mode != "bootstrap":
+        if bootstrap:
+            raise UsageError("--prefill-bootstrap applies to --mode bootstrap; drop it")
+        return
+    if len(bootstrap) != len(prefill):
+        raise UsageError(
+            f"--prefill-bootstrap: give one ENGINE_ID=URL per --prefill ({len(prefill)}), "
+            f"got {len(bootstrap)}"
+        )
+    for value in bootstrap:
+        parse_bootstrap(value)
+
+
 def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -> None:
     if replica and (prefill or decode):
         raise UsageError("--replica cannot be combined with --prefill/--decode; pick one topology")
@@ -321,6 +348,9 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
+    if "prefill_bootstrap" in ns:
+        ns["prefill_bootstrap"] = tuple(ns["prefill_bootstrap"])
+    _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))
     config = ProxyConfig(**ns)
     return with_keys(config) if read_keys else config
 

@@ -12,6 +12,12 @@ never read the field and vLLM's scheduler only acts on
 request and lets it through. Decode instances keep their guard against plain
 requests sent to them directly.
 
+vLLM's MooncakeConnector speaks the bootstrap protocol instead: the prefill copy
+announces ``{do_remote_decode: true, transfer_id}`` (a fresh id per attempt), the
+prefill answers no params, and the decode request carries
+``{do_remote_prefill: true, transfer_id, remote_engine_id, remote_bootstrap_addr}``
+built here from the prefill instance's bootstrap server (``--prefill-bootstrap``).
+
 A prefill answer's params are forwarded only when the decode guard
 (:func:`servekit.guard.asks_remote_prefill`) would let them through, so the
 proxy never sends a decoder something that makes it prefill by itself.
@@ -33,8 +39,13 @@ PREFILL_KV_PARAMS: dict[str, Any] = {
 }
 
 
-def prefill_payload(route: str, body: dict[str, Any], with_kv_params: bool) -> dict[str, Any]:
-    """A copy of ``body`` that only prefills: one token, no stream."""
+def prefill_payload(
+    route: str, body: dict[str, Any], with_kv_params: bool, kv_params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A copy of ``body`` that only prefills: one token, no stream.
+
+    ``kv_params`` replaces the pull protocol's announcement (bootstrap mode).
+    """
     payload = dict(body)
     payload["stream"] = False
     payload.pop("stream_options", None)
@@ -45,7 +56,9 @@ def prefill_payload(route: str, body: dict[str, Any], with_kv_params: bool) -> d
         payload["min_tokens"] = 1
         if "max_completion_tokens" in payload:
             payload["max_completion_tokens"] = 1
-    if with_kv_params:
+    if kv_params is not None:
+        payload["kv_transfer_params"] = dict(kv_params)
+    elif with_kv_params:
         payload["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
     else:
         payload.pop("kv_transfer_params", None)
@@ -73,3 +86,18 @@ def decode_payload(body: dict[str, Any], kv_params: dict[str, Any]) -> dict[str,
     payload = dict(body)
     payload["kv_transfer_params"] = kv_params
     return payload
+
+
+def bootstrap_prefill_params(transfer_id: str) -> dict[str, Any]:
+    """What a MooncakeConnector prefill is told: send this transfer's KV when asked."""
+    return {"do_remote_decode": True, "transfer_id": transfer_id}
+
+
+def bootstrap_decode_params(transfer_id: str, engine_id: str, bootstrap: str) -> dict[str, Any]:
+    """What a MooncakeConnector decoder needs to pull the transfer from the prefill."""
+    return {
+        "do_remote_prefill": True,
+        "transfer_id": transfer_id,
+        "remote_engine_id": engine_id,
+        "remote_bootstrap_addr": bootstrap,
+    }

@@ -9,6 +9,11 @@ Rules kept here:
 - in PD mode a decode request always carries the prefill's kv_transfer_params,
   and only when they ask for a remote prefill as the decode guard requires
   (the proxy half of the guard);
+- bootstrap mode (vLLM's MooncakeConnector): the proxy makes a transfer id per
+  attempt, tells the prefill to hold the KV under it, and gives decode the id
+  with the chosen prefill's engine id and bootstrap server; the prefill's
+  answer carries no params, and only a prefill without a known bootstrap
+  server is a 502;
 - prefilled KV is consumed once: when a decode attempt fails, the next attempt
   runs a new prefill for new KV, and never resends block ids a decoder may
   have pulled already;
@@ -34,9 +39,12 @@ import aiohttp
 from aiohttp import web
 
 from servekit.proxy.bodies import check_json, read_answer
+from servekit.proxy.config import parse_bootstrap
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.payloads import (
+    bootstrap_decode_params,
+    bootstrap_prefill_params,
     decode_payload,
     kv_params_of,
     prefill_payload,
@@ -88,6 +96,7 @@ class Trip:
         self.progress = progress
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
+        self.prefilled_on: Instance | None = None
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
@@ -117,15 +126,22 @@ class Trip:
         finally:
             self.router.release(lease)
 
-    async def prefill(self, with_kv_params: bool) -> dict[str, Any] | None:
-        """Run the prefill copy; returns its kv_transfer_params (None if absent)."""
-        payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params)
+    async def prefill(
+        self, with_kv_params: bool, kv_params: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Run the prefill copy; returns its kv_transfer_params (None if absent).
+
+        The instance that served it is kept in ``prefilled_on``.
+        """
+        payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params, kv_params)
         data = json.dumps(payload).encode()
         cfg = self.router.config
         t0 = time.perf_counter()
 
         async def exchange(inst: Instance) -> bytes:
-            return await self._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+            body = await self._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+            self.prefilled_on = inst
+            return body
 
         self.progress.stage = "prefill"
         body = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
@@ -157,13 +173,7 @@ class Trip:
             if n:
                 self.router.metrics.retries.labels("decode").inc()
                 await asyncio.sleep(cfg.retry_backoff_s * 2 ** (n - 1))
-            kv = await self.prefill(with_kv_params=True)
-            if kv is None:
-                msg = (
-                    "prefill answer carried no kv_transfer_params asking for a remote prefill; "
-                    "is the KV connector configured?"
-                )
-                raise ProxyError("missing_kv_transfer_params", "prefill", msg)
+            kv = await self._handoff()
             data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
             try:
                 return await self.generate("decode", data, attempts=1, tried=tried)
@@ -174,6 +184,35 @@ class Trip:
         if last is None:
             raise ProxyError("no_healthy_instance", "decode", "no healthy decode instance")
         raise last
+
+    async def _handoff(self) -> dict[str, Any]:
+        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap)."""
+        if self.router.config.mode != "bootstrap":
+            kv = await self.prefill(with_kv_params=True)
+            if kv is None:
+                msg = (
+                    "prefill answer carried no kv_transfer_params asking for a remote prefill; "
+                    "is the KV connector configured?"
+                )
+                raise ProxyError("missing_kv_transfer_params", "prefill", msg)
+            return kv
+        transfer_id = uuid.uuid4().hex
+        await self.prefill(with_kv_params=True, kv_params=bootstrap_prefill_params(transfer_id))
+        inst = self.prefilled_on
+        server = self._bootstrap_of(inst.url) if inst is not None else None
+        if server is None:
+            who = "?" if inst is None else self.router.describe(inst)
+            msg = f"prefill {who} has no known bootstrap server (--prefill-bootstrap)"
+            raise ProxyError("missing_kv_transfer_params", "prefill", msg)
+        return bootstrap_decode_params(transfer_id, *server)
+
+    def _bootstrap_of(self, url: str) -> tuple[str, str] | None:
+        """(engine id, bootstrap URL) of the prefill instance at ``url``."""
+        cfg = self.router.config
+        for prefill, value in zip(cfg.prefill, cfg.prefill_bootstrap, strict=False):
+            if prefill == url:
+                return parse_bootstrap(value)
+        return None
 
     async def generate(
         self, stage: str, data: bytes, *, attempts: int | None = None,

@@ -1,9 +1,10 @@
-"""servekit's own files that travel with a rendering: the decode guard and the proxy.
+"""servekit's own files that travel with a rendering: the decode guard, the KV shim, the proxy.
 
 The engine image must not need servekit installed: the guard is one
 standard-library module loaded with ``--middleware`` through PYTHONPATH, and the
 proxy is a zipapp that needs only aiohttp (which every vLLM image has). Both are
-written beside the scripts (and into a local run's bundle folder), byte for byte
+the CPU shim of vLLM's NIXL and Mooncake connectors is one module loaded by
+``kv_connector_module_path`` (:mod:`servekit.kvshim`). All are written beside the scripts (and into a local run's bundle folder), byte for byte
 the same as servekit's own code.
 """
 
@@ -16,14 +17,20 @@ from servekit.fsutil import atomic_write_bytes
 
 GUARD_FILE = f"{GUARD_MODULE}.py"
 PROXY_FILE = "servekit-proxy.pyz"
+KV_SHIM_FILE = "servekit_kv_cpu.py"
 
 
 def bundle_files() -> dict[str, bytes]:
     """File name -> bytes of every bundled file (the guard is servekit's own guard.py)."""
+    from servekit import kvshim
     from servekit.guard import source_bytes
     from servekit.proxy.bundle import zipapp_bytes
 
-    return {GUARD_FILE: source_bytes(), PROXY_FILE: zipapp_bytes()}
+    return {
+        GUARD_FILE: source_bytes(),
+        KV_SHIM_FILE: kvshim.source_bytes(),
+        PROXY_FILE: zipapp_bytes(),
+    }
 
 
 def write_bundle(folder: Path) -> list[Path]:

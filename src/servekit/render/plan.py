@@ -32,17 +32,25 @@ from servekit.defaults import (
     defaults_for,
     format_value,
 )
+from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV, metaserver_url
+from servekit.kvprotocol import KV_PORT_ENV, guard_mode_of, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
-KvMode = Literal["params", "prompt", "layerwise"]
-ProxyMode = Literal["pd", "prompt-keyed", "layerwise", "replica"]
+KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]
+ProxyMode = Literal["pd", "bootstrap", "prompt-keyed", "layerwise", "replica"]
+# The proxy's PD flavour for each handoff protocol (servekit.kvprotocol).
+PROXY_MODE_OF: dict[KvMode, ProxyMode] = {
+    "params": "pd",
+    "bootstrap": "bootstrap",
+    "prompt": "prompt-keyed",
+    "layerwise": "layerwise",
+}
 BIND_REF = "${BIND_HOST}"
 PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
-KV_MODES: dict[str, KvMode] = {"prompt-keyed": "prompt", "layerwise": "layerwise"}
 LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"  # vllm-ascend; selects proxy mode layerwise
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
@@ -87,6 +95,9 @@ class ProxyFacts(_Frozen):
     prefill: tuple[str, ...] = ()
     decode: tuple[str, ...] = ()
     replica: tuple[str, ...] = ()
+    bootstrap: tuple[str, ...] = Field(
+        default=(), description="bootstrap mode: ENGINE_ID=URL of each prefill's bootstrap server"
+    )
 
     def backend_counts(self) -> dict[str, int]:
         """``<role>_instances`` -> count, as the proxy's /health reports them."""
@@ -116,8 +127,10 @@ class ProcessPlan(_Frozen):
     headless: bool = False
     guard: bool = Field(default=False, description="the decode guard middleware is loaded")
     kv_mode: KvMode | None = Field(
-        default=None, description="how KV reaches decode: kv_transfer_params or prompt-keyed"
+        default=None,
+        description="how KV reaches decode: kv_transfer_params (pull), bootstrap or prompt-keyed",
     )
+    kv_connector: str | None = Field(default=None, description="the KV connector's name")
     proxy: ProxyFacts | None = None
     devices: tuple[int, ...] = ()
     host: str = Field(description="address other nodes reach this process at")
@@ -247,8 +260,13 @@ class _Context:
         self.opts = opts
         self.kind = layout.engine_kind
         self.device_cursor: dict[int, int] = {}
-        mode = layout.proxy.mode if layout.proxy is not None else None
-        self.kv_mode: KvMode = KV_MODES.get(mode or "", "params")
+        decoders = [e for e in layout.engines if e.role == "decode" and e.kv_connector]
+        # The proxy speaks what the decoders' connector speaks (servekit.kvprotocol).
+        self.kv_mode: KvMode = (
+            protocol_of(decoders[0].kv_connector.name)  # type: ignore[union-attr]
+            if decoders
+            else "params"
+        )
 
     def host(self, node: int) -> str:
         """Node ``node``'s address here (a ``${NODE<k>_IP}`` reference when not given)."""
@@ -301,6 +319,24 @@ def _apply_settings(
         elif setting.how == "middleware":
             _guard(ctx, args, env, bool(value))
     return used
+
+
+def _kv_env(engine: Engine, env: dict[str, PlanEnvValue], kv_port: int | None) -> None:
+    """What the connector needs in the environment: its port, and the guard's mode.
+
+    vLLM's NIXL and Mooncake connectors take their side-channel / bootstrap port
+    from the environment; it is the engine's (mapped) kv_port. A decoder's guard
+    accepts the prompt-keyed marker only when its connector is prompt-keyed; the
+    guard's default (no variable) is strict, so nothing is set for the others.
+    """
+    conn = engine.kv_connector
+    if conn is None:
+        return
+    port_env = KV_PORT_ENV.get(conn.name)
+    if port_env is not None and kv_port is not None:
+        env[port_env] = str(kv_port)
+    if engine.role == "decode" and guard_mode_of(conn.name) == "prompt-keyed":
+        env[GUARD_ENV] = "prompt-keyed"
 
 
 def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -> None:
@@ -487,6 +523,7 @@ def _process(
     headless: bool = False,
 ) -> ProcessPlan:
     env = _env(ctx, engine)
+    _kv_env(engine, env, kv_port)
     settings = _settings(ctx, engine)
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
@@ -510,7 +547,8 @@ def _process(
         tp=engine.tp,
         headless=headless,
         guard=bool(settings.get("guard", False)),
-        kv_mode=ctx.kv_mode if engine.kv_connector is not None else None,
+        kv_mode=protocol_of(engine.kv_connector.name) if engine.kv_connector else None,
+        kv_connector=engine.kv_connector.name if engine.kv_connector else None,
         devices=devices,
         host=ctx.host(node),
         bind_host=engine.bind_host,
@@ -636,6 +674,30 @@ def _proxy_access(args: _Args, proxy: Proxy) -> None:
             args.lit(flag, value)
 
 
+def _serving_engine(ctx: _Context, node: int, planned: int) -> Engine | None:
+    """The engine whose API a proxy endpoint (node, planned port) names."""
+    for e in ctx.layout.engines:
+        if e.api_port is not None and node in e.nodes:
+            span = max(e.replicas, e.dp_size_per_node if e.launch == "external-dp" else 1)
+            if e.api_port <= planned < e.api_port + span:
+                return e
+    return None
+
+
+def _bootstraps(ctx: _Context, proxy: Proxy, host: Any) -> tuple[str, ...]:
+    """ENGINE_ID=http://HOST:PORT of each prefill endpoint's bootstrap server (its kv_port)."""
+    found = []
+    for node, planned in proxy.endpoints("prefill"):
+        engine = _serving_engine(ctx, node, planned)
+        if engine is None or engine.kv_port is None or engine.engine_id is None:
+            raise ValueError(
+                f"proxy.prefill {node}:{planned}: a bootstrap connector needs the prefill "
+                "engine's engine_id and kv_port (its bootstrap server)"
+            )
+        found.append(f"{engine.engine_id}=http://{host(node)}:{ctx.port(node, engine.kv_port)}")
+    return tuple(found)
+
+
 def _proxy_process(ctx: _Context) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
@@ -647,9 +709,10 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     args.lit("--host")
     args.ref(listen, listen_template)
     args.lit("--port", str(port))
-    if proxy.mode != "replica":
-        args.lit("--mode", proxy.mode)
-    if proxy.mode == "layerwise":
+    mode: ProxyMode = "replica" if proxy.mode == "replica" else PROXY_MODE_OF[ctx.kv_mode]
+    if mode != "replica":
+        args.lit("--mode", mode)
+    if mode == "layerwise":
         callback = _metaserver(ctx)
         args.lit("--metaserver-url")
         if isinstance(callback, NodeUrl):
@@ -665,11 +728,13 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
             for node, planned in proxy.endpoints(which)
         )
 
+    bootstrap = _bootstraps(ctx, proxy, ctx.host) if mode == "bootstrap" else ()
     facts = ProxyFacts(
-        mode=proxy.mode,
+        mode=mode,
         prefill=urls("prefill", ctx.host),
         decode=urls("decode", ctx.host),
         replica=urls("replicas", ctx.host),
+        bootstrap=bootstrap,
     )
     for flag, which in (
         ("--prefill", "prefill"),
@@ -681,6 +746,10 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
             args.lit(flag)
             for value, template in zip(here, urls(which, node_ref), strict=True):  # type: ignore[arg-type]
                 args.ref(value, template)
+    if bootstrap:
+        args.lit("--prefill-bootstrap")
+        for value, template in zip(bootstrap, _bootstraps(ctx, proxy, node_ref), strict=True):
+            args.ref(value, template)
     return ProcessPlan(
         name="proxy",
         node=proxy.node,

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servekit.catalog.schema import Engine, Layout, Proxy
+from servekit.kvprotocol import protocol_of
 from servekit.render.plan import LAYERWISE_CONNECTOR, Plan, PlanOptions, build_plan
 
 Level = Literal["error", "warning"]
@@ -230,6 +231,7 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
         "pd": ("prefill", "decode"),
         "prompt-keyed": ("prefill", "decode"),
         "layerwise": ("prefill", "decode"),
+        "bootstrap": ("prefill", "decode"),
         "replica": ("mixed",),
     }
     for role in groups[proxy.mode]:
@@ -255,6 +257,31 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
         )
     if proxy.mode == "replica" and proxy.prefill + proxy.decode:
         yield _err(layout, "proxy.mode", "replica mode takes replicas, not prefill/decode lists")
+    yield from _connector_protocol(layout)
+
+
+def _connector_protocol(layout: Layout) -> Iterable[Finding]:
+    """PD engines share one handoff protocol; the proxy's flavour follows from it."""
+    protocols = {
+        protocol_of(e.kv_connector.name)
+        for e in layout.engines
+        if e.role in ("prefill", "decode") and e.kv_connector is not None
+    }
+    if len(protocols) > 1:
+        yield _err(
+            layout,
+            "engines.kv_connector.name",
+            f"prefill and decode connectors speak different handoff protocols "
+            f"({', '.join(sorted(protocols))}); use one connector for both",
+        )
+    proxy = layout.proxy
+    if proxy is not None and proxy.mode == "prompt-keyed" and protocols - {"prompt"}:
+        yield _err(
+            layout,
+            "proxy.mode",
+            "prompt-keyed needs a prompt-keyed connector (ExampleConnector); with a connector "
+            "that reads kv_transfer_params use mode pd (the Plan picks the protocol)",
+        )
 
 
 def _layerwise_pairing(layout: Layout, proxy: Proxy) -> Iterable[Finding]:

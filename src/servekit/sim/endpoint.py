@@ -71,7 +71,10 @@ class SimEndpoint:
         self.log = _endpoint_logger(spec)
         self.producer: Producer | None = None
         if spec.role == "prefill":
-            self.producer = Producer(spec.engine, spec.host, spec.side_port, spec.tp)
+            self.producer = Producer(
+                spec.engine, spec.host, spec.side_port, spec.tp,
+                connector=spec.kv_connector, bootstrap=spec.kv_mode == "bootstrap",
+            )  # fmt: skip
             kvreg.add_producer(self.producer)
         cache_info = {
             "block_size": str(self.profile.block_size),
@@ -326,6 +329,9 @@ class SimEndpoint:
             return store
         if not params.get("do_remote_decode"):
             return None
+        if producer.bootstrap and not params.get("transfer_id"):
+            self.log.warning("Missing transfer_id in kv_transfer_params from router!")
+            return None
 
         def hold(seq: Seq) -> bool:
             alloc = seq.alloc
@@ -343,6 +349,7 @@ class SimEndpoint:
                 n_blocks=self.kv.blocks_for(seq.prompt_len),
                 window=(self.engine.vt, self.profile.kv_hold_timeout_s),
                 release=release,
+                transfer_id=params.get("transfer_id"),
             )
             return held
 

@@ -70,8 +70,9 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     if kind == "responses" and not ep.spec.responses_api:
         return web.Response(status=404, body=b'{"detail":"Not Found"}', content_type=JSON)
     body = await request.read()
+    keyed = ep.spec.guard_mode == "prompt-keyed"
     if ep.spec.guard and guard_rejects(
-        request.method, request.path, body, metaservers=layerwise.guard_keys(ep)
+        request.method, request.path, body, keyed, metaservers=layerwise.guard_keys(ep)
     ):
         ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
         return web.Response(status=400, body=guard_error_body(request.path), content_type=JSON)

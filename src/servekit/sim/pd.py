@@ -8,6 +8,15 @@ an unknown engine or address, blocks never produced, already consumed, expired
 or prefilled for another prompt are refused, as a real connector would fail.
 The prompt-keyed mode (vLLM's ExampleConnector) needs no params: decode finds
 the prefilled KV by a digest of the prompt.
+
+The params have the shapes the real connectors produce (recorded from real
+engines in ``tests/fixtures/kv_params.json`` and compared field by field in
+``tests/sim/test_kv_shapes.py``): NixlConnector's pull params (block ids one
+list per KV cache group, side channel, sizes, expiry, ``transfer_mode``);
+vllm-ascend's Mooncake pull params for its connectors; and for vLLM's
+MooncakeConnector (bootstrap) no params at all from the prefill, which holds
+the KV under the proxy's ``transfer_id`` until a decoder names that id, the
+engine and the prefill's bootstrap server.
 """
 
 from __future__ import annotations
@@ -18,9 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from servekit.guard import asks_remote_prefill
 from servekit.sim.layerwise import PushBoard
 
 PROMPT_KEYED_MAX = 4096
+TRANSFER_KEY = "transfer:"
+NIXL_NAMES = frozenset({"NixlConnector", "NixlPullConnector"})
 
 
 class KvTransferError(Exception):
@@ -35,6 +47,13 @@ class Producer:
     host: str
     port: int
     tp_size: int
+    connector: str = "NixlConnector"
+    bootstrap: bool = False
+
+    @property
+    def bootstrap_addr(self) -> str:
+        """The URL of this producer's bootstrap server (vLLM's MooncakeConnector)."""
+        return f"http://{self.host}:{self.port}"
 
 
 @dataclass(slots=True)
@@ -51,16 +70,56 @@ class Offer:
 
 
 def check_remote_params(params: dict[str, Any]) -> None:
-    """The shape every kv_transfer_params from a prefill engine has; KvTransferError if not."""
-    if not isinstance(params.get("remote_host"), str) or not isinstance(
-        params.get("remote_port"), int
-    ):
-        raise KvTransferError("remote_host/remote_port missing: not a prefill engine's params")
-    blocks = params.get("remote_block_ids")
-    if not isinstance(blocks, list) or not blocks:
-        raise KvTransferError("remote_block_ids missing or empty")
-    if not params.get("remote_request_id"):
-        raise KvTransferError("remote_request_id missing")
+    """The shape a decoder's connector can act on (the guard's rule); KvTransferError if not."""
+    if not asks_remote_prefill(params):
+        raise KvTransferError(
+            "kv_transfer_params do not name a prefill's KV (pull: remote_block_ids, "
+            "remote_engine_id, remote_request_id, remote_host, remote_port; bootstrap: "
+            "transfer_id, remote_engine_id, remote_bootstrap_addr)"
+        )
+
+
+def _flat_blocks(value: object) -> list[int] | None:
+    """Block ids as one list, from a list of ids or one list per KV cache group."""
+    if not isinstance(value, list):
+        return None
+    if all(isinstance(v, list) for v in value):
+        return [b for group in value for b in group]
+    return list(value)
+
+
+def pull_params(
+    producer: Producer, request_id: str, ids: list[int], prompt_len: int, expires: float | None
+) -> dict[str, Any]:
+    """The kv_transfer_params a pull connector's prefill answers, in its real shape."""
+    if producer.connector in NIXL_NAMES:
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [ids],
+            "remote_engine_id": producer.engine_id,
+            "remote_request_id": request_id,
+            "remote_host": producer.host,
+            "remote_port": producer.port,
+            "tp_size": producer.tp_size,
+            "dcp_size": 1,
+            "pp_size": 1,
+            "remote_num_tokens": prompt_len,
+            "remote_blocks_expiry_time": expires,
+            "transfer_mode": "pull",
+            "remote_prefill_cached_tokens": 0,
+        }
+    return {  # vllm-ascend's Mooncake connectors (request_finished)
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": [ids],
+        "remote_num_prompt_tokens": prompt_len,
+        "remote_engine_id": producer.engine_id,
+        "remote_request_id": request_id,
+        "remote_host": producer.host,
+        "remote_port": producer.port,
+        "last_token_id": 0,
+    }
 
 
 class KvRegistry:
@@ -85,31 +144,27 @@ class KvRegistry:
         n_blocks: int,
         window: tuple[float, float],
         release: Callable[[], None],
-    ) -> dict[str, Any]:
+        transfer_id: str | None = None,
+    ) -> dict[str, Any] | None:
         """Hold prefilled blocks for a decoder; the params the prefill response carries.
 
-        ``window`` is (now, timeout) in virtual seconds.
+        ``window`` is (now, timeout) in virtual seconds. A bootstrap producer
+        holds them under ``transfer_id`` and answers no params (None).
         """
         digest, prompt_len = prompt
         now, timeout = window
         expires = now + timeout
         self.collect(now)
         ids = [next(self._block_ids) for _ in range(max(1, n_blocks))]
-        key = (producer.engine_id, request_id)
+        name = TRANSFER_KEY + str(transfer_id) if producer.bootstrap else request_id
+        key = (producer.engine_id, name)
         old = self._offers.pop(key, None)
         if old is not None and not old.consumed:
             old.release()
         self._offers[key] = Offer(producer, digest, prompt_len, ids, expires, release)
-        return {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "remote_engine_id": producer.engine_id,
-            "remote_host": producer.host,
-            "remote_port": producer.port,
-            "remote_block_ids": ids,
-            "remote_request_id": request_id,
-            "tp_size": producer.tp_size,
-        }
+        if producer.bootstrap:
+            return None
+        return pull_params(producer, request_id, ids, prompt_len, None)
 
     def claim(
         self, params: dict[str, Any], prompt_digest: int, now: float, *, trust_remote: bool = False
@@ -126,15 +181,7 @@ class KvRegistry:
             return None
         if not producers:
             raise KvTransferError(f"remote_engine_id {engine!r} names no prefill engine")
-        address = (params.get("remote_host"), params.get("remote_port"))
-        if address not in {(p.host, p.port) for p in producers}:
-            raise KvTransferError(
-                f"remote_host/remote_port {address[0]}:{address[1]} is not a KV port "
-                f"of engine {engine}"
-            )
-        offer = self._offers.get((engine, str(params.get("remote_request_id"))))
-        if offer is None or offer.block_ids != params.get("remote_block_ids"):
-            raise KvTransferError("remote_block_ids were never produced by that engine")
+        offer = self._find(params, engine, producers)
         if offer.consumed:
             raise KvTransferError("remote_block_ids were already consumed by another request")
         if offer.expires < now:
@@ -143,6 +190,29 @@ class KvRegistry:
             raise KvTransferError("the prompt differs from the one prefilled for these blocks")
         offer.consumed = True
         offer.release()
+        return offer
+
+    def _find(self, params: dict[str, Any], engine: str, producers: list[Producer]) -> Offer:
+        """The offer pull or bootstrap params name; KvTransferError when none matches."""
+        if "transfer_id" in params and "remote_bootstrap_addr" in params:
+            addr = params.get("remote_bootstrap_addr")
+            if addr not in {p.bootstrap_addr for p in producers if p.bootstrap}:
+                raise KvTransferError(
+                    f"remote_bootstrap_addr {addr} is not the bootstrap server of engine {engine}"
+                )
+            found = self._offers.get((engine, TRANSFER_KEY + str(params.get("transfer_id"))))
+            if found is None:
+                raise KvTransferError("transfer_id names no KV held by that engine")
+            return found
+        address = (params.get("remote_host"), params.get("remote_port"))
+        if address not in {(p.host, p.port) for p in producers}:
+            raise KvTransferError(
+                f"remote_host/remote_port {address[0]}:{address[1]} is not a KV port "
+                f"of engine {engine}"
+            )
+        offer = self._offers.get((engine, str(params.get("remote_request_id"))))
+        if offer is None or offer.block_ids != _flat_blocks(params.get("remote_block_ids")):
+            raise KvTransferError("remote_block_ids were never produced by that engine")
         return offer
 
     def collect(self, now: float) -> None:

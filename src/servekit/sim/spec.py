@@ -20,7 +20,8 @@ from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
 
 Role = Literal["mixed", "prefill", "decode"]
-KvMode = Literal["params", "prompt", "layerwise"]
+KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]
+GuardMode = Literal["strict", "prompt-keyed"]
 KvPeers = Literal["process", "any"]
 
 
@@ -37,8 +38,12 @@ class EndpointSpec(BaseModel):
     kv_port: int = Field(default=0, ge=0, le=65535)
     kv_mode: KvMode = Field(
         default="params",
-        description="params: kv_transfer_params; prompt: KV found by prompt; layerwise: "
+        description="params: pull kv_transfer_params; bootstrap: the proxy's transfer_id "
+        "(vLLM's MooncakeConnector); prompt: KV found by prompt; layerwise: "
         "decoder first, it calls the metaserver, prefill pushes the KV (sim.layerwise)",
+    )
+    kv_connector: str = Field(
+        default="NixlConnector", description="the connector whose kv_transfer_params shape is used"
     )
     metaservers: tuple[str, ...] = Field(
         default=(), description="layerwise decoder: the proxy URLs its guard trusts "
@@ -57,6 +62,11 @@ class EndpointSpec(BaseModel):
     max_model_len: int = Field(default=32768, ge=16)
     profile: str | Profile = "zero"
     guard: bool = Field(default=False, description="decode guard loaded")
+    guard_mode: GuardMode = Field(
+        default="strict",
+        description="strict: remote prefill only; prompt-keyed: also servekit's marker "
+        "(SERVEKIT_DECODE_GUARD, as the real guard reads it)",
+    )
     unguarded_incident: bool = Field(
         default=False, description="a request needing local prefill kills the engine"
     )

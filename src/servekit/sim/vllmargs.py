@@ -19,11 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
-from servekit.sim.spec import KvMode, Role
+from servekit.kvprotocol import protocol_of
+from servekit.sim.spec import GuardMode, KvMode, Role
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
-PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
-LAYERWISE_CONNECTORS = frozenset({"MooncakeLayerwiseConnector"})  # vllm-ascend
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 
@@ -42,6 +41,7 @@ class VllmLaunch(BaseModel):
     port: int = Field(ge=0, le=65535)
     role: Role
     kv_mode: KvMode
+    guard_mode: GuardMode
     kv_connector: str | None
     kv_port: int = Field(ge=0, le=65535)
     engine_id: str | None
@@ -202,12 +202,6 @@ def parse_launch(argv: list[str]) -> VllmLaunch:
         raise UsageError(f"sim serve: {where}: {msg.removeprefix('Value error, ')}") from None
 
 
-def _kv_mode(connector: object) -> KvMode:
-    if connector in PROMPT_KEYED_CONNECTORS:
-        return "prompt"
-    return "layerwise" if connector in LAYERWISE_CONNECTORS else "params"
-
-
 def _launch(
     argv: list[str], ns: argparse.Namespace, unknown: list[str], *, model: str
 ) -> VllmLaunch:
@@ -221,7 +215,8 @@ def _launch(
         host=ns.host,
         port=ns.port,
         role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
-        kv_mode=_kv_mode(connector),
+        kv_mode=protocol_of(connector) if isinstance(connector, str) else "params",
+        guard_mode="prompt-keyed" if guard_state() == "prompt-keyed" else "strict",
         kv_connector=connector if isinstance(connector, str) else None,
         kv_port=_kv_port(kv),
         engine_id=str(kv["engine_id"]) if kv.get("engine_id") is not None else None,

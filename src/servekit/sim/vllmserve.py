@@ -166,6 +166,8 @@ def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
         "kv_port": launch.kv_port,
         "kv_mode": launch.kv_mode,
         "metaservers": tuple(env.get(METASERVER_ENV, "").replace(",", " ").split()),
+        "kv_connector": launch.kv_connector or "NixlConnector",
+        "guard_mode": launch.guard_mode,
         "kv_peers": "any",
         "dp_rank": launch.ranks[0],
         "dp_size": launch.dp_size,
@@ -173,7 +175,10 @@ def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
         "served_model_name": launch.served_model_name,
         "profile": profile,
         "guard": launch.guard,
-        "unguarded_incident": launch.role == "decode" and not launch.guard,
+        # A decoder that prefills a prompt itself meets the seed incident, whether no
+        # guard stood in front of it or a guard let a request through that its
+        # connector cannot act on (the marker on a connector that reads the params).
+        "unguarded_incident": launch.role == "decode",
         "faults": env_faults(env).model_dump(),
         "launch": launch_record(launch, profile, speed),
     }

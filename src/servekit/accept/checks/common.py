@@ -56,6 +56,21 @@ def metric_sum(text: str, names: tuple[str, ...]) -> float:
     return total
 
 
+def metric_labelled(text: str, names: tuple[str, ...], label: str, value: str) -> float | None:
+    """The sum of the samples of ``names`` whose ``label`` is ``value`` (None: no such sample)."""
+    total, seen = 0.0, False
+    wanted = f'{label}="{value}"'
+    for line in text.splitlines():
+        match = METRIC_LINE.match(line)
+        if match and match.group(1) in names and wanted in (match.group(2) or ""):
+            try:
+                total += float(match.group(3))
+            except ValueError:
+                continue
+            seen = True
+    return total if seen else None
+
+
 def first_diff(a: str, b: str) -> str:
     """Where two answers part, for a failure reason."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):

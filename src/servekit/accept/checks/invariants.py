@@ -19,6 +19,7 @@ from servekit.accept.checks.common import (
     complete,
     engine_metrics,
     first_diff,
+    metric_labelled,
     metric_sum,
     prefix_caching_off,
     text_or_reason,
@@ -27,6 +28,7 @@ from servekit.accept.corpus import filler
 from servekit.accept.env import Probe, base_url
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.replies import cached_tokens, read_stream, usage
+from servekit.accept.wire import Exchange
 from servekit.deployment import Endpoint
 
 NO_DIRECT_ACCESS = (
@@ -93,20 +95,69 @@ async def _external_hits(probe: Probe, decode: tuple[Endpoint, ...]) -> float | 
     return total if seen else None
 
 
+BY_SOURCE_METRICS = (
+    "vllm:prompt_tokens_by_source_total",
+    "vllm:prompt_tokens_by_source",
+)
+SOURCES = ("external_kv_transfer", "local_compute")
+
+
+async def _by_source(probe: Probe, decode: tuple[Endpoint, ...]) -> dict[str, float] | None:
+    """Decode's prompt tokens by source (external_kv_transfer, local_compute); None: absent."""
+    texts = await engine_metrics(probe, decode)
+    found: dict[str, float] = {}
+    for source in SOURCES:
+        values = [metric_labelled(t, BY_SOURCE_METRICS, "source", source) for t in texts]
+        if any(v is not None for v in values):
+            found[source] = sum(v or 0.0 for v in values)
+    return found if len(found) == len(SOURCES) else None
+
+
+def _prompt_tokens(ex: Exchange) -> int | None:
+    doc = ex.json_body()
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) else None
+
+
 async def pd_kv_handoff(probe: Probe) -> Outcome:
-    """In PD, decode really loads the prompt's KV from prefill (not a silent re-prefill)."""
+    """In PD, decode really loads the prompt's KV from prefill (not a silent re-prefill).
+
+    Where vLLM exports ``vllm:prompt_tokens_by_source`` the measurements say how
+    many of the prompt's tokens decode received from the transfer and how many
+    it computed itself (a transfer-engine connector: all, and none).
+    """
     decode = probe.env.deployment.by_role("decode")
     if not decode or not probe.env.deployment.by_role("prefill"):
         return skipped("not a PD deployment (no prefill and decode endpoints)")
     before = await _external_hits(probe, decode)
     if before is None:
         return skipped("decode endpoints export no vllm:external_prefix_cache_hits metric")
+    sources_before = await _by_source(probe, decode)
     ex = await complete(probe, probe.env.entry, _handoff_prompt(), max_tokens=16)
     text, why = text_or_reason(ex)
     if text is None:
         return failed(f"request failed: {why}")
     after = await _external_hits(probe, decode)
     delta = (after or 0.0) - before
+    sources_after = await _by_source(probe, decode)
+    if sources_before is not None and sources_after is not None:
+        figures = {f"decode_{k}_tokens": sources_after[k] - sources_before[k] for k in SOURCES}
+        prompt = _prompt_tokens(ex)
+        if prompt is not None:
+            figures["prompt_tokens_sent"] = float(prompt)
+        if delta <= 0:
+            return failed(
+                "decode loaded no KV through the connector: it re-ran prefill by itself",
+                external_hits_delta=delta, **figures,
+            )  # fmt: skip
+        got = figures["decode_external_kv_transfer_tokens"]
+        local = figures["decode_local_compute_tokens"]
+        return passed(
+            f"decode received {got:.0f} of {prompt} prompt tokens from prefill and computed "
+            f"{local:.0f} itself",
+            external_hits_delta=delta, **figures,
+        )  # fmt: skip
     if delta <= 0:
         return failed(
             "decode loaded no KV through the connector (external prefix-cache hits did not "

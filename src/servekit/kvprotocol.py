@@ -1,0 +1,65 @@
+"""How a KV connector hands the prompt's KV to decode: one table, read by the Plan.
+
+Four protocols, each what the named connector really does (issue 24 recorded
+them from real engines; ``tests/fixtures/kv_params`` holds the facts):
+
+- ``params`` (pull): the prefill answers ``kv_transfer_params`` naming its
+  blocks and side channel (``do_remote_prefill``, ``remote_block_ids``,
+  ``remote_engine_id``, ``remote_request_id``, ``remote_host``, ``remote_port``,
+  ...); the proxy passes them to decode unchanged and the decoder pulls. vLLM's
+  NixlConnector and vllm-ascend's Mooncake connectors. Any connector not named
+  below is taken to read the params too: the strict guard is the safe default.
+- ``bootstrap``: vLLM's own MooncakeConnector. The proxy sends the prefill
+  ``{do_remote_decode, transfer_id}``, the prefill answers with no params, and
+  the proxy itself builds the decode request's ``{do_remote_prefill,
+  transfer_id, remote_engine_id, remote_bootstrap_addr}`` (the prefill's
+  bootstrap server, which answers ``/query``).
+- ``layerwise``: vllm-ascend's MooncakeLayerwiseConnector. The proxy sends the
+  decoder ``{do_remote_decode: false, do_remote_prefill: true, metaserver}``
+  first; the decoder POSTs its blocks to the proxy's ``/v1/metaserver``, and
+  only then does the proxy send the prefill, which pushes the KV layer by layer
+  (servekit.proxy.layerwise; the guard trusts only the deployment's own
+  metaserver, ``SERVEKIT_GUARD_METASERVER``).
+- ``prompt`` (prompt-keyed): ExampleConnector saves the KV under a digest of the
+  prompt and the decoder finds it there; it never reads ``kv_transfer_params``,
+  so only its decoders accept servekit's prompt-keyed marker.
+
+The decode guard's mode follows from the same table (:func:`guard_mode_of`):
+``strict`` wherever the connector reads the params, ``prompt-keyed`` only for
+prompt-keyed connectors.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+KvProtocol = Literal["params", "bootstrap", "prompt", "layerwise"]
+GuardMode = Literal["strict", "prompt-keyed"]
+
+PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
+BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})
+LAYERWISE_CONNECTORS = frozenset({"MooncakeLayerwiseConnector"})
+
+# vLLM's own connectors read their side-channel / bootstrap port from the
+# environment, not from --kv-transfer-config's kv_port: the Plan sets it from
+# the engine's (mapped) kv_port so two engines on one machine never share it.
+KV_PORT_ENV: dict[str, str] = {
+    "NixlConnector": "VLLM_NIXL_SIDE_CHANNEL_PORT",
+    "MooncakeConnector": "VLLM_MOONCAKE_BOOTSTRAP_PORT",
+}
+
+
+def protocol_of(connector: str) -> KvProtocol:
+    """The handoff protocol of the connector named ``connector``."""
+    if connector in PROMPT_KEYED_CONNECTORS:
+        return "prompt"
+    if connector in BOOTSTRAP_CONNECTORS:
+        return "bootstrap"
+    if connector in LAYERWISE_CONNECTORS:
+        return "layerwise"
+    return "params"
+
+
+def guard_mode_of(connector: str) -> GuardMode:
+    """The decode guard's mode for a decoder whose connector is ``connector``."""
+    return "prompt-keyed" if protocol_of(connector) == "prompt" else "strict"
