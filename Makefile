@@ -7,7 +7,7 @@ SERVEKIT := $(BIN)/servekit
 .PHONY: demo sim-demo test lint unit clean
 
 # Fresh machine -> real vLLM on the CPU: the tiny model is built offline,
-# local/1p1d (real KV handoff through vLLM's NixlConnector) comes up beside a
+# local/1p1d (real KV handoff through ExampleConnector) comes up beside a
 # single-instance reference, the acceptance matrix and the benchmarks run, the
 # release report is written and its path printed, everything is torn down.
 demo:

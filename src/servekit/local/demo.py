@@ -1,12 +1,12 @@
 """``servekit demo``: real PD on the CPU, checked against a single instance.
 
-Builds the tiny model, starts local/1p1d (prefill + decode through vLLM's
-NixlConnector, the proxy in front) and local/single (the reference) side by
+Builds the tiny model, starts local/1p1d (prefill + decode through
+ExampleConnector, the proxy in front) and local/single (the reference) side by
 side, sends the same greedy requests to both, and shows that the PD answers equal
 the single instance's byte for byte while the decode instance loaded the prompt's
 KV from the prefill instance (its external prefix-cache hits grow). Then it says
 where the records are and stops everything. The prompts are longer than one KV
-block, so they also show a real handoff on local/1p1d-example (ExampleConnector
+block, so they also show a real handoff on local/1p1d (ExampleConnector
 stores only whole blocks).
 """
 
