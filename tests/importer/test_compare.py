@@ -8,21 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.importer.compare import diff_plans, diff_sources
 from servekit.render.plan import build_plan
 
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+_cli = servekit_cli
 
 
 def test_1p1d_vs_2p2d_engines_ports_fanout_and_no_flag() -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
@@ -84,14 +83,7 @@ def test_provenance_and_status_derived(tmp_path: Path) -> None:
     assert layout_status(loaded).state == "derived"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+_cli = servekit_cli
 
 
 @pytest.mark.parametrize(

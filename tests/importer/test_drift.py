@@ -9,12 +9,11 @@ back as a saved tutorial file (shell code blocks), never the page's text.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.importer.drift import MAX_BYTES, drift_report, parse_upstream
@@ -199,14 +198,7 @@ def test_a_flag_moved_upstream_is_reported_as_moved(tmp_path: Path) -> None:
     assert moved == {"--new-upstream-flag", "--max-num-batched-tokens"}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+_cli = servekit_cli
 
 
 def test_cli_json_and_refusals(tmp_path: Path) -> None:
