@@ -49,17 +49,28 @@ KV_PORT_ENV: dict[str, str] = {
 }
 
 
-def protocol_of(connector: str) -> KvProtocol:
-    """The handoff protocol of the connector named ``connector``."""
+# One connector name, two programs: on vllm-ascend, ``MooncakeConnector`` is
+# vllm-ascend's own (the pull protocol, its kv_port in --kv-transfer-config);
+# only vLLM's own MooncakeConnector (vllm, vllm-cpu) speaks bootstrap.
+ASCEND_KIND = "vllm-ascend"
+
+
+def protocol_of(connector: str, engine_kind: str = "vllm") -> KvProtocol:
+    """The handoff protocol of the connector named ``connector`` on ``engine_kind``."""
     if connector in PROMPT_KEYED_CONNECTORS:
         return "prompt"
-    if connector in BOOTSTRAP_CONNECTORS:
-        return "bootstrap"
     if connector in LAYERWISE_CONNECTORS:
         return "layerwise"
+    if connector in BOOTSTRAP_CONNECTORS and engine_kind != ASCEND_KIND:
+        return "bootstrap"
     return "params"
 
 
-def guard_mode_of(connector: str) -> GuardMode:
+def kv_port_env(connector: str, engine_kind: str = "vllm") -> str | None:
+    """The variable vLLM's own connector reads its side-channel port from (none on Ascend)."""
+    return None if engine_kind == ASCEND_KIND else KV_PORT_ENV.get(connector)
+
+
+def guard_mode_of(connector: str, engine_kind: str = "vllm") -> GuardMode:
     """The decode guard's mode for a decoder whose connector is ``connector``."""
-    return "prompt-keyed" if protocol_of(connector) == "prompt" else "strict"
+    return "prompt-keyed" if protocol_of(connector, engine_kind) == "prompt" else "strict"

@@ -59,13 +59,6 @@ GUARD_DEVIATIONS = (
         "reason": "the guard module ships beside the scripts, so nothing is installed in the image",
     },
 )
-LAYERWISE_GUARD_DEVIATION = {
-    "what": "SERVEKIT_GUARD_METASERVER names the proxy's metaserver on the decode API servers",
-    "env": "SERVEKIT_GUARD_METASERVER",
-    "reason": "a layerwise decoder calls back the metaserver URL a request names; the guard "
-    "passes only requests naming this deployment's own proxy, so no client can point a "
-    "decoder at a URL of its choosing",
-}
 PROXY_DEVIATION = {
     "what": "servekit's PD proxy replaces the vendored proxy script",
     "process": "proxy",
@@ -193,8 +186,6 @@ def build_documents(
     deviations: list[dict[str, Any]] = []
     if decode_guard:
         deviations.extend(GUARD_DEVIATIONS)
-    if decode_guard and (layout.get("proxy") or {}).get("mode") == "layerwise":
-        deviations.append(dict(LAYERWISE_GUARD_DEVIATION))
     if "proxy" in layout:
         deviations.append(dict(PROXY_DEVIATION))
     for var, names in sorted(unset.items()):

@@ -34,7 +34,7 @@ from servekit.defaults import (
 )
 from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV, metaserver_url
-from servekit.kvprotocol import KV_PORT_ENV, guard_mode_of, protocol_of
+from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 
@@ -263,7 +263,7 @@ class _Context:
         decoders = [e for e in layout.engines if e.role == "decode" and e.kv_connector]
         # The proxy speaks what the decoders' connector speaks (servekit.kvprotocol).
         self.kv_mode: KvMode = (
-            protocol_of(decoders[0].kv_connector.name)  # type: ignore[union-attr]
+            protocol_of(decoders[0].kv_connector.name, self.kind)  # type: ignore[union-attr]
             if decoders
             else "params"
         )
@@ -321,7 +321,9 @@ def _apply_settings(
     return used
 
 
-def _kv_env(engine: Engine, env: dict[str, PlanEnvValue], kv_port: int | None) -> None:
+def _kv_env(
+    ctx: _Context, engine: Engine, env: dict[str, PlanEnvValue], kv_port: int | None
+) -> None:
     """What the connector needs in the environment: its port, and the guard's mode.
 
     vLLM's NIXL and Mooncake connectors take their side-channel / bootstrap port
@@ -332,10 +334,10 @@ def _kv_env(engine: Engine, env: dict[str, PlanEnvValue], kv_port: int | None) -
     conn = engine.kv_connector
     if conn is None:
         return
-    port_env = KV_PORT_ENV.get(conn.name)
+    port_env = kv_port_env(conn.name, ctx.kind)
     if port_env is not None and kv_port is not None:
         env[port_env] = str(kv_port)
-    if engine.role == "decode" and guard_mode_of(conn.name) == "prompt-keyed":
+    if engine.role == "decode" and guard_mode_of(conn.name, ctx.kind) == "prompt-keyed":
         env[GUARD_ENV] = "prompt-keyed"
 
 
@@ -523,7 +525,7 @@ def _process(
     headless: bool = False,
 ) -> ProcessPlan:
     env = _env(ctx, engine)
-    _kv_env(engine, env, kv_port)
+    _kv_env(ctx, engine, env, kv_port)
     settings = _settings(ctx, engine)
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
@@ -547,7 +549,7 @@ def _process(
         tp=engine.tp,
         headless=headless,
         guard=bool(settings.get("guard", False)),
-        kv_mode=protocol_of(engine.kv_connector.name) if engine.kv_connector else None,
+        kv_mode=protocol_of(engine.kv_connector.name, ctx.kind) if engine.kv_connector else None,
         kv_connector=engine.kv_connector.name if engine.kv_connector else None,
         devices=devices,
         host=ctx.host(node),

@@ -263,7 +263,7 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
 def _connector_protocol(layout: Layout) -> Iterable[Finding]:
     """PD engines share one handoff protocol; the proxy's flavour follows from it."""
     protocols = {
-        protocol_of(e.kv_connector.name)
+        protocol_of(e.kv_connector.name, layout.engine_kind)
         for e in layout.engines
         if e.role in ("prefill", "decode") and e.kv_connector is not None
     }

@@ -202,6 +202,13 @@ def parse_launch(argv: list[str]) -> VllmLaunch:
         raise UsageError(f"sim serve: {where}: {msg.removeprefix('Value error, ')}") from None
 
 
+def _engine_kind(kv: dict[str, Any]) -> str:
+    """vLLM's own MooncakeConnector (bootstrap) is configured by ``mooncake_protocol``;
+    a MooncakeConnector without it is vllm-ascend's (pull), as the A3/A2 scripts run it."""
+    extra = kv.get("kv_connector_extra_config")
+    return "vllm" if isinstance(extra, dict) and "mooncake_protocol" in extra else "vllm-ascend"
+
+
 def _launch(
     argv: list[str], ns: argparse.Namespace, unknown: list[str], *, model: str
 ) -> VllmLaunch:
@@ -215,7 +222,9 @@ def _launch(
         host=ns.host,
         port=ns.port,
         role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
-        kv_mode=protocol_of(connector) if isinstance(connector, str) else "params",
+        kv_mode=protocol_of(connector, _engine_kind(kv))
+        if isinstance(connector, str)
+        else "params",
         guard_mode="prompt-keyed" if guard_state() == "prompt-keyed" else "strict",
         kv_connector=connector if isinstance(connector, str) else None,
         kv_port=_kv_port(kv),
