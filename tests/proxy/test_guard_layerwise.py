@@ -103,7 +103,8 @@ def test_on_a_layerwise_decoder_no_other_shape_passes(body: bytes) -> None:
 def test_every_pull_answer_and_the_marker_are_refused_on_a_layerwise_decoder() -> None:
     for kv in [*PREFILL_ANSWERS, {"servekit_prompt_keyed": True}]:
         body = json.dumps({"prompt": "x", "kv_transfer_params": kv}).encode()
-        assert body_passes(body)  # positive control: a pull decoder takes them
+        # positive control: a pull decoder takes them (the marker: a prompt-keyed one)
+        assert body_passes(body, accept_prompt_keyed=True)
         assert not body_passes(body, metaservers=KEYS)
 
 
