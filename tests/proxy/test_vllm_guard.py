@@ -54,7 +54,7 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
 
 def check_guarded_routes(url: str, report: dict[str, Any]) -> None:
     """Every POST route the guard names refuses a plain body; allow-listed ones do not."""
-    assert report["routes_from"] == "router" and report["state"] == "on"
+    assert report["routes_from"] == "router" and report["state"] == "strict"
     guarded = [r.split(" ", 1)[1] for r in report["guarded"] if r.startswith("POST ")]
     assert {"/v1/completions", "/v1/chat/completions", "/v1/responses"} <= set(guarded)
     for path in guarded:
@@ -96,7 +96,7 @@ def test_real_vllm_loads_the_guard_file_and_refuses_what_would_prefill(tmp_path:
     try:
         wait_ready(proc, url, log)
         status, raw, headers = call(url + "/health")
-        assert status == 200 and headers["x-servekit-decode-guard"] == "on"
+        assert status == 200 and headers["x-servekit-decode-guard"] == "strict"  # the default
         check_guarded_routes(url, json.loads(raw)["decode_guard"])
         plain = {"model": "tiny", "prompt": "hello", "max_tokens": 4}
         chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -107,10 +107,14 @@ def test_real_vllm_loads_the_guard_file_and_refuses_what_would_prefill(tmp_path:
                 assert status == 400 and json.loads(raw)["error"]["code"] == GUARD_ERROR_CODE
         assert call(url + "/health")[0] == 200
         assert call(url + "/v1/models")[0] == 200
-        for kv in ({"servekit_prompt_keyed": True}, ROUTED):  # no connector here: vLLM ignores them
-            status, raw, _ = call(url + "/v1/completions", {**plain, "kv_transfer_params": kv})
-            assert status == 200, raw
-            assert json.loads(raw)["usage"]["completion_tokens"] == 4
+        # strict (no SERVEKIT_DECODE_GUARD): a client-sent prompt-keyed marker is refused
+        marker = {**plain, "kv_transfer_params": {"servekit_prompt_keyed": True}}
+        status, raw, _ = call(url + "/v1/completions", marker)
+        assert status == 400 and json.loads(raw)["error"]["code"] == GUARD_ERROR_CODE
+        # no connector here: vLLM ignores the routed params, and answers
+        status, raw, _ = call(url + "/v1/completions", {**plain, "kv_transfer_params": ROUTED})
+        assert status == 200, raw
+        assert json.loads(raw)["usage"]["completion_tokens"] == 4
         text = log.read_text()
         assert "decode guard: refused POST /v1/completions" in text
         assert "guarded routes (router)" in text
