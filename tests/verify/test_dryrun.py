@@ -144,8 +144,9 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert record.observed["engine"] == "20/20 engines answered as servekit's simulator"
     after = verification_status(loaded)
     assert after.state == before.state != "verified"
-    cells, why = next(row for row in list_rows(None) if row[0][0] == LAYOUT)  # layouts list
-    assert cells[4] == before.state and "simulated run passed" in why
+    # layouts list: model, name, hardware, nodes, topology, source says, status, derived
+    cells, why = next(row for row in list_rows(None) if row[0][1] == LAYOUT)
+    assert cells[6] == before.state and "simulated run passed" in why
     got, want = summary(out), summary(local_run)
     assert got["n_of_n"] == want["n_of_n"] == "28/28"
     assert got["checks"] == want["checks"]
