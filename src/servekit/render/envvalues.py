@@ -47,6 +47,10 @@ class NodeUrl(BaseModel):
     def reference(self) -> str:
         return "${NODE" + str(self.node) + "_IP}"
 
+    def with_host(self, host: str) -> str:
+        """The URL on ``host``: the node's address here, or :attr:`reference` in scripts."""
+        return self.prefix + host + self.suffix
+
 
 AnyEnvValue = EnvValue | BundlePrepend | NodeUrl
 
@@ -82,7 +86,7 @@ def resolve_value(
     if isinstance(value, NodeUrl):
         if node_ips is None or value.node not in node_ips:
             raise ValueError(f"{name}: node {value.node}'s address is not known here")
-        return value.prefix + node_ips[value.node] + value.suffix
+        return value.with_host(node_ips[value.node])
     before = inherited.get(name, "")
     if isinstance(value, Prepend):
         return value.prepend + value.sep + before
@@ -117,7 +121,7 @@ def template_value(name: str, value: AnyEnvValue) -> str:
     if isinstance(value, NodeValue):
         return "${NODE_IP}" if value.node == "ip" else "${NODE_NIC}"
     if isinstance(value, NodeUrl):
-        return value.prefix + value.reference + value.suffix
+        return value.with_host(value.reference)
     tail = value.sep + "${" + name + ":-}"
     if isinstance(value, Prepend):
         return value.prepend + tail

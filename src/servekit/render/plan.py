@@ -380,7 +380,9 @@ def _metaserver(ctx: _Context) -> str | NodeUrl:
     host = host or ctx.host(proxy.node)
     if "$" not in host:
         return metaserver_url(host, port)
-    return NodeUrl(node=proxy.node, prefix="http://", suffix=metaserver_url("", port)[7:])
+    return NodeUrl(
+        node=proxy.node, prefix="http://", suffix=metaserver_url("", port).removeprefix("http://")
+    )
 
 
 def _json(value: Any) -> str:
@@ -718,8 +720,9 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         callback = _metaserver(ctx)
         args.lit("--metaserver-url")
         if isinstance(callback, NodeUrl):
-            url = callback.prefix + ctx.host(proxy.node) + callback.suffix
-            args.ref(url, callback.prefix + callback.reference + callback.suffix)
+            args.ref(
+                callback.with_host(ctx.host(proxy.node)), callback.with_host(callback.reference)
+            )
         else:
             args.ref(callback, callback.replace("$", "$$"))
     _proxy_access(args, proxy)
