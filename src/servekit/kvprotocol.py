@@ -38,7 +38,8 @@ GuardMode = Literal["strict", "prompt-keyed"]
 
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
 BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})
-LAYERWISE_CONNECTORS = frozenset({"MooncakeLayerwiseConnector"})
+LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"  # vllm-ascend; selects proxy mode layerwise
+LAYERWISE_CONNECTORS = frozenset({LAYERWISE_CONNECTOR})
 
 # vLLM's own connectors read their side-channel / bootstrap port from the
 # environment, not from --kv-transfer-config's kv_port: the Plan sets it from

@@ -14,8 +14,9 @@ from typing import Any
 
 from servekit.catalog.schema import Layout
 from servekit.guard import METASERVER_ENV, metaserver_key
+from servekit.kvprotocol import LAYERWISE_CONNECTOR
 from servekit.render.envvalues import NodeUrl, resolve_value
-from servekit.render.plan import LAYERWISE_CONNECTOR, PlanOptions, build_plan
+from servekit.render.plan import PlanOptions, build_plan
 from servekit.render.rules import check_layout
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servekit.defaults import SETTINGS_BY_KEY, format_value
+from servekit.kvprotocol import LAYERWISE_CONNECTOR
 
 JSON = Any
 
@@ -57,7 +58,6 @@ DEVICE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 HARDWARE = {"a3": ("ascend-a3", 16), "a2": ("ascend-a2", 8)}
 KV_TYPED = {"kv_connector", "kv_role", "kv_port", "engine_id", "kv_connector_module_path"}
 KV_OPTIONAL = {"kv_buffer_device", "kv_connector_extra_config"}
-LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"
 _NODE_IP = re.compile(r"^\{NODE(\d+)_IP\}$")
 _NODE_NIC = re.compile(r"^\{NODE(\d+)_NIC\}$")
 

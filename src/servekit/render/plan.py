@@ -51,7 +51,6 @@ PROXY_MODE_OF: dict[KvMode, ProxyMode] = {
 }
 BIND_REF = "${BIND_HOST}"
 PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
-LAYERWISE_CONNECTOR = "MooncakeLayerwiseConnector"  # vllm-ascend; selects proxy mode layerwise
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
     "vllm-ascend": "ASCEND_RT_VISIBLE_DEVICES",

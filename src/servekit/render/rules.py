@@ -16,8 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servekit.catalog.schema import Engine, Layout, Proxy
-from servekit.kvprotocol import protocol_of
-from servekit.render.plan import LAYERWISE_CONNECTOR, Plan, PlanOptions, build_plan
+from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
+from servekit.render.plan import Plan, PlanOptions, build_plan
 
 Level = Literal["error", "warning"]
 
