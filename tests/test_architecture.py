@@ -36,11 +36,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "textcontract",
         "visioncontract",
         "userdirs",
-        "lazyface",
         "safeyaml",
         "logscan",
     ),
-    ("errors", "__init__"),
+    ("vocabulary",),
+    ("errors", "lazyface", "__init__"),
 )
 RANK = {name: row for row, names in enumerate(LAYERS) for name in names}
 
