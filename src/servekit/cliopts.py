@@ -1,8 +1,12 @@
 """One options model per command: its fields are the command's options, once.
 
 A command's options (name, type, default, help) are the fields of one pydantic
-model or stdlib dataclass; :func:`command_from_model` turns that model into a
-function typer registers, and :func:`options_table` into the Markdown rows the
+model or stdlib dataclass, read into one field table
+(:class:`~servekit.vocabulary.cliargs.OptionSpec` rows: pydantic fields here,
+dataclass fields by :mod:`servekit.vocabulary.cliargs`, which also emits the
+argparse parsers of the standalone entry points); :func:`command_from_model`
+turns that table into a function typer registers, :func:`parse_argv` parses a
+standalone argv with it, and :func:`options_table` gives the Markdown rows the
 docs show. So the CLI, the model the code reads and the docs cannot drift: a
 test renders all three and compares them.
 
@@ -22,6 +26,7 @@ starts with ``--`` names its flag and the fix itself, and is shown as it is).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import inspect
 import types
@@ -32,120 +37,34 @@ from typing import Any, TypeVar, get_args, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from servekit.errors import UsageError
+from servekit.vocabulary.cliargs import (
+    FlagOf,
+    OptionSpec,
+    build_parser,
+    dataclass_options,
+    kebab_flag,
+    parse_values,
+    spec_of,
+)
 
 T = TypeVar("T")
-FlagOf = Callable[[str], str]
-
-
-@dataclasses.dataclass(frozen=True)
-class OptionSpec:
-    """One option as the CLI and the docs show it."""
-
-    name: str
-    flag: str
-    annotation: Any
-    default: Any
-    help: str
-    required: bool
-    argument: bool
-    short: str | None = None
-    greedy: bool = False
-
-
-def kebab_flag(name: str) -> str:
-    """The default flag of a field: ``--`` + its name in kebab case."""
-    return "--" + name.replace("_", "-")
-
-
-def _spec(
-    name: str,
-    extra: Mapping[str, Any],
-    *,
-    hint: Any,
-    default: Any,
-    help_text: str,
-    required: bool,
-    arguments: Sequence[str],
-    flag_of: FlagOf,
-) -> OptionSpec:
-    flag = extra.get("flag")
-    return OptionSpec(
-        name=name,
-        flag=flag if isinstance(flag, str) else flag_of(name),
-        annotation=hint,
-        default=default,
-        help=help_text,
-        required=required,
-        argument=name in arguments,
-        short=extra.get("short"),
-        greedy=extra.get("nargs") == "+",
-    )
-
-
-def _on_cli(extra: Mapping[str, Any]) -> bool:
-    return extra.get("cli") is not False and extra.get("flag") is not False
 
 
 def _pydantic_specs(
     model: type[BaseModel], arguments: Sequence[str], flag_of: FlagOf
 ) -> list[OptionSpec]:
+    """The field table of a pydantic model (its options read like a dataclass's)."""
     specs = []
     hints = typing.get_type_hints(model)
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        if not _on_cli(extra):
-            continue
         required = field.is_required()
         default = None if required else field.get_default(call_default_factory=True)
-        specs.append(
-            _spec(
-                name,
-                extra,
-                hint=hints[name],
-                default=default,
-                help_text=field.description or "",
-                required=required,
-                arguments=arguments,
-                flag_of=flag_of,
-            )
-        )
-    return specs
-
-
-def _dataclass_default(field: dataclasses.Field[Any]) -> tuple[bool, Any]:
-    """(required, default) of a dataclass field."""
-    if field.default is not dataclasses.MISSING:
-        return False, field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return False, field.default_factory()
-    return True, None
-
-
-def _dataclass_specs(
-    model: type[Any], arguments: Sequence[str], flag_of: FlagOf
-) -> list[OptionSpec]:
-    specs = []
-    hints = typing.get_type_hints(model)
-    for field in dataclasses.fields(model):
-        meta = dict(field.metadata)
-        if not _on_cli(meta):
-            continue
-        required, default = _dataclass_default(field)
-        help_text = str(meta.get("help", ""))
-        if meta.get("choices"):
-            help_text += f" ({', '.join(meta['choices'])})"
-        specs.append(
-            _spec(
-                field.name,
-                meta,
-                hint=hints[field.name],
-                default=default,
-                help_text=help_text,
-                required=required,
-                arguments=arguments,
-                flag_of=flag_of,
-            )
-        )
+        spec = spec_of(name, extra, hint=hints[name], default=default,
+                       help_text=field.description or "", required=required,
+                       arguments=arguments, flag_of=flag_of)  # fmt: skip
+        if spec.on_cli:
+            specs.append(spec)
     return specs
 
 
@@ -156,7 +75,7 @@ def option_specs(
     if isinstance(model, type) and issubclass(model, BaseModel):
         return _pydantic_specs(model, arguments, flag_of)
     if dataclasses.is_dataclass(model):
-        return _dataclass_specs(model, arguments, flag_of)
+        return dataclass_options(model, arguments, flag_of)
     raise TypeError(f"{model!r} is neither a pydantic model nor a dataclass")
 
 
@@ -271,6 +190,21 @@ def build_options(
     """Validate CLI values into the model; a bad value is one UsageError naming its flag."""
     specs = option_specs(model, arguments, flag_of)
     return validate_model(model, given_values(specs, given), specs)
+
+
+def argparser(model: type[Any], *, prog: str, who: str) -> argparse.ArgumentParser:
+    """A standalone entry point's argparse parser: the model's field table, one emitter."""
+    return build_parser(option_specs(model), prog=prog, who=who, description=model.__doc__)
+
+
+def parse_argv(model: type[T], argv: Sequence[str], *, prog: str, who: str) -> T:
+    """A standalone entry point's argv into ``model`` (``python -m servekit.sim`` parses so).
+
+    Its flags are the typer command's; bad input is one UsageError (``who: ...`` from
+    argparse, or the flag from the model's validation).
+    """
+    given = parse_values(argparser(model, prog=prog, who=who), argv)
+    return validate_model(model, given, option_specs(model))
 
 
 def spread_greedy(args: Sequence[str], flags: Sequence[str]) -> list[str]:

@@ -252,8 +252,7 @@ def test_two_simulators_in_one_process_keep_their_own_logs(tmp_path: Path) -> No
 
 
 def test_speed_flag_overrides_the_spec_files_time_scale(tmp_path: Path) -> None:
-    from servekit.sim.cli_main import build_spec
-    from servekit.sim.options import SimOptions, parse_options
+    from servekit.sim.options import SimOptions, build_spec, parse_options
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"endpoints": [_ep()], "time_scale": 0.5}))

@@ -36,10 +36,10 @@ class SimCommandOptions(SimOptions):
 
 def run_sim(opts: SimCommandOptions) -> int:
     """Serve the options' spec; ``--layout`` first turns a layout into a spec file."""
-    from servekit.sim.cli_main import main
+    from servekit.sim.options import run_options
 
     if opts.layout is None:
-        return main(SimOptions(**opts.model_dump(exclude={"layout", "catalog"})))
+        return run_options(SimOptions(**opts.model_dump(exclude={"layout", "catalog"})))
     import tempfile
 
     from servekit.local.simrun import layout_sim_spec
@@ -48,7 +48,7 @@ def run_sim(opts: SimCommandOptions) -> int:
     catalog = str(opts.catalog) if opts.catalog else None
     spec = layout_sim_spec(opts.layout, folder / "sim.json", catalog)
     fields = opts.model_dump(exclude={"layout", "catalog"})
-    return main(SimOptions(**{**fields, "spec": spec}))
+    return run_options(SimOptions(**{**fields, "spec": spec}))
 
 
 def _callback() -> Any:

@@ -4,7 +4,10 @@ A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
 pydantic of a known version. :func:`build_zipapp` packs the proxy package,
 ``servekit/__init__.py``, ``servekit/errors.py`` and ``servekit/guard.py`` (all
 standard library) and prometheus_client (pure Python, copied from the installed
-distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
+distribution with its LICENSE and NOTICE), plus the shared vocabulary
+(``servekit/vocabulary/``, whose face is ``servekit/lazyface.py``: the proxy's
+parser generator and the other words it uses; the modules the proxy imports
+there are standard library only) and a ``__main__.py``, so that::
 
     python3 servekit-proxy.pyz --prefill URL --decode URL --port 8000
 
@@ -54,7 +57,8 @@ def members() -> dict[str, bytes]:
     """Archive name -> bytes of everything the zipapp holds."""
     servekit = _package_dir("servekit")
     found = dict(_tree(servekit / "proxy", "servekit/proxy"))
-    for name in ("__init__.py", "errors.py", "guard.py"):
+    found.update(_tree(servekit / "vocabulary", "servekit/vocabulary"))
+    for name in ("__init__.py", "errors.py", "lazyface.py", "guard.py"):
         found[f"servekit/{name}"] = (servekit / name).read_bytes()
     found.update(_tree(_package_dir(VENDORED), VENDORED))
     found.update(_licenses(VENDORED))

@@ -1,8 +1,12 @@
 """The proxy's configuration: one frozen dataclass, whose fields generate the parser.
 
-``python -m servekit.proxy``, ``servekit proxy`` and the zipapp all go through
-:func:`parse_args`, so the entry points cannot drift. Each field's metadata
-(help, flag, choices, bounds) builds its argparse flag and checks its value;
+``python -m servekit.proxy`` and the zipapp go through :func:`parse_args`,
+``servekit proxy`` through the typer command generated from the same fields,
+and both end in :func:`config_from_values`, so the entry points cannot drift.
+Each field's metadata (help, flag, choices, bounds) is one row of the field
+table :mod:`servekit.vocabulary.cliargs` reads: it builds the argparse flag and
+checks the value (in ``__post_init__``, so code that builds a config directly
+gets the same checks);
 bad input becomes a one-line :class:`~servekit.errors.UsageError` naming the
 flag and the fix. Standard library only, so the proxy runs where only aiohttp
 is installed.
@@ -16,32 +20,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
-import typing
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
+from servekit.vocabulary.cliargs import (
+    OptionSpec,
+    check_fields,
+    dataclass_options,
+    parse_values,
+)
+from servekit.vocabulary.cliargs import build_parser as build_argparser
+from servekit.vocabulary.cliargs import option as opt
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
 MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
-
-
-def opt(default: Any, help: str, **meta: Any) -> Any:
-    """A config field: its default, its flag's help and what the flag accepts.
-
-    ``meta`` keys: ``choices`` (what the command line offers), ``ge``/``gt``/``le``
-    (bounds), ``metavar``, ``nargs="+"`` (several values after one flag), ``flag=False``
-    (not on the command line).
-    """
-    return field(default=default, metadata={"help": help, **meta}, repr=meta.get("repr", True))
 
 
 @dataclass(frozen=True)
@@ -125,8 +124,7 @@ class ProxyConfig:
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            _check_value(f, getattr(self, f.name))
+        check_fields(self, flag_of)
         _check_layerwise(self)
 
     @property
@@ -147,12 +145,8 @@ def _check_layerwise(config: ProxyConfig) -> None:
              "http://ADDRESS:PORT/v1/metaserver with an address they reach")  # fmt: skip
 
 
-@cache
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(ProxyConfig)
-
-
 def flag_of(name: str) -> str:
+    """A config field's flag: ``--`` + its name in kebab case, ``_s`` dropped."""
     return "--" + name.removesuffix("_s").replace("_", "-")
 
 
@@ -160,81 +154,17 @@ def _bad(name: str, message: str) -> NoReturn:
     raise UsageError(f"{flag_of(name)}: {message}")
 
 
-def _check_type(name: str, hint: Any, value: Any) -> None:
-    if hint is bool and not isinstance(value, bool):
-        _bad(name, f"expected true or false, got {value!r}")
-    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
-        _bad(name, f"expected a whole number, got {value!r}")
-    if hint is float and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-    ):
-        _bad(name, f"expected a finite number, got {value!r}")
-    if hint is str and not isinstance(value, str):
-        _bad(name, f"expected text, got {value!r}")
-    if hint is tuple and not (isinstance(value, tuple) and all(isinstance(v, str) for v in value)):
-        _bad(name, f"expected a tuple of URLs, got {value!r}")
-
-
-def _check_value(f: dataclasses.Field[Any], value: Any) -> None:
-    """One field's type, choices and bounds; the first problem is one UsageError line."""
-    meta, hint = f.metadata, _hints()[f.name]
-    if value is None and type(None) in typing.get_args(hint):
-        return
-    plain = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-    if typing.get_origin(hint) is tuple:
-        plain = tuple
-    _check_type(f.name, plain, value)
-    allowed = meta.get("allowed", meta.get("choices"))
-    if allowed is not None and value not in allowed:
-        _bad(f.name, f"pick one of {', '.join(allowed)} (got {value!r})")
-    if "ge" in meta and value < meta["ge"]:
-        _bad(f.name, f"must be at least {meta['ge']} (got {value})")
-    if "gt" in meta and value <= meta["gt"]:
-        _bad(f.name, f"must be above {meta['gt']} (got {value})")
-    if "le" in meta and value > meta["le"]:
-        _bad(f.name, f"must be at most {meta['le']} (got {value})")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"proxy: {message}; see --help")
-
-
-def _add_flag(p: argparse.ArgumentParser, f: dataclasses.Field[Any]) -> None:
-    meta, hint = f.metadata, _hints()[f.name]
-    kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
-    helptext = meta["help"]
-    if hint is bool:
-        p.add_argument(flag_of(f.name), action="store_true", help=helptext, **kw)
-        return
-    if typing.get_origin(hint) is tuple:
-        kw["nargs"] = meta.get("nargs", "+")
-        kw["action"] = "extend"  # --prefill A B and --prefill A --prefill B alike
-    elif "choices" in meta:
-        kw["choices"] = meta["choices"]
-    elif hint in (int, float):
-        kw["type"] = hint
-        kw["metavar"] = "SECONDS" if f.name.endswith("_s") else "N"
-    if "metavar" in meta:
-        kw["metavar"] = meta["metavar"]
-    if f.default not in ((), None):
-        helptext += f" (default {f.default})"
-    p.add_argument(flag_of(f.name), help=helptext, **kw)
-
-
-def cli_fields() -> list[dataclasses.Field[Any]]:
-    """The fields that are flags, in declaration order."""
-    return [f for f in dataclasses.fields(ProxyConfig) if f.metadata.get("flag", True)]
+def cli_fields() -> list[OptionSpec]:
+    """The fields that are flags, in declaration order (the config's field table)."""
+    return dataclass_options(ProxyConfig, flag_of=flag_of)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of ``python -m servekit.proxy`` (and ``servekit proxy``), from the dataclass."""
-    p = _Parser(prog="servekit proxy", description="PD / replica router with the decode guard.")
-    for f in cli_fields():
-        _add_flag(p, f)
-    return p
+    return build_argparser(
+        cli_fields(), prog="servekit proxy", who="proxy",
+        description="PD / replica router with the decode guard.",
+    )  # fmt: skip
 
 
 def check_url(flag: str, url: str) -> str:
@@ -323,14 +253,13 @@ def parse_args(argv: list[str], read_keys: bool = True) -> ProxyConfig:
     launcher that only inspects argv passes False and needs no key.
     """
     refuse_keys_in_argv(argv)
-    return config_from_values(vars(build_parser().parse_args(argv)), read_keys)
+    return config_from_values(parse_values(build_parser(), argv), read_keys)
 
 
 def _check_choices(values: dict[str, Any]) -> None:
     for f in cli_fields():
-        choices = f.metadata.get("choices")
-        if choices is not None and f.name in values and values[f.name] not in choices:
-            _bad(f.name, f"pick one of {', '.join(choices)} (got {values[f.name]!r})")
+        if f.choices is not None and f.name in values and values[f.name] not in f.choices:
+            _bad(f.name, f"pick one of {', '.join(f.choices)} (got {values[f.name]!r})")
 
 
 def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyConfig:
@@ -348,7 +277,7 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
-    if "prefill_bootstrap" in ns:
+    if "prefill_bootstrap" in ns:  # typer gives lists
         ns["prefill_bootstrap"] = tuple(ns["prefill_bootstrap"])
     _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))
     config = ProxyConfig(**ns)
@@ -372,7 +301,7 @@ def to_argv(config: ProxyConfig) -> list[str]:
         value = getattr(config, f.name)
         if (f.name == "mode" and value == "replica") or value == f.default:
             continue  # mode follows from --replica
-        flag = flag_of(f.name)
+        flag = f.flag
         if isinstance(value, bool):
             argv.append(flag)
         elif isinstance(value, tuple | list):

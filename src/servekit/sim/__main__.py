@@ -3,6 +3,7 @@
 ``python -m servekit.sim [options]`` takes the options of ``servekit sim``
 (:class:`servekit.sim.options.SimOptions`); ``python -m servekit.sim serve MODEL
 [vllm serve flags]`` is the drop-in ``vllm serve`` (:mod:`servekit.sim.vllmserve`).
+Both parse through the one generator (:mod:`servekit.vocabulary.cliargs`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ def entry(argv: list[str] | None = None) -> int:
             from servekit.sim.vllmserve import serve_main
 
             return serve_main(args[1:])
-        from servekit.sim.cli_main import main
-        from servekit.sim.options import parse_options
+        from servekit.sim.options import parse_options, run_options
 
-        return main(parse_options(args))
+        return run_options(parse_options(args))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,23 +1,27 @@
 """The options of ``servekit sim`` and ``python -m servekit.sim``: one model, defaults once.
 
 Each field is one flag (``--`` + the name in kebab case); its description is the
-help. ``servekit sim`` generates its typer command from this model
-(:mod:`servekit.cliopts`) and ``python -m servekit.sim`` its argparse parser
-(:func:`build_parser`), so the two entry points, the defaults and the option
-table in docs/sim.md cannot drift (a test compares all of them).
+help. ``servekit sim`` generates its typer command from this model and ``python
+-m servekit.sim`` its argparse parser, both from the one field table
+(:mod:`servekit.cliopts`), so the two entry points, the defaults and the option
+table in docs/sim.md cannot drift (a test compares all of them); both then run
+:func:`run_options`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.cliopts import build_options, option_specs
+from servekit.cliopts import argparser, build_options, parse_argv
 from servekit.errors import UsageError
-from servekit.sim.spec import EndpointSpec, Role, SimSpec, spec_from_mapping
+from servekit.sim.spec import EndpointSpec, Role, SimSpec, load_spec, spec_from_mapping
 
 _EP = EndpointSpec.model_fields  # endpoint defaults are the quick form's defaults
 
@@ -54,31 +58,18 @@ class SimOptions(BaseModel):
     check: bool = Field(False, description="validate and print the spec, serve nothing")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting 2 itself."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"sim: {message}; see --help")
+PROG = "python -m servekit.sim"
+LOG_FORMAT = "%(levelname)s %(asctime)s [%(name)s] %(message)s"
 
 
-def build_parser(
-    model: type[BaseModel] = SimOptions, prog: str = "python -m servekit.sim"
-) -> argparse.ArgumentParser:
-    """An argparse parser whose flags are ``model``'s fields (values validated by the model)."""
-    p = _Parser(prog=prog, description=model.__doc__, allow_abbrev=False)
-    for spec in option_specs(model):
-        kw: dict[str, Any] = {"dest": spec.name, "help": spec.help, "default": None}
-        if spec.annotation is bool:
-            p.add_argument(spec.flag, action="store_true", **kw)
-        else:
-            p.add_argument(spec.flag, metavar=spec.name.upper(), **kw)
-    return p
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m servekit.sim``'s parser: :class:`SimOptions`' fields, as typer's command."""
+    return argparser(SimOptions, prog=PROG, who="sim")
 
 
 def parse_options(argv: list[str]) -> SimOptions:
     """``python -m servekit.sim`` flags into :class:`SimOptions` (one UsageError when bad)."""
-    given = vars(build_parser().parse_args(argv))
-    return build_options(SimOptions, {k: v for k, v in given.items() if v not in (None, False)})
+    return parse_argv(SimOptions, argv, prog=PROG, who="sim")
 
 
 def quick_spec(endpoints: int, **fields: Any) -> SimSpec:
@@ -114,3 +105,37 @@ def quick_spec_of(opts: SimOptions) -> SimSpec:
     ]
     admin = None if opts.admin_port is None else {"host": opts.host, "port": opts.admin_port}
     return spec_from_mapping({"endpoints": eps, "admin": admin}, where="sim options")
+
+
+def build_spec(opts: SimOptions) -> SimSpec:
+    """``--spec FILE`` or the quick form ``--endpoints N``, never both; ``--speed`` applied."""
+    if opts.spec is not None and opts.endpoints is None:
+        spec = load_spec(opts.spec)
+    elif opts.spec is not None or opts.endpoints is None:
+        raise UsageError("sim: give exactly one of --spec FILE or --endpoints N")
+    else:
+        spec = quick_spec_of(opts)
+    return spec if opts.speed is None else spec.at_speed(opts.speed)
+
+
+def configure_logging() -> None:
+    """The simulator logs to stderr, one line per record, as vLLM does."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT, datefmt="%m-%d %H:%M:%S"
+    )
+
+
+def run_options(opts: SimOptions) -> int:
+    """Validate the spec, then serve it until SIGTERM/SIGINT (or print it with --check).
+
+    What ``servekit sim`` and ``python -m servekit.sim`` do once their options are parsed.
+    """
+    spec = build_spec(opts)
+    if opts.check:
+        print(json.dumps(spec.model_dump(mode="json"), indent=2))
+        return 0
+    configure_logging()
+    from servekit.sim.server import run
+
+    run(spec, ready_file=opts.ready_file)
+    return 0

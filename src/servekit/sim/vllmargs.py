@@ -3,17 +3,20 @@
 ``servekit sim serve MODEL [flags]`` must accept whatever a rendered launch
 script runs. The flags that decide what a simulated engine is (address, role
 and KV identity from ``--kv-transfer-config``, DP rank and size, TP, the guard
-middleware, served name, context length, headless) are parsed with argparse,
-in both ``--flag value`` and ``--flag=value`` forms; every other flag is
+middleware, served name, context length, headless) are the fields of
+:class:`VllmFlags`, parsed by the one generator
+(:mod:`servekit.vocabulary.cliargs`), in both ``--flag value`` and
+``--flag=value`` forms; every other flag is
 accepted and recorded as given (``--no-X`` as ``X: false``), never evaluated.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -21,6 +24,8 @@ from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.kvprotocol import protocol_of
 from servekit.sim.spec import GuardMode, KvMode, Role
+from servekit.vocabulary.cliargs import build_parser as build_argparser
+from servekit.vocabulary.cliargs import dataclass_options, option, parse_known_values
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
@@ -73,38 +78,41 @@ class VllmLaunch(BaseModel):
         return tuple(range(first, first + (1 if self.dp_rank is not None else self.dp_local)))
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"sim serve: {message}")
+@dataclasses.dataclass(frozen=True)
+class VllmFlags:
+    """The ``vllm serve`` flags the simulator acts on, as vLLM names and defaults them."""
+
+    model: str | None = option(None, "the model, when not given first")
+    host: str = option("0.0.0.0", "listen address")
+    port: int = option(8000, "API port")
+    served_model_name: tuple[str, ...] = option(
+        (), "served name (the first one); default MODEL", nargs="+"
+    )
+    max_model_len: str | None = option(None, "context length: 32768, 128k (x1000), 1M (x1024x1024)")
+    tensor_parallel_size: int = option(1, "TP size", short="-tp")
+    data_parallel_size: int = option(1, "DP size", short="-dp")
+    data_parallel_rank: int | None = option(None, "this API server's DP rank", short="-dpn")
+    data_parallel_size_local: int | None = option(None, "DP ranks in this process", short="-dpl")
+    data_parallel_start_rank: int = option(0, "first local rank", short="-dpr")
+    headless: bool = option(False, "no API server: stay up until SIGTERM")
+    kv_transfer_config: str | None = option(None, "JSON: kv_role, kv_connector, kv_port, engine_id")
+    middleware: tuple[str, ...] = option((), "...DecodeGuardMiddleware: guard")
+    enable_prefix_caching: bool | None = option(None, "prefix cache")
+    speed: float | None = option(None, "virtual seconds per wall second (the simulator's own)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags the simulator acts on; everything else is left for :func:`group_flags`."""
-    p = _Parser(
+    return build_argparser(
+        dataclass_options(VllmFlags),
         prog="servekit sim serve MODEL",
+        who="sim serve",
+        hint="",
         add_help=False,
-        allow_abbrev=False,
         description="One simulated engine from a 'vllm serve' command line. Flags not "
         "listed are accepted and recorded (engine log, GET /sim/state). Environment: "
         "SERVEKIT_SIM_PROFILE, SERVEKIT_SIM_SPEED, SERVEKIT_SIM_FAULTS (docs/sim.md).",
     )
-    add = p.add_argument
-    add("--model", help="the model, when not given first")
-    add("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    add("--port", type=int, default=8000, help="API port (default 8000)")
-    add("--served-model-name", nargs="+", help="served name (the first one); default MODEL")
-    add("--max-model-len", help="context length: 32768, 128k (x1000), 1M (x1024x1024)")
-    add("--tensor-parallel-size", "-tp", type=int, default=1, help="TP size")
-    add("--data-parallel-size", "-dp", type=int, default=1, help="DP size")
-    add("--data-parallel-rank", "-dpn", type=int, help="this API server's DP rank")
-    add("--data-parallel-size-local", "-dpl", type=int, help="DP ranks in this process")
-    add("--data-parallel-start-rank", "-dpr", type=int, default=0, help="first local rank")
-    add("--headless", action="store_true", help="no API server: stay up until SIGTERM")
-    add("--kv-transfer-config", help="JSON: kv_role, kv_connector, kv_port, engine_id")
-    add("--middleware", action="append", default=[], help="...DecodeGuardMiddleware: guard")
-    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, help="prefix cache")
-    add("--speed", type=float, help="virtual seconds per wall second (the simulator's own)")
-    return p
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -193,7 +201,8 @@ def _model_name(positional: str | None, flag: str | None) -> str:
 def parse_launch(argv: list[str]) -> VllmLaunch:
     """Read a ``vllm serve`` command line (without ``serve``); UsageError when it is wrong."""
     positional, rest = _split_model(argv)
-    ns, unknown = build_parser().parse_known_args(rest)
+    given, unknown = parse_known_values(build_parser(), rest)
+    ns = VllmFlags(**given)
     model = _model_name(positional, ns.model)
     try:
         return _launch(argv, ns, unknown, model=model)
@@ -209,16 +218,14 @@ def _engine_kind(kv: dict[str, Any]) -> str:
     return "vllm" if isinstance(extra, dict) and "mooncake_protocol" in extra else "vllm-ascend"
 
 
-def _launch(
-    argv: list[str], ns: argparse.Namespace, unknown: list[str], *, model: str
-) -> VllmLaunch:
+def _launch(argv: list[str], ns: VllmFlags, unknown: list[str], *, model: str) -> VllmLaunch:
     kv = _kv_config(ns.kv_transfer_config)
-    middleware = tuple(ns.middleware)
+    middleware = ns.middleware
     connector = kv.get("kv_connector")
     return VllmLaunch(
         argv=tuple(argv),
         model=model,
-        served_model_name=(ns.served_model_name or [model])[0],
+        served_model_name=(ns.served_model_name or (model,))[0],
         host=ns.host,
         port=ns.port,
         role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),

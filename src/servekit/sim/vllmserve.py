@@ -30,8 +30,8 @@ from typing import Any
 
 from servekit.errors import UsageError
 from servekit.guard import METASERVER_ENV
-from servekit.sim.cli_main import configure_logging
 from servekit.sim.faults import FaultSpec, patch_faults
+from servekit.sim.options import configure_logging
 from servekit.sim.profile import Profile, load_profile
 from servekit.sim.spec import SimSpec, spec_from_mapping
 from servekit.sim.vllmargs import VllmLaunch, build_parser, parse_launch, wants_help
