@@ -295,6 +295,33 @@ def command_from_model(
     return command
 
 
+def callback_from_model(
+    model: type[T], run: Callable[[T], int | None], *, doc: str
+) -> Callable[..., None]:
+    """A typer group callback whose options are the model's fields.
+
+    It runs ``run`` only when no subcommand was given (``servekit sim`` serves,
+    ``servekit sim serve ...`` runs its subcommand instead).
+    """
+    import typer
+
+    command = command_from_model(model, run, doc=doc)
+
+    def callback(ctx: typer.Context, **given: Any) -> None:
+        if ctx.invoked_subcommand is None:
+            command(**given)
+
+    ctx_param = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+    params = list(inspect.signature(command).parameters.values())
+    callback.__signature__ = inspect.Signature([ctx_param, *params])  # type: ignore[attr-defined]
+    callback.__annotations__ = {"ctx": typer.Context, **command.__annotations__}
+    callback.__doc__ = command.__doc__
+    callback.options_model = command.options_model  # type: ignore[attr-defined]
+    return callback
+
+
 def add_command(
     app: Any,
     name: str,

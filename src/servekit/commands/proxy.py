@@ -1,9 +1,10 @@
 """``servekit proxy``: the command generated from :class:`~servekit.proxy.config.ProxyConfig`.
 
-The same dataclass generates ``python -m servekit.proxy``'s argparse parser, and
-both end in :func:`~servekit.proxy.config.config_from_values`, so the two entry
-points take the same flags (``--prefill A B`` as well as ``--prefill A --prefill
-B``), defaults and checks. ``servekit.proxy.config`` is standard library only,
+The same dataclass's field table generates ``python -m servekit.proxy``'s
+argparse parser (:mod:`servekit.vocabulary.cliargs`), and both end in
+:func:`~servekit.proxy.config.config_from_values`, so the two entry points take
+the same flags (``--prefill A B`` as well as ``--prefill A --prefill B``),
+defaults and checks. ``servekit.proxy.config`` is standard library only,
 so importing it here costs ``servekit --help`` nothing.
 """
 

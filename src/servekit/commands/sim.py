@@ -9,14 +9,12 @@ parsed by the simulator, so typer passes them through untouched.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
-from typing import Any
 
 import typer
 from pydantic import Field
 
-from servekit.cliopts import command_from_model
+from servekit.cliopts import callback_from_model
 from servekit.sim.options import SimOptions
 
 SERVE_HELP = (
@@ -51,25 +49,6 @@ def run_sim(opts: SimCommandOptions) -> int:
     return run_options(SimOptions(**{**fields, "spec": spec}))
 
 
-def _callback() -> Any:
-    """The generated ``sim`` command, run only when no subcommand (``serve``) was given."""
-    command = command_from_model(SimCommandOptions, run_sim, doc=SimCommandOptions.__doc__ or "")
-
-    def callback(ctx: typer.Context, **given: Any) -> None:
-        if ctx.invoked_subcommand is None:
-            command(**given)
-
-    ctx_param = inspect.Parameter(
-        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
-    )
-    params = list(inspect.signature(command).parameters.values())
-    callback.__signature__ = inspect.Signature([ctx_param, *params])  # type: ignore[attr-defined]
-    callback.__annotations__ = {"ctx": typer.Context, **command.__annotations__}
-    callback.__doc__ = command.__doc__
-    callback.options_model = command.options_model  # type: ignore[attr-defined]
-    return callback
-
-
 def serve(ctx: typer.Context) -> None:
     """Serve one simulated engine from a 'vllm serve' command line (docs/sim.md)."""
     from servekit.sim.vllmserve import serve_main
@@ -80,7 +59,9 @@ def serve(ctx: typer.Context) -> None:
 def register(app: typer.Typer) -> None:
     """Attach ``sim`` (and ``sim serve``) to the root app."""
     group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
-    group.callback()(_callback())
+    group.callback()(
+        callback_from_model(SimCommandOptions, run_sim, doc=SimCommandOptions.__doc__ or "")
+    )
     group.command(
         "serve",
         help=SERVE_HELP,
