@@ -8,9 +8,11 @@ parsed model or a one-line UsageError, never another exception.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -165,3 +167,35 @@ def test_the_parser_module_is_standard_library_only() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "servekit"
+EMITTERS = {"add_argument": "vocabulary/cliargs.py", "ArgumentParser": "vocabulary/cliargs.py",
+            "Option": "cliopts.py", "Argument": "cliopts.py"}  # fmt: skip
+
+
+def _emitter_uses(path: Path) -> set[str]:
+    """argparse and typer parser-building names a module calls or subclasses."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = [node.func] if isinstance(node, ast.Call) else []
+        targets += node.bases if isinstance(node, ast.ClassDef) else []
+        for target in targets:
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            owner = target.value if isinstance(target, ast.Attribute) else None
+            typer_name = isinstance(owner, ast.Name) and owner.id == "typer"
+            if name in ("add_argument", "ArgumentParser") or (typer_name and name in EMITTERS):
+                found.add(name)
+    return found
+
+
+def test_one_generator_builds_every_parser() -> None:
+    """No parser is spelled by hand: argparse in cliargs, typer in cliopts, nowhere else."""
+    elsewhere = [
+        f"{path.relative_to(SRC)}: {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        for name in sorted(_emitter_uses(path))
+        if path.relative_to(SRC).as_posix() != EMITTERS[name]
+    ]
+    assert not elsewhere, elsewhere
+    assert not list(SRC.rglob("sim/cli_main.py"))
