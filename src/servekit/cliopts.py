@@ -29,10 +29,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, get_args, get_origin
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -45,6 +44,7 @@ from servekit.vocabulary.cliargs import (
     kebab_flag,
     parse_values,
     spec_of,
+    value_type,
 )
 
 T = TypeVar("T")
@@ -81,18 +81,8 @@ def option_specs(
 
 def _cli_type(annotation: Any) -> Any:
     """The type typer parses: tuples of X become lists of X (a repeatable option)."""
-    origin = get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in get_args(annotation) if a is not type(None)]
-        if len(inner) == 1:
-            return _cli_type(inner[0])
-        return str
-    if origin is tuple:
-        args = [a for a in get_args(annotation) if a is not Ellipsis]
-        return list[_cli_type(args[0]) if args else str]  # type: ignore[misc]
-    if origin is typing.Literal:
-        return str
-    return annotation
+    item, repeated = value_type(annotation)
+    return list[item] if repeated else item  # type: ignore[valid-type]
 
 
 def _is_flag(spec: OptionSpec) -> bool:

@@ -13,10 +13,12 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from servekit.cliopts import option_specs
 from servekit.errors import UsageError
@@ -199,3 +201,23 @@ def test_one_generator_builds_every_parser() -> None:
     ]
     assert not elsewhere, elsewhere
     assert not list(SRC.rglob("sim/cli_main.py"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(argvs(PROXY_FLAGS))
+def test_any_servekit_proxy_argv_is_a_config_or_a_one_line_refusal(argv: list[str]) -> None:
+    """The typer half, from the same field table: a config, or exit 2 without a traceback."""
+    import servekit.proxy.server
+    from servekit.cli import app
+
+    seen: list[object] = []
+    with mock.patch.object(servekit.proxy.server, "run", seen.append):
+        result = CliRunner().invoke(app, ["proxy", *argv])
+    if isinstance(result.exception, UsageError):
+        _one_line(result.exception)
+    else:
+        assert result.exception is None or isinstance(result.exception, SystemExit), argv
+        assert result.exit_code in (0, 2), result.output
+        assert [isinstance(c, ProxyConfig) for c in seen] == (
+            [True] if result.exit_code == 0 else []
+        )

@@ -157,27 +157,17 @@ def dataclass_options(
     return [dataclasses.replace(s, argument=True) if s.name in arguments else s for s in rows]
 
 
-def plain_type(annotation: Any) -> Any:
-    """``X | None`` -> X, ``tuple[X, ...]`` -> tuple, a union of several -> str."""
+def value_type(annotation: Any) -> tuple[Any, bool]:
+    """(type of one value, repeated?): ``X | None`` is X, ``tuple[X, ...]`` X repeated;
+    a ``Literal`` or a union of several types is text (the model checks it)."""
     origin = get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in get_args(annotation) if a is not type(None)]
-        return plain_type(inner[0]) if len(inner) == 1 else str
-    if origin is tuple:
-        return tuple
-    return annotation
-
-
-def _item_type(annotation: Any) -> Any:
-    """The type of one value of an option (the X of ``tuple[X, ...]``)."""
-    origin = get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in get_args(annotation) if a is not type(None)]
-        return _item_type(inner[0]) if len(inner) == 1 else str
+        return value_type(inner[0]) if len(inner) == 1 else (str, False)
     if origin is tuple:
         args = [a for a in get_args(annotation) if a is not Ellipsis]
-        return args[0] if args else str
-    return annotation
+        return (value_type(args[0])[0] if args else str), True
+    return (str if origin is typing.Literal else annotation), False
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -203,14 +193,13 @@ def _show_default(spec: OptionSpec) -> str:
 def _add(p: argparse.ArgumentParser, spec: OptionSpec) -> None:
     names = [spec.flag, *([spec.short] if spec.short else [])]
     kw: dict[str, Any] = {"dest": spec.name, "default": argparse.SUPPRESS}
-    kind = plain_type(spec.annotation)
-    if kind is bool:
+    item, repeated = value_type(spec.annotation)
+    if item is bool and not repeated:
         tri = spec.default is None or spec.default is True
         kw["action"] = argparse.BooleanOptionalAction if tri else "store_true"
         p.add_argument(*names, help=spec.help, **kw)
         return
-    item = _item_type(spec.annotation)
-    if kind is tuple:
+    if repeated:
         # --prefill A B and --prefill A --prefill B alike; without nargs="+": one per flag
         kw["action"] = "extend" if spec.greedy else "append"
         if spec.greedy:
@@ -295,7 +284,8 @@ def check_value(spec: OptionSpec, value: Any) -> None:
     """
     if value is None and type(None) in get_args(spec.annotation):
         return
-    _check_type(spec, plain_type(spec.annotation), value)
+    item, repeated = value_type(spec.annotation)
+    _check_type(spec, tuple if repeated else item, value)
     if spec.allowed is not None and value not in spec.allowed:
         _bad(spec, f"pick one of {', '.join(spec.allowed)} (got {value!r})")
     for key, bound in spec.bounds:
