@@ -6,10 +6,10 @@ and both end in :func:`config_from_values`, so the entry points cannot drift.
 Each field's metadata (help, flag, choices, bounds) is one row of the field
 table :mod:`servekit.vocabulary.cliargs` reads: it builds the argparse flag and
 checks the value (in ``__post_init__``, so code that builds a config directly
-gets the same checks);
-bad input becomes a one-line :class:`~servekit.errors.UsageError` naming the
-flag and the fix. Standard library only, so the proxy runs where only aiohttp
-is installed.
+gets the same checks); bad input becomes a one-line
+:class:`~servekit.errors.UsageError` naming the flag and the fix. Standard
+library only (``cliargs`` too, bundled in the zipapp), so the proxy runs where
+only aiohttp is installed.
 
 Keys never travel in argv (``ps`` shows argv to every user): the client API key
 and the admin key are read from an environment variable or a file named by a
