@@ -10,18 +10,15 @@ standalone argv with it, and :func:`options_table` gives the Markdown rows the
 docs show. So the CLI, the model the code reads and the docs cannot drift: a
 test renders all three and compares them.
 
-Field conventions: the flag is ``--`` + the name in kebab case (or what the
-command's ``flag_of`` makes of the name; a field may set
-``json_schema_extra={"flag": "--x", "short": "-x"}`` or dataclass metadata
-``flag``/``short``); ``flag``/``cli`` False keeps a field off the command line;
-the help is the field's description (dataclass metadata ``help``); names listed
-in ``arguments`` become positional arguments; ``tuple[X, ...]`` fields take the
-option several times, and with ``nargs="+"`` also several values after one
-flag (``--prefill A B``, as argparse's ``nargs="+"``). Defaults live in the
-model only: the CLI passes on what the user gave, the help shows the model's
-default. Values are validated by the model itself, and a failure becomes one
-:class:`~servekit.errors.UsageError` naming the flag (a validator whose message
-starts with ``--`` names its flag and the fix itself, and is shown as it is).
+Field conventions are :mod:`servekit.vocabulary.cliargs`'s (the flag is ``--`` +
+the name in kebab case, or what ``flag_of`` makes of it; defaults live in the
+model only); a pydantic field sets its metadata in ``json_schema_extra``
+(``{"flag": "--x", "short": "-x", "nargs": "+"}``, ``cli``/``flag`` False: off
+the command line) and its help is its description; names listed in
+``arguments`` become positional arguments. Values are validated by the model,
+and a failure becomes one :class:`~servekit.errors.UsageError` naming the flag
+(a validator whose message starts with ``--`` names its flag and the fix
+itself, and is shown as it is).
 """
 
 from __future__ import annotations
