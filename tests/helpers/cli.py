@@ -1,17 +1,72 @@
-"""servekit as a user runs it: a child process of this interpreter, bounded in time."""
+"""servekit as a user runs it: a child process of this interpreter, bounded in time.
+
+One place spells the command line, so every test that runs the CLI runs the same
+program the same way; a test names only what differs (its working folder, its
+environment, its time limit). ``servekit_inproc`` is the fast twin for tests that
+need no separate process: the same result shape, from typer's runner.
+"""
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 
-def servekit_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m servekit ARGS``, its output captured as text; never raises on exit code."""
+def servekit_argv(*args: str) -> list[str]:
+    """``python -m servekit ARGS`` as an argv, for tests that start a process themselves."""
+    return [sys.executable, "-m", "servekit", *args]
+
+
+def servekit_cli(
+    *args: str,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float | None = 120,
+    check: bool = False,
+    memory_limit: int | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m servekit ARGS``, its output captured as text.
+
+    ``env`` is the child's whole environment (``None``: this process's); the exit
+    code is the test's to assert, unless ``check`` asks for an exception instead.
+    ``memory_limit`` caps the child's address space in bytes, so a reader that
+    loads too much fails the test instead of the machine.
+    """
+
+    def cap() -> None:
+        if memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
     return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
+        servekit_argv(*args),
+        check=check,
         capture_output=True,
         text=True,
+        cwd=cwd,
+        env=env,
+        input=input,
         timeout=timeout,
+        preexec_fn=cap if memory_limit is not None else None,
     )
+
+
+def servekit_inproc(
+    *args: str, env: Mapping[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI run in this process (fast), shaped like :func:`servekit_cli`'s result.
+
+    An exception other than the exit itself is raised here, so a crash reads as the
+    traceback it is rather than as an exit code.
+    """
+    from typer.testing import CliRunner
+
+    from servekit.cli import app
+
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
