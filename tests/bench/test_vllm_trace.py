@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import layout_up
 
 from servekit.bench import RunSettings, run_bench
 from servekit.bench.config import TraceReplay
@@ -24,8 +25,6 @@ from servekit.bench.workloads.trace import trace_hit_rate
 from servekit.deployment import load_deployment
 from servekit.local.tinymodel import build_tiny_model
 
-from .test_vllm_smoke import servekit
-
 LAYOUT = "local/single"
 
 
@@ -35,22 +34,8 @@ def single(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
     build_tiny_model(tmp_path / ".servekit" / "models" / "tiny")
-    up = servekit(
-        "up",
-        LAYOUT,
-        "--engine",
-        "vllm",
-        "--detach",
-        "--free-ports",
-        env=env,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    try:
-        assert up.returncode == 0, up.stderr[-2000:]
+    with layout_up(LAYOUT, engine="vllm", cwd=tmp_path, env=env):
         yield tmp_path
-    finally:
-        servekit("down", LAYOUT, env=env, timeout=300, cwd=tmp_path)
 
 
 @pytest.mark.vllm

@@ -8,10 +8,11 @@ need no separate process: the same result shape, from typer's runner.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 
@@ -52,6 +53,26 @@ def servekit_cli(
         timeout=timeout,
         preexec_fn=cap if memory_limit is not None else None,
     )
+
+
+@contextlib.contextmanager
+def layout_up(
+    layout: str, *, engine: str, cwd: Path, env: Mapping[str, str], timeout: float = 900
+) -> Iterator[subprocess.CompletedProcess[str]]:
+    """``servekit up LAYOUT --engine ENGINE --detach --free-ports``, and ``down`` after.
+
+    The layout is down again however the test ends, so a failed test leaves no
+    engine running for the next one; a refused ``up`` fails with its stderr's end.
+    """
+    up = servekit_cli(
+        "up", layout, "--engine", engine, "--detach", "--free-ports",
+        cwd=cwd, env=env, timeout=timeout,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        yield up
+    finally:
+        servekit_cli("down", layout, cwd=cwd, env=env, timeout=300)
 
 
 def servekit_inproc(
