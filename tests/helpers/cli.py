@@ -9,11 +9,25 @@ need no separate process: the same result shape, from typer's runner.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+
+def runs_env(cwd: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment unless given) with the runs folder under ``cwd``.
+
+    A test's runs (``SERVEKIT_RUNS``) then live in its own temporary folder, never the
+    user's, and tables are 200 columns wide so a cell is never cut in what a test reads.
+    """
+    return {
+        **(os.environ if base is None else base),
+        "SERVEKIT_RUNS": str(cwd / "runs"),
+        "COLUMNS": "200",
+    }
 
 
 def servekit_argv(*args: str) -> list[str]:
@@ -57,22 +71,28 @@ def servekit_cli(
 
 @contextlib.contextmanager
 def layout_up(
-    layout: str, *, engine: str, cwd: Path, env: Mapping[str, str], timeout: float = 900
+    layout: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    engine: str | None = None,
+    timeout: float = 900,
+    down_timeout: float = 300,
 ) -> Iterator[subprocess.CompletedProcess[str]]:
-    """``servekit up LAYOUT --engine ENGINE --detach --free-ports``, and ``down`` after.
+    """``servekit up LAYOUT [--engine ENGINE] --detach --free-ports``, and ``down`` after.
 
     The layout is down again however the test ends, so a failed test leaves no
     engine running for the next one; a refused ``up`` fails with its stderr's end.
     """
+    chosen = () if engine is None else ("--engine", engine)
     up = servekit_cli(
-        "up", layout, "--engine", engine, "--detach", "--free-ports",
-        cwd=cwd, env=env, timeout=timeout,
-    )  # fmt: skip
+        "up", layout, *chosen, "--detach", "--free-ports", cwd=cwd, env=env, timeout=timeout
+    )
     try:
-        assert up.returncode == 0, up.stderr[-2000:]
+        assert up.returncode == 0, up.stdout + up.stderr[-2000:]
         yield up
     finally:
-        servekit_cli("down", layout, cwd=cwd, env=env, timeout=300)
+        servekit_cli("down", layout, cwd=cwd, env=env, timeout=down_timeout)
 
 
 def servekit_inproc(
