@@ -17,6 +17,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 
+def wide_env(**extra: str) -> dict[str, str]:
+    """This process's environment with tables 200 columns wide, and ``extra`` on top.
+
+    A table cut to the terminal would hide the very cell a test reads.
+    """
+    return {**os.environ, "COLUMNS": "200", **extra}
+
+
 def runs_env(cwd: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (this process's environment unless given) with the runs folder under ``cwd``.
 
