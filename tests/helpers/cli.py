@@ -25,6 +25,19 @@ def wide_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", **extra}
 
 
+def own_homes(root: Path) -> dict[str, str]:
+    """Runs, reports and ledgers (``SERVEKIT_RUNS``, XDG data and state) under ``root``.
+
+    A command a test starts then reads and writes only the test's own folders: no
+    run, report or ledger of the user's, or of another test, can change its answer.
+    """
+    return {
+        "SERVEKIT_RUNS": str(root / "runs"),
+        "XDG_DATA_HOME": str(root / "data"),
+        "XDG_STATE_HOME": str(root / "state"),
+    }
+
+
 def runs_env(cwd: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (this process's environment unless given) with the runs folder under ``cwd``.
 
