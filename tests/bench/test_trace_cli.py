@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers.cli import servekit_cli
+from tests.helpers.files import sparse_file
 from tests.helpers.refusal import one_line_error
 
 from servekit.bench.trace import MAX_LINE_BYTES, MAX_REQUESTS
@@ -28,11 +29,6 @@ def _row(ts: int, isl: object = 700) -> str:
     )
 
 
-def _sparse_gib(path: Path) -> None:
-    with path.open("wb") as handle:
-        handle.truncate(1 << 30)
-
-
 def _many_lines(path: Path) -> None:
     path.write_bytes(b"\n" * (MAX_REQUESTS + 2))
 
@@ -40,7 +36,7 @@ def _many_lines(path: Path) -> None:
 CASES = [
     ("back.jsonl", f"{_row(500)}\n{_row(100)}\n", "line 2: timestamp goes back in time"),
     ("type.jsonl", f"{_row(0, [1])}\n", "line 1: input_length: expected a whole number"),
-    ("gib.jsonl", _sparse_gib, f"line 1: longer than {MAX_LINE_BYTES} bytes"),
+    ("gib.jsonl", sparse_file, f"line 1: longer than {MAX_LINE_BYTES} bytes"),
     ("lines.jsonl", _many_lines, f"line {MAX_REQUESTS + 2}: more than {MAX_REQUESTS} lines"),
 ]
 
