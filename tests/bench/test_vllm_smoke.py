@@ -7,27 +7,21 @@ slow, run by CI, not by the quick suite.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import layout_up
+from tests.helpers.cli import tiny_vllm_up
 
 from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
 from servekit.deployment import load_deployment
-from servekit.local.tinymodel import build_tiny_model
 
 LAYOUT = "local/1p1d"
 
 
 @pytest.fixture
 def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
-    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    # The layout's model path is relative to the working folder: build it there (offline, 0.2 s).
-    build_tiny_model(tmp_path / ".servekit" / "models" / "tiny")
-    with layout_up(LAYOUT, engine="vllm", cwd=tmp_path, env=env):
+    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv) as env:
         yield env
 
 

@@ -9,12 +9,11 @@ from vLLM's own counters, near what the trace's ids imply. Marked ``vllm``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import layout_up
+from tests.helpers.cli import tiny_vllm_up
 
 from servekit.bench import RunSettings, run_bench
 from servekit.bench.config import TraceReplay
@@ -23,18 +22,14 @@ from servekit.bench.trace import read_trace
 from servekit.bench.tracegen import TraceShape, write_trace
 from servekit.bench.workloads.trace import trace_hit_rate
 from servekit.deployment import load_deployment
-from servekit.local.tinymodel import build_tiny_model
 
 LAYOUT = "local/single"
 
 
 @pytest.fixture
 def single(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.chdir(tmp_path)
-    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    build_tiny_model(tmp_path / ".servekit" / "models" / "tiny")
-    with layout_up(LAYOUT, engine="vllm", cwd=tmp_path, env=env):
+    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv):
         yield tmp_path
 
 

@@ -13,7 +13,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -114,6 +114,26 @@ def layout_up(
         yield up
     finally:
         servekit_cli("down", layout, cwd=cwd, env=env, timeout=down_timeout)
+
+
+@contextlib.contextmanager
+def tiny_vllm_up(
+    layout: str, root: Path, runs: Callable[[str, str], None]
+) -> Iterator[dict[str, str]]:
+    """LAYOUT up on real vLLM in ``root``, serving the tiny model built there; down after.
+
+    The layout's model path is relative to the working folder, so the tiny model is
+    built there (offline, 0.2 s). ``runs`` sets ``SERVEKIT_RUNS`` in this process
+    (``monkeypatch.setenv``), so in-process clients find the run too; yields the
+    child's environment.
+    """
+    from servekit.local.tinymodel import build_tiny_model
+
+    runs("SERVEKIT_RUNS", str(root / "runs"))
+    env = {**os.environ, "SERVEKIT_RUNS": str(root / "runs")}
+    build_tiny_model(root / ".servekit" / "models" / "tiny")
+    with layout_up(layout, engine="vllm", cwd=root, env=env):
+        yield env
 
 
 def servekit_inproc(
