@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from tests.helpers.cli import servekit_cli, servekit_inproc, wide_env
 
 DOCUMENTED = [
     ["layouts", "list"],
@@ -33,39 +30,28 @@ DOCUMENTED = [
 ]
 
 
-def servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("command", DOCUMENTED, ids=[" ".join(c) for c in DOCUMENTED])
 def test_documented_command_answers_help(command: list[str]) -> None:
-    result = servekit(*command, "--help")
+    result = servekit_cli(*command, "--help", env=wide_env(NO_COLOR="1"))
     assert result.returncode == 0, result.stderr
     assert "Usage" in result.stdout or "usage" in result.stdout
 
 
 def test_root_help_lists_every_group() -> None:
-    out = servekit("--help").stdout
+    out = servekit_cli("--help", env=wide_env(NO_COLOR="1")).stdout
     for group in {c[0] for c in DOCUMENTED}:
         assert group in out
 
 
 def test_unknown_command_is_a_usage_error() -> None:
-    result = servekit("frobnicate")
+    result = servekit_cli("frobnicate", env=wide_env(NO_COLOR="1"))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
 
 
 def test_strict_check_fails_on_the_catalogs_warnings_and_plain_check_passes() -> None:
-    assert servekit("layouts", "check").returncode == 0
-    strict = servekit("layouts", "check", "--strict")
+    assert servekit_cli("layouts", "check", env=wide_env(NO_COLOR="1")).returncode == 0
+    strict = servekit_cli("layouts", "check", "--strict", env=wide_env(NO_COLOR="1"))
     assert strict.returncode == 1
     assert "a3/2p1x2d" in strict.stdout and "AscendDirectTransport" in strict.stdout
 
@@ -82,16 +68,13 @@ PROXY_ARGV = [
 def test_servekit_proxy_and_the_module_entry_build_the_same_config(
     argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from typer.testing import CliRunner
-
     import servekit.proxy.server
-    from servekit.cli import app
     from servekit.proxy.config import parse_args
 
     seen: list[object] = []
     monkeypatch.setattr(servekit.proxy.server, "run", seen.append)
-    result = CliRunner().invoke(app, ["proxy", *argv])
-    assert result.exit_code == 0, result.output
+    result = servekit_inproc("proxy", *argv)
+    assert result.returncode == 0, result.stdout + result.stderr
     assert seen == [parse_args(argv)]
 
 
@@ -106,6 +89,6 @@ def test_servekit_proxy_and_the_module_entry_build_the_same_config(
     ],
 )
 def test_servekit_proxy_refuses_bad_flags_in_one_line(argv: list[str], needle: str) -> None:
-    result = servekit("proxy", *argv)
+    result = servekit_cli("proxy", *argv, env=wide_env(NO_COLOR="1"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and needle in result.stderr

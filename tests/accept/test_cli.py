@@ -3,36 +3,26 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import runs_env, servekit_cli
 
 from servekit.sim.testing import running_sim
 
 from .stacks import sim_pd
 
+# No inherited environment: the command must run on what it is given.
+BARE = {"PATH": "/usr/bin:/bin"}
 ONE = {"endpoints": [{"name": "m", "port": 0, "max_model_len": 8192}]}
-
-
-def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", "accept", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-        check=False,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "SERVEKIT_RUNS": str(cwd / "runs")},
-    )
 
 
 def test_passing_url_target_exits_0_and_writes_result_and_markdown(tmp_path: Path) -> None:
     with running_sim(ONE) as sim:
-        proc = servekit(
-            "--target", sim.url, "--capability", "retrieval", "--context", "2k",
-            "--only", "api", "--only", "needle.2k", "--out", "res", cwd=tmp_path,
+        proc = servekit_cli(
+            "accept", "--target", sim.url, "--capability", "retrieval", "--context", "2k",
+            "--only", "api", "--only", "needle.2k", "--out", "res",
+            cwd=tmp_path, env=runs_env(tmp_path, BARE), timeout=300,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "res" / "result.json").read_text())
@@ -47,9 +37,10 @@ def test_passing_url_target_exits_0_and_writes_result_and_markdown(tmp_path: Pat
 def test_a_failing_check_exits_1(tmp_path: Path) -> None:
     with running_sim(ONE) as sim:
         sim.set_faults(misbehave="wrong_code")
-        proc = servekit(
-            "--target", sim.url, "--capability", "retrieval", "--context", "2k",
-            "--only", "needle.2k.A", "--out", "res", cwd=tmp_path,
+        proc = servekit_cli(
+            "accept", "--target", sim.url, "--capability", "retrieval", "--context", "2k",
+            "--only", "needle.2k.A", "--out", "res",
+            cwd=tmp_path, env=runs_env(tmp_path, BARE), timeout=300,
         )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL" in proc.stdout
@@ -60,7 +51,10 @@ def test_layout_name_target_reads_deployment_json(tmp_path: Path) -> None:
         run_dir = tmp_path / "runs" / "local__1p1d"
         run_dir.mkdir(parents=True)
         (run_dir / "deployment.json").write_text(stack.deployment.model_dump_json())
-        proc = servekit("--target", "local/1p1d", "--only", "guard", "--out", "o", cwd=tmp_path)
+        proc = servekit_cli(
+            "accept", "--target", "local/1p1d", "--only", "guard", "--out", "o",
+            cwd=tmp_path, env=runs_env(tmp_path, BARE), timeout=300,
+        )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "guard.decode_direct" in proc.stdout
 
@@ -82,7 +76,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
         ("--target", "local/not-running"),
     ]
     for args in cases:
-        proc = servekit(*args, cwd=tmp_path)
+        proc = servekit_cli("accept", *args, cwd=tmp_path, env=runs_env(tmp_path, BARE))
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert proc.stderr.startswith("error: ")
         assert len(proc.stderr.strip().splitlines()) == 1
@@ -90,7 +84,15 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
 
 
 def test_selfcheck_exits_0_and_writes_its_matrix(tmp_path: Path) -> None:
-    proc = servekit("--selfcheck", "--out", "sc", cwd=tmp_path)
+    proc = servekit_cli(
+        "accept",
+        "--selfcheck",
+        "--out",
+        "sc",
+        cwd=tmp_path,
+        env=runs_env(tmp_path, BARE),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "sc" / "result.json").read_text())
     assert doc["checks"] and all(r["verdict"] == "pass" for r in doc["checks"])
@@ -98,7 +100,9 @@ def test_selfcheck_exits_0_and_writes_its_matrix(tmp_path: Path) -> None:
 
 
 def test_list_names_every_check(tmp_path: Path) -> None:
-    proc = servekit("--list", "--context", "144k,1m", cwd=tmp_path)
+    proc = servekit_cli(
+        "accept", "--list", "--context", "144k,1m", cwd=tmp_path, env=runs_env(tmp_path, BARE)
+    )
     assert proc.returncode == 0
     ids = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     assert "guard.decode_direct" in ids

@@ -8,49 +8,24 @@ judge rejecting a real model's non-answers.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.cli import layout_up, runs_env, servekit_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-def servekit(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SERVEKIT_RUNS": str(cwd / "runs"), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("vllm")
-    built = servekit("model", "tiny", "--out", ".servekit/models/tiny", cwd=root)
+    built = servekit_cli(
+        "model", "tiny", "--out", ".servekit/models/tiny", cwd=root, env=runs_env(root), timeout=900
+    )
     assert built.returncode == 0, built.stderr
     return root
-
-
-@contextlib.contextmanager
-def up(layout: str, cwd: Path) -> Iterator[None]:
-    started = servekit("up", layout, "--detach", "--free-ports", cwd=cwd)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield
-    finally:
-        servekit("down", layout, cwd=cwd, timeout=120)
 
 
 def checks(out: Path) -> dict[str, dict[str, Any]]:
@@ -74,12 +49,14 @@ MUST_PASS_SINGLE = (
 
 
 def test_single_instance_passes_service_api_and_invariants(workdir: Path) -> None:
-    with up("local/single", workdir):
-        plain = servekit("accept", "--target", "local/single", "--context", "2k",
-                         "--out", "plain", cwd=workdir)  # fmt: skip
-        needles = servekit("accept", "--target", "local/single", "--context", "2k",
-                           "--capability", "retrieval", "--only", "needle.2k.A",
-                           "--only", "needle.2k.turn1", "--out", "needles", cwd=workdir)  # fmt: skip
+    with layout_up("local/single", cwd=workdir, env=runs_env(workdir), down_timeout=120):
+        plain = servekit_cli("accept", "--target", "local/single", "--context", "2k",
+                             "--out", "plain",
+                             cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
+        needles = servekit_cli("accept", "--target", "local/single", "--context", "2k",
+                               "--capability", "retrieval", "--only", "needle.2k.A",
+                               "--only", "needle.2k.turn1", "--out", "needles",
+                               cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
     assert plain.returncode == 0, plain.stdout + plain.stderr
     found = checks(workdir / "plain")
     for check in MUST_PASS_SINGLE:
@@ -100,10 +77,10 @@ def test_single_instance_passes_service_api_and_invariants(workdir: Path) -> Non
 
 
 def test_real_1p1d_passes_guard_service_and_api(workdir: Path) -> None:
-    with up("local/1p1d", workdir):
-        proc = servekit("accept", "--target", "local/1p1d", "--context", "2k",
-                        "--only", "service", "--only", "guard", "--only", "api",
-                        "--out", "pd", cwd=workdir)  # fmt: skip
+    with layout_up("local/1p1d", cwd=workdir, env=runs_env(workdir), down_timeout=120):
+        proc = servekit_cli("accept", "--target", "local/1p1d", "--context", "2k",
+                            "--only", "service", "--only", "guard", "--only", "api",
+                            "--out", "pd", cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
     guard = checks(workdir / "pd")["guard.decode_direct"]
     assert guard["verdict"] == "pass", guard["reason"]
     assert proc.returncode == 0, proc.stdout

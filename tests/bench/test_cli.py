@@ -3,35 +3,23 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from .conftest import Engine, Setup
-
-
-def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
 
 
 def test_bench_writes_results_and_compares_with_a_baseline(engine: Engine, tmp_path: Path) -> None:
     common = ["bench", "--target", engine.url, "--workload", "single", "--workload", "multi"]
     common += ["--streams", "1,2", "--isl", "16", "--osl", "4", "--runs", "1"]
-    first = servekit(*common, "--out", str(tmp_path / "a"), cwd=tmp_path)
+    first = servekit_cli(*common, "--out", str(tmp_path / "a"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "Single-stream decode" in first.stdout and "Multi-stream decode" in first.stdout
     saved = json.loads((tmp_path / "a" / "bench.json").read_text())
     assert [p["label"] for p in saved["points"]] == ["ISL=16", "N=1", "N=2"]
-    second = servekit(
+    second = servekit_cli(
         *common,
         "--out",
         str(tmp_path / "b"),
@@ -63,7 +51,7 @@ def test_bench_writes_results_and_compares_with_a_baseline(engine: Engine, tmp_p
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_path: Path) -> None:
-    proc = servekit("bench", "--target", "http://127.0.0.1:9", *extra, cwd=tmp_path)
+    proc = servekit_cli("bench", "--target", "http://127.0.0.1:9", *extra, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {proc.stderr.strip().removeprefix('error: ')}"
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -71,7 +59,7 @@ def test_bad_flags_are_one_line_and_exit_2(extra: list[str], message: str, tmp_p
 
 @pytest.mark.parametrize("engine", [Setup(busy=True)], indirect=True)
 def test_an_engine_that_never_idles_is_one_line_and_exit_1(engine: Engine, tmp_path: Path) -> None:
-    proc = servekit(
+    proc = servekit_cli(
         "bench",
         "--target",
         engine.url,
@@ -91,12 +79,12 @@ def test_an_engine_that_never_idles_is_one_line_and_exit_1(engine: Engine, tmp_p
 
 
 def test_unknown_layout_name_is_a_usage_error(tmp_path: Path) -> None:
-    proc = servekit("bench", "--target", "local/none", cwd=tmp_path)
+    proc = servekit_cli("bench", "--target", "local/none", cwd=tmp_path)
     assert proc.returncode == 2 and "servekit up local/none" in proc.stderr
 
 
 def test_unreachable_url_is_a_usage_error(tmp_path: Path) -> None:
-    proc = servekit("bench", "--target", "http://127.0.0.1:9", "--runs", "1", cwd=tmp_path)
+    proc = servekit_cli("bench", "--target", "http://127.0.0.1:9", "--runs", "1", cwd=tmp_path)
     assert proc.returncode == 2 and "cannot list models" in proc.stderr
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.helpers.files import sparse_file
 from tests.helpers.refusal import one_line_error
 
 from servekit.bench.baseline import FOREIGN, compare, not_compared
@@ -135,9 +136,7 @@ def test_a_bad_baseline_is_one_line(content: bytes, message: str, tmp_path: Path
 
 
 def test_a_huge_baseline_is_refused_before_reading(tmp_path: Path) -> None:
-    path = tmp_path / "huge.json"
-    with path.open("wb") as handle:
-        handle.truncate(1 << 30)  # sparse: nothing is written
+    path = sparse_file(tmp_path / "huge.json")
     with pytest.raises(UsageError, match="larger than 64 MiB"):
         read_baseline(path)
 

@@ -9,39 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import layout_up, servekit_cli
 
 LAYOUT = "local/1p1d"
-
-
-def servekit(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.fixture
 def layout_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs"), "COLUMNS": "200"}
-    up = servekit(
-        "up", LAYOUT, "--engine", "sim", "--detach", "--free-ports", env=env, cwd=tmp_path
-    )
-    try:
-        assert up.returncode == 0, up.stderr[-2000:]
+    with layout_up(LAYOUT, engine="sim", cwd=tmp_path, env=env, timeout=300):
         yield env
-    finally:
-        servekit("down", LAYOUT, env=env, cwd=tmp_path)
 
 
 def test_bench_a_pd_layout_by_name_and_compare_with_the_first_run(
@@ -49,7 +30,9 @@ def test_bench_a_pd_layout_by_name_and_compare_with_the_first_run(
 ) -> None:
     args = ["bench", "--target", LAYOUT, "--workload", "single", "--workload", "multi"]
     args += ["--workload", "kv", "--isl", "128", "--osl", "32", "--streams", "1,2", "--runs", "2"]
-    first = servekit(*args, "--out", str(tmp_path / "a"), env=layout_env, cwd=tmp_path)
+    first = servekit_cli(
+        *args, "--out", str(tmp_path / "a"), env=layout_env, cwd=tmp_path, timeout=300
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     result = json.loads((tmp_path / "a" / "bench.json").read_text())
     assert result["inputs"]["layout"] == LAYOUT and result["inputs"]["engine"] == "sim"
@@ -63,7 +46,7 @@ def test_bench_a_pd_layout_by_name_and_compare_with_the_first_run(
     kv = {label: p for (w, label), p in points.items() if w == "kv_capacity"}
     assert set(kv) == {"prefill", "decode"}
     assert all(p["figures"]["kv_cache_tokens"]["median"] > 0 for p in kv.values())
-    second = servekit(
+    second = servekit_cli(
         *args,
         "--out",
         str(tmp_path / "b"),
@@ -71,6 +54,7 @@ def test_bench_a_pd_layout_by_name_and_compare_with_the_first_run(
         str(tmp_path / "a" / "bench.json"),
         env=layout_env,
         cwd=tmp_path,
+        timeout=300,
     )
     assert second.returncode == 0, second.stderr[-2000:]
     assert "before -> after (delta)" in (tmp_path / "b" / "bench.md").read_text()

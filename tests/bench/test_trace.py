@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.helpers.files import sparse_file
 
 from servekit.bench import trace as trace_mod
 from servekit.bench.trace import MAX_LINE_BYTES, read_trace
@@ -131,10 +132,7 @@ def test_a_bad_azure_line_is_refused_by_line_and_field(
 
 def test_a_one_gigabyte_line_costs_one_bounded_read(tmp_path: Path) -> None:
     """A sparse 1 GiB file without a newline: refused after reading MAX_LINE_BYTES + 1."""
-    path = tmp_path / "huge.jsonl"
-    with path.open("wb") as handle:
-        handle.write(json.dumps(_req(0)).encode() + b"\n")
-        handle.truncate(1 << 30)
+    path = sparse_file(tmp_path / "huge.jsonl", head=json.dumps(_req(0)).encode() + b"\n")
     with pytest.raises(UsageError, match=rf"line 2: longer than {MAX_LINE_BYTES} bytes"):
         read_trace(path)
 

@@ -8,11 +8,11 @@ file cost one bounded read and one bounded count.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
+from tests.helpers.files import sparse_file
 from tests.helpers.refusal import one_line_error
 
 from servekit.bench.trace import MAX_LINE_BYTES, MAX_REQUESTS
@@ -23,26 +23,10 @@ from .conftest import Engine
 FOREIGN = Path(__file__).with_name("fixtures") / "foreign"
 
 
-def servekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=cwd,
-        check=False,
-    )
-
-
 def _row(ts: int, isl: object = 700) -> str:
     return json.dumps(
         {"timestamp": ts, "input_length": isl, "output_length": 4, "hash_ids": [0, 1]}
     )
-
-
-def _sparse_gib(path: Path) -> None:
-    with path.open("wb") as handle:
-        handle.truncate(1 << 30)
 
 
 def _many_lines(path: Path) -> None:
@@ -52,7 +36,7 @@ def _many_lines(path: Path) -> None:
 CASES = [
     ("back.jsonl", f"{_row(500)}\n{_row(100)}\n", "line 2: timestamp goes back in time"),
     ("type.jsonl", f"{_row(0, [1])}\n", "line 1: input_length: expected a whole number"),
-    ("gib.jsonl", _sparse_gib, f"line 1: longer than {MAX_LINE_BYTES} bytes"),
+    ("gib.jsonl", sparse_file, f"line 1: longer than {MAX_LINE_BYTES} bytes"),
     ("lines.jsonl", _many_lines, f"line {MAX_REQUESTS + 2}: more than {MAX_REQUESTS} lines"),
 ]
 
@@ -67,17 +51,19 @@ def test_a_bad_trace_is_one_line_and_exit_2(
         content(path)
     else:
         path.write_text(str(content))
-    proc = servekit("bench", "--target", "http://127.0.0.1:9", "--trace", str(path), cwd=tmp_path)
+    proc = servekit_cli(
+        "bench", "--target", "http://127.0.0.1:9", "--trace", str(path), cwd=tmp_path
+    )
     one_line_error(proc, f"--trace {path}: ", message)
 
 
 def test_trace_flags_are_checked_by_name(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.jsonl", TraceShape(requests=2))
-    missing = servekit(
+    missing = servekit_cli(
         "bench", "--target", "x", "--trace", str(tmp_path / "no.jsonl"), cwd=tmp_path
     )
     one_line_error(missing, "no such file")
-    speed = servekit(
+    speed = servekit_cli(
         "bench", "--target", "x", "--trace", str(path), "--trace-speed", "0", cwd=tmp_path
     )
     one_line_error(speed, "--trace-speed: ")
@@ -88,7 +74,7 @@ def test_bench_replays_a_trace_with_slos_against_a_foreign_baseline(
 ) -> None:
     shape = TraceShape(requests=6, rate=20.0, groups=1, shared_blocks=1, own_blocks=(0, 0), seed=4)
     path = write_trace(tmp_path / "t.jsonl", shape)
-    proc = servekit(
+    proc = servekit_cli(
         "bench",
         "--target",
         engine.url,
@@ -105,6 +91,7 @@ def test_bench_replays_a_trace_with_slos_against_a_foreign_baseline(
         "--out",
         str(tmp_path / "out"),
         cwd=tmp_path,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Trace replay" in proc.stdout and "lateness_p99_ms" in proc.stdout

@@ -7,57 +7,22 @@ slow, run by CI, not by the quick suite.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import tiny_vllm_up
 
 from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
 from servekit.deployment import load_deployment
-from servekit.local.tinymodel import build_tiny_model
 
 LAYOUT = "local/1p1d"
 
 
-def servekit(
-    *args: str, env: dict[str, str], timeout: float, cwd: Path
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-        cwd=cwd,
-    )
-
-
 @pytest.fixture
 def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
-    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    # The layout's model path is relative to the working folder: build it there (offline, 0.2 s).
-    build_tiny_model(tmp_path / ".servekit" / "models" / "tiny")
-    up = servekit(
-        "up",
-        LAYOUT,
-        "--engine",
-        "vllm",
-        "--detach",
-        "--free-ports",
-        env=env,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    try:
-        assert up.returncode == 0, up.stderr[-2000:]
+    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv) as env:
         yield env
-    finally:
-        servekit("down", LAYOUT, env=env, timeout=300, cwd=tmp_path)
 
 
 @pytest.mark.vllm

@@ -9,11 +9,11 @@ from vLLM's own counters, near what the trace's ids imply. Marked ``vllm``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import tiny_vllm_up
 
 from servekit.bench import RunSettings, run_bench
 from servekit.bench.config import TraceReplay
@@ -22,35 +22,15 @@ from servekit.bench.trace import read_trace
 from servekit.bench.tracegen import TraceShape, write_trace
 from servekit.bench.workloads.trace import trace_hit_rate
 from servekit.deployment import load_deployment
-from servekit.local.tinymodel import build_tiny_model
-
-from .test_vllm_smoke import servekit
 
 LAYOUT = "local/single"
 
 
 @pytest.fixture
 def single(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SERVEKIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.chdir(tmp_path)
-    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    build_tiny_model(tmp_path / ".servekit" / "models" / "tiny")
-    up = servekit(
-        "up",
-        LAYOUT,
-        "--engine",
-        "vllm",
-        "--detach",
-        "--free-ports",
-        env=env,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    try:
-        assert up.returncode == 0, up.stderr[-2000:]
+    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv):
         yield tmp_path
-    finally:
-        servekit("down", LAYOUT, env=env, timeout=300, cwd=tmp_path)
 
 
 @pytest.mark.vllm

@@ -10,15 +10,13 @@ narrows them with --kind, --role and --family.
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from rich.console import Console
+from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.families import (
     GENERIC,
@@ -106,14 +104,7 @@ def test_defaults_narrows_by_family_kind_and_role() -> None:
 
 
 def test_an_unknown_family_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "servekit", "defaults", "--family", "dsv5"],
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-        check=False,
-        cwd=tmp_path,
-    )
+    result = servekit_cli("defaults", "--family", "dsv5", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("error: --family 'dsv5': unknown family; choose one of generic")
     assert result.stderr.count("\n") == 1

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli, wide_env
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
@@ -32,14 +33,8 @@ LAUGHS = "".join(
 
 
 def check(catalog: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", "layouts", "check", "--catalog", str(catalog)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-        timeout=120,
-    )
+    """``servekit layouts check --catalog CATALOG``: the verb most tests here end on."""
+    return servekit_cli("layouts", "check", "--catalog", str(catalog), env=wide_env())
 
 
 @pytest.fixture
@@ -196,9 +191,6 @@ def test_the_same_rules_apply_to_set_overrides(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-RENDER = (sys.executable, "-m", "servekit", "render")
-
-
 def string_alias_bomb(single_text: str, chars: int, aliases: int) -> str:
     """The layout with one anchored string of ``chars`` characters aliased ``aliases``
     times as engine environment values, which render writes into every script."""
@@ -217,12 +209,8 @@ def test_a_string_alias_bomb_is_refused_by_check_and_render_with_nothing_written
     assert (root / "local/single/layout.yaml").stat().st_size < 1 << 20
     one_line_error(check(root), "layout.yaml", "KiB of text through its aliases")
     out = tmp_path / "out"
-    result = subprocess.run(
-        [*RENDER, "local/single", "--target", "nodes", "--out", str(out), "--catalog", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+    result = servekit_cli(
+        "render", "local/single", "--target", "nodes", "--out", str(out), "--catalog", str(root)
     )
     one_line_error(result, "KiB of text through its aliases")
     assert not out.exists()
@@ -242,22 +230,12 @@ def test_a_fifo_layout_file_is_neither_listed_nor_read(single_text: str, tmp_pat
     fifo = root / "local" / "piped" / "layout.yaml"
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
-    listed = subprocess.run(
-        [sys.executable, "-m", "servekit", "layouts", "list", "--catalog", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    listed = servekit_cli("layouts", "list", "--catalog", str(root), timeout=60)
     assert listed.returncode == 0 and "local/single" in listed.stdout
     assert "piped" not in listed.stdout
     assert check(root).returncode == 0
-    result = subprocess.run(
-        [*RENDER, "local/piped", "--out", str(tmp_path / "o"), "--catalog", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
+    result = servekit_cli(
+        "render", "local/piped", "--out", str(tmp_path / "o"), "--catalog", str(root), timeout=60
     )
     one_line_error(result, "local/piped/layout.yaml", "not a regular file")
     assert not (tmp_path / "o").exists()
@@ -277,12 +255,8 @@ def test_safeyaml_never_blocks_on_a_fifo(tmp_path: Path) -> None:
 def test_a_control_character_in_a_set_value_is_refused(value: str, tmp_path: Path) -> None:
     """YAML used to fold a newline into a space; now it is one line, exit 2, nothing written."""
     out = tmp_path / "o"
-    result = subprocess.run(
-        [*RENDER, "local/single", "--out", str(out), "--set", f"model.served_name={value}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+    result = servekit_cli(
+        "render", "local/single", "--out", str(out), "--set", f"model.served_name={value}"
     )
     one_line_error(result, "model.served_name", "control character")
     assert not out.exists()

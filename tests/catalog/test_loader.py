@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,19 +11,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import layout_names, load, parse_layout_text, resolve_catalog
 from servekit.errors import UsageError
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def test_every_catalog_layout_loads(catalog_dir: Path) -> None:
@@ -98,10 +87,10 @@ def test_user_catalog_via_env_and_flag(
     data["name"] = "mine/solo"
     root = write_catalog(data)
     assert resolve_catalog(root) == root
-    out = run_cli("layouts", "check", env={"SERVEKIT_CATALOG": str(root)})
+    out = servekit_cli("layouts", "check", env={**os.environ, "SERVEKIT_CATALOG": str(root)})
     assert out.returncode == 0, out.stderr
     assert "ok: mine/solo" in out.stdout
-    out = run_cli("layouts", "list", "--catalog", str(root))
+    out = servekit_cli("layouts", "list", "--catalog", str(root))
     assert "mine/solo" in out.stdout
 
 
@@ -139,7 +128,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     args: list[str], needle: str, tmp_path: Path
 ) -> None:
     out_dir = tmp_path / "out"
-    result = run_cli(*[a.replace("{out}", str(out_dir)) for a in args])
+    result = servekit_cli(*[a.replace("{out}", str(out_dir)) for a in args])
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

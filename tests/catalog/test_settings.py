@@ -10,16 +10,14 @@ they are not names.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.cli import servekit_cli, wide_env
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
@@ -27,17 +25,6 @@ from servekit.catalog.profiles import PROFILES_DIR
 from servekit.defaults import SETTINGS, SETTINGS_BY_KEY, check_setting, defaults_for
 
 PWNED = "$(touch {canary})"
-
-
-def servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-        timeout=120,
-    )
 
 
 GOOD = {
@@ -99,7 +86,9 @@ def test_set_refuses_a_command_or_text_for_a_number(value: str, tmp_path: Path) 
     canary = tmp_path / "PWNED"
     out = tmp_path / "out"
     item = "engines.decode0.settings.max_num_seqs=" + value.format(canary=canary)
-    line = one_line_error(servekit("render", "a3/1p1d", "--out", str(out), "--set", item))
+    line = one_line_error(
+        servekit_cli("render", "a3/1p1d", "--out", str(out), "--set", item, env=wide_env())
+    )
     assert "engines.decode0.settings: max_num_seqs:" in line
     assert "takes a whole number from 1" in line and "e.g. max_num_seqs: 32" in line
     assert not out.exists() and not canary.exists()
@@ -109,7 +98,10 @@ def test_set_refuses_a_value_that_is_not_yaml(tmp_path: Path) -> None:
     canary = tmp_path / "PWNED"
     item = f"engines.decode0.settings.max_num_seqs=`touch {canary}`"
     one_line_error(
-        servekit("render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item), "--set"
+        servekit_cli(
+            "render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item, env=wide_env()
+        ),
+        "--set",
     )
     assert not canary.exists()
 
@@ -136,7 +128,9 @@ def test_the_same_value_in_layout_yaml_fails_layouts_check(value: str, tmp_path:
     def edit(data: dict[str, Any]) -> None:
         _decode(data).setdefault("settings", {})["max_num_seqs"] = value.format(canary=canary)
 
-    result = servekit("layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)))
+    result = servekit_cli(
+        "layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)), env=wide_env()
+    )
     one_line_error(result, "a3/1p1d/layout.yaml:", "engines.1.settings", "max_num_seqs:", "e.g.")
     assert not canary.exists()
 
@@ -145,7 +139,7 @@ def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
     root = _catalog_with(tmp_path, lambda data: None)
     profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
     profile.write_text(profile.read_text().replace("max_num_seqs: 60", "max_num_seqs: lots"))
-    result = servekit("layouts", "check", "--catalog", str(root))
+    result = servekit_cli("layouts", "check", "--catalog", str(root), env=wide_env())
     one_line_error(result, "dsv4-flash-a3-pd.yaml:", "max_num_seqs: 'lots' is refused")
 
 
@@ -177,5 +171,7 @@ def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
 def test_names_that_become_shell_words_or_flags_must_be_names(
     edit: Callable[[dict[str, Any]], None], needles: list[str], tmp_path: Path
 ) -> None:
-    result = servekit("layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)))
+    result = servekit_cli(
+        "layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)), env=wide_env()
+    )
     one_line_error(result, *needles)

@@ -83,9 +83,6 @@ def test_provenance_and_status_derived(tmp_path: Path) -> None:
     assert layout_status(loaded).state == "derived"
 
 
-_cli = servekit_cli
-
-
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -127,7 +124,7 @@ _cli = servekit_cli
     ],
 )
 def test_refusals_are_one_line_exit_2(args: list[str], needle: str) -> None:
-    one_line_error(_cli("layouts", "new", *args), needle)
+    one_line_error(servekit_cli("layouts", "new", *args), needle)
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,14 +6,12 @@ simulated, never as verified.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import runs_env, servekit_cli
 
 from servekit.catalog.ledger import verification_status
 from servekit.catalog.loader import load, packaged_catalog
@@ -24,14 +22,9 @@ NAME = "a3/deepseekv4-flash/2p1d"
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs"), "COLUMNS": "200"}
+    env = runs_env(tmp_path)
     yield env
-    servekit(env, "down", NAME)
-
-
-def servekit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "servekit", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=600)
+    servekit_cli("down", NAME, env=env)
 
 
 @pytest.mark.slow
@@ -41,32 +34,32 @@ def test_derived_layout_renders_runs_and_verifies_on_sim(
     catalog = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3" / "profiles", catalog / "a3" / "profiles")
     shutil.copytree(packaged_catalog() / BASE, catalog / BASE)
-    new = servekit(env, "layouts", "new", NAME, "--from", BASE, "--catalog", str(catalog))
+    new = servekit_cli("layouts", "new", NAME, "--from", BASE, "--catalog", str(catalog), env=env)
     assert new.returncode == 0, new.stderr
     assert verification_status(load(NAME, catalog)).state == "derived"
 
-    check = servekit(env, "layouts", "check", NAME, "--strict", "--catalog", str(catalog))
+    check = servekit_cli("layouts", "check", NAME, "--strict", "--catalog", str(catalog), env=env)
     # --strict passes it: "not separately validated" is its status (derived), no warning.
     assert check.returncode == 0, check.stdout + check.stderr
     assert "0 error(s), 0 warning(s)" in check.stdout, check.stdout
 
     out = tmp_path / "rendered"
-    render = servekit(env, "render", NAME, "--catalog", str(catalog), "--out", str(out))
+    render = servekit_cli("render", NAME, "--catalog", str(catalog), "--out", str(out), env=env)
     assert render.returncode == 0, render.stderr
     assert (out / "plan.json").is_file()
 
-    up = servekit(
-        env, "up", NAME, "--engine", "sim", "--speed", "40", "--detach", "--catalog", str(catalog)
-    )
+    up = servekit_cli(
+        "up", NAME, "--engine", "sim", "--speed", "40", "--detach", "--catalog", str(catalog),
+        env=env, timeout=600,
+    )  # fmt: skip
     assert up.returncode == 0, up.stderr
-    down = servekit(env, "down", NAME)
+    down = servekit_cli("down", NAME, env=env)
     assert down.returncode == 0, down.stderr
     assert f"{NAME}: stopped" in down.stdout
-    status = servekit(env, "status", NAME)
+    status = servekit_cli("status", NAME, env=env)
     assert "ready" not in status.stdout, status.stdout
 
-    verify = servekit(
-        env,
+    verify = servekit_cli(
         "verify",
         NAME,
         "--engine",
@@ -77,6 +70,8 @@ def test_derived_layout_renders_runs_and_verifies_on_sim(
         str(catalog),
         "--out",
         str(tmp_path / "report"),
+        env=env,
+        timeout=600,
     )
     assert verify.returncode == 0, (verify.stdout[-3000:], verify.stderr[-1500:])
     status = verification_status(load(NAME, catalog))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
@@ -21,15 +21,9 @@ FACTS = CATALOG / "a3/glm5.1/1x2p1x4d/source.json"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``servekit layouts import ARGS``, the child importing this checkout's src/."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", "layouts", "import", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=120,
-    )
+    return servekit_cli("layouts", "import", *args, env=env)
 
 
 def _folder(tmp_path: Path, parent: str = "glm5.1-a3", topology: str = "1x2p1x4d") -> Path:

@@ -9,12 +9,11 @@ files while verify passed; it must be refused at build and at verify.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.errors import UsageError
@@ -23,16 +22,6 @@ from servekit.kit.models import MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES
 from servekit.kit.verify import verify_kit
 
 from .kitedit import edit_kit
-
-
-def servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
 
 
 def with_payload(entries: int, path_width: int = 8):  # type: ignore[no-untyped-def]
@@ -56,8 +45,12 @@ def test_a_manifest_past_its_bounds_is_one_line_and_exit_2(
     kit: BuildResult, tmp_path: Path, entries: int, width: int, needle: str
 ) -> None:
     hostile = edit_kit(kit.archive, tmp_path / "big.tar.zst", with_payload(entries, width))
-    one_line_error(servekit("kit", "verify", str(hostile)), "MANIFEST.json", needle)
-    one_line_error(servekit("kit", "inspect", str(hostile)), "MANIFEST.json", needle)
+    one_line_error(
+        servekit_cli("kit", "verify", str(hostile), timeout=300), "MANIFEST.json", needle
+    )
+    one_line_error(
+        servekit_cli("kit", "inspect", str(hostile), timeout=300), "MANIFEST.json", needle
+    )
 
 
 def test_a_manifest_just_inside_the_entry_bound_is_read(kit: BuildResult, tmp_path: Path) -> None:

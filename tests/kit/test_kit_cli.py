@@ -3,35 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers.cli import servekit_cli, servekit_inproc
 
 from servekit.defaults import script_defaults
 
 from .imagegen import M, base_layers, layer_tar, write_docker_archive, write_oci
-
-
-def inproc(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in this process (fast); same shape as :func:`servekit`."""
-    from typer.testing import CliRunner
-
-    from servekit.cli import app
-
-    result = CliRunner().invoke(app, list(args))
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, "")
-
-
-def servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
@@ -43,29 +21,33 @@ def test_build_verify_rebuild_inspect(tmp_path: Path) -> None:
     src = write_oci(tmp_path / "src", [*layers, working])
     kit = tmp_path / "demo-v1.tar.zst"
 
-    built = inproc("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    built = servekit_inproc(
+        "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
+    )
     assert built.returncode == 0, built.stdout
     assert "1 working layer(s)" in built.stdout
 
-    verified = inproc("kit", "verify", str(kit), "--json", "--kind", "vllm-ascend")
+    verified = servekit_inproc("kit", "verify", str(kit), "--json", "--kind", "vllm-ascend")
     assert verified.returncode == 0, verified.stdout
     report = json.loads(verified.stdout)
     assert {c["name"]: c["status"] for c in report["checks"]}["table"] == "pass"
 
-    table_out = inproc("kit", "verify", str(kit))
+    table_out = servekit_inproc("kit", "verify", str(kit))
     assert table_out.returncode == 0 and "PASS" in table_out.stdout
 
-    rebuilt = inproc("kit", "rebuild", str(kit), "--base", str(base), "--out", str(tmp_path / "o"))
+    rebuilt = servekit_inproc(
+        "kit", "rebuild", str(kit), "--base", str(base), "--out", str(tmp_path / "o")
+    )
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert "0 differences" in rebuilt.stdout
 
-    shown = inproc("kit", "inspect", str(kit), "--json")
+    shown = servekit_inproc("kit", "inspect", str(kit), "--json")
     assert json.loads(shown.stdout)["name"] == "demo-v1"
-    shown_table = inproc("kit", "inspect", str(kit)).stdout
+    shown_table = servekit_inproc("kit", "inspect", str(kit)).stdout
     assert "/opt/serve.sh" in shown_table and "none declared" in shown_table
-    image = json.loads(inproc("kit", "inspect", str(tmp_path / "o"), "--json").stdout)
+    image = json.loads(servekit_inproc("kit", "inspect", str(tmp_path / "o"), "--json").stdout)
     assert image["format"] == "oci" and len(image["layers"]) == 3
-    fs = inproc("kit", "inspect", str(tmp_path / "o"), "--fs").stdout.splitlines()
+    fs = servekit_inproc("kit", "inspect", str(tmp_path / "o"), "--fs").stdout.splitlines()
     assert any(line.split("\t")[5] == "/opt/serve.sh" for line in fs)
 
 
@@ -76,18 +58,18 @@ def test_failed_check_exits_1(tmp_path: Path) -> None:
     src = write_oci(tmp_path / "s", [*layers, bad])
     kit = tmp_path / "k.tar.zst"
     assert (
-        servekit(
+        servekit_cli(
             "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
         ).returncode
         == 0
     )
-    result = servekit("kit", "verify", str(kit))
+    result = servekit_cli("kit", "verify", str(kit))
     assert result.returncode == 1
     assert "FAIL" in result.stdout and "compile" in result.stdout
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
-    result = servekit(
+    result = servekit_cli(
         "kit",
         "build",
         "--base",
@@ -99,7 +81,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
-    engine = servekit(
+    engine = servekit_cli(
         "kit",
         "build",
         "--base",
@@ -119,9 +101,9 @@ def test_rebuild_onto_the_wrong_base_exits_2_naming_the_layer(tmp_path: Path) ->
     base = write_oci(tmp_path / "b", layers)
     src = write_oci(tmp_path / "s", [*layers, layer_tar([M("y", "f", b"y")])])
     kit = tmp_path / "k.tar.zst"
-    inproc("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    servekit_inproc("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
     wrong = write_oci(tmp_path / "w", [layers[0], layer_tar([M("z", "f", b"z")])])
-    result = servekit(
+    result = servekit_cli(
         "kit", "rebuild", str(kit), "--base", str(wrong), "--out", str(tmp_path / "o")
     )
     assert result.returncode == 2
@@ -133,11 +115,11 @@ def test_inspect_fs_of_an_unpacked_rootfs_folder(tmp_path: Path) -> None:
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
     (root / "proc" / "1").mkdir(parents=True)
-    result = inproc("kit", "inspect", str(root), "--fs", "--exclude", "/proc")
+    result = servekit_inproc("kit", "inspect", str(root), "--fs", "--exclude", "/proc")
     assert result.returncode == 0, result.stderr
     paths = [line.split("\t")[5] for line in result.stdout.splitlines()]
     assert paths == ["/etc", "/etc/hosts"]
-    plain = servekit("kit", "inspect", str(root))
+    plain = servekit_cli("kit", "inspect", str(root))
     assert plain.returncode == 2 and "--fs" in plain.stderr
 
 
@@ -147,16 +129,16 @@ def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None
     src = write_oci(tmp_path / "s", [*layers, layer_tar([M("z", "f", b"\0" * (2 << 20))])])
     kit = tmp_path / "k.tar.zst"
     assert (
-        inproc(
+        servekit_inproc(
             "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
         ).returncode
         == 0
     )
-    small = inproc("kit", "verify", str(kit), "--max-size", "100000", "--json")
+    small = servekit_inproc("kit", "verify", str(kit), "--max-size", "100000", "--json")
     assert small.returncode == 1
     archive = {c["name"]: c for c in json.loads(small.stdout)["checks"]}["archive"]
     assert archive["status"] == "fail" and "expands past 100000 bytes" in archive["detail"]
-    refused = servekit(
+    refused = servekit_cli(
         "kit",
         "rebuild",
         str(kit),
@@ -173,11 +155,11 @@ def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None
 def test_verify_role_needs_kind_and_a_known_role(tmp_path: Path) -> None:
     kit = tmp_path / "k.tar.zst"
     kit.write_bytes(b"x")
-    alone = servekit("kit", "verify", str(kit), "--role", "decode")
+    alone = servekit_cli("kit", "verify", str(kit), "--role", "decode")
     assert alone.returncode == 2 and "--kind" in alone.stderr
-    odd = servekit("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
+    odd = servekit_cli("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
     assert odd.returncode == 2 and "decode, prefill or mixed" in odd.stderr
-    unknown = servekit("kit", "verify", str(kit), "--kind", "trt")
+    unknown = servekit_cli("kit", "verify", str(kit), "--kind", "trt")
     assert unknown.returncode == 2 and "--kind 'trt'" in unknown.stderr
 
 
@@ -194,11 +176,13 @@ def test_verify_family_compares_with_that_family_row_only(tmp_path: Path) -> Non
     base = write_docker_archive(tmp_path / "base.tar", layers)
     src = write_oci(tmp_path / "src", [*layers, working])
     kit = tmp_path / "a3-v1.tar.zst"
-    built = inproc("kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit))
+    built = servekit_inproc(
+        "kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)
+    )
     assert built.returncode == 0, built.stdout
 
     def table_row(*flags: str) -> dict[str, str]:
-        done = inproc("kit", "verify", str(kit), "--json", *flags)
+        done = servekit_inproc("kit", "verify", str(kit), "--json", *flags)
         rows = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
         return rows["table"]
 
@@ -206,13 +190,15 @@ def test_verify_family_compares_with_that_family_row_only(tmp_path: Path) -> Non
     generic = table_row("--kind", "vllm-ascend")
     assert generic["status"] == "fail" and "PREFIX defaults to '0'" in generic["detail"]
 
-    unknown = servekit("kit", "verify", str(kit), "--family", "a3/nope")
+    unknown = servekit_cli("kit", "verify", str(kit), "--family", "a3/nope")
     assert unknown.returncode == 2 and "--family 'a3/nope'" in unknown.stderr
-    hostile = servekit("kit", "verify", str(kit), "--family", "$(touch /tmp/x)")
+    hostile = servekit_cli("kit", "verify", str(kit), "--family", "$(touch /tmp/x)")
     assert hostile.returncode == 2 and "--family" in hostile.stderr
-    with_role = servekit("kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope")
+    with_role = servekit_cli("kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope")
     assert with_role.returncode == 2 and "--family 'a3/nope'" in with_role.stderr
-    alone = servekit("kit", "verify", str(kit), "--catalog", "layouts")
+    alone = servekit_cli("kit", "verify", str(kit), "--catalog", "layouts")
     assert alone.returncode == 2 and "--catalog applies to --family" in alone.stderr
-    missing = servekit("kit", "verify", str(kit), "--family", "a3/x", "--catalog", "/nonexistent")
+    missing = servekit_cli(
+        "kit", "verify", str(kit), "--family", "a3/x", "--catalog", "/nonexistent"
+    )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import tarfile
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from servekit.kit.build import BuildResult
 from servekit.kit.checks import CheckReport
@@ -32,27 +33,12 @@ from .kitedit import edit_kit, tar_stream, write_tar_stream
 
 LIMIT_S = 120
 MEMORY = 2 << 30
+# A child with a memory cap and a time limit: a reader that loads too much or hangs fails.
+bounded = partial(servekit_cli, timeout=LIMIT_S, memory_limit=MEMORY)
 
 
 def rows(report: CheckReport) -> dict[str, tuple[str, str]]:
     return {c.name: (c.status, c.detail) for c in report.checks}
-
-
-def bounded(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a child with a memory cap and a time limit (a hang fails the test)."""
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
-        preexec_fn=cap,
-        check=False,
-        env=env,
-    )
 
 
 def change_member(name: str, edit: object) -> object:
@@ -366,13 +352,8 @@ def test_bytes_after_the_zstd_frame_fail_the_archive_row(
 def test_text_members_are_read_within_an_address_space_limit(
     kit: BuildResult, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "servekit", "kit", "verify", str(kit.archive), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20)),
-        check=False,
+    done = servekit_cli(
+        "kit", "verify", str(kit.archive), "--json", timeout=LIMIT_S, memory_limit=768 << 20
     )
     assert done.returncode == 0, done.stderr[-2000:]
 

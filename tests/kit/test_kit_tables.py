@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from servekit.cli import app
+from tests.helpers.cli import servekit_inproc
 
 from .imagegen import M, base_layers, layer_tar, write_docker_archive, write_oci
 
@@ -14,8 +12,8 @@ DEEP = "opt/" + "/".join(f"folder-with-a-long-name-{i}" for i in range(4)) + "/s
 
 
 def shown(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "80"})
-    assert result.exit_code == 0, result.output
+    result = servekit_inproc(*args, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert all(len(line) <= 80 for line in out.splitlines()), out
     assert "…" not in out, out
@@ -29,7 +27,7 @@ def test_inspect_verify_and_rebuild_fit_80_columns(tmp_path: Path) -> None:
     src = write_oci(tmp_path / "src", [*base_layers(), working])
     kit = tmp_path / "demo-v1.tar.zst"
     build = ["kit", "build", "--base", str(base), "--source", str(src), "--out", str(kit)]
-    assert CliRunner().invoke(app, build).exit_code == 0
+    assert servekit_inproc(*build).returncode == 0
     inspected = shown("kit", "inspect", str(kit))
     assert "/opt/folder-with-a-long-name-0" in inspected and "serve.sh" in inspected
     assert "PASS" in shown("kit", "verify", str(kit))

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from servekit.kit.apply import apply_image
 from servekit.kit.build import BuildResult
@@ -115,13 +116,7 @@ def test_umoci_unpack_matches_the_kit_filesystem_manifest(
         key=lambda line: line.split("\t")[5].encode(),
     )
     assert walked == kit_fs(kit, tmp_path)
-    shown = subprocess.run(
-        [sys.executable, "-m", "servekit", "kit", "inspect", str(bundle / "rootfs"), "--fs"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
+    shown = servekit_cli("kit", "inspect", str(bundle / "rootfs"), "--fs", check=True)
     assert shown.stdout.splitlines() == walked
 
 

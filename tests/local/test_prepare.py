@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import load
 from servekit.local.prepare import prepare_run
@@ -49,14 +48,9 @@ def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    cmd = [sys.executable, "-m", "servekit", "up", "a3/1p1d", "--engine", "sim", "--detach"]
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
-        )
-
-    up = run(*cmd)
+    up = servekit_cli(
+        "up", "a3/1p1d", "--engine", "sim", "--detach", cwd=tmp_path, env=env, timeout=300
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         notes = [line for line in (up.stdout + up.stderr).splitlines() if "free local" in line]
@@ -64,7 +58,7 @@ def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
         dep = json.loads((tmp_path / "runs/a3__1p1d/deployment.json").read_text())
         assert len({e["url"] for e in dep["endpoints"]}) == len(dep["endpoints"])
     finally:
-        down = run(sys.executable, "-m", "servekit", "down", "a3/1p1d")
+        down = servekit_cli("down", "a3/1p1d", cwd=tmp_path, env=env, timeout=300)
     assert down.returncode == 0, down.stderr
 
 

@@ -6,24 +6,16 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from tests.helpers.cli import runs_env, servekit_argv, servekit_cli
 from tests.local.conftest import alive
 
 from servekit.client import OpenAIClient
 from servekit.deployment import Deployment
 from servekit.local import proctree
 from servekit.local.state import read_state
-
-
-def _servekit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SERVEKIT_RUNS": str(root / "runs")}
-    cmd = [sys.executable, "-m", "servekit", *args]
-    return subprocess.run(
-        cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 async def _complete(url: str, model: str) -> tuple[int | None, str]:
@@ -33,7 +25,10 @@ async def _complete(url: str, model: str) -> tuple[int | None, str]:
 
 
 def test_accelerator_layout_runs_on_the_simulator(tmp_path: Path) -> None:
-    up = _servekit(tmp_path, "up", "a3/1p1d", "--engine", "sim", "--detach", "--free-ports")
+    up = servekit_cli(
+        "up", "a3/1p1d", "--engine", "sim", "--detach", "--free-ports",
+        cwd=tmp_path, env=runs_env(tmp_path), timeout=300,
+    )  # fmt: skip
     run = tmp_path / "runs" / "a3__1p1d"
     try:
         assert up.returncode == 0, up.stderr
@@ -51,14 +46,14 @@ def test_accelerator_layout_runs_on_the_simulator(tmp_path: Path) -> None:
         pids = proctree.members({p.pid for p in state.processes if p.pid is not None})
         assert alive(pids) == pids
     finally:
-        down = _servekit(tmp_path, "down", "a3/1p1d")
+        down = servekit_cli("down", "a3/1p1d", cwd=tmp_path, env=runs_env(tmp_path))
     assert down.returncode == 0, down.stderr
     assert alive(pids) == set()
 
 
 def test_foreground_up_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
-    cmd = [sys.executable, "-m", "servekit", "up", "local/dp2", "--engine", "sim", "--free-ports"]
+    cmd = servekit_argv("up", "local/dp2", "--engine", "sim", "--free-ports")
     up = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -72,10 +67,10 @@ def test_foreground_up_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     assert state is not None and state.phase == "ready"
     assert state.supervisor_pid == up.pid  # foreground: servekit itself supervises
     pids = proctree.members({p.pid for p in state.processes if p.pid is not None})
-    status = _servekit(tmp_path, "status", "local/dp2")
+    status = servekit_cli("status", "local/dp2", cwd=tmp_path, env=runs_env(tmp_path))
     assert status.returncode == 0
     assert "proxy" in status.stdout and " ok " in status.stdout
-    logs = _servekit(tmp_path, "logs", "proxy", "-n", "1")
+    logs = servekit_cli("logs", "proxy", "-n", "1", cwd=tmp_path, env=runs_env(tmp_path))
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 1
     up.send_signal(signal.SIGINT)
     out, _ = up.communicate(timeout=120)

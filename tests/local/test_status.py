@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.cli import servekit_cli
 from tests.local.conftest import alive
 
 from servekit.local.state import (
@@ -34,15 +35,8 @@ def user_env(state_home: Path) -> dict[str, str]:
     return {**env, "XDG_STATE_HOME": str(state_home), "COLUMNS": "200"}
 
 
-def servekit(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "servekit", *args]
-    return subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-
-
 def status_json(cwd: Path, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
-    done = servekit(cwd, env, "status", "--json", *args)
+    done = servekit_cli("status", "--json", *args, cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert isinstance(doc, list)
@@ -56,7 +50,10 @@ def test_status_from_another_folder_shows_the_entry_and_a_killed_supervisor(
     here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     here.mkdir()
     elsewhere.mkdir()
-    up = servekit(here, env, "up", "local/single", "--engine", "sim", "--detach", "--free-ports")
+    up = servekit_cli(
+        "up", "local/single", "--engine", "sim", "--detach", "--free-ports",
+        cwd=here, env=env, timeout=300,
+    )  # fmt: skip
     run = tmp_path / "state/servekit/runs/local__single"
     pids: set[int] = set()
     try:
@@ -69,7 +66,7 @@ def test_status_from_another_folder_shows_the_entry_and_a_killed_supervisor(
         assert view["entry_url"] == printed[0]
         assert Path(view["run_dir"]) == run
         assert all(p["health"] == "ok" for p in view["processes"] if p["url"])
-        table = servekit(elsewhere, env, "status")
+        table = servekit_cli("status", cwd=elsewhere, env=env)
         assert table.returncode == 0, table.stderr
         assert f"entry: {printed[0]}" in table.stdout
         pids = {p["pid"] for p in view["processes"]}
@@ -83,11 +80,11 @@ def test_status_from_another_folder_shows_the_entry_and_a_killed_supervisor(
         assert after["phase"] == "unsupervised"
         assert after["recorded_phase"] == "ready"
         assert after["supervisor_alive"] is False
-        table = servekit(elsewhere, env, "status", "local/single")
+        table = servekit_cli("status", "local/single", cwd=elsewhere, env=env)
         assert "unsupervised" in table.stdout
         assert "servekit down local/single" in table.stdout
     finally:
-        down = servekit(elsewhere, env, "down", "local/single")
+        down = servekit_cli("down", "local/single", cwd=elsewhere, env=env)
     assert down.returncode == 0, down.stderr
     assert alive(pids) == set()
     state = read_state(run / "state.json")
@@ -127,7 +124,7 @@ def test_status_json_with_no_runs_is_an_empty_list(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["..", "../../etc", "local/..", "a b/c", "local"])
 def test_a_bad_layout_name_is_one_line(tmp_path: Path, name: str) -> None:
-    done = servekit(tmp_path, user_env(tmp_path / "state"), "status", name)
+    done = servekit_cli("status", name, cwd=tmp_path, env=user_env(tmp_path / "state"))
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: ") and "layout name" in line
@@ -178,19 +175,20 @@ def test_an_unreadable_state_is_said_not_taken_for_no_run(tmp_path: Path, conten
     run.mkdir(parents=True)
     (run / "state.json").write_bytes(content)
 
-    shown = servekit(tmp_path, env, "status")
+    shown = servekit_cli("status", cwd=tmp_path, env=env)
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     assert "state.json is not a run state" in shown.stderr
     assert "servekit down local/single" in shown.stderr
     assert status_json(tmp_path, env) == []
 
-    up = servekit(tmp_path, env, "up", "local/single", "--engine", "sim")
+    up = servekit_cli("up", "local/single", "--engine", "sim", cwd=tmp_path, env=env, timeout=300)
     assert up.returncode == 2, up.stderr
     assert up.stderr.count("\n") == 1 and "Clear it with: servekit down local/single" in up.stderr
 
-    down = servekit(tmp_path, env, "down", "local/single")
+    down = servekit_cli("down", "local/single", cwd=tmp_path, env=env)
     assert down.returncode == 0, down.stderr
     assert "could not be listed" in down.stdout
     (kept,) = run.glob("state.json.unreadable-*")
     assert kept.read_bytes() == content and not (run / "state.json").exists()
-    assert servekit(tmp_path, env, "status").returncode == 2  # "no runs": the record is aside
+    aside = servekit_cli("status", cwd=tmp_path, env=env)
+    assert aside.returncode == 2  # "no runs": the record is aside

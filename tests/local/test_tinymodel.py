@@ -6,11 +6,10 @@ import hashlib
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from servekit.local.tinymodel import DEFAULT_SPEC, build_tiny_model
 from servekit.local.tinymodel.safetensors_bf16 import to_bf16_bits
@@ -39,8 +38,7 @@ def _digests(folder: Path) -> dict[str, str]:
 
 def _cli_build(out: Path, hashseed: str) -> None:
     env = {**os.environ, "PYTHONHASHSEED": hashseed}
-    cmd = [sys.executable, "-m", "servekit", "model", "tiny", "--out", str(out)]
-    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    servekit_cli("model", "tiny", "--out", str(out), env=env, timeout=None, check=True)
 
 
 @pytest.fixture

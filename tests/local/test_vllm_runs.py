@@ -12,13 +12,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_argv, servekit_cli
 from tests.local.conftest import alive
 
 from servekit.client import OpenAIClient
@@ -46,19 +46,11 @@ class Project:
         return {**os.environ, "SERVEKIT_RUNS": str(self.root / "runs")}
 
     def servekit(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "servekit", *args]
-        return subprocess.run(
-            cmd,
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """``servekit ARGS`` run in this folder, with its environment."""
+        return servekit_cli(*args, cwd=self.root, env=self.env, timeout=timeout)
 
     def start(self, layout: str) -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "servekit", "up", layout, "--detach", "--free-ports"]
+        cmd = servekit_argv("up", layout, "--detach", "--free-ports")
         return subprocess.Popen(
             cmd,
             cwd=self.root,

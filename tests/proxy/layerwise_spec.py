@@ -167,11 +167,3 @@ def layerwise_bodies(draw: st.DrawFn) -> bytes:
         doc["kv_transfer_params"] = draw(layerwise_params())
     text = json.dumps(doc, ensure_ascii=draw(st.booleans()))
     return text.encode()
-
-
-def kv_of(body: bytes) -> Any:
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return doc.get("kv_transfer_params") if isinstance(doc, dict) else None

@@ -18,6 +18,7 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 
 from servekit.errors import UsageError
 from servekit.proxy.config import (
@@ -106,10 +107,7 @@ def test_process_serves_health_until_terminated(entry: list[str]) -> None:
 
 
 def test_servekit_proxy_help_lists_the_same_flags() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "servekit", "proxy", "--help"], capture_output=True, text=True,
-        check=False,
-    )  # fmt: skip
+    proc = servekit_cli("proxy", "--help")
     assert proc.returncode == 0, proc.stderr
     for flag in (
         "--prefill",

@@ -28,13 +28,12 @@ from servekit.guard import (
 )
 from servekit.proxy.layerwise import decode_payload, default_metaserver
 
-from .guard_spec import CLIENT_FIELDS, KV_VALUES, PREFILL_ANSWERS, RELAXED, bodies
+from .guard_spec import CLIENT_FIELDS, KV_VALUES, PREFILL_ANSWERS, RELAXED, bodies, kv_of
 from .layerwise_spec import (
     SAME_PLACE,
     TRICKS,
     TRUSTED,
     goes_to_a_trusted_proxy,
-    kv_of,
     layerwise_bodies,
     layerwise_params,
     layerwise_shape,

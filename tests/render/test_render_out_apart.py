@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import layout_names, packaged_catalog
 
 
 def render(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", "render", "local/single", "--target", "nodes", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    """``servekit render local/single --target nodes ARGS``: the one layout these tests move."""
+    return servekit_cli("render", "local/single", "--target", "nodes", *args)
 
 
 @pytest.fixture

@@ -4,32 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers.cli import servekit_cli
 
 from servekit.sim.testing import running_sim
 
 from .support import sim_spec
 
 
-def servekit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def test_verify_attached_prints_headline_and_report_path(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_sim(sim_spec()) as sim:
-        done = servekit(
+        done = servekit_cli(
             "verify", "local/single", "--engine", "sim", "--target", sim.url,
-            "--out", str(out), "--catalog", str(catalog),
+            "--out", str(out), "--catalog", str(catalog), timeout=600,
         )  # fmt: skip
     run = json.loads((out / "run.json").read_text())
     passed = all(
@@ -44,7 +33,7 @@ def test_verify_attached_prints_headline_and_report_path(catalog: Path, tmp_path
 
 
 def test_verify_rejects_an_unknown_engine(catalog: Path) -> None:
-    done = servekit("verify", "local/1p1d", "--engine", "gpu", "--catalog", str(catalog))
+    done = servekit_cli("verify", "local/1p1d", "--engine", "gpu", "--catalog", str(catalog))
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "error: --engine: gpu is not an engine; use vllm (real engines) or sim (simulated engines)"
@@ -52,7 +41,7 @@ def test_verify_rejects_an_unknown_engine(catalog: Path) -> None:
 
 
 def test_verify_rejects_a_missing_baseline(catalog: Path, tmp_path: Path) -> None:
-    done = servekit(
+    done = servekit_cli(
         "verify", "local/1p1d", "--engine", "sim", "--catalog", str(catalog),
         "--baseline", str(tmp_path / "nope.json"),
     )  # fmt: skip
@@ -63,9 +52,9 @@ def test_verify_rejects_a_missing_baseline(catalog: Path, tmp_path: Path) -> Non
 def test_verify_of_hardware_layout_on_this_machine_is_bad_input(
     catalog: Path, tmp_path: Path
 ) -> None:
-    done = servekit(
+    done = servekit_cli(
         "verify", "a3/1p1d", "--catalog", str(catalog), "--out", str(tmp_path / "run"),
-        env={"SERVEKIT_RUNS": str(tmp_path / "runs")},
+        env={**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")},
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("error: layout a3/1p1d needs ascend-a3 hardware")
@@ -73,7 +62,9 @@ def test_verify_of_hardware_layout_on_this_machine_is_bad_input(
 
 
 def test_catalog_site_writes_the_index(catalog: Path, tmp_path: Path) -> None:
-    done = servekit("catalog", "site", "--out", str(tmp_path / "site"), "--catalog", str(catalog))
+    done = servekit_cli(
+        "catalog", "site", "--out", str(tmp_path / "site"), "--catalog", str(catalog)
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "site" / "index.html")
     assert len(list((tmp_path / "site" / "layouts").glob("*.html"))) == 14 + 25  # 25 imported

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.cli import servekit_argv, servekit_cli
 
 import servekit.sim
 from servekit.errors import UsageError
@@ -21,8 +22,6 @@ from servekit.sim.spec import load_spec, spec_from_mapping
 from servekit.sim.testing import running_sim
 
 from .webclient import get, post
-
-SERVEKIT = [sys.executable, "-m", "servekit"]
 
 
 def _ep(**kw: Any) -> dict[str, Any]:
@@ -85,7 +84,7 @@ HOSTILE_SPECS = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_SPECS))
-@pytest.mark.parametrize("entry", [[*SERVEKIT, "sim"], [sys.executable, "-m", "servekit.sim"]])
+@pytest.mark.parametrize("entry", [servekit_argv("sim"), [sys.executable, "-m", "servekit.sim"]])
 def test_a_hostile_spec_file_is_one_line_and_exit_2(
     name: str, entry: list[str], tmp_path: Path
 ) -> None:
@@ -164,7 +163,7 @@ def _wait_ready(path: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
     return info
 
 
-@pytest.mark.parametrize("entry", [[*SERVEKIT, "sim"], [sys.executable, "-m", "servekit.sim"]])
+@pytest.mark.parametrize("entry", [servekit_argv("sim"), [sys.executable, "-m", "servekit.sim"]])
 def test_cli_quick_form_serves_and_stops_cleanly_on_sigterm(
     tmp_path: Path, entry: list[str]
 ) -> None:
@@ -208,19 +207,10 @@ def test_cli_spec_file_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFi
 
     spec = tmp_path / "sim.yaml"
     spec.write_text(yaml.safe_dump({"endpoints": [_ep(), _ep(name="f")]}))
-    out = subprocess.run(
-        [*SERVEKIT, "sim", "--spec", str(spec), "--check"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = servekit_cli("sim", "--spec", str(spec), "--check")
     assert out.returncode == 0 and json.loads(out.stdout)["endpoints"][1]["name"] == "f"
-    bad = subprocess.run(
-        [*SERVEKIT, "sim", "--endpoints", "2", "--role", "boss"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    bad = servekit_cli(
+        "sim", "--endpoints", "2", "--role", "boss", env={**os.environ, "PYTHONWARNINGS": "ignore"}
     )
     assert bad.returncode == 2
     assert bad.stderr == "error: --role 'boss': Input should be 'mixed', 'prefill' or 'decode'\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli
 
 from servekit.errors import UsageError
 from servekit.sim.profile import load_profile
@@ -296,13 +297,7 @@ def test_sizes_as_vllm_reads_them() -> None:
 
 
 def test_help_lists_the_flags_it_acts_on_and_serves_nothing() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "servekit", "sim", "serve", "/m", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    out = servekit_cli("sim", "serve", "/m", "--help", timeout=60)
     assert out.returncode == 0, out.stderr
     for flag in ("--kv-transfer-config", "--data-parallel-rank", "--headless", "--middleware"):
         assert flag in out.stdout

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import load
 from servekit.deployment import Deployment, Endpoint, load_deployment
@@ -125,14 +124,9 @@ def test_bad_attach_inputs_are_one_line(given: dict[str, object], says: str) -> 
     assert says in str(err.value)
 
 
-def servekit(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "servekit", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)
-
-
 def test_servekit_deployment_writes_what_accept_and_bench_take(tmp_path: Path) -> None:
     out = tmp_path / "deployment.json"
-    done = servekit(
+    done = servekit_cli(
         "deployment", "a3/1p3d", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4",
         "--out", str(out), "--logs", str(tmp_path), "--engine", "sim", "--speed", "50",
     )  # fmt: skip
@@ -141,17 +135,17 @@ def test_servekit_deployment_writes_what_accept_and_bench_take(tmp_path: Path) -
     dep = load_deployment(str(out))
     assert dep.simulated and dep.sim_speed == 50 and len(dep.by_role("decode")) == 48
     assert {e.node for e in dep.by_role("decode")} == {1, 2, 3}
-    again = servekit("deployment", "a3/1p3d", "--nodes", "a,b,c,d", "--out", str(out))
+    again = servekit_cli("deployment", "a3/1p3d", "--nodes", "a,b,c,d", "--out", str(out))
     assert again.returncode == 0, again.stderr  # a deployment.json is replaced
 
 
 def test_servekit_deployment_never_clobbers_another_file(tmp_path: Path) -> None:
     precious = tmp_path / "notes.json"
     precious.write_text('{"mine": true}')
-    done = servekit("deployment", "a3/1p1d", "--nodes", "a,b", "--out", str(precious))
+    done = servekit_cli("deployment", "a3/1p1d", "--nodes", "a,b", "--out", str(precious))
     assert done.returncode == 2 and "is not a deployment.json" in done.stderr
     assert precious.read_text() == '{"mine": true}'
-    bad = servekit("deployment", "a3/1p1d", "--nodes", "a", "--out", str(tmp_path / "d.json"))
+    bad = servekit_cli("deployment", "a3/1p1d", "--nodes", "a", "--out", str(tmp_path / "d.json"))
     assert bad.returncode == 2 and bad.stderr.startswith("error: --nodes a:")
     assert "Traceback" not in bad.stderr
 
@@ -162,6 +156,8 @@ def test_servekit_deployment_never_clobbers_another_file(tmp_path: Path) -> None
 )
 def test_servekit_deployment_checks_its_entry_url(tmp_path: Path, entry: str, says: str) -> None:
     out = tmp_path / "d.json"
-    done = servekit("deployment", "a3/1p1d", "--nodes", "a,b", "--entry", entry, "--out", str(out))
+    done = servekit_cli(
+        "deployment", "a3/1p1d", "--nodes", "a,b", "--entry", entry, "--out", str(out)
+    )
     assert done.returncode == 2 and done.stderr.startswith(f"error: --entry {entry}:")
     assert says in done.stderr and not out.exists()

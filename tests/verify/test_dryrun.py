@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.cli import own_homes, servekit_cli, wide_env
 
 from servekit.catalog.ledger import (
     NOT_OBSERVED,
@@ -46,11 +45,7 @@ SPEED = 10.0
 def homes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Private run, report and ledger folders for every verify of this module."""
     root = tmp_path_factory.mktemp("dryrun-homes")
-    env = {
-        "SERVEKIT_RUNS": str(root / "runs"),
-        "XDG_DATA_HOME": str(root / "data"),
-        "XDG_STATE_HOME": str(root / "state"),
-    }
+    env = own_homes(root)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
@@ -104,12 +99,6 @@ def decode_tok_s(run_dir: Path) -> float:
     return float(point["figures"]["tok_per_s"]["median"])
 
 
-def cli_verify(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "servekit", "verify", *args]
-    full = {**os.environ, **env, "COLUMNS": "200"}
-    return subprocess.run(cmd, capture_output=True, text=True, env=full, check=False, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def nodes_run(
     cluster: DryCluster, homes: dict[str, str], tmp_path_factory: pytest.TempPathFactory
@@ -120,7 +109,7 @@ def nodes_run(
     out = tmp_path_factory.mktemp("nodes") / "cluster"
     args = [*cluster.verify_args(), "--quick", "--out", str(out), "--no-baseline"]
     assert args[:3] == [LAYOUT, "--target", cluster.entry_url]
-    done = cli_verify(args, homes)
+    done = servekit_cli("verify", *args, env=wide_env(**homes), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"# Verification of {LAYOUT}: PASS (simulated)")
     return out, before
@@ -171,7 +160,7 @@ def test_an_engine_flag_the_engines_contradict_is_refused_in_one_line(
     cluster: DryCluster, homes: dict[str, str], tmp_path: Path
 ) -> None:
     args = [*cluster.verify_args(), "--engine", "vllm", "--quick", "--out", str(tmp_path / "r")]
-    done = cli_verify(args, homes)
+    done = servekit_cli("verify", *args, env=wide_env(**homes), timeout=600)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "--engine vllm: the engines behind" in done.stderr
@@ -225,16 +214,14 @@ def test_accept_and_bench_take_the_clusters_deployment_file(
 ) -> None:
     dep = tmp_path / "deployment.json"
     nodes = ",".join(cluster.addresses)
-    made = subprocess.run(
-        [sys.executable, "-m", "servekit", "deployment", LAYOUT, "--nodes", nodes,
-         "--out", str(dep), "--logs", str(cluster.logs), "--engine", "sim", "--speed", "10"],
-        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    made = servekit_cli(
+        "deployment", LAYOUT, "--nodes", nodes, "--out", str(dep), "--logs", str(cluster.logs),
+        "--engine", "sim", "--speed", "10", env={**os.environ, **homes},
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    accept = subprocess.run(
-        [sys.executable, "-m", "servekit", "accept", "--target", str(dep),
-         "--only", "service", "--only", "guard", "--out", str(tmp_path / "accept")],
-        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    accept = servekit_cli(
+        "accept", "--target", str(dep), "--only", "service", "--only", "guard",
+        "--out", str(tmp_path / "accept"), env={**os.environ, **homes}, timeout=600,
     )  # fmt: skip
     assert accept.returncode == 0, accept.stdout + accept.stderr
     result = json.loads((tmp_path / "accept" / "result.json").read_text())
@@ -246,10 +233,9 @@ def test_accept_and_bench_take_the_clusters_deployment_file(
         "guard.decode_direct": "pass",
     }
     assert result["sim_speed"] == SPEED
-    bench = subprocess.run(
-        [sys.executable, "-m", "servekit", "bench", "--target", str(dep), "--workload", "kv",
-         "--out", str(tmp_path / "bench")],
-        capture_output=True, text=True, check=False, env={**os.environ, **homes},
+    bench = servekit_cli(
+        "bench", "--target", str(dep), "--workload", "kv", "--out", str(tmp_path / "bench"),
+        env={**os.environ, **homes}, timeout=600,
     )  # fmt: skip
     assert bench.returncode == 0, bench.stderr
     points = json.loads((tmp_path / "bench" / "bench.json").read_text())["points"]

@@ -11,12 +11,10 @@ each cluster costs 10-30 s on 2 cores.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import own_homes, servekit_cli, wide_env
 
 from servekit.verify.dryrun import dry_cluster, leftovers
 
@@ -41,25 +39,14 @@ def test_the_set_covers_every_folder() -> None:
 def test_the_simulated_cluster_passes_verify_with_nodes(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    homes = {
-        "SERVEKIT_RUNS": str(tmp_path / "runs"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-    }
+    homes = own_homes(tmp_path)
     for key, value in homes.items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "out"
     with dry_cluster(name, speed=10.0) as cluster:
         args = [*cluster.verify_args(), "--engine", "sim", "--out", str(out), "--no-baseline"]
         assert "--nodes" in args
-        done = subprocess.run(
-            [sys.executable, "-m", "servekit", "verify", *args],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **homes, "COLUMNS": "200"},
-            check=False,
-            timeout=600,
-        )
+        done = servekit_cli("verify", *args, env=wide_env(**homes), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"# Verification of {name}: PASS (simulated)")
     checks = json.loads((out / "accept" / "result.json").read_text())["checks"]

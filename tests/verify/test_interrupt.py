@@ -8,12 +8,12 @@ and what had finished, and exit 130 (SIGINT) or 143 (SIGTERM).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from tests.helpers.cli import own_homes, servekit_argv, servekit_cli, wide_env
 
 LAYOUT = "a3/1node"
 
@@ -21,14 +21,8 @@ LAYOUT = "a3/1node"
 def start_verify(
     tmp_path: Path, out: Path, speed: str
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    env = {
-        **os.environ,
-        "SERVEKIT_RUNS": str(tmp_path / "runs"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "COLUMNS": "200",
-    }
-    cmd = [sys.executable, "-m", "servekit", "verify", LAYOUT, "--engine", "sim"]
+    env = wide_env(**own_homes(tmp_path))
+    cmd = servekit_argv("verify", LAYOUT, "--engine", "sim")
     cmd += ["--speed", speed, "--out", str(out), "--no-baseline"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, env
@@ -44,8 +38,7 @@ def wait_for(path: Path, proc: subprocess.Popen[str], limit: float = 180.0) -> N
 
 def nothing_left(env: dict[str, str]) -> None:
     """``servekit status --json``: the run stopped, no supervisor and no process alive."""
-    cmd = [sys.executable, "-m", "servekit", "status", "--json"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    done = servekit_cli("status", "--json", env=env, check=True)
     runs = json.loads(done.stdout)
     assert runs, "the interrupted run left no record"
     for run in runs:

@@ -17,26 +17,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import own_homes, servekit_argv, wide_env
 from tests.verify.test_interrupt import nothing_left
 
 LAYOUT, REFERENCE = "local/1p1d", "local/single"
 
 
 def start_verify(tmp_path: Path, out: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    env = {
-        **os.environ,
-        "SERVEKIT_RUNS": str(tmp_path / "runs"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "COLUMNS": "200",
-    }
-    cmd = [sys.executable, "-m", "servekit", "verify", LAYOUT, "--engine", "sim", "--quick"]
+    env = wide_env(**own_homes(tmp_path))
+    cmd = servekit_argv("verify", LAYOUT, "--engine", "sim", "--quick")
     cmd += ["--speed", "4", "--bench-speed", "1", "--out", str(out), "--no-baseline"]
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
