@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit.accept import AcceptOptions, run_accept
 from servekit.accept.models import AcceptResult
-from servekit.accept.runner import run_acceptance
 from servekit.bench.config import RunSettings, Workload
 from servekit.bench.runner import run_bench
 from servekit.bench.schema import BenchResult
@@ -75,7 +75,8 @@ class SimRunner:
 
 
 def safe_accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
-    return run_acceptance(deployment, out_dir=out_dir, only=SAFE_CHECKS, contexts=list(contexts))
+    options = AcceptOptions(only=SAFE_CHECKS, context=tuple(contexts), out=out_dir)
+    return run_accept(options, deployment=deployment)
 
 
 def real_bench(

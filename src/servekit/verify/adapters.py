@@ -121,12 +121,10 @@ def attach(target: str) -> Deployment:
 
 
 def accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
-    from servekit.accept.runner import run_acceptance
+    from servekit.accept import AcceptOptions, run_accept
 
-    hooks = HOOKS.get()
-    return run_acceptance(
-        deployment, out_dir=out_dir, contexts=list(contexts), on_result=hooks.on_check
-    )
+    options = AcceptOptions(context=tuple(contexts), out=out_dir)
+    return run_accept(options, deployment=deployment, on_result=HOOKS.get().on_check)
 
 
 def bench(
