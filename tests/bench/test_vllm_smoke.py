@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
+from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_workloads
 from servekit.deployment import load_deployment
 from servekit.local.tinymodel import build_tiny_model
 
@@ -69,7 +69,7 @@ def test_bench_1p1d_on_real_vllm(runs_root: dict[str, str]) -> None:
         MultiStream(streams=(1, 2), input_tokens=64, output_tokens=16),
         KVCapacity(),
     ]
-    result = run_bench(deployment, workloads, RunSettings(runs=1, warmup=1))
+    result = run_workloads(deployment, workloads, RunSettings(runs=1, warmup=1))
     why = {p.label: p.evidence.get("error_samples") for p in result.points if p.errors}
     assert sum(p.errors for p in result.points) == 0, why
     single = result.point("single_stream", "ISL=64")

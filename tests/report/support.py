@@ -16,7 +16,7 @@ from typing import Any
 from servekit.accept import AcceptOptions, run_accept
 from servekit.accept.models import AcceptResult
 from servekit.bench.config import RunSettings, Workload
-from servekit.bench.runner import run_bench
+from servekit.bench.runner import run_workloads
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, Endpoint
@@ -82,7 +82,7 @@ def safe_accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) 
 def real_bench(
     deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
 ) -> BenchResult:
-    return run_bench(deployment, workloads, settings)
+    return run_workloads(deployment, workloads, settings)
 
 
 def no_kit(archive: Path, out_dir: Path) -> KitCheck:

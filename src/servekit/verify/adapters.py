@@ -130,9 +130,9 @@ def accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> Ac
 def bench(
     deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
 ) -> BenchResult:
-    from servekit.bench.runner import run_bench
+    from servekit.bench import run_workloads
 
-    return run_bench(deployment, workloads, settings, progress=HOOKS.get().on_bench)
+    return run_workloads(deployment, workloads, settings, progress=HOOKS.get().on_bench)
 
 
 def kit(archive: Path, out_dir: Path, inputs: KitInputs | None = None) -> KitCheck:
