@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from servekit.cli import app, leaf_commands
 from servekit.cliopts import add_command, kebab_flag
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-API = {
+API: dict[str, tuple[type[BaseModel], Callable[..., Any]]] = {
     "accept": (accept.AcceptOptions, accept.run_accept),
     "bench": (bench.BenchOptions, bench.run_bench),
 }
@@ -73,8 +74,13 @@ def test_one_more_field_is_one_more_flag_that_reaches_the_model() -> None:
         warmup_rounds: int = Field(0, ge=0, description="rounds sent before the checks")
 
     seen: list[Wider] = []
+
+    def run(options: Wider) -> int:
+        seen.append(options)
+        return 0
+
     wide = typer.Typer()
-    add_command(wide, "accept", Wider, lambda o: seen.append(o) or 0, doc="accept")
+    add_command(wide, "accept", Wider, run, doc="accept")
     wide.command("other")(lambda: None)  # two commands, so 'accept' is a subcommand
     assert _help_flags(wide, Wider, "accept") == _field_flags(accept.AcceptOptions) | {
         "--warmup-rounds"
