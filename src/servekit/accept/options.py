@@ -28,10 +28,11 @@ class AcceptOptions(BaseModel):
 
     One model for the CLI, the Python API and the docs: the typer command is
     generated from these fields, so a new flag is one field here. Fields hold
-    what the user types (``context=("144k", "1m")``, ``depths="0.1,0.4,0.6,0.9"``),
-    defaults included;
-    their validators refuse a bad value in one line naming the flag and the fix,
-    and :attr:`contexts` and :attr:`needle_depths` are the parsed values a run reads.
+    what the user types, defaults included (``context=("144k", "1m")``,
+    ``depths="0.1,0.4,0.6,0.9"``); their validators refuse a bad value in one
+    line naming the flag and the fix (a :class:`~servekit.errors.UsageError`,
+    exit 2), and :attr:`contexts` and :attr:`needle_depths` are the parsed
+    values a run reads.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
