@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from servekit.accept import AcceptResult, CheckResult, run_acceptance
+from servekit.accept import AcceptResult, CheckResult, run_accept
 from servekit.accept.options import AcceptOptions
 from servekit.deployment import Deployment, Endpoint
 
@@ -22,9 +22,8 @@ from .stacks import sim_pd, sim_replicas
 
 
 def run(dep: Deployment, out: Path, only: tuple[str, ...] = ()) -> AcceptResult:
-    return run_acceptance(
-        dep, out_dir=out, only=only, contexts=["2k"], options=AcceptOptions(timeout_s=60)
-    )
+    options = AcceptOptions(only=only, context=("2k",), timeout_s=60, out=out)
+    return run_accept(options, deployment=dep)
 
 
 def by_id(result: AcceptResult) -> dict[str, CheckResult]:
@@ -167,9 +166,8 @@ def test_capabilities_not_declared_are_skipped_with_the_reason(tmp_path: Path) -
 
 def test_144k_matrix_calibrates_and_1m_is_skipped_beyond_max_model_len(tmp_path: Path) -> None:
     with sim_pd(tmp_path, max_model_len=150_000) as stack:
-        result = run_acceptance(
-            stack.deployment, out_dir=tmp_path / "out", only=("needle",), contexts=["144k", "1m"]
-        )
+        options = AcceptOptions(only=("needle",), context=("144k", "1m"), out=tmp_path / "out")
+        result = run_accept(options, deployment=stack.deployment)
     by = by_id(result)
     assert [c.verdict for c in result.checks if c.id.startswith("needle.144k.")] == ["pass"] * 11
     assert all(

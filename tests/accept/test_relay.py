@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.accept.stacks import sim_pd
 
-from servekit.accept.runner import run_acceptance
+from servekit.accept import AcceptOptions, run_accept
 from servekit.deployment import RELAY_PATH, Deployment
 
 ONLY = (
@@ -31,9 +31,8 @@ def relayed(dep: Deployment) -> Deployment:
 
 def test_checks_read_engine_metrics_through_the_proxy(tmp_path: Path) -> None:
     with sim_pd(tmp_path / "logs") as stack:
-        result = run_acceptance(
-            relayed(stack.deployment), out_dir=tmp_path / "out", only=ONLY, contexts=["2k"]
-        )
+        options = AcceptOptions(only=ONLY, context=("2k",), out=tmp_path / "out")
+        result = run_accept(options, deployment=relayed(stack.deployment))
     verdicts = {c.id: (c.verdict, c.reason) for c in result.checks}
     assert verdicts["service.health"][0] == "pass"
     assert "reached only through the proxy" in verdicts["service.health"][1]
@@ -60,7 +59,8 @@ def test_error_logs_say_how_to_give_them(tmp_path: Path) -> None:
                 )
             }
         )
-        result = run_acceptance(bare, out_dir=tmp_path / "out", only=("service.error_logs",))
+        options = AcceptOptions(only=("service.error_logs",), out=tmp_path / "out")
+        result = run_accept(options, deployment=bare)
     (check,) = result.checks
     assert check.verdict == "skip" and "pass --logs DIR to verify" in check.reason
 
@@ -68,8 +68,7 @@ def test_error_logs_say_how_to_give_them(tmp_path: Path) -> None:
 def test_prefix_caching_off_is_said_not_failed(tmp_path: Path) -> None:
     off = {"profile": {"name": "zero", "enable_prefix_caching": False}}
     with sim_pd(tmp_path / "logs", prefill=off) as stack:
-        result = run_acceptance(
-            stack.deployment, out_dir=tmp_path / "out", only=("invariant.prefix_hot_cold",)
-        )
+        options = AcceptOptions(only=("invariant.prefix_hot_cold",), out=tmp_path / "out")
+        result = run_accept(options, deployment=stack.deployment)
     (check,) = result.checks
     assert check.verdict == "pass" and "prefix caching off" in check.reason

@@ -10,11 +10,12 @@ import pytest
 from rich.console import Console
 
 from servekit.accept import (
+    AcceptOptions,
     AcceptResult,
     CheckResult,
     read_result,
     render_markdown,
-    run_acceptance,
+    run_accept,
     summary_line,
     write_result,
 )
@@ -69,12 +70,10 @@ def test_reading_a_bad_result_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
     with sim_pd(tmp_path) as stack:
-        result = run_acceptance(
-            stack.deployment,
-            out_dir=tmp_path / "out",
-            only=("guard", "needle.2k.A"),
-            contexts=["2k"],
+        options = AcceptOptions(
+            only=("guard", "needle.2k.A"), context=("2k",), out=tmp_path / "out"
         )
+        result = run_accept(options, deployment=stack.deployment)
     for check in result.checks:
         assert {e.kind for e in check.evidence} == {"request", "response"}
         for ev in check.evidence:
@@ -91,12 +90,10 @@ def test_evidence_files_exist_and_match_their_sha256(tmp_path: Path) -> None:
 
 def test_markdown_section_links_evidence_and_lists_skips(tmp_path: Path) -> None:
     with sim_pd(tmp_path) as stack:
-        result = run_acceptance(
-            stack.deployment,
-            out_dir=tmp_path / "out",
-            only=("guard", "invariant.replicas_agree"),
-            contexts=[],
+        options = AcceptOptions(
+            only=("guard", "invariant.replicas_agree"), context=(), out=tmp_path / "out"
         )
+        result = run_accept(options, deployment=stack.deployment)
     md = render_markdown(result, evidence_prefix="accept/")
     assert md.startswith("## Acceptance\n")
     assert "**Acceptance (simulated): 1/1 passed, 0 failed, 1 skipped**" in md
@@ -122,9 +119,10 @@ def test_public_api_is_pinned() -> None:
         "AcceptResult",
         "CheckResult",
         "EvidenceFile",
+        "main",
         "read_result",
         "render_markdown",
-        "run_acceptance",
+        "run_accept",
         "run_acceptance_async",
         "summary_line",
         "write_result",

@@ -15,7 +15,7 @@ from servekit.bench import (
     RunSettings,
     compare,
     render_section,
-    run_bench,
+    run_workloads,
     write_outputs,
 )
 from servekit.bench.records import RECORDS_FILE, read_rows
@@ -68,7 +68,7 @@ def test_written_result_reads_back_identically_and_is_a_baseline(
         MultiStream(streams=(1, 2), input_tokens=16, output_tokens=4),
         ConcurrencySweep(concurrencies=(1, 2), requests=4, input_tokens=16, output_tokens=4),
     ]
-    result = run_bench(Deployment(entry_url=engine.url), workloads, RunSettings(runs=2))
+    result = run_workloads(Deployment(entry_url=engine.url), workloads, RunSettings(runs=2))
     paths = write_outputs(result, tmp_path / "out")
     names = sorted(p.name for p in paths)
     assert names == sorted(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servekit.bench import ConcurrencySweep, RateSweep, RunSettings, run_bench, write_outputs
+from servekit.bench import ConcurrencySweep, RateSweep, RunSettings, run_workloads, write_outputs
 from servekit.bench.config import TraceReplay
 from servekit.bench.records import RECORDS_FILE, RequestRow, read_rows
 from servekit.bench.schema import BenchResult
@@ -92,7 +92,9 @@ def test_every_headline_figure_recomputes_exactly_from_requests_jsonl(
         RateSweep(rates=(50.0,), requests=6, input_tokens=24, output_tokens=5),
         TraceReplay(path=str(trace), speed=4.0),
     ]
-    result = run_bench(Deployment(entry_url=engine.url), workloads, RunSettings(runs=2, slo_ms=SLO))
+    result = run_workloads(
+        Deployment(entry_url=engine.url), workloads, RunSettings(runs=2, slo_ms=SLO)
+    )
     out = tmp_path / "out"
     write_outputs(result, out)
     rows = read_rows(out / RECORDS_FILE)

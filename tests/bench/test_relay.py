@@ -18,7 +18,7 @@ import pytest
 from tests.accept.stacks import sim_pd
 
 from servekit.bench.config import KVCapacity, RunSettings, SingleStream
-from servekit.bench.runner import run_bench
+from servekit.bench.runner import run_workloads
 from servekit.bench.sampler import MetricsSource, RelaySource
 from servekit.client import OpenAIClient
 from servekit.deployment import RELAY_PATH, Deployment
@@ -36,8 +36,8 @@ def relayed(dep: Deployment) -> Deployment:
 
 def test_every_figure_is_measured_through_the_relay(tmp_path: Path) -> None:
     with sim_pd(tmp_path, prefill=TIMED, decode=TIMED) as stack:
-        direct = run_bench(stack.deployment, WORKLOADS, SETTINGS)
-        relay = run_bench(relayed(stack.deployment), WORKLOADS, SETTINGS)
+        direct = run_workloads(stack.deployment, WORKLOADS, SETTINGS)
+        relay = run_workloads(relayed(stack.deployment), WORKLOADS, SETTINGS)
     assert [p.key for p in relay.points] == [p.key for p in direct.points]
     for mine, theirs in zip(relay.points, direct.points, strict=True):
         assert set(mine.figures) == set(theirs.figures)

@@ -10,7 +10,7 @@ from rich.console import Console
 from servekit.bench.config import RateSweep, RunSettings
 from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.report import workload_grid
-from servekit.bench.runner import run_bench
+from servekit.bench.runner import run_workloads
 from servekit.bench.schema import BenchResult
 from servekit.bench.screen import print_result
 from servekit.deployment import Deployment
@@ -24,7 +24,7 @@ def rate_result() -> BenchResult:
     sweep = RateSweep(rates=(4.0, 8.0, 16.0), requests=6, input_tokens=32, output_tokens=4)
     with running_sim(SPEC) as sim:
         dep = Deployment(entry_url=sim.url, model="m")
-        return run_bench(dep, [sweep], RunSettings(runs=1, warmup=0))
+        return run_workloads(dep, [sweep], RunSettings(runs=1, warmup=0))
 
 
 def test_the_rate_sweep_fits_80_columns_with_every_figure_whole(rate_result: BenchResult) -> None:

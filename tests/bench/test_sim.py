@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
+from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_workloads
 from servekit.deployment import Deployment, Endpoint
 from servekit.sim.profile import load_profile
 from servekit.sim.testing import running_sim
@@ -28,7 +28,7 @@ def test_acceptance_length_and_kv_capacity_from_a_calibrated_profile(tmp_path: P
             MultiStream(streams=(2,), input_tokens=64, output_tokens=16),
             KVCapacity(),
         ]
-        result = run_bench(deployment, workloads, RunSettings(runs=2))
+        result = run_workloads(deployment, workloads, RunSettings(runs=2))
     single, multi, kv = result.points
     assert single.errors == multi.errors == 0
     # The simulator accepts 2.89 tokens per step on average; the harness reads

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servekit.bench import RunSettings, run_bench, write_outputs
+from servekit.bench import RunSettings, run_workloads, write_outputs
 from servekit.bench.config import TraceReplay
 from servekit.bench.records import RECORDS_FILE
 from servekit.bench.report import render_markdown
@@ -41,7 +41,7 @@ def test_a_generated_trace_replays_with_exact_lengths_and_shared_prefixes(
     path = write_trace(tmp_path / "gen.jsonl", shape)
     trace = read_trace(path)
     spec = TraceReplay(path=str(path), speed=8.0)
-    result = run_bench(
+    result = run_workloads(
         Deployment(entry_url=engine.url), [spec], RunSettings(runs=1, slo_ms={"ttft": 5000})
     )
     (point,) = result.points
@@ -81,7 +81,7 @@ def test_runs_never_hit_each_others_cache(engine: Engine, tmp_path: Path) -> Non
     """A fresh tag per run: run 2's first request of a group misses like run 1's did."""
     shape = TraceShape(requests=4, rate=50.0, groups=1, shared_blocks=1, own_blocks=(0, 0), seed=1)
     path = write_trace(tmp_path / "one.jsonl", shape)
-    result = run_bench(
+    result = run_workloads(
         Deployment(entry_url=engine.url), [TraceReplay(path=str(path))], RunSettings(runs=2)
     )
     runs = result.points[0].evidence["runs"]
@@ -115,7 +115,7 @@ def test_a_one_hour_trace_replays_on_the_simulated_clock(tmp_path: Path) -> None
             sim_speed=sim_speed,
             endpoints=(Endpoint(name="e", role="mixed", url=sim.url),),
         )
-        result = run_bench(
+        result = run_workloads(
             deployment, [TraceReplay(path=str(path), speed=60.0)], RunSettings(runs=1)
         )
     (point,) = result.points

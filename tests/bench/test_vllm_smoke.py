@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.cli import tiny_vllm_up
 
-from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_bench
+from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_workloads
 from servekit.deployment import load_deployment
 
 LAYOUT = "local/1p1d"
@@ -34,7 +34,7 @@ def test_bench_1p1d_on_real_vllm(runs_root: dict[str, str]) -> None:
         MultiStream(streams=(1, 2), input_tokens=64, output_tokens=16),
         KVCapacity(),
     ]
-    result = run_bench(deployment, workloads, RunSettings(runs=1, warmup=1))
+    result = run_workloads(deployment, workloads, RunSettings(runs=1, warmup=1))
     why = {p.label: p.evidence.get("error_samples") for p in result.points if p.errors}
     assert sum(p.errors for p in result.points) == 0, why
     single = result.point("single_stream", "ISL=64")

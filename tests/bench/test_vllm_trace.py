@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.cli import tiny_vllm_up
 
-from servekit.bench import RunSettings, run_bench
+from servekit.bench import RunSettings, run_workloads
 from servekit.bench.config import TraceReplay
 from servekit.bench.report import render_markdown
 from servekit.bench.trace import read_trace
@@ -41,7 +41,7 @@ def test_a_shared_prefix_trace_replays_on_real_vllm(single: Path) -> None:
     )
     path = write_trace(single / "trace.jsonl", shape)
     trace = read_trace(path)
-    result = run_bench(
+    result = run_workloads(
         load_deployment(LAYOUT),
         [TraceReplay(path=str(path))],
         RunSettings(runs=1, warmup=1, slo_ms={"ttft": 5000.0}),

@@ -1,4 +1,4 @@
-"""Each workload end to end through run_bench against the simulated engine (via the spy)."""
+"""Each workload end to end through run_workloads against the simulated engine (via the spy)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from servekit.bench import (
     RateSweep,
     RunSettings,
     SingleStream,
-    run_bench,
+    run_workloads,
 )
 from servekit.deployment import Deployment, Endpoint
 
@@ -29,7 +29,7 @@ def dep(engine: Engine) -> Deployment:
 
 
 def test_single_stream_without_spec_decode_is_one_token_per_step(engine: Engine) -> None:
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=32, output_tokens=8)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=32, output_tokens=8)], FAST)
     (point,) = result.points
     assert point.workload == "single_stream" and point.label == "ISL=32"
     assert point.requests == 2 and point.errors == 0 and point.invalid_runs == 0
@@ -56,7 +56,7 @@ SPEC3 = Setup(profile={"num_speculative_tokens": 2, "acceptance_length": 3.0})
 @pytest.mark.parametrize("engine", [SPEC3], indirect=True)
 def test_single_stream_reads_acceptance_from_spec_decode_counters(engine: Engine) -> None:
     # 7 tokens: 1 + 3 + 3 -> 2 drafts, 4 accepted -> A = 3.0 exactly.
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=7)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=7)], FAST)
     (point,) = result.points
     assert point.figures["acceptance_length"].runs == (3.0, 3.0)
     assert {r["steps_source"] for r in point.evidence["runs"]} == {"spec_decode drafts delta"}
@@ -68,7 +68,7 @@ BESIDE = Setup(profile=CROWDED, beside_on=frozenset({2}))
 
 @pytest.mark.parametrize("engine", [BESIDE], indirect=True)
 def test_single_stream_point_with_other_load_is_invalid_and_rerun(engine: Engine) -> None:
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
     (point,) = result.points
     assert point.invalid_runs == 1
     assert point.requests == 3  # two valid shots and the discarded one
@@ -78,7 +78,7 @@ def test_single_stream_point_with_other_load_is_invalid_and_rerun(engine: Engine
 
 @pytest.mark.parametrize("engine", [Setup(unseen_on=frozenset({2}))], indirect=True)
 def test_single_stream_catches_a_short_foreign_request_by_its_finish(engine: Engine) -> None:
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
     (point,) = result.points
     assert point.invalid_runs == 1 and point.requests == 3
     assert [r["foreign_requests"] for r in point.evidence["runs"]] == [0.0, 0.0]
@@ -91,7 +91,7 @@ SLOW_STEPS = {"decode_step_s": [[1, 0.1]]}
 
 @pytest.mark.parametrize("engine", [Setup(profile=SLOW_STEPS, hide=("/metrics",))], indirect=True)
 def test_target_without_metrics_still_measures_and_says_so(engine: Engine) -> None:
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
     (point,) = result.points
     assert point.evidence["idle_checked"] is False
     assert point.figures["ms_per_step"].median is not None
@@ -101,7 +101,7 @@ def test_target_without_metrics_still_measures_and_says_so(engine: Engine) -> No
 
 def test_multi_stream_points_and_unique_prefixes(engine: Engine) -> None:
     spec = MultiStream(streams=(1, 4), input_tokens=24, output_tokens=6)
-    result = run_bench(dep(engine), [spec], FAST)
+    result = run_workloads(dep(engine), [spec], FAST)
     assert [p.label for p in result.points] == ["N=1", "N=4"]
     assert [p.requests for p in result.points] == [2, 8]
     for p in result.points:
@@ -117,9 +117,9 @@ def test_two_runs_against_one_server_never_repeat_a_prompt(engine: Engine) -> No
     # A rerun (a baseline and its successor) must not be served from the prefix
     # cache the first run filled: prompt ids restart, so each run tags its own.
     spec = MultiStream(streams=(2,), input_tokens=24, output_tokens=4)
-    run_bench(dep(engine), [spec], FAST)
+    run_workloads(dep(engine), [spec], FAST)
     first = set(engine.spy.prompts)
-    run_bench(dep(engine), [spec], FAST)
+    run_workloads(dep(engine), [spec], FAST)
     second = set(engine.spy.prompts) - first
     assert len(first) == len(second) == 1 + 2 * 2
 
@@ -127,7 +127,7 @@ def test_two_runs_against_one_server_never_repeat_a_prompt(engine: Engine) -> No
 @pytest.mark.parametrize("engine", [SPEC3], indirect=True)
 def test_multi_stream_steps_follow_the_acceptance_length(engine: Engine) -> None:
     spec = MultiStream(streams=(3,), input_tokens=16, output_tokens=7)
-    result = run_bench(dep(engine), [spec], FAST)
+    result = run_workloads(dep(engine), [spec], FAST)
     (point,) = result.points
     assert point.figures["acceptance_length"].runs == (3.0, 3.0)
     for run in point.evidence["runs"]:
@@ -137,7 +137,7 @@ def test_multi_stream_steps_follow_the_acceptance_length(engine: Engine) -> None
 
 
 def test_prefill_uses_cold_prefixes_and_one_output_token(engine: Engine) -> None:
-    result = run_bench(dep(engine), [Prefill(streams=(1, 2), prompt_tokens=40)], FAST)
+    result = run_workloads(dep(engine), [Prefill(streams=(1, 2), prompt_tokens=40)], FAST)
     assert [p.label for p in result.points] == ["N=1", "N=2"]
     run = result.points[1].evidence["runs"][0]
     assert run["prompt_tokens"] == 80 and run["cached_tokens"] == 0
@@ -148,7 +148,7 @@ def test_prefill_uses_cold_prefixes_and_one_output_token(engine: Engine) -> None
 def test_concurrency_sweep_caps_in_flight_and_computes_goodput(engine: Engine) -> None:
     spec = ConcurrencySweep(concurrencies=(3,), requests=9, input_tokens=16, output_tokens=5)
     settings = FAST.model_copy(update={"slo_ms": {"ttft": 60_000.0, "e2el": 60_000.0}})
-    result = run_bench(dep(engine), [spec], settings)
+    result = run_workloads(dep(engine), [spec], settings)
     (point,) = result.points
     assert point.label == "C=3" and point.requests == 18 and point.errors == 0
     assert engine.spy.max_in_flight <= 3
@@ -169,7 +169,7 @@ def test_failed_requests_are_counted_never_dropped(engine: Engine) -> None:
     spec = RateSweep(
         rates=(200.0,), arrival="constant", requests=6, input_tokens=8, output_tokens=3
     )
-    result = run_bench(dep(engine), [spec], RunSettings(runs=1, warmup=0))
+    result = run_workloads(dep(engine), [spec], RunSettings(runs=1, warmup=0))
     (point,) = result.points
     assert point.requests == 6 and point.errors == 2
     assert point.error_kinds == {"http": 2}
@@ -180,7 +180,7 @@ def test_failed_requests_are_counted_never_dropped(engine: Engine) -> None:
 
 def test_poisson_rate_sweep_labels_and_figures(engine: Engine) -> None:
     spec = RateSweep(rates=(50.0, 100.0), requests=4, input_tokens=8, output_tokens=3)
-    result = run_bench(dep(engine), [spec], RunSettings(runs=1, warmup=0))
+    result = run_workloads(dep(engine), [spec], RunSettings(runs=1, warmup=0))
     assert [p.label for p in result.points] == ["rate=50/s poisson", "rate=100/s poisson"]
     assert all(p.figures["request_throughput"].median for p in result.points)
 
@@ -196,7 +196,7 @@ def test_kv_capacity_from_log_then_metrics(engine: Engine, tmp_path: Path) -> No
             Endpoint(name="prefill-0", role="prefill", url=engine.url),
         ),
     )
-    result = run_bench(deployment, [KVCapacity()], FAST)
+    result = run_workloads(deployment, [KVCapacity()], FAST)
     by_label = {p.label: p for p in result.points}
     assert set(by_label) == {"decode-0", "prefill-0"}
     metrics_tokens = engine.sim.call(lambda ep: ep.profile.num_blocks * ep.profile.block_size)
@@ -207,7 +207,7 @@ def test_kv_capacity_from_log_then_metrics(engine: Engine, tmp_path: Path) -> No
 
 
 def test_prompt_lengths_are_exact_for_every_workload(engine: Engine) -> None:
-    run_bench(dep(engine), [MultiStream(streams=(2,), input_tokens=33, output_tokens=2)], FAST)
+    run_workloads(dep(engine), [MultiStream(streams=(2,), input_tokens=33, output_tokens=2)], FAST)
     assert engine.spy.prompts and all(count_tokens(p) == 33 for p in engine.spy.prompts)
 
 
@@ -222,7 +222,7 @@ def test_pd_entry_without_tokenize_or_metrics_uses_the_engine_endpoints(engine: 
                 Endpoint(name="decode-0", role="decode", url=engine.url),
             ),
         )
-        result = run_bench(deployment, [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
+        result = run_workloads(deployment, [SingleStream(prompt_tokens=16, output_tokens=4)], FAST)
     (point,) = result.points
     assert point.errors == 0 and point.evidence["idle_checked"] is True
     assert proxy.calls["/v1/completions"] == 3 and proxy.calls["/tokenize"] == 0
@@ -238,7 +238,7 @@ NO_DECODE_TIME = ("vllm:request_decode_time_seconds",)
 @pytest.mark.parametrize("engine", [Setup(faults=MERGED, strip=NO_DECODE_TIME)], indirect=True)
 def test_stream_without_a_decode_window_is_invalid_not_a_number(engine: Engine) -> None:
     spec = SingleStream(prompt_tokens=16, output_tokens=6, max_retries=1)
-    result = run_bench(dep(engine), [spec], FAST)
+    result = run_workloads(dep(engine), [spec], FAST)
     (point,) = result.points
     assert point.errors == 0 and point.requests == 4 and point.invalid_runs == 4
     assert point.figures["tok_per_s"].median is None
@@ -251,7 +251,7 @@ def test_merged_frames_take_the_window_from_the_engines_decode_time(engine: Engi
     # The whole stream arrives in one read: the client sees no window, the
     # engine reports its own first-to-last-token time, 5 steps of STEP_MS.
     spec = SingleStream(prompt_tokens=16, output_tokens=6, max_retries=0)
-    result = run_bench(dep(engine), [spec], FAST)
+    result = run_workloads(dep(engine), [spec], FAST)
     (point,) = result.points
     assert point.errors == 0 and point.invalid_runs == 0
     for run in point.evidence["runs"]:
@@ -269,7 +269,7 @@ SPACED_S = 0.02  # steps far enough apart that a loaded host never sends two at 
     "engine", [Setup(profile={"decode_step_s": [[1, SPACED_S]]})], indirect=True
 )
 def test_separate_frames_keep_the_clients_window(engine: Engine) -> None:
-    result = run_bench(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=6)], FAST)
+    result = run_workloads(dep(engine), [SingleStream(prompt_tokens=16, output_tokens=6)], FAST)
     (point,) = result.points
     for run in point.evidence["runs"]:
         assert run["frames_merged"] is False and run["reads"] == 6
@@ -283,7 +283,7 @@ def test_a_request_counted_late_does_not_invalidate_the_next_shot(engine: Engine
     # records metrics after streaming): the shot waits for its own count, so
     # the next shot does not see it as someone else's request.
     spec = SingleStream(prompt_tokens=16, output_tokens=4, max_retries=0)
-    result = run_bench(dep(engine), [spec], RunSettings(runs=3, warmup=0, idle_timeout_s=10))
+    result = run_workloads(dep(engine), [spec], RunSettings(runs=3, warmup=0, idle_timeout_s=10))
     (point,) = result.points
     assert point.invalid_runs == 0
     assert [r["foreign_requests"] for r in point.evidence["runs"]] == [0.0, 0.0, 0.0]
@@ -294,7 +294,7 @@ def test_multi_stream_with_merged_frames_uses_the_engines_mean_decode_time(
     engine: Engine,
 ) -> None:
     spec = MultiStream(streams=(2,), input_tokens=16, output_tokens=6)
-    result = run_bench(dep(engine), [spec], FAST)
+    result = run_workloads(dep(engine), [spec], FAST)
     (point,) = result.points
     for run in point.evidence["runs"]:
         assert run["merged_streams"] == 2

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit.accept import AcceptOptions, run_accept
 from servekit.accept.models import AcceptResult
-from servekit.accept.runner import run_acceptance
 from servekit.bench.config import RunSettings, Workload
-from servekit.bench.runner import run_bench
+from servekit.bench.runner import run_workloads
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, Endpoint
@@ -75,13 +75,14 @@ class SimRunner:
 
 
 def safe_accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
-    return run_acceptance(deployment, out_dir=out_dir, only=SAFE_CHECKS, contexts=list(contexts))
+    options = AcceptOptions(only=SAFE_CHECKS, context=tuple(contexts), out=out_dir)
+    return run_accept(options, deployment=deployment)
 
 
 def real_bench(
     deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
 ) -> BenchResult:
-    return run_bench(deployment, workloads, settings)
+    return run_workloads(deployment, workloads, settings)
 
 
 def no_kit(archive: Path, out_dir: Path) -> KitCheck:

@@ -1,6 +1,6 @@
 """servekit.accept: the acceptance matrix as a command and a Python API.
 
-``servekit verify`` calls :func:`run_acceptance` with a Deployment, reads and
+``servekit verify`` calls :func:`run_accept` with its :class:`AcceptOptions`, reads and
 writes :class:`AcceptResult` files, and puts :func:`render_markdown`'s section
 into the release report.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         write_result,
     )
     from servekit.accept.options import AcceptOptions
-    from servekit.accept.runner import RESULT_FILE, run_acceptance, run_acceptance_async
+    from servekit.accept.runner import RESULT_FILE, main, run_accept, run_acceptance_async
 
 _NAMES = {
     "AcceptOptions": "options",
@@ -27,9 +27,10 @@ _NAMES = {
     "CheckResult": "models",
     "EvidenceFile": "models",
     "RESULT_FILE": "runner",
+    "main": "runner",
     "read_result": "models",
     "render_markdown": "markdown",
-    "run_acceptance": "runner",
+    "run_accept": "runner",
     "run_acceptance_async": "runner",
     "summary_line": "markdown",
     "write_result": "models",
@@ -41,9 +42,10 @@ __all__ = [
     "AcceptResult",
     "CheckResult",
     "EvidenceFile",
+    "main",
     "read_result",
     "render_markdown",
-    "run_acceptance",
+    "run_accept",
     "run_acceptance_async",
     "summary_line",
     "write_result",

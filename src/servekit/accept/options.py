@@ -1,10 +1,9 @@
-"""What an acceptance run is asked to do, parsed once from the user's input.
+"""What an acceptance run is asked to do: one options model, validated once.
 
-:class:`AcceptCommandOptions` is ``servekit accept``'s options model (the typer
-command and the docs table are generated from it); :class:`AcceptOptions` is
-what a run needs, parsed from it. ``--context 144k,1m`` and ``--depths`` are
-parsed here so that a typo is one line naming the flag and the fix (exit 2),
-before any request is sent.
+:class:`AcceptOptions` is ``servekit accept``'s options model (the typer command
+and the docs table are generated from it) and what the Python API takes.
+``--context 144k,1m``, ``--depths`` and ``--only`` are checked here so that a
+typo is one line naming the flag and the fix (exit 2), before any request is sent.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servekit.accept.needles import DEFAULT_DEPTHS
 from servekit.errors import UsageError
@@ -22,36 +21,19 @@ from servekit.errors import UsageError
 DEFAULT_CONTEXTS = ("144k", "1m")
 _CONTEXT = re.compile(r"^(\d+)([km]?)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
-# Bounds shared by the run options and the command's options (so the CLI refuses
-# what the run would, in one line naming the flag).
-Concurrency = Annotated[int, Field(ge=2, le=1024)]
-Seed = Annotated[str, Field(min_length=1, max_length=200)]
-TimeoutS = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 
 
 class AcceptOptions(BaseModel):
-    """Every knob of a run; the CLI flags map one to one onto these fields."""
+    """The options of ``servekit accept`` and of :func:`~servekit.accept.run_accept`.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    only: tuple[str, ...] = Field(default=(), description="--only: check ids or group prefixes")
-    contexts: tuple[int, ...] = Field(default=(147456, 1048576), description="--context, tokens")
-    depths: tuple[float, float, float, float] = Field(
-        default=DEFAULT_DEPTHS, description="--depths: where needles A-D sit (0..1)"
-    )
-    max_tokens: int = Field(default=64, ge=1, le=65536, description="max_tokens of needle requests")
-    concurrency: Concurrency = Field(default=4, description="--concurrency of the invariant check")
-    seed: Seed = Field(default="servekit", description="--seed: picks the needle codes")
-    timeout_s: TimeoutS = Field(default=600.0, description="--timeout per request")
-
-
-def _run_field(name: str, flag_help: str, **bounds: Any) -> Any:
-    """A field of AcceptOptions, reused so its default exists once."""
-    return Field(AcceptOptions.model_fields[name].default, description=flag_help, **bounds)
-
-
-class AcceptCommandOptions(BaseModel):
-    """The options of ``servekit accept``: one model for the CLI, the code and the docs."""
+    One model for the CLI, the Python API and the docs: the typer command is
+    generated from these fields, so a new flag is one field here. Fields hold
+    what the user types, defaults included (``context=("144k", "1m")``,
+    ``depths="0.1,0.4,0.6,0.9"``); their validators refuse a bad value in one
+    line naming the flag and the fix (a :class:`~servekit.errors.UsageError`,
+    exit 2), and :attr:`contexts` and :attr:`needle_depths` are the parsed
+    values a run reads.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -62,22 +44,29 @@ class AcceptCommandOptions(BaseModel):
         (), description="check id or group (repeatable): guard, needle.144k"
     )
     context: tuple[str, ...] = Field(
-        (),
-        description=f"needle contexts, e.g. 144k,1m or 2k (default: {','.join(DEFAULT_CONTEXTS)})",
+        DEFAULT_CONTEXTS, description="needle contexts, e.g. 144k,1m or 2k (none: no needles)"
     )
-    depths: str | None = Field(
-        None,
-        description="depths of needles A-D, e.g. 0.1,0.4,0.6,0.9 "
-        f"(default: {','.join(map(str, DEFAULT_DEPTHS))})",
+    depths: str = Field(
+        ",".join(map(str, DEFAULT_DEPTHS)),
+        description="depths of needles A-D, e.g. 0.1,0.4,0.6,0.9",
     )
     model: str | None = Field(None, description="served model name (URL targets)")
     capability: tuple[str, ...] = Field(
         (), description="declare retrieval / vision (URL targets; repeatable)"
     )
-    seed: Seed = _run_field("seed", "picks the needle codes")
-    timeout: TimeoutS = _run_field("timeout_s", "seconds per request")
-    concurrency: Concurrency = _run_field(
-        "concurrency", "requests sent at once by the invariant check (2 or more)"
+    seed: str = Field(
+        "servekit", min_length=1, max_length=200, description="picks the needle codes"
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        allow_inf_nan=False,
+        description="seconds per request",
+        json_schema_extra={"flag": "--timeout"},
+    )
+    concurrency: int = Field(
+        4, ge=2, le=1024, description="requests sent at once by the invariant check (2 or more)"
     )
     out: Path = Field(Path("accept-out"), description="folder for result.json, accept.md, evidence")
     selfcheck: bool = Field(
@@ -86,6 +75,43 @@ class AcceptCommandOptions(BaseModel):
     list_checks: bool = Field(
         False, description="list the checks and exit", json_schema_extra={"flag": "--list"}
     )
+    max_tokens: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="max_tokens of needle requests",
+        json_schema_extra={"cli": False},
+    )
+
+    @field_validator("context")
+    @classmethod
+    def _contexts_parse(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_contexts(value)  # a typo is a UsageError naming --context
+        return value
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_parse(cls, value: str) -> str:
+        parse_depths(value)  # a typo is a UsageError naming --depths
+        return value
+
+    @model_validator(mode="after")
+    def _only_names_checks(self) -> Self:
+        """``--only`` must name a check at these contexts, before anything is sent."""
+        from servekit.accept.registry import all_checks, select
+
+        select(all_checks(self), self.only)
+        return self
+
+    @property
+    def contexts(self) -> tuple[int, ...]:
+        """The needle contexts in tokens, in the order given, without repeats."""
+        return parse_contexts(self.context)
+
+    @property
+    def needle_depths(self) -> tuple[float, float, float, float]:
+        """Where needles A-D sit (0..1)."""
+        return parse_depths(self.depths)
 
 
 def parse_context(text: str) -> int:

@@ -9,22 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from servekit.accept.env import Env, Probe, base_url
 from servekit.accept.evidence import EvidenceStore
+from servekit.accept.markdown import render_markdown
+from servekit.accept.matrix import print_matrix
 from servekit.accept.models import AcceptResult, CheckResult, write_result
-from servekit.accept.options import AcceptOptions, parse_contexts
+from servekit.accept.options import AcceptOptions
 from servekit.accept.outcome import Outcome, failed
+from servekit.accept.progress import accept_progress, weights_for
 from servekit.accept.registry import Check, all_checks, select
 from servekit.accept.wire import Wire
-from servekit.deployment import Deployment
+from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
+from servekit.fsutil import atomic_write_text
 
 RESULT_FILE = "result.json"
+MARKDOWN_FILE = "accept.md"
 OnResult = Callable[[CheckResult], None]
 
 
@@ -133,28 +140,60 @@ async def run_acceptance_async(
     return accept
 
 
-def run_acceptance(
-    deployment: Deployment,
+def resolve_target(options: AcceptOptions) -> Deployment:
+    """``--target`` as a Deployment, with ``--model``/``--capability`` filled in."""
+    if not options.target:
+        raise UsageError("--target: missing; pass the entry URL or a layout run by 'servekit up'")
+    deployment = load_deployment(options.target)
+    update: dict[str, object] = {}
+    if options.model:
+        update["model"] = options.model
+    if options.capability:
+        update["capabilities"] = tuple(
+            dict.fromkeys((*deployment.capabilities, *options.capability))
+        )
+    return deployment.model_copy(update=update)
+
+
+def run_accept(
+    options: AcceptOptions,
     *,
-    out_dir: Path,
-    only: Iterable[str] = (),
-    contexts: Iterable[str | int] | None = None,
-    options: AcceptOptions | None = None,
-    target: str | None = None,
+    deployment: Deployment | None = None,
     on_result: OnResult | None = None,
 ) -> AcceptResult:
-    """The Python API ``servekit verify`` calls: run the matrix, return the result.
+    """The Python API (``servekit verify`` calls it): run the matrix, return the result.
 
-    ``only`` and ``contexts`` override the same fields of ``options``; contexts
-    may be sizes in tokens or labels such as ``"144k"``.
+    The checks run against ``options.target`` (or ``deployment``, when the caller
+    already holds one, such as a layout it started); ``options.out`` receives
+    ``result.json`` and the evidence.
     """
-    opts = options or AcceptOptions()
-    update: dict[str, Any] = {}
-    if only:
-        update["only"] = tuple(only)
-    if contexts is not None:
-        update["contexts"] = parse_contexts(str(c) for c in contexts)
-    opts = opts.model_copy(update=update)
+    target = deployment or resolve_target(options)
     return asyncio.run(
-        run_acceptance_async(deployment, opts, out_dir, target=target, on_result=on_result)
+        run_acceptance_async(
+            target, options, options.out, target=options.target, on_result=on_result
+        )
     )
+
+
+def _finish(result: AcceptResult, out: Path, console: Console) -> int:
+    atomic_write_text(out / MARKDOWN_FILE, render_markdown(result))
+    print_matrix(result, console)
+    console.print(f"result: {out / RESULT_FILE}  report section: {out / MARKDOWN_FILE}")
+    return result.exit_code
+
+
+def main(options: AcceptOptions) -> int:
+    """``servekit accept``: list, self-check or run what the options ask; the exit code."""
+    console = Console()
+    if options.list_checks:
+        for check in select(all_checks(options), options.only):
+            console.print(f"{check.id:40} {check.summary}")
+        return 0
+    if options.selfcheck:
+        from servekit.accept.selfcheck import run_selfcheck_async
+
+        return _finish(asyncio.run(run_selfcheck_async(options.out)), options.out, console)
+    deployment = resolve_target(options)
+    with accept_progress(weights_for(options), Console(stderr=True)) as show:
+        result = run_accept(options, deployment=deployment, on_result=show)
+    return _finish(result, options.out, console)

@@ -153,7 +153,7 @@ async def _judged(
     *,
     fault: Control | None = None,
 ) -> list[CheckResult]:
-    options = AcceptOptions(only=only, contexts=(SELFCHECK_CONTEXT,), seed=seed, timeout_s=60)
+    options = AcceptOptions(only=only, context=(str(SELFCHECK_CONTEXT),), seed=seed, timeout_s=60)
     result = await run_acceptance_async(stack.deployment, options, out_dir / control)
     return [_row(control, c, fault) for c in result.checks]
 

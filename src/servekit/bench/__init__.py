@@ -2,11 +2,11 @@
 
 The Python API (``servekit bench`` and ``servekit verify`` use it)::
 
-    from servekit.bench import RunSettings, default_workloads, run_bench, write_outputs
-    result = run_bench(deployment, default_workloads(), RunSettings(runs=3))
+    from servekit.bench import BenchOptions, RunSettings, run_bench, run_workloads, write_outputs
+    result = run_bench(BenchOptions(target="http://host:8000", workload=("single",), runs=3))
     write_outputs(result, Path("out"), baseline=BenchResult.read(Path("old/bench.json")))
     markdown = render_section(result)   # for the release report
-    run_bench(deployment, [TraceReplay(path="trace.jsonl")])  # a Mooncake/Azure trace
+    run_workloads(deployment, [TraceReplay(path="trace.jsonl")])  # specs of your own
     rows = read_rows(Path("out/requests.jsonl"))                # the per-request records
     before = read_baseline(Path("profile_export_aiperf.json"))  # or bench.json, vllm's JSON
 
@@ -35,14 +35,16 @@ if TYPE_CHECKING:
         default_workloads,
     )
     from servekit.bench.foreign import read_baseline
+    from servekit.bench.options import BenchOptions
     from servekit.bench.output import write_outputs
     from servekit.bench.records import RequestRow, read_rows
     from servekit.bench.report import render_markdown, render_section
-    from servekit.bench.runner import bench_async, run_bench
+    from servekit.bench.runner import bench_async, main, run_bench, run_workloads
     from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
 
 _NAMES = {
     "BenchInputs": "schema",
+    "BenchOptions": "options",
     "BenchResult": "schema",
     "ConcurrencySweep": "config",
     "DEFAULT_WORKLOADS": "config",
@@ -68,7 +70,9 @@ _NAMES = {
     "default_workloads": "config",
     "render_markdown": "report",
     "render_section": "report",
+    "main": "runner",
     "run_bench": "runner",
+    "run_workloads": "runner",
     "write_outputs": "output",
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
@@ -77,6 +81,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "WORKLOAD_NAMES",
     "BenchInputs",
+    "BenchOptions",
     "BenchResult",
     "ConcurrencySweep",
     "Delta",
@@ -95,10 +100,12 @@ __all__ = [
     "bench_async",
     "compare",
     "default_workloads",
+    "main",
     "read_baseline",
     "read_rows",
     "render_markdown",
     "render_section",
     "run_bench",
+    "run_workloads",
     "write_outputs",
 ]

@@ -1,18 +1,21 @@
-"""Command-line values to workload specs: the parsing ``servekit bench`` needs.
+"""``servekit bench``'s one options model, and the parsing of its text flags.
 
-Kept here, not in the CLI module, so the CLI only forwards strings and every
-mistake becomes one :class:`~servekit.errors.UsageError` naming the flag.
+:class:`BenchOptions` is what the typer command is generated from and what
+:func:`~servekit.bench.run_bench` takes. Its validators turn each flag into
+workload specs and run settings when the model is built, so every mistake is
+one :class:`~servekit.errors.UsageError` naming the flag, before any request.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from copy import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servekit.bench.config import (
     DEFAULT_WORKLOADS,
@@ -30,7 +33,7 @@ from servekit.bench.config import (
     WorkloadSpec,
 )
 from servekit.bench.trace import read_trace
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 
 SLO_NAMES: tuple[SLOName, ...] = ("ttft", "tpot", "e2el")
 
@@ -92,97 +95,6 @@ _FLAG_OF = {
 }
 
 
-def build_workloads(
-    names: Sequence[str],
-    *,
-    isl: int | None = None,
-    osl: int | None = None,
-    streams: str | None = None,
-    prefill_streams: str | None = None,
-    rates: str | None = None,
-    arrival: str = "poisson",
-    concurrency: str | None = None,
-    requests: int | None = None,
-    trace: Path | None = None,
-    trace_speed: float = 1.0,
-) -> list[WorkloadSpec]:
-    """Workload specs from ``--workload`` names and their shared flags.
-
-    ``--trace FILE`` adds a trace replay; alone, it is the only workload.
-    """
-    if trace is not None:
-        replay = _trace(trace, trace_speed, requests)
-        if not names:
-            return [replay]
-    chosen = list(names) or list(DEFAULT_WORKLOADS)
-    unknown = [n for n in chosen if n not in WORKLOAD_NAMES]
-    if unknown:
-        raise UsageError(
-            f"--workload {unknown[0]}: unknown; choose from {', '.join(WORKLOAD_NAMES)}"
-        )
-    if arrival not in ("constant", "poisson"):
-        raise UsageError(f"--arrival {arrival}: choose constant or poisson")
-    shared = {k: v for k, v in (("requests", requests),) if v is not None}
-    io = {"isl": isl, "osl": osl}
-    try:
-        specs = [
-            _one(n, io, streams, prefill_streams, rates, arrival, concurrency, shared)
-            for n in chosen
-        ]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
-        flag = _FLAG_OF.get(field, f"workload option {field}")
-        raise UsageError(f"{flag}: {first['msg']}") from None
-    return specs + ([replay] if trace is not None else [])
-
-
-def _trace(path: Path, speed: float, requests: int | None) -> TraceReplay:
-    """The trace replay the flags describe; the file is read when the workload runs."""
-    if not path.is_file():
-        raise UsageError(f"--trace {path}: no such file; pass a Mooncake JSONL or Azure CSV trace")
-    read_trace(path, limit=requests)  # a bad trace is refused before any engine is touched
-    try:
-        return TraceReplay(path=str(path), speed=speed, requests=requests)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
-        flag = {"speed": "--trace-speed", "requests": "--requests"}.get(field, "--trace")
-        raise UsageError(f"{flag}: {first['msg']}") from None
-
-
-def _one(  # noqa: PLR0917 - private fan-out of the flags above
-    name: str,
-    io: dict[str, int | None],
-    streams: str | None,
-    prefill_streams: str | None,
-    rates: str | None,
-    arrival: str,
-    concurrency: str | None,
-    shared: dict[str, int],
-) -> WorkloadSpec:
-    isl = {} if io["isl"] is None else {"input_tokens": io["isl"]}
-    osl = {} if io["osl"] is None else {"output_tokens": io["osl"]}
-    arr: Literal["constant", "poisson"] = "constant" if arrival == "constant" else "poisson"
-    if name == "single":
-        p = {} if io["isl"] is None else {"prompt_tokens": io["isl"]}
-        return SingleStream(**p, **osl)
-    if name == "multi":
-        n = parse_ints("--streams", streams)
-        return MultiStream(**isl, **osl, **({"streams": n} if n else {}))
-    if name == "prefill":
-        n = parse_ints("--prefill-streams", prefill_streams)
-        p = {} if io["isl"] is None else {"prompt_tokens": io["isl"]}
-        return Prefill(**p, **({"streams": n} if n else {}))
-    if name == "rate":
-        r = parse_numbers("--rates", rates)
-        return RateSweep(**isl, **osl, **shared, arrival=arr, **({"rates": r} if r else {}))
-    if name == "concurrency":
-        c = parse_ints("--concurrency", concurrency)
-        return ConcurrencySweep(**isl, **osl, **shared, **({"concurrencies": c} if c else {}))
-    return KVCapacity()
-
-
 def _shared(name: str) -> Any:
     """A field of RunSettings, reused so its default, bounds and help exist once."""
     return copy(RunSettings.model_fields[name])
@@ -238,3 +150,96 @@ class BenchOptions(BaseModel):
         description="bearer token for the target (read from SERVEKIT_API_KEY, never argv)",
         json_schema_extra={"cli": False},
     )
+
+    @field_validator("workload")
+    @classmethod
+    def _known_workloads(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [n for n in names if n not in WORKLOAD_NAMES]
+        if unknown:
+            raise UsageError(
+                f"--workload {unknown[0]}: unknown; choose from {', '.join(WORKLOAD_NAMES)}"
+            )
+        return names
+
+    @field_validator("arrival")
+    @classmethod
+    def _known_arrival(cls, arrival: str) -> str:
+        if arrival not in ("constant", "poisson"):
+            raise UsageError(f"--arrival {arrival}: choose constant or poisson")
+        return arrival
+
+    @field_validator("slo")
+    @classmethod
+    def _slos_parse(cls, items: tuple[str, ...]) -> tuple[str, ...]:
+        parse_slos(items)
+        return items
+
+    @model_validator(mode="after")
+    def _workloads_build(self) -> Self:
+        """Every workload the flags describe is built once here, so a bad flag never runs."""
+        self.workloads()
+        return self
+
+    def settings(self) -> RunSettings:
+        """The run settings; the API key comes from the field or ``SERVEKIT_API_KEY``."""
+        return RunSettings(
+            runs=self.runs,
+            warmup=self.warmup,
+            slo_ms=parse_slos(self.slo),
+            idle_timeout_s=self.idle_timeout,
+            api_key=self.api_key or os.environ.get("SERVEKIT_API_KEY"),
+        )
+
+    def workloads(self) -> list[WorkloadSpec]:
+        """The workload specs of ``--workload`` and its shared flags.
+
+        ``--trace FILE`` adds a trace replay; alone, it is the only workload.
+        """
+        replay: list[WorkloadSpec] = [self._trace(self.trace)] if self.trace is not None else []
+        if replay and not self.workload:
+            return replay
+        try:
+            specs = [self._one(n) for n in self.workload or DEFAULT_WORKLOADS]
+        except ValidationError as exc:
+            field, msg = first_error(exc)
+            flag = _FLAG_OF.get(field.split(".")[0], f"workload option {field}")
+            raise UsageError(f"{flag}: {msg}") from None
+        return specs + replay
+
+    def _trace(self, path: Path) -> TraceReplay:
+        """The trace replay; the file is read here so a bad trace is refused before any engine."""
+        if not path.is_file():
+            raise UsageError(
+                f"--trace {path}: no such file; pass a Mooncake JSONL or Azure CSV trace"
+            )
+        read_trace(path, limit=self.requests)
+        try:
+            return TraceReplay(path=str(path), speed=self.trace_speed, requests=self.requests)
+        except ValidationError as exc:
+            field, msg = first_error(exc)
+            flag = {"speed": "--trace-speed", "requests": "--requests"}.get(field, "--trace")
+            raise UsageError(f"{flag}: {msg}") from None
+
+    def _one(self, name: str) -> WorkloadSpec:
+        isl = {} if self.isl is None else {"input_tokens": self.isl}
+        prompt = {} if self.isl is None else {"prompt_tokens": self.isl}
+        osl = {} if self.osl is None else {"output_tokens": self.osl}
+        shared = {} if self.requests is None else {"requests": self.requests}
+        arr: Literal["constant", "poisson"] = (
+            "constant" if self.arrival == "constant" else "poisson"
+        )
+        if name == "single":
+            return SingleStream(**prompt, **osl)
+        if name == "multi":
+            n = parse_ints("--streams", self.streams)
+            return MultiStream(**isl, **osl, **({"streams": n} if n else {}))
+        if name == "prefill":
+            n = parse_ints("--prefill-streams", self.prefill_streams)
+            return Prefill(**prompt, **({"streams": n} if n else {}))
+        if name == "rate":
+            r = parse_numbers("--rates", self.rates)
+            return RateSweep(**isl, **osl, **shared, arrival=arr, **({"rates": r} if r else {}))
+        if name == "concurrency":
+            c = parse_ints("--concurrency", self.concurrency)
+            return ConcurrencySweep(**isl, **osl, **shared, **({"concurrencies": c} if c else {}))
+        return KVCapacity()

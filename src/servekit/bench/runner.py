@@ -1,17 +1,22 @@
 """Run a list of workloads against a deployment and collect a BenchResult.
 
-This is the Python API ``servekit bench`` and ``servekit verify`` call:
-``run_bench(deployment, workloads, settings)`` returns the result; writing the
-JSON, Markdown and plots is :func:`servekit.bench.output.write_outputs`.
+``run_bench(BenchOptions)`` is the Python API of ``servekit bench`` (and
+:func:`main` the command itself); ``servekit verify`` calls
+``run_workloads(deployment, workloads, settings)`` with workloads of its own.
+Writing the JSON, Markdown and plots is :func:`servekit.bench.output.write_outputs`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from servekit import __version__
 from servekit.bench.config import (
@@ -27,7 +32,12 @@ from servekit.bench.config import (
     as_workloads,
 )
 from servekit.bench.context import BenchContext, ProgressFn, quiet
+from servekit.bench.foreign import read_baseline
+from servekit.bench.options import BenchOptions
+from servekit.bench.output import write_outputs
+from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.schema import BenchInputs, BenchResult, Point
+from servekit.bench.screen import print_result
 from servekit.bench.workloads import (
     kv_capacity,
     multi_stream,
@@ -37,7 +47,7 @@ from servekit.bench.workloads import (
     trace,
 )
 from servekit.client import EndpointError, OpenAIClient
-from servekit.deployment import Deployment
+from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
 
 Measure = Callable[[Any, BenchContext], Awaitable[list[Point]]]
@@ -130,7 +140,7 @@ async def _server_versions(client: OpenAIClient) -> dict[str, str]:
     return {}
 
 
-def run_bench(
+def run_workloads(
     deployment: Deployment,
     workloads: Sequence[WorkloadSpec],
     settings: RunSettings | None = None,
@@ -139,7 +149,60 @@ def run_bench(
     progress: ProgressFn = quiet,
     note: str | None = None,
 ) -> BenchResult:
-    """Synchronous entry point (``servekit verify`` calls this)."""
+    """Synchronous :func:`bench_async` (``servekit verify`` calls it with its own workloads)."""
     return asyncio.run(
         bench_async(deployment, workloads, settings, target=target, progress=progress, note=note)
     )
+
+
+def run_bench(
+    options: BenchOptions,
+    *,
+    deployment: Deployment | None = None,
+    progress: ProgressFn = quiet,
+) -> BenchResult:
+    """The Python API of ``servekit bench``: measure what ``options`` describe.
+
+    The target is ``options.target`` unless the caller already holds its
+    ``deployment``; writing the files is :func:`~servekit.bench.output.write_outputs`.
+    """
+    return run_workloads(
+        deployment or load_deployment(options.target),
+        options.workloads(),
+        options.settings(),
+        target=options.target,
+        progress=progress,
+        note=options.note,
+    )
+
+
+def default_out() -> Path:
+    """``.servekit/bench/<UTC time>``."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path(".servekit/bench") / stamp
+
+
+def main(options: BenchOptions, console: Console | None = None) -> int:
+    """``servekit bench``: run under a progress display, write the files, print the tables.
+
+    Exit code 0 when every measured request succeeded, 1 when any failed (the
+    figures are still written: errors are counted, not hidden) or when the
+    engine never became idle.
+    """
+    console = console or Console()
+    baseline = read_baseline(options.baseline) if options.baseline else None
+    deployment = load_deployment(options.target)
+    total = planned_runs(options.workloads(), options.runs)
+    try:
+        with rich_progress(console, total=total) as progress:
+            result = run_bench(options, deployment=deployment, progress=progress)
+    except TimeoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    paths = write_outputs(result, options.out or default_out(), baseline)
+    print_result(console, result, baseline)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    errors = sum(p.errors for p in result.points)
+    if errors:
+        console.print(f"[red]{errors} measured request(s) failed; see bench.json error_kinds[/red]")
+    return 1 if errors else 0

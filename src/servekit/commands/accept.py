@@ -1,34 +1,21 @@
-"""``servekit accept``: run the acceptance matrix against a deployment.
+"""``servekit accept``: registration only; the command is generated from AcceptOptions.
 
-The command is generated from :class:`~servekit.accept.options.AcceptCommandOptions`;
-the flow lives in :mod:`servekit.accept.cli_main`, imported when it runs.
+What it does is :func:`servekit.accept.main`, imported when it runs so
+``servekit --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import typer
 
-from servekit.accept.options import AcceptCommandOptions
+from servekit.accept import AcceptOptions
 from servekit.cliopts import add_command
 
 
-def _run(opts: AcceptCommandOptions) -> int:
-    from servekit.accept.cli_main import main
+def _run(options: AcceptOptions) -> int:
+    from servekit.accept import main
 
-    return main(
-        target=opts.target,
-        only=list(opts.only),
-        contexts=list(opts.context),
-        depths=opts.depths,
-        model=opts.model,
-        capabilities=list(opts.capability),
-        seed=opts.seed,
-        timeout_s=opts.timeout,
-        concurrency=opts.concurrency,
-        out=opts.out,
-        selfcheck=opts.selfcheck,
-        list_checks=opts.list_checks,
-    )
+    return main(options)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +23,7 @@ def register(app: typer.Typer) -> None:
     add_command(
         app,
         "accept",
-        AcceptCommandOptions,
+        AcceptOptions,
         _run,
         doc="Run the acceptance matrix; exit 0 all pass, 1 any failure, 2 usage error.",
     )

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from servekit.verify.cluster import cluster_deployment, relay_deployment
     from servekit.verify.components import Components
     from servekit.verify.options import VerifyOptions
-    from servekit.verify.run import VerifyOutcome, verify
+    from servekit.verify.run import VerifyOutcome, main, verify
 
 _NAMES = {
     "Components": "components",
     "VerifyOptions": "options",
     "VerifyOutcome": "run",
     "cluster_deployment": "cluster",
+    "main": "run",
     "real_components": "adapters",
     "relay_deployment": "cluster",
     "verify": "run",
@@ -38,6 +39,7 @@ __all__ = [
     "VerifyOptions",
     "VerifyOutcome",
     "cluster_deployment",
+    "main",
     "real_components",
     "relay_deployment",
     "verify",

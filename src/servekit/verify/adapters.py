@@ -121,20 +121,18 @@ def attach(target: str) -> Deployment:
 
 
 def accept(deployment: Deployment, out_dir: Path, contexts: Sequence[str]) -> AcceptResult:
-    from servekit.accept.runner import run_acceptance
+    from servekit.accept import AcceptOptions, run_accept
 
-    hooks = HOOKS.get()
-    return run_acceptance(
-        deployment, out_dir=out_dir, contexts=list(contexts), on_result=hooks.on_check
-    )
+    options = AcceptOptions(context=tuple(contexts), out=out_dir)
+    return run_accept(options, deployment=deployment, on_result=HOOKS.get().on_check)
 
 
 def bench(
     deployment: Deployment, workloads: Sequence[Workload], settings: RunSettings
 ) -> BenchResult:
-    from servekit.bench.runner import run_bench
+    from servekit.bench import run_workloads
 
-    return run_bench(deployment, workloads, settings, progress=HOOKS.get().on_bench)
+    return run_workloads(deployment, workloads, settings, progress=HOOKS.get().on_bench)
 
 
 def kit(archive: Path, out_dir: Path, inputs: KitInputs | None = None) -> KitCheck:

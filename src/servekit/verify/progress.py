@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from servekit.accept.models import CheckResult
-from servekit.accept.options import AcceptOptions, parse_contexts
+from servekit.accept.options import AcceptOptions
 from servekit.accept.progress import check_weight, weights_for
 from servekit.bench.config import RunSettings, Workload
 from servekit.bench.progress import planned_runs
@@ -54,7 +54,7 @@ HOOKS: ContextVar[Hooks] = ContextVar("servekit_verify_hooks", default=Hooks()) 
 
 def accept_units(contexts: Sequence[str]) -> dict[str, float]:
     """Each acceptance check's weight at these contexts."""
-    return weights_for(AcceptOptions(contexts=parse_contexts(contexts)))
+    return weights_for(AcceptOptions(context=tuple(contexts)))
 
 
 def bench_units(workloads: Sequence[Workload], settings: RunSettings) -> float:

@@ -37,7 +37,7 @@ from servekit.verify.progress import VerifyProgress
 from servekit.verify.records import ledger_record, run_record
 from servekit.verify.steps import Steps
 
-__all__ = ["VerifyOptions", "VerifyOutcome", "verify"]
+__all__ = ["VerifyOptions", "VerifyOutcome", "main", "verify"]
 
 Clock = Callable[[], dt.datetime]
 
@@ -191,3 +191,24 @@ def _finish(
         record = ledger_record(run, flow.accept, sums, run_dir)
         ledger = append_record(flow.loaded, record)
     return VerifyOutcome(run, run_dir, md, html, sums, ledger, record)
+
+
+def main(opts: VerifyOptions) -> int:
+    """``servekit verify``: run the flow with the real parts and print where its report is.
+
+    Prints the report's first lines, the ledger line and the paths; the exit
+    code is the run's.
+    """
+    from servekit.verify.adapters import real_components
+
+    outcome = verify(opts, real_components(opts.catalog))
+    for line in outcome.run_dir.joinpath("report.md").read_text().splitlines()[:3]:
+        if line.strip():
+            print(line)
+    if outcome.ledger is not None:
+        print(f"ledger: {outcome.ledger} (+1 {outcome.run.engine} record)")
+    else:
+        print("ledger: unchanged (only a passing run is recorded)")
+    print(f"report: {outcome.report_md}")
+    print(f"html:   {outcome.report_html}")
+    return outcome.exit_code

@@ -42,7 +42,7 @@ TURN_ROOM = 48  # tokens per turn for the question, the answer line and the temp
 
 
 def needles_for(probe: Probe, ctx: int) -> tuple[Needle, ...]:
-    return make_needles(f"{probe.options.seed}:{ctx}", probe.options.depths)
+    return make_needles(f"{probe.options.seed}:{ctx}", probe.options.needle_depths)
 
 
 def gate(probe: Probe, ctx: int) -> Outcome | None:
