@@ -7,13 +7,17 @@ SERVEKIT := $(BIN)/servekit
 .PHONY: demo sim-demo test lint unit clean
 
 # Fresh machine -> real vLLM on the CPU: the tiny model is built offline,
-# local/1p1d (real KV handoff through ExampleConnector) comes up beside a
+# local/1p1d (real KV handoff through vLLM's NixlConnector) comes up beside a
 # single-instance reference, the acceptance matrix and the benchmarks run, the
 # release report is written and its path printed, everything is torn down.
+# Then `servekit demo` shows the decoder's prompt tokens came over the transfer
+# (external_kv_transfer == the prompt tokens sent, local_compute 0) and the
+# answers equal the single engine's byte for byte; it fails otherwise.
 demo:
 	scripts/bootstrap.sh engine
 	$(SERVEKIT) layouts check
 	$(SERVEKIT) verify local/1p1d
+	$(SERVEKIT) demo
 
 # The real A3 catalog layout dry-run end to end on simulated engines.
 sim-demo:

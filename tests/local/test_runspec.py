@@ -29,7 +29,7 @@ def _plan(name: str, tmp: Path) -> tuple[Plan, dict[str, int]]:
 
 
 def test_1p1d_launches_use_the_mapped_ports(tmp_path: Path) -> None:
-    plan, mapping = _plan("local/1p1d-nixl", tmp_path)
+    plan, mapping = _plan("local/1p1d", tmp_path)
     spec = vllm_run_spec(plan, run_dir=tmp_path, scratch=tmp_path / "scratch", cwd=tmp_path)
     prefill, decode, proxy = (spec.launch(n) for n in ("prefill", "decode", "proxy"))
     assert prefill.argv == plan.process("prefill").argv  # used exactly as planned
@@ -94,7 +94,7 @@ def test_sim_spec_from_the_plan(tmp_path: Path) -> None:
     from servekit.local.simrun import sim_spec_doc
     from servekit.sim.spec import spec_from_mapping
 
-    plan, mapping = _plan("local/1p1d-nixl", tmp_path)
+    plan, mapping = _plan("local/1p1d", tmp_path)
     spec = spec_from_mapping(sim_spec_doc(plan))
     by_name = {e.name: e for e in spec.endpoints}
     assert set(by_name) == {"prefill", "decode"}
@@ -102,7 +102,7 @@ def test_sim_spec_from_the_plan(tmp_path: Path) -> None:
     assert by_name["decode"].role == "decode"
     assert by_name["prefill"].kv_mode == "params"  # NIXL pulls
     assert by_name["decode"].guard_mode == "strict"
-    keyed = spec_from_mapping(sim_spec_doc(_plan("local/1p1d", tmp_path)[0]))
+    keyed = spec_from_mapping(sim_spec_doc(_plan("local/1p1d-example", tmp_path)[0]))
     decoder = next(e for e in keyed.endpoints if e.role == "decode")
     assert decoder.kv_mode == "prompt" and decoder.guard_mode == "prompt-keyed"
     assert by_name["decode"].served_model_name == plan.served_model_name

@@ -3,9 +3,9 @@
 Found here: vLLM 0.32's NIXL decoder reads expired, reused blocks and answers
 200 with another prompt's continuation (the expiry test is a strict xfail that
 records it). servekit's proxy never holds params: it sends decode as soon as the
-prefill answers and a retry runs a new prefill, and local/1p1d-nixl's lease is 120 s.
+prefill answers and a retry runs a new prefill, and local/1p1d's lease is 120 s.
 
-One module-scoped run of local/1p1d-nixl from a copy of the catalog whose NIXL lease
+One module-scoped run of local/1p1d (NixlConnector) from a copy of the catalog whose NIXL lease
 is short (``kv_lease_duration``), beside local/single as the reference. Each
 fault must end in a clean error or the reference's answer, never a hung
 request or an empty 200: the requests carry a client timeout, and a timeout
@@ -32,16 +32,7 @@ from servekit.local import proctree
 from servekit.local.tinymodel import build_tiny_model
 from servekit.proxy.payloads import PREFILL_KV_PARAMS
 
-# On this project's 2-core hosts a NIXL pull stalls on the prefill's UCX progress
-# (a decoder waited out the whole 120 s lease, 4 of 4 requests, on an idle machine:
-# issue 24 stays open on it). These run where NIXL completes: SERVEKIT_TEST_NIXL=1.
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        os.environ.get("SERVEKIT_TEST_NIXL") != "1",
-        reason="NIXL pulls stall on 2-core CPU hosts (issue 24); set SERVEKIT_TEST_NIXL=1 to run",
-    ),
-]
+pytestmark = pytest.mark.vllm
 
 LEASE_S = 6
 CLIENT_TIMEOUT_S = 180
@@ -76,20 +67,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogProject]:
     root = tmp_path_factory.mktemp("kvfaults")
     catalog = root / "catalog"
     shutil.copytree(packaged_catalog() / "local", catalog / "local")
-    layout = catalog / "local/1p1d-nixl/layout.yaml"
+    layout = catalog / "local/1p1d/layout.yaml"
     text = layout.read_text().replace("kv_lease_duration: 120", f"kv_lease_duration: {LEASE_S}")
     assert f"kv_lease_duration: {LEASE_S}" in text  # the lease the expiry test relies on
     layout.write_text(text)
     build_tiny_model(root / ".servekit/models/tiny")
     project = CatalogProject(root)
-    procs = {name: project.start(name) for name in ("local/1p1d-nixl", "local/single")}
+    procs = {name: project.start(name) for name in ("local/1p1d", "local/single")}
     _wait_up(project, procs)
     yield project
     project.servekit("down", timeout=300)
 
 
 def _urls(project: Project) -> dict[str, str]:
-    dep = project.deployment("local/1p1d-nixl")
+    dep = project.deployment("local/1p1d")
     urls = {e.role: e.url for e in dep.endpoints}
     urls["entry"] = dep.entry_url
     urls["single"] = project.deployment("local/single").entry_url
@@ -157,10 +148,43 @@ def test_a_decode_through_the_proxy_after_a_fault_still_answers_right(run: Proje
     assert json.loads(raw)["choices"][0]["text"] == want
 
 
+def test_a_decode_retried_after_a_failed_pull_reruns_prefill(run: Project) -> None:
+    """What the proxy does when a decode fails (max_attempts, prefill re-run each time).
+
+    The first pull fails for real: the params name an engine the decoder has not met
+    (it keeps one handshake per remote_engine_id) at a side channel nobody listens
+    on, so the decoder's NIXL handshake times out. That must be a clean error, soon; the
+    retry runs a new prefill and its params give the reference's answer. Reusing the
+    failed attempt's params is not what a retry does, so it is not sent again.
+    """
+    urls = _urls(run)
+    prompt = PROMPT + " Retried."
+    want = _reference(urls, prompt)
+    params = _prefill(urls["prefill"], prompt)
+    broken = {**params, "remote_engine_id": "servekit-nobody", "remote_port": _closed_port()}
+    started = time.monotonic()
+    status, raw = _decode(urls["decode"], prompt, broken)
+    assert raw, "empty answer"
+    assert status >= 400, (status, raw)  # nothing was pulled: an error, not a made-up answer
+    assert time.monotonic() - started < CLIENT_TIMEOUT_S / 2, "the failed pull hung"
+    status, raw = _decode(urls["decode"], prompt, _prefill(urls["prefill"], prompt))
+    assert status == 200, raw
+    _clean_error_or(want, status, raw)
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_prefill_killed_before_the_pull_is_a_clean_error(run: Project) -> None:
     urls = _urls(run)
     params = _prefill(urls["prefill"], PROMPT + " Killed.")
-    pid = run.state("local/1p1d-nixl").proc("prefill").pid
+    pid = run.state("local/1p1d").proc("prefill").pid
     assert pid is not None
     for member in proctree.members({pid}):
         with contextlib.suppress(ProcessLookupError):

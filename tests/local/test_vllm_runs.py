@@ -1,7 +1,7 @@
-"""Real vLLM on the CPU: the tiny model, local/1p1d through the proxy, dp2, death, teardown.
+"""Real vLLM on the CPU: the tiny model, local/1p1d-example through the proxy, dp2, death, teardown.
 
 Each vLLM CPU instance takes about a minute to start on two cores, so the runs
-are module-scoped and shared: local/single (the reference) and local/1p1d start
+are module-scoped and shared: local/single (the reference) and local/1p1d-example start
 together, local/dp2 starts last. Every run goes through the real CLI
 (``servekit up NAME --detach --free-ports``) in a temporary project folder.
 """
@@ -94,8 +94,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 
 @pytest.fixture(scope="module")
 def pd_and_single(project: Project) -> Project:
-    """local/1p1d and local/single started side by side (three engines, one proxy)."""
-    _wait_up(project, {name: project.start(name) for name in ("local/1p1d", "local/single")})
+    """local/1p1d-example and local/single started side by side (three engines, one proxy)."""
+    _wait_up(
+        project, {name: project.start(name) for name in ("local/1p1d-example", "local/single")}
+    )
     return project
 
 
@@ -163,7 +165,7 @@ def test_tiny_model_in_vllm_answers_like_transformers(
 
 
 def test_1p1d_round_trip_hands_kv_over_and_matches_single(pd_and_single: Project) -> None:
-    pd = pd_and_single.deployment("local/1p1d")
+    pd = pd_and_single.deployment("local/1p1d-example")
     single = pd_and_single.deployment("local/single")
     decode = _url(pd, "decode")
     hits_before = asyncio.run(_counter(decode, "vllm:external_prefix_cache_hits"))
@@ -180,35 +182,35 @@ def test_1p1d_round_trip_hands_kv_over_and_matches_single(pd_and_single: Project
 
 
 def test_status_and_logs_show_the_run(pd_and_single: Project) -> None:
-    status = pd_and_single.servekit("status", "local/1p1d")
+    status = pd_and_single.servekit("status", "local/1p1d-example")
     assert status.returncode == 0, status.stderr
     for name in ("prefill", "decode", "proxy"):
         assert name in status.stdout
     assert status.stdout.count(" ok ") >= 3
-    logs = pd_and_single.servekit("logs", "decode", "--layout", "local/1p1d", "-n", "3")
+    logs = pd_and_single.servekit("logs", "decode", "--layout", "local/1p1d-example", "-n", "3")
     assert logs.returncode == 0, logs.stderr
     assert len(logs.stdout.splitlines()) == 3
 
 
 def test_killed_instance_is_detected_and_everything_stops(pd_and_single: Project) -> None:
     project = pd_and_single
-    everyone = project.pids("local/1p1d")
-    decode_pid = project.state("local/1p1d").proc("decode").pid
+    everyone = project.pids("local/1p1d-example")
+    decode_pid = project.state("local/1p1d-example").proc("decode").pid
     assert decode_pid is not None
     os.kill(decode_pid, signal.SIGKILL)
     deadline = time.monotonic() + 120
-    while project.state("local/1p1d").phase != "failed" and time.monotonic() < deadline:
+    while project.state("local/1p1d-example").phase != "failed" and time.monotonic() < deadline:
         time.sleep(0.5)
-    state = project.state("local/1p1d")
+    state = project.state("local/1p1d-example")
     assert state.phase == "failed"
     assert state.message.startswith("process decode exited with code -9 (killed by SIGKILL)")
     assert state.proc("decode").exit_code == -9
     while alive(everyone) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert alive(everyone) == set()
-    assert "exit code 1" in project.run_dir("local/1p1d").supervisor_log.read_text()
-    assert not project.run_dir("local/1p1d").scratch.exists()
-    status = project.servekit("status", "local/1p1d")
+    assert "exit code 1" in project.run_dir("local/1p1d-example").supervisor_log.read_text()
+    assert not project.run_dir("local/1p1d-example").scratch.exists()
+    status = project.servekit("status", "local/1p1d-example")
     assert "process decode exited with code -9" in status.stdout
 
 

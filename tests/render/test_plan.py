@@ -114,7 +114,7 @@ def test_defaults_table_reaches_argv_unless_the_layout_overrides() -> None:
 
 
 def test_port_map_and_hosts_rewrite_every_surface() -> None:
-    lay = layout("local/1p1d-nixl")
+    lay = layout("local/1p1d")
     ports = planned_ports(lay)
     assert ports == [(0, 5600), (0, 5601), (0, 8000), (0, 8100), (0, 8101)]
     mapping = {f"{n}:{p}": 40000 + i for i, (n, p) in enumerate(ports)}
@@ -131,7 +131,7 @@ def test_port_map_and_hosts_rewrite_every_surface() -> None:
 
 
 def test_scratch_dir_reaches_example_connector() -> None:
-    plan = build_plan(layout("local/1p1d"), PlanOptions(scratch_dir="/tmp/run-xyz"))
+    plan = build_plan(layout("local/1p1d-example"), PlanOptions(scratch_dir="/tmp/run-xyz"))
     argv = list(plan.process("prefill").argv)
     cfg = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert cfg["kv_connector_extra_config"]["shared_storage_path"] == "/tmp/run-xyz/kv"

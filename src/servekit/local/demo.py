@@ -1,13 +1,14 @@
 """``servekit demo``: real PD on the CPU, checked against a single instance.
 
-Builds the tiny model, starts local/1p1d (prefill + decode through
-ExampleConnector, the proxy in front) and local/single (the reference) side by
-side, sends the same greedy requests to both, and shows that the PD answers equal
-the single instance's byte for byte while the decode instance loaded the prompt's
-KV from the prefill instance (its external prefix-cache hits grow). Then it says
-where the records are and stops everything. The prompts are longer than one KV
-block, so they also show a real handoff on local/1p1d (ExampleConnector
-stores only whole blocks).
+Builds the tiny model, starts local/1p1d (prefill + decode through vLLM's
+NixlConnector, the decoder pulling the prompt's KV over UCX on loopback, the proxy
+in front) and local/single (the reference) side by side, sends the same greedy
+requests to both, and shows that the PD answers equal the single instance's byte
+for byte while the decoder computed none of the prompts itself: its
+``vllm:prompt_tokens_by_source`` grows by exactly the prompt tokens sent under
+``external_kv_transfer`` and by 0 under ``local_compute`` (a decoder that silently
+re-ran the prefill would answer the same text, so the answers alone prove
+nothing). Then it says where the records are and stops everything.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from servekit.accept.checks.common import metric_labelled
+from servekit.accept.checks.invariants import BY_SOURCE_METRICS, SOURCES
 from servekit.catalog.loader import load
 from servekit.client import OpenAIClient
 from servekit.local.control import follow, report_detached, start_detached, stop_run
@@ -38,7 +41,7 @@ from servekit.local.tinymodel.tokenizer import corpus_text
 
 PD_LAYOUT = "local/1p1d"
 REFERENCE_LAYOUT = "local/single"
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits"
+EXTERNAL, LOCAL = SOURCES
 MAX_TOKENS = 32
 
 
@@ -78,21 +81,38 @@ async def _one(pd: OpenAIClient, ref: OpenAIClient, kind: str, body: dict[str, A
     return Outcome(kind, tokens, a.text, b.text, error)
 
 
-async def _external_hits(url: str) -> float:
+async def _by_source(url: str) -> dict[str, float]:
+    """The decoder's prompt tokens so far by source (0 where vLLM shows none yet)."""
     async with OpenAIClient(url) as client:
-        snap = await client.metrics()
-    return snap.counter(EXTERNAL_HITS) or 0.0
+        text = await client.metrics_text()
+    return {s: metric_labelled(text, BY_SOURCE_METRICS, "source", s) or 0.0 for s in SOURCES}
 
 
-async def compare(pd: RunSpec, ref: RunSpec, decode_url: str) -> tuple[list[Outcome], float]:
-    """Send every demo request to both; returns outcomes and the decode's new external hits."""
-    before = await _external_hits(decode_url)
+@dataclass(frozen=True)
+class Handoff:
+    """What the decoder's metrics say about the demo's prompts."""
+
+    sent: int
+    external: float
+    local: float
+
+    @property
+    def ok(self) -> bool:
+        """Every prompt token came over the transfer, none was computed by the decoder."""
+        return self.sent > 0 and self.external == self.sent and self.local == 0
+
+
+async def compare(pd: RunSpec, ref: RunSpec, decode_url: str) -> tuple[list[Outcome], Handoff]:
+    """Send every demo request to both; returns outcomes and the decoder's prompt sources."""
+    before = await _by_source(decode_url)
     async with (
         OpenAIClient(pd.entry_url, model=pd.model) as pd_client,
         OpenAIClient(ref.entry_url, model=ref.model) as ref_client,
     ):
         outcomes = [await _one(pd_client, ref_client, k, b) for k, b in demo_requests()]
-    return outcomes, await _external_hits(decode_url) - before
+    after = await _by_source(decode_url)
+    sent = sum(o.prompt_tokens or 0 for o in outcomes)
+    return outcomes, Handoff(sent, after[EXTERNAL] - before[EXTERNAL], after[LOCAL] - before[LOCAL])
 
 
 def _table(outcomes: list[Outcome]) -> Table:
@@ -132,7 +152,7 @@ def stop_signals_interrupt() -> Iterator[None]:
 def run_demo(
     console: Console, model_dir: Path | None = None, ready_timeout_s: float = 900.0
 ) -> int:
-    """The whole demo; returns 0 when every PD answer equals the reference and KV moved."""
+    """The whole demo; returns 0 when every PD answer equals the reference and all KV moved."""
     with stop_signals_interrupt():
         return _run_demo(console, model_dir, ready_timeout_s)
 
@@ -152,10 +172,13 @@ def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) 
         if any(_start(specs, console, ready_timeout_s)):
             return 1
         decode_url = next(e.url for e in pd.endpoints if e.role == "decode")
-        outcomes, hits = asyncio.run(compare(pd, ref, decode_url))
+        outcomes, handoff = asyncio.run(compare(pd, ref, decode_url))
         console.print(_table(outcomes))
-        console.print(f"decode loaded KV from prefill: {EXTERNAL_HITS} +{hits:.0f} tokens")
-        ok = all(o.equal for o in outcomes) and hits > 0
+        console.print(
+            f"decoder's prompt tokens ({BY_SOURCE_METRICS[0]}): {EXTERNAL} "
+            f"+{handoff.external:.0f} of {handoff.sent} sent, {LOCAL} +{handoff.local:.0f}"
+        )
+        ok = all(o.equal for o in outcomes) and handoff.ok
         verdict = "[green]PD == single, byte for byte[/green]" if ok else "[red]MISMATCH[/red]"
         console.print(f"{verdict}: {sum(o.equal for o in outcomes)}/{len(outcomes)} identical")
         for spec in specs:
