@@ -3,6 +3,8 @@
 The model is the command's options too: ``servekit verify`` is generated from
 it (:func:`servekit.cliopts.command_from_model`) and docs/verify.md's options
 table is rendered from it, so the flags, the code and the docs say the same.
+``--kit`` and its ``--kit-*`` flags become ``kit verify``'s own model
+(:meth:`VerifyOptions.kit_options`): one kit verification type, not a second.
 """
 
 from __future__ import annotations
@@ -14,24 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from servekit.errors import UsageError
+from servekit.kit import KitVerifyOptions
+
 EngineChoice = Literal["vllm", "sim"]
-
-
-class KitInputs(BaseModel):
-    """What the kit release table's rows need beyond the kit itself (``--kit-*``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    repo: Path | None = None
-    base: str | None = None
-    smoke: Path | None = None
-    nonce: Path | None = None
-    baseline: str | None = None
-
-    @property
-    def given(self) -> bool:
-        values = (self.repo, self.base, self.smoke, self.nonce, self.baseline)
-        return any(v is not None for v in values)
 
 
 class VerifyOptions(BaseModel):
@@ -141,8 +129,18 @@ class VerifyOptions(BaseModel):
         return self.target is not None or self.nodes is not None
 
     @property
-    def kit_inputs(self) -> KitInputs:
-        return KitInputs(
+    def kit_rows_asked(self) -> bool:
+        """A ``--kit-*`` flag was given: the release table has rows beyond the kit itself."""
+        values = (self.kit_repo, self.kit_base, self.kit_smoke, self.kit_nonce, self.kit_baseline)
+        return any(v is not None for v in values)
+
+    def kit_options(self, out: Path) -> KitVerifyOptions:
+        """``--kit`` and its ``--kit-*`` flags as ``kit verify ARCHIVE --out OUT``'s options."""
+        if self.kit is None:
+            raise UsageError("--kit-*: give --kit ARCHIVE too")
+        return KitVerifyOptions(
+            archive=self.kit,
+            out=out,
             repo=self.kit_repo,
             base=self.kit_base,
             smoke=self.kit_smoke,
