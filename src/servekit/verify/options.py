@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
@@ -155,6 +155,90 @@ class VerifyOptions(BaseModel):
     @property
     def benchmark_speed(self) -> float:
         return self.bench_speed or 1.0
+
+
+class DeploymentOptions(BaseModel):
+    """``servekit deployment``: the layout, where its nodes are, and what to write.
+
+    Every check of the flags is here (the command and
+    :func:`servekit.verify.cluster.write_deployment` only read them); what needs
+    the layout (``--nodes`` against its node count) is checked when it loads.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="layout name, e.g. a3/1p1d")
+    nodes: str = Field(
+        description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
+    )
+    out: Path = Field(description="the deployment.json to write")
+    entry: str | None = Field(
+        None, description="the URL clients use, when not the Plan's entry on its node"
+    )
+    logs: Path | None = Field(
+        None, description="the cluster's log folder, one PROCESS.log per process (LOG_DIR)"
+    )
+    engine: EngineChoice = Field(
+        "vllm", description="what the nodes run: vllm, or sim (servekit sim serve)"
+    )
+    speed: float | None = Field(
+        None, gt=0, description="--engine sim: the speed the simulators run at (SERVEKIT_SIM_SPEED)"
+    )
+    through_proxy: bool = Field(
+        False,
+        description="the engines' ports are out of reach from here: read their metrics "
+        "through the proxy's /metrics/engines",
+    )
+    catalog: str | None = Field(None, description="catalog folder (default: the packaged one)")
+
+    @field_validator("out")
+    @classmethod
+    def _replaceable(cls, out: Path) -> Path:
+        """Write a new file or replace a deployment.json; never clobber anything else."""
+        if out.is_dir():
+            raise ValueError(
+                f"--out {out}: is a folder; give a file name such as {out}/deployment.json"
+            )
+        if out.exists():
+            from servekit.deployment import Deployment
+
+            try:
+                Deployment.model_validate_json(out.read_bytes())
+            except ValueError:
+                raise ValueError(
+                    f"--out {out}: exists and is not a deployment.json; give a new file name"
+                ) from None
+        return out
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_url(cls, value: str | None) -> str | None:
+        from servekit.deployment import entry_url
+
+        try:
+            return None if value is None else entry_url(value, "--entry")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("logs")
+    @classmethod
+    def _log_folder(cls, logs: Path | None) -> Path | None:
+        if logs is not None and not logs.is_dir():
+            raise ValueError(f"--logs {logs}: no such folder; give the folder LOG_DIR filled")
+        return logs.resolve() if logs is not None else None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: Any) -> Any:
+        if value not in ("vllm", "sim"):
+            raise ValueError(f"--engine {value}: use vllm (real engines) or sim (servekit sim)")
+        return value
+
+    @model_validator(mode="after")
+    def _speed_needs_sim(self) -> DeploymentOptions:
+        if self.speed is not None and self.engine != "sim":
+            raise ValueError("--speed: only simulated engines have a speed; add --engine sim")
+        return self
 
 
 def reports_root() -> Path:
