@@ -72,7 +72,9 @@ class LocalRunner:
     ) -> Deployment:
         from rich.console import Console
 
+        from servekit.cliopts import build_options
         from servekit.local.control import EXIT_INTERRUPTED, up_detached
+        from servekit.local.options import UpOptions
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
@@ -80,7 +82,9 @@ class LocalRunner:
             self._started.append(name)
         if engine == "vllm":
             ensure_tiny_model(loaded)
-        spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog, speed=speed)
+        asked = {"name": name, "engine": engine, "free_ports": True, "catalog": self.catalog}
+        opts = build_options(UpOptions, {**asked, "speed": speed})
+        spec = prepare_run(opts)
         code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
         if code == EXIT_INTERRUPTED:  # Ctrl-C/SIGTERM during start-up: it stopped the run
             raise KeyboardInterrupt
