@@ -68,7 +68,7 @@ def _logs(opts: LogsOptions) -> int:
     from servekit.local.observe import logs as show
 
     try:
-        show(opts.process, opts.layout, opts.lines, opts.follow, typer.echo)
+        show(opts, typer.echo)
     except KeyboardInterrupt:
         return 0
     return 0
