@@ -231,7 +231,8 @@ class DeploymentOptions(BaseModel):
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
         if value not in ("vllm", "sim"):
-            raise ValueError(f"--engine {value}: use vllm (real engines) or sim (servekit sim)")
+            shown = value[:40] if isinstance(value, str) and value.isprintable() else repr(value)
+            raise ValueError(f"--engine {shown}: use vllm (real engines) or sim (servekit sim)")
         return value
 
     @model_validator(mode="after")
