@@ -46,9 +46,10 @@ import kit_fuzz_cases as cases
 
 from servekit.errors import UsageError
 from servekit.kit.kitarchive import write_sidecar
-from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.options import KitRebuildOptions, KitVerifyOptions
+from servekit.kit.rebuild import rebuild_kit
 from servekit.kit.streams import Limits
-from servekit.kit.verify import VerifyOptions, verify_kit
+from servekit.kit.verify import verify_kit
 
 # ---------------------------------------------------------------- worker side
 
@@ -78,7 +79,7 @@ def _run(fx: cases.Fixture, job: dict[str, Any], scratch: Path) -> dict[str, Any
     limits = Limits(max_total=1 << 30)
     out: dict[str, Any] = {"id": job["id"]}
     try:
-        report = verify_kit(archive, VerifyOptions(limits=limits))
+        report = verify_kit(KitVerifyOptions(archive=archive, max_size=limits.max_total))
         out["verify"] = "detected" if not report.ok else "undetected"
         out["failed_rows"] = [c.name for c in report.checks if c.status == "fail"]
     except UsageError:
@@ -89,7 +90,9 @@ def _run(fx: cases.Fixture, job: dict[str, Any], scratch: Path) -> dict[str, Any
         (
             "rebuild",
             lambda: rebuild_kit(
-                RebuildRequest(archive, str(fx.base), scratch / "out", None, limits)
+                KitRebuildOptions(
+                    kit=archive, base=str(fx.base), out=scratch / "out", max_size=limits.max_total
+                )
             ),
         ),
     ):

@@ -27,7 +27,8 @@ import yaml
 import zstandard
 
 from servekit.kit import canonical
-from servekit.kit.build import BuildRequest, build_kit
+from servekit.kit.build import build_kit
+from servekit.kit.options import KitBuildOptions
 
 BLOCK = 512
 
@@ -190,12 +191,12 @@ def make_fixture(top: Path) -> Fixture:
     repo = _git_repo(project)
     kit = top / "fuzzkit.tar.zst"
     build_kit(
-        BuildRequest(
+        KitBuildOptions(
             base=str(base),
             payload=spec,
             out=kit,
             repo=repo,
-            engines={"vllm": "0.27.1"},
+            engine=("vllm=0.27.1",),
             base_ref="example/base:1",
         )
     )

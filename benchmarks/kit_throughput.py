@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from servekit.kit.build import BuildRequest, build_kit
-from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.build import build_kit
+from servekit.kit.options import KitBuildOptions, KitRebuildOptions, KitVerifyOptions
+from servekit.kit.rebuild import rebuild_kit
 from servekit.kit.verify import verify_kit
 
 MIB = 1 << 20
@@ -201,12 +202,12 @@ def main() -> None:
     for _ in range(args.repeat):
         shutil.rmtree(top / "out", ignore_errors=True)
         rows["tar_all"].append(_tar_sha(top / "base-rootfs", top / "work-rootfs"))
-        req = BuildRequest(base=str(top / "base"), source=str(top / "source"), out=kit)
+        req = KitBuildOptions(base=str(top / "base"), source=str(top / "source"), out=kit)
         rows["build"].append(_timed(lambda req=req: build_kit(req)))
         rows["tar_work"].append(_tar_sha(top / "work-rootfs"))
-        rows["verify"].append(_timed(lambda: verify_kit(kit)))
+        rows["verify"].append(_timed(lambda: verify_kit(KitVerifyOptions(archive=kit))))
         rows["compile_only"].append(_compile_only(top / "work-rootfs"))
-        rreq = RebuildRequest(kit, str(top / "base"), top / "out" / "rebuilt")
+        rreq = KitRebuildOptions(kit=kit, base=str(top / "base"), out=top / "out" / "rebuilt")
         rows["rebuild"].append(_timed(lambda rreq=rreq: rebuild_kit(rreq)))
     med = {k: statistics.median(v) for k, v in rows.items()}
     all_mb = (sizes["base"] + sizes["work"]) / 1e6

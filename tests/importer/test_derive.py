@@ -13,6 +13,7 @@ from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_text, resolve_catalog
+from servekit.catalog.options_derive import LayoutsNewOptions
 from servekit.catalog.schema import MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.compare import diff_plans
@@ -27,7 +28,7 @@ GLM_FIX = ("prefill.speculative.num_speculative_tokens=1",)
 
 
 def _derived_plan(name: str, base: str, sets: tuple[str, ...] = ()) -> Plan:
-    data = derive_layout(name, base, sets=sets)
+    data = derive_layout(LayoutsNewOptions(name=name, base=base, set=sets))
     root = resolve_catalog(None)
     layout = parse_layout_text(dump_yaml(data), name, profiles_dir=root / "a3" / "profiles")
     assert not [f for f in check_layout(layout) if f.level == "error"]
@@ -66,7 +67,8 @@ def test_glm_derivation_differs_by_exactly_the_explained_set() -> None:
 
 
 def test_provenance_and_status_derived(tmp_path: Path) -> None:
-    data = derive_layout("a3/deepseekv4-flash/2p1d", DSV4, today=dt.date(2026, 12, 1))
+    asked = LayoutsNewOptions(name="a3/deepseekv4-flash/2p1d", base=DSV4)
+    data = derive_layout(asked, today=dt.date(2026, 12, 1))
     prov = data["provenance"]
     assert prov["derived_from"] == f"{DSV4}@64fc020e0c15048fda0bf5bfabaeba47639be044"
     assert prov["derived"] == "2026-12-01" and prov["verification"]["verified"] is False

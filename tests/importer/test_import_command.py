@@ -13,6 +13,7 @@ from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
+from servekit.catalog.options import LayoutsImportOptions
 from servekit.errors import UsageError
 from servekit.importer.api import import_layout, name_for
 
@@ -122,7 +123,10 @@ def test_hostile_facts_give_a_layout_or_one_line(processes: list[object], nodes:
         catalog = Path(tmp) / "cat"
         catalog.mkdir()
         try:
-            import_layout(Path(tmp), name="a3/x/1node", facts=path, catalog=catalog)
+            asked = LayoutsImportOptions(
+                folder=Path(tmp), name="a3/x/1node", facts=path, catalog=catalog
+            )
+            import_layout(asked)
         except UsageError as exc:
             assert "\n" not in str(exc)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from tests.helpers.gitrepo import git
 
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
+from servekit.kit.options import KitBuildOptions
 
 from .imagegen import base_layers, source_layers, write_docker_archive, write_oci
 
@@ -27,7 +28,7 @@ def images(tmp_path: Path) -> dict[str, Path]:
 @pytest.fixture
 def kit(images: dict[str, Path], tmp_path: Path) -> BuildResult:
     """A kit built from the source image over its base."""
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(images["base_oci"]), source=str(images["src_oci"]), out=tmp_path / "k1.tar.zst"
     )
     return build_kit(req)

@@ -17,8 +17,9 @@ from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 
 from servekit.errors import UsageError
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.models import MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES
+from servekit.kit.options import KitBuildOptions, KitVerifyOptions
 from servekit.kit.verify import verify_kit
 
 from .kitedit import edit_kit
@@ -56,7 +57,7 @@ def test_a_manifest_past_its_bounds_is_one_line_and_exit_2(
 def test_a_manifest_just_inside_the_entry_bound_is_read(kit: BuildResult, tmp_path: Path) -> None:
     """Positive control: the count alone is what refuses (this one reads, and fails a check)."""
     near = edit_kit(kit.archive, tmp_path / "near.tar.zst", with_payload(1_000))
-    report = verify_kit(near)
+    report = verify_kit(KitVerifyOptions(archive=near))
     assert not report.ok
     assert {c.name for c in report.checks} >= {"manifest", "payload"}
 
@@ -92,7 +93,7 @@ def test_payload_files_named_like_whiteouts_are_refused_at_build(
         (project / make).write_text("x")
     spec = project / "kit.yaml"
     spec.write_text(yaml.safe_dump({"files": files}))
-    req = BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
+    req = KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
     with pytest.raises(UsageError, match="reads as a whiteout"):
         build_kit(req)
     assert not (tmp_path / "p.tar.zst").exists()
@@ -105,7 +106,7 @@ def test_the_same_spec_without_the_whiteout_name_builds(
     (project / "tree" / "wh.lib").write_text("x")
     spec = project / "kit.yaml"
     spec.write_text(yaml.safe_dump({"files": [{"src": "tree", "dest": "/opt/app"}]}))
-    req = BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
+    req = KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
     assert build_kit(req).archive.exists()
 
 
@@ -118,7 +119,9 @@ def test_a_kit_whose_manifest_ships_a_whiteout_name_fails_verify(
         data["payload"][0]["path"] = f"/etc/{name}"
         (root / "MANIFEST.json").write_text(json.dumps(data))
 
-    report = verify_kit(edit_kit(kit.archive, tmp_path / "wh.tar.zst", change))
+    report = verify_kit(
+        KitVerifyOptions(archive=edit_kit(kit.archive, tmp_path / "wh.tar.zst", change))
+    )
     manifest = next(c for c in report.checks if c.name == "manifest")
     assert manifest.status == "fail" and "whiteout name" in " ".join(manifest.problems)
     assert not report.ok

@@ -10,8 +10,9 @@ import pytest
 import zstandard
 
 from servekit.errors import UsageError
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.errors import KitRefused
+from servekit.kit.options import KitBuildOptions
 
 from .imagegen import M, base_layers, layer_tar, sha, source_layers, write_oci
 
@@ -36,7 +37,7 @@ def read_member(archive: Path, name: str) -> bytes:
 def test_same_inputs_give_a_byte_identical_archive(images: dict[str, Path], tmp_path: Path) -> None:
     outs = []
     for i in range(2):
-        req = BuildRequest(
+        req = KitBuildOptions(
             base=str(images["base_oci"]),
             source=str(images["src_oci"]),
             out=tmp_path / f"run{i}" / "same.tar.zst",
@@ -103,7 +104,7 @@ def test_source_config_delta_lists_changed_env_labels_and_cmd(tmp_path: Path) ->
     base = write_oci(tmp_path / "b", base_layers())
     src = write_oci(tmp_path / "s", layers, config=config)
     m = build_kit(
-        BuildRequest(base=str(base), source=str(src), out=tmp_path / "d.tar.zst")
+        KitBuildOptions(base=str(base), source=str(src), out=tmp_path / "d.tar.zst")
     ).manifest
     assert m.config_delta.env == {"V41_FLAG": "1"}
     assert m.config_delta.labels == {"rev": "x"}
@@ -114,7 +115,9 @@ def test_wrong_base_names_the_first_differing_layer(
     images: dict[str, Path], tmp_path: Path
 ) -> None:
     other = write_oci(tmp_path / "other", [base_layers()[0], layer_tar([M("z", "f", b"z")])])
-    req = BuildRequest(base=str(other), source=str(images["src_oci"]), out=tmp_path / "x.tar.zst")
+    req = KitBuildOptions(
+        base=str(other), source=str(images["src_oci"]), out=tmp_path / "x.tar.zst"
+    )
     with pytest.raises(UsageError, match="layer 2: expected"):
         build_kit(req)
     assert not (tmp_path / "x.tar.zst").exists()
@@ -124,12 +127,12 @@ def test_repo_rev_stamp_counts_dirty_files(
     images: dict[str, Path], tmp_path: Path, git_repo: Path
 ) -> None:
     def build(out: str) -> BuildResult:
-        req = BuildRequest(
+        req = KitBuildOptions(
             base=str(images["base_oci"]),
             source=str(images["src_oci"]),
             out=tmp_path / out,
             repo=git_repo,
-            engines={"vllm": "0.27.1"},
+            engine=("vllm=0.27.1",),
         )
         return build_kit(req)
 
@@ -145,7 +148,7 @@ def test_repo_rev_stamp_counts_dirty_files(
 
 
 def test_repo_that_is_not_git_is_a_usage_error(images: dict[str, Path], tmp_path: Path) -> None:
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(images["base_oci"]),
         source=str(images["src_oci"]),
         out=tmp_path / "x.tar.zst",
@@ -161,7 +164,7 @@ def test_repo_that_is_not_git_is_a_usage_error(images: dict[str, Path], tmp_path
 def test_bad_out_names_are_usage_errors(
     images: dict[str, Path], tmp_path: Path, out: str, message: str
 ) -> None:
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(images["base_oci"]), source=str(images["src_oci"]), out=tmp_path / out
     )
     with pytest.raises(UsageError, match=message):
@@ -172,12 +175,12 @@ def test_source_with_a_device_node_in_a_working_layer_is_refused(tmp_path: Path)
     base = write_oci(tmp_path / "b", base_layers())
     src = write_oci(tmp_path / "s", [*base_layers(), layer_tar([M("dev/evil", "c")])])
     with pytest.raises(KitRefused, match="device node"):
-        build_kit(BuildRequest(base=str(base), source=str(src), out=tmp_path / "x.tar.zst"))
+        build_kit(KitBuildOptions(base=str(base), source=str(src), out=tmp_path / "x.tar.zst"))
 
 
 def test_base_layers_may_hold_device_nodes(tmp_path: Path) -> None:
     layers = [layer_tar([M("dev", "d", mode=0o755), M("dev/null", "c", mode=0o666)])]
     base = write_oci(tmp_path / "b", layers)
     src = write_oci(tmp_path / "s", [*layers, layer_tar([M("x", "f", b"x")])])
-    result = build_kit(BuildRequest(base=str(base), source=str(src), out=tmp_path / "x.tar.zst"))
+    result = build_kit(KitBuildOptions(base=str(base), source=str(src), out=tmp_path / "x.tar.zst"))
     assert result.manifest.image.fs_entries == 3

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from servekit.errors import UsageError
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.checks import CheckReport, CheckResult
+from servekit.kit.options import KitBuildOptions, KitVerifyOptions
 from servekit.kit.verify import verify_kit
 
 from .imagegen import M, base_layers, layer_tar, write_oci
@@ -66,7 +67,7 @@ def make_kit(
     (project / "kit.yaml").write_text(yaml.safe_dump(spec))
     base = write_oci(tmp_path / "base", base_layers())
     return build_kit(
-        BuildRequest(base=str(base), payload=project / "kit.yaml", out=tmp_path / "k.tar.zst")
+        KitBuildOptions(base=str(base), payload=project / "kit.yaml", out=tmp_path / "k.tar.zst")
     )
 
 
@@ -79,7 +80,7 @@ def row(report: CheckReport, name: str) -> CheckResult:
 def test_a_kit_keeping_its_promises_passes_with_counts(tmp_path: Path) -> None:
     result = make_kit(tmp_path)
     assert result.manifest.expect is not None
-    report = verify_kit(result.archive)
+    report = verify_kit(KitVerifyOptions(archive=result.archive))
     assert report.ok, report.checks
     defaults = row(report, "defaults")
     assert (defaults.passed, defaults.total) == (5, 5)
@@ -89,7 +90,7 @@ def test_a_kit_keeping_its_promises_passes_with_counts(tmp_path: Path) -> None:
 
 
 def test_the_v2_to_v3_regression_fails_naming_each_variable(tmp_path: Path) -> None:
-    report = verify_kit(make_kit(tmp_path, decode=DECODE_V2).archive)
+    report = verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, decode=DECODE_V2).archive))
     assert not report.ok
     defaults = row(report, "defaults")
     assert defaults.status == "fail" and (defaults.passed, defaults.total) == (2, 5)
@@ -104,7 +105,9 @@ def test_the_v2_to_v3_regression_fails_naming_each_variable(tmp_path: Path) -> N
 
 def test_the_prefill_script_is_held_to_the_prefill_value(tmp_path: Path) -> None:
     expect = {**EXPECT, "defaults": {"STATIC_KERNEL": {"decode": "1", "prefill": "1"}}}
-    defaults = row(verify_kit(make_kit(tmp_path, expect=expect).archive), "defaults")
+    defaults = row(
+        verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, expect=expect).archive)), "defaults"
+    )
     assert defaults.status == "fail"
     assert defaults.problems == [
         "/opt/app/serve_prefill.sh:3: STATIC_KERNEL promised '1', found '0'"
@@ -113,7 +116,9 @@ def test_the_prefill_script_is_held_to_the_prefill_value(tmp_path: Path) -> None
 
 def test_a_promise_no_script_sets_fails(tmp_path: Path) -> None:
     expect = {**EXPECT, "defaults": {"MAX_LEN": "1048576", "SPEC": {"mixed": "1"}}}
-    defaults = row(verify_kit(make_kit(tmp_path, expect=expect).archive), "defaults")
+    defaults = row(
+        verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, expect=expect).archive)), "defaults"
+    )
     assert defaults.status == "fail"
     assert "MAX_LEN: promised '1048576', no shipped script sets it" in defaults.problems
     assert "SPEC (mixed): promised '1', no shipped mixed script sets it" in defaults.problems
@@ -129,29 +134,35 @@ def test_explicit_roles_override_the_name(tmp_path: Path) -> None:
         expect=expect,
         extra={"launch_d.sh": "#!/bin/sh\nSTATIC_KERNEL=${STATIC_KERNEL:-1}\n"},
     )
-    assert row(verify_kit(result.archive), "defaults").status == "pass"
+    assert row(verify_kit(KitVerifyOptions(archive=result.archive)), "defaults").status == "pass"
 
 
 def test_gate_default_that_disagrees_fails_naming_file_variable_and_values(tmp_path: Path) -> None:
     model = 'import os\nX = os.getenv("V41_CED_GRAPH_GATE", default="0")\n'
-    gates = row(verify_kit(make_kit(tmp_path, model=model).archive), "gates")
+    gates = row(
+        verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, model=model).archive)), "gates"
+    )
     assert gates.status == "fail"
     assert gates.problems == ["/opt/app/model.py:2: V41_CED_GRAPH_GATE promised '1', found '0'"]
 
 
 def test_gate_that_the_file_never_reads_fails(tmp_path: Path) -> None:
-    gates = row(verify_kit(make_kit(tmp_path, model="X = 1\n").archive), "gates")
+    gates = row(
+        verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, model="X = 1\n").archive)), "gates"
+    )
     assert gates.status == "fail" and "no default for V41_CED_GRAPH_GATE" in gates.detail
 
 
 def test_missing_marker_fails(tmp_path: Path) -> None:
-    markers = row(verify_kit(make_kit(tmp_path, guard="pass\n").archive), "markers")
+    markers = row(
+        verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, guard="pass\n").archive)), "markers"
+    )
     assert markers.status == "fail"
     assert markers.problems == ["/opt/app/guard.py: does not contain 'DecodeGuard'"]
 
 
 def test_a_kit_without_promises_says_so(tmp_path: Path) -> None:
-    report = verify_kit(make_kit(tmp_path, expect=None).archive)
+    report = verify_kit(KitVerifyOptions(archive=make_kit(tmp_path, expect=None).archive))
     expect = row(report, "expect")
     assert expect.status == "skip" and "declares no promises" in expect.detail
     assert report.get("defaults") is None
@@ -189,7 +200,7 @@ def test_yaml_numbers_are_promised_as_text(tmp_path: Path) -> None:
     result = make_kit(tmp_path, expect=expect)
     assert result.manifest.expect is not None
     assert result.manifest.expect.defaults["SPEC"] == "1"
-    assert row(verify_kit(result.archive), "defaults").ratio == "3/3"
+    assert row(verify_kit(KitVerifyOptions(archive=result.archive)), "defaults").ratio == "3/3"
 
 
 def test_source_image_kits_take_promises_from_expect_file(tmp_path: Path) -> None:
@@ -202,11 +213,11 @@ def test_source_image_kits_take_promises_from_expect_file(tmp_path: Path) -> Non
     expect_file = tmp_path / "expect.yaml"
     expect_file.write_text(yaml.safe_dump({"expect": {"defaults": {"SPEC": "1"}}}))
     result = build_kit(
-        BuildRequest(
+        KitBuildOptions(
             base=str(base), source=str(src), out=tmp_path / "s.tar.zst", expect=expect_file
         )
     )
-    defaults = row(verify_kit(result.archive), "defaults")
+    defaults = row(verify_kit(KitVerifyOptions(archive=result.archive)), "defaults")
     assert defaults.problems == ["/opt/serve_decode.sh:2: SPEC promised '1', found '0'"]
 
 

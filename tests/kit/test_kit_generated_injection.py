@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servekit.kit.build import BuildRequest, build_kit
+from servekit.kit.build import build_kit
 from servekit.kit.models import ConfigDelta, KitManifest
+from servekit.kit.options import KitBuildOptions
 from servekit.kit.render import render_all
 
 from .imagegen import base_layers, source_layers, write_oci
@@ -43,7 +44,7 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KitManifest]:
     tmp = tmp_path_factory.mktemp("inject")
     base = write_oci(tmp / "b", base_layers())
     src = write_oci(tmp / "s", source_layers())
-    built = build_kit(BuildRequest(base=str(base), source=str(src), out=tmp / "k.tar.zst"))
+    built = build_kit(KitBuildOptions(base=str(base), source=str(src), out=tmp / "k.tar.zst"))
     return built.archive, built.manifest
 
 

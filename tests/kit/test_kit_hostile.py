@@ -22,6 +22,7 @@ from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState
 from servekit.kit.kitarchive import unpack, write_sidecar
 from servekit.kit.layertar import ScanOptions, scan_layer
+from servekit.kit.options import KitVerifyOptions
 from servekit.kit.streams import Limits
 from servekit.kit.verify import verify_kit
 
@@ -202,9 +203,9 @@ def test_corrupting_any_byte_of_a_kit_fails_verify_without_raising(
         Path(tmp, path.name + ".sha256").write_text(
             path.with_name(path.name + ".sha256").read_text()
         )
-        report = verify_kit(archive)
+        report = verify_kit(KitVerifyOptions(archive=archive))
         write_sidecar(archive)  # a forged sidecar: the deeper checks must still fail
-        forged = verify_kit(archive)
+        forged = verify_kit(KitVerifyOptions(archive=archive))
     assert not report.ok
     assert report.checks[0].name == "sidecar" and report.checks[0].status == "fail"
     assert forged.checks[0].status == "pass" and not forged.ok

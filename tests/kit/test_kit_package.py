@@ -77,12 +77,12 @@ def test_public_face_is_sorted_and_importable() -> None:
 
 def test_public_face_names_what_the_cli_and_the_lead_use() -> None:
     wanted = {
-        "BuildRequest",
         "CheckReport",
+        "KitBuildOptions",
         "KitExpect",
+        "KitRebuildOptions",
         "KitReleaseTable",
-        "RebuildRequest",
-        "VerifyOptions",
+        "KitVerifyOptions",
         "build_kit",
         "inspect_image",
         "inspect_kit",

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from servekit.errors import UsageError
-from servekit.kit.build import BuildRequest, build_kit
+from servekit.kit.build import build_kit
 from servekit.kit.errors import KitRefused
 from servekit.kit.image import read_image
+from servekit.kit.options import KitBuildOptions
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ SPEC: dict[str, object] = {
 def test_payload_build_makes_one_layer_with_modes_owners_and_whiteouts(
     images: dict[str, Path], project: Path, tmp_path: Path, git_repo: Path
 ) -> None:
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(images["base_tar"]),
         payload=write_spec(project, SPEC),
         out=tmp_path / "p.tar.zst",
@@ -76,7 +77,7 @@ def test_payload_config_is_base_config_plus_delta_and_layer(
 ) -> None:
     out = tmp_path / "p.tar.zst"
     m = build_kit(
-        BuildRequest(base=str(images["base_tar"]), payload=write_spec(project, SPEC), out=out)
+        KitBuildOptions(base=str(images["base_tar"]), payload=write_spec(project, SPEC), out=out)
     ).manifest
     base = read_image(str(images["base_tar"]))
     from servekit.kit.kitdir import open_kit
@@ -97,11 +98,15 @@ def test_payload_build_is_deterministic(
 ) -> None:
     spec = write_spec(project, SPEC)
     a = build_kit(
-        BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "1" / "p.tar.zst")
+        KitBuildOptions(
+            base=str(images["base_oci"]), payload=spec, out=tmp_path / "1" / "p.tar.zst"
+        )
     )
     os.utime(project / "patches" / "a.py", (1, 1))  # mtimes must not matter
     b = build_kit(
-        BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "2" / "p.tar.zst")
+        KitBuildOptions(
+            base=str(images["base_oci"]), payload=spec, out=tmp_path / "2" / "p.tar.zst"
+        )
     )
     assert a.archive.read_bytes() == b.archive.read_bytes()
 
@@ -111,7 +116,7 @@ def test_parent_dirs_keep_the_base_metadata(
 ) -> None:
     spec = write_spec(project, {"files": [{"src": "patches/a.py", "dest": "/opt/app/keep/new.py"}]})
     out = tmp_path / "p.tar.zst"
-    build_kit(BuildRequest(base=str(images["base_oci"]), payload=spec, out=out))
+    build_kit(KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=out))
     from servekit.kit.kitdir import open_kit
     from servekit.kit.streams import Limits
 
@@ -146,7 +151,7 @@ def test_bad_payload_items_are_refused(
     spec = write_spec(project, {"files": [item]})
     with pytest.raises(error, match=message):
         build_kit(
-            BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
+            KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
         )
 
 
@@ -158,7 +163,7 @@ def test_source_symlink_escaping_the_project_is_refused(
     spec = write_spec(project, {"files": [{"src": "patches", "dest": "/p"}]})
     with pytest.raises(KitRefused, match="outside the project root"):
         build_kit(
-            BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
+            KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
         )
 
 
@@ -169,14 +174,14 @@ def test_fifo_in_a_payload_tree_is_refused(
     spec = write_spec(project, {"files": [{"src": "patches", "dest": "/p"}]})
     with pytest.raises(KitRefused, match="device node, FIFO or socket"):
         build_kit(
-            BuildRequest(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
+            KitBuildOptions(base=str(images["base_oci"]), payload=spec, out=tmp_path / "p.tar.zst")
         )
 
 
 def test_source_and_payload_together_is_a_usage_error(
     images: dict[str, Path], project: Path, tmp_path: Path
 ) -> None:
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(images["base_oci"]),
         source=str(images["src_oci"]),
         payload=write_spec(project, SPEC),

@@ -20,6 +20,7 @@ from servekit.kit.build import BuildResult
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, Entry, FsState, parse_line
 from servekit.kit.jsonsafe import load_json
+from servekit.kit.options import KitVerifyOptions
 from servekit.kit.paths import escape_field, image_path, unescape_field
 from servekit.kit.verify import verify_kit
 
@@ -114,7 +115,7 @@ def test_any_flipped_tar_byte_fails_verify_with_an_honest_sidecar(
     damaged[int(where * len(tar))] ^= flip
     with tempfile.TemporaryDirectory() as tmp:
         archive = write_tar_stream(Path(tmp) / kit.archive.name, bytes(damaged))
-        report = verify_kit(archive)
+        report = verify_kit(KitVerifyOptions(archive=archive))
     assert report.checks[0].name == "sidecar" and report.checks[0].status == "pass"
     assert not report.ok
 
@@ -141,7 +142,9 @@ def test_members_in_any_other_order_fail_verify(
         for info, data in [head, *moved]:
             out.addfile(info, io.BytesIO(data) if info.isreg() else None)
     with tempfile.TemporaryDirectory() as tmp:
-        report = verify_kit(write_tar_stream(Path(tmp) / "k.tar.zst", buf.getvalue()))
+        report = verify_kit(
+            KitVerifyOptions(archive=write_tar_stream(Path(tmp) / "k.tar.zst", buf.getvalue()))
+        )
     assert report.ok == (moved == rest)
 
 

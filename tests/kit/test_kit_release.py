@@ -18,14 +18,14 @@ from tests.helpers.gitrepo import git
 from servekit.errors import UsageError
 from servekit.kit import (
     KitReleaseTable,
-    VerifyOptions,
     kit_release_table,
     render_release_table,
     verify_kit,
     verify_release,
 )
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.checks import CheckResult
+from servekit.kit.options import KitBuildOptions, KitVerifyOptions
 
 from .imagegen import M, base_layers, layer_tar, write_oci
 
@@ -59,19 +59,19 @@ def base(tmp_path: Path) -> Path:
 
 
 def build(repo: Path, base: Path, out: Path, **extra: object) -> BuildResult:
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(base),
         payload=repo / "kit.yaml",
         out=out,
         repo=repo,
-        engines={"vllm": "0.27.1"},
-        **extra,  # type: ignore[arg-type]
+        engine=("vllm=0.27.1",),
+        **extra,
     )
     return build_kit(req)
 
 
 def consistency(result: BuildResult, repo: Path) -> CheckResult:
-    row = verify_kit(result.archive, VerifyOptions(repo=repo)).get("consistency")
+    row = verify_kit(KitVerifyOptions(archive=result.archive, repo=repo)).get("consistency")
     assert row is not None
     return row
 
@@ -139,7 +139,7 @@ def test_a_repository_without_the_stamped_commit_fails(
 
 def test_a_kit_without_a_stamp_cannot_claim_consistency(base: Path, tmp_path: Path) -> None:
     src = write_oci(tmp_path / "src", [*base_layers(), layer_tar([M("x", "f", b"x")])])
-    result = build_kit(BuildRequest(base=str(base), source=str(src), out=tmp_path / "n.tar.zst"))
+    result = build_kit(KitBuildOptions(base=str(base), source=str(src), out=tmp_path / "n.tar.zst"))
     row = consistency(result, tmp_path)
     assert row.status == "fail" and "no repo_rev stamp" in row.detail
 
@@ -155,7 +155,7 @@ def test_source_image_kits_find_sources_by_content(repo: Path, base: Path, tmp_p
     )
     src = write_oci(tmp_path / "src", [*base_layers(), working])
     result = build_kit(
-        BuildRequest(base=str(base), source=str(src), out=tmp_path / "s.tar.zst", repo=repo)
+        KitBuildOptions(base=str(base), source=str(src), out=tmp_path / "s.tar.zst", repo=repo)
     )
     sources = {p.path: p.source for p in result.manifest.payload}
     assert sources == {"/srv/gen": None, "/srv/serve_decode.sh": "scripts/serve_decode.sh"}
@@ -178,7 +178,7 @@ def test_git_is_never_run_through_a_shell(base: Path, tmp_path: Path) -> None:
 
 
 def baseline_row(result: BuildResult, baseline: str | None) -> CheckResult | None:
-    return verify_kit(result.archive, VerifyOptions(baseline=baseline)).get("repo_rev")
+    return verify_kit(KitVerifyOptions(archive=result.archive, baseline=baseline)).get("repo_rev")
 
 
 def test_repo_rev_against_the_release_baseline(repo: Path, base: Path, tmp_path: Path) -> None:
@@ -212,8 +212,14 @@ def test_release_table_with_every_input_and_its_evidence(
     result = build(repo, base, tmp_path / "k.tar.zst")
     assert result.manifest.code is not None
     out = tmp_path / "evidence"
-    options = VerifyOptions(repo=repo, base=str(base), baseline=result.manifest.code.repo_rev)
-    table, report = verify_release(result.archive, out, options)
+    options = KitVerifyOptions(
+        archive=result.archive,
+        out=out,
+        repo=repo,
+        base=str(base),
+        baseline=result.manifest.code.repo_rev,
+    )
+    table, report = verify_release(options)
     assert report.ok, report.checks
     rows = {r.item: r for r in table.rows}
     assert rows["consistency (source = payload)"].ratio == "2/2"
@@ -243,7 +249,7 @@ def test_release_table_without_inputs_says_how_to_run_each_row(
     repo: Path, base: Path, tmp_path: Path
 ) -> None:
     result = build(repo, base, tmp_path / "k.tar.zst")
-    table = kit_release_table(verify_kit(result.archive))
+    table = kit_release_table(verify_kit(KitVerifyOptions(archive=result.archive)))
     status = {r.item: r.status for r in table.rows}
     assert status["kit integrity"] == "pass" and status["defaults spot-check"] == "pass"
     assert [r.result for r in table.rows if r.status == "not run"] == [
@@ -258,7 +264,9 @@ def test_release_table_without_inputs_says_how_to_run_each_row(
 def test_a_failed_row_fails_the_table(repo: Path, base: Path, tmp_path: Path) -> None:
     (repo / "scripts" / "serve_decode.sh").write_text("#!/bin/sh\nSPEC=${SPEC:-0}\n")
     git(repo, "commit", "-qam", "regression")
-    table = kit_release_table(verify_kit(build(repo, base, tmp_path / "k.tar.zst").archive))
+    table = kit_release_table(
+        verify_kit(KitVerifyOptions(archive=build(repo, base, tmp_path / "k.tar.zst").archive))
+    )
     spot = next(r for r in table.rows if r.item == "defaults spot-check")
     assert (
         spot.status == "fail"
@@ -276,7 +284,7 @@ def test_verify_out_refuses_a_folder_it_did_not_write(
     out.mkdir()
     (out / "mine.txt").write_text("keep")
     with pytest.raises(UsageError, match="not an empty folder"):
-        verify_release(result.archive, out, VerifyOptions())
+        verify_release(KitVerifyOptions(archive=result.archive, out=out))
     assert (out / "mine.txt").read_text() == "keep"
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import servekit.kit
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.kitdir import open_kit
 from servekit.kit.models import KitManifest
+from servekit.kit.options import KitBuildOptions, KitVerifyOptions
 from servekit.kit.render import render_all
 from servekit.kit.streams import Limits
 
@@ -26,7 +27,7 @@ def test_dockerfile_replays_layers_whiteouts_and_config_delta(tmp_path: Path) ->
     base = write_oci(tmp_path / "b", base_layers())
     src = write_oci(tmp_path / "s", layers, config=config)
     result = build_kit(
-        BuildRequest(
+        KitBuildOptions(
             base=str(base), source=str(src), out=tmp_path / "k.tar.zst", base_ref="quay.io/x/base:1"
         )
     )
@@ -46,7 +47,7 @@ def test_dockerfile_replays_layers_whiteouts_and_config_delta(tmp_path: Path) ->
 
 def test_shipped_files_are_the_rendered_files(tmp_path: Path, images: dict[str, Path]) -> None:
     result = build_kit(
-        BuildRequest(
+        KitBuildOptions(
             base=str(images["base_oci"]), source=str(images["src_oci"]), out=tmp_path / "k.tar.zst"
         )
     )
@@ -87,7 +88,7 @@ def test_a_schema_1_kit_keeps_the_files_it_was_written_with(
     root_text = render_all(kit.manifest.model_copy(update={"schema_version": 1}))
     assert "## Promises" not in root_text["README.md"]
     assert root_text["selftest.sh"].startswith("#!/usr/bin/env bash")
-    report = verify_kit(old)
+    report = verify_kit(KitVerifyOptions(archive=old))
     assert report.ok, report.checks
 
 
@@ -113,5 +114,5 @@ def test_a_schema_2_kit_keeps_its_selftest_without_the_proof(
     three = render_all(kit.manifest)
     assert "selftest proof" not in two["selftest.sh"] and "selftest proof" in three["selftest.sh"]
     assert "smoke-nonce.txt" not in two["README.md"] and "smoke-nonce.txt" in three["README.md"]
-    report = verify_kit(old)
+    report = verify_kit(KitVerifyOptions(archive=old))
     assert report.ok, report.checks

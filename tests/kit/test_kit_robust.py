@@ -27,6 +27,7 @@ from servekit.kit.checks import CheckReport
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import parse_line
 from servekit.kit.kitarchive import write_sidecar
+from servekit.kit.options import KitVerifyOptions
 from servekit.kit.verify import verify_kit
 
 from .kitedit import edit_kit, tar_stream, write_tar_stream
@@ -127,7 +128,7 @@ def test_non_utf8_byte_in_a_text_member_is_a_failed_row(
         change_member(member, lambda b: b[:20] + b"\xff\xfe" + b[20:]),  # type: ignore[arg-type]
         sums=member != "SHA256SUMS",
     )
-    report = verify_kit(bad)
+    report = verify_kit(KitVerifyOptions(archive=bad))
     assert not report.ok
     status, detail = rows(report)[row]
     assert status == "fail"
@@ -141,7 +142,7 @@ def test_deeply_nested_json_is_a_failed_row_not_a_recursion_error(
 ) -> None:
     deep = b"[" * 200_000 + b"]" * 200_000
     bad = edit_kit(kit.archive, tmp_path / "d.tar.zst", change_member(member, lambda b: deep))  # type: ignore[arg-type]
-    report = verify_kit(bad)
+    report = verify_kit(KitVerifyOptions(archive=bad))
     row = "manifest" if member == "MANIFEST.json" else "config"
     assert rows(report)[row][0] == "fail"
     assert "nests deeper" in rows(report)[row][1]
@@ -154,7 +155,7 @@ def test_kit_without_a_zstd_checksum_fails_the_archive_row(
     kit: BuildResult, tmp_path: Path
 ) -> None:
     bare = write_tar_stream(tmp_path / "n.tar.zst", tar_stream(kit.archive), checksum=False)
-    status, detail = rows(verify_kit(bare))["archive"]
+    status, detail = rows(verify_kit(KitVerifyOptions(archive=bare)))["archive"]
     assert status == "fail" and "no content checksum" in detail
 
 
@@ -166,7 +167,7 @@ def test_a_flipped_zstd_checksum_fails_even_with_a_forged_sidecar(
     bad = tmp_path / "c.tar.zst"
     bad.write_bytes(bytes(data))
     write_sidecar(bad)
-    report = verify_kit(bad)
+    report = verify_kit(KitVerifyOptions(archive=bad))
     assert rows(report)["sidecar"][0] == "pass"
     assert rows(report)["archive"][0] == "fail" and "checksum" in rows(report)["archive"][1]
 
@@ -205,7 +206,7 @@ def test_a_flip_in_tar_padding_or_headers_fails_verify_with_a_forged_sidecar(
     tar = bytearray(tar_stream(kit.archive))
     tar[padding_offsets(bytes(tar))[region]] ^= 0x01
     bad = write_tar_stream(tmp_path / "p.tar.zst", bytes(tar))
-    report = verify_kit(bad)
+    report = verify_kit(KitVerifyOptions(archive=bad))
     assert rows(report)["sidecar"][0] == "pass"
     status, detail = rows(report)["archive"]
     assert status == "fail" and "canonical packing" in detail
@@ -213,7 +214,7 @@ def test_a_flip_in_tar_padding_or_headers_fails_verify_with_a_forged_sidecar(
 
 def test_bytes_after_the_tar_end_fail_verify(kit: BuildResult, tmp_path: Path) -> None:
     bad = write_tar_stream(tmp_path / "t.tar.zst", tar_stream(kit.archive) + b"\0" * 10240)
-    assert rows(verify_kit(bad))["archive"][0] == "fail"
+    assert rows(verify_kit(KitVerifyOptions(archive=bad)))["archive"][0] == "fail"
 
 
 def test_verify_of_a_missing_kit_exits_2_with_one_line(tmp_path: Path) -> None:
@@ -257,6 +258,7 @@ def slow_next(self):
 tarfile.TarFile.next = slow_next
 sys.argv = ["servekit", "kit", "verify", sys.argv[2]]
 from servekit.cli import main
+from servekit.kit.options import KitVerifyOptions
 main()
 """
 
@@ -311,7 +313,7 @@ def test_python_payload_nesting_too_deeply_fails_compile(tmp_path: Path) -> None
     from .test_kit_verify import kit_with
 
     result = kit_with(tmp_path, [M("opt/app/deep.py", "f", b"-" * 100_000 + b"1\n")])
-    status, detail = rows(verify_kit(result.archive))["compile"]
+    status, detail = rows(verify_kit(KitVerifyOptions(archive=result.archive)))["compile"]
     assert status == "fail" and "deep.py" in detail
 
 
@@ -329,7 +331,7 @@ def test_members_out_of_the_packers_order_fail_the_archive_row(
         for info, data in members:
             out.addfile(info, io.BytesIO(data) if info.isreg() else None)
     bad = write_tar_stream(tmp_path / "o.tar.zst", buf.getvalue())
-    status, detail = rows(verify_kit(bad))["archive"]
+    status, detail = rows(verify_kit(KitVerifyOptions(archive=bad)))["archive"]
     assert status == "fail" and "out of the packer's sorted order" in detail
 
 
@@ -344,7 +346,7 @@ def test_bytes_after_the_zstd_frame_fail_the_archive_row(
     bad = tmp_path / "f.tar.zst"
     bad.write_bytes(kit.archive.read_bytes() + tail)
     write_sidecar(bad)
-    status, detail = rows(verify_kit(bad))["archive"]
+    status, detail = rows(verify_kit(KitVerifyOptions(archive=bad)))["archive"]
     assert status == "fail"
     assert "follow the zstd frame" in detail or "not a readable" in detail
 
@@ -366,5 +368,5 @@ def test_a_zstd_frame_header_other_than_the_packers_fails_the_archive_row(
     bad = tmp_path / "w.tar.zst"
     bad.write_bytes(bytes(data))
     write_sidecar(bad)
-    status, detail = rows(verify_kit(bad))["archive"]
+    status, detail = rows(verify_kit(KitVerifyOptions(archive=bad)))["archive"]
     assert status == "fail" and "frame header differs" in detail

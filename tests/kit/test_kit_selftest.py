@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servekit.kit import VerifyOptions, verify_kit, verify_release
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit import verify_kit, verify_release
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.kitarchive import unpack
-from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.options import KitBuildOptions, KitRebuildOptions, KitVerifyOptions
+from servekit.kit.rebuild import rebuild_kit
 from servekit.kit.smokeproof import NONCE_FILE, issue_nonce, read_nonce
 from servekit.kit.streams import Limits
 
@@ -71,12 +72,12 @@ def build(tmp_path: Path, base: Path, engine: str = ENGINE) -> BuildResult:
     git(project, "init", "-q")
     git(project, "add", ".")
     git(project, "commit", "-qm", "kit")
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(base),
         payload=project / "kit.yaml",
         out=tmp_path / "py.tar.zst",
         repo=project,
-        engines={"vllm": engine},
+        engine=(f"vllm={engine}",),
     )
     return build_kit(req)
 
@@ -84,7 +85,9 @@ def build(tmp_path: Path, base: Path, engine: str = ENGINE) -> BuildResult:
 def rootfs(result: BuildResult, base: Path, tmp_path: Path) -> Path:
     """The rebuilt image unpacked by umoci, with the kit folder copied to /kit."""
     image = tmp_path / "rebuilt"
-    assert rebuild_kit(RebuildRequest(result.archive, str(base), image, "v1")).ok
+    assert rebuild_kit(
+        KitRebuildOptions(kit=result.archive, base=str(base), out=image, tag="v1")
+    ).ok
     bundle = tmp_path / "bundle"
     subprocess.run(
         ["umoci", "unpack", "--image", f"{image}:v1", str(bundle)],
@@ -132,20 +135,20 @@ def test_l1_and_l2_pass_in_the_rebuilt_image_and_feed_the_smoke_row(
     assert lines[-1] == "selftest: ok"
     log = tmp_path / "smoke.txt"
     log.write_text(done.stdout)
-    options = VerifyOptions(
-        smoke=log, base=str(python_base), nonce=read_nonce(tmp_path / NONCE_FILE)
+    options = KitVerifyOptions(
+        archive=result.archive, smoke=log, base=str(python_base), nonce=tmp_path / NONCE_FILE
     )
-    smoke = verify_kit(result.archive, options).get("smoke")
+    smoke = verify_kit(options).get("smoke")
     assert smoke is not None and smoke.status == "pass" and smoke.ratio == "7/7", smoke
     assert smoke.items[0] == (
         f"proof OK: ran in {result.manifest.image.image_id} (the kit rebuilt onto {python_base})"
     )
 
 
-def _smoke(result: BuildResult, log: Path, base: Path, nonce: str | None) -> list[str]:
-    row = verify_kit(result.archive, VerifyOptions(smoke=log, base=str(base), nonce=nonce)).get(
-        "smoke"
-    )
+def _smoke(result: BuildResult, log: Path, base: Path, nonce: Path | None) -> list[str]:
+    row = verify_kit(
+        KitVerifyOptions(archive=result.archive, smoke=log, base=str(base), nonce=nonce)
+    ).get("smoke")
     assert row is not None and row.status == "fail", row
     return row.problems
 
@@ -160,10 +163,11 @@ def test_the_proof_refuses_an_old_log_a_run_outside_the_image_and_a_written_log(
     earlier = selftest(root, issue_nonce(tmp_path / "earlier"))
     assert earlier.returncode == 0, earlier.stdout + earlier.stderr
     nonce = issue_nonce(tmp_path)
+    nonce_file = tmp_path / NONCE_FILE
     log = tmp_path / "smoke.txt"
     # An earlier run's log: everything ok, but it answers the nonce of that run.
     log.write_text(earlier.stdout)
-    assert "a log from an earlier run" in _smoke(result, log, python_base, nonce)[0]
+    assert "a log from an earlier run" in _smoke(result, log, python_base, nonce_file)[0]
     # Outside the image: the same script with this run's nonce, in a root filesystem
     # that is not the rebuilt image (its /etc/os-release differs; L1/L2 still pass,
     # so only the proof can tell).
@@ -172,17 +176,19 @@ def test_the_proof_refuses_an_old_log_a_run_outside_the_image_and_a_written_log(
     outside = selftest(root, nonce)
     assert f"selftest proof {nonce} sha256:" in outside.stdout
     log.write_text(outside.stdout)
-    assert "did not run inside this image" in _smoke(result, log, python_base, nonce)[0]
+    assert "did not run inside this image" in _smoke(result, log, python_base, nonce_file)[0]
     # Hand-written: the good lines with this run's nonce and a made-up digest.
     written = earlier.stdout.splitlines()
     written[1] = f"selftest proof {nonce} sha256:" + "1" * 64
     log.write_text("\n".join(written) + "\n")
-    assert "did not run inside this image" in _smoke(result, log, python_base, nonce)[0]
+    assert "did not run inside this image" in _smoke(result, log, python_base, nonce_file)[0]
     # Without the proof line, without a nonce, without the rebuilt image: each says so.
     log.write_text("\n".join(written[:1] + written[2:]) + "\n")
-    assert "no proof line" in _smoke(result, log, python_base, nonce)[0]
+    assert "no proof line" in _smoke(result, log, python_base, nonce_file)[0]
     assert "no nonce was issued" in _smoke(result, log, python_base, None)[0]
-    row = verify_kit(result.archive, VerifyOptions(smoke=log, nonce=nonce)).get("smoke")
+    row = verify_kit(KitVerifyOptions(archive=result.archive, smoke=log, nonce=nonce_file)).get(
+        "smoke"
+    )
     assert row is not None and "give --base" in row.problems[0]
 
 
@@ -192,21 +198,23 @@ def test_the_release_table_shows_every_seed_row_with_its_counts(
     need_root_and_umoci()
     result = build(tmp_path, python_base)
     assert result.manifest.code is not None
-    first = VerifyOptions(base=str(python_base))
-    table, _ = verify_release(result.archive, tmp_path / "issued", first)
+    first = KitVerifyOptions(archive=result.archive, out=tmp_path / "issued", base=str(python_base))
+    table, _ = verify_release(first)
     smoke_row = {r.item: r for r in table.rows}["smoke L1/L2"]
     assert smoke_row.status == "not run" and "smoke-nonce.txt" in smoke_row.result
     nonce = read_nonce(tmp_path / "issued" / NONCE_FILE)
     log = tmp_path / "smoke.txt"
     log.write_text(selftest(rootfs(result, python_base, tmp_path), nonce).stdout)
-    options = VerifyOptions(
+    options = KitVerifyOptions(
+        archive=result.archive,
+        out=tmp_path / "evidence",
         repo=tmp_path / "project",
         base=str(python_base),
         smoke=log,
-        nonce=nonce,
+        nonce=tmp_path / "issued" / NONCE_FILE,
         baseline=result.manifest.code.repo_rev,
     )
-    table, report = verify_release(result.archive, tmp_path / "evidence", options)
+    table, report = verify_release(options)
     assert report.ok and table.ok and table.complete, table
     assert not (tmp_path / "evidence" / NONCE_FILE).exists()
     assert [(r.item, r.ratio) for r in table.rows] == [
@@ -236,7 +244,7 @@ def test_a_changed_payload_file_and_a_wrong_engine_fail_l1_and_l2(
     assert f"L2 import vllm: {ENGINE} FAILED (stamp 0.28.0)" in done.stdout
     log = tmp_path / "smoke.txt"
     log.write_text(done.stdout)
-    smoke = verify_kit(result.archive, VerifyOptions(smoke=log)).get("smoke")
+    smoke = verify_kit(KitVerifyOptions(archive=result.archive, smoke=log)).get("smoke")
     assert smoke is not None and smoke.status == "fail"
     assert any("import vllm" in p for p in smoke.problems)
 
@@ -249,6 +257,6 @@ def test_a_log_from_another_image_does_not_count(python_base: Path, tmp_path: Pa
         "L1 payload sha256: 3/3 ok\nL2 py_compile: 2/2 ok\n"
         f"L2 import vllm: {ENGINE} ok (stamp {ENGINE})\nselftest: ok\n"
     )
-    smoke = verify_kit(result.archive, VerifyOptions(smoke=log)).get("smoke")
+    smoke = verify_kit(KitVerifyOptions(archive=result.archive, smoke=log)).get("smoke")
     assert smoke is not None and smoke.status == "fail"
     assert "not this kit's" in smoke.detail

@@ -23,7 +23,8 @@ from servekit.kit.build import BuildResult
 from servekit.kit.fsmanifest import walk_dir
 from servekit.kit.image import read_image
 from servekit.kit.kitarchive import unpack
-from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+from servekit.kit.options import KitRebuildOptions
+from servekit.kit.rebuild import rebuild_kit
 from servekit.kit.streams import Limits
 
 pytestmark = pytest.mark.tools
@@ -47,7 +48,9 @@ def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
 @pytest.fixture
 def rebuilt(kit: BuildResult, images: dict[str, Path], tmp_path: Path) -> Path:
     out = tmp_path / "rebuilt"
-    assert rebuild_kit(RebuildRequest(kit.archive, str(images["base_tar"]), out, "v1")).ok
+    assert rebuild_kit(
+        KitRebuildOptions(kit=kit.archive, base=str(images["base_tar"]), out=out, tag="v1")
+    ).ok
     return out
 
 
@@ -92,7 +95,9 @@ def test_skopeo_reads_servekit_docker_archive_output(
 ) -> None:
     need("skopeo")
     out = tmp_path / "img.tar"
-    assert rebuild_kit(RebuildRequest(kit.archive, str(images["base_oci"]), out, "x/y:1")).ok
+    assert rebuild_kit(
+        KitRebuildOptions(kit=kit.archive, base=str(images["base_oci"]), out=out, tag="x/y:1")
+    ).ok
     raw = subprocess.run(
         ["skopeo", "inspect", "--raw", "--config", f"docker-archive:{out}"],
         capture_output=True,
@@ -146,7 +151,9 @@ def test_umoci_unpacks_gzip_working_layers_to_the_same_rootfs(
     need("umoci")
     out = tmp_path / "gz"
     assert rebuild_kit(
-        RebuildRequest(kit.archive, str(images["base_oci"]), out, "v1", gzip=True)
+        KitRebuildOptions(
+            kit=kit.archive, base=str(images["base_oci"]), out=out, tag="v1", gzip=True
+        )
     ).ok
     bundle = tmp_path / "bundle-gz"
     run("umoci", "unpack", "--image", f"{out}:v1", str(bundle))

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from servekit.defaults import script_defaults
-from servekit.kit.build import BuildRequest, BuildResult, build_kit
+from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.checks import CheckReport
-from servekit.kit.verify import VerifyOptions, verify_kit
+from servekit.kit.options import KitBuildOptions, KitVerifyOptions
+from servekit.kit.verify import verify_kit
 
 from .imagegen import M, base_layers, layer_tar, write_oci
 from .kitedit import edit_kit
@@ -30,10 +31,10 @@ def kit_with(tmp_path: Path, files: list[M], name: str = "v.tar.zst") -> BuildRe
     base = write_oci(tmp_path / f"{name}-base", layers)
     working = [M("opt", "d", mode=0o755), M("opt/app", "d", mode=0o755), *files]
     src = write_oci(tmp_path / f"{name}-src", [*layers, layer_tar(working)])
-    return build_kit(BuildRequest(base=str(base), source=str(src), out=tmp_path / name))
+    return build_kit(KitBuildOptions(base=str(base), source=str(src), out=tmp_path / name))
 
 
-KIND = VerifyOptions(kind="vllm-ascend")
+KIND = {"kind": "vllm-ascend"}
 
 
 def test_good_kit_passes_every_check(tmp_path: Path) -> None:
@@ -45,7 +46,7 @@ def test_good_kit_passes_every_check(tmp_path: Path) -> None:
             M("opt/app/patch.py", "f", b"import os\nVALUE = 1\n"),
         ],
     )
-    report = verify_kit(result.archive, KIND)
+    report = verify_kit(KitVerifyOptions(archive=result.archive, **KIND))
     assert report.ok, report.checks
     assert set(status(report).values()) == {"pass", "skip"}
     assert [c.name for c in report.checks if c.status == "skip"] == ["expect"]
@@ -56,7 +57,7 @@ def test_without_kind_servekits_table_is_not_consulted(tmp_path: Path) -> None:
     table = dict(script_defaults("vllm-ascend", "mixed"))
     table[sorted(table)[0]] += "7"
     result = kit_with(tmp_path, [M("opt/app/serve.sh", "f", defaults_script(table), 0o755)])
-    report = verify_kit(result.archive)
+    report = verify_kit(KitVerifyOptions(archive=result.archive))
     assert report.ok and "table" not in status(report)
     assert status(report)["expect"] == "skip"
 
@@ -66,7 +67,7 @@ def test_script_default_that_disagrees_with_the_table_fails(tmp_path: Path) -> N
     name = sorted(table)[0]
     table[name] = table[name] + "7"
     result = kit_with(tmp_path, [M("opt/app/serve.sh", "f", defaults_script(table), 0o755)])
-    report = verify_kit(result.archive, KIND)
+    report = verify_kit(KitVerifyOptions(archive=result.archive, **KIND))
     assert not report.ok
     detail = next(c.detail for c in report.checks if c.name == "table")
     assert f"{name} defaults to" in detail and "/opt/app/serve.sh:" in detail
@@ -77,8 +78,8 @@ def test_decode_scripts_are_checked_against_the_decode_column(tmp_path: Path) ->
     mixed = script_defaults("vllm-ascend", "mixed")
     assert decode != mixed  # the guard differs by role
     result = kit_with(tmp_path, [M("opt/app/serve_decode.sh", "f", defaults_script(decode), 0o755)])
-    assert status(verify_kit(result.archive, KIND))["table"] == "pass"
-    forced = verify_kit(result.archive, VerifyOptions(kind="vllm-ascend", role="mixed"))
+    assert status(verify_kit(KitVerifyOptions(archive=result.archive, **KIND)))["table"] == "pass"
+    forced = verify_kit(KitVerifyOptions(archive=result.archive, kind="vllm-ascend", role="mixed"))
     assert status(forced)["table"] == "fail"
 
 
@@ -89,7 +90,7 @@ def test_python_payload_that_does_not_compile_fails_and_is_never_run(tmp_path: P
     result = kit_with(
         tmp_path, [M("opt/app/bad.py", "f", evil), M("opt/app/evil.py", "f", ok_but_evil)]
     )
-    report = verify_kit(result.archive)
+    report = verify_kit(KitVerifyOptions(archive=result.archive))
     assert status(report)["compile"] == "fail"
     assert "/opt/app/bad.py" in next(c.detail for c in report.checks if c.name == "compile")
     assert not marker.exists()
@@ -98,9 +99,9 @@ def test_python_payload_that_does_not_compile_fails_and_is_never_run(tmp_path: P
 def test_sidecar_mismatch_and_missing_sidecar_fail(kit: BuildResult) -> None:
     side = kit.archive.with_name(kit.archive.name + ".sha256")
     side.write_text("0" * 64 + "  k1.tar.zst\n")
-    assert status(verify_kit(kit.archive))["sidecar"] == "fail"
+    assert status(verify_kit(KitVerifyOptions(archive=kit.archive)))["sidecar"] == "fail"
     side.unlink()
-    report = verify_kit(kit.archive)
+    report = verify_kit(KitVerifyOptions(archive=kit.archive))
     assert status(report)["sidecar"] == "fail" and "missing" in report.checks[0].detail
 
 
@@ -109,7 +110,7 @@ def test_member_changed_without_resumming_fails_members(kit: BuildResult, tmp_pa
         (root / "README.md").write_text("changed\n")
 
     out = edit_kit(kit.archive, tmp_path / "t.tar.zst", change, sums=False)
-    report = verify_kit(out)
+    report = verify_kit(KitVerifyOptions(archive=out))
     assert status(report)["sidecar"] == "pass"
     assert status(report)["members"] == "fail"
     assert status(report)["generated"] == "fail"
@@ -120,7 +121,9 @@ def test_extra_member_not_in_sums_fails(kit: BuildResult, tmp_path: Path) -> Non
         (root / "extra.txt").write_text("x")
 
     out = edit_kit(kit.archive, tmp_path / "t.tar.zst", change, sums=False)
-    detail = next(c.detail for c in verify_kit(out).checks if c.name == "members")
+    detail = next(
+        c.detail for c in verify_kit(KitVerifyOptions(archive=out)).checks if c.name == "members"
+    )
     assert "extra.txt: not listed" in detail
 
 
@@ -133,7 +136,7 @@ def test_tampered_layer_fails_layers_and_payload_even_with_fresh_sums(
         layer.write_bytes(data.replace(b"fresh\n", b"FRESH\n"))
 
     out = edit_kit(kit.archive, tmp_path / "t.tar.zst", change)
-    report = verify_kit(out)
+    report = verify_kit(KitVerifyOptions(archive=out))
     assert status(report)["members"] == "pass"
     assert status(report)["layers"] == "fail"
     assert status(report)["payload"] == "fail"
@@ -145,7 +148,9 @@ def test_manifest_with_an_unknown_field_is_refused(kit: BuildResult, tmp_path: P
         data["surprise"] = 1
         (root / "MANIFEST.json").write_text(json.dumps(data))
 
-    report = verify_kit(edit_kit(kit.archive, tmp_path / "t.tar.zst", change))
+    report = verify_kit(
+        KitVerifyOptions(archive=edit_kit(kit.archive, tmp_path / "t.tar.zst", change))
+    )
     assert status(report)["manifest"] == "fail"
     assert not report.ok
 
@@ -154,7 +159,9 @@ def test_config_that_does_not_match_the_image_id_fails(kit: BuildResult, tmp_pat
     def change(root: Path) -> None:
         (root / "config.json").write_bytes((root / "config.json").read_bytes() + b" ")
 
-    report = verify_kit(edit_kit(kit.archive, tmp_path / "t.tar.zst", change))
+    report = verify_kit(
+        KitVerifyOptions(archive=edit_kit(kit.archive, tmp_path / "t.tar.zst", change))
+    )
     assert status(report)["config"] == "fail"
 
 
@@ -163,7 +170,7 @@ def test_unpacked_folder_verifies_with_sidecar_skipped(kit: BuildResult, tmp_pat
     from servekit.kit.streams import Limits
 
     root = unpack(kit.archive, tmp_path / "x", Limits())
-    report = verify_kit(root)
+    report = verify_kit(KitVerifyOptions(archive=root))
     assert status(report)["sidecar"] == "skip"
     assert status(report)["members"] == "pass"
 
@@ -174,7 +181,7 @@ def test_missing_defaults_table_is_a_failed_check_not_a_crash(kit: BuildResult) 
 
         raise UsageError("no table")
 
-    report = verify_kit(kit.archive, VerifyOptions(table=broken))
+    report = verify_kit(KitVerifyOptions(archive=kit.archive), table=broken)
     assert status(report)["table"] == "fail"
 
 
@@ -182,7 +189,9 @@ def test_missing_defaults_table_is_a_failed_check_not_a_crash(kit: BuildResult) 
 def test_kind_selects_the_table_column(tmp_path: Path, kind: str) -> None:
     table = script_defaults(kind, "mixed")  # type: ignore[arg-type]
     result = kit_with(tmp_path, [M("opt/app/run.sh", "f", defaults_script(table), 0o755)])
-    assert status(verify_kit(result.archive, VerifyOptions(kind=kind)))["table"] == "pass"
+    assert (
+        status(verify_kit(KitVerifyOptions(archive=result.archive, kind=kind)))["table"] == "pass"
+    )
 
 
 def test_python_file_too_large_to_hold_fails_compile_instead_of_being_skipped(
@@ -190,7 +199,7 @@ def test_python_file_too_large_to_hold_fails_compile_instead_of_being_skipped(
 ) -> None:
     big = b"X = 1\n" * (3 << 20)  # 18 MiB
     result = kit_with(tmp_path, [M("opt/app/huge.py", "f", big)])
-    report = verify_kit(result.archive)
+    report = verify_kit(KitVerifyOptions(archive=result.archive))
     detail = next(c.detail for c in report.checks if c.name == "compile")
     assert status(report)["compile"] == "fail" and "huge.py: too large" in detail
 
@@ -200,4 +209,4 @@ def test_shebang_scripts_without_sh_suffix_are_checked_for_defaults(tmp_path: Pa
     name = sorted(table)[0]
     table[name] += "9"
     result = kit_with(tmp_path, [M("opt/app/launch", "f", defaults_script(table), 0o755)])
-    assert status(verify_kit(result.archive, KIND))["table"] == "fail"
+    assert status(verify_kit(KitVerifyOptions(archive=result.archive, **KIND)))["table"] == "fail"

@@ -96,9 +96,10 @@ def test_up_hides_them_from_every_engine_and_says_so(
     broken_env: Path, tmp_path: Path, runs_root: Path
 ) -> None:
     pytest.importorskip("vllm", reason="the companions are checked after the engine")
+    from servekit.local.options import UpOptions
     from servekit.local.prepare import prepare_run
 
-    spec = prepare_run("local/1p1d", "vllm", free_ports=True, cwd=tmp_path)
+    spec = prepare_run(UpOptions(name="local/1p1d", free_ports=True), cwd=tmp_path)
     engines = [x for x in spec.launches if x.kind == "engine"]
     assert len(engines) == 2
     for launch in engines:

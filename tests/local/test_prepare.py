@@ -10,6 +10,7 @@ import pytest
 from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import load
+from servekit.local.options import UpOptions
 from servekit.local.prepare import prepare_run
 from servekit.local.rundir import RunDir
 from servekit.local.tinymodel.ondemand import ensure_tiny_model, serves_tiny_model
@@ -19,7 +20,7 @@ def test_the_tiny_model_is_built_when_a_cpu_layout_needs_it(
     tmp_path: Path, runs_root: Path
 ) -> None:
     pytest.importorskip("vllm", reason="the model is built after the engine check")
-    spec = prepare_run("local/single", "vllm", free_ports=True, cwd=tmp_path)
+    spec = prepare_run(UpOptions(name="local/single", free_ports=True), cwd=tmp_path)
     model = tmp_path / ".servekit/models/tiny"
     assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
     built = [n for n in spec.notes if "built the tiny model" in n]
@@ -71,7 +72,7 @@ def test_hiding_broken_companions_keeps_the_guard_bundle_on_pythonpath(
 
     broken = (companions.Broken("torchvision", "0.28.0", "operator does not exist"),)
     monkeypatch.setattr(companions, "find_broken", lambda: broken)
-    spec = prepare_run("local/1p1d", "vllm", free_ports=True, cwd=tmp_path)
+    spec = prepare_run(UpOptions(name="local/1p1d", free_ports=True), cwd=tmp_path)
     decode = spec.launch("decode")
     parts = decode.env["PYTHONPATH"].split(os.pathsep)
     assert parts[0] == str(companions.HOOK_DIR)

@@ -175,11 +175,12 @@ def test_boundaries_say_when_a_point_has_no_valid_run() -> None:
 def test_kit_adapter_runs_the_real_kit_verifier_and_keeps_its_evidence(tmp_path: Path) -> None:
     import json
 
+    from servekit.kit import KitVerifyOptions
     from servekit.verify.adapters import kit
 
     archive = tmp_path / "broken-kit.tar.zst"
     archive.write_bytes(b"not a kit")
-    check = kit(archive, tmp_path / "kit")
+    check = kit(KitVerifyOptions(archive=archive, out=tmp_path / "kit"))
     assert not check.ok
     assert check.evidence == "kit/kit-verify.json"
     assert check.summary.startswith("0/") and "kit checks passed (sidecar" in check.summary

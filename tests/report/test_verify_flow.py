@@ -12,6 +12,7 @@ from servekit.accept.models import AcceptResult, CheckResult
 from servekit.catalog.ledger import read_records, verification_status
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
+from servekit.kit import KitVerifyOptions
 from servekit.report.build import build_report
 from servekit.report.models import KitCheck
 from servekit.verify.run import VerifyOptions, VerifyOutcome, verify
@@ -215,7 +216,9 @@ def test_kit_row_links_its_evidence_and_a_bad_kit_fails_the_run(
     archive.write_bytes(b"kit")
 
     def kit(ok: bool):  # type: ignore[no-untyped-def]
-        def check(path: Path, out_dir: Path) -> KitCheck:
+        def check(opts: KitVerifyOptions) -> KitCheck:
+            path, out_dir = opts.archive, opts.out
+            assert out_dir is not None
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "kit-verify.json").write_text('{"checks": []}\n')
             summary = "12/12 kit checks passed" if ok else "11/12 kit checks passed (payload)"
@@ -311,7 +314,9 @@ def test_the_kit_is_checked_even_when_the_start_fails(catalog: Path, tmp_path: P
     archive.write_bytes(b"kit")
     checked: list[Path] = []
 
-    def kit(path: Path, out_dir: Path) -> KitCheck:
+    def kit(opts: KitVerifyOptions) -> KitCheck:
+        path, out_dir = opts.archive, opts.out
+        assert out_dir is not None
         checked.append(path)
         out_dir.mkdir(parents=True, exist_ok=True)
         return KitCheck(archive=str(path), ok=True, summary="1/1 kit checks passed")

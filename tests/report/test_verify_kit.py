@@ -14,7 +14,8 @@ import yaml
 from tests.helpers.gitrepo import git
 from tests.kit.imagegen import base_layers, write_oci
 
-from servekit.kit.build import BuildRequest, build_kit
+from servekit.kit.build import build_kit
+from servekit.kit.options import KitBuildOptions
 from servekit.verify import adapters
 from servekit.verify.run import VerifyOptions, verify
 
@@ -37,7 +38,7 @@ def make_kit(tmp_path: Path, spec_default: str) -> tuple[Path, Path, Path]:
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "one")
     base = write_oci(tmp_path / "base", base_layers())
-    req = BuildRequest(
+    req = KitBuildOptions(
         base=str(base), payload=repo / "kit.yaml", out=tmp_path / "k.tar.zst", repo=repo
     )
     return build_kit(req).archive, repo, base

@@ -46,14 +46,7 @@ def _check(opts: LayoutsCheckOptions) -> int:
 def _import(opts: LayoutsImportOptions) -> int:
     from servekit.importer.api import import_layout
 
-    name, changed, unexpressed = import_layout(
-        opts.folder,
-        name=opts.name,
-        facts=opts.facts,
-        repo=opts.repo,
-        commit=opts.commit,
-        catalog=opts.catalog,
-    )
+    name, changed, unexpressed = import_layout(opts)
     for line in unexpressed:
         typer.echo(f"not expressed: {line}")
     for path in changed:

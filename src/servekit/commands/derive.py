@@ -23,16 +23,7 @@ def _new(opts: LayoutsNewOptions) -> int:
     from servekit.importer.derive import derive_layout, write_derived
     from servekit.importer.write import dump_yaml
 
-    data = derive_layout(
-        opts.name,
-        opts.base,
-        topology=opts.topology,
-        counts=(opts.prefill, opts.decode, opts.prefill_nodes, opts.decode_nodes),
-        hardware=opts.hardware,
-        model=opts.model,
-        sets=opts.set,
-        catalog=opts.catalog,
-    )
+    data = derive_layout(opts)
     if opts.dry_run:
         typer.echo(dump_yaml(data), nl=False)
         return 0

@@ -39,24 +39,9 @@ def _cleanly(command: Callable[[T], int]) -> Callable[[T], int]:
 
 def build(opts: KitBuildOptions) -> int:
     """Build a deterministic kit from a source image or a payload spec."""
-    from servekit.kit.build import BuildRequest, build_kit
-    from servekit.kit.streams import Limits
+    from servekit.kit.build import build_kit
 
-    req = BuildRequest(
-        base=opts.base,
-        out=opts.out,
-        base_ref=opts.base_ref,
-        source=opts.source,
-        payload=opts.payload,
-        payload_root=opts.payload_root,
-        name=opts.name,
-        repo=opts.repo,
-        engines=opts.engines(),
-        created=opts.date,
-        limits=Limits(max_total=opts.max_size, max_ratio=opts.max_ratio),
-        expect=opts.expect,
-    )
-    result = build_kit(req)
+    result = build_kit(opts)
     m = result.manifest
     typer.echo(
         f"{result.archive}: {len(m.layers)} working layer(s), {m.image.payload_count} payload"
@@ -84,33 +69,22 @@ def verify(opts: KitVerifyOptions) -> int:
     from rich.console import Console
 
     from servekit.kit.releasetable import verify_release
-    from servekit.kit.smokeproof import NONCE_FILE, read_nonce
-    from servekit.kit.streams import Limits
+    from servekit.kit.smokeproof import NONCE_FILE
     from servekit.kit.tables import checks_table
-    from servekit.kit.verify import VerifyOptions, run_verify
+    from servekit.kit.verify import verify_kit
 
-    options = VerifyOptions(
-        limits=Limits(max_total=opts.max_size, max_ratio=opts.max_ratio),
-        kind=opts.kind,
-        table=_family_table(opts),
-        role=opts.role,
-        repo=opts.repo,
-        baseline=opts.baseline,
-        base=opts.base,
-        smoke=opts.smoke,
-        nonce=read_nonce(opts.nonce) if opts.nonce is not None else None,
-    )
+    table = _family_table(opts)
     written = ""
     if opts.out is not None:
-        table, report = verify_release(opts.archive, opts.out, options)
-        written = f"release table: {opts.out / 'kit-table.md'} ({len(table.rows)} rows)"
+        release, report = verify_release(opts, table)
+        written = f"release table: {opts.out / 'kit-table.md'} ({len(release.rows)} rows)"
         if opts.smoke is None:
             written += (
                 f"\nsmoke nonce: {opts.out / NONCE_FILE} (run 'sh selftest.sh image NONCE'"
                 " in the rebuilt image, then give --smoke LOG --nonce that file)"
             )
     else:
-        report = run_verify(opts.archive, options).report
+        report = verify_kit(opts, table)
     if opts.as_json:
         typer.echo(report.model_dump_json(indent=2))
     else:
@@ -124,12 +98,10 @@ def rebuild(opts: KitRebuildOptions) -> int:
     """Apply the kit onto its base and prove the result equals the source."""
     from rich.console import Console
 
-    from servekit.kit.rebuild import RebuildRequest, rebuild_kit
-    from servekit.kit.streams import Limits
+    from servekit.kit.rebuild import rebuild_kit
     from servekit.kit.tables import checks_table
 
-    limits = Limits(max_total=opts.max_size, max_ratio=opts.max_ratio)
-    report = rebuild_kit(RebuildRequest(opts.kit, opts.base, opts.out, opts.tag, limits, opts.gzip))
+    report = rebuild_kit(opts)
     Console().print(checks_table(report, "kit rebuild"))
     return 0 if report.ok else 1
 

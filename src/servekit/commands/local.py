@@ -43,10 +43,7 @@ def _up(opts: UpOptions) -> int:
     from servekit.local.control import up_detached, up_foreground
     from servekit.local.prepare import prepare_run
 
-    catalog = str(opts.catalog) if opts.catalog else None
-    spec = prepare_run(
-        opts.name, opts.engine, free_ports=opts.free_ports, catalog=catalog, speed=opts.speed
-    )
+    spec = prepare_run(opts)
     run = up_detached if opts.detach else up_foreground
     return run(spec, Console(stderr=True), opts.ready_timeout)
 
@@ -71,7 +68,7 @@ def _logs(opts: LogsOptions) -> int:
     from servekit.local.observe import logs as show
 
     try:
-        show(opts.process, opts.layout, opts.lines, opts.follow, typer.echo)
+        show(opts, typer.echo)
     except KeyboardInterrupt:
         return 0
     return 0

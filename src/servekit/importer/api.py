@@ -18,6 +18,7 @@ from typing import Any
 
 from servekit import safeyaml
 from servekit.catalog.loader import load, resolve_catalog
+from servekit.catalog.options import LayoutsImportOptions
 from servekit.catalog.profiles import PROFILES_DIR
 from servekit.catalog.schema import LAYOUT_NAME
 from servekit.errors import UsageError
@@ -84,19 +85,15 @@ def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any]) -> None:
         load(name, scratch)
 
 
-def import_layout(
-    folder: Path,
-    *,
-    name: str | None = None,
-    facts: Path | None = None,
-    repo: str = "xuopoj/ma-vllm-samples",
-    commit: str | None = None,
-    catalog: Path | None = None,
-) -> tuple[str, list[Path], list[str]]:
-    """(layout name, files changed, lines not expressed) of one import."""
-    root = resolve_catalog(catalog)
-    chosen = _check_name(name or name_for(folder))
-    doc = read_facts(facts) if facts is not None else run_folder(folder, repo, commit)
+def import_layout(opts: LayoutsImportOptions) -> tuple[str, list[Path], list[str]]:
+    """(layout name, files changed, lines not expressed) of one import.
+
+    ``opts`` is ``servekit layouts import``'s own model.
+    """
+    folder, facts = opts.folder, opts.facts
+    root = resolve_catalog(opts.catalog)
+    chosen = _check_name(opts.name or name_for(folder))
+    doc = read_facts(facts) if facts is not None else run_folder(folder, opts.repo, opts.commit)
     try:
         synth = synthesize(doc, chosen)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:

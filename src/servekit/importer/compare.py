@@ -313,6 +313,7 @@ def _plan_file(path: Path) -> Plan:
 
 def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
     """A source-convention folder (run by the contained runner) or its recorded facts."""
+    from servekit.catalog.options import LayoutsImportOptions
     from servekit.importer.api import import_layout, name_for
 
     try:
@@ -320,9 +321,8 @@ def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
     except UsageError:
         name = f"a3/imported/{folder.name if re.fullmatch(r'[a-z0-9.-]+', folder.name) else 'x'}"
     with tempfile.TemporaryDirectory(prefix="servekit-diff-") as tmp:
-        real, _changed, _unexpressed = import_layout(
-            folder, name=name, facts=facts, catalog=Path(tmp)
-        )
+        asked = LayoutsImportOptions(folder=folder, name=name, facts=facts, catalog=Path(tmp))
+        real, _changed, _unexpressed = import_layout(asked)
         return build_plan(load(real, tmp).layout), f"{folder} (imported as {real})"
 
 

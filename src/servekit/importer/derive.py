@@ -38,6 +38,7 @@ from servekit.catalog.loader import (
     parse_layout_text,
     resolve_catalog,
 )
+from servekit.catalog.options_derive import LayoutsNewOptions
 from servekit.catalog.profiles import PROFILES_DIR
 from servekit.catalog.schema import LAYOUT_NAME, MAX_NODES
 from servekit.errors import UsageError
@@ -355,29 +356,23 @@ def choose_topology(
     return parse_topology(name.rsplit("/", 1)[-1], "NAME")
 
 
-def derive_layout(
-    name: str,
-    base: str,
-    *,
-    topology: str | None = None,
-    counts: tuple[int | None, int | None, int, int] = (None, None, 1, 1),
-    hardware: str | None = None,
-    model: str | None = None,
-    sets: tuple[str, ...] = (),
-    catalog: Path | None = None,
-    today: dt.date | None = None,
-) -> dict[str, Any]:
-    """The derived layout's data, checked by every catalog rule (nothing written)."""
-    root = resolve_catalog(catalog)
-    topo = choose_topology(name, topology, counts)
+def derive_layout(opts: LayoutsNewOptions, *, today: dt.date | None = None) -> dict[str, Any]:
+    """The derived layout's data, checked by every catalog rule (nothing written).
+
+    ``opts`` is ``servekit layouts new``'s own model; ``today`` dates the provenance.
+    """
+    name, hardware = opts.name, opts.hardware
+    root = resolve_catalog(opts.catalog)
+    counts = (opts.prefill, opts.decode, opts.prefill_nodes, opts.decode_nodes)
+    topo = choose_topology(name, opts.topology, counts)
     _check_name(name, topo)
     if hardware is not None and name.split("/", 1)[0] != hardware:
         raise UsageError(
             f"NAME {name}: starts with {name.split('/', 1)[0]} but --hardware is {hardware}"
         )
-    real, data = read_base(base, root)
+    real, data = read_base(opts.base, root)
     out = derive_data(
-        real, data, name, topo, hardware=hardware, model=model, sets=sets, today=today
+        real, data, name, topo, hardware=hardware, model=opts.model, sets=opts.set, today=today
     )
     _unique_ids(out)
     hw_dir = root / name.split("/", 1)[0] / PROFILES_DIR

@@ -7,9 +7,10 @@ promises, source = payload, rebuild, smoke log, baseline), writes the release
 table, and rebuilds the image onto its base with a filesystem-manifest proof.
 See ``docs/kit.md``.
 
-    from servekit.kit import VerifyOptions, render_release_table, verify_release
+    from servekit.kit import KitVerifyOptions, render_release_table, verify_release
 
-    table, report = verify_release(Path("kit.tar.zst"), Path("out/kit"), VerifyOptions())
+    options = KitVerifyOptions(archive=Path("kit.tar.zst"), out=Path("out/kit"))
+    table, report = verify_release(options)
     print(render_release_table(table))
 """
 
@@ -18,14 +19,20 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.kit.build import BuildRequest, BuildResult, build_kit
+    from servekit.kit.build import BuildResult, build_kit
     from servekit.kit.checks import CheckReport, CheckResult
     from servekit.kit.errors import KitRefused
     from servekit.kit.image import read_image
     from servekit.kit.imagetypes import Image
     from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
     from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
-    from servekit.kit.rebuild import RebuildRequest, rebuild_kit
+    from servekit.kit.options import (
+        KitBuildOptions,
+        KitInspectOptions,
+        KitRebuildOptions,
+        KitVerifyOptions,
+    )
+    from servekit.kit.rebuild import rebuild_kit
     from servekit.kit.releasetable import (
         KitReleaseTable,
         KitTableRow,
@@ -34,26 +41,27 @@ if TYPE_CHECKING:
         verify_release,
     )
     from servekit.kit.streams import Limits
-    from servekit.kit.verify import VerifyOptions, verify_kit
+    from servekit.kit.verify import verify_kit
 
 _NAMES = {
-    "BuildRequest": "build",
     "BuildResult": "build",
     "CheckReport": "checks",
     "CheckResult": "checks",
     "Gate": "models",
     "Image": "imagetypes",
     "ImageSummary": "inspector",
+    "KitBuildOptions": "options",
     "KitExpect": "models",
+    "KitInspectOptions": "options",
     "KitManifest": "models",
+    "KitRebuildOptions": "options",
     "KitRefused": "errors",
     "KitReleaseTable": "releasetable",
     "KitTableRow": "releasetable",
+    "KitVerifyOptions": "options",
     "Limits": "streams",
     "Marker": "models",
-    "RebuildRequest": "rebuild",
     "RoleValues": "models",
-    "VerifyOptions": "verify",
     "build_kit": "build",
     "inspect_image": "inspector",
     "inspect_kit": "inspector",
@@ -66,23 +74,24 @@ _NAMES = {
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
-    "BuildRequest",
     "BuildResult",
     "CheckReport",
     "CheckResult",
     "Gate",
     "Image",
     "ImageSummary",
+    "KitBuildOptions",
     "KitExpect",
+    "KitInspectOptions",
     "KitManifest",
+    "KitRebuildOptions",
     "KitRefused",
     "KitReleaseTable",
     "KitTableRow",
+    "KitVerifyOptions",
     "Limits",
     "Marker",
-    "RebuildRequest",
     "RoleValues",
-    "VerifyOptions",
     "build_kit",
     "inspect_image",
     "inspect_kit",

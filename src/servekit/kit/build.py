@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,27 +37,9 @@ from servekit.kit.models import (
     LayerInfo,
     PayloadFile,
 )
+from servekit.kit.options import KitBuildOptions
 from servekit.kit.scratch import scratch_dir
 from servekit.kit.stamp import REPO_REV_LABEL
-from servekit.kit.streams import Limits
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    """Everything ``kit build`` takes from the command line."""
-
-    base: str
-    out: Path
-    base_ref: str | None = None
-    source: str | None = None
-    payload: Path | None = None
-    payload_root: Path | None = None
-    name: str | None = None
-    repo: Path | None = None
-    engines: dict[str, str] = field(default_factory=dict)
-    created: str | None = None
-    limits: Limits = field(default_factory=Limits)
-    expect: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +77,7 @@ def _layer_info(scan: LayerScan, file: str) -> LayerInfo:
     )
 
 
-def _from_source(req: BuildRequest, base: Image, stage: Path) -> _Working:
+def _from_source(req: KitBuildOptions, base: Image, stage: Path) -> _Working:
     assert req.source is not None
     source = read_image(req.source)
     problem = first_difference(base.diff_ids, source.diff_ids, "source")
@@ -119,7 +101,7 @@ def _from_source(req: BuildRequest, base: Image, stage: Path) -> _Working:
 
 
 def _from_payload(
-    req: BuildRequest, base: Image, stage: Path, code: CodeBaseline | None
+    req: KitBuildOptions, base: Image, stage: Path, code: CodeBaseline | None
 ) -> _Working:
     from servekit.kit.layerwrite import write_layer
     from servekit.kit.payload import expand, load_spec
@@ -149,13 +131,13 @@ def _from_payload(
 
 
 def _payload_config(
-    base: dict[str, Any], delta: ConfigDelta, diff_id: str, req: BuildRequest, name: str | None
+    base: dict[str, Any], delta: ConfigDelta, diff_id: str, req: KitBuildOptions, name: str | None
 ) -> dict[str, Any]:
     config = apply_delta(base, delta)
     config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(diff_id)
     entry: dict[str, Any] = {"created_by": f"servekit kit build {name or req.out.name}"}
-    if req.created:
-        entry["created"] = config["created"] = req.created
+    if req.date:
+        entry["created"] = config["created"] = req.date
     config.setdefault("history", []).append(entry)
     return config
 
@@ -179,7 +161,7 @@ def _payload_files(work: _Working, sources: dict[str, str]) -> list[PayloadFile]
     return out
 
 
-def kit_name(req: BuildRequest) -> str:
+def kit_name(req: KitBuildOptions) -> str:
     """The kit's folder name: --name, else the archive name without .tar.zst."""
     if req.name:
         name = req.name
@@ -195,7 +177,7 @@ def kit_name(req: BuildRequest) -> str:
     return name
 
 
-def build_kit(req: BuildRequest) -> BuildResult:
+def build_kit(req: KitBuildOptions) -> BuildResult:
     """Build a kit archive and its sidecar; return what was written."""
     if (req.source is None) == (req.payload is None):
         raise UsageError("kit build: give exactly one of --source IMAGE or --payload SPEC")
@@ -203,7 +185,7 @@ def build_kit(req: BuildRequest) -> BuildResult:
         raise UsageError(f"--out {req.out}: the kit file name must end in .tar.zst")
     name = kit_name(req)
     code = _code(req)
-    req = replace(req, created=_created(req))
+    req = req.model_copy(update={"date": _created(req)})
     base = read_image(req.base)
     with scratch_dir() as tmp:
         stage = tmp / name
@@ -218,7 +200,7 @@ def build_kit(req: BuildRequest) -> BuildResult:
         return BuildResult(req.out, write_archive(req.out, stage, name), manifest)
 
 
-def _expect(req: BuildRequest, work: _Working) -> KitExpect | None:
+def _expect(req: KitBuildOptions, work: _Working) -> KitExpect | None:
     """The kit's promises (payload spec or --expect), every file they name a payload file."""
     from servekit.kit.payload import load_expect
 
@@ -236,10 +218,10 @@ def _expect(req: BuildRequest, work: _Working) -> KitExpect | None:
     return expect
 
 
-def _created(req: BuildRequest) -> str | None:
+def _created(req: KitBuildOptions) -> str | None:
     """The 'created' stamp: --date, else SOURCE_DATE_EPOCH, else the repo's HEAD date."""
-    if req.created:
-        return req.created
+    if req.date:
+        return req.date
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch:
         if not epoch.isdigit():
@@ -252,17 +234,17 @@ def _created(req: BuildRequest) -> str | None:
     return None
 
 
-def _code(req: BuildRequest) -> CodeBaseline | None:
+def _code(req: KitBuildOptions) -> CodeBaseline | None:
     if req.repo is None:
-        if req.engines:
+        if req.engines():
             raise UsageError("--engine needs --repo (engine versions belong to the code baseline)")
         return None
     from servekit.kit.stamp import code_baseline
 
-    return code_baseline(req.repo, req.engines)
+    return code_baseline(req.repo, req.engines())
 
 
-def _base_reference(req: BuildRequest, base: Image) -> str:
+def _base_reference(req: KitBuildOptions, base: Image) -> str:
     """--base-ref, else the image's own name when it is a full reference, else --base."""
     if req.base_ref:
         return req.base_ref
@@ -272,7 +254,7 @@ def _base_reference(req: BuildRequest, base: Image) -> str:
 
 
 def _manifest(
-    req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
+    req: KitBuildOptions, name: str, base: Image, work: _Working, code: CodeBaseline | None
 ) -> KitManifest:
     """The MANIFEST; a value it refuses (say a base reference over two lines) is exit 2."""
     try:
@@ -283,14 +265,14 @@ def _manifest(
 
 
 def _manifest_of(
-    req: BuildRequest, name: str, base: Image, work: _Working, code: CodeBaseline | None
+    req: KitBuildOptions, name: str, base: Image, work: _Working, code: CodeBaseline | None
 ) -> KitManifest:
     payload = _payload_files(work, _repo_sources(req, work))
     image_id = "sha256:" + hashlib.sha256(work.config_bytes).hexdigest()
     return KitManifest(
         name=name,
         generator=Generator(name="servekit", version=servekit.__version__),
-        created=req.created,
+        created=req.date,
         base=BaseInfo(
             reference=_base_reference(req, base),
             image_id=base.image_id,
@@ -312,7 +294,7 @@ def _manifest_of(
     )
 
 
-def _repo_sources(req: BuildRequest, work: _Working) -> dict[str, str]:
+def _repo_sources(req: KitBuildOptions, work: _Working) -> dict[str, str]:
     """Payload path -> its file in the repository (for ``kit verify --repo``)."""
     if req.repo is None:
         return {}

@@ -1,20 +1,26 @@
 """The options of ``servekit kit build|verify|rebuild|inspect``: one model per command.
 
-:mod:`servekit.cliopts` generates each typer command and its docs table from
-these models, so a flag's default and help exist once. Light on purpose:
-``servekit --help`` imports this module, so it needs only pydantic (the kit
-machinery is imported when a command runs).
+Each model is the command's options and its capability's argument at once:
+:func:`~servekit.kit.build.build_kit`, :func:`~servekit.kit.verify.verify_kit`
+and :func:`~servekit.kit.rebuild.rebuild_kit` take it as it is, so a flag is
+one field and nothing copies it. :mod:`servekit.cliopts` generates each typer
+command and its docs table from these models, so a flag's default and help
+exist once. Light on purpose: ``servekit --help`` imports this module, so it
+needs only pydantic (the kit machinery is imported when a command runs).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servekit.defaults import EngineKind
+
+if TYPE_CHECKING:
+    from servekit.kit.streams import Limits
 
 DEFAULT_MAX_SIZE = 64 << 30
 DEFAULT_MAX_RATIO = 1000
@@ -36,7 +42,26 @@ class _Options(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class KitBuildOptions(_Options):
+class _Bounded(_Options):
+    """A command that reads compressed streams: ``--max-size``/``--max-ratio`` bound them.
+
+    Each subclass declares the two fields last (where its help lists them); this
+    base only reads them.
+    """
+
+    if TYPE_CHECKING:
+        max_size: int
+        max_ratio: int
+
+    @property
+    def limits(self) -> Limits:
+        """The stream bounds these flags ask for (the other bounds keep their defaults)."""
+        from servekit.kit.streams import Limits
+
+        return Limits(max_total=self.max_size, max_ratio=self.max_ratio)
+
+
+class KitBuildOptions(_Bounded):
     """``servekit kit build``."""
 
     base: str = Field(description="Base image: OCI dir or docker-archive .tar")
@@ -73,7 +98,7 @@ class KitBuildOptions(_Options):
         return dict(item.split("=", 1) for item in self.engine)
 
 
-class KitVerifyOptions(_Options):
+class KitVerifyOptions(_Bounded):
     """``servekit kit verify ARCHIVE``."""
 
     archive: Path = Field(description="Kit .tar.zst (or unpacked folder)")
@@ -136,7 +161,7 @@ class KitVerifyOptions(_Options):
         return self
 
 
-class KitRebuildOptions(_Options):
+class KitRebuildOptions(_Bounded):
     """``servekit kit rebuild KIT``."""
 
     kit: Path = Field(description="Kit .tar.zst or unpacked folder")

@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,21 +27,10 @@ from servekit.kit.image import read_image
 from servekit.kit.imagetypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, Image, LayerBlob
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.models import KitManifest
+from servekit.kit.options import KitRebuildOptions, KitVerifyOptions
 from servekit.kit.streams import Limits
 
 REVISION = "org.opencontainers.image.revision"
-
-
-@dataclass(frozen=True)
-class RebuildRequest:
-    """What ``kit rebuild`` takes from the command line."""
-
-    kit: Path
-    base: str
-    out: Path
-    tag: str | None = None
-    limits: Limits = field(default_factory=Limits)
-    gzip: bool = False
 
 
 def _kit_layer(path: Path, diff_id: str, compress: bool) -> LayerBlob:
@@ -75,7 +63,7 @@ def check_base(manifest: KitManifest, base: Image) -> None:
         raise UsageError(f"--base is not this kit's base: {problem}")
 
 
-def rebuild_kit(req: RebuildRequest, keep: list[FsState] | None = None) -> CheckReport:
+def rebuild_kit(req: KitRebuildOptions, keep: list[FsState] | None = None) -> CheckReport:
     """Rebuild, prove, and move into place only when every check passes.
 
     ``keep`` receives the rebuilt image's filesystem as it was read back (the
@@ -117,7 +105,7 @@ def _staging(out: Path) -> Iterator[Path]:
 
 
 def _write(
-    staged: Path, req: RebuildRequest, m: KitManifest, config: bytes, layers: list[LayerBlob]
+    staged: Path, req: KitRebuildOptions, m: KitManifest, config: bytes, layers: list[LayerBlob]
 ) -> None:
     if req.out.name.endswith(".tar"):
         from servekit.kit.dockerarchive import write_docker_archive
@@ -190,9 +178,11 @@ def _payload_check(m: KitManifest, state: FsState) -> CheckResult:
 
 
 def rebuild_row(
-    kit: Path, base: str, limits: Limits
+    kit: Path, options: KitVerifyOptions
 ) -> tuple[CheckResult, CheckReport | None, FsState | None]:
     """``kit verify --base``: rebuild into a scratch folder, prove it, and summarise as one row.
+
+    ``kit`` is the unpacked kit; the base and the stream bounds are verify's own.
 
     A base that is not the kit's base is this row's failure (not exit 2), so
     the rest of the verify table still shows. The rebuilt filesystem comes
@@ -201,10 +191,18 @@ def rebuild_row(
     """
     from servekit.kit.scratch import scratch_dir
 
+    assert options.base is not None, "the rebuild row runs only with --base"
     keep: list[FsState] = []
     with scratch_dir() as tmp:
         try:
-            report = rebuild_kit(RebuildRequest(kit, base, tmp / "rebuilt", None, limits), keep)
+            req = KitRebuildOptions(
+                kit=kit,
+                base=options.base,
+                out=tmp / "rebuilt",
+                max_size=options.max_size,
+                max_ratio=options.max_ratio,
+            )
+            report = rebuild_kit(req, keep)
         except UsageError as exc:
             return failed("rebuild", [str(exc)]), None, None
     kept = sum(c.status == "pass" for c in report.checks)

@@ -23,7 +23,8 @@ from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_bytes, atomic_write_text
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.models import KitManifest
-from servekit.kit.verify import VerifyOptions, run_verify
+from servekit.kit.options import KitVerifyOptions
+from servekit.kit.verify import DefaultsTable, run_verify
 
 TABLE_SCHEMA: Literal["servekit.kit-table/1"] = "servekit.kit-table/1"
 RowStatus = Literal["pass", "fail", "not run"]
@@ -187,15 +188,21 @@ def _json(row: CheckResult | None) -> str:
 
 
 def verify_release(
-    path: Path, out: Path, options: VerifyOptions
+    options: KitVerifyOptions, table: DefaultsTable | None = None
 ) -> tuple[KitReleaseTable, CheckReport]:
-    """Run ``kit verify``, write the evidence files and ``kit-table.md``/``.json`` into ``out``."""
+    """Run ``kit verify``, write the evidence files and ``kit-table.md``/``.json`` into ``--out``.
+
+    ``table`` is :func:`~servekit.kit.verify.verify_kit`'s.
+    """
+    out = options.out
+    if out is None:
+        raise UsageError("kit verify: the release table needs --out FOLDER")
     _prepare(out)
     if options.smoke is None:
         from servekit.kit.smokeproof import issue_nonce
 
         issue_nonce(out)
-    verified = run_verify(path, options)
+    verified = run_verify(options, table)
     report = verified.report
     atomic_write_text(out / "kit-verify.json", report.model_dump_json(indent=2) + "\n")
     atomic_write_text(out / "consistency.json", _json(report.get("consistency")))
@@ -212,7 +219,7 @@ def verify_release(
 
         with options.smoke.open("rb") as fh:
             atomic_write_bytes(out / "smoke.txt", fh.read(MAX_LOG))
-    table = kit_release_table(report, verified.manifest)
-    atomic_write_text(out / "kit-table.json", table.model_dump_json(indent=2) + "\n")
-    atomic_write_text(out / "kit-table.md", render_release_table(table))
-    return table, report
+    release = kit_release_table(report, verified.manifest)
+    atomic_write_text(out / "kit-table.json", release.model_dump_json(indent=2) + "\n")
+    atomic_write_text(out / "kit-table.md", render_release_table(release))
+    return release, report

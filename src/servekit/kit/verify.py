@@ -14,7 +14,7 @@ log) and ``repo_rev`` (a baseline). Nothing from the archive runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.kit.checks import CheckReport, CheckResult, failed, outcome, passed, skipped
@@ -35,33 +35,10 @@ from servekit.kit.jsonsafe import load_json
 from servekit.kit.kitarchive import read_sidecar
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.models import KitManifest
-from servekit.kit.streams import Limits, sha256_file
+from servekit.kit.options import KitVerifyOptions
+from servekit.kit.streams import sha256_file
 
 DefaultsTable = Callable[[str], Mapping[str, str]]
-
-
-@dataclass(frozen=True)
-class VerifyOptions:
-    """What ``kit verify`` checks beyond the kit itself.
-
-    ``kind``/``role``/``table``: also compare shipped script defaults with
-    servekit's defaults table for that engine kind (``table`` replaces it,
-    role -> NAME -> value). ``repo``: source = payload at the stamped commit.
-    ``baseline``: the release's repo_rev (else the kit's ``expect.repo_rev``).
-    ``base``: rebuild onto this base and prove it. ``smoke``: a
-    ``selftest.sh image NONCE`` log from the rebuilt image; ``nonce``: the
-    nonce this verify issued for it (:mod:`servekit.kit.smokeproof`).
-    """
-
-    limits: Limits = field(default_factory=Limits)
-    kind: str | None = None
-    role: str | None = None
-    table: DefaultsTable | None = None
-    repo: Path | None = None
-    baseline: str | None = None
-    base: str | None = None
-    smoke: Path | None = None
-    nonce: str | None = None
 
 
 @dataclass
@@ -74,19 +51,24 @@ class Verified:
     rootfs: FsState | None = None
 
 
-def verify_kit(path: Path, options: VerifyOptions | None = None) -> CheckReport:
-    """Run every check on a kit archive (or unpacked folder) and report."""
-    return run_verify(path, options or VerifyOptions()).report
+def verify_kit(options: KitVerifyOptions, table: DefaultsTable | None = None) -> CheckReport:
+    """Run every check on a kit archive (or unpacked folder) and report.
+
+    ``table`` (role -> NAME -> value) replaces servekit's defaults table for ``kind``.
+    """
+    return run_verify(options, table).report
 
 
-def run_verify(path: Path, options: VerifyOptions) -> Verified:
+def run_verify(options: KitVerifyOptions, table: DefaultsTable | None = None) -> Verified:
     """:func:`verify_kit`, keeping the rebuild proof for the evidence files."""
-    _check_inputs(path, options)
+    path = options.archive
+    nonce = _check_inputs(options)
     verified = Verified(CheckReport(subject=str(path), checks=[]))
+    asked = _Asked(options, table, nonce)
     try:
         with open_kit(path, options.limits) as kit:
             checks = [_sidecar(path, kit.archive_sha256), _archive(kit)]
-            checks += _inside(kit, options, verified)
+            checks += _inside(kit, asked, verified)
     except KitRefused as exc:
         if path.is_dir() or isinstance(exc, KitTooLarge):
             raise
@@ -95,8 +77,21 @@ def run_verify(path: Path, options: VerifyOptions) -> Verified:
     return verified
 
 
-def _check_inputs(path: Path, options: VerifyOptions) -> None:
-    """Bad input is exit 2 before any work: a missing kit, base, repo or log."""
+@dataclass(frozen=True)
+class _Asked:
+    """The options with what they resolve to once: the table lookup and the nonce read."""
+
+    options: KitVerifyOptions
+    table: DefaultsTable | None
+    nonce: str | None
+
+
+def _check_inputs(options: KitVerifyOptions) -> str | None:
+    """Bad input is exit 2 before any work: a missing kit, base, repo, log or nonce.
+
+    Returns the nonce ``--nonce`` holds (read here so that a bad file fails first).
+    """
+    path = options.archive
     if not path.exists():
         raise KitRefused(f"kit {path}: no such file or folder; give a kit .tar.zst or its folder")
     if options.repo is not None and not options.repo.is_dir():
@@ -107,6 +102,11 @@ def _check_inputs(path: Path, options: VerifyOptions) -> None:
         from servekit.kit.image import read_image
 
         read_image(options.base)
+    if options.nonce is None:
+        return None
+    from servekit.kit.smokeproof import read_nonce
+
+    return read_nonce(options.nonce)
 
 
 def _archive(kit: KitDir) -> CheckResult:
@@ -138,7 +138,7 @@ def _members(kit: KitDir, hashed: dict[str, str] | None = None) -> CheckResult:
     )
 
 
-def _inside(kit: KitDir, options: VerifyOptions, verified: Verified) -> list[CheckResult]:
+def _inside(kit: KitDir, asked: _Asked, verified: Verified) -> list[CheckResult]:
     try:
         manifest = kit.read_manifest()
     except KitTooLarge:
@@ -159,16 +159,17 @@ def _inside(kit: KitDir, options: VerifyOptions, verified: Verified) -> list[Che
         guarded("generated", lambda: generated_row(kit, manifest)),
         *check_expect(manifest.expect, shipped),
     ]
-    return rows + _release_rows(kit, manifest, scanned, options, verified)
+    return rows + _release_rows(kit, manifest, scanned, asked, verified)
 
 
 def _release_rows(
-    kit: KitDir, m: KitManifest, scanned: Scanned, options: VerifyOptions, verified: Verified
+    kit: KitDir, m: KitManifest, scanned: Scanned, asked: _Asked, verified: Verified
 ) -> list[CheckResult]:
     """The rows the options ask for (each bad input fails its own row)."""
+    options = asked.options
     rows: list[CheckResult] = []
-    if options.kind is not None or options.table is not None:
-        rows.append(_table(scanned, options))
+    if options.kind is not None or asked.table is not None:
+        rows.append(_table(scanned, asked))
     if options.repo is not None:
         from servekit.kit.consistency import consistency_row
 
@@ -177,23 +178,23 @@ def _release_rows(
     if options.base is not None:
         from servekit.kit.rebuild import rebuild_row
 
-        row, verified.rebuild, verified.rootfs = rebuild_row(kit.root, options.base, options.limits)
+        row, verified.rebuild, verified.rootfs = rebuild_row(kit.root, options)
         rows.append(row)
     if options.smoke is not None:
         from servekit.kit.smoke import Challenge, smoke_row
 
         smoke = options.smoke
-        challenge = Challenge(options.nonce, verified.rootfs, options.base)
+        challenge = Challenge(asked.nonce, verified.rootfs, options.base)
         rows.append(guarded("smoke", lambda: smoke_row(m, smoke, challenge)))
     baseline = _baseline(kit, m, options.baseline)
     return rows + ([baseline] if baseline is not None else [])
 
 
-def _table(scanned: Scanned, options: VerifyOptions) -> CheckResult:
+def _table(scanned: Scanned, asked: _Asked) -> CheckResult:
     from servekit.kit.scriptdefaults import script_role, table, table_row
 
-    kind, role = options.kind or "vllm-ascend", options.role
-    lookup = options.table or (lambda r: table(kind, r))
+    kind, role = asked.options.kind or "vllm-ascend", asked.options.role
+    lookup = asked.table or (lambda r: table(kind, r))
     return table_row(scanned.captured, lambda path: lookup(role or script_role(path)))
 
 

@@ -32,6 +32,7 @@ from servekit.catalog.loader import load
 from servekit.client import OpenAIClient
 from servekit.local.control import follow, report_detached, start_detached, stop_run
 from servekit.local.display import ProgressView
+from servekit.local.options import UpOptions
 from servekit.local.prepare import prepare_run
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
@@ -164,8 +165,8 @@ def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) 
         console.print(f"building the tiny model into {model} (offline, deterministic)")
         build_tiny_model(model)
     specs = [
-        prepare_run(PD_LAYOUT, free_ports=True),
-        prepare_run(REFERENCE_LAYOUT, free_ports=True),
+        prepare_run(UpOptions(name=PD_LAYOUT, free_ports=True)),
+        prepare_run(UpOptions(name=REFERENCE_LAYOUT, free_ports=True)),
     ]
     pd, ref = specs
     try:

@@ -23,6 +23,7 @@ from servekit.deployment import run_dirs_of, run_roots
 from servekit.errors import UsageError
 from servekit.local import procs
 from servekit.local.display import view_table
+from servekit.local.options import LogsOptions
 from servekit.local.rundir import RunDir
 from servekit.local.runview import RunView, run_view
 from servekit.local.state import state_or_why
@@ -138,14 +139,12 @@ def find_log(process: str, name: str | None) -> Path:
     )
 
 
-def logs(
-    process: str, name: str | None, lines: int, follow: bool, out: Callable[[str], None]
-) -> None:
-    """Print the last ``lines`` of one process log; with ``follow``, keep printing."""
-    path = find_log(process, name)
-    for line in procs.tail(path, lines):
+def logs(opts: LogsOptions, out: Callable[[str], None]) -> None:
+    """Print the last ``--lines`` of one process log; with ``--follow``, keep printing."""
+    path = find_log(opts.process, opts.layout)
+    for line in procs.tail(path, opts.lines):
         out(line)
-    if not follow:
+    if not opts.follow:
         return
     try:
         fh = open_log(path)

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servekit.catalog.options import catalog_field
 
@@ -57,6 +57,15 @@ class UpOptions(_Options):
     @classmethod
     def _timeout(cls, value: float) -> float:
         return _seconds(value, "--ready-timeout")
+
+    @model_validator(mode="after")
+    def _speed_needs_sim(self) -> UpOptions:
+        if self.speed is not None and self.engine != "sim":
+            raise ValueError(
+                f"--speed {self.speed:g}: give a positive number with --engine sim "
+                "(real engines run at real time), e.g. --engine sim --speed 50"
+            )
+        return self
 
 
 class DownOptions(_Options):

@@ -20,9 +20,9 @@ from pathlib import Path
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
 from servekit.deployment import run_dir_for, run_dirs_of
-from servekit.errors import UsageError
 from servekit.fsutil import atomic_write_text
 from servekit.local import companions, portplan, preflight
+from servekit.local.options import UpOptions
 from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import EngineChoice, Launch, RunSpec, vllm_run_spec
@@ -64,32 +64,21 @@ def _with_engine_env(
     return spec.model_copy(update={"launches": launches, "notes": (*spec.notes, *notes)})
 
 
-def prepare_run(
-    name: str,
-    engine: EngineChoice = "vllm",
-    *,
-    free_ports: bool = False,
-    cwd: Path | None = None,
-    catalog: str | None = None,
-    speed: float | None = None,
-) -> RunSpec:
+def prepare_run(opts: UpOptions, *, cwd: Path | None = None) -> RunSpec:
     """Check everything, build the Plan, write the run directory; start nothing.
 
-    ``speed`` (simulator only) runs simulated time that many times faster.
+    ``opts`` is ``servekit up``'s own model (its flags already checked);
+    ``cwd`` is where the engines run (default: here).
     """
     here = (cwd or Path.cwd()).resolve()
-    if speed is not None and (engine != "sim" or not 0 < speed < float("inf")):
-        raise UsageError(
-            f"--speed {speed:g}: give a positive number with --engine sim "
-            "(real engines run at real time), e.g. --engine sim --speed 50"
-        )
-    layout = load(name, catalog).layout
+    name, engine, speed = opts.name, opts.engine, opts.speed
+    layout = load(name, str(opts.catalog) if opts.catalog else None).layout
     preflight.check_hardware(layout, engine)
     for existing in run_dirs_of(name):
         preflight.check_not_running(RunDir(existing).state, name)
     run = RunDir(run_dir_for(name))
     notes, broken = _engine_checks(layout, engine, here)
-    ports = portplan.choose(layout, free_ports)
+    ports = portplan.choose(layout, opts.free_ports)
     notes += [ports.note] if ports.note else []
     options = PlanOptions(
         hosts=(LOOPBACK,) * layout.nodes,

@@ -17,10 +17,10 @@ from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
 from servekit.errors import UsageError
+from servekit.kit import KitVerifyOptions
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
 from servekit.verify.components import Components, EngineChoice
-from servekit.verify.options import KitInputs
 from servekit.verify.progress import HOOKS
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
@@ -72,7 +72,9 @@ class LocalRunner:
     ) -> Deployment:
         from rich.console import Console
 
+        from servekit.cliopts import build_options
         from servekit.local.control import EXIT_INTERRUPTED, up_detached
+        from servekit.local.options import UpOptions
         from servekit.local.prepare import prepare_run
 
         name = loaded.layout.name
@@ -80,7 +82,9 @@ class LocalRunner:
             self._started.append(name)
         if engine == "vllm":
             ensure_tiny_model(loaded)
-        spec = prepare_run(name, engine, free_ports=True, catalog=self.catalog, speed=speed)
+        asked = {"name": name, "engine": engine, "free_ports": True, "catalog": self.catalog}
+        opts = build_options(UpOptions, {**asked, "speed": speed})
+        spec = prepare_run(opts)
         code = up_detached(spec, Console(stderr=True), self.ready_timeout_s)
         if code == EXIT_INTERRUPTED:  # Ctrl-C/SIGTERM during start-up: it stopped the run
             raise KeyboardInterrupt
@@ -135,26 +139,17 @@ def bench(
     return run_workloads(deployment, workloads, settings, progress=HOOKS.get().on_bench)
 
 
-def kit(archive: Path, out_dir: Path, inputs: KitInputs | None = None) -> KitCheck:
+def kit(options: KitVerifyOptions) -> KitCheck:
     """``servekit kit verify ARCHIVE --out DIR``: every check and the release table.
 
     The kit package's :func:`~servekit.kit.verify_release` writes each row's
-    evidence and ``kit-table.json``/``.md`` into ``out_dir``; ``inputs`` (the
-    repository, base, smoke log and baseline) turn the rows that need them on.
+    evidence and ``kit-table.json``/``.md`` into ``options.out``; the
+    repository, base, smoke log and baseline turn the rows that need them on.
     """
-    from servekit.kit import VerifyOptions as KitOptions
     from servekit.kit import verify_release
-    from servekit.kit.smokeproof import read_nonce
 
-    given = inputs or KitInputs()
-    options = KitOptions(
-        repo=given.repo,
-        base=given.base,
-        smoke=given.smoke,
-        nonce=read_nonce(given.nonce) if given.nonce is not None else None,
-        baseline=given.baseline,
-    )
-    table, report = verify_release(archive, out_dir, options)
+    archive = options.archive
+    table, report = verify_release(options)
     counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skip")}
     failures = [f"{c.name}: {c.detail}" for c in report.checks if c.status == "fail"]
     summary = f"{counts['pass']}/{counts['pass'] + counts['fail']} kit checks passed"

@@ -35,6 +35,7 @@ from servekit.deployment import (
 )
 from servekit.errors import UsageError
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
+from servekit.verify.options import DeploymentOptions
 
 LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(\.{LABEL})*")
@@ -224,3 +225,23 @@ def single_entry_nodes(layout: Layout, entry: str) -> tuple[str, ...] | None:
         return None
     (only,) = api_nodes
     return tuple(host if i == only else UNKNOWN_HOST.format(i) for i in range(layout.nodes))
+
+
+def write_deployment(opts: DeploymentOptions) -> Deployment:
+    """Build the deployment from the Plan and the addresses; write it atomically."""
+    from servekit.catalog.loader import load
+    from servekit.fsutil import atomic_write_text
+
+    layout = load(opts.name, opts.catalog).layout
+    dep = cluster_deployment(
+        layout,
+        parse_nodes(opts.nodes, layout),
+        entry=opts.entry,
+        logs=opts.logs,
+        engine=opts.engine,
+        access="relay" if opts.through_proxy else "direct",
+    )
+    if opts.speed is not None:
+        dep = Deployment.model_validate({**dep.model_dump(), "sim_speed": opts.speed})
+    atomic_write_text(opts.out, dep.model_dump_json(indent=2) + "\n")
+    return dep

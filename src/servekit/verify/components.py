@@ -18,9 +18,10 @@ from servekit.bench.config import RunSettings, Workload
 from servekit.bench.schema import BenchResult
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
+from servekit.kit import KitVerifyOptions
 from servekit.report.models import KitCheck
 from servekit.verify.identity import Identity, fetch_text, identify
-from servekit.verify.options import EngineChoice, KitInputs
+from servekit.verify.options import EngineChoice
 
 __all__ = ["Acceptor", "Attacher", "Bencher", "Components", "EngineChoice", "KitVerifier", "Runner"]
 
@@ -62,15 +63,14 @@ class Bencher(Protocol):
 
 
 class KitVerifier(Protocol):
-    """Self-checks an image kit archive, writing its evidence under ``out_dir``.
+    """Self-checks an image kit archive, writing its evidence under ``options.out``.
 
-    ``inputs`` carries what the release table's rows need beyond the kit (the
-    repository, the base, the smoke log, the baseline); passed only when given.
+    ``options`` is ``kit verify``'s own model: the archive, the evidence folder
+    and what the release table's rows need beyond the kit (the repository, the
+    base, the smoke log and its nonce, the baseline).
     """
 
-    def __call__(
-        self, archive: Path, out_dir: Path, inputs: KitInputs | None = None
-    ) -> KitCheck: ...
+    def __call__(self, options: KitVerifyOptions) -> KitCheck: ...
 
 
 @dataclass(frozen=True)

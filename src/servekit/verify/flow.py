@@ -207,18 +207,14 @@ class Flow:
         return f"{len(result.points)} points measured{at}{again}"
 
     def check_kit(self) -> None:
-        archive = self.opts.kit
-        if archive is None:
+        if self.opts.kit is None:
             self.steps.skip("kit", "no --kit given")
             return
-        inputs = self.opts.kit_inputs
+        out = self.run_dir / "kit"
+        asked = self.opts.kit_options(out)
 
         def go() -> KitCheck:
-            out = self.run_dir / "kit"
-            if inputs.given:
-                result = self.parts.kit(archive, out, inputs)
-            else:
-                result = self.parts.kit(archive, out)
+            result = self.parts.kit(asked)
             atomic_write_text(out / "kit-check.json", result.model_dump_json(indent=2) + "\n")
             self.kit = result
             self.progress.advance(KIT_UNITS)

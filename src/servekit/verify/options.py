@@ -3,6 +3,8 @@
 The model is the command's options too: ``servekit verify`` is generated from
 it (:func:`servekit.cliopts.command_from_model`) and docs/verify.md's options
 table is rendered from it, so the flags, the code and the docs say the same.
+``--kit`` and its ``--kit-*`` flags become ``kit verify``'s own model
+(:meth:`VerifyOptions.kit_options`): one kit verification type, not a second.
 """
 
 from __future__ import annotations
@@ -12,26 +14,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servekit.errors import UsageError
+from servekit.kit import KitVerifyOptions
 
 EngineChoice = Literal["vllm", "sim"]
-
-
-class KitInputs(BaseModel):
-    """What the kit release table's rows need beyond the kit itself (``--kit-*``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    repo: Path | None = None
-    base: str | None = None
-    smoke: Path | None = None
-    nonce: Path | None = None
-    baseline: str | None = None
-
-    @property
-    def given(self) -> bool:
-        values = (self.repo, self.base, self.smoke, self.nonce, self.baseline)
-        return any(v is not None for v in values)
 
 
 class VerifyOptions(BaseModel):
@@ -141,8 +129,18 @@ class VerifyOptions(BaseModel):
         return self.target is not None or self.nodes is not None
 
     @property
-    def kit_inputs(self) -> KitInputs:
-        return KitInputs(
+    def kit_rows_asked(self) -> bool:
+        """A ``--kit-*`` flag was given: the release table has rows beyond the kit itself."""
+        values = (self.kit_repo, self.kit_base, self.kit_smoke, self.kit_nonce, self.kit_baseline)
+        return any(v is not None for v in values)
+
+    def kit_options(self, out: Path) -> KitVerifyOptions:
+        """``--kit`` and its ``--kit-*`` flags as ``kit verify ARCHIVE --out OUT``'s options."""
+        if self.kit is None:
+            raise UsageError("--kit-*: give --kit ARCHIVE too")
+        return KitVerifyOptions(
+            archive=self.kit,
+            out=out,
             repo=self.kit_repo,
             base=self.kit_base,
             smoke=self.kit_smoke,
@@ -157,6 +155,91 @@ class VerifyOptions(BaseModel):
     @property
     def benchmark_speed(self) -> float:
         return self.bench_speed or 1.0
+
+
+class DeploymentOptions(BaseModel):
+    """``servekit deployment``: the layout, where its nodes are, and what to write.
+
+    Every check of the flags is here (the command and
+    :func:`servekit.verify.cluster.write_deployment` only read them); what needs
+    the layout (``--nodes`` against its node count) is checked when it loads.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="layout name, e.g. a3/1p1d")
+    nodes: str = Field(
+        description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
+    )
+    out: Path = Field(description="the deployment.json to write")
+    entry: str | None = Field(
+        None, description="the URL clients use, when not the Plan's entry on its node"
+    )
+    logs: Path | None = Field(
+        None, description="the cluster's log folder, one PROCESS.log per process (LOG_DIR)"
+    )
+    engine: EngineChoice = Field(
+        "vllm", description="what the nodes run: vllm, or sim (servekit sim serve)"
+    )
+    speed: float | None = Field(
+        None, gt=0, description="--engine sim: the speed the simulators run at (SERVEKIT_SIM_SPEED)"
+    )
+    through_proxy: bool = Field(
+        False,
+        description="the engines' ports are out of reach from here: read their metrics "
+        "through the proxy's /metrics/engines",
+    )
+    catalog: str | None = Field(None, description="catalog folder (default: the packaged one)")
+
+    @field_validator("out")
+    @classmethod
+    def _replaceable(cls, out: Path) -> Path:
+        """Write a new file or replace a deployment.json; never clobber anything else."""
+        if out.is_dir():
+            raise ValueError(
+                f"--out {out}: is a folder; give a file name such as {out}/deployment.json"
+            )
+        if out.exists():
+            from servekit.deployment import Deployment
+
+            try:
+                Deployment.model_validate_json(out.read_bytes())
+            except ValueError:
+                raise ValueError(
+                    f"--out {out}: exists and is not a deployment.json; give a new file name"
+                ) from None
+        return out
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_url(cls, value: str | None) -> str | None:
+        from servekit.deployment import entry_url
+
+        try:
+            return None if value is None else entry_url(value, "--entry")
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("logs")
+    @classmethod
+    def _log_folder(cls, logs: Path | None) -> Path | None:
+        if logs is not None and not logs.is_dir():
+            raise ValueError(f"--logs {logs}: no such folder; give the folder LOG_DIR filled")
+        return logs.resolve() if logs is not None else None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: Any) -> Any:
+        if value not in ("vllm", "sim"):
+            shown = value[:40] if isinstance(value, str) and value.isprintable() else repr(value)
+            raise ValueError(f"--engine {shown}: use vllm (real engines) or sim (servekit sim)")
+        return value
+
+    @model_validator(mode="after")
+    def _speed_needs_sim(self) -> DeploymentOptions:
+        if self.speed is not None and self.engine != "sim":
+            raise ValueError("--speed: only simulated engines have a speed; add --engine sim")
+        return self
 
 
 def reports_root() -> Path:

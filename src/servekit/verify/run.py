@@ -68,17 +68,18 @@ def _utc_now() -> dt.datetime:
 
 
 def _check_kit_inputs(opts: VerifyOptions) -> None:
-    given = opts.kit_inputs
-    if opts.kit is None and given.given:
+    if opts.kit is None and opts.kit_rows_asked:
         raise UsageError(
             "--kit-repo/--kit-base/--kit-smoke/--kit-nonce/--kit-baseline: give --kit ARCHIVE too"
         )
-    if given.nonce is not None and given.smoke is None:
+    if opts.kit_nonce is not None and opts.kit_smoke is None:
         raise UsageError("--kit-nonce applies to --kit-smoke: give --kit-smoke LOG too")
-    if given.repo is not None and not given.repo.is_dir():
-        raise UsageError(f"--kit-repo {given.repo}: no such folder; give the kit's source checkout")
-    if given.smoke is not None and not given.smoke.is_file():
-        raise UsageError(f"--kit-smoke {given.smoke}: no such file; give selftest.sh's log")
+    if opts.kit_repo is not None and not opts.kit_repo.is_dir():
+        raise UsageError(
+            f"--kit-repo {opts.kit_repo}: no such folder; give the kit's source checkout"
+        )
+    if opts.kit_smoke is not None and not opts.kit_smoke.is_file():
+        raise UsageError(f"--kit-smoke {opts.kit_smoke}: no such file; give selftest.sh's log")
 
 
 def _check_inputs(opts: VerifyOptions) -> None:
