@@ -32,6 +32,7 @@ from typing import Any, TypeVar, get_args, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from servekit.errors import UsageError
+from servekit.vocabulary import markdown_cell
 
 T = TypeVar("T")
 FlagOf = Callable[[str], str]
@@ -393,6 +394,5 @@ def options_table(
             name = spec.name.upper()
         else:
             name = ", ".join(f"`{f}`" for f in (spec.flag, *([spec.short] if spec.short else [])))
-        cell = spec.help.replace("|", "\\|")
-        rows.append(f"| {name} | {default_text(spec)} | {cell} |")
+        rows.append(f"| {name} | {default_text(spec)} | {markdown_cell(spec.help)} |")
     return "\n".join(rows) + "\n"

@@ -15,7 +15,7 @@ from servekit.accept.progress import accept_progress, weights_for
 from servekit.accept.registry import all_checks, select
 from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 MARKDOWN_FILE = "accept.md"
 

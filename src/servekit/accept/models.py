@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 Verdict = Literal["pass", "fail", "skip"]
 SCHEMA_VERSION = 1

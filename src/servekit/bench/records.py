@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.client import RequestRecord
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 RECORDS_FILE = "requests.jsonl"
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from servekit.bench.config import RunSettings, Workload
 from servekit.bench.records import RequestRow
 from servekit.errors import UsageError, first_error
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 SCHEMA_VERSION = "servekit.bench/1"
 

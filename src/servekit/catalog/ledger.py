@@ -43,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servekit.catalog.loader import LoadedLayout, packaged_catalog
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error
-from servekit.fsutil import atomic_write_text
 from servekit.userdirs import data_dir
+from servekit.vocabulary import atomic_write_text
 
 LEDGER_FILE = "verification.jsonl"
 LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"

@@ -47,10 +47,10 @@ class DeploymentOptions(BaseModel):
 def write_deployment(opts: DeploymentOptions) -> int:
     """Build the deployment from the Plan and the addresses; write it atomically."""
     from servekit.catalog.loader import load
-    from servekit.deployment import Deployment, entry_url
+    from servekit.deployment import Deployment
     from servekit.errors import UsageError
-    from servekit.fsutil import atomic_write_text
     from servekit.verify.cluster import cluster_deployment, parse_nodes
+    from servekit.vocabulary import atomic_write_text, check_url
 
     if opts.engine not in ("vllm", "sim"):
         raise UsageError(f"--engine {opts.engine}: use vllm (real engines) or sim (servekit sim)")
@@ -58,7 +58,7 @@ def write_deployment(opts: DeploymentOptions) -> int:
         raise UsageError("--speed: only simulated engines have a speed; add --engine sim")
     if opts.logs is not None and not opts.logs.is_dir():
         raise UsageError(f"--logs {opts.logs}: no such folder; give the folder LOG_DIR filled")
-    entry = None if opts.entry is None else entry_url(opts.entry, "--entry")
+    entry = None if opts.entry is None else check_url(opts.entry, "--entry")
     _check_out(opts.out)
     layout = load(opts.name, opts.catalog).layout
     dep = cluster_deployment(

@@ -20,10 +20,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_bytes, atomic_write_text
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.models import KitManifest
 from servekit.kit.verify import VerifyOptions, run_verify
+from servekit.vocabulary import atomic_write_bytes, atomic_write_text, markdown_cell
 
 TABLE_SCHEMA: Literal["servekit.kit-table/1"] = "servekit.kit-table/1"
 RowStatus = Literal["pass", "fail", "not run"]
@@ -157,10 +157,6 @@ def kit_release_table(report: CheckReport, manifest: KitManifest | None = None) 
 _MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "not run": "not run"}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_release_table(table: KitReleaseTable, link_prefix: str = "") -> str:
     """The table as Markdown; evidence links are ``link_prefix + file``."""
     title = f"`{table.name}`" if table.name else f"`{table.kit}`"
@@ -171,7 +167,7 @@ def render_release_table(table: KitReleaseTable, link_prefix: str = "") -> str:
     for row in table.rows:
         link = f"[{row.evidence}]({link_prefix}{row.evidence})" if row.evidence else "-"
         lines.append(
-            f"| {row.item} | {_MARK[row.status]} | {row.ratio} | {_cell(row.result)} | {link} |"
+            f"| {row.item} | {_MARK[row.status]} | {row.ratio} | {markdown_cell(row.result)} | {link} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,9 @@
 """The proxy as one self-contained zipapp, for engine images that have only aiohttp.
 
 A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
-pydantic of a known version. :func:`build_zipapp` packs the proxy package,
-``servekit/__init__.py``, ``servekit/errors.py`` and ``servekit/guard.py`` (all
+pydantic of a known version. :func:`build_zipapp` packs the proxy package, the
+servekit modules it imports (``errors``, ``guard``, the vocabulary words it uses
+and the packages' ``__init__`` files, found by reading the proxy's imports; all
 standard library) and prometheus_client (pure Python, copied from the installed
 distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
 
@@ -15,14 +16,15 @@ the same bytes.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import io
-import os
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from servekit.vocabulary.atomic import atomic_write_bytes
 
 SHEBANG = b"#!/usr/bin/env python3\n"
 MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.server import main\n\nsys.exit(main())\n'
@@ -50,12 +52,62 @@ def _licenses(dist: str) -> Iterator[tuple[str, bytes]]:
             yield f"{VENDORED}/{f.name}", Path(str(f.locate())).read_bytes()
 
 
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` that skips ``if TYPE_CHECKING:`` blocks (imports only type checkers run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _imported(source: bytes) -> Iterator[str]:
+    """The servekit modules a source file imports at run time, as dotted names."""
+    for node in _runtime_nodes(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        yield from (n for n in names if n.startswith("servekit."))
+
+
+def _dependencies(servekit: Path, found: dict[str, bytes]) -> dict[str, bytes]:
+    """Every servekit file outside the proxy that ``found`` imports, transitively.
+
+    The proxy's copies of shared words (the URL check, say) would drift from the
+    vocabulary; bundling what it imports keeps one definition. A name imported from
+    a module (``from servekit.vocabulary.urls import check_url``) is not a file and
+    is skipped; each package on the way brings its ``__init__.py``.
+    """
+    extra: dict[str, bytes] = {"servekit/__init__.py": (servekit / "__init__.py").read_bytes()}
+    todo = list(found.values())
+    while todo:
+        for module in _imported(todo.pop()):
+            parts = module.split(".")[1:]
+            for depth in range(1, len(parts) + 1):
+                rel = "/".join(parts[:depth])
+                for name in (f"{rel}.py", f"{rel}/__init__.py"):
+                    key = f"servekit/{name}"
+                    path = servekit / name
+                    if key not in found and key not in extra and path.is_file():
+                        extra[key] = path.read_bytes()
+                        todo.append(extra[key])
+    return extra
+
+
 def members() -> dict[str, bytes]:
     """Archive name -> bytes of everything the zipapp holds."""
     servekit = _package_dir("servekit")
     found = dict(_tree(servekit / "proxy", "servekit/proxy"))
-    for name in ("__init__.py", "errors.py", "guard.py"):
-        found[f"servekit/{name}"] = (servekit / name).read_bytes()
+    found.update(_dependencies(servekit, found))
     found.update(_tree(_package_dir(VENDORED), VENDORED))
     found.update(_licenses(VENDORED))
     found["__main__.py"] = MAIN
@@ -77,14 +129,5 @@ def zipapp_bytes() -> bytes:
 
 def build_zipapp(out: Path) -> Path:
     """Write the proxy zipapp to ``out`` (temp file + rename); returns ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(zipapp_bytes())
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out, zipapp_bytes(), mode=0o755)
     return out
