@@ -19,11 +19,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
-from servekit.vocabulary import check_url, is_url
+from servekit.vocabulary import StrictModel, check_url, is_url
 
 EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
 EngineKind = Literal["vllm", "sim", "external"]
@@ -33,10 +33,8 @@ RELAY_PATH = "/metrics/engines"
 RELAY_LABEL = re.compile(r'engine_url="([^"]*)"')
 
 
-class Endpoint(BaseModel):
+class Endpoint(StrictModel):
     """One HTTP endpoint of a deployment (an API server, a DP rank, the proxy)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     role: EndpointRole
@@ -52,10 +50,8 @@ class Endpoint(BaseModel):
     )
 
 
-class Deployment(BaseModel):
+class Deployment(StrictModel):
     """A deployment as seen from outside: where to send traffic, what to expect."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str | None = None
     engine: EngineKind = "external"

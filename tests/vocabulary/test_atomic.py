@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servekit.vocabulary import atomic_write_bytes, atomic_write_text, atomic_writer
@@ -33,11 +33,17 @@ def test_every_write_is_synced_file_and_folder(
 ) -> None:
     synced: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     atomic_write_bytes(tmp_path / "x", b"data")
     assert len(synced) == 2  # the temp file before the rename, the folder after it
 
 
+@settings(deadline=None, max_examples=25)  # each write syncs to disk
 @given(st.binary(max_size=2048))
 def test_what_is_written_is_what_is_read(data: bytes) -> None:
     import tempfile

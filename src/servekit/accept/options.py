@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.accept.needles import DEFAULT_DEPTHS
 from servekit.errors import UsageError
+from servekit.vocabulary import StrictModel
 
 DEFAULT_CONTEXTS = ("144k", "1m")
 _CONTEXT = re.compile(r"^(\d+)([km]?)$")
@@ -29,10 +30,8 @@ Seed = Annotated[str, Field(min_length=1, max_length=200)]
 TimeoutS = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 
 
-class AcceptOptions(BaseModel):
+class AcceptOptions(StrictModel):
     """Every knob of a run; the CLI flags map one to one onto these fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     only: tuple[str, ...] = Field(default=(), description="--only: check ids or group prefixes")
     contexts: tuple[int, ...] = Field(default=(147456, 1048576), description="--context, tokens")
@@ -50,10 +49,8 @@ def _run_field(name: str, flag_help: str, **bounds: Any) -> Any:
     return Field(AcceptOptions.model_fields[name].default, description=flag_help, **bounds)
 
 
-class AcceptCommandOptions(BaseModel):
+class AcceptCommandOptions(StrictModel):
     """The options of ``servekit accept``: one model for the CLI, the code and the docs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str | None = Field(
         None, description="URL of the entry, or a layout run by 'servekit up'"

@@ -26,7 +26,7 @@ from servekit.bench.progress import planned_runs, rich_progress
 from servekit.bench.runner import run_bench
 from servekit.bench.screen import print_result
 from servekit.deployment import load_deployment
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error_detail
 
 
 def _settings(args: BenchOptions) -> RunSettings:
@@ -39,8 +39,8 @@ def _settings(args: BenchOptions) -> RunSettings:
             api_key=args.api_key or os.environ.get("SERVEKIT_API_KEY"),
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise UsageError(f"--{first['loc'][0]}: {first['msg']}") from None
+        first = first_error_detail(exc)
+        raise UsageError(f"--{first.loc[0]}: {first.msg}") from None
 
 
 def default_out() -> Path:

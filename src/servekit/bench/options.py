@@ -12,7 +12,7 @@ from copy import copy
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from servekit.bench.config import (
     DEFAULT_WORKLOADS,
@@ -30,7 +30,8 @@ from servekit.bench.config import (
     WorkloadSpec,
 )
 from servekit.bench.trace import read_trace
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error_detail
+from servekit.vocabulary import StrictModel
 
 SLO_NAMES: tuple[SLOName, ...] = ("ttft", "tpot", "e2el")
 
@@ -130,10 +131,10 @@ def build_workloads(
             for n in chosen
         ]
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
+        first = first_error_detail(exc)
+        field = str(first.loc[0]) if first.loc else ""
         flag = _FLAG_OF.get(field, f"workload option {field}")
-        raise UsageError(f"{flag}: {first['msg']}") from None
+        raise UsageError(f"{flag}: {first.msg}") from None
     return specs + ([replay] if trace is not None else [])
 
 
@@ -145,10 +146,10 @@ def _trace(path: Path, speed: float, requests: int | None) -> TraceReplay:
     try:
         return TraceReplay(path=str(path), speed=speed, requests=requests)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
+        first = first_error_detail(exc)
+        field = str(first.loc[0]) if first.loc else ""
         flag = {"speed": "--trace-speed", "requests": "--requests"}.get(field, "--trace")
-        raise UsageError(f"{flag}: {first['msg']}") from None
+        raise UsageError(f"{flag}: {first.msg}") from None
 
 
 def _one(  # noqa: PLR0917 - private fan-out of the flags above
@@ -188,10 +189,8 @@ def _shared(name: str) -> Any:
     return copy(RunSettings.model_fields[name])
 
 
-class BenchOptions(BaseModel):
+class BenchOptions(StrictModel):
     """The options of ``servekit bench``: one model for the CLI, the code and the docs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str = Field(description="URL of the server, or a layout run by 'up'")
     workload: tuple[str, ...] = Field(

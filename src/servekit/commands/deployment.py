@@ -11,15 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.cliopts import command_from_model
+from servekit.vocabulary import StrictModel
 
 
-class DeploymentOptions(BaseModel):
+class DeploymentOptions(StrictModel):
     """``servekit deployment``: the layout, where its nodes are, and what to write."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. a3/1p1d")
     nodes: str = Field(

@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servekit.defaults import EngineKind
+from servekit.vocabulary import StrictModel
 
 DEFAULT_MAX_SIZE = 64 << 30
 DEFAULT_MAX_RATIO = 1000
@@ -32,11 +33,7 @@ def max_ratio_field() -> Any:
     return Field(DEFAULT_MAX_RATIO, ge=1, description="Largest decompression ratio")
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class KitBuildOptions(_Options):
+class KitBuildOptions(StrictModel):
     """``servekit kit build``."""
 
     base: str = Field(description="Base image: OCI dir or docker-archive .tar")
@@ -73,7 +70,7 @@ class KitBuildOptions(_Options):
         return dict(item.split("=", 1) for item in self.engine)
 
 
-class KitVerifyOptions(_Options):
+class KitVerifyOptions(StrictModel):
     """``servekit kit verify ARCHIVE``."""
 
     archive: Path = Field(description="Kit .tar.zst (or unpacked folder)")
@@ -136,7 +133,7 @@ class KitVerifyOptions(_Options):
         return self
 
 
-class KitRebuildOptions(_Options):
+class KitRebuildOptions(StrictModel):
     """``servekit kit rebuild KIT``."""
 
     kit: Path = Field(description="Kit .tar.zst or unpacked folder")
@@ -148,7 +145,7 @@ class KitRebuildOptions(_Options):
     max_ratio: int = max_ratio_field()
 
 
-class KitInspectOptions(_Options):
+class KitInspectOptions(StrictModel):
     """``servekit kit inspect TARGET``."""
 
     target: str = Field(description="Kit (.tar.zst or folder) or image reference")

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.errors import UsageError
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.models import KitManifest
 from servekit.kit.verify import VerifyOptions, run_verify
-from servekit.vocabulary import atomic_write_bytes, atomic_write_text, markdown_cell
+from servekit.vocabulary import StrictModel, atomic_write_bytes, atomic_write_text, markdown_cell
 
 TABLE_SCHEMA: Literal["servekit.kit-table/1"] = "servekit.kit-table/1"
 RowStatus = Literal["pass", "fail", "not run"]
@@ -40,10 +40,8 @@ INTEGRITY = (
 )
 
 
-class KitTableRow(BaseModel):
+class KitTableRow(StrictModel):
     """One row of the release table."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     item: str = Field(description="What the row proves, as the seed names it")
     status: RowStatus
@@ -57,10 +55,8 @@ class KitTableRow(BaseModel):
         return f"{self.passed}/{self.total}" if self.total is not None else "-"
 
 
-class KitReleaseTable(BaseModel):
+class KitReleaseTable(StrictModel):
     """The whole table, as written to ``kit-table.json``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal["servekit.kit-table/1"] = TABLE_SCHEMA
     kit: str = Field(description="The kit verified (path as given)")

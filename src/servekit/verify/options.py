@@ -12,15 +12,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from servekit.vocabulary import StrictModel
 
 EngineChoice = Literal["vllm", "sim"]
 
 
-class KitInputs(BaseModel):
+class KitInputs(StrictModel):
     """What the kit release table's rows need beyond the kit itself (``--kit-*``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     repo: Path | None = None
     base: str | None = None
@@ -34,10 +34,8 @@ class KitInputs(BaseModel):
         return any(v is not None for v in values)
 
 
-class VerifyOptions(BaseModel):
+class VerifyOptions(StrictModel):
     """Everything ``servekit verify`` was asked, checked before anything starts."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
     engine: EngineChoice | None = Field(
