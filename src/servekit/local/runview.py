@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from servekit.local.readiness import ReadyTarget, probe_all
+from servekit.client import ReadyTarget, probe_all
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
 from servekit.local.state import (

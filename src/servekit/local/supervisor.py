@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from servekit.client import ReadyTarget, probe_all
 from servekit.deployment import Deployment, Endpoint
 from servekit.local import procs
-from servekit.local.readiness import ReadyTarget, probe_all
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import RunSpec
 from servekit.local.state import ProcState, RunState, start_ticks, write_state
