@@ -2,9 +2,9 @@
 
 A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
 pydantic of a known version. :func:`build_zipapp` packs the proxy package, the
-servekit modules it imports (``errors``, ``guard``, the vocabulary words it uses
-and the packages' ``__init__`` files, found by reading the proxy's imports; all
-standard library) and prometheus_client (pure Python, copied from the installed
+servekit modules it imports (:data:`SHARED`: ``errors``, ``guard``, the vocabulary
+words it uses and the ``__init__`` files on the way; all standard library) and
+prometheus_client (pure Python, copied from the installed
 distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
 
     python3 servekit-proxy.pyz --prefill URL --decode URL --port 8000
@@ -16,7 +16,6 @@ the same bytes.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import importlib.util
 import io
@@ -31,6 +30,17 @@ MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 VENDORED = "prometheus_client"
 LEFT_OUT = ("bundle.py",)  # builds the archive; not needed to run it
+# The servekit modules outside the proxy package that it imports (all standard
+# library), so the proxy uses the vocabulary's words instead of copies of them;
+# tests/proxy/test_bundle.py checks this list against the proxy's imports.
+SHARED = (
+    "__init__.py",
+    "errors.py",
+    "guard.py",
+    "lazyface.py",
+    "vocabulary/__init__.py",
+    "vocabulary/urls.py",
+)
 
 
 def _package_dir(name: str) -> Path:
@@ -52,62 +62,12 @@ def _licenses(dist: str) -> Iterator[tuple[str, bytes]]:
             yield f"{VENDORED}/{f.name}", Path(str(f.locate())).read_bytes()
 
 
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """``ast.walk`` that skips ``if TYPE_CHECKING:`` blocks (imports only type checkers run)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and ast.unparse(node.test) in (
-            "TYPE_CHECKING",
-            "typing.TYPE_CHECKING",
-        ):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def _imported(source: bytes) -> Iterator[str]:
-    """The servekit modules a source file imports at run time, as dotted names."""
-    for node in _runtime_nodes(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        yield from (n for n in names if n.startswith("servekit."))
-
-
-def _dependencies(servekit: Path, found: dict[str, bytes]) -> dict[str, bytes]:
-    """Every servekit file outside the proxy that ``found`` imports, transitively.
-
-    The proxy's copies of shared words (the URL check, say) would drift from the
-    vocabulary; bundling what it imports keeps one definition. A name imported from
-    a module (``from servekit.vocabulary.urls import check_url``) is not a file and
-    is skipped; each package on the way brings its ``__init__.py``.
-    """
-    extra: dict[str, bytes] = {"servekit/__init__.py": (servekit / "__init__.py").read_bytes()}
-    todo = list(found.values())
-    while todo:
-        for module in _imported(todo.pop()):
-            parts = module.split(".")[1:]
-            for depth in range(1, len(parts) + 1):
-                rel = "/".join(parts[:depth])
-                for name in (f"{rel}.py", f"{rel}/__init__.py"):
-                    key = f"servekit/{name}"
-                    path = servekit / name
-                    if key not in found and key not in extra and path.is_file():
-                        extra[key] = path.read_bytes()
-                        todo.append(extra[key])
-    return extra
-
-
 def members() -> dict[str, bytes]:
     """Archive name -> bytes of everything the zipapp holds."""
     servekit = _package_dir("servekit")
     found = dict(_tree(servekit / "proxy", "servekit/proxy"))
-    found.update(_dependencies(servekit, found))
+    for name in SHARED:
+        found[f"servekit/{name}"] = (servekit / name).read_bytes()
     found.update(_tree(_package_dir(VENDORED), VENDORED))
     found.update(_licenses(VENDORED))
     found["__main__.py"] = MAIN
