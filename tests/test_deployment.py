@@ -13,11 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from servekit.deployment import (
     Deployment,
     Endpoint,
-    entry_url,
     load_deployment,
     split_relay,
 )
 from servekit.errors import UsageError
+from servekit.vocabulary import check_url
 
 PAGE = """# HELP vllm:num_requests_running Number of requests running.
 # TYPE vllm:num_requests_running gauge
@@ -141,7 +141,7 @@ def test_a_good_target_url_is_kept_without_its_slash(url: str) -> None:
 @given(st.text(max_size=40))
 def test_any_text_after_the_scheme_is_a_url_or_one_usage_error(tail: str) -> None:
     try:
-        got = entry_url("http://" + tail)
+        got = check_url("http://" + tail)
     except UsageError as exc:
         assert str(exc).startswith("--target ") and "\n" not in str(exc)
     else:
@@ -165,7 +165,7 @@ HOSTILE_URLS = [
 @pytest.mark.parametrize(("url", "says"), HOSTILE_URLS)
 def test_urls_that_are_not_a_servers_root_are_one_line(url: str, says: str) -> None:
     with pytest.raises(UsageError, match=re.escape(says)) as err:
-        entry_url(url)
+        check_url(url)
     assert "\n" not in str(err.value) and "secret" not in str(err.value)
     assert len(str(err.value)) < 400
 
@@ -175,7 +175,7 @@ def test_urls_that_are_not_a_servers_root_are_one_line(url: str, says: str) -> N
 )
 def test_near_misses_of_those_shapes_are_kept(url: str) -> None:
     """Positive control: a path, a host of exactly 253 characters, dots inside a segment."""
-    assert entry_url(url) == url
+    assert check_url(url) == url
 
 
 def test_a_deployment_file_with_userinfo_is_refused(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_generated_urls_are_accepted_only_when_clean(
     path = "".join("/" + s for s in segments)
     url = f"http://{user}{name}{gap}:8000{path}"
     try:
-        got = entry_url(url)
+        got = check_url(url)
     except UsageError as exc:
         assert "\n" not in str(exc) and (not user or ":p@" not in str(exc))
         return

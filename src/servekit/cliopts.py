@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error_detail
+from servekit.vocabulary import markdown_cell
 from servekit.vocabulary.cliargs import (
     FlagOf,
     OptionSpec,
@@ -147,14 +148,14 @@ def given_values(specs: Sequence[OptionSpec], given: Mapping[str, Any]) -> dict[
 
 def _usage(exc: ValidationError, specs: Sequence[OptionSpec]) -> UsageError:
     """One line naming the flag; a validator's message that starts with a flag is kept whole."""
-    first = exc.errors()[0]
-    name = str(first["loc"][0]) if first["loc"] else ""
+    first = first_error_detail(exc)
+    name = str(first.loc[0]) if first.loc else ""
     flag = next((s.flag for s in specs if s.name == name), name or "(options)")
-    msg = first["msg"].removeprefix("Value error, ")
+    msg = first.reason
     if msg.startswith("--"):
         return UsageError(msg)
-    if first["type"] == "literal_error":
-        return UsageError(f"{flag} {first['input']!r}: {msg}")
+    if first.kind == "literal_error":
+        return UsageError(f"{flag} {first.input!r}: {msg}")
     return UsageError(f"{flag}: {msg}")
 
 
@@ -341,6 +342,5 @@ def options_table(
             name = spec.name.upper()
         else:
             name = ", ".join(f"`{f}`" for f in (spec.flag, *([spec.short] if spec.short else [])))
-        cell = spec.help.replace("|", "\\|")
-        rows.append(f"| {name} | {default_text(spec)} | {cell} |")
+        rows.append(f"| {name} | {default_text(spec)} | {markdown_cell(spec.help)} |")
     return "\n".join(rows) + "\n"

@@ -14,9 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.guard import RENDERED_MODULE, middleware_target
+from servekit.vocabulary import StrictModel
 
 EngineKind = Literal["vllm-ascend", "vllm", "vllm-cpu"]
 Role = Literal["mixed", "prefill", "decode"]
@@ -31,15 +30,13 @@ GUARD_MODULE = RENDERED_MODULE
 GUARD_MIDDLEWARE = middleware_target(GUARD_MODULE)
 
 
-class Setting(BaseModel):
+class Setting(StrictModel):
     """One tunable: its key in layouts and --set, its script variable, how it reaches vLLM.
 
     ``type`` and the bounds say which values it takes; :func:`check_setting`
     refuses anything else (a value is never a command, and never text where
     vLLM expects a number).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str
     var: str

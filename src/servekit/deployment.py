@@ -18,12 +18,12 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
+from servekit.vocabulary import StrictModel, check_url, is_url
 
 EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
 EngineKind = Literal["vllm", "sim", "external"]
@@ -33,10 +33,8 @@ RELAY_PATH = "/metrics/engines"
 RELAY_LABEL = re.compile(r'engine_url="([^"]*)"')
 
 
-class Endpoint(BaseModel):
+class Endpoint(StrictModel):
     """One HTTP endpoint of a deployment (an API server, a DP rank, the proxy)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     role: EndpointRole
@@ -52,10 +50,8 @@ class Endpoint(BaseModel):
     )
 
 
-class Deployment(BaseModel):
+class Deployment(StrictModel):
     """A deployment as seen from outside: where to send traffic, what to expect."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str | None = None
     engine: EngineKind = "external"
@@ -76,7 +72,7 @@ class Deployment(BaseModel):
         if value is None:
             return None
         try:
-            return entry_url(value, "url")
+            return check_url(value, "url")
         except UsageError as exc:
             raise ValueError(str(exc).removeprefix("url ")) from None
 
@@ -152,8 +148,6 @@ def split_relay(page: str) -> dict[str, str]:
 
 
 FOLDER_RUNS = Path(".servekit/runs")
-# The longest host name DNS allows (RFC 1035: 255 octets on the wire, 253 written).
-MAX_HOST = 253
 """Where runs lived before the per-user state folder; still listed from the current folder."""
 
 
@@ -190,49 +184,6 @@ def find_run_dir(layout: str) -> Path:
     return next(iter(run_dirs_of(layout)), run_dir_for(layout))
 
 
-def entry_url(text: str, flag: str = "--target") -> str:
-    """A server's root URL as given on the command line, checked; no trailing slash.
-
-    Caught here, a typo (``http://x:99999``, ``http://[::1``) is one line and
-    exit 2, not a run of checks that all fail against nothing. So are shapes that
-    are not a server's root: ``user:pass@`` (the URL is written into
-    deployment.json, run.json and report.html, so a credential in it would be
-    published; the refusal itself never echoes it), any whitespace
-    (``http://h :8000``), a host longer than DNS allows (253 characters), and
-    ``.``/``..`` path segments (``/../``), which a client and a proxy may resolve
-    differently.
-    """
-    shown = text[:200] if text.isprintable() else repr(text[:200])
-    try:
-        parts = urlsplit(text)
-        if "@" in parts.netloc:
-            raise UsageError(
-                f"{flag} {parts.scheme}://...@{parts.netloc.rpartition('@')[2][:80]}: drop the "
-                "user:password@ part; the URL is written into deployment.json, run.json "
-                "and report.html"
-            )
-        port = parts.port
-    except ValueError as exc:
-        raise UsageError(
-            f"{flag} {shown}: not a usable URL ({exc}); give http://HOST:PORT"
-        ) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{flag} {shown}: give http://HOST:PORT (or https://)")
-    if port == 0 or parts.query or parts.fragment or not text.isprintable():
-        raise UsageError(f"{flag} {shown}: give the server's root URL, http://HOST:PORT")
-    if any(c.isspace() for c in text):
-        raise UsageError(f"{flag} {shown}: a URL has no spaces; give http://HOST:PORT")
-    if len(parts.hostname) > MAX_HOST:
-        raise UsageError(
-            f"{flag} {text[:80]}...: the host is longer than {MAX_HOST} characters; "
-            "give a real host name"
-        )
-    segments = [unquote(s) for s in parts.path.split("/")]
-    if "." in segments or ".." in segments:
-        raise UsageError(f"{flag} {shown}: no . or .. path segments; give the server's root URL")
-    return text.rstrip("/")
-
-
 def load_deployment(target: str) -> Deployment:
     """Resolve ``--target URL|NAME|FILE`` to a Deployment.
 
@@ -241,8 +192,8 @@ def load_deployment(target: str) -> Deployment:
     ``servekit up``; a layout name reads the ``deployment.json`` that
     ``servekit up`` wrote.
     """
-    if target.startswith(("http://", "https://")):
-        return Deployment(entry_url=entry_url(target))
+    if is_url(target):
+        return Deployment(entry_url=check_url(target))
     given = Path(target)
     if target.endswith(".json") or given.is_file():
         return read_deployment_file(given, f"--target {target}")

@@ -1,8 +1,9 @@
-"""Atomic file output: nothing is ever half-written.
+"""Output folders: servekit replaces a folder whole, and only one it may replace.
 
-Every writer in servekit goes through these helpers: the content lands in a
-temporary file in the destination's folder and is renamed into place, so a
-crash or a bad input leaves either the old file or the new one, never a torn one.
+A many-file output (rendered scripts, a report site) is built in a sibling temp
+folder and swapped in at once; :func:`check_output_dir` refuses destinations that
+are not servekit's to replace. Single files are written with
+:mod:`servekit.vocabulary.atomic`.
 """
 
 from __future__ import annotations
@@ -13,27 +14,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write UTF-8 ``text`` to ``path`` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
-
 
 MARKER = ".servekit-output"
 

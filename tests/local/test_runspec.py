@@ -48,7 +48,7 @@ def test_1p1d_launches_use_the_mapped_ports(tmp_path: Path) -> None:
 
 
 def test_proxy_is_ready_only_with_every_backend(tmp_path: Path) -> None:
-    from servekit.local.readiness import judge_backends
+    from servekit.client import judge_backends
 
     pd_plan, _ = _plan("local/1p1d", tmp_path)
     pd = vllm_run_spec(pd_plan, run_dir=tmp_path, scratch=tmp_path / "s", cwd=tmp_path)

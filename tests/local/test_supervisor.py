@@ -20,11 +20,11 @@ import pytest
 from tests.local.conftest import alive, fake_spec
 
 from servekit.deployment import Deployment
-from servekit.fsutil import atomic_write_text
 from servekit.local.control import stop_run
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
 from servekit.local.state import RunState, read_state
+from servekit.vocabulary import atomic_write_text
 
 WAIT_S = 60.0
 

@@ -9,6 +9,7 @@ guard file, copied as ``servekit_decode_guard.py`` on PYTHONPATH, applies the ru
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+import servekit
 from servekit.guard import RENDERED_MODULE, middleware_target, source_bytes
 from servekit.proxy.bundle import build_zipapp
 
@@ -96,6 +98,42 @@ def test_the_zipapp_is_deterministic_and_holds_what_the_proxy_needs(tmp_path: Pa
     assert {"servekit/guard.py", "servekit/errors.py", "servekit/proxy/server.py",
             "prometheus_client/exposition.py", "prometheus_client/LICENSE"} <= set(names)  # fmt: skip
     assert zipfile.ZipFile(a).read("servekit/guard.py") == source_bytes()
+
+
+def _runtime_imports(source: str) -> set[str]:
+    """servekit modules a file imports at run time (``if TYPE_CHECKING:`` blocks skipped)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [ast.parse(source)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        todo.extend(ast.iter_child_nodes(node))
+    return {m for m in found if m.startswith("servekit.")}
+
+
+def test_the_zipapp_bundles_every_servekit_module_the_proxy_imports(tmp_path: Path) -> None:
+    """Issue 25: the proxy imports shared words from the vocabulary, and carries them."""
+    names = set(zipfile.ZipFile(build_zipapp(tmp_path / "proxy.pyz")).namelist())
+    root = Path(servekit.__file__).parent
+    todo = [n for n in names if n.startswith("servekit/")]
+    while todo:
+        for module in _runtime_imports(
+            zipfile.Path(tmp_path / "proxy.pyz", todo.pop()).read_text()
+        ):
+            parts = module.split(".")[1:]
+            for depth in range(1, len(parts) + 1):
+                rel = "/".join(parts[:depth])
+                files = [f for f in (f"{rel}.py", f"{rel}/__init__.py") if (root / f).is_file()]
+                for f in files:
+                    assert f"servekit/{f}" in names, f"{module}: servekit/{f} is not bundled"
+    assert "servekit/vocabulary/urls.py" in names
+    assert not any(n.startswith("servekit/vocabulary/model") for n in names)  # pydantic's
 
 
 @pytest.fixture

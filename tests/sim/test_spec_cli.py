@@ -150,6 +150,10 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
         "servekit.safeyaml",
         "servekit.textcontract",
         "servekit.visioncontract",
+        # the bottom-layer vocabulary (issue 25): the strict model and atomic write
+        "servekit.vocabulary",
+        "servekit.vocabulary.atomic",
+        "servekit.vocabulary.model",
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from pydantic import BaseModel, ConfigDict
+from servekit.vocabulary import StrictModel
 
 MAX_ITERATIONS = 6
 FIRST_GUESS_CHARS_PER_TOKEN = 4.0
@@ -17,10 +17,8 @@ FIRST_GUESS_CHARS_PER_TOKEN = 4.0
 Counter = Callable[[int], Awaitable[int | None]]
 
 
-class Calibration(BaseModel):
+class Calibration(StrictModel):
     """Where calibration landed: filler characters, tokens measured, tries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: int
     tolerance: int

@@ -15,7 +15,7 @@ from typing import Any
 
 from servekit.accept.models import EvidenceFile
 from servekit.accept.wire import Exchange
-from servekit.fsutil import atomic_write_bytes
+from servekit.vocabulary import atomic_write_bytes
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

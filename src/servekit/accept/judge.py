@@ -12,17 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict
+from servekit.vocabulary import StrictModel
 
 MAX_ANSWER_CHARS = 200
 REPLACEMENT_CHAR = "\ufffd"
 _SPACES = re.compile(r"\s+")
 
 
-class Judgement(BaseModel):
+class Judgement(StrictModel):
     """Why an answer passed or failed, as data."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     passed: bool
     reason: str

@@ -8,12 +8,9 @@ figure traces back to what was sent and received.
 from __future__ import annotations
 
 from servekit.accept.models import AcceptResult, CheckResult
+from servekit.vocabulary import markdown_cell
 
 ICONS = {"pass": "✅ pass", "fail": "❌ fail", "skip": "⏭ skip"}
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _evidence(check: CheckResult, prefix: str) -> str:
@@ -53,7 +50,7 @@ def render_markdown(result: AcceptResult, evidence_prefix: str = "", heading: st
     ]
     for check in result.checks:
         lines.append(
-            f"| `{check.id}` | {ICONS[check.verdict]} | {_cell(check.reason)} | "
+            f"| `{check.id}` | {ICONS[check.verdict]} | {markdown_cell(check.reason)} | "
             f"{check.duration_s:.2f} s | {_evidence(check, evidence_prefix)} |"
         )
     skipped = [c for c in result.checks if c.verdict == "skip"]

@@ -9,20 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import StrictModel, atomic_write_text
 
 Verdict = Literal["pass", "fail", "skip"]
 SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EvidenceFile(_Frozen):
+class EvidenceFile(StrictModel):
     """One file written beside the result: a request or a response body."""
 
     path: str = Field(description="path relative to the result's folder")
@@ -30,7 +26,7 @@ class EvidenceFile(_Frozen):
     kind: Literal["request", "response"]
 
 
-class CheckResult(_Frozen):
+class CheckResult(StrictModel):
     """The verdict of one check, with why and what it looked at."""
 
     id: str
@@ -44,7 +40,7 @@ class CheckResult(_Frozen):
     evidence: tuple[EvidenceFile, ...] = ()
 
 
-class Counts(_Frozen):
+class Counts(StrictModel):
     """How many checks passed, failed and were skipped; skipped never counts as passed."""
 
     passed: int
@@ -56,7 +52,7 @@ class Counts(_Frozen):
         return self.passed + self.failed
 
 
-class AcceptResult(_Frozen):
+class AcceptResult(StrictModel):
     """A whole acceptance run against one deployment."""
 
     schema_version: int = SCHEMA_VERSION

@@ -11,9 +11,10 @@ import random
 import string
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.textcontract import needle_sentence, question, short_instruction
+from servekit.vocabulary import StrictModel
 
 NEEDLE_NAMES = ("A", "B", "C", "D")
 SYSTEM_PROMPT = "You are a careful reader. Answer questions about the document exactly."
@@ -35,10 +36,8 @@ __all__ = [
 ]
 
 
-class Needle(BaseModel):
+class Needle(StrictModel):
     """One needle: its name, its code and where in the filler it sits (0..1)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     code: str

@@ -13,17 +13,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servekit.accept.needles import DEFAULT_DEPTHS
 from servekit.errors import UsageError
+from servekit.vocabulary import StrictModel
 
 DEFAULT_CONTEXTS = ("144k", "1m")
 _CONTEXT = re.compile(r"^(\d+)([km]?)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 
-class AcceptOptions(BaseModel):
+class AcceptOptions(StrictModel):
     """The options of ``servekit accept`` and of :func:`~servekit.accept.run_accept`.
 
     One model for the CLI, the Python API and the docs: the typer command is
@@ -34,8 +35,6 @@ class AcceptOptions(BaseModel):
     exit 2), and :attr:`contexts` and :attr:`needle_depths` are the parsed
     values a run reads.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str | None = Field(
         None, description="URL of the entry, or a layout run by 'servekit up'"

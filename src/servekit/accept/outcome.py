@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.accept.models import Verdict
+from servekit.vocabulary import StrictModel
 
 Measure = str | int | float | bool
 
 
-class Outcome(BaseModel):
+class Outcome(StrictModel):
     """A check's own finding; the runner adds timings and evidence."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     verdict: Verdict
     reason: str

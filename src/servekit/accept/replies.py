@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.accept.wire import Exchange
+from servekit.vocabulary import StrictModel
 
 
 def _first_choice(doc: Any) -> dict[str, Any] | None:
@@ -62,10 +61,8 @@ def cached_tokens(doc_usage: dict[str, Any]) -> int | None:
     return None
 
 
-class StreamReading(BaseModel):
+class StreamReading(StrictModel):
     """What a stream said, and what was wrong with its framing."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
     finish_reason: str | None

@@ -28,7 +28,7 @@ from servekit.accept.registry import Check, all_checks, select
 from servekit.accept.wire import Wire
 from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 RESULT_FILE = "result.json"
 MARKDOWN_FILE = "accept.md"

@@ -14,13 +14,12 @@ import contextlib
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servekit.client import ReadyTarget, poll_ready
 from servekit.deployment import Deployment, Endpoint
 from servekit.sim.spec import SimSpec, spec_from_mapping
 from servekit.sim.testing import RunningSim, running_sim
@@ -76,18 +75,13 @@ def proxy_argv(spec: SimSpec, urls: Mapping[str, str], reference: str | None) ->
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def exited() -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"proxy exited with {proc.returncode}: {log.read_text()[-400:]}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(f"{url}/health", timeout=2) as resp,
-        ):
-            if resp.status == 200:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"proxy at {url} not healthy after {READY_TIMEOUT_S:.0f} s")
+
+    target = ReadyTarget("proxy", url, None)
+    if poll_ready([target], READY_TIMEOUT_S, check=exited, poll_s=0.05):
+        raise RuntimeError(f"proxy at {url} not healthy after {READY_TIMEOUT_S:.0f} s")
 
 
 @contextlib.contextmanager

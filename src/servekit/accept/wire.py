@@ -15,18 +15,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.client import OpenAIClient, RequestKind, RequestRecord
+from servekit.vocabulary import StrictModel
 
 DEFAULT_TIMEOUT_S = 600.0
 NS = 1e-9
 
 
-class Exchange(BaseModel):
+class Exchange(StrictModel):
     """One request and its response (or the error that replaced it)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     method: str
     url: str

@@ -10,15 +10,12 @@ point that has serving metrics.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.bench.schema import BenchResult, Point
+from servekit.vocabulary import StrictModel
 
 
-class Delta(BaseModel):
+class Delta(StrictModel):
     """One compared figure."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     workload: str
     label: str

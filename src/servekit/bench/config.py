@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
+
+from servekit.vocabulary import StrictModel
 
 SLOName = Literal["ttft", "tpot", "e2el"]
 
@@ -26,11 +28,7 @@ Rate = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WorkloadSpec(_Frozen):
+class WorkloadSpec(StrictModel):
     """Base of every workload spec (accept any of them where a list mixes kinds)."""
 
 
@@ -133,7 +131,7 @@ def default_workloads() -> list[WorkloadSpec]:
     return [SingleStream(), MultiStream(), Prefill(), KVCapacity()]
 
 
-class RunSettings(_Frozen):
+class RunSettings(StrictModel):
     """Settings shared by every workload."""
 
     runs: int = Field(3, ge=1, le=100, description="runs per figure; the figure is their median")

@@ -34,6 +34,7 @@ from typing import Any
 from servekit.bench.baseline import FOREIGN
 from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
 from servekit.errors import UsageError
+from servekit.vocabulary import read_at_most
 
 MAX_BYTES = 64 << 20
 STATS = (("mean", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"))
@@ -62,17 +63,10 @@ def read_baseline(path: Path) -> BenchResult:
     where = f"--baseline {path}"
     if not path.is_file():  # a FIFO or a device would block the read
         raise UsageError(f"{where}: no such file; pass a saved bench.json")
-    try:
-        if path.stat().st_size > MAX_BYTES:  # refused unread; the bounded read covers growth
-            raise UsageError(f"{where}: larger than {MAX_BYTES >> 20} MiB; not a benchmark result")
-        with path.open("rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(
-            f"{where}: cannot read ({exc.strerror}); pass a saved bench.json"
-        ) from None
-    if len(data) > MAX_BYTES:
-        raise UsageError(f"{where}: larger than {MAX_BYTES >> 20} MiB; not a benchmark result")
+    too_large = f"larger than {MAX_BYTES >> 20} MiB; not a benchmark result"
+    if path.stat().st_size > MAX_BYTES:  # refused unread; the bounded read covers growth
+        raise UsageError(f"{where}: {too_large}")
+    data = read_at_most(path, MAX_BYTES, where, too_large, hint="; pass a saved bench.json")
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError):

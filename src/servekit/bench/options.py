@@ -15,7 +15,7 @@ from copy import copy
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from servekit.bench.config import (
     DEFAULT_WORKLOADS,
@@ -34,6 +34,7 @@ from servekit.bench.config import (
 )
 from servekit.bench.trace import read_trace
 from servekit.errors import UsageError, first_error
+from servekit.vocabulary import StrictModel
 
 SLO_NAMES: tuple[SLOName, ...] = ("ttft", "tpot", "e2el")
 
@@ -56,7 +57,7 @@ def parse_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
     values = parse_numbers(flag, text)
     if values is None:
         return None
-    if any(v != int(v) for v in values):
+    if any(not math.isfinite(v) or v != int(v) for v in values):
         raise UsageError(f"{flag} {text}: give whole numbers such as 1,4,8")
     return tuple(int(v) for v in values)
 
@@ -100,10 +101,8 @@ def _shared(name: str) -> Any:
     return copy(RunSettings.model_fields[name])
 
 
-class BenchOptions(BaseModel):
+class BenchOptions(StrictModel):
     """The options of ``servekit bench``: one model for the CLI, the code and the docs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     target: str = Field(description="URL of the server, or a layout run by 'up'")
     workload: tuple[str, ...] = Field(

@@ -8,7 +8,7 @@ from servekit.bench.plots import write_plots
 from servekit.bench.records import RECORDS_FILE, write_rows
 from servekit.bench.report import render_markdown
 from servekit.bench.schema import BenchResult
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 
 def write_outputs(

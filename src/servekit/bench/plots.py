@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.schema import BenchResult, Point
-from servekit.fsutil import atomic_write_bytes
+from servekit.vocabulary import atomic_write_bytes
 
 
 def _pyplot() -> Any:

@@ -15,18 +15,16 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.client import RequestRecord
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import StrictModel, atomic_write_text
 
 RECORDS_FILE = "requests.jsonl"
 
 
-class RequestRow(BaseModel):
+class RequestRow(StrictModel):
     """One measured request of one run of one point."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     workload: str
     point: str = Field(description="the point's label in bench.json")

@@ -13,6 +13,7 @@ from servekit.bench.baseline import Delta, compare, not_compared
 from servekit.bench.config import SLOName
 from servekit.bench.schema import BenchResult, Figure, Point
 from servekit.numbers import fmt, signed_percent
+from servekit.vocabulary import markdown_cell
 
 KEY_FIGURES: dict[str, tuple[str, ...]] = {
     "single_stream": ("tok_per_s", "ms_per_step", "acceptance_length", "ttft_ms"),
@@ -72,8 +73,9 @@ def cell(fig: Figure | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    """A Markdown table; every cell escaped (a point label may hold a ``|``)."""
+    lines = ["| " + " | ".join(map(markdown_cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(markdown_cell, r)) + " |" for r in rows]
     return "\n".join(lines)
 
 

@@ -13,21 +13,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from servekit.bench.config import RunSettings, Workload
 from servekit.bench.records import RequestRow
 from servekit.errors import UsageError, first_error
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import StrictModel, atomic_write_text
 
 SCHEMA_VERSION = "servekit.bench/1"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Figure(_Model):
+class Figure(StrictModel):
     """One reported number: the median of its runs, with min-max and provenance."""
 
     unit: str
@@ -38,7 +34,7 @@ class Figure(_Model):
     method: str = Field("", description="how each run's value is computed (see docs/bench.md)")
 
 
-class Point(_Model):
+class Point(StrictModel):
     """One measured point of a workload (for example multi_stream at N=8)."""
 
     workload: str
@@ -58,7 +54,7 @@ class Point(_Model):
         return (self.workload, self.label)
 
 
-class BenchInputs(_Model):
+class BenchInputs(StrictModel):
     """What was measured, where, with what."""
 
     target: str
@@ -80,7 +76,7 @@ class BenchInputs(_Model):
     )
 
 
-class BenchResult(_Model):
+class BenchResult(StrictModel):
     """A whole benchmark run; ``write``/``read`` keep it as JSON."""
 
     schema_version: Literal["servekit.bench/1"] = "servekit.bench/1"

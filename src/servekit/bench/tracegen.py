@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.bench.trace import MOONCAKE_BLOCK
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,13 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from servekit.catalog.loader import LoadedLayout, packaged_catalog
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error
-from servekit.fsutil import atomic_write_text
 from servekit.userdirs import data_dir
+from servekit.vocabulary import StrictModel, atomic_write_text
 
 LEDGER_FILE = "verification.jsonl"
 LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"
@@ -57,10 +57,8 @@ State = Literal["verified", "stale", "unverified", "derived", "simulated-only"]
 StatusSource = Literal["ledger", "provenance", "none"]
 
 
-class LedgerRecord(BaseModel):
+class LedgerRecord(StrictModel):
     """One verify run of one layout, as written to the ledger."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal["servekit.ledger/1"] = LEDGER_SCHEMA
     layout: str
@@ -97,10 +95,8 @@ class LedgerRecord(BaseModel):
         return self.date.date().isoformat()
 
 
-class VerificationStatus(BaseModel):
+class VerificationStatus(StrictModel):
     """A layout's verification state now, the record it rests on, and why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     state: State
     reason: str = Field(description="one line, e.g. 'verified on X, now Y'")

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from servekit import safeyaml
 from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers, profile_path
 from servekit.catalog.schema import Layout
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error_detail
 
 LAYOUT_FILE = "layout.yaml"
 ALIASES_FILE = "aliases.yaml"
@@ -229,20 +229,15 @@ def parse_layout_text(
 
 
 def _describe(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
-    err = exc.errors()[0]
-    loc = tuple(err["loc"])
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    line = _line_of(node, loc)
-    kind = err["type"]
-    msg = err["msg"].removeprefix("Value error, ")
+    err = first_error_detail(exc, "(top level)")
+    field, line, kind, msg = err.field, _line_of(node, err.loc), err.kind, err.reason
     if kind == "extra_forbidden":
         hint = f"unknown field {field!r}; remove it or check its spelling against docs/layouts.md"
     elif kind == "missing":
         hint = f"missing field {field!r}; add it"
     else:
         hint = f"field {field!r}: {msg}"
-    more = len(exc.errors()) - 1
-    suffix = f" (+{more} more)" if more else ""
+    suffix = f" (+{err.more} more)" if err.more else ""
     return f"{source}:{line}: {hint}{suffix}".replace("\n", "\\n")
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.defaults import EngineKind, Role
+from servekit.vocabulary import StrictModel
 
 CATALOG_HELP = "catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
 
@@ -23,11 +24,7 @@ def catalog_field() -> Any:
     return Field(None, description=CATALOG_HELP)
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LayoutsListOptions(_Options):
+class LayoutsListOptions(StrictModel):
     """``servekit layouts list``."""
 
     as_json: bool = Field(
@@ -39,14 +36,14 @@ class LayoutsListOptions(_Options):
     catalog: Path | None = catalog_field()
 
 
-class LayoutsShowOptions(_Options):
+class LayoutsShowOptions(StrictModel):
     """``servekit layouts show NAME``."""
 
     name: str = Field(description="layout name, e.g. a3/1p1d")
     catalog: Path | None = catalog_field()
 
 
-class LayoutsCheckOptions(_Options):
+class LayoutsCheckOptions(StrictModel):
     """``servekit layouts check [NAMES...]``."""
 
     names: tuple[str, ...] = Field((), description="layouts to check (default: all)")
@@ -54,7 +51,7 @@ class LayoutsCheckOptions(_Options):
     catalog: Path | None = catalog_field()
 
 
-class DefaultsOptions(_Options):
+class DefaultsOptions(StrictModel):
     """``servekit defaults``: the defaults table, narrowed."""
 
     kind: EngineKind | None = Field(None, description="engine kind: vllm-ascend, vllm or vllm-cpu")
@@ -67,14 +64,14 @@ class DefaultsOptions(_Options):
     catalog: Path | None = catalog_field()
 
 
-class CatalogSiteOptions(_Options):
+class CatalogSiteOptions(StrictModel):
     """``servekit catalog site``."""
 
     out: Path = Field(description="folder to write (replaced whole)")
     catalog: Path | None = catalog_field()
 
 
-class LayoutsImportOptions(_Options):
+class LayoutsImportOptions(StrictModel):
     """``servekit layouts import FOLDER``."""
 
     folder: Path = Field(

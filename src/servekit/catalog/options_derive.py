@@ -11,10 +11,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from servekit.catalog.options import _Options, catalog_field
+from servekit.catalog.options import catalog_field
+from servekit.vocabulary import StrictModel
 
 
-class LayoutsNewOptions(_Options):
+class LayoutsNewOptions(StrictModel):
     """``servekit layouts new NAME --from BASE``."""
 
     name: str = Field(description="the new layout's name <hw>/<model>/<topology>")
@@ -43,7 +44,7 @@ class LayoutsNewOptions(_Options):
     catalog: Path | None = catalog_field()
 
 
-class LayoutsDiffOptions(_Options):
+class LayoutsDiffOptions(StrictModel):
     """``servekit layouts diff A B``."""
 
     a: str = Field(description="a layout name, a rendered folder (plan.json) or a source folder")
@@ -52,7 +53,7 @@ class LayoutsDiffOptions(_Options):
     catalog: Path | None = catalog_field()
 
 
-class LayoutsDriftOptions(_Options):
+class LayoutsDriftOptions(StrictModel):
     """``servekit layouts drift NAME --upstream FILE``."""
 
     name: str = Field(description="layout name")

@@ -16,20 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from servekit.catalog.schema import ArgMap, EnvMap, Settings, refuse_nul
 from servekit.defaults import EngineKind, Role, SettingValue
+from servekit.vocabulary import StrictModel
 
 PROFILES_DIR = "profiles"
 MERGED_MAPPINGS = ("settings", "engine_args", "leader_args", "env")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RoleProfile(_Strict):
+class RoleProfile(StrictModel):
     """The part of an engine's definition a profile can give (any role, or one role)."""
 
     settings: Settings = Field(default_factory=dict)
@@ -41,7 +38,7 @@ class RoleProfile(_Strict):
     cwd: str | None = None
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     """A family of layouts' shared command, per role."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")

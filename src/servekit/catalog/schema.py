@@ -15,9 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -25,6 +23,7 @@ from pydantic import (
 )
 
 from servekit.defaults import EngineKind, Role, SettingValue, check_settings
+from servekit.vocabulary import StrictModel
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
@@ -68,10 +67,6 @@ VERIFY_WORKLOADS = (
     "rate-sweep",
     "concurrency-sweep",
 )
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def _env_name(name: str) -> str:
@@ -122,7 +117,7 @@ FlagName = Annotated[str, AfterValidator(_flag_name)]
 Settings = Annotated[dict[str, SettingValue], BeforeValidator(check_settings)]
 
 
-class Model(_Strict):
+class Model(StrictModel):
     """The served model and what it can do (capabilities gate acceptance checks)."""
 
     path: str = Field(description="model directory on every node")
@@ -133,7 +128,7 @@ class Model(_Strict):
     trust_remote_code: bool = False
 
 
-class Hardware(_Strict):
+class Hardware(StrictModel):
     accelerator: Accelerator
     devices_per_node: int = Field(
         ge=0, le=MAX_DEVICES, description="accelerator devices per node (0 on cpu)"
@@ -159,7 +154,7 @@ class Hardware(_Strict):
         return self.accelerator.startswith("ascend")
 
 
-class KVConnector(_Strict):
+class KVConnector(StrictModel):
     """vLLM's --kv-transfer-config, minus what the Plan fills in (engine_id, kv_port)."""
 
     name: str
@@ -169,7 +164,7 @@ class KVConnector(_Strict):
     buffer_device: str | None = None
 
 
-class Speculative(_Strict):
+class Speculative(StrictModel):
     method: str
     num_speculative_tokens: int = Field(ge=1, le=64)
     enforce_eager: bool | None = None
@@ -186,7 +181,7 @@ class Speculative(_Strict):
         return cfg
 
 
-class NodeValue(_Strict):
+class NodeValue(StrictModel):
     """An environment value only the node knows when it starts: its IP or the NIC holding it.
 
     YAML: ``HCCL_IF_IP: {node: ip}``, ``GLOO_SOCKET_IFNAME: {node: nic}``.
@@ -195,7 +190,7 @@ class NodeValue(_Strict):
     node: Literal["ip", "nic"]
 
 
-class Prepend(_Strict):
+class Prepend(StrictModel):
     """A value put in front of the one the process inherits, as ``VAR=value:${VAR:-}``.
 
     YAML: ``LD_LIBRARY_PATH: {prepend: /usr/local/lib}``.
@@ -211,7 +206,7 @@ EnvMap = dict[EnvName, EnvValue]
 ArgMap = dict[FlagName, ArgValue]
 
 
-class Engine(_Strict):
+class Engine(StrictModel):
     """One engine: a set of DP ranks sharing an engine_id, spread over ``nodes``.
 
     ``launch`` says how its ranks start: ``single`` (one ``vllm serve``),
@@ -325,7 +320,7 @@ class Engine(_Strict):
         return self.nodes[1:] if self.launch == "builtin-dp" else ()
 
 
-class EndpointRef(_Strict):
+class EndpointRef(StrictModel):
     """Endpoints the proxy fans out to: a node and a port or an inclusive range."""
 
     node: NodeIndex
@@ -352,7 +347,7 @@ class EndpointRef(_Strict):
         return [(self.node, p) for p in range(first, last + 1)]
 
 
-class Proxy(_Strict):
+class Proxy(StrictModel):
     node: NodeIndex = 0
     host: str | NodeValue = Field(
         default_factory=lambda: NodeValue(node="ip"),
@@ -380,7 +375,7 @@ class Proxy(_Strict):
         return [ep for ref in getattr(self, which) for ep in ref.expand()]
 
 
-class Verification(_Strict):
+class Verification(StrictModel):
     """The layout's hardware-verification record as the source states it."""
 
     verified: bool
@@ -393,7 +388,7 @@ class Verification(_Strict):
     note: str | None = None
 
 
-class Deviation(_Strict):
+class Deviation(StrictModel):
     """Where servekit's command differs from the verified source's, and why.
 
     ``flag`` or ``env`` names what differs, ``engines`` where (empty: every engine
@@ -417,7 +412,7 @@ class Deviation(_Strict):
         return self.flag or self.env or (f"{self.process} program" if self.process else "")
 
 
-class SourceRef(_Strict):
+class SourceRef(StrictModel):
     """The exact scripts a layout was taken from: repository, folder and commit."""
 
     repo: str = Field(description="owner/name of the public repository")
@@ -425,7 +420,7 @@ class SourceRef(_Strict):
     commit: str = Field(pattern=r"^[0-9a-f]{7,40}$")
 
 
-class Provenance(_Strict):
+class Provenance(StrictModel):
     source: str = Field(description="upstream document or tutorial the layout comes from")
     source_document: str | None = Field(default=None, description="the seed page that lists it")
     source_ref: SourceRef | None = Field(
@@ -444,7 +439,7 @@ class Provenance(_Strict):
     caveats: tuple[str, ...] = ()
 
 
-class VerifyPlan(_Strict):
+class VerifyPlan(StrictModel):
     """What ``servekit verify`` runs for this layout."""
 
     workloads: tuple[str, ...] = ("single-stream", "multi-stream", "prefill")
@@ -488,7 +483,7 @@ class VerifyPlan(_Strict):
         return levels
 
 
-class HostTuning(_Strict):
+class HostTuning(StrictModel):
     """A host setting a source launcher writes (cpufreq governor, sysctl): recorded, not applied.
 
     The rendered entry does not retune the host it starts on; each entry here is
@@ -502,7 +497,7 @@ class HostTuning(_Strict):
     line: int | None = Field(default=None, ge=1)
 
 
-class Layout(_Strict):
+class Layout(StrictModel):
     name: str = Field(
         pattern=LAYOUT_NAME,
         description="<hardware>/<name>, or <hardware>/<model>/<topology> for imported layouts",

@@ -3,7 +3,8 @@
 One aiohttp session per :class:`OpenAIClient`; every request comes back as a
 typed :class:`RequestRecord` with ``perf_counter_ns`` stamps taken as bytes
 arrive, its raw bodies and SSE frames, and errors as data. ``/metrics`` is
-parsed into a :class:`MetricsSnapshot`.
+parsed into a :class:`MetricsSnapshot`. Readiness (``/health`` and the served model)
+is :func:`probe_all` for one round and :func:`poll_ready` until ready.
 """
 
 from servekit.client._client import EndpointError, OpenAIClient, TokenizeResult
@@ -13,6 +14,7 @@ from servekit.client._metrics import (
     merge_snapshots,
     parse_metrics,
 )
+from servekit.client._ready import Probe, ReadyTarget, judge_backends, poll_ready, probe_all
 from servekit.client._records import ErrorKind, Frame, RequestKind, RequestRecord, Usage
 from servekit.client._sse import SSEDecoder
 
@@ -23,11 +25,16 @@ __all__ = [
     "HistogramSummary",
     "MetricsSnapshot",
     "OpenAIClient",
+    "Probe",
+    "ReadyTarget",
     "RequestKind",
     "RequestRecord",
     "SSEDecoder",
     "TokenizeResult",
     "Usage",
+    "judge_backends",
     "merge_snapshots",
     "parse_metrics",
+    "poll_ready",
+    "probe_all",
 ]

@@ -22,11 +22,11 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict
 
 from servekit.client._metrics import MetricsSnapshot, parse_metrics
 from servekit.client._records import RequestKind, RequestRecord
 from servekit.client._stream import ResponseAccumulator
+from servekit.vocabulary import StrictModel
 
 
 class EndpointError(Exception):
@@ -37,10 +37,8 @@ class EndpointError(Exception):
         self.record = record
 
 
-class TokenizeResult(BaseModel):
+class TokenizeResult(StrictModel):
     """The answer of vLLM's ``/tokenize``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     count: int
     tokens: tuple[int, ...]

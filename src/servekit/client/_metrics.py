@@ -13,13 +13,13 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from servekit.vocabulary import StrictModel
 
 
-class HistogramSummary(BaseModel):
+class HistogramSummary(StrictModel):
     """A histogram summed over label sets: sum, count and cumulative buckets."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     sum: float = 0.0
     count: float = 0.0
@@ -28,10 +28,8 @@ class HistogramSummary(BaseModel):
     )
 
 
-class MetricsSnapshot(BaseModel):
+class MetricsSnapshot(StrictModel):
     """One scrape of ``/metrics`` at ``t_ns`` (perf_counter_ns)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     t_ns: int
     counters: dict[str, float] = Field(default_factory=dict)

@@ -14,25 +14,23 @@ import itertools
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from servekit.vocabulary import StrictModel
 
 ErrorKind = Literal["connect", "timeout", "http", "protocol", "stream", "no_token"]
 RequestKind = Literal["completion", "chat", "raw"]
 
 
-class Frame(BaseModel):
+class Frame(StrictModel):
     """One server-sent event: its ``data`` payload and when it was complete."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     t_ns: int = Field(description="perf_counter_ns when the frame's last byte arrived")
     data: str = Field(description="the event's data payload, '[DONE]' included")
 
 
-class Usage(BaseModel):
+class Usage(StrictModel):
     """Token counts the server reported (``usage`` in the body or final frame)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -51,15 +49,13 @@ class Usage(BaseModel):
         )
 
 
-class RequestRecord(BaseModel):
+class RequestRecord(StrictModel):
     """Everything about one HTTP exchange: bodies, timings, outcome.
 
     ``token_times_ns`` holds the arrival time of every stream frame that carried
     a ``choices`` entry (vLLM's "chunk"), which is what TTFT and ITL are made of,
     with the same rule as ``vllm bench serve``.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: RequestKind
     method: str

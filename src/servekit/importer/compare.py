@@ -34,9 +34,10 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servekit.catalog.loader import load
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error
 from servekit.render.plan import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
+from servekit.vocabulary import read_at_most
 
 PLAN_FILE = "plan.json"
 SOURCE_FILE = "source.json"  # the facts an import recorded (``layouts import --facts``)
@@ -295,18 +296,14 @@ def diff_plans(a: Plan, b: Plan, a_name: str, b_name: str) -> PlanDiff:
 
 
 def _plan_file(path: Path) -> Plan:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_PLAN_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
-    if len(data) > MAX_PLAN_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_PLAN_BYTES} bytes; not a plan.json")
+    data = read_at_most(
+        path, MAX_PLAN_BYTES, str(path), f"larger than {MAX_PLAN_BYTES} bytes; not a plan.json"
+    )
     try:
         return Plan.model_validate_json(data)
     except ValidationError as exc:
         raise UsageError(
-            f"{path}: not a servekit plan.json ({exc.errors()[0]['msg'][:80]}); "
+            f"{path}: not a servekit plan.json ({first_error(exc)[1][:80]}); "
             "render the layout again"
         ) from exc
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servekit import fsutil, safeyaml
+from servekit import safeyaml
 from servekit.catalog.loader import (
     LAYOUT_FILE,
     canonical_name,
@@ -45,6 +45,7 @@ from servekit.errors import UsageError
 from servekit.importer.write import dump_yaml
 from servekit.render.overrides import _assign, parse_set
 from servekit.render.rules import _PD_NAME, check_layout, topology_of
+from servekit.vocabulary import atomic_write_text
 
 NPUS_PER_NODE = {"a2": 8, "a3": 16}
 ACCELERATOR = {"a2": "ascend-a2", "a3": "ascend-a3"}
@@ -417,5 +418,5 @@ def write_derived(name: str, data: dict[str, Any], catalog: Path | None, force: 
     if path.exists() and not force:
         raise UsageError(f"NAME {name}: {path} exists; pick another name or pass --force")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fsutil.atomic_write_text(path, dump_yaml(data))
+    atomic_write_text(path, dump_yaml(data))
     return path

@@ -36,6 +36,7 @@ from servekit.errors import UsageError
 from servekit.importer.compare import FACT_FLAGS, Change, changes, env_of, flags_of
 from servekit.render.plan import ProcessPlan, build_plan
 from servekit.termtable import fit_tables
+from servekit.vocabulary import read_at_most
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_LINES = 100_000
@@ -73,15 +74,8 @@ class UpstreamCommand:
 
 
 def _read(path: Path) -> str:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"--upstream {path}: cannot read ({exc.strerror})") from exc
-    if len(data) > MAX_BYTES:
-        raise UsageError(
-            f"--upstream {path}: larger than {MAX_BYTES} bytes; save only the tutorial"
-        )
+    too_large = f"larger than {MAX_BYTES} bytes; save only the tutorial"
+    data = read_at_most(path, MAX_BYTES, f"--upstream {path}", too_large)
     text = data.decode("utf-8", errors="replace")
     if text.count("\n") > MAX_LINES:
         raise UsageError(f"--upstream {path}: more than {MAX_LINES} lines; save only the tutorial")

@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.importer.contain import (
     ImportRefused,
     Limits,
@@ -64,6 +62,7 @@ from servekit.importer.scan import (
     double_exports,
     host_tuning,
 )
+from servekit.vocabulary import StrictModel
 
 # Python files of a folder that run for real (the platform's DP launcher); every other
 # one is replaced by the recorder.
@@ -82,20 +81,16 @@ MAX_FILES = 2000
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 
 
-class SourceRef(BaseModel):
+class SourceRef(StrictModel):
     """Where a folder comes from: repository, commit and the folder's path in it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     repo: str | None = None
     commit: str | None = None
     folder: str
 
 
-class FolderFacts(BaseModel):
+class FolderFacts(StrictModel):
     """Everything a contained run of one folder observed; ``document()`` is the JSON."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: SourceRef
     entry: str = ENTRY

@@ -21,11 +21,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit import safeyaml
 from servekit.errors import UsageError
 from servekit.importer.contain import ImportRefused
+from servekit.vocabulary import StrictModel
 
 NOT_GIVEN = "not given"
 META_FILE = "meta.yaml"
@@ -33,10 +32,8 @@ _TODO = re.compile(r"\s*(TODO|TBD|FIXME)\b.*", re.IGNORECASE)
 MAX_NOTES = 16 * 1024
 
 
-class SourceMeta(BaseModel):
+class SourceMeta(StrictModel):
     """The provenance facts of one folder's meta.yaml (the source's own claims)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     file: str = META_FILE
     url: str | None = None

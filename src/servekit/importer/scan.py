@@ -19,10 +19,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.importer.contain import FAKE_CPUS, ImportRefused, Write
 from servekit.importer.meta import SourceMeta
+from servekit.vocabulary import StrictModel
 
 ENTRY = "run.sh"
 MAX_NODES = 250
@@ -36,10 +35,8 @@ _CPU = re.compile(r"/cpu(\d+)/")
 _BRANCH = re.compile(r"^\s*(else|elif|fi|esac)\b|;;")
 
 
-class HostTuning(BaseModel):
+class HostTuning(StrictModel):
     """A write to /proc/sys or /sys a node's scripts attempted (recorded, never applied)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     node: int
     path: str
@@ -48,10 +45,8 @@ class HostTuning(BaseModel):
     line: int | None
 
 
-class Unexpressed(BaseModel):
+class Unexpressed(StrictModel):
     """Something of the scripts the facts cannot carry, named by file and line."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     file: str
     line: int

@@ -7,7 +7,7 @@ engines do differently (a ``null`` removes what the profile has and the engine
 lacks). An existing role of a profile is never rewritten, so importing a second
 layout of a family leaves the first one's Plan as it was, and importing the same
 folder again writes the very same bytes. Every file is written through a temp
-file and a rename (:mod:`servekit.fsutil`); nothing is half-written.
+file and a rename (:mod:`servekit.vocabulary.atomic`); nothing is half-written.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from servekit import safeyaml
 from servekit.catalog.loader import LAYOUT_FILE
 from servekit.catalog.profiles import PROFILES_DIR
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
+from servekit.vocabulary import atomic_write_text
 
 SOURCE_FILE = "source.json"
 ROLE_KEYS = (

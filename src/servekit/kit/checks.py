@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from servekit.vocabulary import StrictModel
 
 Status = Literal["pass", "fail", "skip"]
 
 
-class CheckResult(BaseModel):
+class CheckResult(StrictModel):
     """One named check with its outcome and a one-line detail."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     status: Status
@@ -33,10 +33,8 @@ class CheckResult(BaseModel):
         return f"{self.passed}/{self.total}" if self.total is not None else ""
 
 
-class CheckReport(BaseModel):
+class CheckReport(StrictModel):
     """All checks of one verify or rebuild run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     subject: str
     checks: list[CheckResult]

@@ -10,21 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.kit.apply import apply_image
 from servekit.kit.image import read_image
 from servekit.kit.kitdir import open_kit
 from servekit.kit.models import KitManifest
 from servekit.kit.streams import Limits
+from servekit.vocabulary import StrictModel
 
 CONFIG_KEYS = ("Env", "Labels", "Entrypoint", "Cmd", "WorkingDir")
 
 
-class ImageLayer(BaseModel):
+class ImageLayer(StrictModel):
     """One layer as an image lists it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int
     diff_id: str
@@ -33,10 +30,8 @@ class ImageLayer(BaseModel):
     media_type: str
 
 
-class ImageSummary(BaseModel):
+class ImageSummary(StrictModel):
     """An image's identity, layers and runtime config."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     reference: str
     format: str

@@ -81,7 +81,7 @@ def pack(root: Path, name: str, dest: BinaryIO) -> None:
 
 def write_sidecar(archive: Path) -> str:
     """Write ``ARCHIVE.sha256`` (sha256sum format) and return the digest."""
-    from servekit.fsutil import atomic_write_text
+    from servekit.vocabulary import atomic_write_text
 
     digest = sha256_file(str(archive))
     atomic_write_text(archive.with_name(archive.name + ".sha256"), f"{digest}  {archive.name}\n")

@@ -23,6 +23,7 @@ from servekit.kit.kitarchive import kit_members, unpack_checked
 from servekit.kit.models import MAX_LAYERS, MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES, KitManifest
 from servekit.kit.scratch import scratch_dir
 from servekit.kit.streams import Limits, sha256_file
+from servekit.vocabulary import read_at_most
 
 SUMS = "SHA256SUMS"
 MANIFEST = "MANIFEST.json"
@@ -87,13 +88,9 @@ class KitDir:
         whole first); past an explicit ``bound`` the refusal is :class:`KitTooLarge`."""
         path = self.member(rel)
         cap = min(bound, self.limits.max_text) if bound is not None else self.limits.max_text
-        with path.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            data = fh.read(min(size, cap) + 1)
-        if len(data) > cap:
-            error = KitTooLarge if bound is not None else KitRefused
-            raise error(f"kit {self.root.name}: {rel} is larger than {cap} bytes")
-        return data
+        error = KitTooLarge if bound is not None else KitRefused
+        where = f"kit {self.root.name}"
+        return read_at_most(path, cap, where, f"{rel} is larger than {cap} bytes", error=error)
 
     def text(self, rel: str) -> str:
         """A text member decoded strictly as UTF-8 (a bad byte is refused with its offset)."""

@@ -7,8 +7,6 @@ payload sums), the generated files and SHA256SUMS, then packs it atomically.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
@@ -17,6 +15,7 @@ from servekit.kit.kitarchive import kit_members, pack, write_sidecar
 from servekit.kit.models import MAX_MANIFEST_BYTES, KitManifest
 from servekit.kit.render import render_all
 from servekit.kit.streams import sha256_file
+from servekit.vocabulary import atomic_writer
 
 
 def sha256sum_line(digest: str, path: str) -> str:
@@ -56,14 +55,6 @@ def write_sums(stage: Path) -> None:
 
 def write_archive(out: Path, stage: Path, name: str) -> str:
     """Pack the staging folder into ``out`` atomically; write the sidecar; return the sha256."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pack(stage, name, fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(out) as fh:
+        pack(stage, name, fh)
     return write_sidecar(out)

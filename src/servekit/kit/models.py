@@ -10,16 +10,16 @@ import re
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
 )
 
+from servekit.errors import first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import image_path, whiteout_named
+from servekit.vocabulary import StrictModel
 
 # 3: selftest.sh image takes the verify run's nonce and prints the smoke proof.
 SCHEMA_VERSION: Literal[3] = 3
@@ -68,11 +68,7 @@ def _each_one_line(values: list[str]) -> list[str]:
     return values
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Generator(_Frozen):
+class Generator(StrictModel):
     """The tool that wrote the kit."""
 
     name: str
@@ -81,7 +77,7 @@ class Generator(_Frozen):
     _tokens = field_validator("name", "version")(_token)
 
 
-class BaseInfo(_Frozen):
+class BaseInfo(StrictModel):
     """The base image the working layers go on top of."""
 
     reference: str = Field(description="Name or reference of the base image as given")
@@ -98,7 +94,7 @@ class BaseInfo(_Frozen):
         return [_digest(v) for v in value]
 
 
-class LayerInfo(_Frozen):
+class LayerInfo(StrictModel):
     """One working layer shipped in the kit."""
 
     file: str = Field(description="Member path inside the kit (uncompressed tar)")
@@ -122,7 +118,7 @@ class LayerInfo(_Frozen):
     _paths = field_validator("whiteouts", "opaque_dirs")(_each_one_line)
 
 
-class PayloadFile(_Frozen):
+class PayloadFile(StrictModel):
     """A file the working layers deliver, with its content digest.
 
     ``source`` is the file's path in the code repository (relative to its
@@ -149,7 +145,7 @@ class PayloadFile(_Frozen):
         return value
 
 
-class ConfigDelta(_Frozen):
+class ConfigDelta(StrictModel):
     """What the image config changes relative to the base (None: unchanged)."""
 
     env: dict[str, str] = Field(default_factory=dict)
@@ -171,7 +167,7 @@ def _text_value(value: object) -> object:
 Text = Annotated[str, BeforeValidator(_text_value)]
 
 
-class RoleValues(_Frozen):
+class RoleValues(StrictModel):
     """A default that differs by the script's role (a role left out is not promised)."""
 
     decode: Text | None = None
@@ -190,7 +186,7 @@ def _image_file(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-class Gate(_Frozen):
+class Gate(StrictModel):
     """A default in a shipped file (``os.environ.get(NAME, "1")``) that must agree."""
 
     file: str = Field(description="Image path of a payload file, e.g. /opt/app/model.py")
@@ -207,7 +203,7 @@ class Gate(_Frozen):
         return value
 
 
-class Marker(_Frozen):
+class Marker(StrictModel):
     """Text that must be present in a shipped file (e.g. the decode guard's class)."""
 
     file: str = Field(description="Image path of a payload file")
@@ -216,7 +212,7 @@ class Marker(_Frozen):
     _file = field_validator("file")(_image_file)
 
 
-class KitExpect(_Frozen):
+class KitExpect(StrictModel):
     """What the kit promises about the files it ships; ``kit verify`` checks each promise.
 
     ``defaults``: ``NAME=${NAME:-value}`` in the shipped shell scripts, one value
@@ -248,7 +244,7 @@ class KitExpect(_Frozen):
                     else _text_value(promise)
                 )
             except (ValueError, ValidationError) as exc:
-                why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                why = first_error(exc)[1] if isinstance(exc, ValidationError) else str(exc)
                 raise ValueError(
                     f"{name}: {why} (give text, or a mapping of decode/prefill/mixed to text)"
                 ) from None
@@ -266,7 +262,7 @@ class KitExpect(_Frozen):
         return {g.file for g in self.gates} | {m.file for m in self.markers} | set(self.roles)
 
 
-class CodeBaseline(_Frozen):
+class CodeBaseline(StrictModel):
     """The source tree the kit was built from."""
 
     repo_rev: str = Field(description="short commit + '+' + dirty file count + 'dirty'")
@@ -287,7 +283,7 @@ class CodeBaseline(_Frozen):
         return value
 
 
-class ImageInfo(_Frozen):
+class ImageInfo(StrictModel):
     """The image the kit reproduces (base + working layers)."""
 
     source: str | None = Field(description="Source image reference, None when built from a payload")
@@ -300,7 +296,7 @@ class ImageInfo(_Frozen):
     _image_id = field_validator("image_id")(_digest)
 
 
-class KitManifest(_Frozen):
+class KitManifest(StrictModel):
     """The whole MANIFEST.json."""
 
     schema_version: Literal[1, 2, 3] = SCHEMA_VERSION

@@ -31,6 +31,7 @@ from servekit.kit.imagetypes import (
 )
 from servekit.kit.jsonsafe import load_json
 from servekit.kit.streams import CHUNK
+from servekit.vocabulary import read_at_most
 
 
 def _blob_path(root: Path, digest: object, what: str) -> Path:
@@ -43,11 +44,9 @@ def _blob_path(root: Path, digest: object, what: str) -> Path:
 
 def _read_small(path: Path, what: str) -> bytes:
     """A JSON file's bytes, refused past MAX_JSON (read at most that much)."""
-    with path.open("rb") as fh:
-        data = fh.read(MAX_JSON + 1)
-    if len(data) > MAX_JSON:
-        raise KitRefused(f"{what}: {path.name} is too large for JSON")
-    return data
+    return read_at_most(
+        path, MAX_JSON, what, f"{path.name} is too large for JSON", error=KitRefused
+    )
 
 
 def _json_blob(root: Path, digest: object, what: str) -> bytes:

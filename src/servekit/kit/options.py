@@ -15,9 +15,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servekit.defaults import EngineKind
+from servekit.vocabulary import StrictModel
 
 if TYPE_CHECKING:
     from servekit.kit.streams import Limits
@@ -38,11 +39,7 @@ def max_ratio_field() -> Any:
     return Field(DEFAULT_MAX_RATIO, ge=1, description="Largest decompression ratio")
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Bounded(_Options):
+class _Bounded(StrictModel):
     """A command that reads compressed streams: ``--max-size``/``--max-ratio`` bound them.
 
     Each subclass declares the two fields last (where its help lists them); this
@@ -173,7 +170,7 @@ class KitRebuildOptions(_Bounded):
     max_ratio: int = max_ratio_field()
 
 
-class KitInspectOptions(_Options):
+class KitInspectOptions(StrictModel):
     """``servekit kit inspect TARGET``."""
 
     target: str = Field(description="Kit (.tar.zst or folder) or image reference")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from servekit import safeyaml
 from servekit.errors import UsageError, first_error
@@ -23,14 +23,13 @@ from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
 from servekit.kit.models import ConfigDelta, KitExpect
 from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes, whiteout_named
+from servekit.vocabulary import StrictModel
 
 BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
 
 
-class PayloadItem(BaseModel):
+class PayloadItem(StrictModel):
     """One destination in the image: a file or directory tree, or a symlink."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dest: str = Field(description="Absolute path in the image, e.g. /opt/app/serve.sh")
     src: str | None = Field(None, description="File or directory, relative to the spec")
@@ -47,10 +46,8 @@ class PayloadItem(BaseModel):
         return value
 
 
-class PayloadSpec(BaseModel):
+class PayloadSpec(StrictModel):
     """A whole payload spec file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str | None = None
     files: list[PayloadItem] = Field(default_factory=list)

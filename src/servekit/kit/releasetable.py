@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_bytes, atomic_write_text
 from servekit.kit.checks import CheckReport, CheckResult
 from servekit.kit.models import KitManifest
 from servekit.kit.options import KitVerifyOptions
 from servekit.kit.verify import DefaultsTable, run_verify
+from servekit.vocabulary import StrictModel, atomic_write_bytes, atomic_write_text, markdown_cell
 
 TABLE_SCHEMA: Literal["servekit.kit-table/1"] = "servekit.kit-table/1"
 RowStatus = Literal["pass", "fail", "not run"]
@@ -41,10 +41,8 @@ INTEGRITY = (
 )
 
 
-class KitTableRow(BaseModel):
+class KitTableRow(StrictModel):
     """One row of the release table."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     item: str = Field(description="What the row proves, as the seed names it")
     status: RowStatus
@@ -58,10 +56,8 @@ class KitTableRow(BaseModel):
         return f"{self.passed}/{self.total}" if self.total is not None else "-"
 
 
-class KitReleaseTable(BaseModel):
+class KitReleaseTable(StrictModel):
     """The whole table, as written to ``kit-table.json``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal["servekit.kit-table/1"] = TABLE_SCHEMA
     kit: str = Field(description="The kit verified (path as given)")
@@ -158,10 +154,6 @@ def kit_release_table(report: CheckReport, manifest: KitManifest | None = None) 
 _MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "not run": "not run"}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_release_table(table: KitReleaseTable, link_prefix: str = "") -> str:
     """The table as Markdown; evidence links are ``link_prefix + file``."""
     title = f"`{table.name}`" if table.name else f"`{table.kit}`"
@@ -172,7 +164,7 @@ def render_release_table(table: KitReleaseTable, link_prefix: str = "") -> str:
     for row in table.rows:
         link = f"[{row.evidence}]({link_prefix}{row.evidence})" if row.evidence else "-"
         lines.append(
-            f"| {row.item} | {_MARK[row.status]} | {row.ratio} | {_cell(row.result)} | {link} |"
+            f"| {row.item} | {_MARK[row.status]} | {row.ratio} | {markdown_cell(row.result)} | {link} |"
         )
     return "\n".join(lines) + "\n"
 

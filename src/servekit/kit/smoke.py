@@ -19,12 +19,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servekit.errors import UsageError
 from servekit.kit.checks import CheckResult, counted
 from servekit.kit.fsmanifest import FsState
 from servekit.kit.jsonsafe import decode_text
 from servekit.kit.models import KitManifest
 from servekit.kit.smokeproof import expected_proof, witnesses
+from servekit.vocabulary import read_at_most
 
 MAX_LOG = 16 << 20
 _HEADER = re.compile(r"selftest kit (\S+) image (sha256:[0-9a-f]{64})")
@@ -56,13 +56,8 @@ class _Log:
 
 
 def _read(path: Path) -> str:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_LOG + 1)
-    except OSError as exc:
-        raise UsageError(f"--smoke {path}: cannot read ({exc.strerror})") from None
-    if len(data) > MAX_LOG:
-        raise UsageError(f"--smoke {path}: larger than {MAX_LOG} bytes; give the selftest log")
+    where = f"--smoke {path}"
+    data = read_at_most(path, MAX_LOG, where, f"larger than {MAX_LOG} bytes; give the selftest log")
     return decode_text(data, f"--smoke {path}")
 
 

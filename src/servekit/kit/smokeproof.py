@@ -22,9 +22,9 @@ import secrets
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.kit.fsmanifest import FILE, SYMLINK, FsState
 from servekit.kit.models import KitManifest
+from servekit.vocabulary import atomic_write_text
 
 NONCE_FILE = "smoke-nonce.txt"
 NONCE = re.compile(r"[0-9a-f]{32}")

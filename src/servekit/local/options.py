@@ -11,13 +11,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servekit.catalog.options import catalog_field
-
-
-class _Options(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from servekit.vocabulary import StrictModel
 
 
 def _seconds(value: float, flag: str) -> float:
@@ -31,7 +28,7 @@ def ready_timeout_field(default: float) -> Any:
     return Field(default, description="seconds to wait for readiness (positive, finite)")
 
 
-class UpOptions(_Options):
+class UpOptions(StrictModel):
     """``servekit up NAME``."""
 
     name: str = Field(description="layout name, e.g. local/1p1d")
@@ -68,13 +65,13 @@ class UpOptions(_Options):
         return self
 
 
-class DownOptions(_Options):
+class DownOptions(StrictModel):
     """``servekit down [NAME]``."""
 
     name: str | None = Field(None, description="layout to stop (default: every run)")
 
 
-class StatusOptions(_Options):
+class StatusOptions(StrictModel):
     """``servekit status [NAME]``."""
 
     name: str | None = Field(None, description="layout (default: every run)")
@@ -85,7 +82,7 @@ class StatusOptions(_Options):
     )
 
 
-class LogsOptions(_Options):
+class LogsOptions(StrictModel):
     """``servekit logs PROCESS``."""
 
     process: str = Field(description="process name, e.g. decode or proxy")
@@ -105,7 +102,7 @@ class LogsOptions(_Options):
         return value
 
 
-class DemoOptions(_Options):
+class DemoOptions(StrictModel):
     """``servekit demo``."""
 
     ready_timeout: float = ready_timeout_field(900.0)
@@ -116,7 +113,7 @@ class DemoOptions(_Options):
         return _seconds(value, "--ready-timeout")
 
 
-class TinyModelOptions(_Options):
+class TinyModelOptions(StrictModel):
     """``servekit model tiny``."""
 
     out: Path = Field(

@@ -20,7 +20,6 @@ from pathlib import Path
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
 from servekit.deployment import run_dir_for, run_dirs_of
-from servekit.fsutil import atomic_write_text
 from servekit.local import companions, portplan, preflight
 from servekit.local.options import UpOptions
 from servekit.local.portplan import LOOPBACK
@@ -30,6 +29,7 @@ from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
 from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
+from servekit.vocabulary import atomic_write_text
 
 
 def _engine_checks(

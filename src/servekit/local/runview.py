@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from servekit.local.readiness import ReadyTarget, probe_all
+from servekit.client import ReadyTarget, probe_all
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import RunSpec
 from servekit.local.state import (
@@ -23,6 +23,7 @@ from servekit.local.state import (
     seen_phase,
     supervisor_alive,
 )
+from servekit.vocabulary import StrictModel
 
 
 def _live_health(state: RunState) -> dict[str, str]:
@@ -35,10 +36,8 @@ def _live_health(state: RunState) -> dict[str, str]:
     }
 
 
-class ProcView(BaseModel):
+class ProcView(StrictModel):
     """One process of a run as ``status --json`` shows it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     role: str
@@ -53,10 +52,8 @@ class ProcView(BaseModel):
     log: Path
 
 
-class RunView(BaseModel):
+class RunView(StrictModel):
     """One run as ``status --json`` shows it: the recorded state and what is true now."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str
     engine: str

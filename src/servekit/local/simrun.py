@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
 from servekit.render.plan import Plan, ProcessPlan
+from servekit.vocabulary import atomic_write_text
 
 SIM_PROCESS = "sim"
 # The simulator's latency profile per engine kind of the Plan; "zero" elsewhere.

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servekit.errors import first_error
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 Phase = Literal["starting", "ready", "failed", "stopping", "stopped"]
 ProcPhase = Literal["pending", "starting", "ready", "exited"]

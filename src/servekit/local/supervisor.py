@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from servekit.client import ReadyTarget, probe_all
 from servekit.deployment import Deployment, Endpoint
-from servekit.fsutil import atomic_write_text
 from servekit.local import procs
-from servekit.local.readiness import ReadyTarget, probe_all
 from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import RunSpec
 from servekit.local.state import ProcState, RunState, start_ticks, write_state
+from servekit.vocabulary import atomic_write_text
 
 TICK_S = 0.5
 EXIT_FAILED = 1

@@ -23,10 +23,10 @@ from aiohttp import web
 
 from servekit.errors import UsageError
 from servekit.proxy.bodies import read_request
-from servekit.proxy.config import check_url
 from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.router import Router
+from servekit.vocabulary.urls import check_url
 
 ROLES = ("prefill", "decode", "replica")
 ADMIN_PREFIXES = ("/admin/", "/instances/")
@@ -133,7 +133,7 @@ def _apply(router: Router, action: str, change: Change) -> None:
         if change.role not in router.pools:
             raise UsageError(f"role: give one of {sorted(router.pools)} to add instances")
         for url in change.urls:
-            router.probe_soon(router.pools[change.role].add(check_url("urls", url)))
+            router.probe_soon(router.pools[change.role].add(check_url(url, "urls")))
         return
     for inst in _find(router, change):
         if action == "undrain":

@@ -1,13 +1,11 @@
 """The proxy as one self-contained zipapp, for engine images that have only aiohttp.
 
 A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
-pydantic of a known version. :func:`build_zipapp` packs the proxy package,
-``servekit/__init__.py``, ``servekit/errors.py`` and ``servekit/guard.py`` (all
-standard library) and prometheus_client (pure Python, copied from the installed
-distribution with its LICENSE and NOTICE), plus the shared vocabulary
-(``servekit/vocabulary/``, whose face is ``servekit/lazyface.py``: the proxy's
-parser generator and the other words it uses; the modules the proxy imports
-there are standard library only) and a ``__main__.py``, so that::
+pydantic of a known version. :func:`build_zipapp` packs the proxy package, the
+servekit modules it imports (:data:`SHARED`: ``errors``, ``guard``, the vocabulary
+words it uses and the ``__init__`` files on the way; all standard library) and
+prometheus_client (pure Python, copied from the installed
+distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
 
     python3 servekit-proxy.pyz --prefill URL --decode URL --port 8000
 
@@ -21,17 +19,29 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import io
-import os
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from servekit.vocabulary.atomic import atomic_write_bytes
 
 SHEBANG = b"#!/usr/bin/env python3\n"
 MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.server import main\n\nsys.exit(main())\n'
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 VENDORED = "prometheus_client"
 LEFT_OUT = ("bundle.py",)  # builds the archive; not needed to run it
+# The servekit modules outside the proxy package that it imports (all standard
+# library), so the proxy uses the vocabulary's words instead of copies of them;
+# tests/proxy/test_bundle.py checks this list against the proxy's imports.
+SHARED = (
+    "__init__.py",
+    "errors.py",
+    "guard.py",
+    "lazyface.py",
+    "vocabulary/__init__.py",
+    "vocabulary/cliargs.py",
+    "vocabulary/urls.py",
+)
 
 
 def _package_dir(name: str) -> Path:
@@ -57,8 +67,7 @@ def members() -> dict[str, bytes]:
     """Archive name -> bytes of everything the zipapp holds."""
     servekit = _package_dir("servekit")
     found = dict(_tree(servekit / "proxy", "servekit/proxy"))
-    found.update(_tree(servekit / "vocabulary", "servekit/vocabulary"))
-    for name in ("__init__.py", "errors.py", "lazyface.py", "guard.py"):
+    for name in SHARED:
         found[f"servekit/{name}"] = (servekit / name).read_bytes()
     found.update(_tree(_package_dir(VENDORED), VENDORED))
     found.update(_licenses(VENDORED))
@@ -81,14 +90,5 @@ def zipapp_bytes() -> bytes:
 
 def build_zipapp(out: Path) -> Path:
     """Write the proxy zipapp to ``out`` (temp file + rename); returns ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(zipapp_bytes())
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out, zipapp_bytes(), mode=0o755)
     return out

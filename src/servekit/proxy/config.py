@@ -24,7 +24,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
@@ -36,6 +35,7 @@ from servekit.vocabulary.cliargs import (
 )
 from servekit.vocabulary.cliargs import build_parser as build_argparser
 from servekit.vocabulary.cliargs import option as opt
+from servekit.vocabulary.urls import check_url
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
 MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")
@@ -167,20 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
 
 
-def check_url(flag: str, url: str) -> str:
-    """One backend URL, normalised without a trailing slash."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"{flag} {url}: expected http://HOST:PORT")
-    return url.rstrip("/")
-
-
 def parse_bootstrap(value: str) -> tuple[str, str]:
     """``ENGINE_ID=http://HOST:PORT`` -> (engine id, URL); UsageError naming the flag if not."""
     engine_id, sep, url = value.partition("=")
     if not sep or not engine_id.strip():
         raise UsageError(f"--prefill-bootstrap {value}: expected ENGINE_ID=http://HOST:PORT")
-    return engine_id.strip(), check_url("--prefill-bootstrap", url)
+    return engine_id.strip(), check_url(url, "--prefill-bootstrap")
 
 
 def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, ...]) -> None:
@@ -271,7 +263,7 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
     ns = dict(values)
     _check_choices(ns)
     for role in ("prefill", "decode", "replica"):
-        ns[role] = tuple(check_url(f"--{role}", u) for u in ns.get(role, ()))
+        ns[role] = tuple(check_url(u, f"--{role}") for u in ns.get(role, ()))
     _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))
     if ns["replica"]:
         if "mode" in ns:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servekit.defaults import GUARD_MODULE
-from servekit.fsutil import atomic_write_bytes
+from servekit.vocabulary import atomic_write_bytes
 
 GUARD_FILE = f"{GUARD_MODULE}.py"
 PROXY_FILE = "servekit-proxy.pyz"

@@ -13,31 +13,28 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.catalog.schema import EnvValue, NodeValue, Prepend
+from servekit.vocabulary import StrictModel
 
 BUNDLE_REF = "${BUNDLE_DIR}"
 
 
-class BundlePrepend(BaseModel):
+class BundlePrepend(StrictModel):
     """The folder holding servekit's bundled files, in front of the inherited value."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bundle_dir: str = Field(description="the folder here, or ${BUNDLE_DIR} in scripts")
     sep: str = ":"
 
 
-class NodeUrl(BaseModel):
+class NodeUrl(StrictModel):
     """A URL naming node ``node``'s address, which only that node's rank table tells.
 
     A layerwise decoder's guard must trust its proxy's metaserver; where the proxy
     listens on every address, the URL is built on the proxy node's own IP, which a
     rendered script knows only at launch (``${NODE<k>_IP}``).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     node: int = Field(ge=0)
     prefix: str

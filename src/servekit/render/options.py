@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from servekit.vocabulary import StrictModel
 
 
-class RenderOptions(BaseModel):
+class RenderOptions(StrictModel):
     """What ``servekit render`` is asked."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. a3/1p1d")
     out: Path = Field(

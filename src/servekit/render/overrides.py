@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from servekit import safeyaml
 from servekit.catalog.schema import Layout
-from servekit.errors import UsageError
+from servekit.errors import UsageError, first_error_detail
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:
@@ -86,11 +86,10 @@ def apply_overrides(layout: Layout, items: list[str]) -> Layout:
     try:
         return Layout.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = _where(tuple(err["loc"]), data)
-        if err["type"] == "extra_forbidden":
+        err = first_error_detail(exc)
+        field = _where(err.loc, data)
+        if err.kind == "extra_forbidden":
             raise UsageError(
                 f"--set: unknown key {field!r}; see 'servekit layouts show {layout.name}' for the fields"
             ) from exc
-        msg = err["msg"].removeprefix("Value error, ")
-        raise UsageError(f"--set: {field}: {msg}") from exc
+        raise UsageError(f"--set: {field}: {err.reason}") from exc

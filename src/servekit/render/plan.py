@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
 from servekit.defaults import (
@@ -37,6 +37,7 @@ from servekit.guard import METASERVER_ENV, metaserver_url
 from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
+from servekit.vocabulary import StrictModel
 
 ProcessKind = Literal["engine", "proxy"]
 ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
@@ -59,11 +60,7 @@ DEVICE_ENV: dict[EngineKind, str | None] = {
 }
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PlanOptions(_Frozen):
+class PlanOptions(StrictModel):
     """Inputs besides the layout: where nodes live and which ports they really use."""
 
     hosts: tuple[str, ...] | None = Field(
@@ -87,7 +84,7 @@ class PlanOptions(_Frozen):
     )
 
 
-class ProxyFacts(_Frozen):
+class ProxyFacts(StrictModel):
     """What the proxy process routes to, as typed facts (its argv is built from these)."""
 
     mode: ProxyMode
@@ -105,7 +102,7 @@ class ProxyFacts(_Frozen):
         return {f"{role}_instances": n for role, n in counts.items() if n}
 
 
-class ProcessPlan(_Frozen):
+class ProcessPlan(StrictModel):
     """One process on one node, fully resolved.
 
     Besides the argv, it carries the facts consumers need as typed fields (role,
@@ -161,12 +158,12 @@ class ProcessPlan(_Frozen):
         return ports
 
 
-class NodePlan(_Frozen):
+class NodePlan(StrictModel):
     index: int
     processes: tuple[ProcessPlan, ...]
 
 
-class Plan(_Frozen):
+class Plan(StrictModel):
     layout: str
     title: str
     engine_kind: EngineKind

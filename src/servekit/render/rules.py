@@ -13,11 +13,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from servekit.catalog.schema import Engine, Layout, Proxy
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import Plan, PlanOptions, build_plan
+from servekit.vocabulary import StrictModel
 
 Level = Literal["error", "warning"]
 
@@ -25,9 +24,7 @@ ASCEND_RESERVED_BASE = 20000
 ASCEND_RESERVED_PER_DEVICE = 1000
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Finding(StrictModel):
     level: Level
     layout: str
     field: str

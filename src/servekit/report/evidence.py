@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.bench.schema import BenchResult, Point
-from servekit.fsutil import atomic_write_text
+from servekit.vocabulary import atomic_write_text
 
 SUMS_FILE = "SHA256SUMS"
 POINTS_DIR = "bench/points"

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from servekit.vocabulary import StrictModel
 
 RUN_SCHEMA: Literal["servekit.verify/1"] = "servekit.verify/1"
 
@@ -19,11 +21,7 @@ StepStatus = Literal["ok", "fail", "skipped"]
 RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StepOutcome(_Frozen):
+class StepOutcome(StrictModel):
     """One lifecycle step: did it run, did it work, and the one-line why."""
 
     name: StepName
@@ -32,7 +30,7 @@ class StepOutcome(_Frozen):
     duration_s: float = 0.0
 
 
-class KitCheck(_Frozen):
+class KitCheck(StrictModel):
     """The image kit self-check, when ``--kit`` was given."""
 
     archive: str = Field(description="kit archive path as given")
@@ -45,7 +43,7 @@ class KitCheck(_Frozen):
     )
 
 
-class Files(_Frozen):
+class Files(StrictModel):
     """Evidence files of the run, relative to the run folder (None: not produced)."""
 
     deployment: str | None = None
@@ -56,7 +54,7 @@ class Files(_Frozen):
     kit: str | None = None
 
 
-class Interruption(_Frozen):
+class Interruption(StrictModel):
     """A run stopped by Ctrl-C or SIGTERM: where it was and what had finished."""
 
     signal: str = Field(description="SIGINT or SIGTERM")
@@ -65,7 +63,7 @@ class Interruption(_Frozen):
     detail: str = Field(default="", description="how far the running step got")
 
 
-class VerifyRun(_Frozen):
+class VerifyRun(StrictModel):
     """``run.json``: the record of one ``servekit verify`` run."""
 
     schema_version: Literal["servekit.verify/1"] = RUN_SCHEMA

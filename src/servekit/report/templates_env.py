@@ -13,17 +13,12 @@ from typing import Any
 
 import jinja2
 
-from servekit.fsutil import atomic_write_text
-
-
-def md_cell(text: object) -> str:
-    """Make text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+from servekit.vocabulary import atomic_write_text, markdown_cell
 
 
 def md_link(text: object, href: str | None) -> str:
     """``[text](href)``, or the bare cell text when there is no evidence file."""
-    cell = md_cell(text)
+    cell = markdown_cell(text)
     if not href:
         return cell
     return f"[{cell.replace('[', '(').replace(']', ')')}]({href})"
@@ -39,7 +34,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["cell"] = md_cell
+    env.filters["cell"] = markdown_cell
     env.filters["mdlink"] = md_link
     return env
 

@@ -20,17 +20,16 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from servekit.errors import UsageError, first_error
+from servekit.vocabulary import StrictModel
 
 Misbehave = Literal["none", "wrong_code", "echo_prompt", "long_answer"]
 
 
-class FaultSpec(BaseModel):
+class FaultSpec(StrictModel):
     """Fault settings of one endpoint; all off by default."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests failed")
     error_status: int = Field(default=500, ge=400, le=599)

@@ -17,19 +17,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from servekit.cliopts import argparser, build_options, parse_argv
 from servekit.errors import UsageError
 from servekit.sim.spec import EndpointSpec, Role, SimSpec, load_spec, spec_from_mapping
+from servekit.vocabulary import StrictModel
 
 _EP = EndpointSpec.model_fields  # endpoint defaults are the quick form's defaults
 
 
-class SimOptions(BaseModel):
+class SimOptions(StrictModel):
     """What to serve, and how fast: a spec file or the quick form of N endpoints."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     spec: Path | None = Field(None, description="a SimSpec file (.json, .yaml)")
     endpoints: int | None = Field(None, description="quick form: N endpoints of one role")

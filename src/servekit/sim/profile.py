@@ -12,18 +12,17 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from servekit import safeyaml
 from servekit.errors import UsageError, first_error
+from servekit.vocabulary import StrictModel
 
 PROFILE_PACKAGE = "servekit.sim.profiles"
 
 
-class Profile(BaseModel):
+class Profile(StrictModel):
     """How one simulated engine spends (virtual) time and KV memory."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     label: str = Field(default="simulated", description="shown beside every figure from it")

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.http import build_app
 from servekit.sim.pd import KvRegistry
 from servekit.sim.spec import SimSpec
+from servekit.vocabulary import atomic_write_text
 
 log = logging.getLogger("servekit.sim")
 
@@ -130,15 +130,8 @@ async def _run(spec: SimSpec, ready_file: Path | None) -> None:
         if server.admin_url:
             log.info("sim admin at %s", server.admin_url)
         if ready_file is not None:
-            _write_atomically(ready_file, json.dumps(info, indent=2) + "\n")
+            # Readers polling for the ready file never see half of it.
+            atomic_write_text(ready_file, json.dumps(info, indent=2) + "\n")
         await stop.wait()
     finally:
         await server.stop()
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers polling for the ready file never see half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -12,12 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from servekit import safeyaml
 from servekit.errors import UsageError, first_error
 from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
+from servekit.vocabulary import StrictModel
 
 Role = Literal["mixed", "prefill", "decode"]
 KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]
@@ -25,10 +26,8 @@ GuardMode = Literal["strict", "prompt-keyed"]
 KvPeers = Literal["process", "any"]
 
 
-class EndpointSpec(BaseModel):
+class EndpointSpec(StrictModel):
     """One simulated API server (a DP rank or an instance) on its own port."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
     host: str = "127.0.0.1"
@@ -103,19 +102,15 @@ class EndpointSpec(BaseModel):
         return self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
 
 
-class AdminSpec(BaseModel):
+class AdminSpec(StrictModel):
     """The admin server: faults and state of every endpoint in one place."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(ge=0, le=65535)
 
 
-class SimSpec(BaseModel):
+class SimSpec(StrictModel):
     """Everything one simulator process serves."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     endpoints: tuple[EndpointSpec, ...] = Field(min_length=1)
     admin: AdminSpec | None = None

@@ -18,12 +18,13 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.kvprotocol import protocol_of
 from servekit.sim.spec import GuardMode, KvMode, Role
+from servekit.vocabulary import StrictModel
 from servekit.vocabulary.cliargs import build_parser as build_argparser
 from servekit.vocabulary.cliargs import dataclass_options, option, parse_known_values
 
@@ -34,10 +35,8 @@ _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 Flags = dict[str, str | bool | list[str]]
 
 
-class VllmLaunch(BaseModel):
+class VllmLaunch(StrictModel):
     """What one ``vllm serve`` process is, as its command line says."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     argv: tuple[str, ...] = Field(description="the command line after 'serve', as given")
     model: str

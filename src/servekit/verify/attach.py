@@ -26,7 +26,7 @@ from typing import Any
 
 from servekit.catalog.ledger import NOT_OBSERVED
 from servekit.catalog.schema import Layout
-from servekit.deployment import Deployment, entry_url
+from servekit.deployment import Deployment
 from servekit.errors import UsageError
 from servekit.render.plan import build_plan
 from servekit.verify.cluster import (
@@ -40,16 +40,13 @@ from servekit.verify.cluster import (
 from servekit.verify.components import Attacher
 from servekit.verify.identity import Identity, fetch_text
 from servekit.verify.options import VerifyOptions
-
-
-def is_url(target: str | None) -> bool:
-    return target is not None and target.startswith(("http://", "https://"))
+from servekit.vocabulary import check_url, is_url
 
 
 def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
     """Bad combinations of --target, --nodes, --logs and --speed, before anything runs."""
     if is_url(opts.target):
-        entry_url(str(opts.target))
+        check_url(str(opts.target))
     if opts.nodes is not None:
         parse_nodes(opts.nodes, layout)
         if opts.target is not None and not is_url(opts.target):
@@ -66,7 +63,7 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
             raise UsageError(
                 f"--reference {opts.reference}: give a URL such as http://10.0.0.9:8080"
             )
-        entry_url(opts.reference, "--reference")
+        check_url(opts.reference, "--reference")
     if opts.reference is not None and not opts.attached:
         raise UsageError("--reference: only with --target or --nodes (up starts the reference)")
     if opts.logs is not None and not opts.attached:

@@ -230,7 +230,7 @@ def single_entry_nodes(layout: Layout, entry: str) -> tuple[str, ...] | None:
 def write_deployment(opts: DeploymentOptions) -> Deployment:
     """Build the deployment from the Plan and the addresses; write it atomically."""
     from servekit.catalog.loader import load
-    from servekit.fsutil import atomic_write_text
+    from servekit.vocabulary import atomic_write_text
 
     layout = load(opts.name, opts.catalog).layout
     dep = cluster_deployment(

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from pathlib import Path
 import servekit
 from servekit.catalog.loader import load
 from servekit.catalog.schema import Layout
+from servekit.client import ReadyTarget, poll_ready
 from servekit.errors import UsageError
 from servekit.render.plan import PlanOptions, build_plan
 from servekit.render.shell import write_rendering
@@ -190,23 +190,6 @@ def _layout_nodes(root: Path, layout: Layout, prefix: str, first: int, tag: str)
     ]
 
 
-def _health(url: str, counts: dict[str, int]) -> bool:
-    """/health answers 200 and, for a proxy, counts every backend healthy."""
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            body = resp.read()
-            ok = int(resp.status) == 200
-    except (OSError, ValueError):
-        return False
-    if not ok or not counts:
-        return ok
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and all(doc.get(k) == n for k, n in counts.items())
-
-
 def _urls(layout: Layout, nodes: Sequence[Node]) -> list[tuple[str, dict[str, int]]]:
     """Each API server's URL and, for the proxy, the backend counts it must report."""
     plan = build_plan(layout, PlanOptions(hosts=tuple(n.address for n in nodes)))
@@ -219,20 +202,23 @@ def _urls(layout: Layout, nodes: Sequence[Node]) -> list[tuple[str, dict[str, in
 
 def wait_ready(groups: Sequence[tuple[Layout, Sequence[Node]]], timeout_s: float) -> None:
     """Until every API server answers /health 200 and the proxy sees every backend."""
-    pending = [url for layout, nodes in groups for url in _urls(layout, nodes)]
-    deadline = time.monotonic() + timeout_s
-    while pending:
+    targets = [
+        ReadyTarget(url, url, None, tuple(sorted(counts.items())))
+        for layout, nodes in groups
+        for url, counts in _urls(layout, nodes)
+    ]
+
+    def exited() -> None:
         for _, nodes in groups:
             for node in nodes:
                 if node.popen is not None and node.popen.poll() is not None:
                     tail = node.output.read_text(errors="replace")[-1500:]
                     raise RuntimeError(f"{node.pod} exited with {node.popen.returncode}:\n{tail}")
-        pending = [(url, counts) for url, counts in pending if not _health(url, counts)]
-        if pending and time.monotonic() > deadline:
-            names = ", ".join(url for url, _ in pending[:5])
-            raise RuntimeError(f"not ready after {timeout_s:.0f} s: {names}")
-        if pending:
-            time.sleep(POLL_S)
+
+    pending = poll_ready(targets, timeout_s, check=exited, poll_s=POLL_S)
+    if pending:
+        names = ", ".join(t.url for t, _ in pending[:5])
+        raise RuntimeError(f"not ready after {timeout_s:.0f} s: {names}")
 
 
 def _group_alive(pgid: int) -> bool:

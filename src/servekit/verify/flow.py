@@ -24,7 +24,6 @@ from servekit.bench.schema import BenchResult, Point
 from servekit.catalog.loader import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.report.models import Files, Interruption, KitCheck
 from servekit.verify.attach import attach_deployment, check_engine_flag, describe, with_identity
 from servekit.verify.components import Components
@@ -33,6 +32,7 @@ from servekit.verify.options import VerifyOptions
 from servekit.verify.progress import KIT_UNITS, VerifyProgress, accept_units, bench_units
 from servekit.verify.steps import StepFailed, Steps, one_line
 from servekit.verify.workloads import contexts_for, settings_for, workloads_for
+from servekit.vocabulary import atomic_write_text
 
 
 @dataclass

@@ -14,18 +14,17 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
+from servekit.vocabulary import StrictModel
 
 EngineChoice = Literal["vllm", "sim"]
 
 
-class VerifyOptions(BaseModel):
+class VerifyOptions(StrictModel):
     """Everything ``servekit verify`` was asked, checked before anything starts."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
     engine: EngineChoice | None = Field(
@@ -157,15 +156,13 @@ class VerifyOptions(BaseModel):
         return self.bench_speed or 1.0
 
 
-class DeploymentOptions(BaseModel):
+class DeploymentOptions(StrictModel):
     """``servekit deployment``: the layout, where its nodes are, and what to write.
 
     Every check of the flags is here (the command and
     :func:`servekit.verify.cluster.write_deployment` only read them); what needs
     the layout (``--nodes`` against its node count) is checked when it loads.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. a3/1p1d")
     nodes: str = Field(
@@ -213,10 +210,10 @@ class DeploymentOptions(BaseModel):
     @field_validator("entry")
     @classmethod
     def _entry_url(cls, value: str | None) -> str | None:
-        from servekit.deployment import entry_url
+        from servekit.vocabulary import check_url
 
         try:
-            return None if value is None else entry_url(value, "--entry")
+            return None if value is None else check_url(value, "--entry")
         except UsageError as exc:
             raise ValueError(str(exc)) from None
 

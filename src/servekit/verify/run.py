@@ -23,7 +23,6 @@ from servekit.bench.schema import BenchResult
 from servekit.catalog.ledger import LedgerRecord, append_record, ledger_path, read_records
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.render.plan import build_plan
 from servekit.report.build import RUN_FILE, build_report
 from servekit.report.evidence import write_sums
@@ -36,6 +35,7 @@ from servekit.verify.options import VerifyOptions, default_run_dir
 from servekit.verify.progress import VerifyProgress
 from servekit.verify.records import ledger_record, run_record
 from servekit.verify.steps import Steps
+from servekit.vocabulary import atomic_write_text
 
 __all__ = ["VerifyOptions", "VerifyOutcome", "main", "verify"]
 

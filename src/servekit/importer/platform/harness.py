@@ -45,6 +45,7 @@ from servekit.importer.platform.normalize import (
     node_placeholders,
     process_facts,
 )
+from servekit.vocabulary import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 FAKE_TOOLS = ("hostname", "ifconfig", "ip", "sysctl")
@@ -252,9 +253,7 @@ def rank_table(
 def write_rank_table(platform: FakePlatform, status: str = "completed") -> None:
     """(Re)write the platform's rank table, e.g. to flip it to ``completed`` later."""
     doc = rank_table(platform.nodes, platform.group_sizes, status, platform.devices_per_node)
-    tmp = platform.rank_table.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
-    tmp.rename(platform.rank_table)
+    atomic_write_text(platform.rank_table, json.dumps(doc, indent=2))
 
 
 def default_groups(count: int, group0: int = 1) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ length is generous so long-context checks have room.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from servekit.vocabulary import StrictModel
 
 SPECIAL_TOKENS = (
     "<|pad|>",
@@ -20,10 +20,8 @@ SPECIAL_TOKENS = (
 )
 
 
-class TinySpec(BaseModel):
+class TinySpec(StrictModel):
     """Architecture and identity of the tiny Llama."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     seed: int = 20260627
     hidden_size: int = 256

@@ -1,0 +1,218 @@
+"""No utility word of the vocabulary is defined twice (issue 25).
+
+The strict frozen model, atomic writes, the URL check, Markdown cell escaping and
+pydantic error reading each live in one module; this test reads every module of
+``src/servekit`` and fails when one outside that home defines the concept again.
+Each rule has a positive control: a synthetic snippet that does what the rule
+forbids is caught, so a rule that silently matches nothing would fail too.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
+
+Rule = Callable[[ast.AST], Iterator[int]]
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def _constants(node: ast.AST) -> Iterator[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            yield sub.value
+
+
+def _calls(node: ast.AST) -> Iterator[ast.Call]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            yield sub
+
+
+def _name(call: ast.Call) -> str:
+    """``os.replace`` for ``os.replace(...)``, ``.rename`` for ``x.rename(...)``, ``f`` for ``f()``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        base = func.value.id if isinstance(func.value, ast.Name) else ""
+        return f"{base}.{func.attr}" if base in ("os", "tempfile") else f".{func.attr}"
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def strict_config(tree: ast.AST) -> Iterator[int]:
+    """``ConfigDict(frozen=True, extra="forbid", ...)``: the strict model's config, again."""
+    for call in _calls(tree):
+        if _name(call) == "ConfigDict":
+            keys = {k.arg: ast.unparse(k.value) for k in call.keywords}
+            if keys.get("frozen") == "True" and keys.get("extra") == "'forbid'":
+                yield call.lineno
+
+
+TEMP_CALLS = {"tempfile.mkstemp", "tempfile.NamedTemporaryFile", "mkstemp", "NamedTemporaryFile"}
+RENAMES = {"os.replace", "os.rename", ".rename", ".replace"}
+
+
+def atomic_write(tree: ast.AST) -> Iterator[int]:
+    """A function that makes a temp file and renames it into place: an atomic write, again."""
+    for fn in _functions(tree):
+        calls = list(_calls(fn))
+        temp = any(_name(c) in TEMP_CALLS for c in calls) or any(
+            ".tmp" in s for s in _constants(fn)
+        )
+        for call in calls:
+            path_rename = _name(call) in (".rename", ".replace") and not (
+                call.args and isinstance(call.args[0], ast.Constant)
+            )
+            if temp and (_name(call) in ("os.replace", "os.rename") or path_rename):
+                yield call.lineno
+
+
+def url_check(tree: ast.AST) -> Iterator[int]:
+    """A function that splits a URL and judges its scheme or port: the URL check, again."""
+    for fn in _functions(tree):
+        splits = [c for c in _calls(fn) if _name(c) in ("urlsplit", "urlparse", ".urlsplit")]
+        schemes = [
+            n.lineno
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Compare)
+            and "scheme" in ast.unparse(n.left)
+            and {"http", "https"} & set(_constants(n))
+        ]
+        guarded_port = any(
+            isinstance(n, ast.Try)
+            and any("ValueError" in ast.unparse(h.type or ast.Constant(None)) for h in n.handlers)
+            and any(isinstance(a, ast.Attribute) and a.attr == "port" for a in ast.walk(n))
+            for n in ast.walk(fn)
+        )
+        if splits and (schemes or guarded_port):
+            yield splits[0].lineno
+    for call in _calls(tree):
+        if _name(call) == ".startswith" and any(s.startswith("http") for s in _constants(call)):
+            yield call.lineno
+
+
+def markdown_escape(tree: ast.AST) -> Iterator[int]:
+    """``text.replace("|", ...)``: Markdown cell escaping, again."""
+    for call in _calls(tree):
+        first = call.args[0] if call.args else None
+        if _name(call) == ".replace" and isinstance(first, ast.Constant) and first.value == "|":
+            yield call.lineno
+
+
+def error_reading(tree: ast.AST) -> Iterator[int]:
+    """``exc.errors()[0]``: reading pydantic's first error outside errors.first_error."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Call)
+            and _name(node.value) == ".errors"
+            and ast.unparse(node.slice) == "0"
+        ):
+            yield node.lineno
+
+
+# rule -> (its one home, modules it does not apply to with the reason)
+RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
+    "strict frozen model": (strict_config, "vocabulary/model.py", {}),
+    "atomic write": (
+        atomic_write,
+        "vocabulary/atomic.py",
+        {
+            # Copied unchanged into a fake platform's bin/ and run by whatever python3
+            # a script finds, without servekit: it cannot import the vocabulary.
+            "importer/platform/recorder.py": "standalone file, runs without servekit",
+        },
+    ),
+    "URL check": (url_check, "vocabulary/urls.py", {}),
+    "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
+    "pydantic error reading": (error_reading, "errors.py", {}),
+}
+
+
+@functools.cache
+def _sources() -> tuple[tuple[str, ast.AST], ...]:
+    """Every module of src/servekit, parsed once for all the rules."""
+    return tuple(
+        (path.relative_to(SRC).as_posix(), ast.parse(path.read_text()))
+        for path in sorted(SRC.rglob("*.py"))
+    )
+
+
+@pytest.mark.parametrize("concept", sorted(RULES))
+def test_each_utility_word_is_defined_only_in_its_home(concept: str) -> None:
+    rule, home, exempt = RULES[concept]
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources()
+        if rel != home and rel not in exempt
+        for line in rule(tree)
+    ]
+    assert not found, f"{concept} defined outside servekit/{home}: {found}; import it from there"
+
+
+@pytest.mark.parametrize("concept", sorted(RULES))
+def test_each_home_exists_and_holds_its_word(concept: str) -> None:
+    """The rules look for something real: the home itself does what the rule forbids elsewhere."""
+    rule, home, _ = RULES[concept]
+    assert list(rule(ast.parse((SRC / home).read_text()))), home
+
+
+CAUGHT = {
+    "strict frozen model": [
+        'class A(BaseModel):\n    model_config = ConfigDict(frozen=True, extra="forbid")\n',
+        'C = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)\n',
+    ],
+    "atomic write": [
+        "def w(p, d):\n    fd, tmp = tempfile.mkstemp(dir=p.parent)\n    os.replace(tmp, p)\n",
+        'def w(p, t):\n    tmp = p.with_suffix(".tmp")\n    tmp.write_text(t)\n    tmp.rename(p)\n',
+        'def w(p, t):\n    tmp = p.with_name(f".{p.name}.tmp")\n    os.rename(tmp, p)\n',
+    ],
+    "URL check": [
+        "def c(u):\n    parts = urlsplit(u)\n"
+        '    if parts.scheme not in ("http", "https"):\n        raise UsageError(u)\n',
+        "def c(u):\n    try:\n        port = urlparse(u).port\n    except ValueError:\n        raise\n",
+        'def is_url(t):\n    return t.startswith(("http://", "https://"))\n',
+    ],
+    "Markdown cell": ['def cell(t):\n    return t.replace("|", "\\\\|")\n'],
+    "pydantic error reading": [
+        'try:\n    M()\nexcept ValidationError as exc:\n    msg = exc.errors()[0]["msg"]\n'
+    ],
+}
+
+KEPT = {
+    "strict frozen model": ['model_config = ConfigDict(extra="forbid")\n'],
+    "atomic write": [
+        "def swap(a, b):\n    os.replace(a, b)\n",
+        "def staged(p):\n    tmp = tempfile.mkdtemp()\n    os.replace(tmp, p)\n",
+        'def f(t):\n    tmp = ".tmp"\n    return t.replace("a", "b")\n',
+    ],
+    "URL check": [
+        "def host(u):\n    return urlsplit(u).hostname\n",
+        "def same(a, b):\n    return urlsplit(a).port == urlsplit(b).port\n",
+    ],
+    "Markdown cell": ['t.replace("-", "_")\n'],
+    "pydantic error reading": ["errors = exc.errors()\nn = len(errors)\n"],
+}
+
+
+@pytest.mark.parametrize(
+    ("concept", "snippet"), [(c, s) for c, snippets in CAUGHT.items() for s in snippets]
+)
+def test_positive_control_a_redefinition_is_caught(concept: str, snippet: str) -> None:
+    assert list(RULES[concept][0](ast.parse(snippet))), snippet
+
+
+@pytest.mark.parametrize(
+    ("concept", "snippet"), [(c, s) for c, snippets in KEPT.items() for s in snippets]
+)
+def test_near_misses_are_not_redefinitions(concept: str, snippet: str) -> None:
+    assert not list(RULES[concept][0](ast.parse(snippet))), snippet
