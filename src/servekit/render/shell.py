@@ -24,7 +24,7 @@ from servekit.catalog.schema import NodeValue
 from servekit.defaults import SETTINGS_BY_KEY
 from servekit.errors import UsageError
 from servekit.fsutil import staged_dir
-from servekit.render.bundle import bundle_files
+from servekit.render.bundle import bundle_files, entry_files
 from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
 from servekit.render.words import references, shell_word
@@ -168,6 +168,7 @@ def _modelarts(plan: Plan) -> dict[str, str | bytes]:
     for p in plan.processes:
         files[f"{p.name}.sh"] = process_script(plan, p)
     files.update(bundle_files())
+    files.update(entry_files())
     return files
 
 
