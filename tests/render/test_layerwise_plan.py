@@ -15,6 +15,7 @@ from typing import Any
 from servekit.catalog.schema import Layout
 from servekit.guard import METASERVER_ENV, metaserver_key
 from servekit.kvprotocol import LAYERWISE_CONNECTOR
+from servekit.render.command import shell_words
 from servekit.render.envvalues import NodeUrl, resolve_value
 from servekit.render.plan import PlanOptions, build_plan
 from servekit.render.rules import check_layout
@@ -64,8 +65,9 @@ def test_without_known_addresses_the_url_is_built_at_launch_on_the_proxy_node(
     want = NodeUrl(node=node, prefix="http://", suffix=f":{port}/v1/metaserver")
     decoders = [p for p in plan.processes if p.role == "decode" and not p.headless]
     assert decoders and all(p.env[METASERVER_ENV] == want for p in decoders)
-    i = proxy.argv_template.index("--metaserver-url")
-    assert proxy.argv_template[i + 1] == f"http://${{NODE{node}_IP}}:{port}/v1/metaserver"
+    script = shell_words(proxy.command)
+    i = script.index("--metaserver-url")
+    assert script[i + 1] == f'http://"${{NODE{node}_IP}}":{port}/v1/metaserver'
     resolved = resolve_value(
         METASERVER_ENV, want, node_ip="x", node_nic="y", inherited={}, node_ips={node: "10.9.8.7"}
     )

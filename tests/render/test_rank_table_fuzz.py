@@ -1,9 +1,9 @@
-"""The rank-table reader inside the rendered run.sh, fuzzed: any file gives a line, never a run.
+"""The rank-table reader the rendered run.sh runs, fuzzed: any file gives a line, never a run.
 
 The platform writes ``global_rank_table.json``; the rendered entry reads it with
-an embedded python3 program (``RANK_PY``) whose output the shell then uses. That
-program is what parses hostile input on the real cluster, so it is taken from
-a real rendering and run on generated files: any JSON shape, wrong types,
+``python3 servekit_rank_table.py`` (shipped beside it) whose output the shell then
+uses. That program is what parses hostile input on the real cluster, so it is
+taken from a real rendering and run on generated files: any JSON shape, wrong types,
 hostile strings, deep nesting, bytes that are not UTF-8, IPv6 scope ids. Each run
 must end with exit 0, 1 (a one-line reason: not readable yet, or not usable) or 3
 (one line: a file that can never be read), never a traceback and never a hang, and
@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servekit.catalog.loader import load
+from servekit.render.bundle import RANK_TABLE_FILE
 from servekit.render.plan import build_plan
 from servekit.render.shell import render_files
 
@@ -33,17 +34,21 @@ HOSTILE = ["$(touch /tmp/pwned)", "`id`", "a b", "x\ny", "10.0.0.1; id", "'", '"
 
 
 @pytest.fixture(scope="module")
-def rank_py() -> str:
-    run_sh = render_files(build_plan(load("a3/1p1d").layout), "modelarts")["run.sh"]
+def rank_py(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The reader as a real rendering ships it, beside the run.sh that runs it."""
+    files = render_files(build_plan(load("a3/1p1d").layout), "modelarts")
+    run_sh = files["run.sh"]
     assert isinstance(run_sh, str)
-    match = re.search(r"^RANK_PY='\n(.*?)^'$", run_sh, re.M | re.S)
-    assert match is not None, "run.sh no longer embeds RANK_PY"
-    return match.group(1)
+    assert f'RANK_PY="$here/{RANK_TABLE_FILE}"' in run_sh, "run.sh no longer runs the reader"
+    path = tmp_path_factory.mktemp("reader") / RANK_TABLE_FILE
+    content = files[RANK_TABLE_FILE]
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(path)
 
 
 def _read(rank_py: str, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", rank_py, *args[:1], str(path), *args[1:]],
+        [sys.executable, rank_py, *args[:1], str(path), *args[1:]],
         capture_output=True, text=True, timeout=20, check=False,
     )  # fmt: skip
 

@@ -21,6 +21,7 @@ from servekit.defaults import script_defaults
 from servekit.errors import UsageError
 from servekit.guard import source_bytes
 from servekit.proxy.bundle import zipapp_bytes
+from servekit.render import ranktable
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.render.shell import TARGETS, Target, render_files, write_rendering
@@ -161,6 +162,8 @@ def _shown(content: str | bytes) -> str:
         return "(servekit's guard.py, byte for byte)\n"
     if content == zipapp_bytes():
         return "(servekit's proxy zipapp)\n"
+    if content == ranktable.source_bytes():
+        return "(servekit's render/ranktable.py, byte for byte)\n"
     return content.decode("utf-8")
 
 

@@ -1,11 +1,13 @@
 """servekit's own files that travel with a rendering: the decode guard, the KV shim, the proxy.
 
 The engine image must not need servekit installed: the guard is one
-standard-library module loaded with ``--middleware`` through PYTHONPATH, and the
-proxy is a zipapp that needs only aiohttp (which every vLLM image has). Both are
-the CPU shim of vLLM's NIXL and Mooncake connectors is one module loaded by
-``kv_connector_module_path`` (:mod:`servekit.kvshim`). All are written beside the scripts (and into a local run's bundle folder), byte for byte
-the same as servekit's own code.
+standard-library module loaded with ``--middleware`` through PYTHONPATH; the CPU
+shim of vLLM's NIXL and Mooncake connectors is one module loaded by
+``kv_connector_module_path`` (:mod:`servekit.kvshim`); the proxy is a zipapp that
+needs only aiohttp (which every vLLM image has). All are written beside the
+scripts (and into a local run's bundle folder), byte for byte the same as
+servekit's own code. The ModelArts entry also ships the rank-table reader it runs
+(:mod:`servekit.render.ranktable`), which only that entry needs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from servekit.vocabulary import atomic_write_bytes
 GUARD_FILE = f"{GUARD_MODULE}.py"
 PROXY_FILE = "servekit-proxy.pyz"
 KV_SHIM_FILE = "servekit_kv_cpu.py"
+RANK_TABLE_FILE = "servekit_rank_table.py"
 
 
 def bundle_files() -> dict[str, bytes]:
@@ -31,6 +34,13 @@ def bundle_files() -> dict[str, bytes]:
         KV_SHIM_FILE: kvshim.source_bytes(),
         PROXY_FILE: zipapp_bytes(),
     }
+
+
+def entry_files() -> dict[str, bytes]:
+    """What the ModelArts entry itself runs: the rank-table reader (:mod:`.ranktable`)."""
+    from servekit.render import ranktable
+
+    return {RANK_TABLE_FILE: ranktable.source_bytes()}
 
 
 def write_bundle(folder: Path) -> list[Path]:

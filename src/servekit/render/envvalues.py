@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pydantic import Field
 
 from servekit.catalog.schema import EnvValue, NodeValue, Prepend
+from servekit.render.command import Ref, Word, node_var
 from servekit.vocabulary import StrictModel
 
 BUNDLE_REF = "${BUNDLE_DIR}"
@@ -42,11 +43,15 @@ class NodeUrl(StrictModel):
 
     @property
     def reference(self) -> str:
-        return "${NODE" + str(self.node) + "_IP}"
+        return "${" + node_var(self.node) + "}"
 
     def with_host(self, host: str) -> str:
         """The URL on ``host``: the node's address here, or :attr:`reference` in scripts."""
         return self.prefix + host + self.suffix
+
+    def word(self, host: str) -> Word:
+        """The URL as one command word; ``host`` is the node's address here."""
+        return Word(parts=(self.prefix, Ref(var=node_var(self.node), value=host), self.suffix))
 
 
 AnyEnvValue = EnvValue | BundlePrepend | NodeUrl

@@ -5,15 +5,17 @@ local supervisor and the simulator all consume its output, so what is tested on
 one machine is what is rendered for the cluster; nothing downstream re-derives
 ports, engine ids or defaults, and nothing reads a fact back out of argv.
 
-Each process carries its concrete ``argv`` and an ``argv_template`` in which the
-values a node only knows at launch are shell references: the defaults table's
-tunables (``${GPU_UTIL}``), the bind address (``${BIND_HOST}``), node addresses
-(``${NODE<k>_IP}``) and the folder of servekit's bundled files
-(``${BUNDLE_DIR}``). Environment values are typed (:mod:`servekit.render.envvalues`):
-a literal, this node's IP or NIC, or a prefix to the inherited value. Rendered
-scripts let operators tune at launch while the defaults stay those of the
-catalog; tests run the rendered scripts and require them to expand to exactly
-the Plan.
+Each process carries its command once, as typed words
+(:mod:`servekit.render.command`): data, or references to what a node only knows
+at launch, each with its value here: the defaults table's tunables
+(``GPU_UTIL``), the bind address (``BIND_HOST``), node addresses (``NODE<k>_IP``)
+and the folder of servekit's bundled files (``BUNDLE_DIR``). The argv of a
+process started here and the words of its rendered script are each derived from
+those by one function. Environment values are typed
+(:mod:`servekit.render.envvalues`): a literal, this node's IP or NIC, or a prefix
+to the inherited value. Rendered scripts let operators tune at launch while the
+defaults stay those of the catalog; tests run the rendered scripts and require
+them to expand to exactly the Plan.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV, metaserver_url
 from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
+from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 from servekit.vocabulary import StrictModel
 
@@ -50,7 +53,6 @@ PROXY_MODE_OF: dict[KvMode, ProxyMode] = {
     "prompt": "prompt-keyed",
     "layerwise": "layerwise",
 }
-BIND_REF = "${BIND_HOST}"
 PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
@@ -85,7 +87,7 @@ class PlanOptions(StrictModel):
 
 
 class ProxyFacts(StrictModel):
-    """What the proxy process routes to, as typed facts (its argv is built from these)."""
+    """What the proxy process routes to, as typed facts (resolved from its command's words)."""
 
     mode: ProxyMode
     prefill: tuple[str, ...] = ()
@@ -105,9 +107,9 @@ class ProxyFacts(StrictModel):
 class ProcessPlan(StrictModel):
     """One process on one node, fully resolved.
 
-    Besides the argv, it carries the facts consumers need as typed fields (role,
-    tp, DP ranks, guard, KV mode, the proxy's backends), so nothing downstream
-    reads them back out of argv.
+    Besides its command, it carries the facts consumers need as typed fields
+    (role, tp, DP ranks, guard, KV mode, the proxy's backends), so nothing
+    downstream reads them back out of argv.
     """
 
     name: str
@@ -137,12 +139,18 @@ class ProcessPlan(StrictModel):
     kv_port: int | None = None
     rpc_port: int | None = None
     cwd: str | None = Field(default=None, description="working directory, created if missing")
-    argv: tuple[str, ...]
-    argv_template: tuple[str, ...]
+    command: tuple[Arg, ...] = Field(
+        description="the command as typed words (servekit.render.command); argv derives from it"
+    )
     env: dict[str, PlanEnvValue] = Field(default_factory=dict)
     settings: dict[str, str] = Field(
         default_factory=dict, description="script variable -> value from the defaults table"
     )
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The argv a process started here runs."""
+        return resolved_argv(self.command)
 
     @property
     def url(self) -> str | None:
@@ -191,26 +199,12 @@ class Plan(StrictModel):
         )
 
 
-class _Args:
-    """argv and its template built side by side, so they cannot drift."""
-
-    def __init__(self) -> None:
-        self.argv: list[str] = []
-        self.template: list[str] = []
+class _Args(list[Arg]):
+    """A command's words in order."""
 
     def lit(self, *tokens: str) -> None:
-        """Tokens from data: a ``$`` in them stays literal in scripts (written ``$$``)."""
-        self.argv.extend(tokens)
-        self.template.extend(t.replace("$", "$$") for t in tokens)
-
-    def var(self, flag: str, value: str, var: str) -> None:
-        self.argv.extend((flag, value))
-        self.template.extend((flag, "${" + var + "}"))
-
-    def ref(self, value: str, template: str) -> None:
-        """One token known at launch: ``value`` here, ``template`` in scripts."""
-        self.argv.append(value)
-        self.template.append(template)
+        """Words from data: literal in argv and in scripts alike."""
+        self.extend(tokens)
 
 
 def planned_ports(layout: Layout) -> list[tuple[int, int]]:
@@ -306,10 +300,10 @@ def _apply_settings(
         text = format_value(value)
         used[setting.var] = text
         if setting.how == "flag":
-            args.var(setting.target, text, setting.var)
+            args.extend((setting.target, var(setting.var, text)))
         elif setting.how == "bool-flag":
             flag = setting.target if value else "--no-" + setting.target.removeprefix("--")
-            args.ref(flag, "${" + setting.var + "_FLAG}")
+            args.append(var(setting.var + "_FLAG", flag))
         elif setting.how == "env":
             env[setting.target] = text
         elif setting.how == "middleware":
@@ -343,9 +337,8 @@ def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -
     Scripts keep it switchable at launch (GUARD=0/1), so the module's folder is on
     PYTHONPATH whenever the setting exists, on or off.
     """
-    if on:
-        args.argv.extend(("--middleware", GUARD_MIDDLEWARE))
-    args.template.extend(("${GUARD_ON:+--middleware}", "${GUARD_ON:+" + GUARD_MIDDLEWARE + "}"))
+    switch = Ref(var="GUARD_ON", value="1" if on else "")
+    args.extend(Word(parts=(text,), when=switch) for text in ("--middleware", GUARD_MIDDLEWARE))
     env["PYTHONPATH"] = BundlePrepend(bundle_dir=ctx.opts.bundle_dir)
 
 
@@ -416,17 +409,12 @@ def kv_transfer_config(engine: Engine, kv_port: int | None, scratch: str) -> dic
 
 def _bind(ctx: _Context, engine: Engine, args: _Args) -> None:
     """``--host``: the layout's address, overridable at launch with BIND_HOST."""
-    chosen = ctx.opts.bind_host or engine.bind_host
+    bind = Ref(var="BIND_HOST", value=ctx.opts.bind_host or engine.bind_host or "")
     if engine.bind_host is None:
         # The source passes no --host: only an explicit BIND_HOST adds one.
-        if chosen is not None:
-            args.argv.extend(("--host", chosen))
-        args.template.extend(("${BIND_HOST:+--host}", "${BIND_HOST:+${BIND_HOST}}"))
+        args.extend((Word(parts=("--host",), when=bind), Word(parts=(bind,), when=bind)))
         return
-    assert chosen is not None
-    args.argv.append("--host")
-    args.template.append("--host")
-    args.ref(chosen, BIND_REF)
+    args.extend(("--host", Word(parts=(bind,))))
 
 
 def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
@@ -556,8 +544,7 @@ def _process(
         kv_port=kv_port,
         rpc_port=rpc_port,
         cwd=cwd,
-        argv=tuple(args.argv),
-        argv_template=tuple(args.template),
+        command=tuple(args),
         env=env,
         settings=used,
     )
@@ -583,14 +570,19 @@ def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> Proc
 
 
 def node_ref(node: int) -> str:
-    """The script variable holding node ``node``'s address."""
-    return "${NODE" + str(node) + "_IP}"
+    """Node ``node``'s address as a script reference (where no address is given)."""
+    return "${" + node_var(node) + "}"
+
+
+def _node_address(ctx: _Context, node: int, prefix: str = "", suffix: str = "") -> Word:
+    """A word on node ``node``'s address: its value here, ``NODE<k>_IP`` in scripts."""
+    parts = (prefix, Ref(var=node_var(node), value=ctx.host(node)), suffix)
+    return Word(parts=tuple(p for p in parts if p))
 
 
 def _dp_common(ctx: _Context, engine: Engine, args: _Args, rpc: int | None) -> None:
     args.lit("--data-parallel-size", str(engine.dp_size))
-    args.lit("--data-parallel-address")
-    args.ref(ctx.host(engine.nodes[0]), node_ref(engine.nodes[0]))
+    args.extend(("--data-parallel-address", _node_address(ctx, engine.nodes[0])))
     if rpc is not None:
         args.lit("--data-parallel-rpc-port", str(rpc))
 
@@ -653,11 +645,11 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
     )
 
 
-def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> tuple[str, str]:
-    """The proxy's listen address here and in scripts: a literal, or its node's own IP."""
+def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> Arg:
+    """The proxy's listen address: a literal, or its node's own IP."""
     if isinstance(host, str):
-        return host, host.replace("$", "$$")
-    return ctx.opts.bind_host or ctx.host(node), node_ref(node)
+        return host
+    return var(node_var(node), ctx.opts.bind_host or ctx.host(node))
 
 
 def _proxy_access(args: _Args, proxy: Proxy) -> None:
@@ -684,7 +676,7 @@ def _serving_engine(ctx: _Context, node: int, planned: int) -> Engine | None:
     return None
 
 
-def _bootstraps(ctx: _Context, proxy: Proxy, host: Any) -> tuple[str, ...]:
+def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
     """ENGINE_ID=http://HOST:PORT of each prefill endpoint's bootstrap server (its kv_port)."""
     found = []
     for node, planned in proxy.endpoints("prefill"):
@@ -694,7 +686,8 @@ def _bootstraps(ctx: _Context, proxy: Proxy, host: Any) -> tuple[str, ...]:
                 f"proxy.prefill {node}:{planned}: a bootstrap connector needs the prefill "
                 "engine's engine_id and kv_port (its bootstrap server)"
             )
-        found.append(f"{engine.engine_id}=http://{host(node)}:{ctx.port(node, engine.kv_port)}")
+        port = ctx.port(node, engine.kv_port)
+        found.append(_node_address(ctx, node, f"{engine.engine_id}=http://", f":{port}"))
     return tuple(found)
 
 
@@ -704,62 +697,49 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     port = ctx.port(proxy.node, proxy.port)
     args = _Args()
     args.lit(ctx.opts.python)
-    args.ref(f"{ctx.opts.bundle_dir}/{PROXY_FILE}", f"{BUNDLE_REF}/{PROXY_FILE}")
-    listen, listen_template = _proxy_host(ctx, proxy.host, proxy.node)
-    args.lit("--host")
-    args.ref(listen, listen_template)
+    args.append(Word(parts=(Ref(var="BUNDLE_DIR", value=ctx.opts.bundle_dir), "/" + PROXY_FILE)))
+    args.extend(("--host", _proxy_host(ctx, proxy.host, proxy.node)))
     args.lit("--port", str(port))
     mode: ProxyMode = "replica" if proxy.mode == "replica" else PROXY_MODE_OF[ctx.kv_mode]
     if mode != "replica":
         args.lit("--mode", mode)
     if mode == "layerwise":
         callback = _metaserver(ctx)
-        args.lit("--metaserver-url")
-        if isinstance(callback, NodeUrl):
-            args.ref(
-                callback.with_host(ctx.host(proxy.node)), callback.with_host(callback.reference)
-            )
-        else:
-            args.ref(callback, callback.replace("$", "$$"))
+        word = callback.word(ctx.host(proxy.node)) if isinstance(callback, NodeUrl) else callback
+        args.extend(("--metaserver-url", word))
     _proxy_access(args, proxy)
 
-    def urls(which: Literal["prefill", "decode", "replicas"], host: Any) -> tuple[str, ...]:
+    def urls(which: Literal["prefill", "decode", "replicas"]) -> tuple[Word, ...]:
         return tuple(
-            f"http://{host(node)}:{ctx.port(node, planned)}"
+            _node_address(ctx, node, "http://", f":{ctx.port(node, planned)}")
             for node, planned in proxy.endpoints(which)
         )
 
-    bootstrap = _bootstraps(ctx, proxy, ctx.host) if mode == "bootstrap" else ()
+    backends = {which: urls(which) for which in ("prefill", "decode", "replicas")}
+    bootstrap = _bootstraps(ctx, proxy) if mode == "bootstrap" else ()
+    for flag, words in (
+        ("--prefill", backends["prefill"]),
+        ("--decode", backends["decode"]),
+        ("--replica", backends["replicas"]),
+        ("--prefill-bootstrap", bootstrap),
+    ):
+        if words:
+            args.extend((flag, *words))
     facts = ProxyFacts(
         mode=mode,
-        prefill=urls("prefill", ctx.host),
-        decode=urls("decode", ctx.host),
-        replica=urls("replicas", ctx.host),
-        bootstrap=bootstrap,
+        prefill=resolved_argv(backends["prefill"]),
+        decode=resolved_argv(backends["decode"]),
+        replica=resolved_argv(backends["replicas"]),
+        bootstrap=resolved_argv(bootstrap),
     )
-    for flag, which in (
-        ("--prefill", "prefill"),
-        ("--decode", "decode"),
-        ("--replica", "replicas"),
-    ):
-        here = urls(which, ctx.host)  # type: ignore[arg-type]
-        if here:
-            args.lit(flag)
-            for value, template in zip(here, urls(which, node_ref), strict=True):  # type: ignore[arg-type]
-                args.ref(value, template)
-    if bootstrap:
-        args.lit("--prefill-bootstrap")
-        for value, template in zip(bootstrap, _bootstraps(ctx, proxy, node_ref), strict=True):
-            args.ref(value, template)
     return ProcessPlan(
         name="proxy",
         node=proxy.node,
         kind="proxy",
         role="proxy",
         host=ctx.host(proxy.node),
-        bind_host=listen_template,
+        bind_host=proxy.host if isinstance(proxy.host, str) else node_ref(proxy.node),
         api_port=port,
-        argv=tuple(args.argv),
-        argv_template=tuple(args.template),
+        command=tuple(args),
         proxy=facts,
     )

@@ -24,10 +24,10 @@ from servekit.catalog.schema import NodeValue
 from servekit.defaults import SETTINGS_BY_KEY
 from servekit.errors import UsageError
 from servekit.fsutil import staged_dir
-from servekit.render.bundle import bundle_files
+from servekit.render.bundle import bundle_files, entry_files
+from servekit.render.command import references, shell_words
 from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
-from servekit.render.words import references, shell_word
 
 Target = Literal["modelarts", "nodes"]
 TARGETS: tuple[Target, ...] = ("modelarts", "nodes")
@@ -86,9 +86,7 @@ def describe(p: ProcessPlan) -> str:
 
 def _needs(p: ProcessPlan) -> dict[str, str]:
     """Variables the node must provide, with what each one is."""
-    names: set[str] = set()
-    for token in p.argv_template:
-        names |= references(token)
+    names = references(p.command)
     for value in p.env.values():
         if isinstance(value, NodeValue):
             names.add("NODE_IP" if value.node == "ip" else "NODE_NIC")
@@ -126,7 +124,7 @@ def process_script(plan: Plan, p: ProcessPlan) -> str:
             describe=describe(p),
             required=_needs(p),
             bind=p.bind_host if p.kind == "engine" else None,
-            argv=[shell_word(t) for t in p.argv_template],
+            argv=shell_words(p.command),
             env_lines=_env_lines(p),
         )
     )
@@ -168,6 +166,7 @@ def _modelarts(plan: Plan) -> dict[str, str | bytes]:
     for p in plan.processes:
         files[f"{p.name}.sh"] = process_script(plan, p)
     files.update(bundle_files())
+    files.update(entry_files())
     return files
 
 
