@@ -24,9 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
+from servekit.vocabulary import EndpointRole, ServedBy
 
-EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
-EngineKind = Literal["vllm", "sim", "external"]
 EngineAccess = Literal["direct", "relay"]
 RELAY_PATH = "/metrics/engines"
 """The proxy's page of every engine's /metrics, each sample labelled by engine."""
@@ -58,7 +57,7 @@ class Deployment(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str | None = None
-    engine: EngineKind = "external"
+    engine: ServedBy = "external"
     model: str | None = Field(default=None, description="served model name")
     entry_url: str = Field(description="where clients send requests: the proxy or the engine")
     endpoints: tuple[Endpoint, ...] = ()

@@ -151,6 +151,10 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
         "servekit.safeyaml",
         "servekit.textcontract",
         "servekit.visioncontract",
+        "servekit.vocabulary",  # the bottom layer's shared words (stdlib only)
+        "servekit.vocabulary.metrics",
+        "servekit.vocabulary.modes",
+        "servekit.vocabulary.roles",
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.defaults import EngineKind, Role
+from servekit.vocabulary import EngineKind, Role
 
 CATALOG_HELP = "catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
 

@@ -51,8 +51,9 @@ def write_deployment(opts: DeploymentOptions) -> int:
     from servekit.errors import UsageError
     from servekit.fsutil import atomic_write_text
     from servekit.verify.cluster import cluster_deployment, parse_nodes
+    from servekit.vocabulary import STARTABLE
 
-    if opts.engine not in ("vllm", "sim"):
+    if opts.engine not in STARTABLE:
         raise UsageError(f"--engine {opts.engine}: use vllm (real engines) or sim (servekit sim)")
     if opts.speed is not None and opts.engine != "sim":
         raise UsageError("--speed: only simulated engines have a speed; add --engine sim")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servekit.defaults import EngineKind
+from servekit.vocabulary import EngineKind
 
 DEFAULT_MAX_SIZE = 64 << 30
 DEFAULT_MAX_RATIO = 1000

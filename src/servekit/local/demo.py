@@ -35,10 +35,10 @@ from servekit.local.runspec import RunSpec
 from servekit.local.tinymodel import build_tiny_model
 from servekit.local.tinymodel.ondemand import check_out
 from servekit.local.tinymodel.tokenizer import corpus_text
+from servekit.vocabulary import EXTERNAL_PREFIX_CACHE_HITS
 
 PD_LAYOUT = "local/1p1d"
 REFERENCE_LAYOUT = "local/single"
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits"
 MAX_TOKENS = 32
 
 
@@ -81,7 +81,7 @@ async def _one(pd: OpenAIClient, ref: OpenAIClient, kind: str, body: dict[str, A
 async def _external_hits(url: str) -> float:
     async with OpenAIClient(url) as client:
         snap = await client.metrics()
-    return snap.counter(EXTERNAL_HITS) or 0.0
+    return snap.counter(EXTERNAL_PREFIX_CACHE_HITS) or 0.0
 
 
 async def compare(pd: RunSpec, ref: RunSpec, decode_url: str) -> tuple[list[Outcome], float]:
@@ -154,7 +154,9 @@ def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) 
         decode_url = next(e.url for e in pd.endpoints if e.role == "decode")
         outcomes, hits = asyncio.run(compare(pd, ref, decode_url))
         console.print(_table(outcomes))
-        console.print(f"decode loaded KV from prefill: {EXTERNAL_HITS} +{hits:.0f} tokens")
+        console.print(
+            f"decode loaded KV from prefill: {EXTERNAL_PREFIX_CACHE_HITS} +{hits:.0f} tokens"
+        )
         ok = all(o.equal for o in outcomes) and hits > 0
         verdict = "[green]PD == single, byte for byte[/green]" if ok else "[red]MISMATCH[/red]"
         console.print(f"{verdict}: {sum(o.equal for o in outcomes)}/{len(outcomes)} identical")

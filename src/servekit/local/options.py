@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servekit.catalog.options import catalog_field
+from servekit.vocabulary import STARTABLE, Startable
 
 
 class _Options(BaseModel):
@@ -35,9 +36,7 @@ class UpOptions(_Options):
     """``servekit up NAME``."""
 
     name: str = Field(description="layout name, e.g. local/1p1d")
-    engine: Literal["vllm", "sim"] = Field(
-        "vllm", description="vllm: real vLLM on the CPU; sim: the simulator"
-    )
+    engine: Startable = Field("vllm", description="vllm: real vLLM on the CPU; sim: the simulator")
     detach: bool = Field(False, description="return once ready; a background supervisor watches")
     free_ports: bool = Field(False, description="map every planned port to a free local one")
     ready_timeout: float = ready_timeout_field(600.0)
@@ -49,7 +48,7 @@ class UpOptions(_Options):
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, value: object) -> object:
-        if value not in ("vllm", "sim"):
+        if value not in STARTABLE:
             raise ValueError(f"--engine {value}: unknown engine; use --engine vllm or --engine sim")
         return value
 

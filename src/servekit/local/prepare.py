@@ -25,15 +25,16 @@ from servekit.fsutil import atomic_write_text
 from servekit.local import companions, portplan, preflight
 from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
-from servekit.local.runspec import EngineChoice, Launch, RunSpec, vllm_run_spec
+from servekit.local.runspec import Launch, RunSpec, vllm_run_spec
 from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
 from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
+from servekit.vocabulary import Startable
 
 
 def _engine_checks(
-    layout: Layout, engine: EngineChoice, here: Path
+    layout: Layout, engine: Startable, here: Path
 ) -> tuple[list[str], tuple[companions.Broken, ...]]:
     """The engine's own checks; the notes to show and the companions to hide from engines."""
     if engine == "sim":
@@ -66,7 +67,7 @@ def _with_engine_env(
 
 def prepare_run(
     name: str,
-    engine: EngineChoice = "vllm",
+    engine: Startable = "vllm",
     *,
     free_ports: bool = False,
     cwd: Path | None = None,

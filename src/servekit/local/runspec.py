@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servekit.deployment import EndpointRole
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, ProcessPlan
-
-EngineChoice = Literal["vllm", "sim"]
+from servekit.vocabulary import EndpointRole, Startable
 
 
 class Launch(BaseModel):
@@ -61,7 +58,7 @@ class RunSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     layout: str
-    engine: EngineChoice
+    engine: Startable
     model: str
     capabilities: tuple[str, ...] = ()
     cwd: Path

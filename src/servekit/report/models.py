@@ -12,11 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servekit.vocabulary import RunEngine
+
 RUN_SCHEMA: Literal["servekit.verify/1"] = "servekit.verify/1"
 
 StepName = Literal["up", "accept", "bench", "kit", "report", "ledger", "down"]
 StepStatus = Literal["ok", "fail", "skipped"]
-RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 
 
 class _Frozen(BaseModel):

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servekit.cliopts import build_options, option_specs
 from servekit.errors import UsageError
-from servekit.sim.spec import EndpointSpec, Role, SimSpec, spec_from_mapping
+from servekit.sim.spec import EndpointSpec, SimSpec, spec_from_mapping
+from servekit.vocabulary import Role
 
 _EP = EndpointSpec.model_fields  # endpoint defaults are the quick form's defaults
 

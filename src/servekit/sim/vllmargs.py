@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.kvprotocol import protocol_of
-from servekit.sim.spec import GuardMode, KvMode, Role
+from servekit.vocabulary import GuardMode, KvProtocol, Role
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
@@ -40,7 +40,7 @@ class VllmLaunch(BaseModel):
     host: str
     port: int = Field(ge=0, le=65535)
     role: Role
-    kv_mode: KvMode
+    kv_mode: KvProtocol
     guard_mode: GuardMode
     kv_connector: str | None
     kv_port: int = Field(ge=0, le=65535)

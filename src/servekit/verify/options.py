@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-EngineChoice = Literal["vllm", "sim"]
+from servekit.vocabulary import STARTABLE, Startable
 
 
 class KitInputs(BaseModel):
@@ -40,7 +40,7 @@ class VerifyOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
-    engine: EngineChoice | None = Field(
+    engine: Startable | None = Field(
         default=None,
         description="vllm: real engines; sim: simulated engines (default: vllm when started "
         "here; attached: what the engines say, and a contradicting value is refused)",
@@ -120,14 +120,14 @@ class VerifyOptions(BaseModel):
     @field_validator("engine", mode="before")
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
-        if value is not None and value not in ("vllm", "sim"):
+        if value is not None and value not in STARTABLE:
             raise ValueError(
                 f"{value} is not an engine; use vllm (real engines) or sim (simulated engines)"
             )
         return value
 
     @property
-    def engine_choice(self) -> EngineChoice:
+    def engine_choice(self) -> Startable:
         """The engines to start here: ``--engine``, else real vLLM."""
         return self.engine or "vllm"
 
