@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servekit.vocabulary import EngineKind
+from servekit.vocabulary import ROLES, EngineKind, Role
 
 DEFAULT_MAX_SIZE = 64 << 30
 DEFAULT_MAX_RATIO = 1000
@@ -102,7 +102,7 @@ class KitVerifyOptions(_Options):
         description="Compare script defaults with this catalog family's row instead"
         " (a profile, see servekit defaults)",
     )
-    role: Literal["decode", "prefill", "mixed"] | None = Field(
+    role: Role | None = Field(
         None, description="Role for --kind/--family (default: from each script's name)"
     )
     catalog: str | None = Field(
@@ -117,7 +117,7 @@ class KitVerifyOptions(_Options):
     @field_validator("role", mode="before")
     @classmethod
     def _known_role(cls, value: object) -> object:
-        if value is not None and value not in ("decode", "prefill", "mixed"):
+        if value is not None and value not in ROLES:
             raise ValueError(f"--role {value!r}: choose decode, prefill or mixed")
         return value
 
