@@ -2,8 +2,8 @@
 
 A vLLM image already has aiohttp (and its dependencies) but not servekit, nor
 pydantic of a known version. :func:`build_zipapp` packs the proxy package,
-``servekit/__init__.py``, ``servekit/errors.py`` and ``servekit/guard.py`` (all
-standard library) and prometheus_client (pure Python, copied from the installed
+``servekit/__init__.py``, ``servekit/errors.py``, ``servekit/guard.py``,
+``servekit/lazyface.py`` and the vocabulary modules it names (all standard library) and prometheus_client (pure Python, copied from the installed
 distribution with its LICENSE and NOTICE), plus a ``__main__.py``, so that::
 
     python3 servekit-proxy.pyz --prefill URL --decode URL --port 8000
@@ -29,6 +29,8 @@ MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 VENDORED = "prometheus_client"
 LEFT_OUT = ("bundle.py",)  # builds the archive; not needed to run it
+# The vocabulary modules the proxy imports (standard library only, like the face).
+VOCABULARY = ("vocabulary/__init__.py", "vocabulary/modes.py", "vocabulary/roles.py")
 
 
 def _package_dir(name: str) -> Path:
@@ -54,7 +56,7 @@ def members() -> dict[str, bytes]:
     """Archive name -> bytes of everything the zipapp holds."""
     servekit = _package_dir("servekit")
     found = dict(_tree(servekit / "proxy", "servekit/proxy"))
-    for name in ("__init__.py", "errors.py", "guard.py"):
+    for name in ("__init__.py", "errors.py", "guard.py", "lazyface.py", *VOCABULARY):
         found[f"servekit/{name}"] = (servekit / name).read_bytes()
     found.update(_tree(_package_dir(VENDORED), VENDORED))
     found.update(_licenses(VENDORED))
