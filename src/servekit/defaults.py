@@ -15,14 +15,9 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servekit.guard import RENDERED_MODULE, middleware_target
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind, Role, StrictModel
 
-EngineKind = Literal["vllm-ascend", "vllm", "vllm-cpu"]
-Role = Literal["mixed", "prefill", "decode"]
 SettingValue = int | float | bool | str
-
-ENGINE_KINDS: tuple[EngineKind, ...] = ("vllm-ascend", "vllm", "vllm-cpu")
-ROLES: tuple[Role, ...] = ("mixed", "prefill", "decode")
 
 # The decode guard ships as one standard-library file beside the rendered scripts
 # (and in a local run's bundle folder), loaded with --middleware via PYTHONPATH.

@@ -23,10 +23,8 @@ from pydantic import Field, field_validator
 
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import state_dir
-from servekit.vocabulary import StrictModel, check_url, is_url
+from servekit.vocabulary import EndpointRole, ServedBy, StrictModel, check_url, is_url
 
-EndpointRole = Literal["proxy", "mixed", "prefill", "decode", "reference"]
-EngineKind = Literal["vllm", "sim", "external"]
 EngineAccess = Literal["direct", "relay"]
 RELAY_PATH = "/metrics/engines"
 """The proxy's page of every engine's /metrics, each sample labelled by engine."""
@@ -54,7 +52,7 @@ class Deployment(StrictModel):
     """A deployment as seen from outside: where to send traffic, what to expect."""
 
     layout: str | None = None
-    engine: EngineKind = "external"
+    engine: ServedBy = "external"
     model: str | None = Field(default=None, description="served model name")
     entry_url: str = Field(description="where clients send requests: the proxy or the engine")
     endpoints: tuple[Endpoint, ...] = ()

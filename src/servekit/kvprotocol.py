@@ -31,10 +31,7 @@ prompt-keyed connectors.
 
 from __future__ import annotations
 
-from typing import Literal
-
-KvProtocol = Literal["params", "bootstrap", "prompt", "layerwise"]
-GuardMode = Literal["strict", "prompt-keyed"]
+from servekit.vocabulary import GuardMode, KvProtocol
 
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
 BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})

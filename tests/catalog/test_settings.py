@@ -73,7 +73,7 @@ def test_other_values_are_refused_with_the_setting_and_the_fix(key: str, value: 
 
 
 def test_every_default_row_is_typed() -> None:
-    from servekit.defaults import ENGINE_KINDS, ROLES
+    from servekit.vocabulary import ENGINE_KINDS, ROLES
 
     for kind in ENGINE_KINDS:
         for role in ROLES:

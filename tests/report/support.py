@@ -23,7 +23,8 @@ from servekit.deployment import Deployment, Endpoint
 from servekit.report.models import KitCheck
 from servekit.sim.testing import RunningSim, running_sim
 from servekit.verify import adapters
-from servekit.verify.components import Components, EngineChoice
+from servekit.verify.components import Components
+from servekit.vocabulary import Startable
 
 # Checks that hold on the simulator with a plain mixed endpoint.
 SAFE_CHECKS = ("service.health", "service.models", "api.sse", "api.usage", "invariant")
@@ -54,7 +55,7 @@ class SimRunner:
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     sim: RunningSim | None = None
 
-    def up(self, loaded: LoadedLayout, engine: EngineChoice) -> Deployment:
+    def up(self, loaded: LoadedLayout, engine: Startable) -> Deployment:
         self.ups.append(loaded.layout.name)
         if self.fail_up:
             raise RuntimeError("engine died during start-up")

@@ -154,6 +154,9 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
         "servekit.vocabulary",
         "servekit.vocabulary.atomic",
         "servekit.vocabulary.model",
+        "servekit.vocabulary.metrics",
+        "servekit.vocabulary.modes",
+        "servekit.vocabulary.roles",
     }
 
 

@@ -17,8 +17,7 @@ from servekit.accept.models import EvidenceFile
 from servekit.accept.options import AcceptOptions
 from servekit.accept.wire import Exchange, Wire
 from servekit.deployment import Deployment, Endpoint
-
-ENGINE_ROLES = ("mixed", "prefill", "decode")
+from servekit.vocabulary import ROLES
 
 
 def base_url(url: str) -> str:
@@ -45,7 +44,7 @@ class Env:
 
     def engines(self) -> tuple[Endpoint, ...]:
         """The engine API servers (not the proxy, not the reference)."""
-        return tuple(e for e in self.deployment.endpoints if e.role in ENGINE_ROLES)
+        return tuple(e for e in self.deployment.endpoints if e.role in ROLES)
 
     @property
     def tokenize_base(self) -> str:

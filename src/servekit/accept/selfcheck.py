@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from servekit.accept.models import AcceptResult, CheckResult, write_result
 from servekit.accept.options import AcceptOptions
 from servekit.accept.runner import RESULT_FILE, run_acceptance_async
+from servekit.vocabulary import PD_ROLES
 
 if TYPE_CHECKING:
     from servekit.accept.simstack import SimStack
 
 SELFCHECK_CONTEXT = 2048
 RIGHT = "right"
-ENGINES = ("prefill", "decode")
 # Steps long enough that concurrent requests share the engine (crowd_drift needs it).
 PROFILE = {"name": "selfcheck", "decode_step_s": [[1, 0.005]], "label": "simulated (self-check)"}
 
@@ -43,7 +43,7 @@ class Control:
     fault: str
     patch: dict[str, Any]
     checks: tuple[str, ...]
-    where: tuple[str, ...] = ENGINES
+    where: tuple[str, ...] = PD_ROLES
     because: tuple[str, ...] = ()
     """Substrings of which a failing row's reason must hold one (empty: any reason but
     a timeout or a connection failure)."""

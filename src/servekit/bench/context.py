@@ -22,9 +22,7 @@ from servekit.bench.records import RequestRow
 from servekit.bench.sampler import MetricsSource, RelaySource, wait_idle
 from servekit.client import OpenAIClient, RequestRecord
 from servekit.deployment import RELAY_PATH, Deployment, Endpoint
-
-ENGINE_ROLES = ("mixed", "prefill", "decode")
-"""Endpoints that are this deployment's engines (not the proxy, not a reference)."""
+from servekit.vocabulary import ROLES
 
 ProgressFn = Callable[[str, int, int], None]
 """Called as (what is running, runs done, runs in total)."""
@@ -71,7 +69,7 @@ class BenchContext:
     @property
     def engines(self) -> list[Endpoint]:
         """The deployment's engine endpoints (not the proxy, not a reference)."""
-        return [e for e in self.deployment.endpoints if e.role in ENGINE_ROLES]
+        return [e for e in self.deployment.endpoints if e.role in ROLES]
 
     @property
     def legs_per_request(self) -> int:

@@ -28,14 +28,12 @@ from servekit.client import (
     parse_metrics,
 )
 from servekit.deployment import split_relay
-
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
+from servekit.vocabulary import NUM_REQUESTS_RUNNING, NUM_REQUESTS_WAITING
 
 
 def load_of(snap: MetricsSnapshot) -> tuple[float, float] | None:
     """(running, waiting) from a snapshot; None when the target does not expose them."""
-    running, waiting = snap.gauge(RUNNING), snap.gauge(WAITING)
+    running, waiting = snap.gauge(NUM_REQUESTS_RUNNING), snap.gauge(NUM_REQUESTS_WAITING)
     if running is None or waiting is None:
         return None
     return running, waiting

@@ -16,18 +16,9 @@ from pathlib import Path
 from servekit.catalog.loader import load_all, load_profile, profile_names, resolve_catalog
 from servekit.catalog.profiles import PROFILES_DIR, Profile
 from servekit.catalog.schema import Engine
-from servekit.defaults import (
-    ENGINE_KINDS,
-    ROLES,
-    SETTINGS_BY_KEY,
-    EngineKind,
-    Role,
-    Setting,
-    SettingValue,
-    defaults_for,
-    format_value,
-)
+from servekit.defaults import SETTINGS_BY_KEY, Setting, SettingValue, defaults_for, format_value
 from servekit.errors import UsageError
+from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind, Role
 
 GENERIC = "generic"
 ANY_ROLE = "any"

@@ -44,14 +44,13 @@ from servekit.catalog.loader import LoadedLayout, packaged_catalog
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error
 from servekit.userdirs import data_dir
-from servekit.vocabulary import StrictModel, atomic_write_text
+from servekit.vocabulary import RunEngine, StrictModel, atomic_write_text
 
 LEDGER_FILE = "verification.jsonl"
 LEDGER_SCHEMA: Literal["servekit.ledger/1"] = "servekit.ledger/1"
 
 NOT_OBSERVED = "not observed"
 """A fact no engine, endpoint or log line exposed (never filled in from the layout)."""
-RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 RunResult = Literal["pass", "fail"]
 State = Literal["verified", "stale", "unverified", "derived", "simulated-only"]
 StatusSource = Literal["ledger", "provenance", "none"]

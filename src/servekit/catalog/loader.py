@@ -24,6 +24,7 @@ from servekit import safeyaml
 from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers, profile_path
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error_detail
+from servekit.vocabulary import ROLES
 
 LAYOUT_FILE = "layout.yaml"
 ALIASES_FILE = "aliases.yaml"
@@ -177,7 +178,7 @@ def _apply_profiles(data: dict[str, Any], profiles_dir: Path | None, source: str
             )
         profile = cache.setdefault(name, load_profile(profiles_dir, name))
         role = engine.get("role")
-        layers = profile.layer(role) if role in ("mixed", "prefill", "decode") else []
+        layers = profile.layer(role) if role in ROLES else []
         engines[i] = merge_layers([*layers, engine])
 
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from servekit.defaults import EngineKind, Role
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import EngineKind, Role, StrictModel
 
 CATALOG_HELP = "catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
 

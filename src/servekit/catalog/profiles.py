@@ -14,13 +14,13 @@ defaults table (``servekit defaults``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from servekit.catalog.schema import ArgMap, EnvMap, Settings, refuse_nul
-from servekit.defaults import EngineKind, Role, SettingValue
-from servekit.vocabulary import StrictModel
+from servekit.defaults import SettingValue
+from servekit.vocabulary import EngineKind, Role, StrictModel
 
 PROFILES_DIR = "profiles"
 MERGED_MAPPINGS = ("settings", "engine_args", "leader_args", "env")
@@ -46,7 +46,7 @@ class Profile(StrictModel):
     engine_kind: EngineKind
     source: str = Field(description="where these values were verified")
     common: RoleProfile = RoleProfile()
-    roles: dict[Literal["mixed", "prefill", "decode"], RoleProfile] = Field(default_factory=dict)
+    roles: dict[Role, RoleProfile] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod

@@ -22,13 +22,12 @@ from pydantic import (
     model_validator,
 )
 
-from servekit.defaults import EngineKind, Role, SettingValue, check_settings
-from servekit.vocabulary import StrictModel
+from servekit.defaults import SettingValue, check_settings
+from servekit.vocabulary import EngineKind, LayoutProxyMode, Role, StrictModel
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
 Capability = Literal["retrieval", "vision", "tools"]
-ProxyMode = Literal["pd", "prompt-keyed", "layerwise", "replica"]
 KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 
 ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
@@ -354,7 +353,7 @@ class Proxy(StrictModel):
         description="listen address; {node: ip} is the proxy node's own address",
     )
     port: PORT
-    mode: ProxyMode = "pd"
+    mode: LayoutProxyMode = "pd"
     admin: bool = Field(
         default=False,
         description="serve /admin/instances/* (off unless enabled; loopback only without a key)",

@@ -55,11 +55,11 @@ def _family_table(opts: KitVerifyOptions) -> Callable[[str], dict[str, str]] | N
     if opts.family is None:
         return None
     from servekit.catalog.families import family_script_defaults
+    from servekit.vocabulary import ROLES
 
     # Read the catalog once, before the kit (a bad family fails first), not per script.
-    rows = {
-        role: family_script_defaults(opts.family, role, opts.catalog, opts.kind)
-        for role in ("decode", "prefill", "mixed")
+    rows: dict[str, dict[str, str]] = {
+        role: family_script_defaults(opts.family, role, opts.catalog, opts.kind) for role in ROLES
     }
     return rows.__getitem__
 

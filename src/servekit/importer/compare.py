@@ -37,7 +37,7 @@ from servekit.catalog.loader import load
 from servekit.errors import UsageError, first_error
 from servekit.render.plan import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
-from servekit.vocabulary import read_at_most
+from servekit.vocabulary import PROXY_POOLS, read_at_most
 
 PLAN_FILE = "plan.json"
 SOURCE_FILE = "source.json"  # the facts an import recorded (``layouts import --facts``)
@@ -253,7 +253,7 @@ def _fanout(plan: Plan) -> dict[str, str]:
     for p in plan.processes:
         if p.proxy is None:
             continue
-        for role in ("prefill", "decode", "replica"):
+        for role in PROXY_POOLS:
             for url in getattr(p.proxy, role):
                 out[f"{p.name}.{role} {url}"] = "backend"
         out[f"{p.name}.mode"] = p.proxy.mode

@@ -45,11 +45,10 @@ from servekit.errors import UsageError
 from servekit.importer.write import dump_yaml
 from servekit.render.overrides import _assign, parse_set
 from servekit.render.rules import _PD_NAME, check_layout, topology_of
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import PD_ROLES, atomic_write_text
 
 NPUS_PER_NODE = {"a2": 8, "a3": 16}
 ACCELERATOR = {"a2": "ascend-a2", "a3": "ascend-a3"}
-ROLES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def read_base(base: str, catalog: Path) -> tuple[str, dict[str, Any]]:
 def _templates(base: str, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     engines = [e for e in data.get("engines") or [] if isinstance(e, dict)]
     out: dict[str, dict[str, Any]] = {}
-    for role in ROLES:
+    for role in PD_ROLES:
         first = next((e for e in engines if e.get("role") == role), None)
         if first is None:
             raise UsageError(
@@ -145,7 +144,7 @@ def _engine_ids(
     source's GLM layouts leave it unset, so vLLM draws a random id per process).
     """
     ids: dict[str, list[str | None]] = {}
-    for offset, role in enumerate(ROLES):
+    for offset, role in enumerate(PD_ROLES):
         t = templates[role]
         raw = t.get("engine_id")
         n = topo.count(role)
@@ -162,7 +161,7 @@ def _extra_config(conn: dict[str, Any], sizes: dict[str, tuple[int, int]]) -> No
     extra = conn.get("extra_config")
     if not isinstance(extra, dict):
         return
-    for role in ROLES:
+    for role in PD_ROLES:
         if isinstance(extra.get(role), dict):
             extra[role] = {**extra[role], "dp_size": sizes[role][0], "tp_size": sizes[role][1]}
 
@@ -210,7 +209,7 @@ def _split_sets(items: list[str]) -> tuple[list[tuple[list[str], Any, str]], lis
     late: list[str] = []
     for item in items:
         path, value = parse_set(item)
-        if path[0] in ROLES:
+        if path[0] in PD_ROLES:
             if len(path) < 2:
                 raise UsageError(f"--set {item[:80]}: name a field, e.g. --set {path[0]}.tp=8")
             early.append((path[1:], value, item.partition("=")[0]))
@@ -226,7 +225,7 @@ def _instances(
     ids = _engine_ids(templates, topo)
     engines: list[dict[str, Any]] = []
     next_node = 0
-    for role in ROLES:
+    for role in PD_ROLES:
         for i in range(topo.count(role)):
             e = copy.deepcopy(templates[role])
             e["name"] = f"{role}{i}"
@@ -264,14 +263,14 @@ def derive_data(
     accelerator = str((out.get("hardware") or {}).get("accelerator", "?"))
     if model is not None:
         out.setdefault("model", {})["path"] = model
-    for role in ROLES:
+    for role in PD_ROLES:
         _fits(role, templates[role], per_node, accelerator)
-    sizes = {
+    sizes: dict[str, tuple[int, int]] = {
         r: (
             int(templates[r].get("dp_size_per_node", 1)) * topo.span(r),
             int(templates[r].get("tp", 1)),
         )
-        for r in ROLES
+        for r in PD_ROLES
     }
     engines = _instances(templates, topo, sizes)
     out["engines"] = engines
@@ -279,7 +278,7 @@ def derive_data(
     proxy = out.get("proxy")
     if isinstance(proxy, dict):
         proxy["node"] = 0
-        for role in ROLES:
+        for role in PD_ROLES:
             if role in proxy:
                 proxy[role] = [ep for e in engines if e["role"] == role for ep in _fanout(e)]
     _names(out, base, name, topo)

@@ -36,7 +36,7 @@ from servekit.errors import UsageError
 from servekit.importer.compare import FACT_FLAGS, Change, changes, env_of, flags_of
 from servekit.render.plan import ProcessPlan, build_plan
 from servekit.termtable import fit_tables
-from servekit.vocabulary import read_at_most
+from servekit.vocabulary import ROLES, read_at_most
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_LINES = 100_000
@@ -355,7 +355,7 @@ def drift_report(name: str, upstream: Path, catalog: Path | None) -> DriftReport
     recorded = {d.flag for d in (*prov.deviations, *prov.source_deviations) if d.flag}
     recorded |= {d.env for d in (*prov.deviations, *prov.source_deviations) if d.env}
     roles: list[RoleDrift] = []
-    for role in ("mixed", "prefill", "decode"):
+    for role in ROLES:
         procs = [p for p in plan.processes if p.role == role and p.kind == "engine"]
         if not procs:
             continue

@@ -25,7 +25,7 @@ from servekit.catalog.loader import LAYOUT_FILE
 from servekit.catalog.profiles import PROFILES_DIR
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import ROLES, atomic_write_text
 
 SOURCE_FILE = "source.json"
 ROLE_KEYS = (
@@ -182,7 +182,7 @@ def build_documents(
     prof = dict(profile) if profile else _new_profile(name, doc["source"])
     roles = dict(prof.get("roles") or {})
     engines, decode_guard, unset = _engines(synth, roles)
-    prof["roles"] = {r: roles[r] for r in ("mixed", "prefill", "decode") if r in roles}
+    prof["roles"] = {r: roles[r] for r in ROLES if r in roles}
     deviations: list[dict[str, Any]] = []
     if decode_guard:
         deviations.extend(GUARD_DEVIATIONS)

@@ -20,9 +20,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from servekit.kit.checks import CheckResult, counted, skipped
-from servekit.kit.models import Gate, KitExpect, Marker, Role, RoleValues
+from servekit.kit.models import KIT_ROLES, Gate, KitExpect, Marker, RoleValues
 from servekit.kit.pydefaults import python_defaults
 from servekit.kit.scriptdefaults import find_defaults, is_shell_script, script_role
+from servekit.vocabulary import Role
 
 NO_PROMISES = (
     "the kit declares no promises (built without an expect: section):"
@@ -59,8 +60,7 @@ def _units(expect: KitExpect) -> list[tuple[str, Role | None, str]]:
     out: list[tuple[str, Role | None, str]] = []
     for name, promise in sorted(expect.defaults.items()):
         if isinstance(promise, RoleValues):
-            roles: tuple[Role, ...] = ("decode", "prefill", "mixed")
-            out += [(name, r, v) for r in roles if (v := promise.for_role(r)) is not None]
+            out += [(name, r, v) for r in KIT_ROLES if (v := promise.for_role(r)) is not None]
         else:
             out.append((name, None, promise))
     return out

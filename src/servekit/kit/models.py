@@ -19,11 +19,12 @@ from pydantic import (
 from servekit.errors import first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import image_path, whiteout_named
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import ROLES, Role, StrictModel
 
 # 3: selftest.sh image takes the verify run's nonce and prints the smoke proof.
 SCHEMA_VERSION: Literal[3] = 3
-Role = Literal["decode", "prefill", "mixed"]
+KIT_ROLES: tuple[Role, ...] = tuple(reversed(ROLES))
+"""The order a kit lists per-role values in: decode first (its README, its checks)."""
 # An environment variable name as shell scripts and a Dockerfile ENV take it unquoted.
 VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The generated rebuild.sh, selftest.sh and Dockerfile carry these values in shell

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from servekit.defaults import EngineKind
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import ROLES, EngineKind, Role, StrictModel
 
 if TYPE_CHECKING:
     from servekit.kit.streams import Limits
@@ -124,7 +123,7 @@ class KitVerifyOptions(_Bounded):
         description="Compare script defaults with this catalog family's row instead"
         " (a profile, see servekit defaults)",
     )
-    role: Literal["decode", "prefill", "mixed"] | None = Field(
+    role: Role | None = Field(
         None, description="Role for --kind/--family (default: from each script's name)"
     )
     catalog: str | None = Field(
@@ -139,7 +138,7 @@ class KitVerifyOptions(_Bounded):
     @field_validator("role", mode="before")
     @classmethod
     def _known_role(cls, value: object) -> object:
-        if value is not None and value not in ("decode", "prefill", "mixed"):
+        if value is not None and value not in ROLES:
             raise ValueError(f"--role {value!r}: choose decode, prefill or mixed")
         return value
 

@@ -12,7 +12,7 @@ import shlex
 
 import jinja2
 
-from servekit.kit.models import VAR_NAME, KitManifest, Role, RoleValues
+from servekit.kit.models import KIT_ROLES, VAR_NAME, KitManifest, RoleValues
 
 GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
 
@@ -20,8 +20,7 @@ GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
 def _promise(value: object) -> str:
     """A promised default for README: ``1`` or ``decode `1`, prefill `0```."""
     if isinstance(value, RoleValues):
-        roles: tuple[Role, ...] = ("decode", "prefill", "mixed")
-        return ", ".join(f"{r} `{v}`" for r in roles if (v := value.for_role(r)) is not None)
+        return ", ".join(f"{r} `{v}`" for r in KIT_ROLES if (v := value.for_role(r)) is not None)
     return f"`{value}`"
 
 

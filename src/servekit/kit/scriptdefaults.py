@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from servekit.errors import UsageError
 from servekit.kit.checks import CheckResult, failed, outcome, skipped
+from servekit.vocabulary import ENGINE_KINDS, PD_ROLES
 
 _ASSIGN = re.compile(
     r"""^[ \t]*(?:export[ \t]+|local[ \t]+|readonly[ \t]+)?
@@ -59,20 +60,19 @@ def is_shell_script(path: str, data: bytes) -> bool:
 
 
 DEFAULT_KIND = "vllm-ascend"
-ROLES = ("decode", "prefill")
 
 
 def script_role(path: str) -> str:
     """The role a script serves, from its name: decode, prefill, else mixed."""
     name = path.lower()
-    found = [role for role in ROLES if role in name]
+    found = [role for role in PD_ROLES if role in name]
     return found[0] if len(found) == 1 else "mixed"
 
 
 def table(kind: str, role: str) -> dict[str, str]:
     """servekit's script defaults for one engine kind and role (NAME -> value)."""
     try:
-        from servekit.defaults import ENGINE_KINDS, script_defaults
+        from servekit.defaults import script_defaults
     except ImportError as exc:
         raise UsageError(
             "servekit.defaults.script_defaults() is not available in this build"

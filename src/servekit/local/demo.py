@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servekit.accept.checks.common import metric_labelled
-from servekit.accept.checks.invariants import BY_SOURCE_METRICS, SOURCES
+from servekit.accept.checks.invariants import SOURCES
 from servekit.catalog.loader import load
 from servekit.client import OpenAIClient
 from servekit.local.control import follow, report_detached, start_detached, stop_run
@@ -39,6 +39,7 @@ from servekit.local.runspec import RunSpec
 from servekit.local.tinymodel import build_tiny_model
 from servekit.local.tinymodel.ondemand import check_out
 from servekit.local.tinymodel.tokenizer import corpus_text
+from servekit.vocabulary import BY_SOURCE_SERIES
 
 PD_LAYOUT = "local/1p1d"
 REFERENCE_LAYOUT = "local/single"
@@ -86,7 +87,7 @@ async def _by_source(url: str) -> dict[str, float]:
     """The decoder's prompt tokens so far by source (0 where vLLM shows none yet)."""
     async with OpenAIClient(url) as client:
         text = await client.metrics_text()
-    return {s: metric_labelled(text, BY_SOURCE_METRICS, "source", s) or 0.0 for s in SOURCES}
+    return {s: metric_labelled(text, BY_SOURCE_SERIES, "source", s) or 0.0 for s in SOURCES}
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) 
         outcomes, handoff = asyncio.run(compare(pd, ref, decode_url))
         console.print(_table(outcomes))
         console.print(
-            f"decoder's prompt tokens ({BY_SOURCE_METRICS[0]}): {EXTERNAL} "
+            f"decoder's prompt tokens ({BY_SOURCE_SERIES[0]}): {EXTERNAL} "
             f"+{handoff.external:.0f} of {handoff.sent} sent, {LOCAL} +{handoff.local:.0f}"
         )
         ok = all(o.equal for o in outcomes) and handoff.ok

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from servekit.catalog.options import catalog_field
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import STARTABLE, Startable, StrictModel
 
 
 def _seconds(value: float, flag: str) -> float:
@@ -32,9 +32,7 @@ class UpOptions(StrictModel):
     """``servekit up NAME``."""
 
     name: str = Field(description="layout name, e.g. local/1p1d")
-    engine: Literal["vllm", "sim"] = Field(
-        "vllm", description="vllm: real vLLM on the CPU; sim: the simulator"
-    )
+    engine: Startable = Field("vllm", description="vllm: real vLLM on the CPU; sim: the simulator")
     detach: bool = Field(False, description="return once ready; a background supervisor watches")
     free_ports: bool = Field(False, description="map every planned port to a free local one")
     ready_timeout: float = ready_timeout_field(600.0)
@@ -46,7 +44,7 @@ class UpOptions(StrictModel):
     @field_validator("engine", mode="before")
     @classmethod
     def _engine(cls, value: object) -> object:
-        if value not in ("vllm", "sim"):
+        if value not in STARTABLE:
             raise ValueError(f"--engine {value}: unknown engine; use --engine vllm or --engine sim")
         return value
 

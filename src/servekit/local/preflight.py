@@ -14,13 +14,13 @@ from pathlib import Path
 
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError
-from servekit.local.runspec import EngineChoice
 from servekit.local.state import proc_alive, state_or_why, supervisor_alive
+from servekit.vocabulary import Startable
 
 LOCAL_ACCELERATOR = "cpu"
 
 
-def check_hardware(layout: Layout, engine: EngineChoice) -> None:
+def check_hardware(layout: Layout, engine: Startable) -> None:
     """Real engines here run on the CPU; anything else needs the simulator."""
     hw = layout.hardware
     if engine == "vllm" and hw.accelerator != LOCAL_ACCELERATOR:

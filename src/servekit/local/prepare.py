@@ -24,16 +24,16 @@ from servekit.local import companions, portplan, preflight
 from servekit.local.options import UpOptions
 from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
-from servekit.local.runspec import EngineChoice, Launch, RunSpec, vllm_run_spec
+from servekit.local.runspec import Launch, RunSpec, vllm_run_spec
 from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
 from servekit.render.bundle import write_bundle
 from servekit.render.plan import PlanOptions, build_plan
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import Startable, atomic_write_text
 
 
 def _engine_checks(
-    layout: Layout, engine: EngineChoice, here: Path
+    layout: Layout, engine: Startable, here: Path
 ) -> tuple[list[str], tuple[companions.Broken, ...]]:
     """The engine's own checks; the notes to show and the companions to hide from engines."""
     if engine == "sim":

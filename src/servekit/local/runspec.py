@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 
-from servekit.deployment import EndpointRole
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, ProcessPlan
-from servekit.vocabulary import StrictModel
-
-EngineChoice = Literal["vllm", "sim"]
+from servekit.vocabulary import EndpointRole, Startable, StrictModel
 
 
 class Launch(StrictModel):
@@ -56,7 +52,7 @@ class RunSpec(StrictModel):
     """A whole local run: every launch, every endpoint, where it lives."""
 
     layout: str
-    engine: EngineChoice
+    engine: Startable
     model: str
     capabilities: tuple[str, ...] = ()
     cwd: Path

@@ -26,9 +26,8 @@ from servekit.proxy.bodies import read_request
 from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.router import Router
-from servekit.vocabulary.urls import check_url
+from servekit.vocabulary import PROXY_POOLS, check_url
 
-ROLES = ("prefill", "decode", "replica")
 ADMIN_PREFIXES = ("/admin/", "/instances/")
 
 
@@ -48,8 +47,8 @@ class Change:
         if extra:
             raise UsageError(f"{extra[0]}: unknown field; give role and urls only")
         role, urls = doc.get("role"), doc.get("urls")
-        if role is not None and role not in ROLES:
-            raise UsageError(f"role: pick one of {', '.join(ROLES)} (got {role!r})")
+        if role is not None and role not in PROXY_POOLS:
+            raise UsageError(f"role: pick one of {', '.join(PROXY_POOLS)} (got {role!r})")
         if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
             raise UsageError("urls: give a non-empty list of http://HOST:PORT")
         return cls(role, tuple(urls))

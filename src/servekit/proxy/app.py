@@ -27,6 +27,7 @@ from servekit.proxy.requests import make_ticket, prompt_count
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
+from servekit.vocabulary import PAIRED_PROXY_MODES
 
 ROUTER = web.AppKey("router", Router)
 CONNS = web.AppKey("connections", Connections)
@@ -70,7 +71,7 @@ async def _run_trip(
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
     trip = Trip(router, request, ticket, progress)
     mode = router.config.mode
-    if mode in ("pd", "bootstrap") and prompt_count(body) > 1:
+    if mode in PAIRED_PROXY_MODES and prompt_count(body) > 1:
         # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
         msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
         raise ProxyError("bad_request", "proxy", msg)

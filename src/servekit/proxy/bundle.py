@@ -40,6 +40,8 @@ SHARED = (
     "lazyface.py",
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",
+    "vocabulary/modes.py",
+    "vocabulary/roles.py",
     "vocabulary/urls.py",
 )
 

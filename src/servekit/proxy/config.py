@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
+from servekit.vocabulary import PD_ROLES, PROXY_MODES, PROXY_POOLS
 from servekit.vocabulary.cliargs import (
     OptionSpec,
     check_fields,
@@ -38,7 +39,6 @@ from servekit.vocabulary.cliargs import option as opt
 from servekit.vocabulary.urls import check_url
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
-MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 
@@ -58,7 +58,7 @@ class ProxyConfig:
                                    nargs="+")  # fmt: skip
     mode: str = opt("pd", "PD flavour (pd: pull, the prefill's kv_transfer_params; bootstrap: "
                     "vLLM's MooncakeConnector; prompt-keyed: ExampleConnector; layerwise: vllm-ascend's MooncakeLayerwiseConnector); replica mode "
-                    "follows from --replica", choices=MODES[:4], allowed=MODES)  # fmt: skip
+                    "follows from --replica", choices=PROXY_MODES[:4], allowed=PROXY_MODES)  # fmt: skip
     prefill_bootstrap: tuple[str, ...] = opt(
         (), "bootstrap mode: ENGINE_ID=http://HOST:PORT of each --prefill's bootstrap server, "
         "in --prefill order", metavar="ID=URL", nargs="+",
@@ -130,7 +130,7 @@ class ProxyConfig:
     @property
     def stage_roles(self) -> tuple[str, ...]:
         """The instance roles this mode routes to."""
-        return ("replica",) if self.mode == "replica" else ("prefill", "decode")
+        return ("replica",) if self.mode == "replica" else PD_ROLES
 
 
 def _check_layerwise(config: ProxyConfig) -> None:
@@ -262,7 +262,7 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
     """
     ns = dict(values)
     _check_choices(ns)
-    for role in ("prefill", "decode", "replica"):
+    for role in PROXY_POOLS:
         ns[role] = tuple(check_url(u, f"--{role}") for u in ns.get(role, ()))
     _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))
     if ns["replica"]:

@@ -19,12 +19,10 @@ from servekit.proxy.failures import ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.router import Router
 
-ROLE_ORDER = ("decode", "replica", "prefill")
-
 
 def _candidates(router: Router) -> list[Instance]:
     insts = [i for i in router.instances() if i.routable]
-    return sorted(insts, key=lambda i: ROLE_ORDER.index(i.role))
+    return sorted(insts, key=lambda i: i.role == "prefill")  # decode or replica first
 
 
 async def relay_one(router: Router, request: web.Request) -> web.Response:

@@ -29,7 +29,6 @@ from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValu
 from servekit.defaults import (
     GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,
-    EngineKind,
     SettingValue,
     defaults_for,
     format_value,
@@ -40,19 +39,16 @@ from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import (
+    PROXY_MODE_OF,
+    EngineKind,
+    KvProtocol,
+    ProcessRole,
+    ProxyMode,
+    StrictModel,
+)
 
 ProcessKind = Literal["engine", "proxy"]
-ProcessRole = Literal["mixed", "prefill", "decode", "proxy"]
-KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]
-ProxyMode = Literal["pd", "bootstrap", "prompt-keyed", "layerwise", "replica"]
-# The proxy's PD flavour for each handoff protocol (servekit.kvprotocol).
-PROXY_MODE_OF: dict[KvMode, ProxyMode] = {
-    "params": "pd",
-    "bootstrap": "bootstrap",
-    "prompt": "prompt-keyed",
-    "layerwise": "layerwise",
-}
 PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
@@ -124,7 +120,7 @@ class ProcessPlan(StrictModel):
     tp: int = Field(default=1, description="tensor-parallel size of each rank")
     headless: bool = False
     guard: bool = Field(default=False, description="the decode guard middleware is loaded")
-    kv_mode: KvMode | None = Field(
+    kv_mode: KvProtocol | None = Field(
         default=None,
         description="how KV reaches decode: kv_transfer_params (pull), bootstrap or prompt-keyed",
     )
@@ -252,7 +248,7 @@ class _Context:
         self.device_cursor: dict[int, int] = {}
         decoders = [e for e in layout.engines if e.role == "decode" and e.kv_connector]
         # The proxy speaks what the decoders' connector speaks (servekit.kvprotocol).
-        self.kv_mode: KvMode = (
+        self.kv_mode: KvProtocol = (
             protocol_of(decoders[0].kv_connector.name, self.kind)  # type: ignore[union-attr]
             if decoders
             else "params"

@@ -16,7 +16,7 @@ from typing import Literal
 from servekit.catalog.schema import Engine, Layout, Proxy
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import Plan, PlanOptions, build_plan
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import PD_PROXY_MODES, PD_ROLES, Role, StrictModel
 
 Level = Literal["error", "warning"]
 
@@ -189,7 +189,7 @@ def rule_connector_extra_config(layout: Layout, plan: Plan) -> Iterable[Finding]
                 _engine_field(layout, e, "kv_connector.extra_config"),
                 f"differs from {with_sizes[0].name}'s; every engine must carry the same extra config",
             )
-    for role in ("prefill", "decode"):
+    for role in PD_ROLES:
         sizes = reference.get(role)
         if not isinstance(sizes, dict):
             continue
@@ -224,17 +224,11 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
         if layout.is_pd:
             yield _err(layout, "proxy", "a PD layout needs exactly one proxy; add a proxy section")
         return
-    groups: dict[str, tuple[str, ...]] = {
-        "pd": ("prefill", "decode"),
-        "prompt-keyed": ("prefill", "decode"),
-        "layerwise": ("prefill", "decode"),
-        "bootstrap": ("prefill", "decode"),
-        "replica": ("mixed",),
-    }
-    for role in groups[proxy.mode]:
+    roles: tuple[Role, ...] = ("mixed",) if proxy.mode == "replica" else PD_ROLES
+    for role in roles:
         which = "replicas" if role == "mixed" else role
-        listed = set(proxy.endpoints(which))  # type: ignore[arg-type]
-        actual = {(p.node, p.api_port) for p in plan.api_processes(role) if p.api_port}  # type: ignore[arg-type]
+        listed = set(proxy.endpoints(which))
+        actual = {(p.node, p.api_port) for p in plan.api_processes(role) if p.api_port}
         for node, port in sorted(listed - actual):
             yield _err(
                 layout,
@@ -246,7 +240,7 @@ def rule_proxy_fanout(layout: Layout, plan: Plan) -> Iterable[Finding]:
                 layout, f"proxy.{which}", f"misses {role} endpoint node {node}:{port}; add it"
             )
     yield from _layerwise_pairing(layout, proxy)
-    if proxy.mode in ("pd", "prompt-keyed", "layerwise") and not layout.is_pd:
+    if proxy.mode in PD_PROXY_MODES and not layout.is_pd:
         yield _err(
             layout,
             "proxy.mode",
@@ -262,7 +256,7 @@ def _connector_protocol(layout: Layout) -> Iterable[Finding]:
     protocols = {
         protocol_of(e.kv_connector.name, layout.engine_kind)
         for e in layout.engines
-        if e.role in ("prefill", "decode") and e.kv_connector is not None
+        if e.role in PD_ROLES and e.kv_connector is not None
     }
     if len(protocols) > 1:
         yield _err(

@@ -20,10 +20,11 @@ from servekit.catalog.families import ANY_ROLE, DefaultsRow, defaults_rows, fami
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import LoadedLayout, load, load_all, resolve_catalog
 from servekit.catalog.schema import Layout
-from servekit.defaults import ENGINE_KINDS, ROLES, SETTINGS, EngineKind
+from servekit.defaults import SETTINGS
 from servekit.errors import UsageError
 from servekit.render.rules import Finding, check_layout
 from servekit.termtable import fit_tables, natural_width
+from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind
 
 
 def topology(layout: Layout) -> str:

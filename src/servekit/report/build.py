@@ -25,6 +25,7 @@ from servekit.report.plots import report_plots
 from servekit.report.templates_env import render_template
 from servekit.report.usage import usage
 from servekit.report.view import Change, Mark, Part, Plot, ReportView, Row
+from servekit.vocabulary import UNCONFIRMED
 
 RUN_FILE = "run.json"
 REPORT_MD = "report.md"
@@ -186,7 +187,7 @@ def build_view(
     return ReportView(
         title=f"Verification of {run.layout}: {verdict}"
         + (" (simulated)" if run.simulated else "")
-        + (" (unconfirmed engines)" if run.engine in ("unconfirmed", "external") else ""),
+        + (" (unconfirmed engines)" if run.engine in UNCONFIRMED else ""),
         layout=run.layout,
         verdict=verdict,
         headline=headline(run, inputs.accept, inputs.bench, files),

@@ -12,13 +12,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import RunEngine, StrictModel
 
 RUN_SCHEMA: Literal["servekit.verify/1"] = "servekit.verify/1"
 
 StepName = Literal["up", "accept", "bench", "kit", "report", "ledger", "down"]
 StepStatus = Literal["ok", "fail", "skipped"]
-RunEngine = Literal["vllm", "sim", "external", "unconfirmed"]
 
 
 class StepOutcome(StrictModel):

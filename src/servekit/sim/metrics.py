@@ -23,6 +23,32 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from servekit.vocabulary import (
+    CACHE_CONFIG_INFO,
+    E2E_REQUEST_LATENCY_SECONDS,
+    EXTERNAL_PREFIX_CACHE_HITS,
+    EXTERNAL_PREFIX_CACHE_QUERIES,
+    GENERATION_TOKENS,
+    INTER_TOKEN_LATENCY_SECONDS,
+    KV_CACHE_USAGE_PERC,
+    NUM_GPU_BLOCKS,
+    NUM_PREEMPTIONS,
+    NUM_REQUESTS_RUNNING,
+    NUM_REQUESTS_WAITING,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    PROMPT_TOKENS,
+    REQUEST_DECODE_TIME_SECONDS,
+    REQUEST_PREFILL_TIME_SECONDS,
+    REQUEST_QUEUE_TIME_SECONDS,
+    REQUEST_SUCCESS,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_DRAFT_TOKENS,
+    SPEC_DECODE_NUM_DRAFTS,
+    TIME_PER_OUTPUT_TOKEN_SECONDS,
+    TIME_TO_FIRST_TOKEN_SECONDS,
+)
+
 SIM_INFO = "servekit_sim_info"
 SIM_VERSION = "servekit-sim"
 """What the simulator answers as its version (``GET /version``, ``servekit_sim_info``)."""
@@ -149,27 +175,25 @@ class StatsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s, g = self.stats, self._gauges
-        yield self._gauge("vllm:num_requests_running", "Running sequences.", g.running())
-        yield self._gauge("vllm:num_requests_waiting", "Waiting sequences.", g.waiting())
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV cache usage (1 = 100%).", g.kv_usage())
+        yield self._gauge(NUM_REQUESTS_RUNNING, "Running sequences.", g.running())
+        yield self._gauge(NUM_REQUESTS_WAITING, "Waiting sequences.", g.waiting())
+        yield self._gauge(KV_CACHE_USAGE_PERC, "KV cache usage (1 = 100%).", g.kv_usage())
         yield from self._counters(s)
-        yield self._hist("vllm:time_to_first_token_seconds", "Time to first token.", s.ttft)
-        yield self._hist("vllm:inter_token_latency_seconds", "Inter-token latency.", s.itl)
-        yield self._hist("vllm:time_per_output_token_seconds", "Deprecated ITL alias.", s.itl)
-        yield self._hist("vllm:e2e_request_latency_seconds", "End-to-end latency.", s.e2e)
-        yield self._hist("vllm:request_queue_time_seconds", "Time waiting.", s.queue)
-        yield self._hist(
-            "vllm:request_prefill_time_seconds", "Admission to first token.", s.prefill
-        )
-        yield self._hist("vllm:request_decode_time_seconds", "First to last token.", s.decode)
+        yield self._hist(TIME_TO_FIRST_TOKEN_SECONDS, "Time to first token.", s.ttft)
+        yield self._hist(INTER_TOKEN_LATENCY_SECONDS, "Inter-token latency.", s.itl)
+        yield self._hist(TIME_PER_OUTPUT_TOKEN_SECONDS, "Deprecated ITL alias.", s.itl)
+        yield self._hist(E2E_REQUEST_LATENCY_SECONDS, "End-to-end latency.", s.e2e)
+        yield self._hist(REQUEST_QUEUE_TIME_SECONDS, "Time waiting.", s.queue)
+        yield self._hist(REQUEST_PREFILL_TIME_SECONDS, "Admission to first token.", s.prefill)
+        yield self._hist(REQUEST_DECODE_TIME_SECONDS, "First to last token.", s.decode)
         info = GaugeMetricFamily(
-            "vllm:cache_config_info",
+            CACHE_CONFIG_INFO,
             "KV cache configuration.",
             labels=[*self._labels, *self._cache],
         )
         info.add_metric([*self._labels.values(), *self._cache.values()], 1.0)
         yield info
-        yield self._gauge("vllm:num_gpu_blocks", "KV blocks.", float(self._cache["num_gpu_blocks"]))
+        yield self._gauge(NUM_GPU_BLOCKS, "KV blocks.", float(self._cache["num_gpu_blocks"]))
         yield self._identity()
 
     def _identity(self) -> Metric:
@@ -184,23 +208,23 @@ class StatsCollector(Collector):
 
     def _counters(self, s: EngineStats) -> Iterator[Metric]:
         pairs = (
-            ("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens),
-            ("vllm:generation_tokens", "Generation tokens processed.", s.generation_tokens),
-            ("vllm:prefix_cache_queries", "Prefix cache queries (tokens).", s.prefix_queries),
-            ("vllm:prefix_cache_hits", "Prefix cache hits (tokens).", s.prefix_hits),
-            ("vllm:external_prefix_cache_queries", "KV connector queries.", s.external_queries),
-            ("vllm:external_prefix_cache_hits", "KV connector hits.", s.external_hits),
-            ("vllm:spec_decode_num_drafts", "Speculative drafts.", s.drafts),
-            ("vllm:spec_decode_num_draft_tokens", "Draft tokens.", s.draft_tokens),
-            ("vllm:spec_decode_num_accepted_tokens", "Accepted tokens.", s.accepted_tokens),
-            ("vllm:num_preemptions", "Preemptions.", s.preemptions),
+            (PROMPT_TOKENS, "Prefill tokens processed.", s.prompt_tokens),
+            (GENERATION_TOKENS, "Generation tokens processed.", s.generation_tokens),
+            (PREFIX_CACHE_QUERIES, "Prefix cache queries (tokens).", s.prefix_queries),
+            (PREFIX_CACHE_HITS, "Prefix cache hits (tokens).", s.prefix_hits),
+            (EXTERNAL_PREFIX_CACHE_QUERIES, "KV connector queries.", s.external_queries),
+            (EXTERNAL_PREFIX_CACHE_HITS, "KV connector hits.", s.external_hits),
+            (SPEC_DECODE_NUM_DRAFTS, "Speculative drafts.", s.drafts),
+            (SPEC_DECODE_NUM_DRAFT_TOKENS, "Draft tokens.", s.draft_tokens),
+            (SPEC_DECODE_NUM_ACCEPTED_TOKENS, "Accepted tokens.", s.accepted_tokens),
+            (NUM_PREEMPTIONS, "Preemptions.", s.preemptions),
         )
         for name, doc, value in pairs:
             c = CounterMetricFamily(name, doc, labels=list(self._labels))
             c.add_metric(list(self._labels.values()), float(value))
             yield c
         done = CounterMetricFamily(
-            "vllm:request_success",
+            REQUEST_SUCCESS,
             "Finished requests.",
             labels=[*self._labels, "finished_reason"],
         )

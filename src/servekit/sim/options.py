@@ -21,8 +21,8 @@ from pydantic import Field
 
 from servekit.cliopts import argparser, build_options, parse_argv
 from servekit.errors import UsageError
-from servekit.sim.spec import EndpointSpec, Role, SimSpec, load_spec, spec_from_mapping
-from servekit.vocabulary import StrictModel
+from servekit.sim.spec import EndpointSpec, SimSpec, load_spec, spec_from_mapping
+from servekit.vocabulary import Role, StrictModel
 
 _EP = EndpointSpec.model_fields  # endpoint defaults are the quick form's defaults
 

@@ -18,11 +18,8 @@ from servekit import safeyaml
 from servekit.errors import UsageError, first_error
 from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import GuardMode, KvProtocol, Role, StrictModel
 
-Role = Literal["mixed", "prefill", "decode"]
-KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]
-GuardMode = Literal["strict", "prompt-keyed"]
 KvPeers = Literal["process", "any"]
 
 
@@ -35,7 +32,7 @@ class EndpointSpec(StrictModel):
     role: Role = "mixed"
     engine_id: str | None = Field(default=None, description="defaults to the endpoint name")
     kv_port: int = Field(default=0, ge=0, le=65535)
-    kv_mode: KvMode = Field(
+    kv_mode: KvProtocol = Field(
         default="params",
         description="params: pull kv_transfer_params; bootstrap: the proxy's transfer_id "
         "(vLLM's MooncakeConnector); prompt: KV found by prompt; layerwise: "

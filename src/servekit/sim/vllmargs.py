@@ -23,8 +23,7 @@ from pydantic import Field, ValidationError, model_validator
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.kvprotocol import protocol_of
-from servekit.sim.spec import GuardMode, KvMode, Role
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import GuardMode, KvProtocol, Role, StrictModel
 from servekit.vocabulary.cliargs import build_parser as build_argparser
 from servekit.vocabulary.cliargs import dataclass_options, option, parse_known_values
 
@@ -44,7 +43,7 @@ class VllmLaunch(StrictModel):
     host: str
     port: int = Field(ge=0, le=65535)
     role: Role
-    kv_mode: KvMode
+    kv_mode: KvProtocol
     guard_mode: GuardMode
     kv_connector: str | None
     kv_port: int = Field(ge=0, le=65535)

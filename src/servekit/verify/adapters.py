@@ -20,8 +20,9 @@ from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
 from servekit.report.evidence import sha256_file
 from servekit.report.models import KitCheck
-from servekit.verify.components import Components, EngineChoice
+from servekit.verify.components import Components
 from servekit.verify.progress import HOOKS
+from servekit.vocabulary import Startable
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
 
@@ -68,7 +69,7 @@ class LocalRunner:
         self._started: list[str] = []
 
     def _start(
-        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
+        self, loaded: LoadedLayout, engine: Startable, speed: float | None = None
     ) -> Deployment:
         from rich.console import Console
 
@@ -92,9 +93,7 @@ class LocalRunner:
             raise StartFailed(f"{name} did not come up (exit {code}); see {run_dir_for(name)}")
         return load_deployment(name)
 
-    def up(
-        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
-    ) -> Deployment:
+    def up(self, loaded: LoadedLayout, engine: Startable, speed: float | None = None) -> Deployment:
         from servekit.catalog.loader import load
 
         dep = self._start(loaded, engine, speed)

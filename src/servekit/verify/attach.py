@@ -40,7 +40,7 @@ from servekit.verify.cluster import (
 from servekit.verify.components import Attacher
 from servekit.verify.identity import Identity, fetch_text
 from servekit.verify.options import VerifyOptions
-from servekit.vocabulary import check_url, is_url
+from servekit.vocabulary import ROLES, check_url, is_url
 
 
 def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
@@ -172,7 +172,7 @@ def with_speed(dep: Deployment, opts: VerifyOptions, fetch: Fetch) -> Deployment
 
 def sim_speed_of(dep: Deployment, fetch: Fetch) -> float | None:
     """``launch.speed`` from the first engine's ``GET /sim/state`` (servekit sim serve)."""
-    engines = [e for e in dep.endpoints if e.role in ("mixed", "prefill", "decode")]
+    engines = [e for e in dep.endpoints if e.role in ROLES]
     if not engines:
         return None
     try:
@@ -186,7 +186,7 @@ def sim_speed_of(dep: Deployment, fetch: Fetch) -> float | None:
 
 def describe(dep: Deployment) -> str:
     """The up step's line for an attached deployment."""
-    engines = [e for e in dep.endpoints if e.role in ("mixed", "prefill", "decode")]
+    engines = [e for e in dep.endpoints if e.role in ROLES]
     nodes = {e.node for e in dep.endpoints if e.node is not None}
     where = f" on {len(nodes)} node(s)" if nodes else ""
     how = (

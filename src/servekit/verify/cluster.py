@@ -29,13 +29,12 @@ from servekit.deployment import (
     RELAY_PATH,
     Deployment,
     Endpoint,
-    EndpointRole,
     EngineAccess,
-    EngineKind,
 )
 from servekit.errors import UsageError
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
 from servekit.verify.options import DeploymentOptions
+from servekit.vocabulary import EndpointRole, ServedBy
 
 LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(\.{LABEL})*")
@@ -103,7 +102,7 @@ def cluster_deployment(
     *,
     entry: str | None = None,
     logs: Path | None = None,
-    engine: EngineKind = "vllm",
+    engine: ServedBy = "vllm",
     access: EngineAccess = "direct",
 ) -> Deployment:
     """The deployment of ``layout`` running on ``nodes`` (addresses in rank order).
@@ -204,7 +203,7 @@ def relay_deployment(
     fetch: Fetch,
     *,
     logs: Path | None = None,
-    engine: EngineKind = "vllm",
+    engine: ServedBy = "vllm",
 ) -> Deployment:
     """The deployment behind a proxy at ``entry``, learnt from its ``/metrics/engines``."""
     url = entry.rstrip("/")

@@ -21,9 +21,9 @@ from servekit.deployment import Deployment
 from servekit.kit import KitVerifyOptions
 from servekit.report.models import KitCheck
 from servekit.verify.identity import Identity, fetch_text, identify
-from servekit.verify.options import EngineChoice
+from servekit.vocabulary import Startable
 
-__all__ = ["Acceptor", "Attacher", "Bencher", "Components", "EngineChoice", "KitVerifier", "Runner"]
+__all__ = ["Acceptor", "Attacher", "Bencher", "Components", "KitVerifier", "Runner"]
 
 
 class Runner(Protocol):
@@ -34,7 +34,7 @@ class Runner(Protocol):
     """
 
     def up(
-        self, loaded: LoadedLayout, engine: EngineChoice, speed: float | None = None
+        self, loaded: LoadedLayout, engine: Startable, speed: float | None = None
     ) -> Deployment: ...
 
     def down(self, loaded: LoadedLayout) -> str: ...

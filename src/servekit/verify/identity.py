@@ -31,16 +31,13 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from servekit.catalog.ledger import NOT_OBSERVED
 from servekit.deployment import Deployment, Endpoint, split_relay
 from servekit.sim.metrics import SIM_INFO, SIM_VERSION
+from servekit.vocabulary import CACHE_CONFIG_INFO, ROLES, Observed, ServedBy
 
-Kind = Literal["vllm", "sim", "unconfirmed"]
-ENGINE_ROLES = ("mixed", "prefill", "decode")
 VLLM_SERVER = "uvicorn"
-VLLM_INFO = "vllm:cache_config_info"
 VERSION_LIKE = re.compile(r"\d+\.\d+[0-9A-Za-z.+_-]{0,60}")
 LOG_VERSION = re.compile(rb"vLLM (?:API )?server version (\d+\.\d+[0-9A-Za-z.+_-]{0,60})")
 MAX_BODY = 32 << 20
@@ -90,7 +87,7 @@ class EngineVerdict:
     """What one engine answered: its kind, its version when it gave one, and why."""
 
     url: str
-    kind: Kind
+    kind: Observed
     why: str
     version: str | None = None
 
@@ -99,14 +96,14 @@ class EngineVerdict:
 class Identity:
     """The run's engines as observed: kind, versions, image and how each was observed."""
 
-    kind: Kind
+    kind: Observed
     why: str
     versions: dict[str, str] = field(default_factory=dict)
     image: str = NOT_OBSERVED
     observed: dict[str, str] = field(default_factory=dict)
 
     @property
-    def engine(self) -> Literal["vllm", "sim", "external"]:
+    def engine(self) -> ServedBy:
         """The deployment's engine kind: unconfirmed engines are ``external``."""
         return "external" if self.kind == "unconfirmed" else self.kind
 
@@ -150,8 +147,8 @@ def engine_verdict(url: str, probe: Probe) -> EngineVerdict:
     if version.server.strip().lower() != VLLM_SERVER:
         missing.append(f"Server header {version.server.strip()[:40] or 'absent'!r}, not uvicorn")
     metrics = probe(f"{base}/metrics")
-    if metrics.status != 200 or not _has_family(metrics.body, VLLM_INFO):
-        missing.append(f"/metrics has no {VLLM_INFO}")
+    if metrics.status != 200 or not _has_family(metrics.body, CACHE_CONFIG_INFO):
+        missing.append(f"/metrics has no {CACHE_CONFIG_INFO}")
     if missing:
         why = f"{base}/version says {said} but " + "; ".join(missing)
         return EngineVerdict(url, "unconfirmed", why, said)
@@ -179,7 +176,7 @@ def relay_verdicts(
 
 def identify(dep: Deployment, probe: Probe = probe_url) -> Identity:
     """Ask every engine of ``dep`` what it is, and read the logs' start-up lines."""
-    engines = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
+    engines = [e for e in dep.endpoints if e.role in ROLES]
     if not engines:
         engines = [Endpoint(name="entry", role="mixed", url=dep.entry_url)]
     if dep.direct or not dep.metrics_relay:

@@ -12,22 +12,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
-from servekit.vocabulary import StrictModel
-
-EngineChoice = Literal["vllm", "sim"]
+from servekit.vocabulary import STARTABLE, Startable, StrictModel
 
 
 class VerifyOptions(StrictModel):
     """Everything ``servekit verify`` was asked, checked before anything starts."""
 
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
-    engine: EngineChoice | None = Field(
+    engine: Startable | None = Field(
         default=None,
         description="vllm: real engines; sim: simulated engines (default: vllm when started "
         "here; attached: what the engines say, and a contradicting value is refused)",
@@ -107,14 +105,14 @@ class VerifyOptions(StrictModel):
     @field_validator("engine", mode="before")
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
-        if value is not None and value not in ("vllm", "sim"):
+        if value is not None and value not in STARTABLE:
             raise ValueError(
                 f"{value} is not an engine; use vllm (real engines) or sim (simulated engines)"
             )
         return value
 
     @property
-    def engine_choice(self) -> EngineChoice:
+    def engine_choice(self) -> Startable:
         """The engines to start here: ``--engine``, else real vLLM."""
         return self.engine or "vllm"
 
@@ -175,7 +173,7 @@ class DeploymentOptions(StrictModel):
     logs: Path | None = Field(
         None, description="the cluster's log folder, one PROCESS.log per process (LOG_DIR)"
     )
-    engine: EngineChoice = Field(
+    engine: Startable = Field(
         "vllm", description="what the nodes run: vllm, or sim (servekit sim serve)"
     )
     speed: float | None = Field(
@@ -227,7 +225,7 @@ class DeploymentOptions(StrictModel):
     @field_validator("engine", mode="before")
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
-        if value not in ("vllm", "sim"):
+        if value not in STARTABLE:
             shown = value[:40] if isinstance(value, str) and value.isprintable() else repr(value)
             raise ValueError(f"--engine {shown}: use vllm (real engines) or sim (servekit sim)")
         return value

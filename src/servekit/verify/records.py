@@ -15,8 +15,9 @@ from pathlib import Path
 from servekit import __version__
 from servekit.accept.models import AcceptResult
 from servekit.catalog.ledger import NOT_OBSERVED, LedgerRecord
-from servekit.report.models import Interruption, RunEngine, VerifyRun
+from servekit.report.models import Interruption, VerifyRun
 from servekit.verify.flow import Flow
+from servekit.vocabulary import RunEngine
 
 
 def engine_of(flow: Flow) -> RunEngine:

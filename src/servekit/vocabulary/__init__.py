@@ -6,6 +6,8 @@ bottom of the layers, so that no package redefines them and a change to one of
 them is one edit. Modules the proxy's zipapp needs are standard library only
 (the zipapp runs on an engine image without pydantic); the face imports nothing
 up front for the same reason.
+
+    from servekit.vocabulary import PREFIX_CACHE_HITS, ROLES, EngineKind, ProxyMode
 """
 
 from __future__ import annotations
@@ -15,15 +17,141 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    # vocab-utils: URL check, atomic write, strict model, Markdown cells, bounded reads.
+    # The utility words: URL check, atomic write, strict model, Markdown cells, bounded reads.
     from servekit.vocabulary.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
+
+    # The domain words: roles, engines, vLLM metric names, KV/proxy/guard modes.
+    from servekit.vocabulary.engines import (
+        ENGINE_KINDS,
+        SERVED_BY,
+        STARTABLE,
+        UNCONFIRMED,
+        EngineKind,
+        Observed,
+        RunEngine,
+        ServedBy,
+        Startable,
+    )
     from servekit.vocabulary.markdown import markdown_cell
+    from servekit.vocabulary.metrics import (
+        BY_SOURCE_SERIES,
+        CACHE_CONFIG_INFO,
+        E2E_REQUEST_LATENCY_SECONDS,
+        EXTERNAL_HIT_SERIES,
+        EXTERNAL_PREFIX_CACHE_HITS,
+        EXTERNAL_PREFIX_CACHE_QUERIES,
+        GENERATION_TOKENS,
+        GPU_PREFIX_CACHE_HITS,
+        INTER_TOKEN_LATENCY_SECONDS,
+        KV_CACHE_USAGE_PERC,
+        NUM_GPU_BLOCKS,
+        NUM_PREEMPTIONS,
+        NUM_REQUESTS_RUNNING,
+        NUM_REQUESTS_WAITING,
+        PREFIX_CACHE_HITS,
+        PREFIX_CACHE_QUERIES,
+        PREFIX_HIT_SERIES,
+        PROMPT_TOKENS,
+        PROMPT_TOKENS_BY_SOURCE,
+        REQUEST_DECODE_TIME_SECONDS,
+        REQUEST_PREFILL_TIME_SECONDS,
+        REQUEST_QUEUE_TIME_SECONDS,
+        REQUEST_SUCCESS,
+        SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+        SPEC_DECODE_NUM_DRAFT_TOKENS,
+        SPEC_DECODE_NUM_DRAFTS,
+        TIME_PER_OUTPUT_TOKEN_SECONDS,
+        TIME_TO_FIRST_TOKEN_SECONDS,
+        total,
+    )
     from servekit.vocabulary.model import StrictModel
+    from servekit.vocabulary.modes import (
+        KV_PROTOCOLS,
+        LAYOUT_PROXY_MODES,
+        PAIRED_PROXY_MODES,
+        PD_PROXY_MODES,
+        PROXY_MODE_OF,
+        PROXY_MODES,
+        GuardMode,
+        KvProtocol,
+        LayoutProxyMode,
+        ProxyMode,
+    )
     from servekit.vocabulary.reading import read_at_most
+    from servekit.vocabulary.roles import (
+        PD_ROLES,
+        PROXY_POOLS,
+        ROLES,
+        EndpointRole,
+        PdRole,
+        ProcessRole,
+        ProxyPool,
+        Role,
+    )
     from servekit.vocabulary.urls import MAX_HOST, SCHEMES, check_url, is_url
 
-_NAMES: dict[str, str] = {
-    # vocab-utils: URL check, atomic write, strict model, Markdown cells, bounded reads.
+_WORDS = {
+    "ENGINE_KINDS": "engines",
+    "SERVED_BY": "engines",
+    "STARTABLE": "engines",
+    "UNCONFIRMED": "engines",
+    "EngineKind": "engines",
+    "Observed": "engines",
+    "RunEngine": "engines",
+    "ServedBy": "engines",
+    "Startable": "engines",
+    "BY_SOURCE_SERIES": "metrics",
+    "CACHE_CONFIG_INFO": "metrics",
+    "E2E_REQUEST_LATENCY_SECONDS": "metrics",
+    "EXTERNAL_HIT_SERIES": "metrics",
+    "EXTERNAL_PREFIX_CACHE_HITS": "metrics",
+    "EXTERNAL_PREFIX_CACHE_QUERIES": "metrics",
+    "GENERATION_TOKENS": "metrics",
+    "GPU_PREFIX_CACHE_HITS": "metrics",
+    "INTER_TOKEN_LATENCY_SECONDS": "metrics",
+    "KV_CACHE_USAGE_PERC": "metrics",
+    "NUM_GPU_BLOCKS": "metrics",
+    "NUM_PREEMPTIONS": "metrics",
+    "NUM_REQUESTS_RUNNING": "metrics",
+    "NUM_REQUESTS_WAITING": "metrics",
+    "PREFIX_CACHE_HITS": "metrics",
+    "PREFIX_CACHE_QUERIES": "metrics",
+    "PREFIX_HIT_SERIES": "metrics",
+    "PROMPT_TOKENS": "metrics",
+    "PROMPT_TOKENS_BY_SOURCE": "metrics",
+    "REQUEST_DECODE_TIME_SECONDS": "metrics",
+    "REQUEST_PREFILL_TIME_SECONDS": "metrics",
+    "REQUEST_QUEUE_TIME_SECONDS": "metrics",
+    "REQUEST_SUCCESS": "metrics",
+    "SPEC_DECODE_NUM_ACCEPTED_TOKENS": "metrics",
+    "SPEC_DECODE_NUM_DRAFTS": "metrics",
+    "SPEC_DECODE_NUM_DRAFT_TOKENS": "metrics",
+    "TIME_PER_OUTPUT_TOKEN_SECONDS": "metrics",
+    "TIME_TO_FIRST_TOKEN_SECONDS": "metrics",
+    "total": "metrics",
+    "KV_PROTOCOLS": "modes",
+    "LAYOUT_PROXY_MODES": "modes",
+    "PAIRED_PROXY_MODES": "modes",
+    "PD_PROXY_MODES": "modes",
+    "PROXY_MODES": "modes",
+    "PROXY_MODE_OF": "modes",
+    "GuardMode": "modes",
+    "KvProtocol": "modes",
+    "LayoutProxyMode": "modes",
+    "ProxyMode": "modes",
+    "PD_ROLES": "roles",
+    "PROXY_POOLS": "roles",
+    "ROLES": "roles",
+    "EndpointRole": "roles",
+    "PdRole": "roles",
+    "ProcessRole": "roles",
+    "ProxyPool": "roles",
+    "Role": "roles",
+}
+
+# The utility words (URL check, atomic write, strict model, Markdown cells, bounded reads).
+_UTILS = {
+    # The utility words: URL check, atomic write, strict model, Markdown cells, bounded reads.
     "MAX_HOST": "urls",
     "SCHEMES": "urls",
     "StrictModel": "model",
@@ -35,11 +163,66 @@ _NAMES: dict[str, str] = {
     "markdown_cell": "markdown",
     "read_at_most": "reading",
 }
+_NAMES = {**_WORDS, **_UTILS}
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
-    # vocab-utils
+    "BY_SOURCE_SERIES",
+    "CACHE_CONFIG_INFO",
+    "E2E_REQUEST_LATENCY_SECONDS",
+    "ENGINE_KINDS",
+    "EXTERNAL_HIT_SERIES",
+    "EXTERNAL_PREFIX_CACHE_HITS",
+    "EXTERNAL_PREFIX_CACHE_QUERIES",
+    "GENERATION_TOKENS",
+    "GPU_PREFIX_CACHE_HITS",
+    "INTER_TOKEN_LATENCY_SECONDS",
+    "KV_CACHE_USAGE_PERC",
+    "KV_PROTOCOLS",
+    "LAYOUT_PROXY_MODES",
     "MAX_HOST",
+    "NUM_GPU_BLOCKS",
+    "NUM_PREEMPTIONS",
+    "NUM_REQUESTS_RUNNING",
+    "NUM_REQUESTS_WAITING",
+    "PAIRED_PROXY_MODES",
+    "PD_PROXY_MODES",
+    "PD_ROLES",
+    "PREFIX_CACHE_HITS",
+    "PREFIX_CACHE_QUERIES",
+    "PREFIX_HIT_SERIES",
+    "PROMPT_TOKENS",
+    "PROMPT_TOKENS_BY_SOURCE",
+    "PROXY_MODES",
+    "PROXY_MODE_OF",
+    "PROXY_POOLS",
+    "REQUEST_DECODE_TIME_SECONDS",
+    "REQUEST_PREFILL_TIME_SECONDS",
+    "REQUEST_QUEUE_TIME_SECONDS",
+    "REQUEST_SUCCESS",
+    "ROLES",
     "SCHEMES",
+    "SERVED_BY",
+    "SPEC_DECODE_NUM_ACCEPTED_TOKENS",
+    "SPEC_DECODE_NUM_DRAFTS",
+    "SPEC_DECODE_NUM_DRAFT_TOKENS",
+    "STARTABLE",
+    "TIME_PER_OUTPUT_TOKEN_SECONDS",
+    "TIME_TO_FIRST_TOKEN_SECONDS",
+    "UNCONFIRMED",
+    "EndpointRole",
+    "EngineKind",
+    "GuardMode",
+    "KvProtocol",
+    "LayoutProxyMode",
+    "Observed",
+    "PdRole",
+    "ProcessRole",
+    "ProxyMode",
+    "ProxyPool",
+    "Role",
+    "RunEngine",
+    "ServedBy",
+    "Startable",
     "StrictModel",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -48,4 +231,5 @@ __all__ = [
     "is_url",
     "markdown_cell",
     "read_at_most",
+    "total",
 ]

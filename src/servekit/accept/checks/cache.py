@@ -37,17 +37,14 @@ from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
 from servekit.accept.replies import cached_tokens, read_stream
 from servekit.accept.wire import Exchange
-from servekit.deployment import EndpointRole
+from servekit.vocabulary import EXTERNAL_HIT_SERIES, PD_ROLES, PREFIX_HIT_SERIES, EndpointRole
 
 RUNS = ("cold", "hot1", "hot2")
 HIT_METRICS = {
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "external_prefix_cache_hits": (
-        "vllm:external_prefix_cache_hits_total",
-        "vllm:external_prefix_cache_hits",
-    ),
+    "prefix_cache_hits": PREFIX_HIT_SERIES,
+    "external_prefix_cache_hits": EXTERNAL_HIT_SERIES,
 }
-ROLES: tuple[EndpointRole, ...] = ("prefill", "decode", "mixed")
+ROLES: tuple[EndpointRole, ...] = (*PD_ROLES, "mixed")  # the measures' order
 
 
 async def role_hits(probe: Probe) -> dict[str, float]:

@@ -10,6 +10,7 @@ from servekit.accept.env import Probe, base_url
 from servekit.accept.replies import answer_text
 from servekit.accept.wire import Exchange
 from servekit.deployment import Endpoint, split_relay
+from servekit.vocabulary import CACHE_CONFIG_INFO
 
 # Short, plain prompts whose greedy continuations the invariants compare.
 PROMPTS = (
@@ -22,7 +23,9 @@ PROMPTS = (
     "Once upon a time, in a small village,",
     "The quick brown fox",
 )
-PREFIX_CACHING = re.compile(r'^vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', re.M)
+PREFIX_CACHING = re.compile(
+    rf'^{re.escape(CACHE_CONFIG_INFO)}\{{[^}}]*enable_prefix_caching="(\w+)"', re.M
+)
 METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|[+-]Inf)\s*")
 
 

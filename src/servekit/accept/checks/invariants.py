@@ -30,12 +30,12 @@ from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.replies import cached_tokens, read_stream, usage
 from servekit.accept.wire import Exchange
 from servekit.deployment import Endpoint
+from servekit.vocabulary import BY_SOURCE_SERIES, EXTERNAL_HIT_SERIES, PREFIX_HIT_SERIES
 
 NO_DIRECT_ACCESS = (
     "the engines are reached only through the proxy (attached without --nodes): "
     "{what} need direct access; pass --nodes IP,... (the nodes' addresses in rank order)"
 )
-PREFIX_HIT_METRICS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 
 
 async def _answers(probe: Probe, url: str, prompts: tuple[str, ...]) -> list[str] | str:
@@ -54,12 +54,6 @@ def _compare(label: str, want: list[str], got: list[str], prompts: tuple[str, ..
         if a != b:
             return f"{label}: {prompt!r} {first_diff(a, b)}"
     return None
-
-
-EXTERNAL_HIT_METRICS = (
-    "vllm:external_prefix_cache_hits_total",
-    "vllm:external_prefix_cache_hits",
-)
 
 
 def _handoff_prompt() -> str:
@@ -89,16 +83,12 @@ async def _external_hits(probe: Probe, decode: tuple[Endpoint, ...]) -> float | 
     """Tokens decode engines loaded through the KV connector (None: not exported)."""
     total, seen = 0.0, False
     for text in await engine_metrics(probe, decode):
-        if any(name in text for name in EXTERNAL_HIT_METRICS):
+        if any(name in text for name in EXTERNAL_HIT_SERIES):
             seen = True
-            total += metric_sum(text, EXTERNAL_HIT_METRICS)
+            total += metric_sum(text, EXTERNAL_HIT_SERIES)
     return total if seen else None
 
 
-BY_SOURCE_METRICS = (
-    "vllm:prompt_tokens_by_source_total",
-    "vllm:prompt_tokens_by_source",
-)
 SOURCES = ("external_kv_transfer", "local_compute")
 
 
@@ -107,7 +97,7 @@ async def _by_source(probe: Probe, decode: tuple[Endpoint, ...]) -> dict[str, fl
     texts = await engine_metrics(probe, decode)
     found: dict[str, float] = {}
     for source in SOURCES:
-        values = [metric_labelled(t, BY_SOURCE_METRICS, "source", source) for t in texts]
+        values = [metric_labelled(t, BY_SOURCE_SERIES, "source", source) for t in texts]
         if any(v is not None for v in values):
             found[source] = sum(v or 0.0 for v in values)
     return found if len(found) == len(SOURCES) else None
@@ -185,7 +175,7 @@ def _cache_endpoints(probe: Probe) -> tuple[tuple[Endpoint, ...], bool]:
 async def _prefix_hits(probe: Probe, endpoints: tuple[Endpoint, ...]) -> tuple[float, bool]:
     """Prefix-cache hits summed over ``endpoints``, and whether they have caching off."""
     texts = await engine_metrics(probe, endpoints)
-    return sum(metric_sum(text, PREFIX_HIT_METRICS) for text in texts), prefix_caching_off(texts)
+    return sum(metric_sum(text, PREFIX_HIT_SERIES) for text in texts), prefix_caching_off(texts)
 
 
 async def prefix_hot_cold(probe: Probe) -> Outcome:

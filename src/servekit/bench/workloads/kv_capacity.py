@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from servekit.bench.config import KVCapacity
-from servekit.bench.context import ENGINE_ROLES, BenchContext
+from servekit.bench.context import BenchContext
 from servekit.bench.sampler import RelaySource
 from servekit.bench.schema import Figure, Point
 from servekit.client import MetricsSnapshot, OpenAIClient
 from servekit.deployment import Endpoint
 from servekit.logscan import log_lines
+from servekit.vocabulary import CACHE_CONFIG_INFO, ROLES
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
-CACHE_INFO = "vllm:cache_config_info"
 
 
 def kv_from_log(path: Path, name: str | None = None) -> int | None:
@@ -49,7 +49,7 @@ def kv_from_log(path: Path, name: str | None = None) -> int | None:
 def kv_from_metrics(snap: MetricsSnapshot) -> int | None:
     """Sum over engines of num_gpu_blocks x block_size from the cache info gauge."""
     total = 0
-    for labels in snap.info.get(CACHE_INFO, ()):
+    for labels in snap.info.get(CACHE_CONFIG_INFO, ()):
         try:
             total += int(labels["num_gpu_blocks"]) * int(labels["block_size"])
         except (KeyError, ValueError):
@@ -90,7 +90,7 @@ async def _from_endpoint(
 async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     """One point per engine endpoint (the entry URL when no endpoints are known)."""
     dep = ctx.deployment
-    engines: list[Endpoint] = [e for e in dep.endpoints if e.role in ENGINE_ROLES]
+    engines: list[Endpoint] = [e for e in dep.endpoints if e.role in ROLES]
     relayed: list[MetricsSnapshot | Exception | None] = [None] * len(engines)
     if isinstance(ctx.metrics, RelaySource) and engines:
         relayed = list(await ctx.metrics.each())  # one read of the relay for every engine

@@ -37,13 +37,15 @@ from servekit.bench.stats import (
     stream_rates,
 )
 from servekit.bench.workloads.single_stream import (
-    ACCEPTED,
-    DECODE_TIME,
-    DRAFTS,
-    FINISHED,
     engine_time_scale,
 )
 from servekit.client import MetricsSnapshot, RequestRecord
+from servekit.vocabulary import (
+    REQUEST_DECODE_TIME_SECONDS,
+    REQUEST_SUCCESS,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_DRAFTS,
+)
 
 FIGURES = (
     ("per_stream_tok_per_s", "tok/s"),
@@ -87,7 +89,7 @@ def batch_figures(
         tokens = float(np.median([r.output_tokens for r in ok]))
         window_s = max(window_s, mean_s)
         ev.update(
-            window_source=f"engine: mean {DECODE_TIME} over the streams (frames merged)",
+            window_source=f"engine: mean {REQUEST_DECODE_TIME_SECONDS} over the streams (frames merged)",
             engine_mean_decode_ms=mean_s * 1000,
             per_stream_tok_per_s=(tokens - 1) / mean_s,
             ms_per_step=mean_s * 1000 * (accept or 1.0) / (tokens - 1),
@@ -134,8 +136,12 @@ def acceptance(before: MetricsSnapshot | None, after: MetricsSnapshot | None) ->
     """A over a batch: 1 + accepted / drafts; 1.0 with metrics but no drafts."""
     if before is None or after is None:
         return None
-    drafts = (after.counter(DRAFTS) or 0.0) - (before.counter(DRAFTS) or 0.0)
-    accepted = (after.counter(ACCEPTED) or 0.0) - (before.counter(ACCEPTED) or 0.0)
+    drafts = (after.counter(SPEC_DECODE_NUM_DRAFTS) or 0.0) - (
+        before.counter(SPEC_DECODE_NUM_DRAFTS) or 0.0
+    )
+    accepted = (after.counter(SPEC_DECODE_NUM_ACCEPTED_TOKENS) or 0.0) - (
+        before.counter(SPEC_DECODE_NUM_ACCEPTED_TOKENS) or 0.0
+    )
     return 1.0 + accepted / drafts if drafts > 0 else 1.0
 
 
@@ -155,9 +161,9 @@ async def measure(spec: MultiStream, ctx: BenchContext) -> list[Point]:
                 ctx.client, [ctx.body(p, spec.output_tokens) for p in prompts], n
             )
             legs = sum(r.ok for r in batch) * ctx.legs_per_request
-            after = await settled(ctx.metrics, before, FINISHED, legs)
+            after = await settled(ctx.metrics, before, REQUEST_SUCCESS, legs)
             records += batch
-            decode_s = histogram_sum_change(before, after, DECODE_TIME)
+            decode_s = histogram_sum_change(before, after, REQUEST_DECODE_TIME_SECONDS)
             if decode_s:  # the engines' seconds, in the client's time base (single_stream)
                 decode_s /= engine_time_scale(ctx.deployment)
             runs.append(batch_figures(batch, acceptance(before, after), decode_s))

@@ -37,11 +37,12 @@ from servekit.bench.schema import Point
 from servekit.bench.stats import distinct_reads, error_kinds, error_samples, figure
 from servekit.client import RequestRecord
 from servekit.deployment import Deployment
-
-DRAFTS = "vllm:spec_decode_num_drafts"
-FINISHED = "vllm:request_success"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-DECODE_TIME = "vllm:request_decode_time_seconds"
+from servekit.vocabulary import (
+    REQUEST_DECODE_TIME_SECONDS,
+    REQUEST_SUCCESS,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_DRAFTS,
+)
 
 
 def shot_figures(
@@ -58,12 +59,12 @@ def shot_figures(
     t = rec.token_times_ns
     out: dict[str, Any] = {"ok": rec.ok, "error": rec.error, "max_running": sampler.max_running()}
     out["samples"] = len(sampler.samples)
-    finished = sampler.counter_delta(FINISHED)
+    finished = sampler.counter_delta(REQUEST_SUCCESS)
     out["foreign_requests"] = None if finished is None else max(0.0, finished - legs)
     if not rec.ok or rec.output_tokens < 2 or len(t) < 1:
         return out
-    drafts = sampler.counter_delta(DRAFTS)
-    accepted = sampler.counter_delta(ACCEPTED)
+    drafts = sampler.counter_delta(SPEC_DECODE_NUM_DRAFTS)
+    accepted = sampler.counter_delta(SPEC_DECODE_NUM_ACCEPTED_TOKENS)
     if drafts:
         steps, accept = drafts, 1.0 + (accepted or 0.0) / drafts
         source = "spec_decode drafts delta"
@@ -82,7 +83,7 @@ def shot_figures(
     reads = distinct_reads(t)
     merged = reads - 1 < steps
     client_ms = (t[-1] - t[0]) / 1e6
-    engine_s = sampler.histogram_sum_delta(DECODE_TIME)
+    engine_s = sampler.histogram_sum_delta(REQUEST_DECODE_TIME_SECONDS)
     engine_ms = engine_s * 1000.0 / time_scale if engine_s else None
     out.update(
         frames=len(t),
@@ -96,7 +97,7 @@ def shot_figures(
         window_ms, out["window_source"] = client_ms, "client: first to last token frame"
     elif engine_ms:
         window_ms = engine_ms
-        out["window_source"] = f"engine: {DECODE_TIME} delta (token frames merged)"
+        out["window_source"] = f"engine: {REQUEST_DECODE_TIME_SECONDS} delta (token frames merged)"
     else:
         out["note"] = "token frames merged and the engine reports no decode time: not measured"
         return out
@@ -125,7 +126,7 @@ async def _shot(spec: SingleStream, ctx: BenchContext) -> tuple[RequestRecord, d
     async with sampler.running():
         rec = await ctx.client.completion(ctx.body(prompt, spec.output_tokens))
     if rec.ok:
-        await sampler.settle(FINISHED, ctx.legs_per_request)
+        await sampler.settle(REQUEST_SUCCESS, ctx.legs_per_request)
     scale = engine_time_scale(ctx.deployment)
     return rec, shot_figures(rec, sampler, legs=ctx.legs_per_request, time_scale=scale)
 

@@ -42,12 +42,10 @@ from servekit.bench.schema import Figure, Point
 from servekit.bench.stats import error_kinds, error_samples, figure, per_request, serving_metrics
 from servekit.bench.trace import Trace, read_trace
 from servekit.bench.traceprompts import TracePrompts
-from servekit.bench.workloads.single_stream import FINISHED
 from servekit.bench.workloads.sweeps import HARNESS_LAG, unit_of
 from servekit.client import OpenAIClient, RequestRecord
+from servekit.vocabulary import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, REQUEST_SUCCESS
 
-HITS = "vllm:prefix_cache_hits"
-QUERIES = "vllm:prefix_cache_queries"
 WORKLOAD = "trace"
 NS = 1_000_000_000
 
@@ -136,9 +134,9 @@ async def _run(
     async with LoopLagProbe().running() as probe:
         batch, duration, t0_ns = await replay(ctx.client, bodies, offsets)
     legs = sum(r.ok for r in batch) * ctx.legs_per_request
-    after = await settled(ctx.metrics, before, FINISHED, legs)
-    hits = counter_change(before, after, HITS)
-    queries = counter_change(before, after, QUERIES)
+    after = await settled(ctx.metrics, before, REQUEST_SUCCESS, legs)
+    hits = counter_change(before, after, PREFIX_CACHE_HITS)
+    queries = counter_change(before, after, PREFIX_CACHE_QUERIES)
     clock = engine_clock(ctx)
     late = lateness_ms(batch, t0_ns, offsets, clock)
     run: dict[str, Any] = {
