@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.helpers.cli import servekit_cli as servekit
 
 from servekit.kit.build import build_kit
 from servekit.kit.models import ConfigDelta, KitManifest
@@ -26,7 +27,6 @@ from servekit.kit.render import render_all
 
 from .imagegen import base_layers, source_layers, write_oci
 from .kitedit import edit_kit
-from .test_kit_cli import servekit
 
 HOSTILE = [
     "$(touch /tmp/servekit-pwned)",

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.local.test_status import servekit, user_env
+from tests.helpers.cli import servekit_cli
+from tests.local.test_status import user_env
 
 from servekit.local.preflight import check_not_running
 from servekit.local.state import ProcState, RunState, start_ticks, write_state
@@ -67,7 +68,7 @@ def test_down_leaves_a_reused_engine_pid_alive_and_says_why(
     run = write_run(tmp_path, stranger.pid, start - 1 if recorded == "later" else None)
     env = user_env(tmp_path / "state")
     check_not_running(run / "state.json", "local/single")  # up: not "still alive"
-    down = servekit(tmp_path, env, "down", "local/single")
+    down = servekit_cli("down", "local/single", cwd=tmp_path, env=env, timeout=300)
     assert down.returncode == 0, down.stderr
     lines = down.stdout.strip().splitlines()
     assert len(lines) == 1, down.stdout
@@ -85,6 +86,8 @@ def test_down_stops_an_engine_that_is_still_the_recorded_process(
     run = write_run(tmp_path, stranger.pid, start_ticks(stranger.pid))
     with pytest.raises(Exception, match="still alive"):
         check_not_running(run / "state.json", "local/single")
-    down = servekit(tmp_path, user_env(tmp_path / "state"), "down", "local/single")
+    down = servekit_cli(
+        "down", "local/single", cwd=tmp_path, env=user_env(tmp_path / "state"), timeout=300
+    )
     assert down.returncode == 0 and "left alone" not in down.stdout, down.stdout
     assert stranger.wait(timeout=30) is not None

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import servekit_cli as servekit
+from tests.helpers.cli import wide_env
 
 from servekit.catalog.ledger import read_records
-
-from .test_cli import servekit
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def test_verify_a3_1p1d_on_simulated_engines(catalog: Path, tmp_path: Path) -> N
     out = tmp_path / "run"
     done = servekit(
         "verify", "a3/1p1d", "--engine", "sim", "--catalog", str(catalog), "--out", str(out),
-        env={"SERVEKIT_RUNS": str(tmp_path / "runs")},
+        env=wide_env(SERVEKIT_RUNS=str(tmp_path / "runs")), timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check_run(catalog, "a3/1p1d", out, "sim", done.stdout)
@@ -57,7 +57,7 @@ def test_verify_local_1p1d_on_real_vllm(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = servekit(
         "verify", "local/1p1d", "--catalog", str(catalog), "--out", str(out),
-        env={"SERVEKIT_RUNS": str(tmp_path / "runs")},
+        env=wide_env(SERVEKIT_RUNS=str(tmp_path / "runs")), timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check_run(catalog, "local/1p1d", out, "vllm", done.stdout)
