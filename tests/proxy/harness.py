@@ -33,6 +33,14 @@ SLOW_DECODE = {"name": "slow", "decode_step_s": [[1, 0.05]]}  # a token every 50
 MODEL = "sim-model"
 
 
+MOONCAKE_BOOTSTRAP_PORT = 8998
+
+
+def bootstrap_of(spec: Any) -> str:
+    """ENGINE_ID=URL a simulated prefill's bootstrap server is named by."""
+    return f"{spec.engine}=http://{spec.host}:{spec.side_port}"
+
+
 def run(scenario: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(scenario)
 
@@ -91,8 +99,7 @@ class Stack:
 
     def prefill_bootstrap(self, i: int) -> str:
         """ENGINE_ID=URL of prefill ``i``'s bootstrap server (bootstrap mode)."""
-        spec = self.prefill[i].ep.spec
-        return f"{spec.engine}=http://{spec.host}:{spec.side_port}"
+        return bootstrap_of(self.prefill[i].ep.spec)
 
     def prefill_engine_id(self, i: int) -> str:
         return self.prefill[i].ep.spec.engine
@@ -135,17 +142,19 @@ async def stack(
     ``sim`` holds endpoint settings for every endpoint (``kv_mode``, ``profile``,
     ``guard``, ...); ``config`` goes to the proxy's :class:`ProxyConfig`.
     """
-    server = await serve(spec_from_mapping(sim_spec(prefill, decode, replica, **(sim or {}))))
+    sim = dict(sim or {})
+    if config.get("mode") == "bootstrap":
+        # Mooncake's default bootstrap port: the proxy checks the address it is given
+        # (port 0 is no URL), and the simulated decoder checks it names the prefill.
+        sim.setdefault("kv_port", MOONCAKE_BOOTSTRAP_PORT)
+    server = await serve(spec_from_mapping(sim_spec(prefill, decode, replica, **sim)))
     nodes = {n: Node(n, ep, await Spy(ep.url).start()) for n, ep in server.endpoints.items()}
     by_role = {
         r: [v for k, v in nodes.items() if k[0] == r[0]] for r in ("prefill", "decode", "replica")
     }
     settings = {**FAST_HEALTH, **config}
     if settings.get("mode") == "bootstrap" and "prefill_bootstrap" not in settings:
-        settings["prefill_bootstrap"] = tuple(
-            f"{n.ep.spec.engine}=http://{n.ep.spec.host}:{n.ep.spec.side_port}"
-            for n in by_role["prefill"]
-        )
+        settings["prefill_bootstrap"] = tuple(bootstrap_of(n.ep.spec) for n in by_role["prefill"])
     cfg = ProxyConfig(
         **{role: tuple(n.url for n in members) for role, members in by_role.items()},
         mode="replica" if replica else settings.pop("mode", "pd"),

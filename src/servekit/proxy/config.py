@@ -126,6 +126,8 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         check_fields(self, flag_of)
         _check_layerwise(self)
+        for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
+            parse_bootstrap(value)
 
     @property
     def stage_roles(self) -> tuple[str, ...]:

@@ -3,8 +3,10 @@
 A plan.json, a selftest log, a saved tutorial or a kit member may be anything
 (a multi-gigabyte file, a copy of /dev/zero): reading it whole first would cost
 the memory the bound protects. :func:`read_at_most` reads one byte past the bound,
-so a file of exactly N bytes is kept and one of N+1 is refused unread beyond that.
-Standard library only.
+so a file of exactly N bytes is kept and one of N+1 is refused unread beyond that;
+it reads in chunks, so what it holds is what the file has (``read(N + 1)`` would
+allocate the whole bound up front, and a 1 GiB bound under an address-space limit
+is a MemoryError). Standard library only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servekit.errors import UsageError
+
+CHUNK = 1 << 20
 
 
 def read_at_most(
@@ -30,11 +34,18 @@ def read_at_most(
     bound ``"{where}: {too_large}"``; a read that fails ``"{where}: cannot read
     (why){hint}"``. ``error`` builds the exception (a kit reader raises its own).
     """
+    chunks: list[bytes] = []
+    held = 0
     try:
-        with path.open("rb") as fh:
-            data = fh.read(limit + 1)
+        with path.open("rb", buffering=0) as fh:
+            while held <= limit:
+                chunk = fh.read(min(CHUNK, limit + 1 - held))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                held += len(chunk)
     except OSError as exc:
         raise error(f"{where}: cannot read ({exc.strerror}){hint}") from None
-    if len(data) > limit:
+    if held > limit:
         raise error(f"{where}: {too_large}")
-    return data
+    return b"".join(chunks)
