@@ -81,11 +81,48 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+def _face_table(init: Path) -> dict[str, str]:
+    """A lazy face's ``name -> submodule`` table (every dict literal of str -> str in it)."""
+    table: dict[str, str] = {}
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(value, ast.Constant)
+                    and isinstance(key.value, str)
+                    and isinstance(value.value, str)
+                ):
+                    table[key.value] = value.value
+    return table
+
+
+def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
+    """Like :func:`_imports`, with a name taken from a lazy face resolved to its submodule.
+
+    A face imports nothing up front, so without this every import through a face
+    would hide the edge to the module that really defines the name, and circles
+    through faces would go unseen.
+    """
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    found = list(_imports(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            init = SRC.parent.joinpath(*node.module.split(".")) / "__init__.py"
+            if node.module.startswith("servekit.") and init.is_file():
+                table = _face_table(init)
+                for alias in node.names:
+                    if alias.name in table:
+                        found.append((f"{node.module}.{table[alias.name]}", id(node) in top))
+    return found
+
+
 def _graph() -> dict[str, set[str]]:
     modules = {_module(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for name, at_top in _imports(path):
+        for name, at_top in _resolved_imports(path):
             if name in modules and at_top and name != module:
                 graph[module].add(name)
     return graph
@@ -134,3 +171,47 @@ def test_no_import_circles() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def _deep_imports(path: Path, module: str | None = None) -> list[str]:
+    """Imports of another package's modules (not its face) in one file."""
+    module = module or _module(path)
+    here = _package(module)
+    deep = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = _from_names(node)
+        for name in names:
+            parts = name.split(".")
+            is_package = (SRC / parts[1] / "__init__.py").is_file() if len(parts) > 1 else False
+            if parts[0] == "servekit" and len(parts) > 2 and is_package and parts[1] != here:
+                deep.append(f"{module}:{node.lineno} -> {name}")
+    return deep
+
+
+def test_code_outside_a_package_imports_its_face() -> None:
+    deep = [line for path in sorted(SRC.rglob("*.py")) for line in _deep_imports(path)]
+    assert not deep, "import these through the package's face:\n" + "\n".join(deep)
+
+
+def test_the_face_rule_catches_a_deep_import(tmp_path: Path) -> None:
+    """Positive control: a module reaching into another package's module is caught."""
+    probe = SRC / "verify" / "_probe_deep_import.py"
+    probe.write_text("from servekit.render.plan import build_plan\n")
+    try:
+        assert _deep_imports(probe) == [
+            "servekit.verify._probe_deep_import:1 -> servekit.render.plan"
+        ]
+    finally:
+        probe.unlink()
+
+
+def test_faces_resolve_to_the_defining_module() -> None:
+    """The circle check sees through faces: a face name maps to the module that defines it."""
+    table = _face_table(SRC / "render" / "__init__.py")
+    assert table["build_plan"] == "plan"
+    graph = _graph()
+    assert any(name.startswith("servekit.render.") for name in graph["servekit.report.build"])

@@ -115,15 +115,19 @@ def test_public_api_is_pinned() -> None:
     assert api.__all__ == sorted(api.__all__, key=lambda n: (not n.isupper(), n.lower()))
     assert set(api.__all__) == {
         "RESULT_FILE",
+        "SOURCES",
         "AcceptOptions",
         "AcceptResult",
         "CheckResult",
         "EvidenceFile",
+        "check_weight",
         "main",
+        "metric_labelled",
         "read_result",
         "render_markdown",
         "run_accept",
         "run_acceptance_async",
         "summary_line",
+        "weights_for",
         "write_result",
     }

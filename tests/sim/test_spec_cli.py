@@ -127,13 +127,21 @@ def test_public_api_is_pinned() -> None:
         "EndpointSpec",
         "FaultSpec",
         "Profile",
+        "RunningSim",
+        "SIM_INFO",
+        "SIM_VERSION",
+        "SimOptions",
         "SimServer",
         "SimSpec",
         "load_profile",
         "load_spec",
         "quick_spec",
         "run",
+        "run_options",
+        "running_sim",
         "serve",
+        "serve_main",
+        "spec_from_mapping",
     }
 
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
+    from servekit.accept.checks.common import metric_labelled
+    from servekit.accept.checks.invariants import SOURCES
     from servekit.accept.markdown import render_markdown, summary_line
     from servekit.accept.models import (
         AcceptResult,
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
         write_result,
     )
     from servekit.accept.options import AcceptOptions
+    from servekit.accept.progress import check_weight, weights_for
     from servekit.accept.runner import RESULT_FILE, main, run_accept, run_acceptance_async
 
 _NAMES = {
@@ -27,26 +30,34 @@ _NAMES = {
     "CheckResult": "models",
     "EvidenceFile": "models",
     "RESULT_FILE": "runner",
+    "SOURCES": "checks.invariants",
+    "check_weight": "progress",
     "main": "runner",
+    "metric_labelled": "checks.common",
     "read_result": "models",
     "render_markdown": "markdown",
     "run_accept": "runner",
     "run_acceptance_async": "runner",
     "summary_line": "markdown",
+    "weights_for": "progress",
     "write_result": "models",
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "RESULT_FILE",
+    "SOURCES",
     "AcceptOptions",
     "AcceptResult",
+    "check_weight",
     "CheckResult",
     "EvidenceFile",
     "main",
+    "metric_labelled",
     "read_result",
     "render_markdown",
     "run_accept",
     "run_acceptance_async",
     "summary_line",
+    "weights_for",
     "write_result",
 ]

@@ -37,8 +37,10 @@ if TYPE_CHECKING:
     from servekit.bench.foreign import read_baseline
     from servekit.bench.options import BenchOptions
     from servekit.bench.output import write_outputs
+    from servekit.bench.plots import write_plots
+    from servekit.bench.progress import planned_runs
     from servekit.bench.records import RequestRow, read_rows
-    from servekit.bench.report import render_markdown, render_section
+    from servekit.bench.report import TITLES, render_markdown, render_section
     from servekit.bench.runner import bench_async, main, run_bench, run_workloads
     from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
 
@@ -55,30 +57,34 @@ _NAMES = {
     "Point": "schema",
     "Prefill": "config",
     "RateSweep": "config",
+    "RequestRow": "records",
     "RunSettings": "config",
     "SCHEMA_VERSION": "schema",
     "SingleStream": "config",
+    "TITLES": "report",
     "TraceReplay": "config",
-    "RequestRow": "records",
-    "read_baseline": "foreign",
-    "read_rows": "records",
     "WORKLOAD_NAMES": "config",
     "Workload": "config",
     "WorkloadSpec": "config",
     "bench_async": "runner",
     "compare": "baseline",
     "default_workloads": "config",
+    "main": "runner",
+    "planned_runs": "progress",
+    "read_baseline": "foreign",
+    "read_rows": "records",
     "render_markdown": "report",
     "render_section": "report",
-    "main": "runner",
     "run_bench": "runner",
     "run_workloads": "runner",
     "write_outputs": "output",
+    "write_plots": "plots",
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "DEFAULT_WORKLOADS",
     "SCHEMA_VERSION",
+    "TITLES",
     "WORKLOAD_NAMES",
     "BenchInputs",
     "BenchOptions",
@@ -101,6 +107,7 @@ __all__ = [
     "compare",
     "default_workloads",
     "main",
+    "planned_runs",
     "read_baseline",
     "read_rows",
     "render_markdown",
@@ -108,4 +115,5 @@ __all__ = [
     "run_bench",
     "run_workloads",
     "write_outputs",
+    "write_plots",
 ]

@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     from servekit.kit.errors import KitRefused
     from servekit.kit.image import read_image
     from servekit.kit.imagetypes import Image
-    from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
+    from servekit.kit.inspector import (
+        ImageSummary,
+        inspect_image,
+        inspect_kit,
+        is_kit,
+        is_rootfs,
+        rootfs_manifest,
+    )
     from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
     from servekit.kit.options import (
         KitBuildOptions,
@@ -40,7 +47,10 @@ if TYPE_CHECKING:
         render_release_table,
         verify_release,
     )
+    from servekit.kit.scratch import terminate_cleanly
+    from servekit.kit.smokeproof import NONCE_FILE
     from servekit.kit.streams import Limits
+    from servekit.kit.tables import checks_table, print_image, print_kit
     from servekit.kit.verify import verify_kit
 
 _NAMES = {
@@ -61,14 +71,22 @@ _NAMES = {
     "KitVerifyOptions": "options",
     "Limits": "streams",
     "Marker": "models",
+    "NONCE_FILE": "smokeproof",
     "RoleValues": "models",
     "build_kit": "build",
+    "checks_table": "tables",
     "inspect_image": "inspector",
     "inspect_kit": "inspector",
+    "is_kit": "inspector",
+    "is_rootfs": "inspector",
     "kit_release_table": "releasetable",
+    "print_image": "tables",
+    "print_kit": "tables",
     "read_image": "image",
     "rebuild_kit": "rebuild",
     "render_release_table": "releasetable",
+    "rootfs_manifest": "inspector",
+    "terminate_cleanly": "scratch",
     "verify_kit": "verify",
     "verify_release": "releasetable",
 }
@@ -91,14 +109,22 @@ __all__ = [
     "KitVerifyOptions",
     "Limits",
     "Marker",
+    "NONCE_FILE",
     "RoleValues",
     "build_kit",
+    "checks_table",
     "inspect_image",
     "inspect_kit",
+    "is_kit",
+    "is_rootfs",
     "kit_release_table",
+    "print_image",
+    "print_kit",
     "read_image",
     "rebuild_kit",
     "render_release_table",
+    "rootfs_manifest",
+    "terminate_cleanly",
     "verify_kit",
     "verify_release",
 ]

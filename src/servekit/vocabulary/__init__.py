@@ -19,6 +19,19 @@ from servekit.lazyface import lazy_face
 if TYPE_CHECKING:
     # The utility words: URL check, atomic write, strict model, Markdown cells, bounded reads.
     from servekit.vocabulary.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
+    from servekit.vocabulary.cliargs import (
+        FlagOf,
+        OptionSpec,
+        build_parser,
+        check_fields,
+        dataclass_options,
+        kebab_flag,
+        option,
+        parse_known_values,
+        parse_values,
+        spec_of,
+        value_type,
+    )
 
     # The domain words: roles, engines, vLLM metric names, KV/proxy/guard modes.
     from servekit.vocabulary.engines import (
@@ -163,7 +176,21 @@ _UTILS = {
     "markdown_cell": "markdown",
     "read_at_most": "reading",
 }
-_NAMES = {**_WORDS, **_UTILS}
+# The one parser generator's words (vocabulary/cliargs).
+_CLIARGS = {
+    "FlagOf": "cliargs",
+    "OptionSpec": "cliargs",
+    "build_parser": "cliargs",
+    "check_fields": "cliargs",
+    "dataclass_options": "cliargs",
+    "kebab_flag": "cliargs",
+    "option": "cliargs",
+    "parse_known_values": "cliargs",
+    "parse_values": "cliargs",
+    "spec_of": "cliargs",
+    "value_type": "cliargs",
+}
+_NAMES = {**_WORDS, **_UTILS, **_CLIARGS}
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 __all__ = [
     "BY_SOURCE_SERIES",
@@ -211,10 +238,12 @@ __all__ = [
     "UNCONFIRMED",
     "EndpointRole",
     "EngineKind",
+    "FlagOf",
     "GuardMode",
     "KvProtocol",
     "LayoutProxyMode",
     "Observed",
+    "OptionSpec",
     "PdRole",
     "ProcessRole",
     "ProxyMode",
@@ -227,9 +256,18 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_writer",
+    "build_parser",
+    "check_fields",
     "check_url",
+    "dataclass_options",
     "is_url",
+    "kebab_flag",
     "markdown_cell",
+    "option",
+    "parse_known_values",
+    "parse_values",
     "read_at_most",
+    "spec_of",
     "total",
+    "value_type",
 ]
