@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from servekit.lazyface import face_names
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
 
 # Rows of docs/design.md, top first; a package may import only rows below it.
@@ -81,20 +83,13 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
-def _face_table(init: Path) -> dict[str, str]:
-    """A lazy face's ``name -> submodule`` table (every dict literal of str -> str in it)."""
-    table: dict[str, str] = {}
-    for node in ast.walk(ast.parse(init.read_text())):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
-                if (
-                    isinstance(key, ast.Constant)
-                    and isinstance(value, ast.Constant)
-                    and isinstance(key.value, str)
-                    and isinstance(value.value, str)
-                ):
-                    table[key.value] = value.value
-    return table
+def _face_table(package: str) -> dict[str, str]:
+    """A lazy face's ``name -> defining module``, as servekit.lazyface reads it."""
+    return (
+        face_names(package)
+        if (SRC.parent.joinpath(*package.split(".")) / "__init__.py").is_file()
+        else {}
+    )
 
 
 def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
@@ -108,13 +103,10 @@ def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
     top = {id(n) for n in tree.body}
     found = list(_imports(path))
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            init = SRC.parent.joinpath(*node.module.split(".")) / "__init__.py"
-            if node.module.startswith("servekit.") and init.is_file():
-                table = _face_table(init)
-                for alias in node.names:
-                    if alias.name in table:
-                        found.append((f"{node.module}.{table[alias.name]}", id(node) in top))
+        module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and module.startswith("servekit."):
+            table = _face_table(module)
+            found += [(table[a.name], id(node) in top) for a in node.names if a.name in table]
     return found
 
 
@@ -188,7 +180,7 @@ def _deep_imports(path: Path, module: str | None = None) -> list[str]:
             parts = name.split(".")
             is_package = (SRC / parts[1] / "__init__.py").is_file() if len(parts) > 1 else False
             if parts[0] == "servekit" and len(parts) > 2 and is_package and parts[1] != here:
-                deep.append(f"{module}:{node.lineno} -> {name}")
+                deep.append(f"{module}:{getattr(node, "lineno", 0)} -> {name}")
     return deep
 
 
@@ -211,7 +203,7 @@ def test_the_face_rule_catches_a_deep_import(tmp_path: Path) -> None:
 
 def test_faces_resolve_to_the_defining_module() -> None:
     """The circle check sees through faces: a face name maps to the module that defines it."""
-    table = _face_table(SRC / "render" / "__init__.py")
-    assert table["build_plan"] == "plan"
+    table = _face_table("servekit.render")
+    assert table["build_plan"] == "servekit.render.plan"
     graph = _graph()
     assert any(name.startswith("servekit.render.") for name in graph["servekit.report.build"])

@@ -24,33 +24,15 @@ if TYPE_CHECKING:
     from servekit.accept.progress import check_weight, weights_for
     from servekit.accept.runner import RESULT_FILE, main, run_accept, run_acceptance_async
 
-_NAMES = {
-    "AcceptOptions": "options",
-    "AcceptResult": "models",
-    "CheckResult": "models",
-    "EvidenceFile": "models",
-    "RESULT_FILE": "runner",
-    "SOURCES": "checks.invariants",
-    "check_weight": "progress",
-    "main": "runner",
-    "metric_labelled": "checks.common",
-    "read_result": "models",
-    "render_markdown": "markdown",
-    "run_accept": "runner",
-    "run_acceptance_async": "runner",
-    "summary_line": "markdown",
-    "weights_for": "progress",
-    "write_result": "models",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "RESULT_FILE",
     "SOURCES",
     "AcceptOptions",
     "AcceptResult",
-    "check_weight",
     "CheckResult",
     "EvidenceFile",
+    "check_weight",
     "main",
     "metric_labelled",
     "read_result",

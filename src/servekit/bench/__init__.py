@@ -44,43 +44,7 @@ if TYPE_CHECKING:
     from servekit.bench.runner import bench_async, main, run_bench, run_workloads
     from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
 
-_NAMES = {
-    "BenchInputs": "schema",
-    "BenchOptions": "options",
-    "BenchResult": "schema",
-    "ConcurrencySweep": "config",
-    "DEFAULT_WORKLOADS": "config",
-    "Delta": "baseline",
-    "Figure": "schema",
-    "KVCapacity": "config",
-    "MultiStream": "config",
-    "Point": "schema",
-    "Prefill": "config",
-    "RateSweep": "config",
-    "RequestRow": "records",
-    "RunSettings": "config",
-    "SCHEMA_VERSION": "schema",
-    "SingleStream": "config",
-    "TITLES": "report",
-    "TraceReplay": "config",
-    "WORKLOAD_NAMES": "config",
-    "Workload": "config",
-    "WorkloadSpec": "config",
-    "bench_async": "runner",
-    "compare": "baseline",
-    "default_workloads": "config",
-    "main": "runner",
-    "planned_runs": "progress",
-    "read_baseline": "foreign",
-    "read_rows": "records",
-    "render_markdown": "report",
-    "render_section": "report",
-    "run_bench": "runner",
-    "run_workloads": "runner",
-    "write_outputs": "output",
-    "write_plots": "plots",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "DEFAULT_WORKLOADS",
     "SCHEMA_VERSION",

@@ -20,23 +20,7 @@ if TYPE_CHECKING:
     from servekit.importer.meta import SourceMeta, read_meta
     from servekit.importer.write import dump_yaml
 
-_NAMES = {
-    "FolderFacts": "extract",
-    "ImportRefused": "contain",
-    "SourceMeta": "meta",
-    "SourceRef": "extract",
-    "derive_layout": "derive",
-    "diff_sources": "compare",
-    "drift_report": "drift",
-    "dump_yaml": "write",
-    "extract_folder": "extract",
-    "import_layout": "api",
-    "print_diff": "compare",
-    "print_drift": "drift",
-    "read_meta": "meta",
-    "write_derived": "derive",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "FolderFacts",
     "ImportRefused",

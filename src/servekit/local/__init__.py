@@ -39,26 +39,7 @@ if TYPE_CHECKING:
     from servekit.local.tinymodel.build import build_tiny_model
     from servekit.local.tinymodel.ondemand import check_out
 
-_NAMES = {
-    "DemoOptions": "options",
-    "DownOptions": "options",
-    "EXIT_INTERRUPTED": "control",
-    "LogsOptions": "options",
-    "StatusOptions": "options",
-    "TinyModelOptions": "options",
-    "UpOptions": "options",
-    "build_tiny_model": "tinymodel.build",
-    "check_out": "tinymodel.ondemand",
-    "down": "control",
-    "layout_sim_spec": "simrun",
-    "logs": "observe",
-    "prepare_run": "prepare",
-    "run_demo": "demo",
-    "status": "observe",
-    "up_detached": "control",
-    "up_foreground": "control",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "EXIT_INTERRUPTED",
     "DemoOptions",

@@ -18,15 +18,7 @@ if TYPE_CHECKING:
     from servekit.proxy.config import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
     from servekit.proxy.server import run
 
-_NAMES = {
-    "ProxyConfig": "config",
-    "config_from_values": "config",
-    "flag_of": "config",
-    "refuse_keys_in_argv": "config",
-    "run": "server",
-    "zipapp_bytes": "bundle",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "ProxyConfig",
     "config_from_values",

@@ -37,35 +37,7 @@ if TYPE_CHECKING:
         source_claim,
     )
 
-_NAMES = {
-    "Finding": "rules",
-    "NodePlan": "plan",
-    "PD_NAME": "rules",
-    "Plan": "plan",
-    "PlanOptions": "plan",
-    "ProcessPlan": "plan",
-    "ProxyFacts": "plan",
-    "RenderOptions": "options",
-    "assign_path": "overrides",
-    "build_plan": "plan",
-    "check_layout": "rules",
-    "list_json": "views",
-    "model_of": "views",
-    "parse_set": "overrides",
-    "planned_ports": "plan",
-    "print_defaults": "views",
-    "print_list": "views",
-    "print_show": "views",
-    "render_files": "shell",
-    "render_layout": "api",
-    "resolve_env": "envvalues",
-    "run_check": "views",
-    "source_claim": "views",
-    "topology_of": "rules",
-    "write_bundle": "bundle",
-    "write_rendering": "shell",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "PD_NAME",
     "Finding",

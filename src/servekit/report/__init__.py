@@ -22,20 +22,7 @@ if TYPE_CHECKING:
     )
     from servekit.report.site import build_site
 
-_NAMES = {
-    "Files": "models",
-    "Interruption": "models",
-    "KitCheck": "models",
-    "RUN_FILE": "build",
-    "StepName": "models",
-    "StepOutcome": "models",
-    "VerifyRun": "models",
-    "build_report": "build",
-    "build_site": "site",
-    "sha256_file": "evidence",
-    "write_sums": "evidence",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "RUN_FILE",
     "Files",

@@ -19,34 +19,14 @@ if TYPE_CHECKING:
     from servekit.sim.testing import RunningSim, running_sim
     from servekit.sim.vllmserve import serve_main
 
-_NAMES = {
-    "EndpointSpec": "spec",
-    "FaultSpec": "faults",
-    "Profile": "profile",
-    "RunningSim": "testing",
-    "SIM_INFO": "metrics",
-    "SIM_VERSION": "metrics",
-    "SimOptions": "options",
-    "SimServer": "server",
-    "SimSpec": "spec",
-    "load_profile": "profile",
-    "load_spec": "spec",
-    "quick_spec": "options",
-    "run": "server",
-    "run_options": "options",
-    "running_sim": "testing",
-    "serve": "server",
-    "serve_main": "vllmserve",
-    "spec_from_mapping": "spec",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
+    "SIM_INFO",
+    "SIM_VERSION",
     "EndpointSpec",
     "FaultSpec",
     "Profile",
     "RunningSim",
-    "SIM_INFO",
-    "SIM_VERSION",
     "SimOptions",
     "SimServer",
     "SimSpec",

@@ -23,19 +23,7 @@ if TYPE_CHECKING:
     from servekit.verify.options import DeploymentOptions, VerifyOptions
     from servekit.verify.run import VerifyOutcome, main, verify
 
-_NAMES = {
-    "Components": "components",
-    "DeploymentOptions": "options",
-    "VerifyOptions": "options",
-    "VerifyOutcome": "run",
-    "cluster_deployment": "cluster",
-    "main": "run",
-    "real_components": "adapters",
-    "relay_deployment": "cluster",
-    "verify": "run",
-    "write_deployment": "cluster",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "Components",
     "DeploymentOptions",
