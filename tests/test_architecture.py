@@ -180,7 +180,7 @@ def _deep_imports(path: Path, module: str | None = None) -> list[str]:
             parts = name.split(".")
             is_package = (SRC / parts[1] / "__init__.py").is_file() if len(parts) > 1 else False
             if parts[0] == "servekit" and len(parts) > 2 and is_package and parts[1] != here:
-                deep.append(f"{module}:{getattr(node, "lineno", 0)} -> {name}")
+                deep.append(f"{module}:{getattr(node, 'lineno', 0)} -> {name}")
     return deep
 
 
