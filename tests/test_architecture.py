@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from servekit.lazyface import face_names
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
 
 # Rows of docs/design.md, top first; a package may import only rows below it.
@@ -81,11 +83,38 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+def _face_table(package: str) -> dict[str, str]:
+    """A lazy face's ``name -> defining module``, as servekit.lazyface reads it."""
+    return (
+        face_names(package)
+        if (SRC.parent.joinpath(*package.split(".")) / "__init__.py").is_file()
+        else {}
+    )
+
+
+def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
+    """Like :func:`_imports`, with a name taken from a lazy face resolved to its submodule.
+
+    A face imports nothing up front, so without this every import through a face
+    would hide the edge to the module that really defines the name, and circles
+    through faces would go unseen.
+    """
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    found = list(_imports(path))
+    for node in ast.walk(tree):
+        module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and module.startswith("servekit."):
+            table = _face_table(module)
+            found += [(table[a.name], id(node) in top) for a in node.names if a.name in table]
+    return found
+
+
 def _graph() -> dict[str, set[str]]:
     modules = {_module(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for name, at_top in _imports(path):
+        for name, at_top in _resolved_imports(path):
             if name in modules and at_top and name != module:
                 graph[module].add(name)
     return graph
@@ -134,3 +163,47 @@ def test_no_import_circles() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def _deep_imports(path: Path, module: str | None = None) -> list[str]:
+    """Imports of another package's modules (not its face) in one file."""
+    module = module or _module(path)
+    here = _package(module)
+    deep = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = _from_names(node)
+        for name in names:
+            parts = name.split(".")
+            is_package = (SRC / parts[1] / "__init__.py").is_file() if len(parts) > 1 else False
+            if parts[0] == "servekit" and len(parts) > 2 and is_package and parts[1] != here:
+                deep.append(f"{module}:{getattr(node, 'lineno', 0)} -> {name}")
+    return deep
+
+
+def test_code_outside_a_package_imports_its_face() -> None:
+    deep = [line for path in sorted(SRC.rglob("*.py")) for line in _deep_imports(path)]
+    assert not deep, "import these through the package's face:\n" + "\n".join(deep)
+
+
+def test_the_face_rule_catches_a_deep_import(tmp_path: Path) -> None:
+    """Positive control: a module reaching into another package's module is caught."""
+    probe = SRC / "verify" / "_probe_deep_import.py"
+    probe.write_text("from servekit.render.plan import build_plan\n")
+    try:
+        assert _deep_imports(probe) == [
+            "servekit.verify._probe_deep_import:1 -> servekit.render.plan"
+        ]
+    finally:
+        probe.unlink()
+
+
+def test_faces_resolve_to_the_defining_module() -> None:
+    """The circle check sees through faces: a face name maps to the module that defines it."""
+    table = _face_table("servekit.render")
+    assert table["build_plan"] == "servekit.render.plan"
+    graph = _graph()
+    assert any(name.startswith("servekit.render.") for name in graph["servekit.report.build"])

@@ -188,7 +188,6 @@ def test_the_zipapp_bundles_the_vocabulary_the_proxy_imports(tmp_path: Path) -> 
 
 def _module_of(name: str) -> str:
     """The vocabulary module behind a name on its face."""
-    import servekit.vocabulary as face
+    from servekit.lazyface import face_names
 
-    module: str = getattr(face, "_NAMES")[name]  # noqa: B009  # the face's private table
-    return module
+    return face_names("servekit.vocabulary")[name].rsplit(".", 1)[1]

@@ -33,13 +33,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from servekit.errors import UsageError, first_error_detail
-from servekit.vocabulary import markdown_cell
-from servekit.vocabulary.cliargs import (
+from servekit.vocabulary import (
     FlagOf,
     OptionSpec,
     build_parser,
     dataclass_options,
     kebab_flag,
+    markdown_cell,
     parse_values,
     spec_of,
     value_type,

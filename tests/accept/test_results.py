@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from tests.helpers.api import isort_order
 
 from servekit.accept import (
     AcceptOptions,
@@ -112,18 +113,22 @@ def test_terminal_matrix_shows_every_check_and_the_counts() -> None:
 def test_public_api_is_pinned() -> None:
     import servekit.accept as api
 
-    assert api.__all__ == sorted(api.__all__, key=lambda n: (not n.isupper(), n.lower()))
+    assert api.__all__ == isort_order(api.__all__)
     assert set(api.__all__) == {
         "RESULT_FILE",
+        "SOURCES",
         "AcceptOptions",
         "AcceptResult",
         "CheckResult",
         "EvidenceFile",
+        "check_weight",
         "main",
+        "metric_labelled",
         "read_result",
         "render_markdown",
         "run_accept",
         "run_acceptance_async",
         "summary_line",
+        "weights_for",
         "write_result",
     }

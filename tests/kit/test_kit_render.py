@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.api import isort_order
+
 import servekit.kit
 from servekit.kit.build import BuildResult, build_kit
 from servekit.kit.kitdir import open_kit
@@ -58,7 +60,7 @@ def test_shipped_files_are_the_rendered_files(tmp_path: Path, images: dict[str, 
 
 
 def test_public_api_is_sorted_and_importable() -> None:
-    assert servekit.kit.__all__ == sorted(servekit.kit.__all__)
+    assert servekit.kit.__all__ == isort_order(servekit.kit.__all__)
     for name in servekit.kit.__all__:
         assert getattr(servekit.kit, name) is not None
 

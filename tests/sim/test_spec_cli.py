@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.api import isort_order
 from tests.helpers.cli import servekit_argv, servekit_cli
 
 import servekit.sim
@@ -122,18 +123,26 @@ def test_running_sim_reports_bad_specs_and_busy_ports() -> None:
 
 
 def test_public_api_is_pinned() -> None:
-    assert servekit.sim.__all__ == sorted(servekit.sim.__all__)
+    assert servekit.sim.__all__ == isort_order(servekit.sim.__all__)
     assert set(servekit.sim.__all__) == {
         "EndpointSpec",
         "FaultSpec",
         "Profile",
+        "RunningSim",
+        "SIM_INFO",
+        "SIM_VERSION",
+        "SimOptions",
         "SimServer",
         "SimSpec",
         "load_profile",
         "load_spec",
         "quick_spec",
         "run",
+        "run_options",
+        "running_sim",
         "serve",
+        "serve_main",
+        "spec_from_mapping",
     }
 
 

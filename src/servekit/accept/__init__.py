@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
+    from servekit.accept.checks.common import metric_labelled
+    from servekit.accept.checks.invariants import SOURCES
     from servekit.accept.markdown import render_markdown, summary_line
     from servekit.accept.models import (
         AcceptResult,
@@ -19,34 +21,25 @@ if TYPE_CHECKING:
         write_result,
     )
     from servekit.accept.options import AcceptOptions
+    from servekit.accept.progress import check_weight, weights_for
     from servekit.accept.runner import RESULT_FILE, main, run_accept, run_acceptance_async
 
-_NAMES = {
-    "AcceptOptions": "options",
-    "AcceptResult": "models",
-    "CheckResult": "models",
-    "EvidenceFile": "models",
-    "RESULT_FILE": "runner",
-    "main": "runner",
-    "read_result": "models",
-    "render_markdown": "markdown",
-    "run_accept": "runner",
-    "run_acceptance_async": "runner",
-    "summary_line": "markdown",
-    "write_result": "models",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "RESULT_FILE",
+    "SOURCES",
     "AcceptOptions",
     "AcceptResult",
     "CheckResult",
     "EvidenceFile",
+    "check_weight",
     "main",
+    "metric_labelled",
     "read_result",
     "render_markdown",
     "run_accept",
     "run_acceptance_async",
     "summary_line",
+    "weights_for",
     "write_result",
 ]

@@ -134,7 +134,7 @@ def _for_the_fault(fault: Control, reason: str) -> bool:
 
 def _cleared(patch: dict[str, Any]) -> dict[str, Any]:
     """The patch that undoes ``patch``: each fault back to its default, no disagree_seed."""
-    from servekit.sim.faults import FaultSpec
+    from servekit.sim import FaultSpec
 
     defaults = {k: f.default for k, f in FaultSpec.model_fields.items()}
     return {k: defaults.get(k) for k in patch}

@@ -21,8 +21,7 @@ from typing import Any
 
 from servekit.client import ReadyTarget, poll_ready
 from servekit.deployment import Deployment, Endpoint
-from servekit.sim.spec import SimSpec, spec_from_mapping
-from servekit.sim.testing import RunningSim, running_sim
+from servekit.sim import RunningSim, SimSpec, running_sim, spec_from_mapping
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0

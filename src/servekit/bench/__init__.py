@@ -37,48 +37,18 @@ if TYPE_CHECKING:
     from servekit.bench.foreign import read_baseline
     from servekit.bench.options import BenchOptions
     from servekit.bench.output import write_outputs
+    from servekit.bench.plots import write_plots
+    from servekit.bench.progress import planned_runs
     from servekit.bench.records import RequestRow, read_rows
-    from servekit.bench.report import render_markdown, render_section
+    from servekit.bench.report import TITLES, render_markdown, render_section
     from servekit.bench.runner import bench_async, main, run_bench, run_workloads
     from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
 
-_NAMES = {
-    "BenchInputs": "schema",
-    "BenchOptions": "options",
-    "BenchResult": "schema",
-    "ConcurrencySweep": "config",
-    "DEFAULT_WORKLOADS": "config",
-    "Delta": "baseline",
-    "Figure": "schema",
-    "KVCapacity": "config",
-    "MultiStream": "config",
-    "Point": "schema",
-    "Prefill": "config",
-    "RateSweep": "config",
-    "RunSettings": "config",
-    "SCHEMA_VERSION": "schema",
-    "SingleStream": "config",
-    "TraceReplay": "config",
-    "RequestRow": "records",
-    "read_baseline": "foreign",
-    "read_rows": "records",
-    "WORKLOAD_NAMES": "config",
-    "Workload": "config",
-    "WorkloadSpec": "config",
-    "bench_async": "runner",
-    "compare": "baseline",
-    "default_workloads": "config",
-    "render_markdown": "report",
-    "render_section": "report",
-    "main": "runner",
-    "run_bench": "runner",
-    "run_workloads": "runner",
-    "write_outputs": "output",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "DEFAULT_WORKLOADS",
     "SCHEMA_VERSION",
+    "TITLES",
     "WORKLOAD_NAMES",
     "BenchInputs",
     "BenchOptions",
@@ -101,6 +71,7 @@ __all__ = [
     "compare",
     "default_workloads",
     "main",
+    "planned_runs",
     "read_baseline",
     "read_rows",
     "render_markdown",
@@ -108,4 +79,5 @@ __all__ = [
     "run_bench",
     "run_workloads",
     "write_outputs",
+    "write_plots",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from servekit.catalog.options import (
+from servekit.catalog import (
     CatalogSiteOptions,
     DefaultsOptions,
     LayoutsCheckOptions,
@@ -21,30 +21,30 @@ from servekit.cliopts import add_command
 
 
 def _list(opts: LayoutsListOptions) -> int:
-    from servekit.render import views
+    from servekit.render import list_json, print_list
 
     if opts.as_json:
-        typer.echo(views.list_json(opts.catalog))
+        typer.echo(list_json(opts.catalog))
     else:
-        views.print_list(opts.catalog)
+        print_list(opts.catalog)
     return 0
 
 
 def _show(opts: LayoutsShowOptions) -> int:
-    from servekit.render import views
+    from servekit.render import print_show
 
-    views.print_show(opts.name, opts.catalog)
+    print_show(opts.name, opts.catalog)
     return 0
 
 
 def _check(opts: LayoutsCheckOptions) -> int:
-    from servekit.render import views
+    from servekit.render import run_check
 
-    return views.run_check(list(opts.names), opts.strict, opts.catalog)
+    return run_check(list(opts.names), opts.strict, opts.catalog)
 
 
 def _import(opts: LayoutsImportOptions) -> int:
-    from servekit.importer.api import import_layout
+    from servekit.importer import import_layout
 
     name, changed, unexpressed = import_layout(opts)
     for line in unexpressed:
@@ -56,14 +56,14 @@ def _import(opts: LayoutsImportOptions) -> int:
 
 
 def _defaults(opts: DefaultsOptions) -> int:
-    from servekit.render import views
+    from servekit.render import print_defaults
 
-    views.print_defaults(opts.role, opts.kind, family=opts.family, catalog=opts.catalog)
+    print_defaults(opts.role, opts.kind, family=opts.family, catalog=opts.catalog)
     return 0
 
 
 def _site(opts: CatalogSiteOptions) -> int:
-    from servekit.report.site import build_site
+    from servekit.report import build_site
 
     typer.echo(str(build_site(opts.out, str(opts.catalog) if opts.catalog else None)))
     return 0

@@ -13,11 +13,11 @@ from __future__ import annotations
 import typer
 
 from servekit.cliopts import add_command
-from servekit.verify.options import DeploymentOptions
+from servekit.verify import DeploymentOptions
 
 
 def _write(opts: DeploymentOptions) -> int:
-    from servekit.verify.cluster import write_deployment
+    from servekit.verify import write_deployment
 
     dep = write_deployment(opts)
     engines = [e for e in dep.endpoints if e.role != "proxy"]

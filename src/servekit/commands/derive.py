@@ -11,17 +11,12 @@ import json
 
 import typer
 
-from servekit.catalog.options_derive import (
-    LayoutsDiffOptions,
-    LayoutsDriftOptions,
-    LayoutsNewOptions,
-)
+from servekit.catalog import LayoutsDiffOptions, LayoutsDriftOptions, LayoutsNewOptions
 from servekit.cliopts import add_command
 
 
 def _new(opts: LayoutsNewOptions) -> int:
-    from servekit.importer.derive import derive_layout, write_derived
-    from servekit.importer.write import dump_yaml
+    from servekit.importer import derive_layout, dump_yaml, write_derived
 
     data = derive_layout(opts)
     if opts.dry_run:
@@ -36,7 +31,7 @@ def _new(opts: LayoutsNewOptions) -> int:
 
 
 def _diff(opts: LayoutsDiffOptions) -> int:
-    from servekit.importer.compare import diff_sources, print_diff
+    from servekit.importer import diff_sources, print_diff
 
     diff = diff_sources(opts.a, opts.b, opts.catalog)
     if opts.json_out:
@@ -47,7 +42,7 @@ def _diff(opts: LayoutsDiffOptions) -> int:
 
 
 def _drift(opts: LayoutsDriftOptions) -> int:
-    from servekit.importer.drift import drift_report, print_drift
+    from servekit.importer import drift_report, print_drift
 
     report = drift_report(opts.name, opts.upstream, opts.catalog)
     if opts.json_out:

@@ -15,12 +15,7 @@ from typing import TypeVar
 import typer
 
 from servekit.cliopts import add_command
-from servekit.kit.options import (
-    KitBuildOptions,
-    KitInspectOptions,
-    KitRebuildOptions,
-    KitVerifyOptions,
-)
+from servekit.kit import KitBuildOptions, KitInspectOptions, KitRebuildOptions, KitVerifyOptions
 
 T = TypeVar("T")
 
@@ -29,7 +24,7 @@ def _cleanly(command: Callable[[T], int]) -> Callable[[T], int]:
     """Run a command so that SIGTERM/SIGHUP unwind it: its scratch folders always go."""
 
     def run(opts: T) -> int:
-        from servekit.kit.scratch import terminate_cleanly
+        from servekit.kit import terminate_cleanly
 
         with terminate_cleanly():
             return command(opts)
@@ -39,7 +34,7 @@ def _cleanly(command: Callable[[T], int]) -> Callable[[T], int]:
 
 def build(opts: KitBuildOptions) -> int:
     """Build a deterministic kit from a source image or a payload spec."""
-    from servekit.kit.build import build_kit
+    from servekit.kit import build_kit
 
     result = build_kit(opts)
     m = result.manifest
@@ -54,7 +49,7 @@ def _family_table(opts: KitVerifyOptions) -> Callable[[str], dict[str, str]] | N
     """``--family``: the catalog family's row per role (the kit package never reads the catalog)."""
     if opts.family is None:
         return None
-    from servekit.catalog.families import family_script_defaults
+    from servekit.catalog import family_script_defaults
     from servekit.vocabulary import ROLES
 
     # Read the catalog once, before the kit (a bad family fails first), not per script.
@@ -68,10 +63,7 @@ def verify(opts: KitVerifyOptions) -> int:
     """Check a kit without running anything from it; 1 on any failure."""
     from rich.console import Console
 
-    from servekit.kit.releasetable import verify_release
-    from servekit.kit.smokeproof import NONCE_FILE
-    from servekit.kit.tables import checks_table
-    from servekit.kit.verify import verify_kit
+    from servekit.kit import NONCE_FILE, checks_table, verify_kit, verify_release
 
     table = _family_table(opts)
     written = ""
@@ -98,8 +90,7 @@ def rebuild(opts: KitRebuildOptions) -> int:
     """Apply the kit onto its base and prove the result equals the source."""
     from rich.console import Console
 
-    from servekit.kit.rebuild import rebuild_kit
-    from servekit.kit.tables import checks_table
+    from servekit.kit import checks_table, rebuild_kit
 
     report = rebuild_kit(opts)
     Console().print(checks_table(report, "kit rebuild"))
@@ -111,14 +102,15 @@ def inspect(opts: KitInspectOptions) -> int:
     from rich.console import Console
 
     from servekit.errors import UsageError
-    from servekit.kit.inspector import (
+    from servekit.kit import (
         inspect_image,
         inspect_kit,
         is_kit,
         is_rootfs,
+        print_image,
+        print_kit,
         rootfs_manifest,
     )
-    from servekit.kit.tables import print_image, print_kit
 
     console = Console()
     if is_rootfs(opts.target):

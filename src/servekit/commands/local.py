@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from servekit.cliopts import add_command
-from servekit.local.options import (
+from servekit.local import (
     DemoOptions,
     DownOptions,
     LogsOptions,
@@ -22,8 +22,7 @@ from servekit.local.options import (
 
 def _tiny(opts: TinyModelOptions) -> int:
     from servekit.errors import UsageError
-    from servekit.local.tinymodel import build_tiny_model
-    from servekit.local.tinymodel.ondemand import check_out
+    from servekit.local import build_tiny_model, check_out
 
     folder = check_out(opts.out)
     try:
@@ -40,8 +39,7 @@ def _tiny(opts: TinyModelOptions) -> int:
 def _up(opts: UpOptions) -> int:
     from rich.console import Console
 
-    from servekit.local.control import up_detached, up_foreground
-    from servekit.local.prepare import prepare_run
+    from servekit.local import prepare_run, up_detached, up_foreground
 
     spec = prepare_run(opts)
     run = up_detached if opts.detach else up_foreground
@@ -49,7 +47,7 @@ def _up(opts: UpOptions) -> int:
 
 
 def _down(opts: DownOptions) -> int:
-    from servekit.local.control import down as stop
+    from servekit.local import down as stop
 
     for line in stop(opts.name):
         typer.echo(line)
@@ -59,13 +57,13 @@ def _down(opts: DownOptions) -> int:
 def _status(opts: StatusOptions) -> int:
     from rich.console import Console
 
-    from servekit.local.observe import status as show
+    from servekit.local import status as show
 
     return show(opts.name, Console(), as_json=opts.as_json)
 
 
 def _logs(opts: LogsOptions) -> int:
-    from servekit.local.observe import logs as show
+    from servekit.local import logs as show
 
     try:
         show(opts, typer.echo)
@@ -77,7 +75,7 @@ def _logs(opts: LogsOptions) -> int:
 def _demo(opts: DemoOptions) -> int:
     from rich.console import Console
 
-    from servekit.local.demo import run_demo
+    from servekit.local import run_demo
 
     return run_demo(Console(), ready_timeout_s=opts.ready_timeout)
 

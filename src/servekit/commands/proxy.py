@@ -13,11 +13,11 @@ from __future__ import annotations
 import typer
 
 from servekit.cliopts import add_command
-from servekit.proxy.config import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
+from servekit.proxy import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
 
 
 def _run(config: ProxyConfig) -> int:
-    from servekit.proxy.server import run
+    from servekit.proxy import run
 
     run(config)
     return 0

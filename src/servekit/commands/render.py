@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 
 from servekit.cliopts import command_from_model
-from servekit.render.options import RenderOptions
+from servekit.render import RenderOptions
 
 
 def _run(opts: RenderOptions) -> int:
-    from servekit.render.api import render_layout
+    from servekit.render import render_layout
 
     render_layout(
         opts.name, opts.out, list(opts.set), opts.catalog, target=opts.target, force=opts.force

@@ -15,7 +15,7 @@ import typer
 from pydantic import Field
 
 from servekit.cliopts import callback_from_model
-from servekit.sim.options import SimOptions
+from servekit.sim import SimOptions
 
 SERVE_HELP = (
     "Serve one simulated engine from a 'vllm serve' command line: "
@@ -34,13 +34,13 @@ class SimCommandOptions(SimOptions):
 
 def run_sim(opts: SimCommandOptions) -> int:
     """Serve the options' spec; ``--layout`` first turns a layout into a spec file."""
-    from servekit.sim.options import run_options
+    from servekit.sim import run_options
 
     if opts.layout is None:
         return run_options(SimOptions(**opts.model_dump(exclude={"layout", "catalog"})))
     import tempfile
 
-    from servekit.local.simrun import layout_sim_spec
+    from servekit.local import layout_sim_spec
 
     folder = Path(tempfile.mkdtemp(prefix="servekit-sim-"))
     catalog = str(opts.catalog) if opts.catalog else None
@@ -51,7 +51,7 @@ def run_sim(opts: SimCommandOptions) -> int:
 
 def serve(ctx: typer.Context) -> None:
     """Serve one simulated engine from a 'vllm serve' command line (docs/sim.md)."""
-    from servekit.sim.vllmserve import serve_main
+    from servekit.sim import serve_main
 
     raise typer.Exit(serve_main(list(ctx.args)))
 

@@ -6,17 +6,34 @@ bubblewrap sandbox, -> :class:`FolderFacts`), :func:`read_meta` (meta.yaml ->
 is the fake platform itself (rank table, fake tools, recorders, normalizer).
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from servekit.importer.contain import ImportRefused
-from servekit.importer.extract import FolderFacts, SourceRef, extract_folder
-from servekit.importer.meta import SourceMeta, read_meta
+from servekit.lazyface import lazy_face
 
+if TYPE_CHECKING:
+    from servekit.importer.api import import_layout
+    from servekit.importer.compare import diff_sources, print_diff
+    from servekit.importer.contain import ImportRefused
+    from servekit.importer.derive import derive_layout, write_derived
+    from servekit.importer.drift import drift_report, print_drift
+    from servekit.importer.extract import FolderFacts, SourceRef, extract_folder
+    from servekit.importer.meta import SourceMeta, read_meta
+    from servekit.importer.write import dump_yaml
+
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "FolderFacts",
     "ImportRefused",
     "SourceMeta",
     "SourceRef",
+    "derive_layout",
+    "diff_sources",
+    "drift_report",
+    "dump_yaml",
     "extract_folder",
+    "import_layout",
+    "print_diff",
+    "print_drift",
     "read_meta",
+    "write_derived",
 ]

@@ -17,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
-from servekit.catalog.loader import load, resolve_catalog
-from servekit.catalog.options import LayoutsImportOptions
-from servekit.catalog.profiles import PROFILES_DIR
-from servekit.catalog.schema import LAYOUT_NAME
+from servekit.catalog import LAYOUT_NAME, PROFILES_DIR, LayoutsImportOptions, load, resolve_catalog
 from servekit.errors import UsageError
 from servekit.importer.extract import SourceRef, extract_folder
 from servekit.importer.synthesize import Synthesis, synthesize

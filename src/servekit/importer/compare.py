@@ -33,9 +33,9 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 
-from servekit.catalog.loader import load
+from servekit.catalog import load
 from servekit.errors import UsageError, first_error
-from servekit.render.plan import Plan, ProcessPlan, build_plan
+from servekit.render import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 from servekit.vocabulary import PROXY_POOLS, read_at_most
 
@@ -310,7 +310,7 @@ def _plan_file(path: Path) -> Plan:
 
 def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
     """A source-convention folder (run by the contained runner) or its recorded facts."""
-    from servekit.catalog.options import LayoutsImportOptions
+    from servekit.catalog import LayoutsImportOptions
     from servekit.importer.api import import_layout, name_for
 
     try:

@@ -29,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
-from servekit.catalog.loader import (
+from servekit.catalog import (
     LAYOUT_FILE,
+    LAYOUT_NAME,
+    MAX_NODES,
+    PROFILES_DIR,
+    LayoutsNewOptions,
     canonical_name,
     layout_path,
     load,
@@ -38,13 +42,9 @@ from servekit.catalog.loader import (
     parse_layout_text,
     resolve_catalog,
 )
-from servekit.catalog.options_derive import LayoutsNewOptions
-from servekit.catalog.profiles import PROFILES_DIR
-from servekit.catalog.schema import LAYOUT_NAME, MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.write import dump_yaml
-from servekit.render.overrides import _assign, parse_set
-from servekit.render.rules import _PD_NAME, check_layout, topology_of
+from servekit.render import PD_NAME, assign_path, check_layout, parse_set, topology_of
 from servekit.vocabulary import PD_ROLES, atomic_write_text
 
 NPUS_PER_NODE = {"a2": 8, "a3": 16}
@@ -85,7 +85,7 @@ MAX_INSTANCES = 64
 
 def parse_topology(text: str, flag: str = "--topology") -> Topology:
     """The grammar's name -> counts; one line naming the grammar when it is not one."""
-    m = _PD_NAME.fullmatch(text)
+    m = PD_NAME.fullmatch(text)
     if not m or text.count("_"):
         raise UsageError(
             f"{flag} {text[:40]!r}: not a PD topology of the grammar <A>x<B>p<C>x<D>d "
@@ -258,7 +258,7 @@ def derive_data(
     early, late = _split_sets(list(sets))
     for path, value, key in early:
         role_key = key.split(".", 1)[0]
-        _assign(templates[role_key], path, value, key)
+        assign_path(templates[role_key], path, value, key)
     per_node = _hardware(out, hardware)
     accelerator = str((out.get("hardware") or {}).get("accelerator", "?"))
     if model is not None:
@@ -285,7 +285,7 @@ def derive_data(
     _provenance(out, base, data, today or dt.datetime.now(dt.UTC).date())
     for item in late:
         path, value = parse_set(item)
-        _assign(out, path, value, item.partition("=")[0])
+        assign_path(out, path, value, item.partition("=")[0])
     return out
 
 

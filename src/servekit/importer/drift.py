@@ -31,10 +31,10 @@ from typing import Any
 
 from rich.console import Console
 
-from servekit.catalog.loader import load
+from servekit.catalog import load
 from servekit.errors import UsageError
 from servekit.importer.compare import FACT_FLAGS, Change, changes, env_of, flags_of
-from servekit.render.plan import ProcessPlan, build_plan
+from servekit.render import ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 from servekit.vocabulary import ROLES, read_at_most
 

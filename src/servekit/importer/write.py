@@ -21,8 +21,7 @@ from typing import Any
 import yaml
 
 from servekit import safeyaml
-from servekit.catalog.loader import LAYOUT_FILE
-from servekit.catalog.profiles import PROFILES_DIR
+from servekit.catalog import LAYOUT_FILE, PROFILES_DIR
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
 from servekit.vocabulary import ROLES, atomic_write_text

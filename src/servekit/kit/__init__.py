@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     from servekit.kit.errors import KitRefused
     from servekit.kit.image import read_image
     from servekit.kit.imagetypes import Image
-    from servekit.kit.inspector import ImageSummary, inspect_image, inspect_kit
+    from servekit.kit.inspector import (
+        ImageSummary,
+        inspect_image,
+        inspect_kit,
+        is_kit,
+        is_rootfs,
+        rootfs_manifest,
+    )
     from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
     from servekit.kit.options import (
         KitBuildOptions,
@@ -40,40 +47,15 @@ if TYPE_CHECKING:
         render_release_table,
         verify_release,
     )
+    from servekit.kit.scratch import terminate_cleanly
+    from servekit.kit.smokeproof import NONCE_FILE
     from servekit.kit.streams import Limits
+    from servekit.kit.tables import checks_table, print_image, print_kit
     from servekit.kit.verify import verify_kit
 
-_NAMES = {
-    "BuildResult": "build",
-    "CheckReport": "checks",
-    "CheckResult": "checks",
-    "Gate": "models",
-    "Image": "imagetypes",
-    "ImageSummary": "inspector",
-    "KitBuildOptions": "options",
-    "KitExpect": "models",
-    "KitInspectOptions": "options",
-    "KitManifest": "models",
-    "KitRebuildOptions": "options",
-    "KitRefused": "errors",
-    "KitReleaseTable": "releasetable",
-    "KitTableRow": "releasetable",
-    "KitVerifyOptions": "options",
-    "Limits": "streams",
-    "Marker": "models",
-    "RoleValues": "models",
-    "build_kit": "build",
-    "inspect_image": "inspector",
-    "inspect_kit": "inspector",
-    "kit_release_table": "releasetable",
-    "read_image": "image",
-    "rebuild_kit": "rebuild",
-    "render_release_table": "releasetable",
-    "verify_kit": "verify",
-    "verify_release": "releasetable",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
+    "NONCE_FILE",
     "BuildResult",
     "CheckReport",
     "CheckResult",
@@ -93,12 +75,19 @@ __all__ = [
     "Marker",
     "RoleValues",
     "build_kit",
+    "checks_table",
     "inspect_image",
     "inspect_kit",
+    "is_kit",
+    "is_rootfs",
     "kit_release_table",
+    "print_image",
+    "print_kit",
     "read_image",
     "rebuild_kit",
     "render_release_table",
+    "rootfs_manifest",
+    "terminate_cleanly",
     "verify_kit",
     "verify_release",
 ]

@@ -17,3 +17,45 @@ Modules, in the order a run uses them:
 This package is imported lazily by the CLI; nothing here is loaded by
 ``servekit --help``.
 """
+
+from typing import TYPE_CHECKING
+
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.local.control import EXIT_INTERRUPTED, down, up_detached, up_foreground
+    from servekit.local.demo import run_demo
+    from servekit.local.observe import logs, status
+    from servekit.local.options import (
+        DemoOptions,
+        DownOptions,
+        LogsOptions,
+        StatusOptions,
+        TinyModelOptions,
+        UpOptions,
+    )
+    from servekit.local.prepare import prepare_run
+    from servekit.local.simrun import layout_sim_spec
+    from servekit.local.tinymodel.build import build_tiny_model
+    from servekit.local.tinymodel.ondemand import check_out
+
+__getattr__, __dir__ = lazy_face(__name__)
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "DemoOptions",
+    "DownOptions",
+    "LogsOptions",
+    "StatusOptions",
+    "TinyModelOptions",
+    "UpOptions",
+    "build_tiny_model",
+    "check_out",
+    "down",
+    "layout_sim_spec",
+    "logs",
+    "prepare_run",
+    "run_demo",
+    "status",
+    "up_detached",
+    "up_foreground",
+]

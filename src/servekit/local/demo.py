@@ -26,9 +26,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servekit.accept.checks.common import metric_labelled
-from servekit.accept.checks.invariants import SOURCES
-from servekit.catalog.loader import load
+from servekit.accept import SOURCES, metric_labelled
+from servekit.catalog import load
 from servekit.client import OpenAIClient
 from servekit.local.control import follow, report_detached, start_detached, stop_run
 from servekit.local.display import ProgressView

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from servekit.catalog.options import catalog_field
+from servekit.catalog import catalog_field
 from servekit.vocabulary import STARTABLE, Startable, StrictModel
 
 

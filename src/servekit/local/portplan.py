@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout
 from servekit.local import ports
-from servekit.render.plan import PlanOptions, build_plan
+from servekit.render import PlanOptions, build_plan
 
 LOOPBACK = ports.LOOPBACK
 SHOWN = 4

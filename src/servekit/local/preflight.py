@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout
 from servekit.errors import UsageError
 from servekit.local.state import proc_alive, state_or_why, supervisor_alive
 from servekit.vocabulary import Startable

@@ -17,8 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from servekit.catalog.loader import load
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout, load
 from servekit.deployment import run_dir_for, run_dirs_of
 from servekit.local import companions, portplan, preflight
 from servekit.local.options import UpOptions
@@ -27,8 +26,7 @@ from servekit.local.rundir import RunDir, versions
 from servekit.local.runspec import Launch, RunSpec, vllm_run_spec
 from servekit.local.simrun import require_sim, sim_run_spec
 from servekit.local.tinymodel.ondemand import ensure_tiny_model
-from servekit.render.bundle import write_bundle
-from servekit.render.plan import PlanOptions, build_plan
+from servekit.render import PlanOptions, build_plan, write_bundle
 from servekit.vocabulary import Startable, atomic_write_text
 
 

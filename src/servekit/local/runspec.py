@@ -14,8 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from servekit.render.envvalues import resolve_env
-from servekit.render.plan import Plan, ProcessPlan
+from servekit.render import Plan, ProcessPlan, resolve_env
 from servekit.vocabulary import EndpointRole, Startable, StrictModel
 
 

@@ -16,7 +16,7 @@ from servekit.guard import ENV_SWITCH as GUARD_ENV
 from servekit.guard import METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
-from servekit.render.plan import Plan, ProcessPlan
+from servekit.render import Plan, ProcessPlan
 from servekit.vocabulary import atomic_write_text
 
 SIM_PROCESS = "sim"
@@ -43,7 +43,7 @@ def _profile(proc: ProcessPlan, plan: Plan) -> object:
     name = SIM_PROFILES.get(plan.engine_kind, "zero")
     if proc.settings.get("PREFIX") != "0":
         return name
-    from servekit.sim.profile import load_profile
+    from servekit.sim import load_profile
 
     return load_profile(name).model_copy(update={"enable_prefix_caching": False}).model_dump()
 
@@ -89,7 +89,7 @@ def sim_run_spec(spec: RunSpec, plan: Plan, run: RunDir, speed: float | None = N
     ``speed`` (``servekit up --speed X``) runs simulated time X times faster;
     it is written into ``sim.json`` and recorded in the run's deployment.
     """
-    from servekit.sim.spec import spec_from_mapping
+    from servekit.sim import spec_from_mapping
 
     doc = sim_spec_doc(plan)
     sim_spec = spec_from_mapping(doc, where="plan -> sim spec")
@@ -131,10 +131,10 @@ def layout_sim_spec(name: str, out: Path, catalog: str | None = None) -> Path:
     Only the engine endpoints are served (no proxy): the same conversion
     ``servekit up NAME --engine sim`` uses, written to ``out`` for the simulator.
     """
-    from servekit.catalog.loader import load
+    from servekit.catalog import load
     from servekit.local.portplan import LOOPBACK, port_map
-    from servekit.render.plan import PlanOptions, build_plan
-    from servekit.sim.spec import spec_from_mapping
+    from servekit.render import PlanOptions, build_plan
+    from servekit.sim import spec_from_mapping
 
     layout = load(name, catalog).layout
     options = PlanOptions(

@@ -8,3 +8,22 @@ prometheus_client, so it runs where only aiohttp is installed. This
 ``__init__`` imports nothing at all. The decode guard middleware is
 :mod:`servekit.guard` (``servekit.proxy.guard_middleware`` is its old name).
 """
+
+from typing import TYPE_CHECKING
+
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.proxy.bundle import zipapp_bytes
+    from servekit.proxy.config import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
+    from servekit.proxy.server import run
+
+__getattr__, __dir__ = lazy_face(__name__)
+__all__ = [
+    "ProxyConfig",
+    "config_from_values",
+    "flag_of",
+    "refuse_keys_in_argv",
+    "run",
+    "zipapp_bytes",
+]

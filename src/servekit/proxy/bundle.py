@@ -23,7 +23,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from servekit.vocabulary.atomic import atomic_write_bytes
+from servekit.vocabulary import atomic_write_bytes
 
 SHEBANG = b"#!/usr/bin/env python3\n"
 MAIN = b'"""The servekit proxy, zipped."""\n\nimport sys\n\nfrom servekit.proxy.server import main\n\nsys.exit(main())\n'

@@ -27,16 +27,18 @@ from typing import Any, NoReturn
 
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
-from servekit.vocabulary import PD_ROLES, PROXY_MODES, PROXY_POOLS
-from servekit.vocabulary.cliargs import (
+from servekit.vocabulary import (
+    PD_ROLES,
+    PROXY_MODES,
+    PROXY_POOLS,
     OptionSpec,
     check_fields,
+    check_url,
     dataclass_options,
     parse_values,
 )
-from servekit.vocabulary.cliargs import build_parser as build_argparser
-from servekit.vocabulary.cliargs import option as opt
-from servekit.vocabulary.urls import check_url
+from servekit.vocabulary import build_parser as build_argparser
+from servekit.vocabulary import option as opt
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from servekit.catalog.loader import load, packaged_catalog, resolve_catalog
+from servekit.catalog import load, packaged_catalog, resolve_catalog
 from servekit.errors import UsageError
 from servekit.fsutil import check_output_dir
 from servekit.render.overrides import apply_overrides

@@ -27,7 +27,7 @@ def bundle_files() -> dict[str, bytes]:
     """File name -> bytes of every bundled file (the guard is servekit's own guard.py)."""
     from servekit import kvshim
     from servekit.guard import source_bytes
-    from servekit.proxy.bundle import zipapp_bytes
+    from servekit.proxy import zipapp_bytes
 
     return {
         GUARD_FILE: source_bytes(),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
-from servekit.catalog.schema import EnvValue, NodeValue, Prepend
+from servekit.catalog import EnvValue, NodeValue, Prepend
 from servekit.render.command import Ref, Word, node_var
 from servekit.vocabulary import StrictModel
 

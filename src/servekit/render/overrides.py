@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from servekit import safeyaml
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout
 from servekit.errors import UsageError, first_error_detail
 
 
@@ -45,7 +45,7 @@ def _where(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
     return ".".join(parts)
 
 
-def _assign(node: Any, path: list[str], value: Any, full: str) -> None:
+def assign_path(node: Any, path: list[str], value: Any, full: str) -> None:
     head, rest = path[0], path[1:]
     if isinstance(node, list):
         targets = (
@@ -63,7 +63,7 @@ def _assign(node: Any, path: list[str], value: Any, full: str) -> None:
                 raise UsageError(
                     f"--set {full}: name a field of {head!r}, e.g. {full}.settings.max_num_seqs"
                 )
-            _assign(target, rest, value, full)
+            assign_path(target, rest, value, full)
         return
     if not isinstance(node, dict):
         raise UsageError(f"--set {full}: {head!r} is inside a value that has no fields")
@@ -72,7 +72,7 @@ def _assign(node: Any, path: list[str], value: Any, full: str) -> None:
         return
     if head not in node or node[head] is None:
         node[head] = {}
-    _assign(node[head], rest, value, full)
+    assign_path(node[head], rest, value, full)
 
 
 def apply_overrides(layout: Layout, items: list[str]) -> Layout:
@@ -82,7 +82,7 @@ def apply_overrides(layout: Layout, items: list[str]) -> Layout:
     data = layout.model_dump(mode="json", exclude_defaults=False)
     for item in items:
         path, value = parse_set(item)
-        _assign(data, path, value, item.partition("=")[0])
+        assign_path(data, path, value, item.partition("=")[0])
     try:
         return Layout.model_validate(data)
     except ValidationError as exc:

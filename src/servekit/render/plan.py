@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from servekit.catalog.schema import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
+from servekit.catalog import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
 from servekit.defaults import (
     GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,

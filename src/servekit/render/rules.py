@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from servekit.catalog.schema import Engine, Layout, Proxy
+from servekit.catalog import Engine, Layout, Proxy
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.vocabulary import PD_PROXY_MODES, PD_ROLES, Role, StrictModel
@@ -387,7 +387,7 @@ def rule_provenance(layout: Layout, plan: Plan) -> Iterable[Finding]:
     # ledger record of its own verifies it (catalog.ledger), so --strict passes it.
 
 
-_PD_NAME = re.compile(r"^(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?$")
+PD_NAME = re.compile(r"^(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?$")
 _MIXED_NAME = re.compile(r"^(?:1node|(\d+)nodes)(?:_\d+)?$")
 
 
@@ -421,7 +421,7 @@ def rule_topology_name(layout: Layout, plan: Plan) -> Iterable[Finding]:
     if len(parts) != 3:
         return
     said = parts[2]
-    if not (_PD_NAME.match(said) or _MIXED_NAME.match(said)):
+    if not (PD_NAME.match(said) or _MIXED_NAME.match(said)):
         yield _err(
             layout,
             "name",

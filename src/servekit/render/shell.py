@@ -20,7 +20,7 @@ from typing import Literal
 import jinja2
 
 from servekit import __version__
-from servekit.catalog.schema import NodeValue
+from servekit.catalog import NodeValue
 from servekit.defaults import SETTINGS_BY_KEY
 from servekit.errors import UsageError
 from servekit.fsutil import staged_dir

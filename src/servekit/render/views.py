@@ -16,10 +16,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from servekit.catalog.families import ANY_ROLE, DefaultsRow, defaults_rows, family_users
-from servekit.catalog.ledger import verification_status as layout_status
-from servekit.catalog.loader import LoadedLayout, load, load_all, resolve_catalog
-from servekit.catalog.schema import Layout
+from servekit.catalog import (
+    ANY_ROLE,
+    DefaultsRow,
+    Layout,
+    LoadedLayout,
+    defaults_rows,
+    family_users,
+    load,
+    load_all,
+    resolve_catalog,
+)
+from servekit.catalog import verification_status as layout_status
 from servekit.defaults import SETTINGS
 from servekit.errors import UsageError
 from servekit.render.rules import Finding, check_layout

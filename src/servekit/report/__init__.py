@@ -5,8 +5,34 @@ renders the same whoever ran the run; ``build_site`` writes the catalog as a
 static site. Running a verification is :mod:`servekit.verify`'s job.
 """
 
-from servekit.report.build import build_report
-from servekit.report.models import VerifyRun
-from servekit.report.site import build_site
+from typing import TYPE_CHECKING
 
-__all__ = ["VerifyRun", "build_report", "build_site"]
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.report.build import RUN_FILE, build_report
+    from servekit.report.evidence import sha256_file, write_sums
+    from servekit.report.models import (
+        Files,
+        Interruption,
+        KitCheck,
+        StepName,
+        StepOutcome,
+        VerifyRun,
+    )
+    from servekit.report.site import build_site
+
+__getattr__, __dir__ = lazy_face(__name__)
+__all__ = [
+    "RUN_FILE",
+    "Files",
+    "Interruption",
+    "KitCheck",
+    "StepName",
+    "StepOutcome",
+    "VerifyRun",
+    "build_report",
+    "build_site",
+    "sha256_file",
+    "write_sums",
+]

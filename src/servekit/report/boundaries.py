@@ -8,8 +8,8 @@ target, a derived layout. Silence about a gap would read as coverage.
 
 from __future__ import annotations
 
-from servekit.accept.models import AcceptResult
-from servekit.bench.schema import BenchResult
+from servekit.accept import AcceptResult
+from servekit.bench import BenchResult
 from servekit.report.models import KitCheck, VerifyRun
 
 BENCH_KIND = {

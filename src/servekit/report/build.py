@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servekit.accept.models import AcceptResult, read_result
-from servekit.bench.schema import BenchResult
-from servekit.catalog.ledger import NOT_OBSERVED
+from servekit.accept import AcceptResult, read_result
+from servekit.bench import BenchResult
+from servekit.catalog import NOT_OBSERVED
 from servekit.errors import UsageError
-from servekit.render.plan import Plan
+from servekit.render import Plan
 from servekit.report import baseline as baseline_mod
 from servekit.report.boundaries import boundaries
 from servekit.report.evidence import checksums, write_point_files

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from servekit.bench.schema import BenchResult, Point
+from servekit.bench import BenchResult, Point
 from servekit.vocabulary import atomic_write_text
 
 SUMS_FILE = "SHA256SUMS"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from servekit.accept.models import AcceptResult, CheckResult
-from servekit.bench.schema import BenchResult, Point
+from servekit.accept import AcceptResult, CheckResult
+from servekit.bench import BenchResult, Point
 from servekit.report.models import KitCheck, VerifyRun
 from servekit.report.numbers import fmt_figure
 from servekit.report.view import Mark, Part, Row

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servekit.bench.schema import Figure
+from servekit.bench import Figure
 from servekit.numbers import fmt
 
 

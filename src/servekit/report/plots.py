@@ -13,9 +13,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from servekit.bench.plots import write_plots
-from servekit.bench.report import TITLES
-from servekit.bench.schema import BenchResult
+from servekit.bench import TITLES, BenchResult, write_plots
 from servekit.report.view import Plot
 
 PLOTS_DIR = "bench/plots"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from servekit.render.plan import Plan, ProcessPlan
+from servekit.render import Plan, ProcessPlan
 from servekit.report.view import Command
 
 

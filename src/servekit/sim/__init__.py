@@ -11,33 +11,32 @@ from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
     from servekit.sim.faults import FaultSpec
-    from servekit.sim.options import quick_spec
+    from servekit.sim.metrics import SIM_INFO, SIM_VERSION
+    from servekit.sim.options import SimOptions, quick_spec, run_options
     from servekit.sim.profile import Profile, load_profile
     from servekit.sim.server import SimServer, run, serve
-    from servekit.sim.spec import EndpointSpec, SimSpec, load_spec
+    from servekit.sim.spec import EndpointSpec, SimSpec, load_spec, spec_from_mapping
+    from servekit.sim.testing import RunningSim, running_sim
+    from servekit.sim.vllmserve import serve_main
 
-_NAMES = {
-    "EndpointSpec": "spec",
-    "FaultSpec": "faults",
-    "Profile": "profile",
-    "SimServer": "server",
-    "SimSpec": "spec",
-    "load_profile": "profile",
-    "load_spec": "spec",
-    "quick_spec": "options",
-    "run": "server",
-    "serve": "server",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
+    "SIM_INFO",
+    "SIM_VERSION",
     "EndpointSpec",
     "FaultSpec",
     "Profile",
+    "RunningSim",
+    "SimOptions",
     "SimServer",
     "SimSpec",
     "load_profile",
     "load_spec",
     "quick_spec",
     "run",
+    "run_options",
+    "running_sim",
     "serve",
+    "serve_main",
+    "spec_from_mapping",
 ]

@@ -23,9 +23,16 @@ from pydantic import Field, ValidationError, model_validator
 from servekit.errors import UsageError, first_error
 from servekit.guard import MIDDLEWARE_CLASS, guard_state
 from servekit.kvprotocol import protocol_of
-from servekit.vocabulary import GuardMode, KvProtocol, Role, StrictModel
-from servekit.vocabulary.cliargs import build_parser as build_argparser
-from servekit.vocabulary.cliargs import dataclass_options, option, parse_known_values
+from servekit.vocabulary import (
+    GuardMode,
+    KvProtocol,
+    Role,
+    StrictModel,
+    dataclass_options,
+    option,
+    parse_known_values,
+)
+from servekit.vocabulary import build_parser as build_argparser
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")

@@ -18,24 +18,15 @@ from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
     from servekit.verify.adapters import real_components
-    from servekit.verify.cluster import cluster_deployment, relay_deployment
+    from servekit.verify.cluster import cluster_deployment, relay_deployment, write_deployment
     from servekit.verify.components import Components
-    from servekit.verify.options import VerifyOptions
+    from servekit.verify.options import DeploymentOptions, VerifyOptions
     from servekit.verify.run import VerifyOutcome, main, verify
 
-_NAMES = {
-    "Components": "components",
-    "VerifyOptions": "options",
-    "VerifyOutcome": "run",
-    "cluster_deployment": "cluster",
-    "main": "run",
-    "real_components": "adapters",
-    "relay_deployment": "cluster",
-    "verify": "run",
-}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "Components",
+    "DeploymentOptions",
     "VerifyOptions",
     "VerifyOutcome",
     "cluster_deployment",
@@ -43,4 +34,5 @@ __all__ = [
     "real_components",
     "relay_deployment",
     "verify",
+    "write_deployment",
 ]

@@ -11,15 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from servekit.accept.models import AcceptResult
-from servekit.bench.config import RunSettings, Workload
-from servekit.bench.schema import BenchResult
-from servekit.catalog.loader import LoadedLayout
+from servekit.accept import AcceptResult
+from servekit.bench import BenchResult, RunSettings, Workload
+from servekit.catalog import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
-from servekit.report.evidence import sha256_file
-from servekit.report.models import KitCheck
+from servekit.report import KitCheck, sha256_file
 from servekit.verify.components import Components
 from servekit.verify.progress import HOOKS
 from servekit.vocabulary import Startable
@@ -44,7 +42,7 @@ def ensure_tiny_model(loaded: LoadedLayout) -> None:
         return
     if (path / "config.json").is_file():
         return
-    from servekit.local.tinymodel import build_tiny_model
+    from servekit.local import build_tiny_model
 
     print(f"building the tiny model at {path} (servekit model tiny)", file=sys.stderr)
     build_tiny_model(path)
@@ -74,9 +72,7 @@ class LocalRunner:
         from rich.console import Console
 
         from servekit.cliopts import build_options
-        from servekit.local.control import EXIT_INTERRUPTED, up_detached
-        from servekit.local.options import UpOptions
-        from servekit.local.prepare import prepare_run
+        from servekit.local import EXIT_INTERRUPTED, UpOptions, prepare_run, up_detached
 
         name = loaded.layout.name
         if name not in self._started:
@@ -94,7 +90,7 @@ class LocalRunner:
         return load_deployment(name)
 
     def up(self, loaded: LoadedLayout, engine: Startable, speed: float | None = None) -> Deployment:
-        from servekit.catalog.loader import load
+        from servekit.catalog import load
 
         dep = self._start(loaded, engine, speed)
         ref_name = loaded.layout.verify.reference
@@ -104,7 +100,7 @@ class LocalRunner:
         return dep.model_copy(update={"reference_url": ref.entry_url})
 
     def down(self, loaded: LoadedLayout) -> str:
-        from servekit.local.control import down
+        from servekit.local import down
 
         names = list(dict.fromkeys([loaded.layout.name, *self._started]))
         stopped: list[str] = []

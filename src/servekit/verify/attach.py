@@ -24,11 +24,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servekit.catalog.ledger import NOT_OBSERVED
-from servekit.catalog.schema import Layout
+from servekit.catalog import NOT_OBSERVED, Layout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
-from servekit.render.plan import build_plan
+from servekit.render import build_plan
 from servekit.verify.cluster import (
     Fetch,
     RelayMismatch,

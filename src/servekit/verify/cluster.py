@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout
 from servekit.deployment import (
     RELAY_PATH,
     Deployment,
@@ -32,7 +32,7 @@ from servekit.deployment import (
     EngineAccess,
 )
 from servekit.errors import UsageError
-from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
+from servekit.render import Plan, PlanOptions, ProcessPlan, build_plan
 from servekit.verify.options import DeploymentOptions
 from servekit.vocabulary import EndpointRole, ServedBy
 
@@ -228,7 +228,7 @@ def single_entry_nodes(layout: Layout, entry: str) -> tuple[str, ...] | None:
 
 def write_deployment(opts: DeploymentOptions) -> Deployment:
     """Build the deployment from the Plan and the addresses; write it atomically."""
-    from servekit.catalog.loader import load
+    from servekit.catalog import load
     from servekit.vocabulary import atomic_write_text
 
     layout = load(opts.name, opts.catalog).layout

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from servekit.accept.models import AcceptResult
-from servekit.bench.config import RunSettings, Workload
-from servekit.bench.schema import BenchResult
-from servekit.catalog.loader import LoadedLayout
+from servekit.accept import AcceptResult
+from servekit.bench import BenchResult, RunSettings, Workload
+from servekit.catalog import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.kit import KitVerifyOptions
-from servekit.report.models import KitCheck
+from servekit.report import KitCheck
 from servekit.verify.identity import Identity, fetch_text, identify
 from servekit.vocabulary import Startable
 

@@ -39,12 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import servekit
-from servekit.catalog.loader import load
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout, load
 from servekit.client import ReadyTarget, poll_ready
 from servekit.errors import UsageError
-from servekit.render.plan import PlanOptions, build_plan
-from servekit.render.shell import write_rendering
+from servekit.render import PlanOptions, build_plan, write_rendering
 
 VLLM_WRAPPER = (
     '#!/bin/sh\n[ "$1" = serve ] && shift\nPYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}\n'

@@ -19,12 +19,12 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servekit.accept.models import AcceptResult, write_result
-from servekit.bench.schema import BenchResult, Point
-from servekit.catalog.loader import LoadedLayout
+from servekit.accept import AcceptResult, write_result
+from servekit.bench import BenchResult, Point
+from servekit.catalog import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
-from servekit.report.models import Files, Interruption, KitCheck
+from servekit.report import Files, Interruption, KitCheck
 from servekit.verify.attach import attach_deployment, check_engine_flag, describe, with_identity
 from servekit.verify.components import Components
 from servekit.verify.identity import Identity

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servekit.catalog.ledger import NOT_OBSERVED
+from servekit.catalog import NOT_OBSERVED
 from servekit.deployment import Deployment, Endpoint, split_relay
-from servekit.sim.metrics import SIM_INFO, SIM_VERSION
+from servekit.sim import SIM_INFO, SIM_VERSION
 from servekit.vocabulary import CACHE_CONFIG_INFO, ROLES, Observed, ServedBy
 
 VLLM_SERVER = "uvicorn"

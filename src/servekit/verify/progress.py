@@ -22,11 +22,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import Progress
 
-from servekit.accept.models import CheckResult
-from servekit.accept.options import AcceptOptions
-from servekit.accept.progress import check_weight, weights_for
-from servekit.bench.config import RunSettings, Workload
-from servekit.bench.progress import planned_runs
+from servekit.accept import AcceptOptions, CheckResult, check_weight, weights_for
+from servekit.bench import RunSettings, Workload, planned_runs
 from servekit.progress import Overall, overall_columns
 
 KIT_UNITS = 10.0

@@ -13,9 +13,9 @@ import datetime as dt
 from pathlib import Path
 
 from servekit import __version__
-from servekit.accept.models import AcceptResult
-from servekit.catalog.ledger import NOT_OBSERVED, LedgerRecord
-from servekit.report.models import Interruption, VerifyRun
+from servekit.accept import AcceptResult
+from servekit.catalog import NOT_OBSERVED, LedgerRecord
+from servekit.report import Interruption, VerifyRun
 from servekit.verify.flow import Flow
 from servekit.vocabulary import RunEngine
 

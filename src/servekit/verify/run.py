@@ -19,14 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servekit.bench.schema import BenchResult
-from servekit.catalog.ledger import LedgerRecord, append_record, ledger_path, read_records
-from servekit.catalog.loader import load
+from servekit.bench import BenchResult
+from servekit.catalog import LedgerRecord, append_record, ledger_path, load, read_records
 from servekit.errors import UsageError
-from servekit.render.plan import build_plan
-from servekit.report.build import RUN_FILE, build_report
-from servekit.report.evidence import write_sums
-from servekit.report.models import Interruption, VerifyRun
+from servekit.render import build_plan
+from servekit.report import RUN_FILE, Interruption, VerifyRun, build_report, write_sums
 from servekit.verify.attach import check_attach_inputs
 from servekit.verify.components import Components
 from servekit.verify.flow import Flow

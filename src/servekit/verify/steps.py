@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from servekit.report.models import StepName, StepOutcome
+from servekit.report import StepName, StepOutcome
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ a dry run of a real catalog layout finishes in a couple of minutes on 2 cores.
 
 from __future__ import annotations
 
-from servekit.bench.config import (
+from servekit.bench import (
     ConcurrencySweep,
     KVCapacity,
     MultiStream,
@@ -19,7 +19,7 @@ from servekit.bench.config import (
     SingleStream,
     Workload,
 )
-from servekit.catalog.schema import VERIFY_WORKLOADS, Layout
+from servekit.catalog import VERIFY_WORKLOADS, Layout
 from servekit.errors import UsageError
 
 QUICK_ISL = 128

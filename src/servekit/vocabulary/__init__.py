@@ -19,6 +19,19 @@ from servekit.lazyface import lazy_face
 if TYPE_CHECKING:
     # The utility words: URL check, atomic write, strict model, Markdown cells, bounded reads.
     from servekit.vocabulary.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
+    from servekit.vocabulary.cliargs import (
+        FlagOf,
+        OptionSpec,
+        build_parser,
+        check_fields,
+        dataclass_options,
+        kebab_flag,
+        option,
+        parse_known_values,
+        parse_values,
+        spec_of,
+        value_type,
+    )
 
     # The domain words: roles, engines, vLLM metric names, KV/proxy/guard modes.
     from servekit.vocabulary.engines import (
@@ -90,81 +103,8 @@ if TYPE_CHECKING:
     )
     from servekit.vocabulary.urls import MAX_HOST, SCHEMES, check_url, is_url
 
-_WORDS = {
-    "ENGINE_KINDS": "engines",
-    "SERVED_BY": "engines",
-    "STARTABLE": "engines",
-    "UNCONFIRMED": "engines",
-    "EngineKind": "engines",
-    "Observed": "engines",
-    "RunEngine": "engines",
-    "ServedBy": "engines",
-    "Startable": "engines",
-    "BY_SOURCE_SERIES": "metrics",
-    "CACHE_CONFIG_INFO": "metrics",
-    "E2E_REQUEST_LATENCY_SECONDS": "metrics",
-    "EXTERNAL_HIT_SERIES": "metrics",
-    "EXTERNAL_PREFIX_CACHE_HITS": "metrics",
-    "EXTERNAL_PREFIX_CACHE_QUERIES": "metrics",
-    "GENERATION_TOKENS": "metrics",
-    "GPU_PREFIX_CACHE_HITS": "metrics",
-    "INTER_TOKEN_LATENCY_SECONDS": "metrics",
-    "KV_CACHE_USAGE_PERC": "metrics",
-    "NUM_GPU_BLOCKS": "metrics",
-    "NUM_PREEMPTIONS": "metrics",
-    "NUM_REQUESTS_RUNNING": "metrics",
-    "NUM_REQUESTS_WAITING": "metrics",
-    "PREFIX_CACHE_HITS": "metrics",
-    "PREFIX_CACHE_QUERIES": "metrics",
-    "PREFIX_HIT_SERIES": "metrics",
-    "PROMPT_TOKENS": "metrics",
-    "PROMPT_TOKENS_BY_SOURCE": "metrics",
-    "REQUEST_DECODE_TIME_SECONDS": "metrics",
-    "REQUEST_PREFILL_TIME_SECONDS": "metrics",
-    "REQUEST_QUEUE_TIME_SECONDS": "metrics",
-    "REQUEST_SUCCESS": "metrics",
-    "SPEC_DECODE_NUM_ACCEPTED_TOKENS": "metrics",
-    "SPEC_DECODE_NUM_DRAFTS": "metrics",
-    "SPEC_DECODE_NUM_DRAFT_TOKENS": "metrics",
-    "TIME_PER_OUTPUT_TOKEN_SECONDS": "metrics",
-    "TIME_TO_FIRST_TOKEN_SECONDS": "metrics",
-    "total": "metrics",
-    "KV_PROTOCOLS": "modes",
-    "LAYOUT_PROXY_MODES": "modes",
-    "PAIRED_PROXY_MODES": "modes",
-    "PD_PROXY_MODES": "modes",
-    "PROXY_MODES": "modes",
-    "PROXY_MODE_OF": "modes",
-    "GuardMode": "modes",
-    "KvProtocol": "modes",
-    "LayoutProxyMode": "modes",
-    "ProxyMode": "modes",
-    "PD_ROLES": "roles",
-    "PROXY_POOLS": "roles",
-    "ROLES": "roles",
-    "EndpointRole": "roles",
-    "PdRole": "roles",
-    "ProcessRole": "roles",
-    "ProxyPool": "roles",
-    "Role": "roles",
-}
 
-# The utility words (URL check, atomic write, strict model, Markdown cells, bounded reads).
-_UTILS = {
-    # The utility words: URL check, atomic write, strict model, Markdown cells, bounded reads.
-    "MAX_HOST": "urls",
-    "SCHEMES": "urls",
-    "StrictModel": "model",
-    "atomic_write_bytes": "atomic",
-    "atomic_write_text": "atomic",
-    "atomic_writer": "atomic",
-    "check_url": "urls",
-    "is_url": "urls",
-    "markdown_cell": "markdown",
-    "read_at_most": "reading",
-}
-_NAMES = {**_WORDS, **_UTILS}
-__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__)
 __all__ = [
     "BY_SOURCE_SERIES",
     "CACHE_CONFIG_INFO",
@@ -211,10 +151,12 @@ __all__ = [
     "UNCONFIRMED",
     "EndpointRole",
     "EngineKind",
+    "FlagOf",
     "GuardMode",
     "KvProtocol",
     "LayoutProxyMode",
     "Observed",
+    "OptionSpec",
     "PdRole",
     "ProcessRole",
     "ProxyMode",
@@ -227,9 +169,18 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_writer",
+    "build_parser",
+    "check_fields",
     "check_url",
+    "dataclass_options",
     "is_url",
+    "kebab_flag",
     "markdown_cell",
+    "option",
+    "parse_known_values",
+    "parse_values",
     "read_at_most",
+    "spec_of",
     "total",
+    "value_type",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from servekit.catalog.schema import Layout
+from servekit.catalog import Layout
 from servekit.errors import UsageError
 
 TINY_NAME = "tiny"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servekit.catalog.loader import load_all
+from servekit.catalog import load_all
 from servekit.fsutil import staged_dir
 from servekit.report.site.pages import Entry, entry_for
 from servekit.report.templates_env import render_template

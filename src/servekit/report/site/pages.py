@@ -6,17 +6,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from servekit.catalog.ledger import (
+from servekit.catalog import (
+    Layout,
     LedgerRecord,
+    LoadedLayout,
     VerificationStatus,
     ledger_records,
     observed_summary,
     status_from_records,
 )
-from servekit.catalog.loader import LoadedLayout
-from servekit.catalog.schema import Layout
-from servekit.render.plan import Plan, ProcessPlan, build_plan
-from servekit.render.views import model_of, source_claim
+from servekit.render import Plan, ProcessPlan, build_plan, model_of, source_claim
 from servekit.report.site.topology import Topology, classify, svg
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from servekit.catalog.schema import Layout
-from servekit.render.plan import Plan, ProcessPlan
+from servekit.catalog import Layout
+from servekit.render import Plan, ProcessPlan
 
 TopologyKind = Literal["single", "dp", "pd"]
 
