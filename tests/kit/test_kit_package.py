@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.helpers.api import isort_order
+
 import servekit.kit
 
 PACKAGE = Path(servekit.kit.__file__).parent
@@ -71,7 +73,7 @@ def test_no_import_circles_inside_the_kit_package() -> None:
 
 def test_public_face_is_sorted_and_importable() -> None:
     names = servekit.kit.__all__
-    assert names == sorted(names)
+    assert names == isort_order(names)
     assert all(getattr(servekit.kit, name, None) is not None for name in names)
 
 
