@@ -66,18 +66,22 @@ def _from_names(node: ast.ImportFrom) -> list[str]:
     return modules if len(modules) == len(subs) else [node.module, *modules]
 
 
+def _names_imported(node: ast.AST) -> list[str]:
+    """The modules one import statement names (absolute imports only); [] for other nodes."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return _from_names(node)
+    return []
+
+
 def _imports(path: Path) -> list[tuple[str, bool]]:
     """(imported servekit module, at top level?) for every import in a file."""
     tree = ast.parse(path.read_text())
     found: list[tuple[str, bool]] = []
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = _from_names(node)
-        for name in names:
+        for name in _names_imported(node):
             if name == "servekit" or name.startswith("servekit."):
                 found.append((name, id(node) in top))
     return found
@@ -171,12 +175,7 @@ def _deep_imports(path: Path, module: str | None = None) -> list[str]:
     here = _package(module)
     deep = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = _from_names(node)
-        for name in names:
+        for name in _names_imported(node):
             parts = name.split(".")
             is_package = (SRC / parts[1] / "__init__.py").is_file() if len(parts) > 1 else False
             if parts[0] == "servekit" and len(parts) > 2 and is_package and parts[1] != here:
