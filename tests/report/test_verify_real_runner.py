@@ -36,13 +36,22 @@ def _check_run(catalog: Path, name: str, out: Path, engine: str, stdout: str) ->
     assert {s["name"]: s["status"] for s in run["steps"]}["down"] == "ok"
 
 
+def _failed_checks(out: Path) -> str:
+    """The failed acceptance checks and their reasons, for the assertion message."""
+    try:
+        checks = json.loads((out / "accept/result.json").read_text())["checks"]
+    except (OSError, ValueError, KeyError):
+        return "no accept/result.json\n"
+    return "".join(f"{c['id']}: {c['reason']}\n" for c in checks if c["verdict"] == "fail")
+
+
 def test_verify_a3_1p1d_on_simulated_engines(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = servekit(
         "verify", "a3/1p1d", "--engine", "sim", "--catalog", str(catalog), "--out", str(out),
         env=wide_env(SERVEKIT_RUNS=str(tmp_path / "runs")), timeout=1200,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, _failed_checks(out) + done.stdout[-3000:] + done.stderr[-3000:]
     _check_run(catalog, "a3/1p1d", out, "sim", done.stdout)
     deployment = json.loads((out / "deployment.json").read_text())
     roles = [e["role"] for e in deployment["endpoints"]]
@@ -59,7 +68,7 @@ def test_verify_local_1p1d_on_real_vllm(catalog: Path, tmp_path: Path) -> None:
         "verify", "local/1p1d", "--catalog", str(catalog), "--out", str(out),
         env=wide_env(SERVEKIT_RUNS=str(tmp_path / "runs")), timeout=1200,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, _failed_checks(out) + done.stdout[-3000:] + done.stderr[-3000:]
     _check_run(catalog, "local/1p1d", out, "vllm", done.stdout)
     (record,) = read_records(catalog / "local/1p1d" / "verification.jsonl")
     assert record.observed is not None  # identified from what the engines answered
