@@ -10,8 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import servekit.client as client_pkg
 from servekit.client import (

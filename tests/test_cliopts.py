@@ -9,8 +9,7 @@ from typing import Literal
 
 import pytest
 import typer
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 

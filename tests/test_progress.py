@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from rich.console import Console
 
 from servekit.progress import clock, estimate_left, overall

@@ -9,8 +9,7 @@ anything, and accept the same shapes just inside it (the positive control).
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit import safeyaml
 from servekit.errors import UsageError

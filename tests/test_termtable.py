@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from rich.console import Console
 
 from servekit.termtable import fit_tables, natural_width, transpose

@@ -5,8 +5,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.visioncontract import (
     COLOUR_QUESTION,

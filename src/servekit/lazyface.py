@@ -4,19 +4,19 @@
 package, as httpx does it), yet ``servekit --help`` must not pay for aiohttp and
 numpy because the CLI imported ``servekit.bench.options`` to build a command.
 
-A face lists each name once, as the import a type checker reads::
+A face lists each name once, as the explicit re-export a type checker reads
+(PEP 484's ``name as name``)::
 
     if TYPE_CHECKING:
-        from servekit.bench.runner import run_bench
+        from servekit.bench.runner import run_bench as run_bench
 
     __getattr__, __dir__ = lazy_face(__name__)
-    __all__ = ["run_bench"]
 
 and :func:`lazy_face` gives it a PEP 562 ``__getattr__`` that reads those
 ``TYPE_CHECKING`` imports from the package's own source (once, on first use)
-and imports the submodule a name comes from when the name is first asked for.
-So the name -> module table cannot disagree with what mypy checks, and is not
-written a second time. Standard library only: the proxy's zipapp carries it,
+and imports the submodule a name comes from when the name is first asked for;
+``__all__`` is answered from the same table. So the name -> module table cannot
+disagree with what mypy checks, and no name is written a second time. Standard library only: the proxy's zipapp carries it,
 and the source is read through the module's loader, which a zip archive has too.
 """
 
@@ -61,6 +61,10 @@ def lazy_face(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str
     """``(__getattr__, __dir__)`` for a package whose face imports its names under TYPE_CHECKING."""
 
     def getattr_(name: str) -> Any:
+        if name == "__all__":  # ruff's order (RUF022): CONSTANTS, then Classes, then functions
+            return sorted(
+                face_names(package), key=lambda n: (not n.isupper(), not n[:1].isupper(), n)
+            )
         module = face_names(package).get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.accept.calibrate import MAX_ITERATIONS, calibrate, tolerance
 

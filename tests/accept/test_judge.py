@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.accept.judge import MAX_ANSWER_CHARS, echoed_phrases, judge_answer
 from servekit.accept.needles import ANSWER_LINE, instruction_phrases, make_codes

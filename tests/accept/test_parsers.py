@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.accept.checks.common import metric_sum, tokenize_count
 from servekit.accept.options import context_label, parse_contexts, parse_depths

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.helpers.files import sparse_file
 from tests.helpers.refusal import one_line_error
 

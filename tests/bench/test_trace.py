@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.helpers.files import sparse_file
 
 from servekit.bench import trace as trace_mod

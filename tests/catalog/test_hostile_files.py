@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tests.helpers.cli import servekit_cli, wide_env
 from tests.helpers.refusal import one_line_error
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import layout_names, load, parse_layout_text, resolve_catalog

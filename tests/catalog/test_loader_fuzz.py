@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, event, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 from hypothesis.control import currently_in_test_context
 
 from servekit.catalog.loader import layout_names, load, packaged_catalog, parse_layout_bytes

@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tests.helpers.cli import servekit_cli
 from tests.helpers.refusal import one_line_error
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.importer import ImportRefused, SourceMeta, read_meta
 from servekit.importer.meta import NOT_GIVEN

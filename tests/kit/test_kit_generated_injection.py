@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tests.helpers.cli import servekit_cli as servekit
 
 from servekit.kit.build import build_kit

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import FsState

@@ -6,8 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.errors import UsageError
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, Entry, FsState

@@ -24,8 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 
 RELAXED = settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 

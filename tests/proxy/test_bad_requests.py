@@ -15,8 +15,7 @@ import logging
 import re
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.proxy.ratelog import RateLimited, printable
 

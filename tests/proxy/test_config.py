@@ -16,8 +16,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from tests.helpers.cli import servekit_cli
 
 from servekit.errors import UsageError

@@ -14,8 +14,7 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.guard import (
     METASERVER_ENV,

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.guard import GUARD_ERROR_CODE, DecodeGuardMiddleware, is_guarded_path
 

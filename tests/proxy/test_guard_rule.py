@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.guard import body_passes, guard_rejects, is_guarded_path, kv_params_pass
 from servekit.proxy.payloads import decode_payload, prompt_keyed_decode_payload

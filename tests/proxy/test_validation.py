@@ -12,8 +12,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.validation import check_request

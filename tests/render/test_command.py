@@ -12,8 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.render.command import (
     Arg,

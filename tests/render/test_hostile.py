@@ -29,8 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pydantic import ValidationError
 
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_file

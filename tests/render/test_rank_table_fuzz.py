@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.catalog.loader import load
 from servekit.render.bundle import RANK_TABLE_FILE

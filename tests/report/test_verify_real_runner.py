@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import servekit_cli as servekit
-from tests.helpers.cli import wide_env
+from tests.helpers.cli import servekit_cli as servekit, wide_env
 
 from servekit.catalog.ledger import read_records
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.sim.textgen import Sampling, Voice, answer_pieces
 from servekit.textcontract import encode, pieces

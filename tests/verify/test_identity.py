@@ -13,8 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tests.helpers.liar import lying_front
 from tests.report.support import sim_spec
 

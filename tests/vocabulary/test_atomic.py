@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from servekit.vocabulary import atomic_write_bytes, atomic_write_text, atomic_writer
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.bench.report import workload_grid, workload_table
 from servekit.bench.schema import Figure, Point

@@ -7,8 +7,7 @@ it now uses this one, so those are refused there too.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.errors import UsageError
 from servekit.proxy.config import parse_args, parse_bootstrap

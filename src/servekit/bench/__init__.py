@@ -18,66 +18,45 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.bench.baseline import Delta, compare
+    from servekit.bench.baseline import Delta as Delta, compare as compare
     from servekit.bench.config import (
-        DEFAULT_WORKLOADS,
-        WORKLOAD_NAMES,
-        ConcurrencySweep,
-        KVCapacity,
-        MultiStream,
-        Prefill,
-        RateSweep,
-        RunSettings,
-        SingleStream,
-        TraceReplay,
-        Workload,
-        WorkloadSpec,
-        default_workloads,
+        DEFAULT_WORKLOADS as DEFAULT_WORKLOADS,
+        WORKLOAD_NAMES as WORKLOAD_NAMES,
+        ConcurrencySweep as ConcurrencySweep,
+        KVCapacity as KVCapacity,
+        MultiStream as MultiStream,
+        Prefill as Prefill,
+        RateSweep as RateSweep,
+        RunSettings as RunSettings,
+        SingleStream as SingleStream,
+        TraceReplay as TraceReplay,
+        Workload as Workload,
+        WorkloadSpec as WorkloadSpec,
+        default_workloads as default_workloads,
     )
-    from servekit.bench.foreign import read_baseline
-    from servekit.bench.options import BenchOptions
-    from servekit.bench.output import write_outputs
-    from servekit.bench.plots import write_plots
-    from servekit.bench.progress import planned_runs
-    from servekit.bench.records import RequestRow, read_rows
-    from servekit.bench.report import TITLES, render_markdown, render_section
-    from servekit.bench.runner import bench_async, main, run_bench, run_workloads
-    from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
+    from servekit.bench.foreign import read_baseline as read_baseline
+    from servekit.bench.options import BenchOptions as BenchOptions
+    from servekit.bench.output import write_outputs as write_outputs
+    from servekit.bench.plots import write_plots as write_plots
+    from servekit.bench.progress import planned_runs as planned_runs
+    from servekit.bench.records import RequestRow as RequestRow, read_rows as read_rows
+    from servekit.bench.report import (
+        TITLES as TITLES,
+        render_markdown as render_markdown,
+        render_section as render_section,
+    )
+    from servekit.bench.runner import (
+        bench_async as bench_async,
+        main as main,
+        run_bench as run_bench,
+        run_workloads as run_workloads,
+    )
+    from servekit.bench.schema import (
+        SCHEMA_VERSION as SCHEMA_VERSION,
+        BenchInputs as BenchInputs,
+        BenchResult as BenchResult,
+        Figure as Figure,
+        Point as Point,
+    )
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "DEFAULT_WORKLOADS",
-    "SCHEMA_VERSION",
-    "TITLES",
-    "WORKLOAD_NAMES",
-    "BenchInputs",
-    "BenchOptions",
-    "BenchResult",
-    "ConcurrencySweep",
-    "Delta",
-    "Figure",
-    "KVCapacity",
-    "MultiStream",
-    "Point",
-    "Prefill",
-    "RateSweep",
-    "RequestRow",
-    "RunSettings",
-    "SingleStream",
-    "TraceReplay",
-    "Workload",
-    "WorkloadSpec",
-    "bench_async",
-    "compare",
-    "default_workloads",
-    "main",
-    "planned_runs",
-    "read_baseline",
-    "read_rows",
-    "render_markdown",
-    "render_section",
-    "run_bench",
-    "run_workloads",
-    "write_outputs",
-    "write_plots",
-]

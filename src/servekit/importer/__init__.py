@@ -11,29 +11,20 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.importer.api import import_layout
-    from servekit.importer.compare import diff_sources, print_diff
-    from servekit.importer.contain import ImportRefused
-    from servekit.importer.derive import derive_layout, write_derived
-    from servekit.importer.drift import drift_report, print_drift
-    from servekit.importer.extract import FolderFacts, SourceRef, extract_folder
-    from servekit.importer.meta import SourceMeta, read_meta
-    from servekit.importer.write import dump_yaml
+    from servekit.importer.api import import_layout as import_layout
+    from servekit.importer.compare import diff_sources as diff_sources, print_diff as print_diff
+    from servekit.importer.contain import ImportRefused as ImportRefused
+    from servekit.importer.derive import (
+        derive_layout as derive_layout,
+        write_derived as write_derived,
+    )
+    from servekit.importer.drift import drift_report as drift_report, print_drift as print_drift
+    from servekit.importer.extract import (
+        FolderFacts as FolderFacts,
+        SourceRef as SourceRef,
+        extract_folder as extract_folder,
+    )
+    from servekit.importer.meta import SourceMeta as SourceMeta, read_meta as read_meta
+    from servekit.importer.write import dump_yaml as dump_yaml
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "FolderFacts",
-    "ImportRefused",
-    "SourceMeta",
-    "SourceRef",
-    "derive_layout",
-    "diff_sources",
-    "drift_report",
-    "dump_yaml",
-    "extract_folder",
-    "import_layout",
-    "print_diff",
-    "print_drift",
-    "read_meta",
-    "write_derived",
-]

@@ -19,75 +19,48 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.kit.build import BuildResult, build_kit
-    from servekit.kit.checks import CheckReport, CheckResult
-    from servekit.kit.errors import KitRefused
-    from servekit.kit.image import read_image
-    from servekit.kit.imagetypes import Image
+    from servekit.kit.build import BuildResult as BuildResult, build_kit as build_kit
+    from servekit.kit.checks import CheckReport as CheckReport, CheckResult as CheckResult
+    from servekit.kit.errors import KitRefused as KitRefused
+    from servekit.kit.image import read_image as read_image
+    from servekit.kit.imagetypes import Image as Image
     from servekit.kit.inspector import (
-        ImageSummary,
-        inspect_image,
-        inspect_kit,
-        is_kit,
-        is_rootfs,
-        rootfs_manifest,
+        ImageSummary as ImageSummary,
+        inspect_image as inspect_image,
+        inspect_kit as inspect_kit,
+        is_kit as is_kit,
+        is_rootfs as is_rootfs,
+        rootfs_manifest as rootfs_manifest,
     )
-    from servekit.kit.models import Gate, KitExpect, KitManifest, Marker, RoleValues
+    from servekit.kit.models import (
+        Gate as Gate,
+        KitExpect as KitExpect,
+        KitManifest as KitManifest,
+        Marker as Marker,
+        RoleValues as RoleValues,
+    )
     from servekit.kit.options import (
-        KitBuildOptions,
-        KitInspectOptions,
-        KitRebuildOptions,
-        KitVerifyOptions,
+        KitBuildOptions as KitBuildOptions,
+        KitInspectOptions as KitInspectOptions,
+        KitRebuildOptions as KitRebuildOptions,
+        KitVerifyOptions as KitVerifyOptions,
     )
-    from servekit.kit.rebuild import rebuild_kit
+    from servekit.kit.rebuild import rebuild_kit as rebuild_kit
     from servekit.kit.releasetable import (
-        KitReleaseTable,
-        KitTableRow,
-        kit_release_table,
-        render_release_table,
-        verify_release,
+        KitReleaseTable as KitReleaseTable,
+        KitTableRow as KitTableRow,
+        kit_release_table as kit_release_table,
+        render_release_table as render_release_table,
+        verify_release as verify_release,
     )
-    from servekit.kit.scratch import terminate_cleanly
-    from servekit.kit.smokeproof import NONCE_FILE
-    from servekit.kit.streams import Limits
-    from servekit.kit.tables import checks_table, print_image, print_kit
-    from servekit.kit.verify import verify_kit
+    from servekit.kit.scratch import terminate_cleanly as terminate_cleanly
+    from servekit.kit.smokeproof import NONCE_FILE as NONCE_FILE
+    from servekit.kit.streams import Limits as Limits
+    from servekit.kit.tables import (
+        checks_table as checks_table,
+        print_image as print_image,
+        print_kit as print_kit,
+    )
+    from servekit.kit.verify import verify_kit as verify_kit
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "NONCE_FILE",
-    "BuildResult",
-    "CheckReport",
-    "CheckResult",
-    "Gate",
-    "Image",
-    "ImageSummary",
-    "KitBuildOptions",
-    "KitExpect",
-    "KitInspectOptions",
-    "KitManifest",
-    "KitRebuildOptions",
-    "KitRefused",
-    "KitReleaseTable",
-    "KitTableRow",
-    "KitVerifyOptions",
-    "Limits",
-    "Marker",
-    "RoleValues",
-    "build_kit",
-    "checks_table",
-    "inspect_image",
-    "inspect_kit",
-    "is_kit",
-    "is_rootfs",
-    "kit_release_table",
-    "print_image",
-    "print_kit",
-    "read_image",
-    "rebuild_kit",
-    "render_release_table",
-    "rootfs_manifest",
-    "terminate_cleanly",
-    "verify_kit",
-    "verify_release",
-]

@@ -23,39 +23,25 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.local.control import EXIT_INTERRUPTED, down, up_detached, up_foreground
-    from servekit.local.demo import run_demo
-    from servekit.local.observe import logs, status
-    from servekit.local.options import (
-        DemoOptions,
-        DownOptions,
-        LogsOptions,
-        StatusOptions,
-        TinyModelOptions,
-        UpOptions,
+    from servekit.local.control import (
+        EXIT_INTERRUPTED as EXIT_INTERRUPTED,
+        down as down,
+        up_detached as up_detached,
+        up_foreground as up_foreground,
     )
-    from servekit.local.prepare import prepare_run
-    from servekit.local.simrun import layout_sim_spec
-    from servekit.local.tinymodel.build import build_tiny_model
-    from servekit.local.tinymodel.ondemand import check_out
+    from servekit.local.demo import run_demo as run_demo
+    from servekit.local.observe import logs as logs, status as status
+    from servekit.local.options import (
+        DemoOptions as DemoOptions,
+        DownOptions as DownOptions,
+        LogsOptions as LogsOptions,
+        StatusOptions as StatusOptions,
+        TinyModelOptions as TinyModelOptions,
+        UpOptions as UpOptions,
+    )
+    from servekit.local.prepare import prepare_run as prepare_run
+    from servekit.local.simrun import layout_sim_spec as layout_sim_spec
+    from servekit.local.tinymodel.build import build_tiny_model as build_tiny_model
+    from servekit.local.tinymodel.ondemand import check_out as check_out
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "EXIT_INTERRUPTED",
-    "DemoOptions",
-    "DownOptions",
-    "LogsOptions",
-    "StatusOptions",
-    "TinyModelOptions",
-    "UpOptions",
-    "build_tiny_model",
-    "check_out",
-    "down",
-    "layout_sim_spec",
-    "logs",
-    "prepare_run",
-    "run_demo",
-    "status",
-    "up_detached",
-    "up_foreground",
-]

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.guard import ENV_SWITCH as GUARD_ENV
-from servekit.guard import METASERVER_ENV
+from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
 from servekit.render import Plan, ProcessPlan

@@ -14,16 +14,13 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.proxy.bundle import zipapp_bytes
-    from servekit.proxy.config import ProxyConfig, config_from_values, flag_of, refuse_keys_in_argv
-    from servekit.proxy.server import run
+    from servekit.proxy.bundle import zipapp_bytes as zipapp_bytes
+    from servekit.proxy.config import (
+        ProxyConfig as ProxyConfig,
+        config_from_values as config_from_values,
+        flag_of as flag_of,
+        refuse_keys_in_argv as refuse_keys_in_argv,
+    )
+    from servekit.proxy.server import run as run
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "ProxyConfig",
-    "config_from_values",
-    "flag_of",
-    "refuse_keys_in_argv",
-    "run",
-    "zipapp_bytes",
-]

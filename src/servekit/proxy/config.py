@@ -32,13 +32,13 @@ from servekit.vocabulary import (
     PROXY_MODES,
     PROXY_POOLS,
     OptionSpec,
+    build_parser as build_argparser,
     check_fields,
     check_url,
     dataclass_options,
+    option as opt,
     parse_values,
 )
-from servekit.vocabulary import build_parser as build_argparser
-from servekit.vocabulary import option as opt
 
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
 LOG_LEVELS = ("debug", "info", "warning", "error")

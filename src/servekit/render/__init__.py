@@ -11,58 +11,38 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.render.api import render_layout
-    from servekit.render.bundle import write_bundle
-    from servekit.render.envvalues import resolve_env
-    from servekit.render.options import RenderOptions
-    from servekit.render.overrides import assign_path, parse_set
+    from servekit.render.api import render_layout as render_layout
+    from servekit.render.bundle import write_bundle as write_bundle
+    from servekit.render.envvalues import resolve_env as resolve_env
+    from servekit.render.options import RenderOptions as RenderOptions
+    from servekit.render.overrides import assign_path as assign_path, parse_set as parse_set
     from servekit.render.plan import (
-        NodePlan,
-        Plan,
-        PlanOptions,
-        ProcessPlan,
-        ProxyFacts,
-        build_plan,
-        planned_ports,
+        NodePlan as NodePlan,
+        Plan as Plan,
+        PlanOptions as PlanOptions,
+        ProcessPlan as ProcessPlan,
+        ProxyFacts as ProxyFacts,
+        build_plan as build_plan,
+        planned_ports as planned_ports,
     )
-    from servekit.render.rules import PD_NAME, Finding, check_layout, topology_of
-    from servekit.render.shell import render_files, write_rendering
+    from servekit.render.rules import (
+        PD_NAME as PD_NAME,
+        Finding as Finding,
+        check_layout as check_layout,
+        topology_of as topology_of,
+    )
+    from servekit.render.shell import (
+        render_files as render_files,
+        write_rendering as write_rendering,
+    )
     from servekit.render.views import (
-        list_json,
-        model_of,
-        print_defaults,
-        print_list,
-        print_show,
-        run_check,
-        source_claim,
+        list_json as list_json,
+        model_of as model_of,
+        print_defaults as print_defaults,
+        print_list as print_list,
+        print_show as print_show,
+        run_check as run_check,
+        source_claim as source_claim,
     )
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "PD_NAME",
-    "Finding",
-    "NodePlan",
-    "Plan",
-    "PlanOptions",
-    "ProcessPlan",
-    "ProxyFacts",
-    "RenderOptions",
-    "assign_path",
-    "build_plan",
-    "check_layout",
-    "list_json",
-    "model_of",
-    "parse_set",
-    "planned_ports",
-    "print_defaults",
-    "print_list",
-    "print_show",
-    "render_files",
-    "render_layout",
-    "resolve_env",
-    "run_check",
-    "source_claim",
-    "topology_of",
-    "write_bundle",
-    "write_rendering",
-]

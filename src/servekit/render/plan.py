@@ -33,8 +33,7 @@ from servekit.defaults import (
     defaults_for,
     format_value,
 )
-from servekit.guard import ENV_SWITCH as GUARD_ENV
-from servekit.guard import METASERVER_ENV, metaserver_url
+from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
 from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var

@@ -26,8 +26,8 @@ from servekit.catalog import (
     load,
     load_all,
     resolve_catalog,
+    verification_status as layout_status,
 )
-from servekit.catalog import verification_status as layout_status
 from servekit.defaults import SETTINGS
 from servekit.errors import UsageError
 from servekit.render.rules import Finding, check_layout

@@ -10,29 +10,16 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.report.build import RUN_FILE, build_report
-    from servekit.report.evidence import sha256_file, write_sums
+    from servekit.report.build import RUN_FILE as RUN_FILE, build_report as build_report
+    from servekit.report.evidence import sha256_file as sha256_file, write_sums as write_sums
     from servekit.report.models import (
-        Files,
-        Interruption,
-        KitCheck,
-        StepName,
-        StepOutcome,
-        VerifyRun,
+        Files as Files,
+        Interruption as Interruption,
+        KitCheck as KitCheck,
+        StepName as StepName,
+        StepOutcome as StepOutcome,
+        VerifyRun as VerifyRun,
     )
-    from servekit.report.site import build_site
+    from servekit.report.site import build_site as build_site
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "RUN_FILE",
-    "Files",
-    "Interruption",
-    "KitCheck",
-    "StepName",
-    "StepOutcome",
-    "VerifyRun",
-    "build_report",
-    "build_site",
-    "sha256_file",
-    "write_sums",
-]

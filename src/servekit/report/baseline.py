@@ -7,8 +7,7 @@ compared too, because a figure moved by an image change is the usual story.
 
 from __future__ import annotations
 
-from servekit.bench import BenchResult
-from servekit.bench import compare as bench_compare
+from servekit.bench import BenchResult, compare as bench_compare
 from servekit.numbers import delta, fmt
 from servekit.report.figures import PointFiles
 from servekit.report.view import Change

@@ -10,33 +10,22 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.sim.faults import FaultSpec
-    from servekit.sim.metrics import SIM_INFO, SIM_VERSION
-    from servekit.sim.options import SimOptions, quick_spec, run_options
-    from servekit.sim.profile import Profile, load_profile
-    from servekit.sim.server import SimServer, run, serve
-    from servekit.sim.spec import EndpointSpec, SimSpec, load_spec, spec_from_mapping
-    from servekit.sim.testing import RunningSim, running_sim
-    from servekit.sim.vllmserve import serve_main
+    from servekit.sim.faults import FaultSpec as FaultSpec
+    from servekit.sim.metrics import SIM_INFO as SIM_INFO, SIM_VERSION as SIM_VERSION
+    from servekit.sim.options import (
+        SimOptions as SimOptions,
+        quick_spec as quick_spec,
+        run_options as run_options,
+    )
+    from servekit.sim.profile import Profile as Profile, load_profile as load_profile
+    from servekit.sim.server import SimServer as SimServer, run as run, serve as serve
+    from servekit.sim.spec import (
+        EndpointSpec as EndpointSpec,
+        SimSpec as SimSpec,
+        load_spec as load_spec,
+        spec_from_mapping as spec_from_mapping,
+    )
+    from servekit.sim.testing import RunningSim as RunningSim, running_sim as running_sim
+    from servekit.sim.vllmserve import serve_main as serve_main
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "SIM_INFO",
-    "SIM_VERSION",
-    "EndpointSpec",
-    "FaultSpec",
-    "Profile",
-    "RunningSim",
-    "SimOptions",
-    "SimServer",
-    "SimSpec",
-    "load_profile",
-    "load_spec",
-    "quick_spec",
-    "run",
-    "run_options",
-    "running_sim",
-    "serve",
-    "serve_main",
-    "spec_from_mapping",
-]

@@ -28,11 +28,11 @@ from servekit.vocabulary import (
     KvProtocol,
     Role,
     StrictModel,
+    build_parser as build_argparser,
     dataclass_options,
     option,
     parse_known_values,
 )
-from servekit.vocabulary import build_parser as build_argparser
 
 KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")

@@ -17,22 +17,17 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.verify.adapters import real_components
-    from servekit.verify.cluster import cluster_deployment, relay_deployment, write_deployment
-    from servekit.verify.components import Components
-    from servekit.verify.options import DeploymentOptions, VerifyOptions
-    from servekit.verify.run import VerifyOutcome, main, verify
+    from servekit.verify.adapters import real_components as real_components
+    from servekit.verify.cluster import (
+        cluster_deployment as cluster_deployment,
+        relay_deployment as relay_deployment,
+        write_deployment as write_deployment,
+    )
+    from servekit.verify.components import Components as Components
+    from servekit.verify.options import (
+        DeploymentOptions as DeploymentOptions,
+        VerifyOptions as VerifyOptions,
+    )
+    from servekit.verify.run import VerifyOutcome as VerifyOutcome, main as main, verify as verify
 
 __getattr__, __dir__ = lazy_face(__name__)
-__all__ = [
-    "Components",
-    "DeploymentOptions",
-    "VerifyOptions",
-    "VerifyOutcome",
-    "cluster_deployment",
-    "main",
-    "real_components",
-    "relay_deployment",
-    "verify",
-    "write_deployment",
-]

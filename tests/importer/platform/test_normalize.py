@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from servekit.importer.platform.normalize import (
     Placeholders,
