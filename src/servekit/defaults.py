@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servekit.guard import RENDERED_MODULE, middleware_target
-from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind, Role, StrictModel
+from servekit.vocabulary import EngineKind, Role, StrictModel
 
 SettingValue = int | float | bool | str
 
@@ -262,13 +262,3 @@ def format_value(value: SettingValue) -> str:
 def script_defaults(kind: EngineKind = "vllm-ascend", role: Role = "mixed") -> dict[str, str]:
     """Script variable -> default, as rendered scripts write ``VAR=${VAR:-value}``."""
     return {SETTINGS_BY_KEY[k].var: format_value(v) for k, v in defaults_for(kind, role).items()}
-
-
-def table_rows() -> list[tuple[EngineKind, Role, Setting, str]]:
-    """Every (kind, role, setting, value) cell, for ``servekit defaults`` and the report."""
-    rows: list[tuple[EngineKind, Role, Setting, str]] = []
-    for kind in ENGINE_KINDS:
-        for role in ROLES:
-            for key, value in defaults_for(kind, role).items():
-                rows.append((kind, role, SETTINGS_BY_KEY[key], format_value(value)))
-    return rows

@@ -177,11 +177,6 @@ def run_dirs_of(layout: str) -> list[Path]:
     return [root / slug for root in run_roots() if (root / slug).is_dir()]
 
 
-def find_run_dir(layout: str) -> Path:
-    """The run directory of ``layout`` that exists (the per-user one first), else the new one."""
-    return next(iter(run_dirs_of(layout)), run_dir_for(layout))
-
-
 def load_deployment(target: str) -> Deployment:
     """Resolve ``--target URL|NAME|FILE`` to a Deployment.
 

@@ -14,7 +14,6 @@ Pure: the same facts give the same data, so importing twice changes nothing.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -575,7 +574,3 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
         layout["proxy"] = proxy
     caveats = [f"{u.text()} (the layout holds that value)" for u in twice]
     return Synthesis(layout=layout, unexpressed=out, caveats=caveats)
-
-
-def dumps_json(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True)

@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
@@ -129,10 +129,6 @@ class FsState:
             self.entries.values(), key=lambda e: e.path.encode("utf-8", "surrogateescape")
         )
         return [e.line() for e in ordered]
-
-
-def with_path(entry: Entry, path: str) -> Entry:
-    return replace(entry, path=path)
 
 
 def manifest_text(lines: Iterable[str]) -> str:

@@ -111,10 +111,6 @@ class KitDir:
             listed[rel] = digest
         return listed, problems
 
-    def listed_sums(self) -> dict[str, str]:
-        """SHA256SUMS as member -> hex digest."""
-        return self._sum_lines()[0]
-
     def sum_problems(self, hashed: dict[str, str] | None = None) -> list[str]:
         """Members that SHA256SUMS misses, lists twice, or hashes differently.
 
