@@ -28,6 +28,7 @@ import pytest
 from tests.local.test_vllm_runs import Project, _wait_up
 
 from servekit.catalog.loader import packaged_catalog
+from servekit.guard import GUARD_ERROR_CODE
 from servekit.local import proctree
 from servekit.local.tinymodel import build_tiny_model
 from servekit.proxy.payloads import PREFILL_KV_PARAMS
@@ -170,6 +171,26 @@ def test_a_decode_retried_after_a_failed_pull_reruns_prefill(run: Project) -> No
     status, raw = _decode(urls["decode"], prompt, _prefill(urls["prefill"], prompt))
     assert status == 200, raw
     _clean_error_or(want, status, raw)
+
+
+def guard_refuses(url: str, body: dict[str, Any]) -> None:
+    """The decode engine at ``url`` refuses ``body`` with the guard's 400 and stays healthy."""
+    import urllib.request
+
+    status, raw = _post(f"{url}/v1/completions", body)
+    assert status == 400, (status, raw)
+    assert json.loads(raw)["error"]["code"] == GUARD_ERROR_CODE, raw
+    with urllib.request.urlopen(f"{url}/health", timeout=30) as resp:
+        assert resp.status == 200
+
+
+def test_the_decode_guard_refuses_a_plain_request_and_the_marker(run: Project) -> None:
+    """NixlConnector reads kv_transfer_params: the prompt-keyed marker would be a bypass."""
+    plain = {"model": "tiny-llama", "prompt": "What is 8*9?", "max_tokens": 4}
+    guard_refuses(_urls(run)["decode"], plain)
+    guard_refuses(
+        _urls(run)["decode"], {**plain, "kv_transfer_params": {"servekit_prompt_keyed": True}}
+    )
 
 
 def _closed_port() -> int:
