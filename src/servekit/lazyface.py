@@ -16,8 +16,9 @@ and :func:`lazy_face` gives it a PEP 562 ``__getattr__`` that reads those
 ``TYPE_CHECKING`` imports from the package's own source (once, on first use)
 and imports the submodule a name comes from when the name is first asked for;
 ``__all__`` is answered from the same table. So the name -> module table cannot
-disagree with what mypy checks, and no name is written a second time. Standard library only: the proxy's zipapp carries it,
-and the source is read through the module's loader, which a zip archive has too.
+disagree with what mypy checks, and no name is written a second time. Standard
+library only: the proxy's zipapp carries it, and the source is read through the
+module's loader, which a zip archive has too.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.helpers.http import guard_refuses, post_json
 from tests.local.test_vllm_runs import Project, _wait_up
 
 from servekit.catalog.loader import packaged_catalog
-from servekit.guard import GUARD_ERROR_CODE
 from servekit.local import proctree
 from servekit.local.tinymodel import build_tiny_model
 from servekit.proxy.payloads import PREFILL_KV_PARAMS
@@ -50,17 +50,7 @@ class CatalogProject(Project):
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=CLIENT_TIMEOUT_S) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
+    return post_json(url, body, CLIENT_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -173,17 +163,6 @@ def test_a_decode_retried_after_a_failed_pull_reruns_prefill(run: Project) -> No
     _clean_error_or(want, status, raw)
 
 
-def guard_refuses(url: str, body: dict[str, Any]) -> None:
-    """The decode engine at ``url`` refuses ``body`` with the guard's 400 and stays healthy."""
-    import urllib.request
-
-    status, raw = _post(f"{url}/v1/completions", body)
-    assert status == 400, (status, raw)
-    assert json.loads(raw)["error"]["code"] == GUARD_ERROR_CODE, raw
-    with urllib.request.urlopen(f"{url}/health", timeout=30) as resp:
-        assert resp.status == 200
-
-
 def test_the_decode_guard_refuses_a_plain_request_and_the_marker(run: Project) -> None:
     """NixlConnector reads kv_transfer_params: the prompt-keyed marker would be a bypass."""
     plain = {"model": "tiny-llama", "prompt": "What is 8*9?", "max_tokens": 4}
@@ -208,7 +187,7 @@ def _wait_memory_gone(pids: set[int], timeout_s: float = 60) -> None:
     SIGKILL is delivered at once but the kernel tears a multi-GiB engine down
     afterwards, and UCX on one host may read a peer's memory directly (cross
     memory attach): in a loaded CI run the decode sent right after the kill
-    answered 200, which is a pull that raced the death, not a pull after it.
+    answered 200, most likely a pull that raced the death (not reproduced).
     """
     deadline = time.monotonic() + timeout_s
     while alive := {p for p, (_, _, st) in proctree.snapshot().items() if p in pids and st != "Z"}:

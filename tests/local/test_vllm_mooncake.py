@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from tests.local.test_vllm_kv_faults import guard_refuses
+from tests.helpers.http import guard_refuses
 from tests.local.test_vllm_runs import Project, _wait_up
 
 from servekit.local.demo import compare
