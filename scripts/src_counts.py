@@ -68,4 +68,8 @@ def main(revs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except subprocess.CalledProcessError as exc:
+        print(f"error: git {' '.join(exc.cmd[1:])!s:.200}: not a revision here", file=sys.stderr)
+        sys.exit(2)
