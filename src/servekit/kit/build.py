@@ -20,7 +20,7 @@ import servekit
 from servekit.errors import UsageError, first_error
 from servekit.kit.apply import apply_image, apply_layer, first_difference
 from servekit.kit.configdelta import apply_delta, compute_delta
-from servekit.kit.fsmanifest import FILE, FsState
+from servekit.kit.fsmanifest import FILE, Entry, FsState
 from servekit.kit.image import read_image
 from servekit.kit.imagetypes import Image, canonical_json
 from servekit.kit.kitwrite import write_archive, write_stage
@@ -62,6 +62,11 @@ class _Working:
     files: set[str] = field(default_factory=set)
     sources: dict[str, Path] = field(default_factory=dict)
     expect: KitExpect | None = None
+
+    def shipped(self) -> dict[str, Entry]:
+        """The regular files the working layers deliver, by path (sorted)."""
+        entries = {path: self.state.get(path) for path in sorted(self.files)}
+        return {p: e for p, e in entries.items() if e is not None and e.kind == FILE}
 
 
 def _layer_info(scan: LayerScan, file: str) -> LayerInfo:
@@ -122,12 +127,10 @@ def _from_payload(
     if code is not None:
         delta = delta.model_copy(update={"labels": {**delta.labels, REPO_REV_LABEL: code.repo_rev}})
     config = _payload_config(base.config, delta, scan.diff_id, req, spec.name)
-    work = _Working(
-        state, canonical_json(config), delta, [_layer_info(scan, file)], set(scan.files)
+    layers = [_layer_info(scan, file)]
+    return _Working(
+        state, canonical_json(config), delta, layers, set(scan.files), sources, spec.expect
     )
-    work.sources = sources
-    work.expect = spec.expect
-    return work
 
 
 def _payload_config(
@@ -143,22 +146,18 @@ def _payload_config(
 
 
 def _payload_files(work: _Working, sources: dict[str, str]) -> list[PayloadFile]:
-    out = []
-    for path in sorted(work.files):
-        entry = work.state.get(path)
-        if entry is not None and entry.kind == FILE:
-            out.append(
-                PayloadFile(
-                    path=path,
-                    sha256=entry.sha256,
-                    size=entry.size,
-                    mode=f"{entry.mode:04o}",
-                    uid=entry.uid,
-                    gid=entry.gid,
-                    source=sources.get(path),
-                )
-            )
-    return out
+    return [
+        PayloadFile(
+            path=path,
+            sha256=entry.sha256,
+            size=entry.size,
+            mode=f"{entry.mode:04o}",
+            uid=entry.uid,
+            gid=entry.gid,
+            source=sources.get(path),
+        )
+        for path, entry in work.shipped().items()
+    ]
 
 
 def kit_name(req: KitBuildOptions) -> str:
@@ -209,8 +208,7 @@ def _expect(req: KitBuildOptions, work: _Working) -> KitExpect | None:
     expect = load_expect(req.expect) if req.expect is not None else work.expect
     if expect is None:
         return None
-    shipped = {p for p in work.files if (e := work.state.get(p)) is not None and e.kind == FILE}
-    missing = sorted(expect.files() - shipped)
+    missing = sorted(expect.files() - work.shipped().keys())
     if missing:
         raise UsageError(
             f"expect: {missing[0]} is not a file this kit ships; promises can name payload files only"
@@ -258,40 +256,33 @@ def _manifest(
 ) -> KitManifest:
     """The MANIFEST; a value it refuses (say a base reference over two lines) is exit 2."""
     try:
-        return _manifest_of(req, name, base, work, code)
+        payload = _payload_files(work, _repo_sources(req, work))
+        return KitManifest(
+            name=name,
+            generator=Generator(name="servekit", version=servekit.__version__),
+            created=req.date,
+            base=BaseInfo(
+                reference=_base_reference(req, base),
+                image_id=base.image_id,
+                layer_count=len(base.layers),
+                diff_ids=base.diff_ids,
+            ),
+            image=ImageInfo(
+                source=req.source,
+                image_id="sha256:" + hashlib.sha256(work.config_bytes).hexdigest(),
+                layer_count=len(base.layers) + len(work.layers),
+                fs_entries=len(work.state.entries),
+                payload_count=len(payload),
+            ),
+            layers=work.layers,
+            payload=payload,
+            config_delta=work.delta,
+            code=code,
+            expect=work.expect,
+        )
     except ValidationError as exc:
         where, msg = first_error(exc, "")
         raise UsageError(f"kit build: {where} {msg} (fix the input that gives it)") from None
-
-
-def _manifest_of(
-    req: KitBuildOptions, name: str, base: Image, work: _Working, code: CodeBaseline | None
-) -> KitManifest:
-    payload = _payload_files(work, _repo_sources(req, work))
-    image_id = "sha256:" + hashlib.sha256(work.config_bytes).hexdigest()
-    return KitManifest(
-        name=name,
-        generator=Generator(name="servekit", version=servekit.__version__),
-        created=req.date,
-        base=BaseInfo(
-            reference=_base_reference(req, base),
-            image_id=base.image_id,
-            layer_count=len(base.layers),
-            diff_ids=base.diff_ids,
-        ),
-        image=ImageInfo(
-            source=req.source,
-            image_id=image_id,
-            layer_count=len(base.layers) + len(work.layers),
-            fs_entries=len(work.state.entries),
-            payload_count=len(payload),
-        ),
-        layers=work.layers,
-        payload=payload,
-        config_delta=work.delta,
-        code=code,
-        expect=work.expect,
-    )
 
 
 def _repo_sources(req: KitBuildOptions, work: _Working) -> dict[str, str]:
@@ -302,5 +293,4 @@ def _repo_sources(req: KitBuildOptions, work: _Working) -> dict[str, str]:
 
     if work.sources:
         return by_path(req.repo, work.sources)
-    digests = {p: e.sha256 for p in work.files if (e := work.state.get(p)) and e.kind == FILE}
-    return by_content(req.repo, digests)
+    return by_content(req.repo, {p: e.sha256 for p, e in work.shipped().items()})

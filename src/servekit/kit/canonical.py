@@ -62,11 +62,6 @@ def member_info(name: str, is_dir: bool, size: int = 0) -> tarfile.TarInfo:
     return info
 
 
-def header_bytes(name: str, is_dir: bool, size: int) -> bytes:
-    """The exact header block(s) :func:`member_info` packs to."""
-    return member_info(name, is_dir, size).tobuf(tarfile.PAX_FORMAT, ENCODING, "surrogateescape")
-
-
 def padding(size: int) -> int:
     """Zero bytes after ``size`` bytes of content, up to the next block."""
     return -size % BLOCK
@@ -132,8 +127,9 @@ class CanonicalTap:
                 " (members were reordered)"
             )
         self._last_key = key
-        want = b"\0" * padding(previous_size) + header_bytes(
-            member.name, member.isdir(), member.size
+        header = member_info(member.name, member.isdir(), member.size)
+        want = b"\0" * padding(previous_size) + header.tobuf(
+            tarfile.PAX_FORMAT, ENCODING, "surrogateescape"
         )
         self._compare(want, f"before member {member.name[:80]!r}")
         self._window = (member.offset_data, member.offset_data + member.size)

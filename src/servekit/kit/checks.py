@@ -56,12 +56,15 @@ def skipped(name: str, detail: str) -> CheckResult:
     return CheckResult(name=name, status="skip", detail=detail)
 
 
+def _shown(problems: list[str], limit: int) -> str:
+    """The first ``limit`` problems and how many more there were."""
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
+
+
 def failed(name: str, problems: list[str], limit: int = 3) -> CheckResult:
     """A failure naming the first problems and how many there were."""
-    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
-    return CheckResult(
-        name=name, status="fail", detail="; ".join(problems[:limit]) + more, problems=problems
-    )
+    return CheckResult(name=name, status="fail", detail=_shown(problems, limit), problems=problems)
 
 
 def outcome(name: str, problems: list[str], ok_detail: str) -> CheckResult:
@@ -79,19 +82,12 @@ def counted(
 ) -> CheckResult:
     """A row that counts items: ``N/N what``, every problem named (up to 12 in the detail)."""
     ratio = f"{passed_count}/{total} {what}"
-    if problems:
-        shown = "; ".join(problems[:12]) + (
-            f" (+{len(problems) - 12} more)" if len(problems) > 12 else ""
-        )
-        return CheckResult(
-            name=name,
-            status="fail",
-            detail=f"{ratio}: {shown}",
-            passed=passed_count,
-            total=total,
-            problems=problems,
-            items=items,
-        )
     return CheckResult(
-        name=name, status="pass", detail=ratio, passed=passed_count, total=total, items=items
+        name=name,
+        status="fail" if problems else "pass",
+        detail=f"{ratio}: {_shown(problems, 12)}" if problems else ratio,
+        passed=passed_count,
+        total=total,
+        problems=problems,
+        items=items,
     )

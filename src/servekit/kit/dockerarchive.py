@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import posixpath
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from servekit.kit.canonical import member_info
 from servekit.kit.errors import KitRefused
 from servekit.kit.imagetypes import (
     MAX_JSON,
@@ -33,7 +35,6 @@ from servekit.kit.layertar import open_plain
 from servekit.kit.paths import member_path
 from servekit.kit.streams import CHUNK, Limits, SliceReader, as_binary
 
-FIXED_MTIME = 0
 MAX_MEMBERS = 100_000
 
 
@@ -145,16 +146,6 @@ def _layer(path: Path, info: tarfile.TarInfo, diff_id: str) -> LayerBlob:
     return LayerBlob(opener, size, sniff_media_type(head), None, diff_id)
 
 
-def _info(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = FIXED_MTIME
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 @contextmanager
 def _plain_layer(layer: LayerBlob, limits: Limits) -> Iterator[tuple[BinaryIO, int]]:
     """The layer as an uncompressed tar stream and its size (spooled if compressed)."""
@@ -164,8 +155,7 @@ def _plain_layer(layer: LayerBlob, limits: Limits) -> Iterator[tuple[BinaryIO, i
         return
     with tempfile.TemporaryFile() as spool, layer.opener() as fh:
         with open_plain(fh, limits, "layer") as plain:
-            while block := plain.read(CHUNK):
-                spool.write(block)
+            shutil.copyfileobj(plain, spool, CHUNK)
         size = spool.tell()
         spool.seek(0)
         yield spool, size
@@ -178,27 +168,23 @@ def write_docker_archive(
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
     layer_names: list[str] = []
     with tarfile.open(fileobj=dest, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_info(config_name, len(config_bytes)), _bytes(config_bytes))
+        tar.addfile(member_info(config_name, False, len(config_bytes)), io.BytesIO(config_bytes))
         for layer in layers:
             name = layer.diff_id.split(":", 1)[1] + "/layer.tar"
             if name not in layer_names:
                 with _plain_layer(layer, limits) as (stream, size):
-                    tar.addfile(_info(name, size), stream)
+                    tar.addfile(member_info(name, False, size), stream)
             layer_names.append(name)
         manifest = [
             {"Config": config_name, "RepoTags": [tag] if tag else None, "Layers": layer_names}
         ]
         data = canonical_json(manifest)
-        tar.addfile(_info("manifest.json", len(data)), _bytes(data))
+        tar.addfile(member_info("manifest.json", False, len(data)), io.BytesIO(data))
         if tag and ":" in tag:
             repo, _, label = tag.rpartition(":")
             top = layers[-1].diff_id.split(":", 1)[1] if layers else ""
             data = canonical_json({repo: {label: top}})
-            tar.addfile(_info("repositories", len(data)), _bytes(data))
-
-
-def _bytes(data: bytes) -> BinaryIO:
-    return io.BytesIO(data)
+            tar.addfile(member_info("repositories", False, len(data)), io.BytesIO(data))
 
 
 __all__ = ["read_docker_archive", "write_docker_archive"]

@@ -40,12 +40,9 @@ class Shipped:
     too_large: Collection[str] = ()
 
 
-_BY_NAME: dict[str, Role] = {"decode": "decode", "prefill": "prefill"}
-
-
 def role_of(path: str, expect: KitExpect) -> Role:
     """The script's role: the kit's explicit mapping, else its name."""
-    return expect.roles.get(path) or _BY_NAME.get(script_role(path), "mixed")
+    return expect.roles.get(path) or script_role(path)
 
 
 def check_expect(expect: KitExpect | None, shipped: Shipped) -> list[CheckResult]:

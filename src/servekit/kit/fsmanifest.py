@@ -13,7 +13,6 @@ and one walked from an unpacked rootfs (``umoci unpack``) compare equal.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -21,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.paths import ROOT, escape_field, image_path, unescape_field
+from servekit.kit.paths import HEX, ROOT, escape_field, image_path, unescape_field
+from servekit.kit.streams import sha256_file
 
 DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
 KINDS = frozenset((DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO))
 NO_SHA = "-"
-_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +55,6 @@ class Entry:
                 self.sha256,
             )
         )
-
-
-def implicit_dir(path: str) -> Entry:
-    """A parent directory a layer uses without listing it (root-owned 0755)."""
-    return Entry(DIR, 0o755, 0, 0, 0, path)
 
 
 class FsState:
@@ -115,7 +109,7 @@ class FsState:
         for parent in reversed(missing):
             if parent in self.entries:
                 self.remove_tree(parent)
-            self._link(implicit_dir(parent))
+            self._link(Entry(DIR, 0o755, 0, 0, 0, parent))  # a parent no layer listed
 
     def _link(self, entry: Entry) -> None:
         self.entries[entry.path] = entry
@@ -124,15 +118,13 @@ class FsState:
             self._children.setdefault(entry.path, set())
 
     def lines(self) -> list[str]:
-        """Sorted manifest lines (by path, as UTF-8 bytes)."""
-        ordered = sorted(
-            self.entries.values(), key=lambda e: e.path.encode("utf-8", "surrogateescape")
-        )
-        return [e.line() for e in ordered]
+        return sorted_lines(self.entries.values())
 
 
-def manifest_text(lines: Iterable[str]) -> str:
-    return "".join(f"{line}\n" for line in lines)
+def sorted_lines(entries: Iterable[Entry]) -> list[str]:
+    """Manifest lines sorted by path (as UTF-8 bytes)."""
+    ordered = sorted(entries, key=lambda e: e.path.encode("utf-8", "surrogateescape"))
+    return [e.line() for e in ordered]
 
 
 def parse_manifest(text: str, max_lines: int | None = None) -> list[str]:
@@ -151,7 +143,7 @@ def _number(text: str, base: int = 10) -> int:
 
 
 def _sha(text: str) -> str:
-    if text != NO_SHA and (len(text) != 64 or not _HEX.issuperset(text)):
+    if text != NO_SHA and (len(text) != 64 or not HEX.issuperset(text)):
         raise ValueError(text)
     return text
 
@@ -197,11 +189,7 @@ def _walk_entry(root: Path, path: Path, st: os.stat_result) -> Entry:
     if stat.S_ISLNK(st.st_mode):
         return Entry(SYMLINK, 0o777, st.st_uid, st.st_gid, 0, rel, os.readlink(path))
     if stat.S_ISREG(st.st_mode):
-        sha = hashlib.sha256()
-        with path.open("rb") as fh:
-            while block := fh.read(1 << 20):
-                sha.update(block)
-        return Entry(FILE, mode, st.st_uid, st.st_gid, st.st_size, rel, "", sha.hexdigest())
+        return Entry(FILE, mode, st.st_uid, st.st_gid, st.st_size, rel, "", sha256_file(str(path)))
     kind = {stat.S_IFCHR: CHAR, stat.S_IFBLK: BLOCK, stat.S_IFIFO: FIFO}.get(
         stat.S_IFMT(st.st_mode), "?"
     )

@@ -56,12 +56,9 @@ def is_rootfs(target: str) -> bool:
 
 def rootfs_manifest(root: Path, exclude: list[str]) -> list[str]:
     """Filesystem manifest of an unpacked rootfs (e.g. ``umoci unpack`` output)."""
-    from servekit.kit.fsmanifest import walk_dir
+    from servekit.kit.fsmanifest import sorted_lines, walk_dir
 
-    entries = sorted(
-        walk_dir(root, exclude), key=lambda e: e.path.encode("utf-8", "surrogateescape")
-    )
-    return [entry.line() for entry in entries]
+    return sorted_lines(walk_dir(root, exclude))
 
 
 def inspect_kit(path: Path, limits: Limits | None = None) -> KitManifest:
@@ -74,9 +71,6 @@ def inspect_image(ref: str, with_fs: bool = False, limits: Limits | None = None)
     """Layers and config of an image; with ``with_fs``, also its filesystem manifest."""
     image = read_image(ref)
     section = image.config.get("config") or {}
-    fs: list[str] | None = None
-    if with_fs:
-        fs = apply_image(image, limits or Limits()).lines()
     return ImageSummary(
         reference=ref,
         format=image.fmt,
@@ -93,5 +87,5 @@ def inspect_image(ref: str, with_fs: bool = False, limits: Limits | None = None)
             for i, layer in enumerate(image.layers)
         ],
         config={k: section[k] for k in CONFIG_KEYS if section.get(k) is not None},
-        fs_manifest=fs,
+        fs_manifest=apply_image(image, limits or Limits()).lines() if with_fs else None,
     )

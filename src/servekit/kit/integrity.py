@@ -69,14 +69,6 @@ def _recorded(kit: KitDir) -> dict[str, Entry]:
     return {entry.path: entry for entry in entries}
 
 
-def _seed_state(recorded: dict[str, Entry]) -> FsState:
-    """The recorded filesystem, so hardlinks into base layers resolve."""
-    state = FsState()
-    for entry in recorded.values():
-        state.put(entry)
-    return state
-
-
 def _wanted(m: KitManifest) -> Callable[[str, bytes], bool]:
     """Python sources, shell scripts and files a promise names: what later checks read."""
     promised = m.expect.files() if m.expect else set()
@@ -91,7 +83,9 @@ def scan_layers(kit: KitDir, m: KitManifest) -> tuple[Scanned, CheckResult]:
     problems: list[str] = []
     try:
         scanned.recorded = _recorded(kit)
-        state = _seed_state(scanned.recorded)
+        state = FsState()  # the recorded filesystem, so hardlinks into base layers resolve
+        for entry in scanned.recorded.values():
+            state.put(entry)
         for layer in m.layers:
             path = kit.member(layer.file)
             with path.open("rb") as blob:

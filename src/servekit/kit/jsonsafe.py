@@ -43,13 +43,11 @@ def load_json(data: bytes, what: str, max_depth: int = MAX_DEPTH) -> Any:
     text = decode_text(data, what)
     try:
         value = json.loads(text)
+        deep = _deeper_than(value, max_depth)
     except RecursionError:
-        value = None
         deep = True
     except ValueError as exc:
         raise KitRefused(f"{what}: invalid JSON ({str(exc)[:120]})") from None
-    else:
-        deep = _deeper_than(value, max_depth)
     if deep:
         raise KitRefused(f"{what}: JSON nests deeper than {max_depth} levels")
     return value

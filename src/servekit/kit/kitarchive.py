@@ -32,7 +32,7 @@ from servekit.kit.streams import (
     HashingReader,
     Limits,
     as_binary,
-    forget_members,
+    each_member,
     sha256_file,
 )
 
@@ -96,13 +96,6 @@ def read_sidecar(archive: Path) -> str | None:
     with side.open("rb") as fh:
         text = fh.read(MAX_SIDECAR).decode("utf-8", "replace").split()
     return text[0].lower() if text else ""
-
-
-def _top(path: str, top: str | None, what: str) -> str:
-    head = path.split("/")[1]
-    if top is not None and head != top:
-        raise KitRefused(f"{what}: member {path[:80]!r} is outside the kit folder {top!r}")
-    return head
 
 
 def _extract_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, what: str) -> None:
@@ -171,9 +164,7 @@ def _extract_all(
     top: str | None = None
     seen: set[str] = set()
     previous = 0
-    while (member := tar.next()) is not None:
-        if len(seen) >= limits.max_entries:
-            raise KitRefused(f"{what}: more than {limits.max_entries} members")
+    for member in each_member(tar, limits.max_entries, what):
         path = _member_target(member, top, seen, limits, what)
         tap.expect_header(member, previous, _order_key(path, member.isdir()))
         top = path.split("/")[1]
@@ -182,7 +173,6 @@ def _extract_all(
         else:
             _extract_file(tar, member, dest / path[1:], what)
         previous = member.size
-        forget_members(tar)
     return top, previous
 
 
@@ -199,7 +189,8 @@ def _member_target(
     path = member_path(member.name, what)
     if path == ROOT:
         raise KitRefused(f"{what}: member {member.name[:80]!r} names the root")
-    _top(path, top, what)
+    if top is not None and path.split("/")[1] != top:
+        raise KitRefused(f"{what}: member {path[:80]!r} is outside the kit folder {top!r}")
     if path in seen:
         raise KitRefused(f"{what}: member {path[:80]!r} appears twice")
     seen.add(path)

@@ -151,16 +151,11 @@ def odd_entries(root: Path, max_entries: int) -> set[str]:
     return odd
 
 
-def is_kit_folder(path: Path) -> bool:
-    """A folder holding MANIFEST.json or SHA256SUMS (damaged kits still count)."""
-    return path.is_dir() and ((path / MANIFEST).exists() or (path / SUMS).exists())
-
-
 @contextlib.contextmanager
 def open_kit(path: Path, limits: Limits) -> Iterator[KitDir]:
     """A kit folder for ``path`` (a folder, or a .tar.zst unpacked for the duration)."""
     if path.is_dir():
-        if not is_kit_folder(path):
+        if not ((path / MANIFEST).exists() or (path / SUMS).exists()):  # damaged kits count
             raise KitRefused(f"kit {path}: a folder without MANIFEST.json or {SUMS} is not a kit")
         yield KitDir(path, limits=limits)
         return

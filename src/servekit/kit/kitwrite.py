@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from servekit.kit.errors import KitRefused
-from servekit.kit.fsmanifest import manifest_text
 from servekit.kit.kitarchive import kit_members, pack, write_sidecar
 from servekit.kit.models import MAX_MANIFEST_BYTES, KitManifest
 from servekit.kit.render import render_all
@@ -34,7 +33,7 @@ def write_stage(stage: Path, manifest: KitManifest, config: bytes, fs_lines: lis
     (stage / "MANIFEST.json").write_text(text)
     (stage / "config.json").write_bytes(config)
     (stage / "base-diffids.txt").write_text("".join(f"{d}\n" for d in manifest.base.diff_ids))
-    (stage / "fs-manifest.txt").write_text(manifest_text(fs_lines))
+    (stage / "fs-manifest.txt").write_text("".join(f"{line}\n" for line in fs_lines))
     (stage / "payload.sha256").write_text(
         "".join(sha256sum_line(p.sha256, p.path.lstrip("/")) for p in manifest.payload)
     )

@@ -21,9 +21,12 @@ from typing import BinaryIO
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import BLOCK, CHAR, DIR, FIFO, FILE, SYMLINK, Entry, FsState
+from servekit.kit.imagetypes import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sniff_media_type
 from servekit.kit.paths import (
     MAX_PATH,
+    OPAQUE,
     ROOT,
+    WHITEOUT_PREFIX,
     hardlink_target,
     member_path,
     parents,
@@ -32,17 +35,13 @@ from servekit.kit.paths import (
 from servekit.kit.streams import (
     CHUNK,
     BoundedReader,
+    ForwardReader,
     HashingReader,
     Limits,
     as_binary,
-    forget_members,
-    open_tar,
+    each_member,
 )
 
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_CAPTURE = 16 << 20
 MAX_CAPTURE_TOTAL = 512 << 20
 
@@ -75,12 +74,12 @@ class ScanOptions:
 
 
 def _decompressor(buffered: BinaryIO) -> BinaryIO:
-    head = buffered.peek(4)[:4]  # type: ignore[attr-defined]
-    if head.startswith(GZIP_MAGIC):
+    kind = sniff_media_type(buffered.peek(4)[:4])  # type: ignore[attr-defined]
+    if kind == OCI_LAYER_GZIP:
         import gzip
 
         return as_binary(gzip.GzipFile(fileobj=buffered, mode="rb"))
-    if head.startswith(ZSTD_MAGIC):
+    if kind == OCI_LAYER_ZSTD:
         import zstandard
 
         reader: BinaryIO = zstandard.ZstdDecompressor().stream_reader(
@@ -100,7 +99,8 @@ def scan_layer(blob: BinaryIO, state: FsState, opts: ScanOptions) -> LayerScan:
     scan = LayerScan()
     applier = _Applier(state, opts, scan)
     try:
-        with open_tar(as_binary(diff), opts.what) as tar:
+        forward = ForwardReader(as_binary(diff), opts.what)
+        with tarfile.TarFile(fileobj=as_binary(forward), mode="r") as tar:
             applier.read_all(tar)
         diff.drain()
         comp.drain()
@@ -128,15 +128,8 @@ class _Applier:
         self.order: list[str] = []
 
     def read_all(self, tar: tarfile.TarFile) -> None:
-        count = 0
-        while (member := tar.next()) is not None:
-            count += 1
-            if count > self.opts.limits.max_entries:
-                raise KitRefused(
-                    f"{self.opts.what}: more than {self.opts.limits.max_entries} members"
-                )
+        for member in each_member(tar, self.opts.limits.max_entries, self.opts.what):
             self.take(tar, member)
-            forget_members(tar)
 
     def take(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
         what = self.opts.what
@@ -148,8 +141,8 @@ class _Applier:
         if name == OPAQUE:
             self.scan.opaque_dirs.append(posixpath.dirname(path))
             return
-        if name.startswith(WHITEOUT):
-            hidden = name[len(WHITEOUT) :]
+        if name.startswith(WHITEOUT_PREFIX):
+            hidden = name.removeprefix(WHITEOUT_PREFIX)
             if hidden in ("", ".", ".."):
                 raise KitRefused(f"{self.opts.what}: whiteout {path!r} names no entry")
             self.scan.whiteouts.append(posixpath.join(posixpath.dirname(path), hidden))

@@ -9,11 +9,10 @@ from __future__ import annotations
 import tarfile
 from typing import BinaryIO
 
+from servekit.kit.canonical import FIXED_MTIME
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK
 from servekit.kit.payload import LayerMember
-
-FIXED_MTIME = 0
 
 
 def _info(member: LayerMember) -> tarfile.TarInfo:

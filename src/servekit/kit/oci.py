@@ -9,10 +9,8 @@ produces compact, key-sorted JSON so the same image gives the same bytes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.imagetypes import (
@@ -144,13 +142,7 @@ def _layer(root: Path, desc: dict[str, Any], diff_id: str, what: str) -> LayerBl
     digest = check_digest(desc.get("digest"), what)
     path = _blob_path(root, digest, what)
     media = oci_layer_type(str(desc.get("mediaType", "")))
-
-    @contextmanager
-    def opener() -> Iterator[BinaryIO]:
-        with path.open("rb") as fh:
-            yield fh
-
-    return LayerBlob(opener, path.stat().st_size, media, digest, diff_id)
+    return LayerBlob(lambda: path.open("rb"), path.stat().st_size, media, digest, diff_id)
 
 
 def _put_blob(blobs: Path, data: bytes) -> tuple[str, int]:
@@ -159,17 +151,17 @@ def _put_blob(blobs: Path, data: bytes) -> tuple[str, int]:
     return "sha256:" + digest, len(data)
 
 
-def _copy_blob(blobs: Path, layer: LayerBlob) -> str:
-    """Copy a layer blob in, hashing it; returns the digest actually written."""
+def _copy_blob(blobs: Path, layer: LayerBlob) -> tuple[str, int]:
+    """Copy a layer blob in, hashing it; returns the digest and size actually written."""
     tmp = blobs / ".incoming"
     sha = hashlib.sha256()
     with layer.opener() as src, tmp.open("wb") as dst:
         while block := src.read(CHUNK):
             sha.update(block)
             dst.write(block)
-    digest = sha.hexdigest()
-    tmp.replace(blobs / digest)
-    return "sha256:" + digest
+        size = dst.tell()
+    tmp.replace(blobs / sha.hexdigest())
+    return "sha256:" + sha.hexdigest(), size
 
 
 def write_oci(
@@ -190,8 +182,7 @@ def write_oci(
     config_digest, config_size = _put_blob(blobs, config_bytes)
     descs = []
     for layer in layers:
-        digest = _copy_blob(blobs, layer)
-        size = (blobs / digest.split(":", 1)[1]).stat().st_size
+        digest, size = _copy_blob(blobs, layer)
         descs.append(
             {"mediaType": oci_layer_type(layer.media_type), "digest": digest, "size": size}
         )

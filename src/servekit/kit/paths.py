@@ -15,7 +15,7 @@ from servekit.kit.errors import KitRefused
 ROOT = "/"
 MAX_PATH = 4096
 MAX_DEPTH = 256
-_HEX = frozenset("0123456789abcdef")
+HEX = frozenset("0123456789abcdef")
 
 
 def member_path(name: str, what: str) -> str:
@@ -48,6 +48,7 @@ def _parts(name: str, what: str) -> list[str]:
 
 
 WHITEOUT_PREFIX = ".wh."
+OPAQUE = ".wh..wh..opq"
 
 
 def whiteout_named(path: str) -> str | None:
@@ -63,6 +64,11 @@ def whiteout_named(path: str) -> str | None:
         if part.startswith(WHITEOUT_PREFIX):
             return part
     return None
+
+
+def whiteout_path(path: str) -> str:
+    """The whiteout member that removes ``path`` from lower layers (``/a/.wh.b``)."""
+    return posixpath.join(posixpath.dirname(path), WHITEOUT_PREFIX + posixpath.basename(path))
 
 
 def image_path(path: str, what: str) -> str:
@@ -142,7 +148,7 @@ def escape_field(text: str) -> str:
 
 
 def _is_hex2(text: str) -> bool:
-    return len(text) == 2 and _HEX.issuperset(text)
+    return len(text) == 2 and HEX.issuperset(text)
 
 
 def unescape_field(text: str) -> str:

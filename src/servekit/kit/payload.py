@@ -22,7 +22,15 @@ from servekit.errors import UsageError, first_error
 from servekit.kit.errors import KitRefused
 from servekit.kit.fsmanifest import DIR, FILE, SYMLINK, FsState
 from servekit.kit.models import ConfigDelta, KitExpect
-from servekit.kit.paths import ROOT, member_path, parents, symlink_escapes, whiteout_named
+from servekit.kit.paths import (
+    OPAQUE,
+    ROOT,
+    member_path,
+    parents,
+    symlink_escapes,
+    whiteout_named,
+    whiteout_path,
+)
 from servekit.vocabulary import StrictModel
 
 BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
@@ -70,12 +78,6 @@ class LayerMember:
     link: str = ""
 
 
-def read_yaml(path: Path, what: str) -> object:
-    """A YAML file's data within :mod:`servekit.safeyaml`'s bounds (size, UTF-8,
-    nesting, aliases in values and bytes), or a UsageError naming the file."""
-    return safeyaml.load_file(path, f"{what} {path}")[1]
-
-
 def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
     try:
         return model.model_validate(data)
@@ -86,13 +88,13 @@ def _validated(model: type[BaseModelT], data: object, what: str) -> BaseModelT:
 
 def load_spec(path: Path) -> PayloadSpec:
     """Parse and validate a payload spec, naming the bad field on error."""
-    data = read_yaml(path, "payload spec")
+    data = safeyaml.load_file(path, f"payload spec {path}")[1]
     return _validated(PayloadSpec, data or {}, f"payload spec {path}")
 
 
 def load_expect(path: Path) -> KitExpect:
     """An expect file for ``kit build --expect``: the ``expect:`` section, or a file with one."""
-    data = read_yaml(path, "--expect")
+    data = safeyaml.load_file(path, f"--expect {path}")[1]
     if isinstance(data, dict) and set(data) == {"expect"}:
         data = data["expect"]
     return _validated(KitExpect, data or {}, f"--expect {path}")
@@ -162,12 +164,7 @@ def _item(root: Path, item: PayloadItem, index: int) -> list[LayerMember]:
 
 def _marker(path: str, what: str, opaque: bool) -> LayerMember:
     target = _dest(path, what)
-    name = (
-        f"{target}/.wh..wh..opq"
-        if opaque
-        else f"{os.path.dirname(target).rstrip('/')}/.wh.{os.path.basename(target)}"
-    )
-    return LayerMember(name, FILE, 0o644)
+    return LayerMember(f"{target}/{OPAQUE}" if opaque else whiteout_path(target), FILE, 0o644)
 
 
 def expand(spec: PayloadSpec, root: Path, base: FsState) -> list[LayerMember]:

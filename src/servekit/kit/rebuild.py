@@ -37,11 +37,6 @@ def _kit_layer(path: Path, diff_id: str, compress: bool) -> LayerBlob:
     """A kit layer as a blob: the plain tar, or gzip (mtime 0, no name) for OCI output."""
 
     @contextlib.contextmanager
-    def plain() -> Iterator[BinaryIO]:
-        with path.open("rb") as fh:
-            yield fh
-
-    @contextlib.contextmanager
     def gzipped() -> Iterator[BinaryIO]:
         with tempfile.TemporaryFile() as spool, path.open("rb") as src:
             with gzip.GzipFile(filename="", mode="wb", fileobj=spool, mtime=0) as zout:
@@ -51,7 +46,7 @@ def _kit_layer(path: Path, diff_id: str, compress: bool) -> LayerBlob:
 
     if compress:
         return LayerBlob(gzipped, 0, OCI_LAYER_GZIP, None, diff_id)
-    return LayerBlob(plain, path.stat().st_size, OCI_LAYER_TAR, diff_id, diff_id)
+    return LayerBlob(lambda: path.open("rb"), path.stat().st_size, OCI_LAYER_TAR, diff_id, diff_id)
 
 
 def check_base(manifest: KitManifest, base: Image) -> None:
@@ -125,25 +120,22 @@ def prove(
     """Read a rebuilt image back and compare it with the kit's record."""
     image = read_image(str(image_ref))
     want = m.base.diff_ids + [layer.diff_id for layer in m.layers]
-    checks = [
-        outcome(
-            "diffids", _diff_problems(want, image.diff_ids), f"{len(want)}/{len(want)} layers equal"
-        )
-    ]
-    checks.append(
-        outcome(
-            "image id",
-            []
-            if image.image_id == m.image.image_id
-            else [f"{image.image_id} != {m.image.image_id}"],
-            f"equal ({m.image.image_id[:19]})",
-        )
-    )
+    same_id = image.image_id == m.image.image_id
     state = apply_image(image, limits, strict_from=len(m.base.diff_ids))
     if keep is not None:
         keep.append(state)
-    checks.append(_fs_check(kit, state))
-    checks.append(_payload_check(m, state))
+    checks = [
+        outcome(
+            "diffids", _diff_problems(want, image.diff_ids), f"{len(want)}/{len(want)} layers equal"
+        ),
+        outcome(
+            "image id",
+            [] if same_id else [f"{image.image_id} != {m.image.image_id}"],
+            f"equal ({m.image.image_id[:19]})",
+        ),
+        _fs_check(kit, state),
+        _payload_check(m, state),
+    ]
     return CheckReport(subject=str(image_ref), checks=checks)
 
 
@@ -167,11 +159,8 @@ def _payload_check(m: KitManifest, state: FsState) -> CheckResult:
     problems = []
     for item in m.payload:
         entry = state.get(item.path)
-        if entry is None or (entry.sha256, entry.size, f"{entry.mode:04o}") != (
-            item.sha256,
-            item.size,
-            item.mode,
-        ):
+        have = (entry.sha256, entry.size, f"{entry.mode:04o}") if entry else None
+        if have != (item.sha256, item.size, item.mode):
             problems.append(f"{item.path}: differs from the kit's payload record")
     n = len(m.payload)
     return outcome("payload", problems, f"{n}/{n} file(s) sha256, size and mode equal")

@@ -14,7 +14,6 @@ into a folder. ``servekit verify NAME --kit KIT`` can embed the same table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -169,12 +168,6 @@ def render_release_table(table: KitReleaseTable, link_prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _prepare(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--out {out}: exists and is not an empty folder; give a new folder")
-    out.mkdir(parents=True, exist_ok=True)
-
-
 def _json(row: CheckResult | None) -> str:
     return (row.model_dump_json(indent=2) if row else "null") + "\n"
 
@@ -189,7 +182,9 @@ def verify_release(
     out = options.out
     if out is None:
         raise UsageError("kit verify: the release table needs --out FOLDER")
-    _prepare(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out}: exists and is not an empty folder; give a new folder")
+    out.mkdir(parents=True, exist_ok=True)
     if options.smoke is None:
         from servekit.kit.smokeproof import issue_nonce
 

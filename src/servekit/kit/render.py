@@ -7,12 +7,12 @@ the manifest records and the same manifest always gives the same text.
 from __future__ import annotations
 
 import functools
-import posixpath
 import shlex
 
 import jinja2
 
 from servekit.kit.models import KIT_ROLES, VAR_NAME, KitManifest, RoleValues
+from servekit.kit.paths import whiteout_path
 
 GENERATED = ("README.md", "Dockerfile", "rebuild.sh", "selftest.sh")
 
@@ -24,10 +24,6 @@ def _promise(value: object) -> str:
     return f"`{value}`"
 
 
-def _whiteout(path: str) -> str:
-    return posixpath.join(posixpath.dirname(path), ".wh." + posixpath.basename(path))
-
-
 @functools.cache
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -37,7 +33,7 @@ def _env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["shq"] = shlex.quote
-    env.filters["whiteout"] = _whiteout
+    env.filters["whiteout"] = whiteout_path
     env.filters["promise"] = _promise
     # Keys Docker cannot take unquoted are listed in a comment, not replayed.
     env.tests["env_name"] = lambda key: bool(VAR_NAME.fullmatch(key))

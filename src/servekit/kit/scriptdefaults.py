@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from servekit.errors import UsageError
 from servekit.kit.checks import CheckResult, failed, outcome, skipped
-from servekit.vocabulary import ENGINE_KINDS, PD_ROLES
+from servekit.vocabulary import ENGINE_KINDS, PD_ROLES, Role
 
 _ASSIGN = re.compile(
     r"""^[ \t]*(?:export[ \t]+|local[ \t]+|readonly[ \t]+)?
@@ -59,13 +59,10 @@ def is_shell_script(path: str, data: bytes) -> bool:
     return first.startswith(b"#!") and any(s in first for s in (b"sh", b"bash"))
 
 
-DEFAULT_KIND = "vllm-ascend"
-
-
-def script_role(path: str) -> str:
+def script_role(path: str) -> Role:
     """The role a script serves, from its name: decode, prefill, else mixed."""
     name = path.lower()
-    found = [role for role in PD_ROLES if role in name]
+    found: list[Role] = [role for role in PD_ROLES if role in name]
     return found[0] if len(found) == 1 else "mixed"
 
 
@@ -80,15 +77,6 @@ def table(kind: str, role: str) -> dict[str, str]:
     if kind not in ENGINE_KINDS:
         raise UsageError(f"--kind {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
     return dict(script_defaults(kind, role))  # type: ignore[arg-type]
-
-
-def mismatches(found: list[ScriptDefault], expected: Mapping[str, str]) -> list[str]:
-    """One sentence per script default that disagrees with the table."""
-    return [
-        f"{d.path}:{d.line}: {d.name} defaults to {d.value!r}, the table says {expected[d.name]!r}"
-        for d in found
-        if d.name in expected and d.value != expected[d.name]
-    ]
 
 
 def table_row(
@@ -111,7 +99,12 @@ def table_row(
                 if d.name in expected
             ]
             compared += len(found)
-            problems += mismatches(found, expected)
+            problems += [
+                f"{d.path}:{d.line}: {d.name} defaults to {d.value!r},"
+                f" the table says {expected[d.name]!r}"
+                for d in found
+                if d.value != expected[d.name]
+            ]
     except UsageError as exc:
         return failed("table", [str(exc)])
     if not compared:

@@ -55,12 +55,6 @@ class _Log:
     failures: list[str] = field(default_factory=list)
 
 
-def _read(path: Path) -> str:
-    where = f"--smoke {path}"
-    data = read_at_most(path, MAX_LOG, where, f"larger than {MAX_LOG} bytes; give the selftest log")
-    return decode_text(data, f"--smoke {path}")
-
-
 def _parse(text: str) -> _Log:
     log = _Log()
     for line in text.splitlines():
@@ -75,10 +69,6 @@ def _parse(text: str) -> _Log:
         elif line.startswith(("L1 FAILED", "L2 FAILED")):
             log.failures.append(line)
     return log
-
-
-def _python_files(m: KitManifest) -> int:
-    return sum(1 for p in m.payload if p.path.endswith(".py"))
 
 
 def _proof_problem(m: KitManifest, log: _Log, challenge: Challenge) -> str | None:
@@ -110,7 +100,9 @@ def _proof_problem(m: KitManifest, log: _Log, challenge: Challenge) -> str | Non
 def smoke_row(m: KitManifest, path: Path, challenge: Challenge | None = None) -> CheckResult:
     """L1/L2 and the proof from the log, against what this kit and this run must show."""
     challenge = challenge or Challenge()
-    log = _parse(_read(path))
+    what = f"--smoke {path}"
+    data = read_at_most(path, MAX_LOG, what, f"larger than {MAX_LOG} bytes; give the selftest log")
+    log = _parse(decode_text(data, what))
     problems = list(log.failures)
     if log.image != m.image.image_id:
         problems.insert(0, f"the log is from image {log.image or '(none named)'}, not this kit's")
@@ -118,7 +110,10 @@ def smoke_row(m: KitManifest, path: Path, challenge: Challenge | None = None) ->
     where = f"ran in {m.image.image_id} (the kit rebuilt onto {challenge.base})"
     if proof_problem is not None:
         problems.insert(0, proof_problem)
-    wants = {"L1 payload sha256": len(m.payload), "L2 py_compile": _python_files(m)}
+    wants = {
+        "L1 payload sha256": len(m.payload),
+        "L2 py_compile": sum(p.path.endswith(".py") for p in m.payload),
+    }
     kept, items = 0, []
     for label, want in wants.items():
         ok, total, good = log.counts.get(label, (0, 0, False))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servekit.kit.gitrepo import git as _git
+from servekit.kit.gitrepo import git
 from servekit.kit.models import CodeBaseline
 
 REPO_REV_LABEL = "servekit.repo_rev"
@@ -17,9 +17,8 @@ REPO_REV_LABEL = "servekit.repo_rev"
 
 def code_baseline(repo: Path, engines: dict[str, str]) -> CodeBaseline:
     """Read HEAD and the modified tracked files of ``repo``."""
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    short = _git(repo, "rev-parse", "--short=7", "HEAD").strip()
-    dirty = sorted(line for line in _git(repo, "diff", "--name-only", "HEAD", "--").splitlines())
+    commit, dirty = checkout(repo)
+    short = git(repo, "rev-parse", "--short=7", "HEAD").strip()
     return CodeBaseline(
         repo_rev=f"{short}+{len(dirty)}dirty", commit=commit, dirty_files=dirty, engines=engines
     )
@@ -27,14 +26,13 @@ def code_baseline(repo: Path, engines: dict[str, str]) -> CodeBaseline:
 
 def commit_date(repo: Path) -> str:
     """HEAD's committer date (ISO 8601, UTC): a reproducible 'created' stamp."""
-    out = _git(repo, "show", "-s", "--format=%cI", "HEAD")
-    return out.strip()
+    return git(repo, "show", "-s", "--format=%cI", "HEAD").strip()
 
 
 def checkout(repo: Path) -> tuple[str, list[str]]:
     """The checked-out commit and its modified tracked files."""
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    dirty = sorted(_git(repo, "diff", "--name-only", "HEAD", "--").splitlines())
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    dirty = sorted(git(repo, "diff", "--name-only", "HEAD", "--").splitlines())
     return commit, dirty
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
@@ -57,6 +57,11 @@ class ReadStream(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         raise NotImplementedError
 
+    def drain(self) -> None:
+        """Read to the end of the stream (so a digest or tap covers all of it)."""
+        while self.read(CHUNK):
+            pass
+
 
 class HashingReader(ReadStream):
     """Pass bytes through while feeding a sha256 and counting them.
@@ -76,21 +81,13 @@ class HashingReader(ReadStream):
 
     def read(self, size: int = -1) -> bytes:
         data = self._inner.read(size)
-        self._take(data)
-        return data
-
-    def _take(self, data: bytes) -> None:
         if data:
             if self._hashing:
                 self.sha.update(data)
             self.count += len(data)
             if self._tee is not None:
                 self._tee.write(data)
-
-    def drain(self) -> None:
-        """Read to the end so the digest covers the whole stream."""
-        while self.read(CHUNK):
-            pass
+        return data
 
     def hexdigest(self) -> str:
         return self.sha.hexdigest()
@@ -198,19 +195,6 @@ class ForwardReader(ReadStream):
         self._pos += len(data)
         return data
 
-    def drain(self) -> None:
-        """Read to the end of the stream (through the tap)."""
-        while self.read(CHUNK):
-            pass
-
-
-def open_tar(stream: BinaryIO, what: str, tap: Tap | None = None) -> tarfile.TarFile:
-    """A TarFile reading ``stream`` front to back (see :class:`ForwardReader`).
-
-    ``tap`` sees every byte with its offset, skipped bytes included.
-    """
-    return tarfile.TarFile(fileobj=as_binary(ForwardReader(stream, what, tap)), mode="r")
-
 
 def sha256_file(path: str, chunk: int = CHUNK) -> str:
     """Hex sha256 of a file's bytes."""
@@ -226,6 +210,12 @@ def as_binary(stream: object) -> BinaryIO:
     return cast(BinaryIO, stream)
 
 
-def forget_members(tar: object) -> None:
-    """Drop the member list a streaming TarFile accumulates (bounded memory)."""
-    setattr(tar, "members", [])  # noqa: B010
+def each_member(tar: tarfile.TarFile, max_entries: int, what: str) -> Iterator[tarfile.TarInfo]:
+    """The members front to back, at most ``max_entries``, none kept (bounded memory)."""
+    count = 0
+    while (member := tar.next()) is not None:
+        count += 1
+        if count > max_entries:
+            raise KitRefused(f"{what}: more than {max_entries} members")
+        yield member
+        setattr(tar, "members", [])  # noqa: B010 (the list a streaming TarFile accumulates)

@@ -86,12 +86,7 @@ def print_kit(console: Console, m: KitManifest, payload_limit: int = 50) -> None
     ]
     header = ["path", "mode", "owner", "bytes", "sha256"]
     _grid(console, header, payload, f"payload ({len(m.payload)} files)")
-    delta = Table(title="config delta")
-    delta.add_column("field", overflow="fold")
-    delta.add_column("value", overflow="fold")
-    for key, value in _delta_rows(m) or [("(none)", "")]:
-        delta.add_row(key, value)
-    console.print(delta)
+    _fields(console, "config delta", _delta_rows(m) or [("(none)", "")])
 
 
 def print_image(console: Console, s: ImageSummary) -> None:
@@ -103,14 +98,18 @@ def print_image(console: Console, s: ImageSummary) -> None:
     ]
     header = ["#", "diffID", "blob digest", "bytes", "media type"]
     _grid(console, header, rows, f"layers ({len(s.layers)})")
-    config = Table(title="config")
-    config.add_column("field", overflow="fold")
-    config.add_column("value", overflow="fold")
-    for key, value in s.config.items():
-        config.add_row(key, json.dumps(value))
-    console.print(config)
+    _fields(console, "config", [(key, json.dumps(value)) for key, value in s.config.items()])
 
 
 def _grid(console: Console, header: list[str], rows: list[list[str]], title: str) -> None:
     for table in fit_tables(console, header, rows, title):
         console.print(table)
+
+
+def _fields(console: Console, title: str, rows: list[tuple[str, str]]) -> None:
+    table = Table(title=title)
+    table.add_column("field", overflow="fold")
+    table.add_column("value", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
