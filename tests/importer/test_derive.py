@@ -12,7 +12,7 @@ from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_text, resolve_catalog
-from servekit.catalog.options_derive import LayoutsNewOptions
+from servekit.catalog.options import LayoutsNewOptions
 from servekit.catalog.schema import MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.compare import diff_plans

@@ -39,17 +39,19 @@ if TYPE_CHECKING:
         CatalogSiteOptions as CatalogSiteOptions,
         DefaultsOptions as DefaultsOptions,
         LayoutsCheckOptions as LayoutsCheckOptions,
+        LayoutsDiffOptions as LayoutsDiffOptions,
+        LayoutsDriftOptions as LayoutsDriftOptions,
         LayoutsImportOptions as LayoutsImportOptions,
         LayoutsListOptions as LayoutsListOptions,
+        LayoutsNewOptions as LayoutsNewOptions,
         LayoutsShowOptions as LayoutsShowOptions,
         catalog_field as catalog_field,
     )
-    from servekit.catalog.options_derive import (
-        LayoutsDiffOptions as LayoutsDiffOptions,
-        LayoutsDriftOptions as LayoutsDriftOptions,
-        LayoutsNewOptions as LayoutsNewOptions,
+    from servekit.catalog.profiles import (
+        MERGED_MAPPINGS as MERGED_MAPPINGS,
+        PROFILES_DIR as PROFILES_DIR,
+        RoleProfile as RoleProfile,
     )
-    from servekit.catalog.profiles import PROFILES_DIR as PROFILES_DIR
     from servekit.catalog.schema import (
         LAYOUT_NAME as LAYOUT_NAME,
         MAX_NODES as MAX_NODES,

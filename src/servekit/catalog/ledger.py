@@ -291,33 +291,24 @@ def _seed_status(layout: Layout) -> VerificationStatus | None:
     prov = layout.provenance
     seed = prov.verification
     if seed.verified and seed.image == layout.image:
-        reason = f"verified on {seed.image}" + (f" ({seed.date})" if seed.date else "")
-        return _seed("verified", reason + " per the layout's provenance record", seed.date, layout)
+        when = f" ({seed.date})" if seed.date else ""
+        reason = f"verified on {seed.image}{when} per the layout's provenance record"
+        return _seed("verified", reason, seed.date, seed.image)
     if seed.verified:
         reason = f"verified on {seed.image or 'an unrecorded image'}, now {layout.image}"
-        return _seed("stale", reason + "; re-run verify", seed.date, layout, seed.image)
+        return _seed("stale", reason + "; re-run verify", seed.date, seed.image)
     if seed.previously_verified:
         reason = f"was hardware-verified at an earlier image; not re-run on {layout.image}"
-        return _seed("stale", reason, seed.date, layout, seed.image)
+        return _seed("stale", reason, seed.date, seed.image)
     if prov.derived_from:
         reason = f"derived from {prov.derived_from}, not separately validated"
-        return _seed("derived", reason, None, layout, None)
+        return _seed("derived", reason, None, None)
     return None
 
 
-def _seed(
-    state: State,
-    reason: str,
-    date: dt.date | None,
-    layout: Layout,
-    image: str | None = "",
-) -> VerificationStatus:
+def _seed(state: State, reason: str, date: dt.date | None, image: str | None) -> VerificationStatus:
     return VerificationStatus(
-        state=state,
-        reason=reason,
-        source="provenance",
-        image=layout.image if image == "" else image,
-        date=date,
+        state=state, reason=reason, source="provenance", image=image, date=date
     )
 
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from servekit import safeyaml
-from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers, profile_path
+from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error_detail
 from servekit.vocabulary import ROLES
@@ -150,7 +150,7 @@ def profile_names(catalog: Path) -> list[str]:
 
 def load_profile(profiles_dir: Path, name: str) -> Profile:
     """One profile file, schema-checked; problems name the file and line."""
-    path = profile_path(profiles_dir, name)
+    path = profiles_dir / f"{name}.yaml"
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name) or not path.is_file():
         known = ", ".join(sorted(p.stem for p in profiles_dir.glob("*.yaml"))) or "none"
         raise UsageError(f"unknown profile {name!r}; profiles here: {known} ({profiles_dir})")
@@ -248,12 +248,11 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     current = node
     for part in loc:
         if isinstance(current, yaml.MappingNode):
-            match = next((v for k, v in current.value if k.value == str(part)), None)
-            key = next((k for k, _ in current.value if k.value == str(part)), None)
-            if match is None:
+            pair = next(((k, v) for k, v in current.value if k.value == str(part)), None)
+            if pair is None:
                 return line
-            line = (key or match).start_mark.line + 1
-            current = match
+            line = pair[0].start_mark.line + 1
+            current = pair[1]
         elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
             if part >= len(current.value):
                 return line

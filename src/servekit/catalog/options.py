@@ -1,4 +1,5 @@
-"""The options of the catalog commands: ``layouts list|show|check``, ``defaults``, ``catalog site``.
+"""The options of the catalog commands: ``layouts list|show|check|import|new|diff|drift``,
+``defaults``, ``catalog site``.
 
 One model per command (:mod:`servekit.cliopts` turns each into its typer
 command and its docs table), so a flag, its default and its help exist once.
@@ -9,18 +10,18 @@ but pydantic.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from servekit.vocabulary import EngineKind, Role, StrictModel
 
-CATALOG_HELP = "catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
-
 
 def catalog_field() -> Any:
     """``--catalog DIR``, the same on every command that reads layouts."""
-    return Field(None, description=CATALOG_HELP)
+    return Field(
+        None, description="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
+    )
 
 
 class LayoutsListOptions(StrictModel):
@@ -87,4 +88,54 @@ class LayoutsImportOptions(StrictModel):
     )
     repo: str = Field("xuopoj/ma-vllm-samples", description="the source repository (owner/name)")
     commit: str | None = Field(None, description="the source commit the folder was taken at")
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsNewOptions(StrictModel):
+    """``servekit layouts new NAME --from BASE``."""
+
+    name: str = Field(description="the new layout's name <hw>/<model>/<topology>")
+    base: str = Field(
+        description="the layout to derive from (read from --catalog)",
+        json_schema_extra={"flag": "--from"},
+    )
+    topology: str | None = Field(
+        None, description="<A>x<B>p<C>x<D>d (default: NAME's own topology)"
+    )
+    prefill: int | None = Field(None, description="prefill instances (instead of --topology)")
+    decode: int | None = Field(None, description="decode instances (instead of --topology)")
+    prefill_nodes: int = Field(1, description="nodes each prefill instance spans")
+    decode_nodes: int = Field(1, description="nodes each decode instance spans")
+    model: str | None = Field(None, description="model path in the container (default: BASE's)")
+    hardware: Literal["a2", "a3"] | None = Field(
+        None, description="a2 (8 NPUs per node) or a3 (16); default: BASE's"
+    )
+    set: tuple[str, ...] = Field(
+        (),
+        description="KEY=VALUE on the derived layout (engines.decode0.tp=2), or on every "
+        "instance of a role before they are computed (prefill.tp=8, decode.dp_size_per_node=8)",
+    )
+    force: bool = Field(False, description="replace an existing layout of that name")
+    dry_run: bool = Field(False, description="print the layout instead of writing it")
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsDiffOptions(StrictModel):
+    """``servekit layouts diff A B``."""
+
+    a: str = Field(description="a layout name, a rendered folder (plan.json) or a source folder")
+    b: str = Field(description="the same kinds as A")
+    json_out: bool = Field(False, description="print JSON", json_schema_extra={"flag": "--json"})
+    catalog: Path | None = catalog_field()
+
+
+class LayoutsDriftOptions(StrictModel):
+    """``servekit layouts drift NAME --upstream FILE``."""
+
+    name: str = Field(description="layout name")
+    upstream: Path = Field(
+        description="a newer reference: the tutorial's commands saved as a file, or a "
+        "vllm-ascend docs markdown file"
+    )
+    json_out: bool = Field(False, description="print JSON", json_schema_extra={"flag": "--json"})
     catalog: Path | None = catalog_field()

@@ -13,7 +13,6 @@ defaults table (``servekit defaults``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -67,10 +66,6 @@ class Profile(StrictModel):
         if role in self.roles:
             merged.update(self.roles[role].settings)
         return merged
-
-
-def profile_path(profiles_dir: Path, name: str) -> Path:
-    return profiles_dir / f"{name}.yaml"
 
 
 def merge_layers(layers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -313,11 +313,6 @@ class Engine(StrictModel):
         per_node = self.dp_size_per_node if self.launch == "external-dp" else 1
         return len(self.nodes) * per_node
 
-    @property
-    def headless_nodes(self) -> tuple[int, ...]:
-        """Nodes whose ranks run ``--headless`` (builtin DP beyond the first node)."""
-        return self.nodes[1:] if self.launch == "builtin-dp" else ()
-
 
 class EndpointRef(StrictModel):
     """Endpoints the proxy fans out to: a node and a port or an inclusive range."""
@@ -399,7 +394,7 @@ class Deviation(StrictModel):
     reason: str
     upstream: str | None = None
     flag: str | None = Field(default=None, pattern=r"^--[a-z0-9-]+$")
-    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    env: str | None = Field(default=None, pattern=_ENV_NAME)
     process: Literal["engine", "proxy"] | None = Field(
         default=None, description="proxy: the proxy program itself is replaced"
     )
@@ -541,9 +536,3 @@ class Layout(StrictModel):
     def is_pd(self) -> bool:
         roles = {e.role for e in self.engines}
         return "prefill" in roles and "decode" in roles
-
-    def engine(self, name: str) -> Engine:
-        for e in self.engines:
-            if e.name == name:
-                return e
-        raise KeyError(name)

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
-from servekit.catalog import LAYOUT_NAME, PROFILES_DIR, LayoutsImportOptions, load, resolve_catalog
+from servekit.catalog import LAYOUT_NAME, LayoutsImportOptions, load, resolve_catalog
 from servekit.errors import UsageError
 from servekit.importer.extract import SourceRef, extract_folder
 from servekit.importer.synthesize import Synthesis, synthesize
-from servekit.importer.write import profile_name, write_layout
+from servekit.importer.write import profile_file, write_layout
 
 _MODEL_DIR = re.compile(r"^(?P<model>[a-z0-9][a-z0-9.-]*)-(?P<hw>a2|a3)$")
 
@@ -64,20 +64,18 @@ def run_folder(folder: Path, repo: str, commit: str | None) -> dict[str, Any]:
     ref = SourceRef(
         repo=repo, commit=commit, folder=f"models/{resolved.parent.name}/{resolved.name}"
     )
-    facts: dict[str, Any] = extract_folder(folder, source=ref).document()
-    return facts
+    return extract_folder(folder, source=ref).document()
 
 
 def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any]) -> None:
     """Write into a scratch copy first: a layout that would not load is never written."""
     name = str(synth.layout["name"])
-    hw = name.split("/", maxsplit=1)[0]
     with tempfile.TemporaryDirectory(prefix="servekit-import-") as tmp:
         scratch = Path(tmp)
-        profile = catalog / hw / PROFILES_DIR / f"{profile_name(name)}.yaml"
+        profile, copy = profile_file(catalog, name), profile_file(scratch, name)
         if profile.is_file():
-            (scratch / hw / PROFILES_DIR).mkdir(parents=True)
-            shutil.copy2(profile, scratch / hw / PROFILES_DIR / profile.name)
+            copy.parent.mkdir(parents=True)
+            shutil.copy2(profile, copy)
         write_layout(scratch, synth, doc)
         load(name, scratch)
 

@@ -26,6 +26,7 @@ import json
 import re
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,13 @@ from rich.console import Console
 
 from servekit.catalog import load
 from servekit.errors import UsageError, first_error
+from servekit.importer.synthesize import port_runs
+from servekit.importer.write import SOURCE_FILE
 from servekit.render import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 from servekit.vocabulary import PROXY_POOLS, read_at_most
 
 PLAN_FILE = "plan.json"
-SOURCE_FILE = "source.json"  # the facts an import recorded (``layouts import --facts``)
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 _NODE_IP = re.compile(r"\$\{NODE\d+_(IP|NIC)\}")
 # Flags whose value restates a typed fact of the process (compared as that fact).
@@ -92,40 +94,52 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
 
 
+def flag_words(words: Sequence[str]) -> Iterator[tuple[str | None, str]]:
+    """``(--flag, value)`` per flag (its value words joined, ``(set)`` when it has none)
+    and ``(None, word)`` per other word."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("--"):
+            yield None, word
+            continue
+        name, eq, value = word.partition("=")
+        if not eq:
+            values = []
+            while i < len(words) and not words[i].startswith("--"):
+                values.append(words[i])
+                i += 1
+            value = " ".join(values) if values else "(set)"
+        yield name, value
+
+
+def put_flag(out: dict[str, str], name: str, value: str, *, strip: bool = False) -> None:
+    """``out[name] = value``, or a JSON object's keys one by one (the KV config's engine id
+    and kv port left to the facts); ``strip``: a JSON value may follow whitespace."""
+    try:
+        parsed = json.loads(value) if (value.strip() if strip else value)[:1] in "{[" else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        if name == "--kv-transfer-config":
+            parsed = {k: v for k, v in parsed.items() if k not in _KV_FACTS}
+        _flatten(name, parsed, out)
+    else:
+        out[name] = value
+
+
 def flags_of(p: ProcessPlan) -> dict[str, str]:
     """``--flag`` -> value (JSON flags flattened key by key), placement-free.
 
     Read from the concrete ``argv`` (tunables resolved), node addresses neutral.
     """
-    argv = [_neutral(a) for a in p.argv]
     out: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            out.setdefault("(args)", "")
-            out["(args)"] = (out["(args)"] + " " + arg).strip()
-            i += 1
-            continue
-        name, eq, inline = arg.partition("=")
-        values: list[str] = [inline] if eq else []
-        i += 1
-        while not eq and i < len(argv) and not argv[i].startswith("--"):
-            values.append(argv[i])
-            i += 1
-        if name in FACT_FLAGS:
-            continue
-        value = " ".join(values) if values else "(set)"
-        try:
-            parsed = json.loads(value) if value[:1] in "{[" else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            for key in _KV_FACTS if name == "--kv-transfer-config" else ():
-                parsed.pop(key, None)
-            _flatten(name, parsed, out)
-        else:
-            out[name] = value
+    for name, value in flag_words([_neutral(a) for a in p.argv]):
+        if name is None:
+            out["(args)"] = f"{out.get('(args)', '')} {value}".strip()
+        elif name not in FACT_FLAGS:
+            put_flag(out, name, value)
     return out
 
 
@@ -174,9 +188,6 @@ class ProcessDiff:
     flags: list[Change]
     env: list[Change]
 
-    def empty(self) -> bool:
-        return not (self.facts or self.flags or self.env)
-
 
 @dataclass
 class PlanDiff:
@@ -213,7 +224,7 @@ class PlanDiff:
                     "env": [c.as_json() for c in p.env],
                 }
                 for p in self.processes
-                if not p.empty()
+                if p.facts or p.flags or p.env
             },
             "fanout": [c.as_json() for c in self.fanout],
             "counts": {
@@ -260,12 +271,15 @@ def _fanout(plan: Plan) -> dict[str, str]:
     return out
 
 
+def _top(plan: Plan) -> dict[str, str]:
+    """The Plan's own fields as text, its nodes counted."""
+    top = {k: str(v) for k, v in plan.model_dump(mode="json").items() if k != "nodes"}
+    return {**top, "nodes": str(len(plan.nodes))}
+
+
 def diff_plans(a: Plan, b: Plan, a_name: str, b_name: str) -> PlanDiff:
     """The difference of two Plans (see the module docstring for what counts where)."""
-    top_a = {k: str(v) for k, v in a.model_dump(mode="json").items() if k != "nodes"}
-    top_b = {k: str(v) for k, v in b.model_dump(mode="json").items() if k != "nodes"}
-    top_a["nodes"], top_b["nodes"] = str(len(a.nodes)), str(len(b.nodes))
-    out = PlanDiff(a_name, b_name, plan=changes(top_a, top_b))
+    out = PlanDiff(a_name, b_name, plan=changes(_top(a), _top(b)))
     ea, eb = _engines(a), _engines(b)
     for name in sorted(set(ea) | set(eb)):
         fa, fb = ea.get(name, {}), eb.get(name, {})
@@ -290,8 +304,7 @@ def diff_plans(a: Plan, b: Plan, a_name: str, b_name: str) -> PlanDiff:
                 changes(env_of(x), env_of(y)),
             )
         )
-    fa_, fb_ = _fanout(a), _fanout(b)
-    out.fanout = changes(fa_, fb_)
+    out.fanout = changes(_fanout(a), _fanout(b))
     return out
 
 
@@ -379,29 +392,21 @@ def fanout_lines(fanout: list[Change]) -> list[str]:
         sign = "+" if c.a is None else "-"
         groups[(sign, m.group("key"), m.group("base"))].append(int(m.group("port")))
     for (sign, key, base), ports in groups.items():
-        ports.sort()
-        runs: list[str] = []
-        start = prev = ports[0]
-        for port in [*ports[1:], -1]:
-            if port != prev + 1:
-                runs.append(str(start) if start == prev else f"{start}-{prev}")
-                start = port
-            prev = port
-        lines.append(f"{sign} {key} {base}:{','.join(runs)}")
+        lines.append(f"{sign} {key} {base}:{','.join(port_runs(sorted(ports)))}")
     return lines
 
 
 def print_diff(diff: PlanDiff, console: Console | None = None) -> None:
     out = console or Console()
     out.print(f"A: {diff.a}\nB: {diff.b}", highlight=False)
-    if diff.plan:
-        rows = [[c.key, c.a or "-", c.b or "-"] for c in diff.plan]
-        for t in fit_tables(out, ["plan", "A", "B"], rows, "plan"):
-            out.print(t)
-    if diff.engines:
-        rows = [[c.key, c.a or "-", c.b or "-"] for c in diff.engines]
-        for t in fit_tables(out, ["engine", "A", "B"], rows, "engines (topology)"):
-            out.print(t)
+    for head, found, title in (
+        ("plan", diff.plan, "plan"),
+        ("engine", diff.engines, "engines (topology)"),
+    ):
+        rows = [[c.key, c.a or "-", c.b or "-"] for c in found]
+        if rows:
+            for t in fit_tables(out, [head, "A", "B"], rows, title):
+                out.print(t)
     for label, names in (("added", diff.added), ("removed", diff.removed)):
         if names:
             out.print(f"processes {label} ({len(names)}): {', '.join(names)}", highlight=False)

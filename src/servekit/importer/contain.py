@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.errors import UsageError
+from servekit.importer.platform.harness import SYSTEM_PATH, read_small
 
 SANDBOX_UID = 65534
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FAKE_CPUS = 2
 # Values a launcher's host tuning may read before it writes; any other /sys write fails.
 FAKE_SYS: dict[str, str] = {
@@ -146,19 +146,6 @@ def _walk_files(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
                 yield Path(entry.path), info
 
 
-def _read_small(path: Path, limit: int = MAX_SYSCTL_BYTES) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def copy_proc_sys(into: Path, source: Path = Path("/proc/sys")) -> None:
     """The sandbox's writable /proc/sys: the host's folders, and no values.
 
@@ -197,7 +184,7 @@ def writes(tree: NodeTree, node: int) -> list[Write]:
         for path, info in _walk_files(top):
             if info.st_mtime_ns == 0:
                 continue
-            data = _read_small(path) or b""
+            data = read_small(path, MAX_SYSCTL_BYTES) or b""
             value = data.decode(errors="replace").rstrip("\n")
             found.append(Write(node, f"{shown}/{path.relative_to(top).as_posix()}", value))
     return sorted(found, key=lambda w: w.path)

@@ -43,12 +43,10 @@ from servekit.catalog import (
     resolve_catalog,
 )
 from servekit.errors import UsageError
-from servekit.importer.write import dump_yaml
+from servekit.importer.synthesize import HARDWARE
+from servekit.importer.write import dump_yaml, summary
 from servekit.render import PD_NAME, assign_path, check_layout, parse_set, topology_of
 from servekit.vocabulary import PD_ROLES, atomic_write_text
-
-NPUS_PER_NODE = {"a2": 8, "a3": 16}
-ACCELERATOR = {"a2": "ascend-a2", "a3": "ascend-a3"}
 
 
 @dataclass(frozen=True)
@@ -181,13 +179,13 @@ def _fanout(engine: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _hardware(data: dict[str, Any], hardware: str | None) -> int:
     if hardware is not None:
+        accelerator, per_node = HARDWARE[hardware]
         data["hardware"] = {
             **(data.get("hardware") or {}),
-            "accelerator": ACCELERATOR[hardware],
-            "devices_per_node": NPUS_PER_NODE[hardware],
+            "accelerator": accelerator,
+            "devices_per_node": per_node,
         }
-    per_node = int((data.get("hardware") or {}).get("devices_per_node", 0))
-    return per_node
+    return int((data.get("hardware") or {}).get("devices_per_node", 0))
 
 
 def _fits(role: str, engine: dict[str, Any], per_node: int, accelerator: str) -> None:
@@ -203,18 +201,19 @@ def _fits(role: str, engine: dict[str, Any], per_node: int, accelerator: str) ->
         )
 
 
-def _split_sets(items: list[str]) -> tuple[list[tuple[list[str], Any, str]], list[str]]:
-    """Role-template sets (``prefill.tp=8``) apply before the engines are computed."""
-    early: list[tuple[list[str], Any, str]] = []
-    late: list[str] = []
+Set = tuple[list[str], Any, str]  # --set's path, value and key as written
+
+
+def _split_sets(items: list[str]) -> tuple[list[Set], list[Set]]:
+    """(role-template sets such as ``prefill.tp=8``, applied before the engines are
+    computed; the sets on the derived layout)."""
+    early: list[Set] = []
+    late: list[Set] = []
     for item in items:
         path, value = parse_set(item)
-        if path[0] in PD_ROLES:
-            if len(path) < 2:
-                raise UsageError(f"--set {item[:80]}: name a field, e.g. --set {path[0]}.tp=8")
-            early.append((path[1:], value, item.partition("=")[0]))
-        else:
-            late.append(item)
+        if path[0] in PD_ROLES and len(path) < 2:
+            raise UsageError(f"--set {item[:80]}: name a field, e.g. --set {path[0]}.tp=8")
+        (early if path[0] in PD_ROLES else late).append((path, value, item.partition("=")[0]))
     return early, late
 
 
@@ -257,8 +256,7 @@ def derive_data(
     templates = {r: copy.deepcopy(e) for r, e in _templates(base, data).items()}
     early, late = _split_sets(list(sets))
     for path, value, key in early:
-        role_key = key.split(".", 1)[0]
-        assign_path(templates[role_key], path, value, key)
+        assign_path(templates[path[0]], path[1:], value, key)
     per_node = _hardware(out, hardware)
     accelerator = str((out.get("hardware") or {}).get("accelerator", "?"))
     if model is not None:
@@ -283,9 +281,8 @@ def derive_data(
                 proxy[role] = [ep for e in engines if e["role"] == role for ep in _fanout(e)]
     _names(out, base, name, topo)
     _provenance(out, base, data, today or dt.datetime.now(dt.UTC).date())
-    for item in late:
-        path, value = parse_set(item)
-        assign_path(out, path, value, item.partition("=")[0])
+    for path, value, key in late:
+        assign_path(out, path, value, key)
     return out
 
 
@@ -296,15 +293,7 @@ def _names(out: dict[str, Any], base: str, name: str, topo: Topology) -> None:
     model_title = title.split(f" {base_topo} ", 1)[0] if f" {base_topo} " in title else title
     out["name"] = name
     out["title"] = f"{model_title} {topo.name} on {topo.nodes}x {hw}".strip()
-    parts = []
-    for e in out["engines"]:
-        nodes = e["nodes"]
-        where = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {nodes[0]}-{nodes[-1]}"
-        parts.append(
-            f"{e['name']} ({e.get('launch', 'single')}, DP={e.get('dp_size', 1)} x "
-            f"TP={e.get('tp', 1)}, {where})"
-        )
-    out["summary"] = "; ".join(parts) + "."
+    out["summary"] = summary(out["engines"])
 
 
 def _provenance(out: dict[str, Any], base: str, data: dict[str, Any], today: dt.date) -> None:

@@ -33,7 +33,16 @@ from rich.console import Console
 
 from servekit.catalog import load
 from servekit.errors import UsageError
-from servekit.importer.compare import FACT_FLAGS, Change, changes, env_of, flags_of
+from servekit.importer.compare import (
+    FACT_FLAGS,
+    Change,
+    changes,
+    env_of,
+    flag_words,
+    flags_of,
+    put_flag,
+)
+from servekit.importer.synthesize import ROLE_OF
 from servekit.render import ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 from servekit.vocabulary import ROLES, read_at_most
@@ -88,20 +97,17 @@ def _blocks(text: str) -> list[list[tuple[int, str]]]:
     if not any(_FENCE.match(line) for line in lines):
         return [list(enumerate(lines, 1))]
     blocks: list[list[tuple[int, str]]] = []
-    current: list[tuple[int, str]] | None = None
+    current: list[tuple[int, str]] | None = None  # the open block's lines
+    shell = False  # whether the open block is shell (another block is skipped)
     for no, line in enumerate(lines, 1):
         m = _FENCE.match(line)
         if m and current is None:
-            current = [] if m.group(2).lower() in _SHELL_LANGS else None
-            if current is None:
-                current = [(-1, "")]  # a non-shell block: skipped, but its fence tracked
-            continue
-        if m and current is not None:
-            if not (current and current[0][0] == -1):
+            current, shell = [], m.group(2).lower() in _SHELL_LANGS
+        elif m and current is not None:
+            if shell:
                 blocks.append(current)
             current = None
-            continue
-        if current is not None:
+        elif current is not None:
             current.append((no, line[:MAX_LINE]))
     return blocks
 
@@ -137,25 +143,6 @@ def _open_quote(text: str) -> bool:
     return False
 
 
-def _flags(words: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("--"):
-            continue
-        name, eq, value = word.partition("=")
-        if not eq:
-            values = []
-            while i < len(words) and not words[i].startswith("--"):
-                values.append(words[i])
-                i += 1
-            value = " ".join(values) if values else "(set)"
-        out[name] = value
-    return out
-
-
 def _role(flags: dict[str, str]) -> str:
     raw = flags.get("--kv-transfer-config")
     if raw is None:
@@ -165,7 +152,7 @@ def _role(flags: dict[str, str]) -> str:
     except ValueError:
         return "mixed"
     kv_role = cfg.get("kv_role") if isinstance(cfg, dict) else None
-    return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(str(kv_role), "mixed")
+    return ROLE_OF.get(str(kv_role), "mixed")
 
 
 def parse_upstream(text: str) -> list[UpstreamCommand]:
@@ -193,7 +180,7 @@ def parse_upstream(text: str) -> list[UpstreamCommand]:
                     f"--upstream line {no}: more than {MAX_TOKENS} words in one command"
                 )
             model = words[0] if words and not words[0].startswith("--") else ""
-            flags = _flags(words)
+            flags = {name: value for name, value in flag_words(words) if name is not None}
             commands.append(UpstreamCommand(no, _role(flags), model, flags, dict(env)))
             if len(commands) > MAX_COMMANDS:
                 raise UsageError(f"--upstream: more than {MAX_COMMANDS} vllm serve commands")
@@ -204,18 +191,8 @@ def _normal(flags: dict[str, str]) -> dict[str, str]:
     """Flatten JSON values key by key and leave out what the layout's facts carry."""
     out: dict[str, str] = {}
     for name, value in flags.items():
-        if name in FACT_FLAGS or name in _SPINE_FLAGS or _PER_RANK.match(value):
-            continue
-        try:
-            parsed = json.loads(value) if value.strip()[:1] in "{[" else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            if name == "--kv-transfer-config":
-                parsed = {k: v for k, v in parsed.items() if k not in ("engine_id", "kv_port")}
-            _flat(name, parsed, out)
-        else:
-            out[name] = value
+        if not (name in FACT_FLAGS or name in _SPINE_FLAGS or _PER_RANK.match(value)):
+            put_flag(out, name, value, strip=True)
     return out
 
 
@@ -249,14 +226,6 @@ def upstream_env(env: dict[str, str]) -> dict[str, str]:
     return {
         k: (_path_parts(v, k) if f"${k}" in v or f"${{{k}}}" in v else v) for k, v in env.items()
     }
-
-
-def _flat(prefix: str, value: Any, out: dict[str, str]) -> None:
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
-    else:
-        out[prefix] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 @dataclass
@@ -303,12 +272,8 @@ class DriftReport:
         }
 
 
-def _shape(p: ProcessPlan) -> tuple[str, str]:
-    return (str(p.dp_size or 1), str(p.tp))
-
-
 def _best(cands: list[UpstreamCommand], p: ProcessPlan) -> UpstreamCommand:
-    want = _shape(p)
+    want = (str(p.dp_size or 1), str(p.tp))
 
     def score(c: UpstreamCommand) -> int:
         got = (c.flags.get("--data-parallel-size", "1"), c.flags.get("--tensor-parallel-size", "1"))
@@ -352,8 +317,8 @@ def drift_report(name: str, upstream: Path, catalog: Path | None) -> DriftReport
             "blocks (or give its docs markdown)"
         )
     prov = layout.provenance
-    recorded = {d.flag for d in (*prov.deviations, *prov.source_deviations) if d.flag}
-    recorded |= {d.env for d in (*prov.deviations, *prov.source_deviations) if d.env}
+    deviations = (*prov.deviations, *prov.source_deviations)
+    recorded = {name for d in deviations for name in (d.flag, d.env) if name}
     roles: list[RoleDrift] = []
     for role in ROLES:
         procs = [p for p in plan.processes if p.role == role and p.kind == "engine"]
@@ -375,7 +340,7 @@ def drift_report(name: str, upstream: Path, catalog: Path | None) -> DriftReport
                 up.line,
                 changes(mine_flags, _normal(up.flags)),
                 changes(mine_env, up_env),
-                {str(r) for r in recorded},
+                recorded,
             )
         )
     return DriftReport(layout.name, prov.source, str(upstream), roles)

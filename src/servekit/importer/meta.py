@@ -45,17 +45,8 @@ class SourceMeta(StrictModel):
     nodes: int | None = None
 
     def document(self) -> dict[str, Any]:
-        """The ``meta`` field of a facts document."""
-        return {
-            "file": self.file,
-            "url": self.url,
-            "derived": self.derived,
-            "vllm": self.vllm,
-            "vllm_ascend": self.vllm_ascend,
-            "source_verified": self.source_verified,
-            "notes": self.notes,
-            **({"nodes": self.nodes} if self.nodes is not None else {}),
-        }
+        """The ``meta`` field of a facts document (``nodes`` only when the file gives it)."""
+        return self.model_dump(exclude={"nodes"} if self.nodes is None else None)
 
 
 def _text(value: Any) -> str | None:

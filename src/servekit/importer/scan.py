@@ -21,6 +21,7 @@ from pathlib import Path
 
 from servekit.importer.contain import FAKE_CPUS, ImportRefused, Write
 from servekit.importer.meta import SourceMeta
+from servekit.render import PD_NAME
 from servekit.vocabulary import StrictModel
 
 ENTRY = "run.sh"
@@ -29,7 +30,6 @@ MAX_SCRIPT_BYTES = 1024 * 1024
 _NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
 _RANK_RANGE = re.compile(r"\(want 0\.\.(\d+)\)")
 _NODES_NAME = re.compile(r"(\d+)nodes?")
-_PD_NAME = re.compile(r"(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?")
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=")
 _CPU = re.compile(r"/cpu(\d+)/")
 _BRANCH = re.compile(r"^\s*(else|elif|fi|esac)\b|;;")
@@ -76,7 +76,7 @@ def name_nodes(name: str) -> int | None:
     """The node count the naming grammar says: ``1node``, ``4nodes``, ``1x2p1x4d`` = 6."""
     if match := _NODES_NAME.fullmatch(name):
         return int(match.group(1))
-    if match := _PD_NAME.fullmatch(name):
+    if match := PD_NAME.fullmatch(name):
         a, b, c, d = (int(g) if g else 1 for g in match.groups())
         return a * b + c * d
     return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servekit.defaults import SETTINGS_BY_KEY, format_value
+from servekit.importer.platform.normalize import flags_from_json
 from servekit.kvprotocol import LAYERWISE_CONNECTOR
 
 JSON = Any
@@ -54,9 +55,15 @@ SETTING_FLAGS = {
     s.target: s.key for s in SETTINGS_BY_KEY.values() if s.how in ("flag", "bool-flag")
 }
 DEVICE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
+# A layout name's hardware: its accelerator and NPUs per node.
 HARDWARE = {"a3": ("ascend-a3", 16), "a2": ("ascend-a2", 8)}
 KV_TYPED = {"kv_connector", "kv_role", "kv_port", "engine_id", "kv_connector_module_path"}
 KV_OPTIONAL = {"kv_buffer_device", "kv_connector_extra_config"}
+# The PD proxy's backends per pool: (hosts flag, ports flag).
+PROXY_BACKENDS = {
+    "prefill": ("--prefiller-hosts", "--prefiller-ports"),
+    "decode": ("--decoder-hosts", "--decoder-ports"),
+}
 _NODE_IP = re.compile(r"^\{NODE(\d+)_IP\}$")
 _NODE_NIC = re.compile(r"^\{NODE(\d+)_NIC\}$")
 
@@ -82,7 +89,6 @@ class Synthesis:
     """A layout's data (before profiles are split out) and what could not be expressed."""
 
     layout: dict[str, Any]
-    roles: dict[str, dict[str, Any]] = field(default_factory=dict)
     unexpressed: list[Unexpressed] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
 
@@ -97,11 +103,8 @@ class _Proc:
     env: dict[str, str | None]
     cwd: str | None
 
-    def values(self, flag: str) -> list[tuple[JSON, ...]]:
-        return [v for f, v in self.flags if f == flag]
-
     def one(self, flag: str) -> JSON:
-        found = self.values(flag)
+        found = [v for f, v in self.flags if f == flag]
         return found[0][0] if found and found[0] else None
 
     def has(self, flag: str) -> bool:
@@ -114,17 +117,12 @@ class _Proc:
 
 
 def _proc(data: Mapping[str, Any]) -> _Proc:
-    flags = []
-    for entry in data["flags"]:
-        name, *rest = entry
-        values: tuple[JSON, ...] = () if rest == [None] else tuple(rest)
-        flags.append((str(name), values))
     return _Proc(
         key=str(data["key"]),
         node=int(data["node"]),
         kind=str(data["kind"]),
         program=tuple(data["program"]),
-        flags=flags,
+        flags=[(str(name), values) for name, values in flags_from_json(data["flags"])],
         env=dict(data.get("env") or {}),
         cwd=data.get("cwd"),
     )
@@ -146,7 +144,7 @@ def _arg_value(values: tuple[JSON, ...]) -> JSON:
     return value
 
 
-def _setting_value(key: str, values: tuple[JSON, ...], flag: str) -> JSON | None:
+def _setting_value(key: str, values: tuple[JSON, ...]) -> JSON | None:
     """The setting's typed value when it renders back to the very same words."""
     setting = SETTINGS_BY_KEY[key]
     if setting.how == "bool-flag":
@@ -345,7 +343,7 @@ def _args_and_settings(group: list[_Proc], where: str, out: list[Unexpressed]) -
             out.append(Unexpressed(where, None, f"{flag} given {len(occurrences)} times"))
         values = occurrences[-1]
         key = SETTING_FLAGS.get(flag)
-        typed = _setting_value(key, values, flag) if key else None
+        typed = _setting_value(key, values) if key else None
         if key and typed is not None:
             settings[key] = typed
         else:
@@ -409,13 +407,9 @@ def _proxy(procs: list[_Proc], where: str, out: list[Unexpressed]) -> dict[str, 
                 )
                 continue
             by_node.setdefault(int(m.group(1)), []).append(int(port))
-        found = []
-        for node, ports_ in by_node.items():
-            for first, last in _runs(ports_):
-                found.append(
-                    {"node": node, "ports": str(first) if first == last else f"{first}-{last}"}
-                )
-        return found
+        return [
+            {"node": n, "ports": run} for n, ports_ in by_node.items() for run in port_runs(ports_)
+        ]
 
     host = values.get("--host", ("0.0.0.0",))[0]
     m = _NODE_IP.match(str(host))
@@ -424,38 +418,27 @@ def _proxy(procs: list[_Proc], where: str, out: list[Unexpressed]) -> dict[str, 
         "host": {"node": "ip"} if m and int(m.group(1)) == p.node else host,
         "port": _int(values.get("--port", ("8080",))[0]),
         "mode": "pd",
-        "prefill": refs("--prefiller-hosts", "--prefiller-ports"),
-        "decode": refs("--decoder-hosts", "--decoder-ports"),
     }
-    known = {
-        "--host",
-        "--port",
-        "--prefiller-hosts",
-        "--prefiller-ports",
-        "--decoder-hosts",
-        "--decoder-ports",
-    }
+    proxy.update({pool: refs(*flags) for pool, flags in PROXY_BACKENDS.items()})
+    known = {"--host", "--port", *(f for flags in PROXY_BACKENDS.values() for f in flags)}
     for flag in sorted(set(values) - known):
         out.append(Unexpressed(where, None, f"proxy flag {flag} has no field"))
     return proxy
 
 
-def _runs(ports: list[int]) -> list[tuple[int, int]]:
-    """Consecutive ports as (first, last) runs, in the order given."""
+def port_runs(ports: list[int]) -> list[str]:
+    """Consecutive ports as runs, in the order given: ``7100-7103``, ``7110``."""
     runs: list[tuple[int, int]] = []
     for port in ports:
         if runs and port == runs[-1][1] + 1:
             runs[-1] = (runs[-1][0], port)
         else:
             runs.append((port, port))
-    return runs
+    return [str(first) if first == last else f"{first}-{last}" for first, last in runs]
 
 
 def _common_model(groups: list[list[_Proc]], path: str) -> dict[str, Any]:
-    def one(flag: str) -> JSON:
-        return groups[0][0].one(flag)
-
-    model: dict[str, Any] = {"path": path, "served_name": one("--served-model-name")}
+    model: dict[str, Any] = {"path": path, "served_name": groups[0][0].one("--served-model-name")}
     quant = {g[0].one("--quantization") for g in groups}
     if len(quant) == 1 and None not in quant:
         model["quantization"] = quant.pop()
@@ -544,7 +527,7 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     folder = str(doc["source"]["folder"])
     procs = [_proc(p) for p in doc["processes"]]
     engines = [p for p in procs if p.kind == "engine"]
-    accelerator, per_node = HARDWARE.get(name.split("/", maxsplit=1)[0], ("ascend-a3", 16))
+    accelerator, per_node = HARDWARE.get(name.split("/", maxsplit=1)[0], HARDWARE["a3"])
     groups = _engine_groups(engines)
     model = _common_model(groups, _check_programs(engines, folder, out))
     counts: dict[str, int] = {}

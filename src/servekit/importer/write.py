@@ -21,22 +21,17 @@ from typing import Any
 import yaml
 
 from servekit import safeyaml
-from servekit.catalog import LAYOUT_FILE, PROFILES_DIR
+from servekit.catalog import LAYOUT_FILE, MERGED_MAPPINGS, PROFILES_DIR, RoleProfile
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
 from servekit.vocabulary import ROLES, atomic_write_text
 
 SOURCE_FILE = "source.json"
-ROLE_KEYS = (
-    "settings",
-    "engine_args",
-    "leader_args",
-    "env",
-    "additional_config",
-    "bind_host",
-    "cwd",
-)
-MAPPINGS = ("settings", "engine_args", "leader_args", "env")
+# What a profile role holds, and the defaults of its fields that are not mappings.
+ROLE_KEYS = tuple(RoleProfile.model_fields)
+_ROLE_DEFAULTS = {
+    k: f.default for k, f in RoleProfile.model_fields.items() if k not in MERGED_MAPPINGS
+}
 MODEL_TITLES = {
     "deepseekv4-flash": "DeepSeek-V4-Flash",
     "deepseekv4-pro": "DeepSeek-V4-Pro",
@@ -73,18 +68,24 @@ def profile_name(name: str) -> str:
     return f"{model}-{hw}"
 
 
+def profile_file(catalog: Path, name: str) -> Path:
+    """The family profile of layout ``name`` in ``catalog``."""
+    return catalog / name.split("/", maxsplit=1)[0] / PROFILES_DIR / f"{profile_name(name)}.yaml"
+
+
 def _title(name: str, nodes: int) -> str:
     hw, model, topology = name.split("/")
     return f"{MODEL_TITLES.get(model, model)} {topology} on {nodes}x {hw.upper()}"
 
 
-def _summary(engines: list[dict[str, Any]]) -> str:
+def summary(engines: list[dict[str, Any]]) -> str:
+    """One line per engine: name, launch mode, DP x TP and its nodes."""
     parts = []
     for e in engines:
         nodes = e["nodes"]
         where = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {nodes[0]}-{nodes[-1]}"
-        dp = e.get("dp_size", 1)
-        parts.append(f"{e['name']} ({e['launch']}, DP={dp} x TP={e['tp']}, {where})")
+        shape = f"DP={e.get('dp_size', 1)} x TP={e.get('tp', 1)}"
+        parts.append(f"{e['name']} ({e.get('launch', 'single')}, {shape}, {where})")
     return "; ".join(parts) + "."
 
 
@@ -92,9 +93,9 @@ def _diff(profile: Mapping[str, Any], mine: Mapping[str, Any]) -> dict[str, Any]
     """What an engine states beside its profile role so that the merge gives ``mine``."""
     out: dict[str, Any] = {}
     for key in ROLE_KEYS:
-        base = profile.get(key, {} if key in MAPPINGS else _ROLE_DEFAULTS.get(key))
-        value = mine.get(key, {} if key in MAPPINGS else _ROLE_DEFAULTS.get(key))
-        if key in MAPPINGS:
+        base = profile.get(key, {} if key in MERGED_MAPPINGS else _ROLE_DEFAULTS.get(key))
+        value = mine.get(key, {} if key in MERGED_MAPPINGS else _ROLE_DEFAULTS.get(key))
+        if key in MERGED_MAPPINGS:
             base, value = dict(base or {}), dict(value or {})
             delta = {k: v for k, v in value.items() if k not in base or base[k] != v}
             delta.update({k: None for k in base if k not in value})
@@ -105,17 +106,14 @@ def _diff(profile: Mapping[str, Any], mine: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-_ROLE_DEFAULTS: dict[str, Any] = {"additional_config": None, "bind_host": "0.0.0.0", "cwd": None}
-
-
 def _role_profile(data: Mapping[str, Any]) -> dict[str, Any]:
     """A role's data as a profile role (defaults left out so the file stays short)."""
     out: dict[str, Any] = {}
     for key in ROLE_KEYS:
         value = data.get(key)
-        if key in MAPPINGS and value:
+        if key in MERGED_MAPPINGS and value:
             out[key] = dict(value)
-        elif key not in MAPPINGS and value != _ROLE_DEFAULTS.get(key):
+        elif key not in MERGED_MAPPINGS and value != _ROLE_DEFAULTS.get(key):
             out[key] = value
     return out
 
@@ -213,7 +211,7 @@ def build_documents(
     out: dict[str, Any] = {
         "name": name,
         "title": _title(name, int(layout["nodes"])),
-        "summary": _summary(layout["engines"]),
+        "summary": summary(layout["engines"]),
         "model": layout["model"],
         "hardware": layout["hardware"],
         "nodes": layout["nodes"],
@@ -238,7 +236,6 @@ def _provenance(doc: Mapping[str, Any], deviations: list[dict[str, Any]]) -> dic
     """Source reference and meta.yaml's facts; its verified flag is the source's claim."""
     source = doc["source"]
     meta = dict(doc.get("meta") or {})
-    verified = meta.get("source_verified") is True
     provenance: dict[str, Any] = {
         "source": str(meta.get("url") or f"{source['repo']} {source['folder']}"),
     }
@@ -256,7 +253,7 @@ def _provenance(doc: Mapping[str, Any], deviations: list[dict[str, Any]]) -> dic
     said = meta.get("source_verified")
     claim = str(said).lower() if isinstance(said, bool) else "not given"
     provenance["verification"] = {
-        "verified": verified,
+        "verified": said is True,
         "note": f"the source's claim (meta.yaml verified: {claim}); servekit's own status is "
         "its ledger's",
     }
@@ -291,8 +288,7 @@ def source_text(doc: Mapping[str, Any]) -> str:
 def write_layout(catalog: Path, synth: Synthesis, doc: Mapping[str, Any]) -> list[Path]:
     """Write layout.yaml, source.json and the profile; the paths that changed."""
     name = str(synth.layout["name"])
-    hw = name.split("/", maxsplit=1)[0]
-    profile_path = catalog / hw / PROFILES_DIR / f"{profile_name(name)}.yaml"
+    profile_path = profile_file(catalog, name)
     layout, profile = build_documents(synth, doc, read_profile(profile_path))
     folder = catalog / name
     files = {

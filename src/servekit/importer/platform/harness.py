@@ -53,7 +53,6 @@ RECORDER = HERE / "recorder.py"
 REAPER = HERE / "reaper.py"
 MAX_OUTPUT = 64 * 1024
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HARNESS_PREFIX = "FAKEPLATFORM_"
 
 # Values every node inherits, so that what a script prepends or unsets is visible.
 INHERITED: dict[str, str] = {
@@ -184,13 +183,9 @@ def _read_record(path: Path) -> Record | None:
     """One record; a folder's script may have planted anything there (bounded, no links)."""
     if path.name.endswith(".exit.json"):
         return None
+    raw = read_small(path, MAX_RECORD_BYTES + 1)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            raw = os.read(fd, MAX_RECORD_BYTES + 1)
-        finally:
-            os.close(fd)
-        data = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        data = json.loads(raw) if raw is not None and len(raw) <= MAX_RECORD_BYTES else None
         if not isinstance(data, dict):
             return None
         return Record(
@@ -201,8 +196,23 @@ def _read_record(path: Path) -> Record | None:
             cwd=str(data["cwd"]),
             pid=int(data["pid"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
+
+
+def read_small(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a file, never through a link nor blocked by a FIFO
+    (None when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def devices(node: FakeNode, count: int) -> list[dict[str, str]]:
@@ -319,20 +329,14 @@ class NodeRun:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(eq=False)
 class NodeProcess:
     """A node's entry running under the reaper, in its own session."""
 
-    def __init__(
-        self,
-        platform: FakePlatform,
-        index: int,
-        popen: subprocess.Popen[bytes],
-        env: dict[str, str],
-    ) -> None:
-        self.platform = platform
-        self.index = index
-        self.popen = popen
-        self.env = env
+    platform: FakePlatform
+    index: int
+    popen: subprocess.Popen[bytes]
+    env: dict[str, str]
 
     def terminate(self) -> None:
         """SIGTERM the node's whole process group (the reaper forwards and reaps)."""

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -111,14 +112,8 @@ def parse_argv(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[Flag, ...]]:
         while i < len(argv) and not is_flag(argv[i]):
             words.append(argv[i])
             i += 1
-        flags.append((name, _values(words)))
+        flags.append((name, (parse_word(words[0]),) if len(words) == 1 else tuple(words)))
     return program, tuple(flags)
-
-
-def _values(words: list[str]) -> tuple[JSONValue, ...]:
-    if len(words) == 1:
-        return (parse_word(words[0]),)
-    return tuple(words)
 
 
 def render_argv(program: Sequence[str], flags: Sequence[Flag]) -> list[str]:
@@ -235,17 +230,19 @@ class ProcessFacts:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProcessFacts:
-        flags: list[Flag] = []
-        for name, *values in data["flags"]:
-            flags.append((name, () if values == [None] else tuple(values)))
         return cls(
             node=data["node"],
             kind=data["kind"],
             cwd=data["cwd"],
             program=tuple(data["program"]),
-            flags=tuple(flags),
+            flags=tuple(flags_from_json(data["flags"])),
             env=dict(data["env"]),
         )
+
+
+def flags_from_json(entries: Iterable[Sequence[Any]]) -> list[Flag]:
+    """``to_json``'s ``[name, value...]`` entries (``[name, null]``: boolean) as flags."""
+    return [(name, () if values == [None] else tuple(values)) for name, *values in entries]
 
 
 def process_facts(
@@ -259,12 +256,10 @@ def process_facts(
 ) -> ProcessFacts:
     """Facts of one process; ``env`` is what it set/changed/unset (see ``env_changes``)."""
     program, flags = parse_argv(argv)
-    if cwd is not None and placeholders.start_dir is not None and cwd == placeholders.start_dir:
-        cwd = None
     return ProcessFacts(
         node=node,
         kind=kind,
-        cwd=None if cwd is None else placeholders.text(cwd),
+        cwd=None if cwd is None or cwd == placeholders.start_dir else placeholders.text(cwd),
         program=tuple(placeholders.text(w) for w in program),
         flags=tuple((name, tuple(placeholders.value(v) for v in values)) for name, values in flags),
         env={
@@ -311,9 +306,7 @@ def process_key(facts: ProcessFacts) -> str:
 
 def keyed(processes: Sequence[ProcessFacts]) -> dict[str, ProcessFacts]:
     """Processes by ``process_key``, collisions made unique (see ``process_key``)."""
-    counts: dict[str, int] = {}
-    for p in processes:
-        counts[p.key] = counts.get(p.key, 0) + 1
+    counts = Counter(p.key for p in processes)
     result: dict[str, ProcessFacts] = {}
     for p in processes:
         key = p.key
