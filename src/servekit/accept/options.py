@@ -123,14 +123,8 @@ def parse_context(text: str) -> int:
 
 def parse_contexts(items: Iterable[str]) -> tuple[int, ...]:
     """Parse comma-separated and repeated ``--context`` values, in order, without repeats."""
-    sizes: list[int] = []
-    for item in items:
-        for part in item.split(","):
-            if part.strip():
-                size = parse_context(part)
-                if size not in sizes:
-                    sizes.append(size)
-    return tuple(sizes)
+    parts = (part for item in items for part in item.split(",") if part.strip())
+    return tuple(dict.fromkeys(parse_context(part) for part in parts))
 
 
 def parse_depths(text: str) -> tuple[float, float, float, float]:

@@ -35,7 +35,8 @@ MARKDOWN_FILE = "accept.md"
 OnResult = Callable[[CheckResult], None]
 
 
-def _now() -> str:
+def now_utc() -> str:
+    """The current UTC time, ISO 8601 to the second (a result's ``started_at``)."""
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -80,7 +81,7 @@ async def discover(env: Env) -> None:
 async def run_check(env: Env, check: Check) -> CheckResult:
     """Run one check and turn its outcome (or exception) into a result."""
     probe = Probe(env, check.id)
-    started = _now()
+    started = now_utc()
     start = time.perf_counter()
     try:
         outcome = await check.run(probe)
@@ -113,7 +114,7 @@ async def run_acceptance_async(
 ) -> AcceptResult:
     """Run the selected checks, write ``out_dir/result.json`` and return the result."""
     checks = select(all_checks(options), options.only)
-    started = _now()
+    started = now_utc()
     start = time.perf_counter()
     results: list[CheckResult] = []
     async with Wire(timeout_s=options.timeout_s) as wire:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servekit.accept.models import AcceptResult, CheckResult, write_result
 from servekit.accept.options import AcceptOptions
-from servekit.accept.runner import RESULT_FILE, run_acceptance_async
+from servekit.accept.runner import RESULT_FILE, now_utc, run_acceptance_async
 from servekit.vocabulary import PD_ROLES
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ async def run_selfcheck_async(
     """Every check right first, then each control; one row per (control, check)."""
     from servekit.accept.simstack import sim_stack
 
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+    started = now_utc()
     start = time.perf_counter()
     rows: list[CheckResult] = []
     matrix = _all_checks(controls)

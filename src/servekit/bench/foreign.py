@@ -33,6 +33,7 @@ from typing import Any
 
 from servekit.bench.baseline import FOREIGN
 from servekit.bench.schema import SCHEMA_VERSION, BenchInputs, BenchResult, Figure, Point
+from servekit.bench.stats import figure
 from servekit.errors import UsageError
 from servekit.vocabulary import read_at_most
 
@@ -95,9 +96,7 @@ def _number(value: Any) -> float | None:
 
 
 def _fig(value: float | None, unit: str, method: str) -> Figure | None:
-    if value is None:
-        return None
-    return Figure(unit=unit, median=value, min=value, max=value, runs=(value,), method=method)
+    return figure([value], unit, method) if value is not None else None
 
 
 def vllm_figures(doc: dict[str, Any]) -> tuple[dict[str, Figure], list[str]]:

@@ -16,9 +16,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-import numpy as np
-
 from servekit.bench.background import in_background
+from servekit.bench.stats import spread
 
 
 class LoopLagProbe:
@@ -50,11 +49,4 @@ class LoopLagProbe:
 
     def summary(self) -> dict[str, float | None]:
         """p50, p99 and max lag in ms (None when nothing was sampled)."""
-        if not self.lags_ms:
-            return {"loop_lag_p50_ms": None, "loop_lag_p99_ms": None, "loop_lag_max_ms": None}
-        arr = np.asarray(self.lags_ms)
-        return {
-            "loop_lag_p50_ms": float(np.percentile(arr, 50)),
-            "loop_lag_p99_ms": float(np.percentile(arr, 99)),
-            "loop_lag_max_ms": float(arr.max()),
-        }
+        return spread("loop_lag", self.lags_ms)

@@ -24,6 +24,8 @@ import numpy as np
 
 from servekit.client import OpenAIClient, RequestRecord
 
+NS = 1_000_000_000
+
 
 def stream_body(prompt: str, max_tokens: int, model: str | None) -> dict[str, Any]:
     """A greedy ``ignore_eos`` streamed completion that reports usage."""
@@ -95,15 +97,23 @@ async def run_at_rate(
 ) -> tuple[list[RequestRecord], float]:
     """Dispatch bodies on an arrival schedule without waiting for answers."""
     offsets = arrival_offsets(len(bodies), rate, arrival, seed)
+    records, duration, _ = await replay(client, bodies, [round(x * NS) for x in offsets])
+    return records, duration
+
+
+async def replay(
+    client: OpenAIClient, bodies: Sequence[dict[str, Any]], offsets_ns: Sequence[int]
+) -> tuple[list[RequestRecord], float, int]:
+    """Send each body at its offset from now; (records, seconds, start stamp in ns)."""
     loop = asyncio.get_running_loop()
     with frozen_heap():
+        t0_ns = time.perf_counter_ns()
         t0 = loop.time()
-        start = time.perf_counter()
         tasks: list[asyncio.Task[RequestRecord]] = []
-        for body, offset in zip(bodies, offsets, strict=True):
-            delay = t0 + offset - loop.time()
+        for body, offset in zip(bodies, offsets_ns, strict=True):
+            delay = t0 + offset / NS - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(client.completion(body)))
         records = await asyncio.gather(*tasks)
-        return list(records), time.perf_counter() - start
+        return list(records), (time.perf_counter_ns() - t0_ns) / NS, t0_ns

@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from servekit.bench.report import grouped
 from servekit.bench.schema import BenchResult, Point
 from servekit.vocabulary import atomic_write_bytes
 
@@ -28,6 +29,7 @@ def _save(fig: object, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
     atomic_write_bytes(path, buf.getvalue())
+    _pyplot().close(fig)
     return path
 
 
@@ -64,9 +66,7 @@ def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path
     ax.set_title(f"{points[0].workload}: throughput vs {x}")
     ax.grid(alpha=0.3)
     ax.legend()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def latency_plot(points: list[Point], path: Path) -> Path:
@@ -84,9 +84,7 @@ def latency_plot(points: list[Point], path: Path) -> Path:
         ax.tick_params(axis="x", rotation=30)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{points[0].workload}: latency distributions")
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def goodput_plot(points: list[Point], path: Path) -> Path:
@@ -104,9 +102,7 @@ def goodput_plot(points: list[Point], path: Path) -> Path:
     ax.set_title(f"{points[0].workload}: goodput ({limits})")
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def _has_goodput(points: list[Point]) -> bool:
@@ -115,9 +111,7 @@ def _has_goodput(points: list[Point]) -> bool:
 
 def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     """Every plot that applies to the measured workloads."""
-    groups: dict[str, list[Point]] = {}
-    for p in result.points:
-        groups.setdefault(p.workload, []).append(p)
+    groups = grouped(result)
     written: list[Path] = []
     if pts := groups.get("multi_stream"):
         ys: tuple[str, ...] = ("total_tok_per_s", "per_stream_tok_per_s")

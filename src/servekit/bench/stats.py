@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,9 +49,28 @@ def mean(values: Sequence[float]) -> float | None:
     return float(np.mean(np.asarray(values))) if len(values) else None
 
 
+def spread(prefix: str, values: Sequence[float]) -> dict[str, float | None]:
+    """``PREFIX_p50_ms``, ``_p99_ms`` and ``_max_ms`` of ``values`` (None when empty)."""
+    arr = np.asarray(values)
+    return {
+        f"{prefix}_p50_ms": percentile(values, 50),
+        f"{prefix}_p99_ms": percentile(values, 99),
+        f"{prefix}_max_ms": float(arr.max()) if len(arr) else None,
+    }
+
+
 def error_kinds(records: Iterable[RequestRecord]) -> dict[str, int]:
     """Count failed records by kind."""
     return dict(Counter(r.error_kind or "unknown" for r in records if not r.ok))
+
+
+def counted(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """A point's ``requests``, ``errors`` and ``error_kinds`` from its measured records."""
+    return {
+        "requests": len(records),
+        "errors": sum(not r.ok for r in records),
+        "error_kinds": error_kinds(records),
+    }
 
 
 def error_samples(records: Iterable[RequestRecord], n: int = 3) -> list[str]:

@@ -19,6 +19,7 @@ the field.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -103,18 +104,11 @@ def read_trace(
             raise UsageError(f"{where}: empty; a trace needs at least one request") from None
         chosen = fmt or detect_format(path, first)
         parse = _mooncake if chosen == "mooncake" else _azure(where, first)
-        stream = lines if chosen == "azure" else _chain((n, first), lines)
+        stream = lines if chosen == "azure" else itertools.chain([(n, first)], lines)
         requests = _collect(stream, parse, where, block_size, limit)
     if not requests:
         raise UsageError(f"{where}: no requests; a trace needs at least one")
     return Trace(str(path), chosen, tuple(requests), block_size)
-
-
-def _chain(
-    first: tuple[int, bytes], rest: Iterator[tuple[int, bytes]]
-) -> Iterator[tuple[int, bytes]]:
-    yield first
-    yield from rest
 
 
 def _bounded_lines(handle: IO[bytes], where: str) -> Iterator[tuple[int, bytes]]:

@@ -26,13 +26,13 @@ from servekit.accept.checks.needle import (
     bind_context,
     calibrated,
     gate,
-    judged,
+    judged_needle,
     needle_messages,
     needles_for,
 )
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe
-from servekit.accept.needles import embed, instruction_phrases
+from servekit.accept.needles import embed
 from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
 from servekit.accept.replies import cached_tokens, read_stream
@@ -132,14 +132,7 @@ async def cold_hot_hot(probe: Probe, ctx: int) -> Outcome:
         **deltas,
     }
     for label, ex, reading in zip(RUNS, runs, readings, strict=True):
-        verdict = judged(
-            probe,
-            ex,
-            reading.text,
-            expected=needle.code,
-            phrases=instruction_phrases(needle.name),
-            cal=cal,
-        )
+        verdict = judged_needle(probe, ex, reading.text, needle, cal)
         if verdict.verdict != "pass":
             return failed(f"{label}: {verdict.reason}", **measures)
     if any(r.text != readings[0].text for r in readings[1:]):

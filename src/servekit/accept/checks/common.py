@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from servekit.accept.env import Probe, base_url
@@ -48,30 +48,24 @@ def text_or_reason(exchange: Exchange) -> tuple[str | None, str]:
 
 def metric_sum(text: str, names: tuple[str, ...]) -> float:
     """The sum of all samples of the metrics named ``names`` in a Prometheus text."""
-    total = 0.0
-    for line in text.splitlines():
-        match = METRIC_LINE.match(line)
-        if match and match.group(1) in names:
-            try:
-                total += float(match.group(3))
-            except ValueError:
-                continue
-    return total
+    return sum(_samples(text, names, ""), 0.0)
 
 
 def metric_labelled(text: str, names: tuple[str, ...], label: str, value: str) -> float | None:
     """The sum of the samples of ``names`` whose ``label`` is ``value`` (None: no such sample)."""
-    total, seen = 0.0, False
-    wanted = f'{label}="{value}"'
+    found = list(_samples(text, names, f'{label}="{value}"'))
+    return sum(found, 0.0) if found else None
+
+
+def _samples(text: str, names: tuple[str, ...], wanted: str) -> Iterator[float]:
+    """The values of the samples of ``names`` whose labels hold ``wanted``."""
     for line in text.splitlines():
         match = METRIC_LINE.match(line)
         if match and match.group(1) in names and wanted in (match.group(2) or ""):
             try:
-                total += float(match.group(3))
+                yield float(match.group(3))
             except ValueError:
                 continue
-            seen = True
-    return total if seen else None
 
 
 def first_diff(a: str, b: str) -> str:

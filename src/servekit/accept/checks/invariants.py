@@ -81,12 +81,9 @@ async def pd_equals_single(probe: Probe) -> Outcome:
 
 async def _external_hits(probe: Probe, decode: tuple[Endpoint, ...]) -> float | None:
     """Tokens decode engines loaded through the KV connector (None: not exported)."""
-    total, seen = 0.0, False
-    for text in await engine_metrics(probe, decode):
-        if any(name in text for name in EXTERNAL_HIT_SERIES):
-            seen = True
-            total += metric_sum(text, EXTERNAL_HIT_SERIES)
-    return total if seen else None
+    texts = await engine_metrics(probe, decode)
+    found = [t for t in texts if any(name in t for name in EXTERNAL_HIT_SERIES)]
+    return sum((metric_sum(t, EXTERNAL_HIT_SERIES) for t in found), 0.0) if found else None
 
 
 SOURCES = ("external_kv_transfer", "local_compute")
@@ -104,9 +101,7 @@ async def _by_source(probe: Probe, decode: tuple[Endpoint, ...]) -> dict[str, fl
 
 
 def _prompt_tokens(ex: Exchange) -> int | None:
-    doc = ex.json_body()
-    usage = doc.get("usage") if isinstance(doc, dict) else None
-    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    value = usage(ex).get("prompt_tokens")
     return value if isinstance(value, int) else None
 
 

@@ -131,6 +131,15 @@ def judged(
     )
 
 
+def judged_needle(
+    probe: Probe, ex: Exchange, text: str | None, needle: Needle, cal: Calibration | None
+) -> Outcome:
+    """:func:`judged` for a needle's answer: its code, asked with its instruction phrases."""
+    return judged(
+        probe, ex, text, expected=needle.code, phrases=instruction_phrases(needle.name), cal=cal
+    )
+
+
 def _all_codes(probe: Probe) -> tuple[Needle, ...]:
     return tuple(n for ctx in probe.options.contexts for n in needles_for(probe, ctx))
 
@@ -160,9 +169,7 @@ async def single(probe: Probe, ctx: int, name: str) -> Outcome:
         return failed(cal)
     body = probe.chat(needle_messages(embed(filler(cal.chars), (needle,)), name))
     ex = await probe.post(f"{probe.env.entry}/v1/chat/completions", body)
-    return judged(
-        probe, ex, answer_text(ex), expected=needle.code, phrases=instruction_phrases(name), cal=cal
-    )
+    return judged_needle(probe, ex, answer_text(ex), needle, cal)
 
 
 async def stream(probe: Probe, ctx: int) -> Outcome:
@@ -183,14 +190,7 @@ async def stream(probe: Probe, ctx: int) -> Outcome:
     if not ex.ok or reading.problems:
         why = reading.problems[0] if ex.ok else ex.describe()
         return failed(f"stream failed: {why}")
-    outcome = judged(
-        probe,
-        ex,
-        reading.text,
-        expected=needle.code,
-        phrases=instruction_phrases(needle.name),
-        cal=cal,
-    )
+    outcome = judged_needle(probe, ex, reading.text, needle, cal)
     extra = {"ttft_s": ex.ttft_s or 0.0, "finish_reason": reading.finish_reason or ""}
     return outcome.model_copy(update={"measurements": {**outcome.measurements, **extra}})
 
@@ -238,9 +238,7 @@ async def multi_turn(probe: Probe, ctx: int, turn: int) -> Outcome:
     name = TURNS[turn - 1]
     needle = next(n for n in needles_for(probe, ctx) if n.name == name)
     cal = probe.env.state.get(f"conversation-cal:{ctx}")
-    return judged(
-        probe, ex, answer, expected=needle.code, phrases=instruction_phrases(name), cal=cal
-    )
+    return judged_needle(probe, ex, answer, needle, cal)
 
 
 async def _prefix_prompt(
@@ -269,14 +267,7 @@ async def prefix(probe: Probe, ctx: int, hot: bool) -> Outcome:
         probe.env.state[key] = await probe.post(url, body)
     cold: Exchange = probe.env.state[key]
     ex = await probe.post(url, body) if hot else cold
-    outcome = judged(
-        probe,
-        ex,
-        answer_text(ex),
-        expected=needle.code,
-        phrases=instruction_phrases(needle.name),
-        cal=cal,
-    )
+    outcome = judged_needle(probe, ex, answer_text(ex), needle, cal)
     cached = cached_tokens(usage(ex))
     measures = {**outcome.measurements, "cached_tokens": cached if cached is not None else -1}
     if hot and outcome.verdict == "pass" and answer_text(ex) != answer_text(cold):
@@ -297,57 +288,24 @@ def bind_context(
 
 def checks_for(contexts: tuple[int, ...]) -> tuple[Check, ...]:
     """The 11 needle checks of each context, in the seed's order."""
-    out: list[Check] = []
-    for ctx in contexts:
-        label = context_label(ctx)
-        out.append(
-            Check(
-                f"needle.{label}.short",
-                "needle",
-                f"{label}: short code echo",
-                bind_context(short, ctx),
-            )
+    rows: list[tuple[str, str, Callable[..., Awaitable[Outcome]], tuple[object, ...]]] = [
+        ("short", "short code echo", short, ()),
+        *((name, f"needle {name}", single, (name,)) for name in NEEDLE_NAMES),
+        ("stream", "needle D streamed", stream, ()),
+        *(
+            (f"turn{turn}", f"multi-turn {turn} asks {TURNS[turn - 1]}", multi_turn, (turn,))
+            for turn in range(1, len(TURNS) + 1)
+        ),
+        ("prefix_cold", "prefix cold", prefix, (False,)),
+        ("prefix_hot", "prefix hot", prefix, (True,)),
+    ]
+    return tuple(
+        Check(
+            f"needle.{context_label(ctx)}.{suffix}",
+            "needle",
+            f"{context_label(ctx)}: {title}",
+            bind_context(fn, ctx, *args),
         )
-        for name in NEEDLE_NAMES:
-            out.append(
-                Check(
-                    f"needle.{label}.{name}",
-                    "needle",
-                    f"{label}: needle {name}",
-                    bind_context(single, ctx, name),
-                )
-            )
-        out.append(
-            Check(
-                f"needle.{label}.stream",
-                "needle",
-                f"{label}: needle D streamed",
-                bind_context(stream, ctx),
-            )
-        )
-        for turn in range(1, len(TURNS) + 1):
-            out.append(
-                Check(
-                    f"needle.{label}.turn{turn}",
-                    "needle",
-                    f"{label}: multi-turn {turn} asks {TURNS[turn - 1]}",
-                    bind_context(multi_turn, ctx, turn),
-                )
-            )
-        out.append(
-            Check(
-                f"needle.{label}.prefix_cold",
-                "needle",
-                f"{label}: prefix cold",
-                bind_context(prefix, ctx, False),
-            )
-        )
-        out.append(
-            Check(
-                f"needle.{label}.prefix_hot",
-                "needle",
-                f"{label}: prefix hot",
-                bind_context(prefix, ctx, True),
-            )
-        )
-    return tuple(out)
+        for ctx in contexts
+        for suffix, title, fn, args in rows
+    )

@@ -16,11 +16,12 @@ from typing import Any
 from servekit.bench.config import KVCapacity
 from servekit.bench.context import BenchContext
 from servekit.bench.sampler import RelaySource
-from servekit.bench.schema import Figure, Point
+from servekit.bench.schema import Point
+from servekit.bench.stats import figure
 from servekit.client import MetricsSnapshot, OpenAIClient
 from servekit.deployment import Endpoint
 from servekit.logscan import log_lines
-from servekit.vocabulary import CACHE_CONFIG_INFO, ROLES
+from servekit.vocabulary import CACHE_CONFIG_INFO
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 
@@ -90,7 +91,7 @@ async def _from_endpoint(
 async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     """One point per engine endpoint (the entry URL when no endpoints are known)."""
     dep = ctx.deployment
-    engines: list[Endpoint] = [e for e in dep.endpoints if e.role in ROLES]
+    engines = ctx.engines
     relayed: list[MetricsSnapshot | Exception | None] = [None] * len(engines)
     if isinstance(ctx.metrics, RelaySource) and engines:
         relayed = list(await ctx.metrics.each())  # one read of the relay for every engine
@@ -99,14 +100,7 @@ async def measure(spec: KVCapacity, ctx: BenchContext) -> list[Point]:
     points = []
     for ep, snap in zip(engines, relayed, strict=True):
         value, ev = await _from_endpoint(ep, ctx, snap)
-        fig = Figure(
-            unit="tokens",
-            median=value,
-            min=value,
-            max=value,
-            runs=(float(value),) if value is not None else (),
-            method=f"{ev['source']}: see docs/bench.md#kv-capacity",
-        )
+        fig = figure([value], "tokens", f"{ev['source']}: see docs/bench.md#kv-capacity")
         points.append(
             Point(
                 workload="kv_capacity",

@@ -29,13 +29,7 @@ from servekit.bench.context import BenchContext
 from servekit.bench.load import run_concurrent
 from servekit.bench.sampler import histogram_sum_change, settled
 from servekit.bench.schema import Point
-from servekit.bench.stats import (
-    distinct_reads,
-    error_kinds,
-    error_samples,
-    figure,
-    stream_rates,
-)
+from servekit.bench.stats import counted, distinct_reads, error_samples, figure, stream_rates
 from servekit.bench.workloads.single_stream import (
     engine_time_scale,
 )
@@ -136,11 +130,9 @@ def acceptance(before: MetricsSnapshot | None, after: MetricsSnapshot | None) ->
     """A over a batch: 1 + accepted / drafts; 1.0 with metrics but no drafts."""
     if before is None or after is None:
         return None
-    drafts = (after.counter(SPEC_DECODE_NUM_DRAFTS) or 0.0) - (
-        before.counter(SPEC_DECODE_NUM_DRAFTS) or 0.0
-    )
-    accepted = (after.counter(SPEC_DECODE_NUM_ACCEPTED_TOKENS) or 0.0) - (
-        before.counter(SPEC_DECODE_NUM_ACCEPTED_TOKENS) or 0.0
+    drafts, accepted = (
+        (after.counter(name) or 0.0) - (before.counter(name) or 0.0)
+        for name in (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_ACCEPTED_TOKENS)
     )
     return 1.0 + accepted / drafts if drafts > 0 else 1.0
 
@@ -185,8 +177,6 @@ def _point(
             "output_tokens": spec.output_tokens,
         },
         figures={k: figure((r.get(k) for r in runs), u, method) for k, u in FIGURES},
-        requests=len(records),
-        errors=sum(not r.ok for r in records),
-        error_kinds=error_kinds(records),
+        **counted(records),
         evidence={"runs": runs, "error_samples": error_samples(records)},
     )

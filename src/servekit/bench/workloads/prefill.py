@@ -17,7 +17,7 @@ from servekit.bench.config import Prefill
 from servekit.bench.context import BenchContext
 from servekit.bench.load import run_concurrent
 from servekit.bench.schema import Point
-from servekit.bench.stats import error_kinds, error_samples, figure
+from servekit.bench.stats import counted, error_samples, figure
 from servekit.client import RequestRecord
 
 
@@ -70,9 +70,7 @@ async def measure(spec: Prefill, ctx: BenchContext) -> list[Point]:
                     ),
                     "ttft_p50_ms": figure((r.get("ttft_p50_ms") for r in runs), "ms", method),
                 },
-                requests=len(records),
-                errors=sum(not r.ok for r in records),
-                error_kinds=error_kinds(records),
+                **counted(records),
                 evidence={"runs": runs, "error_samples": error_samples(records)},
             )
         )

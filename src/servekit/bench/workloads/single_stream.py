@@ -34,7 +34,7 @@ from servekit.bench.config import SingleStream
 from servekit.bench.context import BenchContext
 from servekit.bench.sampler import Sampler
 from servekit.bench.schema import Point
-from servekit.bench.stats import distinct_reads, error_kinds, error_samples, figure
+from servekit.bench.stats import counted, distinct_reads, error_samples, figure
 from servekit.client import RequestRecord
 from servekit.deployment import Deployment
 from servekit.vocabulary import (
@@ -177,9 +177,7 @@ async def measure(spec: SingleStream, ctx: BenchContext) -> list[Point]:
             label=f"ISL={spec.prompt_tokens}",
             params={"prompt_tokens": spec.prompt_tokens, "output_tokens": spec.output_tokens},
             figures=figures,
-            requests=len(records),
-            errors=sum(not r.ok for r in records),
-            error_kinds=error_kinds(records),
+            **counted(records),
             invalid_runs=len(rejected),
             evidence={
                 "runs": shots,

@@ -11,7 +11,8 @@ kept in the evidence (``loop_lag_*_ms``): what the harness itself added.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from servekit.bench.config import ConcurrencySweep, RateSweep
@@ -20,21 +21,34 @@ from servekit.bench.lag import LoopLagProbe
 from servekit.bench.load import run_at_rate, run_concurrent
 from servekit.bench.records import rows_of
 from servekit.bench.schema import Figure, Point
-from servekit.bench.stats import error_kinds, error_samples, figure, per_request, serving_metrics
+from servekit.bench.stats import counted, error_samples, figure, per_request, serving_metrics
 from servekit.client import RequestRecord
 
 Runner = Callable[[list[dict[str, Any]]], Awaitable[tuple[list[RequestRecord], float]]]
-COUNTS = ("completed", "failed")
 HARNESS_LAG = "harness_loop_lag_p99_ms"
+UNITS = {
+    "request_throughput": "req/s",
+    "goodput": "req/s",
+    "prefix_cache_hits": "tokens",
+    "prefix_cache_queries": "tokens",
+    "prefix_cache_hit_rate": "ratio",
+}
 
 
 def unit_of(name: str) -> str:
-    """The unit of a serving metric by its name."""
-    if name.endswith("_ms"):
-        return "ms"
-    if name in ("request_throughput", "goodput"):
-        return "req/s"
-    return "tok/s"
+    """The unit of a serving metric (or a trace replay's cache figure) by its name."""
+    return "ms" if name.endswith("_ms") else UNITS.get(name, "tok/s")
+
+
+def serving_figures(runs: list[dict[str, Any]], method: str) -> dict[str, Figure]:
+    """A figure per metric of the runs (counts and duration aside), and the harness's lag."""
+    skip = ("completed", "failed", "duration_s")
+    names = [k for k in runs[0] if k not in skip and "loop_lag" not in k]
+    figures = {n: figure((r[n] for r in runs), unit_of(n), method) for n in names}
+    figures[HARNESS_LAG] = figure(
+        (r["loop_lag_p99_ms"] for r in runs), "ms", "harness event-loop lag p99 (docs/bench.md)"
+    )
+    return figures
 
 
 async def _point(
@@ -42,11 +56,11 @@ async def _point(
     *,
     workload: str,
     label: str,
-    params: dict[str, float | int | str],
+    params: Mapping[str, float | int | str],
     spec: RateSweep | ConcurrencySweep,
     send: Runner,
 ) -> Point:
-    runs: list[dict[str, float | None]] = []
+    runs: list[dict[str, Any]] = []
     records: list[RequestRecord] = []
     samples: list[dict[str, list[float]]] = []
     for i in range(ctx.settings.runs):
@@ -60,22 +74,12 @@ async def _point(
         runs.append({"duration_s": duration, **metrics, **probe.summary()})
         samples.append(per_request(batch))
         ctx.progress(f"{workload} {label}", i + 1, ctx.settings.runs)
-    names = [k for k in runs[0] if k not in COUNTS and k != "duration_s" and "lag" not in k]
-    method = "see docs/bench.md#serving-metrics"
-    figures: dict[str, Figure] = {
-        n: figure((r[n] for r in runs), unit_of(n), method) for n in names
-    }
-    figures[HARNESS_LAG] = figure(
-        (r["loop_lag_p99_ms"] for r in runs), "ms", "harness event-loop lag p99 (docs/bench.md)"
-    )
     return Point(
         workload=workload,
         label=label,
         params={**params, "input_tokens": spec.input_tokens, "output_tokens": spec.output_tokens},
-        figures=figures,
-        requests=len(records),
-        errors=sum(not r.ok for r in records),
-        error_kinds=error_kinds(records),
+        figures=serving_figures(runs, "see docs/bench.md#serving-metrics"),
+        **counted(records),
         evidence={
             "runs": runs,
             "per_request": samples,
@@ -85,45 +89,38 @@ async def _point(
     )
 
 
-async def measure_rate(spec: RateSweep, ctx: BenchContext) -> list[Point]:
-    """One point per request rate."""
+async def _sweep(
+    ctx: BenchContext,
+    spec: RateSweep | ConcurrencySweep,
+    workload: str,
+    points: Iterable[tuple[str, Mapping[str, float | int | str], Runner]],
+) -> list[Point]:
+    """Warm up, then measure each (label, params, send) point in turn."""
     await ctx.wait_idle()
     await ctx.warm_up(spec.input_tokens, min(spec.output_tokens, 16))
-    points = []
-    for rate in spec.rates:
+    return [
+        await _point(ctx, workload=workload, label=label, params=params, spec=spec, send=send)
+        for label, params, send in points
+    ]
 
-        async def send(bodies: list[dict[str, Any]], rate: float = rate) -> Any:
-            return await run_at_rate(ctx.client, bodies, rate, spec.arrival, spec.seed)
 
-        label = f"rate={rate:g}/s {spec.arrival}"
-        params: dict[str, float | int | str] = {"rate": rate, "arrival": spec.arrival}
-        points.append(
-            await _point(
-                ctx, workload="rate_sweep", label=label, params=params, spec=spec, send=send
-            )
+async def measure_rate(spec: RateSweep, ctx: BenchContext) -> list[Point]:
+    """One point per request rate."""
+    points = (
+        (
+            f"rate={rate:g}/s {spec.arrival}",
+            {"rate": rate, "arrival": spec.arrival},
+            partial(run_at_rate, ctx.client, rate=rate, arrival=spec.arrival, seed=spec.seed),
         )
-    return points
+        for rate in spec.rates
+    )
+    return await _sweep(ctx, spec, "rate_sweep", points)
 
 
 async def measure_concurrency(spec: ConcurrencySweep, ctx: BenchContext) -> list[Point]:
     """One point per concurrency."""
-    await ctx.wait_idle()
-    await ctx.warm_up(spec.input_tokens, min(spec.output_tokens, 16))
-    points = []
-    for c in spec.concurrencies:
-
-        async def send(bodies: list[dict[str, Any]], c: int = c) -> Any:
-            return await run_concurrent(ctx.client, bodies, c)
-
-        label = f"C={c}"
-        points.append(
-            await _point(
-                ctx,
-                workload="concurrency_sweep",
-                label=label,
-                params={"concurrency": c},
-                spec=spec,
-                send=send,
-            )
-        )
-    return points
+    points = (
+        (f"C={c}", {"concurrency": c}, partial(run_concurrent, ctx.client, concurrency=c))
+        for c in spec.concurrencies
+    )
+    return await _sweep(ctx, spec, "concurrency_sweep", points)

@@ -24,42 +24,31 @@ is checked in a minute with its lateness in the units of its own schedule.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from servekit.bench.config import TraceReplay
 from servekit.bench.context import BenchContext
 from servekit.bench.lag import LoopLagProbe
-from servekit.bench.load import frozen_heap
+from servekit.bench.load import NS, replay
 from servekit.bench.records import rows_of
 from servekit.bench.sampler import counter_change, settled
-from servekit.bench.schema import Figure, Point
-from servekit.bench.stats import error_kinds, error_samples, figure, per_request, serving_metrics
+from servekit.bench.schema import Point
+from servekit.bench.stats import counted, error_samples, per_request, serving_metrics, spread
 from servekit.bench.trace import Trace, read_trace
 from servekit.bench.traceprompts import TracePrompts
-from servekit.bench.workloads.sweeps import HARNESS_LAG, unit_of
-from servekit.client import OpenAIClient, RequestRecord
+from servekit.bench.workloads.single_stream import engine_time_scale
+from servekit.bench.workloads.sweeps import serving_figures
+from servekit.client import RequestRecord
 from servekit.vocabulary import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, REQUEST_SUCCESS
 
 WORKLOAD = "trace"
-NS = 1_000_000_000
 
 
 def clock_factor(spec: TraceReplay, ctx: BenchContext) -> float:
     """Trace seconds per wall second: the replay speed times the simulator's speed."""
-    sim = ctx.deployment.sim_speed if ctx.deployment.simulated else None
-    return spec.speed * (sim or 1.0)
-
-
-def engine_clock(ctx: BenchContext) -> float:
-    """Engine seconds per wall second (the simulator's speed; 1 for a real engine)."""
-    sim = ctx.deployment.sim_speed if ctx.deployment.simulated else None
-    return sim or 1.0
+    return spec.speed * engine_time_scale(ctx.deployment)
 
 
 def trace_hit_rate(trace: Trace) -> float | None:
@@ -82,24 +71,6 @@ def trace_hit_rate(trace: Trace) -> float | None:
     return hit / total if total else None
 
 
-async def replay(
-    client: OpenAIClient, bodies: list[dict[str, Any]], offsets_ns: list[int]
-) -> tuple[list[RequestRecord], float, int]:
-    """Send each body at its offset from now; (records, seconds, start stamp in ns)."""
-    loop = asyncio.get_running_loop()
-    with frozen_heap():
-        t0_ns = time.perf_counter_ns()
-        t0 = loop.time()
-        tasks: list[asyncio.Task[RequestRecord]] = []
-        for body, offset in zip(bodies, offsets_ns, strict=True):
-            delay = t0 + offset / NS - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(client.completion(body)))
-        records = await asyncio.gather(*tasks)
-        return list(records), (time.perf_counter_ns() - t0_ns) / NS, t0_ns
-
-
 def lateness_ms(
     records: list[RequestRecord], t0_ns: int, offsets_ns: list[int], clock: float
 ) -> list[float]:
@@ -108,17 +79,6 @@ def lateness_ms(
         (rec.t_start_ns - t0_ns - due) * clock / 1e6
         for rec, due in zip(records, offsets_ns, strict=True)
     ]
-
-
-def _lateness(values: list[float]) -> dict[str, float | None]:
-    arr = np.asarray(values)
-    if not len(arr):
-        return {"lateness_p50_ms": None, "lateness_p99_ms": None, "lateness_max_ms": None}
-    return {
-        "lateness_p50_ms": float(np.percentile(arr, 50)),
-        "lateness_p99_ms": float(np.percentile(arr, 99)),
-        "lateness_max_ms": float(arr.max()),
-    }
 
 
 async def _run(
@@ -137,12 +97,12 @@ async def _run(
     after = await settled(ctx.metrics, before, REQUEST_SUCCESS, legs)
     hits = counter_change(before, after, PREFIX_CACHE_HITS)
     queries = counter_change(before, after, PREFIX_CACHE_QUERIES)
-    clock = engine_clock(ctx)
+    clock = engine_time_scale(ctx.deployment)
     late = lateness_ms(batch, t0_ns, offsets, clock)
     run: dict[str, Any] = {
         "duration_s": duration,
         **serving_metrics(batch, duration, 0, ctx.settings.slo_ms),
-        **_lateness(late),
+        **spread("lateness", late),
         "prefix_cache_hits": hits,
         "prefix_cache_queries": queries,
         "prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,
@@ -174,14 +134,6 @@ def _label(spec: TraceReplay) -> str:
     return f"{Path(spec.path).name} x{spec.speed:g}"
 
 
-FIGURE_UNITS = {
-    "prefix_cache_hits": "tokens",
-    "prefix_cache_queries": "tokens",
-    "prefix_cache_hit_rate": "ratio",
-}
-SKIP = ("completed", "failed", "duration_s")
-
-
 async def measure(spec: TraceReplay, ctx: BenchContext) -> list[Point]:
     """One point: the trace replayed ``runs`` times."""
     trace = read_trace(
@@ -197,14 +149,6 @@ async def measure(spec: TraceReplay, ctx: BenchContext) -> list[Point]:
         records += batch
         samples.append(per_request(batch))
         ctx.progress(f"trace {_label(spec)}", i + 1, ctx.settings.runs)
-    method = "see docs/bench.md#trace-replay---trace"
-    names = [k for k in runs[0] if k not in SKIP and "loop_lag" not in k]
-    figures: dict[str, Figure] = {
-        n: figure((r[n] for r in runs), FIGURE_UNITS.get(n) or unit_of(n), method) for n in names
-    }
-    figures[HARNESS_LAG] = figure(
-        (r["loop_lag_p99_ms"] for r in runs), "ms", "harness event-loop lag p99 (docs/bench.md)"
-    )
     total, distinct = trace.blocks()
     return [
         Point(
@@ -215,15 +159,13 @@ async def measure(spec: TraceReplay, ctx: BenchContext) -> list[Point]:
                 "format": trace.format,
                 "speed": spec.speed,
                 "clock_factor": clock_factor(spec, ctx),
-                "engine_clock": engine_clock(ctx),
+                "engine_clock": engine_time_scale(ctx.deployment),
                 "trace_requests": len(trace.requests),
                 "trace_span_s": trace.span_s,
                 "block_size": spec.block_size,
             },
-            figures=figures,
-            requests=len(records),
-            errors=sum(not r.ok for r in records),
-            error_kinds=error_kinds(records),
+            figures=serving_figures(runs, "see docs/bench.md#trace-replay---trace"),
+            **counted(records),
             evidence={
                 "runs": runs,
                 "per_request": samples,
