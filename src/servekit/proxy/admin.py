@@ -104,8 +104,7 @@ def admin_refusal(request: web.Request, admin_key: str | None) -> web.Response |
 
 
 def _error(status: int, code: str, message: str) -> web.Response:
-    doc = {"error": {"message": message, "type": "proxy_error", "code": code, "stage": "proxy"}}
-    return web.json_response(doc, status=status)
+    return web.json_response(ProxyError(code, "proxy", message).payload(), status=status)
 
 
 def _bad(message: str) -> web.Response:
@@ -145,14 +144,6 @@ def _apply(router: Router, action: str, change: Change) -> None:
             router.pools[inst.role].reap()
 
 
-async def _change(request: web.Request, router: Router, action: str, doc: Any) -> web.Response:
-    try:
-        _apply(router, action, Change.parse(doc))
-    except UsageError as exc:
-        return _bad(exc.message)
-    return _listing(router, action=action)
-
-
 async def _json(request: web.Request, router: Router) -> Any:
     """The decoded body, or None when it is not JSON; 413/408 as for any body."""
     cfg = router.config
@@ -169,30 +160,25 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
     async def listing(request: web.Request) -> web.Response:
         return _listing(request.app[key])
 
-    def action_handler(action: str) -> Any:
+    def action_handler(action: str, legacy: bool = False) -> Any:
         async def handle(request: web.Request) -> web.Response:
             router = request.app[key]
             try:
                 doc = await _json(request, router)
             except ProxyError as err:
                 return error_response(err)
-            return await _change(request, router, action, doc)
-
-        return handle
-
-    def legacy_handler(action: str) -> Any:
-        async def handle(request: web.Request) -> web.Response:
+            if legacy:  # the example proxy's body, as a Change body
+                if not isinstance(doc, dict):
+                    return _bad('body: expected {"type": ROLE, "instances": ["host:port"]}')
+                items = doc.get("instances", [])
+                items = [items] if isinstance(items, str) else items
+                urls = [u if "://" in u else f"http://{u}" for u in items if isinstance(u, str)]
+                doc = {"role": doc.get("type"), "urls": urls}
             try:
-                doc = await _json(request, request.app[key])
-            except ProxyError as err:
-                return error_response(err)
-            if not isinstance(doc, dict):
-                return _bad('body: expected {"type": ROLE, "instances": ["host:port"]}')
-            items = doc.get("instances", [])
-            items = [items] if isinstance(items, str) else items
-            urls = [u if "://" in u else f"http://{u}" for u in items if isinstance(u, str)]
-            new = {"role": doc.get("type"), "urls": urls}
-            return await _change(request, request.app[key], action, new)
+                _apply(router, action, Change.parse(doc))
+            except UsageError as exc:
+                return _bad(exc.message)
+            return _listing(router, action=action)
 
         return handle
 
@@ -200,4 +186,4 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
     for action in ("add", "remove", "drain", "undrain"):
         app.router.add_post(f"/admin/instances/{action}", action_handler(action))
     for action in ("add", "remove"):
-        app.router.add_post(f"/instances/{action}", legacy_handler(action))
+        app.router.add_post(f"/instances/{action}", action_handler(action, legacy=True))

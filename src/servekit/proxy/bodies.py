@@ -59,46 +59,38 @@ def expect_handler(limit: int) -> Callable[[web.Request], Awaitable[web.StreamRe
     return expect
 
 
-async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
-    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
-    declared = request.content_length
+async def read_capped(
+    stream: aiohttp.StreamReader, declared: int | None, limit: int, too_large: Exception
+) -> bytes:
+    """The whole stream; ``too_large`` raised when it, or its declared length, passes ``limit``."""
     if declared is not None and declared > limit:
-        raise _too_large(limit)
-    if not request.body_exists:
-        return b""
+        raise too_large
     parts: list[bytes] = []
     size = 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            while chunk := await request.content.readany():
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(limit)
-                parts.append(chunk)
-    except TimeoutError:
-        msg = f"request body not received within --body-timeout ({timeout_s:g} s)"
-        raise ProxyError("request_timeout", "proxy", msg) from None
-    return b"".join(parts)
-
-
-async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage: str) -> bytes:
-    """An engine's whole answer, or ``answer_too_large`` (502, not the engine's fault)."""
-    declared = resp.content_length
-    if declared is not None and declared > limit:
-        raise _answer_too_large(who, stage, limit)
-    parts: list[bytes] = []
-    size = 0
-    while chunk := await resp.content.readany():
+    while chunk := await stream.readany():
         size += len(chunk)
         if size > limit:
-            raise _answer_too_large(who, stage, limit)
+            raise too_large
         parts.append(chunk)
     return b"".join(parts)
 
 
-def _answer_too_large(who: str, stage: str, limit: int) -> ProxyError:
+async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
+    too_large = _too_large(limit)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await read_capped(request.content, request.content_length, limit, too_large)
+    except TimeoutError:
+        msg = f"request body not received within --body-timeout ({timeout_s:g} s)"
+        raise ProxyError("request_timeout", "proxy", msg) from None
+
+
+async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage: str) -> bytes:
+    """An engine's whole answer, or ``answer_too_large`` (502, not the engine's fault)."""
     msg = f"{who} answered more than --max-answer-bytes ({limit} bytes)"
-    return ProxyError("answer_too_large", stage, msg)
+    too_large = ProxyError("answer_too_large", stage, msg)
+    return await read_capped(resp.content, resp.content_length, limit, too_large)
 
 
 def _is_json(body: bytes) -> bool:

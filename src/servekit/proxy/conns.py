@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from servekit.proxy.failures import ProxyError
 from servekit.proxy.ratelog import RateLimited
 
 log = logging.getLogger("servekit.proxy")
@@ -42,10 +43,8 @@ CLOSE_GRACE_S = 1.0  # a peer that does not take the short answer is then reset
 
 
 def _answer(status: str, message: str) -> bytes:
-    body = (
-        f'{{"error": {{"message": "{message}", "type": "proxy_error", '
-        f'"code": "{status.split(" ", 1)[1].lower().replace(" ", "_")}", "stage": "proxy"}}}}'
-    ).encode()
+    code = status.split(" ", 1)[1].lower().replace(" ", "_")
+    body = ProxyError(code, "proxy", message).body()
     head = (
         f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"

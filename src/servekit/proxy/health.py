@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 import aiohttp
 
+from servekit.proxy.config import ProxyConfig
 from servekit.proxy.instances import Instance, State
 
 log = logging.getLogger("servekit.proxy")
@@ -36,23 +37,13 @@ class HealthChecker:
         self,
         session: aiohttp.ClientSession,
         instances: Callable[[], Iterable[Instance]],
-        *,
-        interval_s: float,
-        timeout_s: float,
-        eject_after: int,
-        readmit_after: int,
-        outlier_after: int,
-        outlier_eject_s: float,
+        config: ProxyConfig,
         headers: dict[str, str],
     ) -> None:
         self._session = session
         self._instances = instances
-        self._interval = interval_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._eject_after = eject_after
-        self._readmit_after = readmit_after
-        self._outlier_after = outlier_after
-        self._outlier_eject_s = outlier_eject_s
+        self._cfg = config  # the health_* and outlier_* fields, eject_after, readmit_after
+        self._timeout = aiohttp.ClientTimeout(total=config.health_timeout_s)
         self._headers = headers
         self.on_outlier: Callable[[Instance], None] = lambda inst: None
 
@@ -60,7 +51,7 @@ class HealthChecker:
         """Probe forever; cancelled when the proxy stops."""
         while True:
             await self.probe_all()
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._cfg.health_interval_s)
 
     async def probe_all(self) -> None:
         members = [i for i in self._instances() if i.state is not State.DRAINING]
@@ -86,13 +77,13 @@ class HealthChecker:
             inst.fails, inst.oks = 0, inst.oks + 1
             if inst.state is State.UNKNOWN or (
                 inst.state is State.EJECTED
-                and inst.oks >= self._readmit_after
+                and inst.oks >= self._cfg.readmit_after
                 and time.monotonic() >= inst.ejected_until
             ):
                 self._set(inst, State.HEALTHY, "probe ok")
             return
         inst.oks, inst.fails = 0, inst.fails + 1
-        if inst.state is State.HEALTHY and inst.fails >= self._eject_after:
+        if inst.state is State.HEALTHY and inst.fails >= self._cfg.eject_after:
             self._set(inst, State.EJECTED, f"{inst.fails} failed probes")
 
     def request_ok(self, inst: Instance) -> None:
@@ -103,15 +94,17 @@ class HealthChecker:
     def request_failed(self, inst: Instance, reason: str, peers: Iterable[Instance]) -> None:
         """A request failed on ``inst``; eject it after ``outlier_after`` in a row."""
         inst.request_fails += 1
-        if inst.request_fails < self._outlier_after or inst.state is not State.HEALTHY:
+        if inst.request_fails < self._cfg.outlier_after or inst.state is not State.HEALTHY:
             return
         if not any(p is not inst and p.routable for p in peers):
             return  # never eject the last healthy instance of a pool
         inst.ejections += 1
         factor = min(inst.ejections, MAX_EJECTION_FACTOR)
-        inst.ejected_until = time.monotonic() + self._outlier_eject_s * factor
+        inst.ejected_until = time.monotonic() + self._cfg.outlier_eject_s * factor
         inst.oks, inst.request_fails = 0, 0
-        self._set(inst, State.EJECTED, f"outlier: {self._outlier_after} failed requests, {reason}")
+        self._set(
+            inst, State.EJECTED, f"outlier: {self._cfg.outlier_after} failed requests, {reason}"
+        )
         self.on_outlier(inst)
 
     @staticmethod

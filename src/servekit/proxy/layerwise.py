@@ -33,14 +33,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any, TypeGuard
 
 from aiohttp import web
 
 from servekit.guard import metaserver_url
+from servekit.proxy.bodies import read_capped
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
@@ -50,7 +51,6 @@ from servekit.proxy.stages import Trip, _Opened
 
 PATH = "/v1/metaserver"
 CALL_MAX_BYTES = 4 * 1024 * 1024  # 16k-token prompts are ~1k block ids: room to spare
-WILDCARDS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0", ""})
 
 # vLLM's id for a request whose X-Request-Id is {rid} (what the connector sends back).
 REQUEST_IDS = {
@@ -63,15 +63,6 @@ def decode_payload(body: dict[str, Any], metaserver: str) -> dict[str, Any]:
     """The client's request as the decoder gets it: the layerwise params, nothing else."""
     params = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": metaserver}
     return {**body, "kv_transfer_params": params}
-
-
-def layerwise_prefill_payload(
-    route: str, body: dict[str, Any], call: dict[str, Any]
-) -> dict[str, Any]:
-    """The prefill copy (one token, unstreamed) carrying the decoder's call whole."""
-    payload = prefill_payload(route, body, with_kv_params=False)
-    payload["kv_transfer_params"] = call
-    return payload
 
 
 def _whole(value: object) -> TypeGuard[int]:
@@ -142,31 +133,20 @@ class _PrefillFailed(Exception):
         self.error = error
 
 
-async def _read_call(request: web.Request) -> bytes | None:
-    """The call's body, or None when it exceeds :data:`CALL_MAX_BYTES`."""
-    if (request.content_length or 0) > CALL_MAX_BYTES:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await request.content.read(64 * 1024):
-        size += len(chunk)
-        if size > CALL_MAX_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _refusal(status: int, code: str, message: str) -> web.Response:
-    doc = {"error": {"message": message, "type": "proxy_error", "code": code, "stage": "decode"}}
-    return web.json_response(doc, status=status)
+    return web.json_response(ProxyError(code, "decode", message).payload(), status=status)
 
 
 async def metaserver(request: web.Request) -> web.Response:
     """POST /v1/metaserver: a decoder hands over its block allocation for one request."""
     book = request.app[BOOK]
-    raw = await _read_call(request)
-    if raw is None:
-        return _refusal(413, "payload_too_large", f"metaserver call exceeds {CALL_MAX_BYTES} bytes")
+    too_large = ProxyError(
+        "payload_too_large", "decode", f"metaserver call exceeds {CALL_MAX_BYTES} bytes"
+    )
+    try:
+        raw = await read_capped(request.content, request.content_length, CALL_MAX_BYTES, too_large)
+    except ProxyError as err:
+        return web.json_response(err.payload(), status=413)
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
@@ -214,11 +194,7 @@ async def run(trip: Trip, book: Book) -> web.StreamResponse:
     if prompt_count(trip.ticket.body) > 1:
         msg = "prompt: layerwise mode serves one prompt per request; send the prompts separately"
         raise ProxyError("bad_request", "proxy", msg)
-    url = _advertised(trip.router, trip.request)
-
-    async def exchange(inst: Instance) -> _Opened | bytes:
-        return await _attempt(trip, book, inst, url)
-
+    exchange = partial(_attempt, trip, book, url=_advertised(trip.router, trip.request))
     trip.progress.stage = "decode"
     try:
         out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
@@ -226,9 +202,7 @@ async def run(trip: Trip, book: Book) -> web.StreamResponse:
         raise failed.error from None
     if isinstance(out, _Opened):
         return await trip._relay("decode", out)
-    trip.first_byte_at = time.perf_counter()
-    rid = trip.headers["X-Request-Id"]
-    return web.Response(body=out, headers={"Content-Type": "application/json", "X-Request-Id": rid})
+    return trip.whole_answer(out)
 
 
 async def _stop(task: asyncio.Task[Any] | None) -> None:
@@ -269,8 +243,9 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened 
                 "(--metaserver-timeout); can it reach that address?"
             )
             raise ProxyError("timeout", "decode", msg)
-        payload = layerwise_prefill_payload(trip.ticket.route, trip.ticket.body, call.result())
-        prefill = asyncio.create_task(_prefill(trip, json.dumps(payload).encode()))
+        payload = prefill_payload(trip.ticket.route, trip.ticket.body, with_kv_params=False)
+        payload["kv_transfer_params"] = call.result()  # the decoder's call, whole
+        prefill = asyncio.create_task(trip.prefill_on_any(json.dumps(payload).encode()))
         both: set[asyncio.Future[Any]] = {decode, prefill}
         done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         if prefill in done and prefill.exception() is not None:
@@ -302,16 +277,3 @@ async def _decode(trip: Trip, inst: Instance, data: bytes) -> _Opened | bytes:
     if trip.ticket.stream:
         return await trip._open_stream("decode", inst, data)
     return await trip._post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
-
-
-async def _prefill(trip: Trip, data: bytes) -> bytes:
-    """The prefill that pushes KV into the decoder's blocks (retried on another prefill)."""
-    cfg = trip.router.config
-    t0 = time.perf_counter()
-
-    async def exchange(inst: Instance) -> bytes:
-        return await trip._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
-
-    body = await trip.router.attempt("prefill", trip.ticket.prefix_key, exchange)
-    trip.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
-    return body

@@ -83,9 +83,7 @@ def kv_params_of(prefill_response: Any) -> dict[str, Any] | None:
 
 def decode_payload(body: dict[str, Any], kv_params: dict[str, Any]) -> dict[str, Any]:
     """The client's request carrying the prefill's kv_transfer_params."""
-    payload = dict(body)
-    payload["kv_transfer_params"] = kv_params
-    return payload
+    return {**body, "kv_transfer_params": kv_params}
 
 
 def bootstrap_prefill_params(transfer_id: str) -> dict[str, Any]:

@@ -47,17 +47,7 @@ class Router:
         self._tasks: set[asyncio.Task[None]] = set()
         self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.metrics = ProxyMetrics(self.instances)
-        self.health = HealthChecker(
-            session,
-            self.instances,
-            interval_s=config.health_interval_s,
-            timeout_s=config.health_timeout_s,
-            eject_after=config.eject_after,
-            readmit_after=config.readmit_after,
-            outlier_after=config.outlier_after,
-            outlier_eject_s=config.outlier_eject_s,
-            headers=self.headers,
-        )
+        self.health = HealthChecker(session, self.instances, config, self.headers)
         self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
 
     def probe_soon(self, inst: Instance) -> None:

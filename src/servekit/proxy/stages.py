@@ -33,6 +33,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -134,7 +135,15 @@ class Trip:
         The instance that served it is kept in ``prefilled_on``.
         """
         payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params, kv_params)
-        data = json.dumps(payload).encode()
+        self.progress.stage = "prefill"
+        body = await self.prefill_on_any(json.dumps(payload).encode())
+        try:
+            return kv_params_of(json.loads(body))
+        except ValueError:
+            raise ProxyError("upstream_error", "prefill", "prefill answer is not JSON") from None
+
+    async def prefill_on_any(self, data: bytes) -> bytes:
+        """POST ``data`` to a prefill (retried on another); its answer, the instance kept."""
         cfg = self.router.config
         t0 = time.perf_counter()
 
@@ -143,13 +152,9 @@ class Trip:
             self.prefilled_on = inst
             return body
 
-        self.progress.stage = "prefill"
         body = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
         self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
-        try:
-            return kv_params_of(json.loads(body))
-        except ValueError:
-            raise ProxyError("upstream_error", "prefill", "prefill answer is not JSON") from None
+        return body
 
     async def prompt_keyed(self) -> web.StreamResponse:
         """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
@@ -222,27 +227,27 @@ class Trip:
         cfg = self.router.config
         self.progress.stage = stage
         if not self.ticket.stream:
-
-            async def whole(inst: Instance) -> bytes:
-                return await self._post_whole(stage, inst, data, cfg.decode_timeout_s)
-
+            whole = partial(self._post_whole, stage, data=data, total=cfg.decode_timeout_s)
             out = await self.router.attempt(
                 stage, self.ticket.prefix_key, whole, attempts=attempts, tried=tried
             )
-            self.first_byte_at = time.perf_counter()
-            rid = self.headers["X-Request-Id"]
-            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
-            return web.Response(body=out, headers=headers)
+            return self.whole_answer(out)
 
-        async def open_stream(inst: Instance) -> _Opened:
-            return await self._open_stream(stage, inst, data)
-
+        open_stream = partial(self._open_stream, stage, data=data)
         t0 = time.perf_counter()
         opened = await self.router.attempt(
             stage, self.ticket.prefix_key, open_stream, attempts=attempts, tried=tried
         )
         self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
         return await self._relay(stage, opened)
+
+    def whole_answer(self, body: bytes) -> web.Response:
+        """An unstreamed answer to the client (its first byte is now)."""
+        self.first_byte_at = time.perf_counter()
+        rid = self.headers["X-Request-Id"]
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
+        )
 
     async def _open_stream(self, stage: str, inst: Instance, data: bytes) -> _Opened:
         """POST, check the status and wait for the first bytes of the stream.

@@ -13,10 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from servekit.errors import UsageError
 from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.faults import patch_faults
-from servekit.sim.http import add_admin_routes, admin_refusal, error_response, json_response
+from servekit.sim.http import add_admin_routes, admin_handler, json_response, slow_start
 from servekit.sim.openai import ApiError, load_json
 
 SELECT_KEYS = frozenset({"names", "role", "engine_id"})
@@ -41,20 +40,13 @@ def build_admin_app(endpoints: Mapping[str, SimEndpoint]) -> web.Application:
         return web.Response(status=200)
 
     def group(action: GroupAction) -> Callable[[web.Request], Any]:
-        async def handler(request: web.Request) -> web.Response:
-            if (refused := admin_refusal(request)) is not None:
-                return refused
-            try:
-                doc = load_json(await request.read())
-                chosen = select(endpoints, doc.get("select"))
-                action(chosen, doc)
-            except ApiError as exc:
-                return error_response(exc)
-            except UsageError as exc:
-                return error_response(ApiError(400, str(exc)))
-            return json_response([ep.state() for ep in chosen])
+        async def answer(request: web.Request) -> list[dict[str, Any]]:
+            doc = load_json(await request.read())
+            chosen = select(endpoints, doc.get("select"))
+            action(chosen, doc)
+            return [ep.state() for ep in chosen]
 
-        return handler
+        return admin_handler(answer)
 
     app.router.add_get("/health", health)
     app.router.add_get("/sim/endpoints", listing)
@@ -104,8 +96,6 @@ def _group_kill(chosen: list[SimEndpoint], doc: dict[str, Any]) -> None:
 
 
 def _group_restart(chosen: list[SimEndpoint], doc: dict[str, Any]) -> None:
-    slow = doc.get("slow_start_s")
-    if slow is not None and (not isinstance(slow, int | float) or slow < 0):
-        raise ApiError(400, "slow_start_s: expected a number >= 0")
+    slow = slow_start(doc)
     for ep in chosen:
-        ep.restart(None if slow is None else float(slow))
+        ep.restart(slow)

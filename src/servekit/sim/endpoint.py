@@ -202,9 +202,9 @@ class SimEndpoint:
         arrival = self.clock.now()
         rid = request_id or f"{_PREFIX}-{next(_IDS)}"
         prompt_len = len(req.prompt_ids)
-        limit = self._max_tokens(req, prompt_len)
+        limit = token_budget(req.max_tokens, prompt_len, spec.max_model_len)
         digest = hash(tuple(req.prompt_ids))
-        delay = self._spike()
+        delay = self.faults.spike_s if self.dice.hit(self.faults.spike_rate) else 0.0
         push = layerwise.start_push(self, req) if self.spec.kv_mode == "layerwise" else None
         if self._layerwise_decode(req):
             transfer: float | None = await layerwise.receive(self, req, rid, prompt_len)
@@ -260,13 +260,6 @@ class SimEndpoint:
             finally:
                 self.hung -= 1
         self.check_serving()
-
-    def _spike(self) -> float:
-        f = self.faults
-        return f.spike_s if self.dice.hit(f.spike_rate) else 0.0
-
-    def _max_tokens(self, req: GenRequest, prompt_len: int) -> int:
-        return token_budget(req.max_tokens, prompt_len, self.spec.max_model_len)
 
     def _output(self, req: GenRequest, digest: int, limit: int) -> tuple[list[str], str]:
         f = self.faults

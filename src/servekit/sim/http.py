@@ -13,6 +13,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -42,9 +43,9 @@ def build_app(ep: SimEndpoint) -> web.Application:
     """One endpoint's application (its own router, its own metrics registry)."""
     app = web.Application(client_max_size=1 << 30)
     app[ENDPOINT] = ep
-    app.router.add_post("/v1/completions", _generation("completion"))
-    app.router.add_post("/v1/chat/completions", _generation("chat"))
-    app.router.add_post("/v1/responses", _generation("responses"))
+    app.router.add_post("/v1/completions", partial(generate, kind="completion"))
+    app.router.add_post("/v1/chat/completions", partial(generate, kind="chat"))
+    app.router.add_post("/v1/responses", partial(generate, kind="responses"))
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
@@ -55,14 +56,7 @@ def build_app(ep: SimEndpoint) -> web.Application:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Action = Callable[[SimEndpoint, dict[str, Any]], dict[str, Any]]
-
-
-def _generation(kind: Kind) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return await generate(request, kind)
-
-    return handler
+Action = Callable[[SimEndpoint, dict[str, Any]], object]
 
 
 async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
@@ -236,6 +230,22 @@ def admin_refusal(request: web.Request) -> web.Response | None:
     )
 
 
+def admin_handler(answer: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+    """An admin route: :func:`admin_refusal` first, then ``answer`` as JSON (errors: 4xx)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        if (refused := admin_refusal(request)) is not None:
+            return refused
+        try:
+            return json_response(await answer(request))
+        except ApiError as exc:
+            return error_response(exc)
+        except UsageError as exc:
+            return error_response(ApiError(400, str(exc)))
+
+    return handler
+
+
 def add_admin_routes(
     router: web.UrlDispatcher, prefix: str, pick: Callable[[web.Request], SimEndpoint]
 ) -> None:
@@ -245,40 +255,27 @@ def add_admin_routes(
     """
 
     def route(action: Action) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
-            if (refused := admin_refusal(request)) is not None:
-                return refused
-            try:
-                ep = pick(request)
-                raw = await request.read()
-                doc = load_json(raw) if raw.strip() else {}
-                return json_response(action(ep, doc))
-            except ApiError as exc:
-                return error_response(exc)
-            except UsageError as exc:
-                return error_response(ApiError(400, str(exc)))
+        """``action(endpoint, body)``, then the endpoint's state is the answer."""
 
-        return handler
+        async def answer(request: web.Request) -> dict[str, Any]:
+            ep = pick(request)
+            raw = await request.read()
+            action(ep, load_json(raw) if raw.strip() else {})
+            return ep.state()
 
-    router.add_post(f"{prefix}/faults", route(_set_faults))
-    router.add_post(f"{prefix}/kill", route(_kill))
-    router.add_post(f"{prefix}/restart", route(_restart))
-    router.add_get(f"{prefix}/state", route(lambda ep, _doc: ep.state()))
+        return admin_handler(answer)
+
+    router.add_post(f"{prefix}/faults", route(lambda ep, doc: ep.set_faults(doc)))
+    router.add_post(
+        f"{prefix}/kill", route(lambda ep, _doc: ep.kill("killed through the admin API"))
+    )
+    router.add_post(f"{prefix}/restart", route(lambda ep, doc: ep.restart(slow_start(doc))))
+    router.add_get(f"{prefix}/state", route(lambda ep, _doc: None))
 
 
-def _set_faults(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
-    ep.set_faults(doc)
-    return ep.state()
-
-
-def _kill(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
-    ep.kill("killed through the admin API")
-    return ep.state()
-
-
-def _restart(ep: SimEndpoint, doc: dict[str, Any]) -> dict[str, Any]:
+def slow_start(doc: dict[str, Any]) -> float | None:
+    """A restart's ``slow_start_s``: None or a number >= 0 (else ApiError 400)."""
     slow = doc.get("slow_start_s")
     if slow is not None and (not isinstance(slow, int | float) or slow < 0):
         raise ApiError(400, "slow_start_s: expected a number >= 0")
-    ep.restart(None if slow is None else float(slow))
-    return ep.state()
+    return None if slow is None else float(slow)

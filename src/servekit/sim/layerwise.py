@@ -127,10 +127,6 @@ async def _call(url: object, message: dict[str, Any], ep: SimEndpoint, board: Pu
     ep.log.error("Access metaserver fail: %s", url)
 
 
-def board_of(ep: SimEndpoint) -> PushBoard:
-    return ep.kvreg.pushes
-
-
 def guard_keys(ep: SimEndpoint) -> frozenset[MetaserverKey] | None:
     """What the decode guard trusts here (SERVEKIT_GUARD_METASERVER): None unless layerwise."""
     if ep.spec.kv_mode != "layerwise":
@@ -141,7 +137,7 @@ def guard_keys(ep: SimEndpoint) -> frozenset[MetaserverKey] | None:
 async def receive(ep: SimEndpoint, req: GenRequest, rid: str, prompt_len: int) -> float:
     """Decode side: call the metaserver, wait for every layer; the transfer time left (none)."""
     params = req.kv_transfer_params or {}
-    board = board_of(ep)
+    board = ep.kvreg.pushes
     external = EXTERNAL_IDS[req.kind].format(rid=rid)
     push = board.open(ep.spec.engine, external, ep.spec.host, ep.spec.side_port,
                       ep.kv.blocks_for(prompt_len))  # fmt: skip
@@ -172,7 +168,7 @@ def start_push(ep: SimEndpoint, req: GenRequest) -> Push | None:
     params = req.kv_transfer_params or {}
     if ep.spec.role != "prefill" or not params.get("do_remote_decode"):
         return None
-    push = board_of(ep).target(params)
+    push = ep.kvreg.pushes.target(params)
     if ep.faults.die_mid_push:
         push.layers = LAYERS // 2
         ep.kill(f"died after pushing {push.layers} of {LAYERS} layers of {push.request_id}")

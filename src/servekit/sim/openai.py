@@ -29,16 +29,8 @@ class ApiError(Exception):
         self.err_type = err_type
 
     def body(self) -> bytes:
-        return dumps(
-            {
-                "error": {
-                    "message": self.message,
-                    "type": self.err_type,
-                    "param": None,
-                    "code": self.status,
-                }
-            }
-        )
+        error = {"message": self.message, "type": self.err_type, "param": None, "code": self.status}
+        return dumps({"error": error})
 
 
 @dataclass(frozen=True, slots=True)

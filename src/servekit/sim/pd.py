@@ -69,16 +69,6 @@ class Offer:
     consumed: bool = False
 
 
-def check_remote_params(params: dict[str, Any]) -> None:
-    """The shape a decoder's connector can act on (the guard's rule); KvTransferError if not."""
-    if not asks_remote_prefill(params):
-        raise KvTransferError(
-            "kv_transfer_params do not name a prefill's KV (pull: remote_block_ids, "
-            "remote_engine_id, remote_request_id, remote_host, remote_port; bootstrap: "
-            "transfer_id, remote_engine_id, remote_bootstrap_addr)"
-        )
-
-
 def _flat_blocks(value: object) -> list[int] | None:
     """Block ids as one list, from a list of ids or one list per KV cache group."""
     if not isinstance(value, list):
@@ -177,7 +167,12 @@ class KvRegistry:
         engine = str(params.get("remote_engine_id"))
         producers = self._producers.get(engine)
         if not producers and trust_remote:
-            check_remote_params(params)
+            if not asks_remote_prefill(params):  # the guard's rule: what a connector can act on
+                raise KvTransferError(
+                    "kv_transfer_params do not name a prefill's KV (pull: remote_block_ids, "
+                    "remote_engine_id, remote_request_id, remote_host, remote_port; bootstrap: "
+                    "transfer_id, remote_engine_id, remote_bootstrap_addr)"
+                )
             return None
         if not producers:
             raise KvTransferError(f"remote_engine_id {engine!r} names no prefill engine")
@@ -217,15 +212,14 @@ class KvRegistry:
 
     def collect(self, now: float) -> None:
         """Forget expired offers, releasing the blocks nobody claimed (vLLM's abort timeout)."""
-        stale = [k for k, o in self._offers.items() if o.expires < now]
-        for key in stale:
-            offer = self._offers.pop(key)
-            if not offer.consumed:
-                offer.release()
+        self._drop([k for k, o in self._offers.items() if o.expires < now])
 
     def drop_producer(self, producer: Producer) -> None:
         """A producer died or restarted: the blocks it offered are gone (not its DP peers')."""
-        for key in [k for k, o in self._offers.items() if o.producer == producer]:
+        self._drop([k for k, o in self._offers.items() if o.producer == producer])
+
+    def _drop(self, keys: list[tuple[str, str]]) -> None:
+        for key in keys:
             offer = self._offers.pop(key)
             if not offer.consumed:
                 offer.release()

@@ -89,20 +89,13 @@ class SimServer:
 
     def describe(self) -> dict[str, Any]:
         """Where everything listens (written to ``--ready-file``)."""
-        return {
-            "admin_url": self.admin_url,
-            "endpoints": [
-                {
-                    "name": ep.spec.name,
-                    "role": ep.spec.role,
-                    "engine_id": ep.spec.engine,
-                    "url": ep.url,
-                    "profile": ep.profile.name,
-                    "label": ep.profile.label,
-                }
-                for ep in self.endpoints.values()
-            ],
-        }
+        states = [ep.state() for ep in self.endpoints.values()]
+        return {"admin_url": self.admin_url, "endpoints": [_ready(s) for s in states]}
+
+
+def _ready(state: dict[str, Any]) -> dict[str, Any]:
+    """What the ready file says of one endpoint: a part of its ``/sim/state``."""
+    return {k: state[k] for k in ("name", "role", "engine_id", "url", "profile", "label")}
 
 
 async def serve(spec: SimSpec) -> SimServer:

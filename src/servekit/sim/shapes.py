@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from servekit.sim.endpoint import Admitted
-from servekit.sim.openai import dumps
+from servekit.sim.openai import ApiError, dumps
 
 
 def usage(adm: Admitted) -> dict[str, Any]:
@@ -134,8 +134,7 @@ class ChunkWriter:
         return out + b"data: [DONE]\n\n" if self._done else out
 
     def error(self, status: int, message: str, err_type: str) -> bytes:
-        doc = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
-        return b"data: " + dumps(doc) + b"\n\ndata: [DONE]\n\n"
+        return b"data: " + ApiError(status, message, err_type).body() + b"\n\ndata: [DONE]\n\n"
 
     def _event(self, choices: list[dict[str, Any]]) -> bytes:
         return b"data: " + dumps({**self._head, "choices": choices}) + b"\n\n"

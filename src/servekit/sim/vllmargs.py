@@ -189,26 +189,14 @@ def _kv_port(kv: dict[str, Any]) -> int:
         raise UsageError(f"--kv-transfer-config: kv_port {value!r} is not a port") from None
 
 
-def _split_model(argv: list[str]) -> tuple[str | None, list[str]]:
-    """``vllm serve MODEL ...``: the model is the first token when it is not a flag."""
-    if argv and not argv[0].startswith("-"):
-        return argv[0], argv[1:]
-    return None, argv
-
-
-def _model_name(positional: str | None, flag: str | None) -> str:
-    model = positional or flag
-    if not model:
-        raise UsageError("sim serve: give the model, as 'vllm serve MODEL' does")
-    return model
-
-
 def parse_launch(argv: list[str]) -> VllmLaunch:
     """Read a ``vllm serve`` command line (without ``serve``); UsageError when it is wrong."""
-    positional, rest = _split_model(argv)
-    given, unknown = parse_known_values(build_parser(), rest)
+    positional = argv[0] if argv and not argv[0].startswith("-") else None  # vllm serve MODEL
+    given, unknown = parse_known_values(build_parser(), argv if positional is None else argv[1:])
     ns = VllmFlags(**given)
-    model = _model_name(positional, ns.model)
+    model = positional or ns.model
+    if not model:
+        raise UsageError("sim serve: give the model, as 'vllm serve MODEL' does")
     try:
         return _launch(argv, ns, unknown, model=model)
     except ValidationError as exc:
