@@ -164,7 +164,7 @@ class OpenAIClient:
 
     async def models(self) -> list[str]:
         """The served model ids from GET /v1/models."""
-        data = await self._get_json("/v1/models")
+        data = _json_of(await self.request("GET", "/v1/models"), "/v1/models")
         try:
             return [str(m["id"]) for m in data["data"]]
         except (KeyError, TypeError) as exc:
@@ -193,7 +193,7 @@ class OpenAIClient:
         body.update({"prompt": text} if messages is None else {"messages": messages})
         if self.model is not None:
             body["model"] = self.model
-        data = await self._post_json("/tokenize", body)
+        data = _json_of(await self.request("POST", "/tokenize", body), "/tokenize")
         try:
             return TokenizeResult(
                 count=int(data["count"]),
@@ -220,12 +220,6 @@ class OpenAIClient:
             return await asyncio.to_thread(parse_metrics, text, t_ns)
         except ValueError as exc:
             raise EndpointError(f"/metrics: not Prometheus text ({exc})") from exc
-
-    async def _get_json(self, path: str) -> Any:
-        return _json_of(await self.request("GET", path), path)
-
-    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
-        return _json_of(await self.request("POST", path, body), path)
 
 
 def _dumps(body: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         TinyModelOptions as TinyModelOptions,
         UpOptions as UpOptions,
     )
+    from servekit.local.ports import port_is_free as port_is_free
     from servekit.local.prepare import prepare_run as prepare_run
     from servekit.local.simrun import layout_sim_spec as layout_sim_spec
     from servekit.local.tinymodel.build import build_tiny_model as build_tiny_model

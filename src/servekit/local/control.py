@@ -164,12 +164,12 @@ def _stop_supervisor(pid: int, timeout_s: float) -> bool:
 def active_runs() -> list[RunDir]:
     """Run directories (in every root) whose state says something may still be running."""
     found = []
-    for path in (p for root in run_roots() for p in sorted(root.glob("*/state.json"))):
-        state = state_or_why(path)
+    for run in runs_of(None):
+        state = state_or_why(run.state)
         if isinstance(state, str) or (
             state is not None and state.phase not in ("failed", "stopped")
         ):
-            found.append(RunDir(path.parent))  # an unreadable record may hide live processes
+            found.append(run)  # an unreadable record may hide live processes
     return found
 
 

@@ -150,15 +150,11 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@stop_signals_interrupt()
 def run_demo(
     console: Console, model_dir: Path | None = None, ready_timeout_s: float = 900.0
 ) -> int:
     """The whole demo; returns 0 when every PD answer equals the reference and all KV moved."""
-    with stop_signals_interrupt():
-        return _run_demo(console, model_dir, ready_timeout_s)
-
-
-def _run_demo(console: Console, model_dir: Path | None, ready_timeout_s: float) -> int:
     model = model_dir or Path(load(PD_LAYOUT).layout.model.path)
     if not (model / "config.json").is_file():
         check_out(model)

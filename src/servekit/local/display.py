@@ -8,6 +8,7 @@ the same thing.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from types import TracebackType
 
 from rich.console import Console, Group
@@ -28,62 +29,57 @@ def _age(since: float | None, now: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def _row(proc: ProcState, now: float, health: str | None) -> list[str]:
-    style = PHASE_STYLE.get(proc.phase, "")
-    phase = f"[{style}]{proc.phase}[/{style}]" if style else proc.phase
+def _styled(text: str, styles: dict[str, str]) -> str:
+    style = styles.get(text, "")
+    return f"[{style}]{text}[/{style}]" if style else text
+
+
+def _cells(proc: ProcState | ProcView, phase: str, last: str, uptime: str) -> list[str]:
+    """A process's row: name, role, port, pid, phase (with its exit code), ``last``, uptime."""
     if proc.exit_code is not None:
         phase += f" (code {proc.exit_code})"
-    uptime = "-" if proc.phase == "exited" else _age(proc.started_at, now)
-    cells = [proc.name, proc.role, str(proc.port or "-"), str(proc.pid or "-"), phase]
-    cells += [health] if health is not None else [proc.detail]
-    return [*cells, uptime]
+    return [proc.name, proc.role, str(proc.port or "-"), str(proc.pid or "-"), phase, last, uptime]
 
 
-def state_table(state: RunState, health: dict[str, str] | None = None) -> Table:
-    """One row per process; ``health`` (name -> text) replaces the detail column."""
-    now = time.time()
-    title = f"{state.layout} ({state.engine}): {state.phase}"
+def _table(title: str, last: str, rows: Iterable[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
-    last = "health" if health is not None else "detail"
     for column in ("process", "role", "port", "pid", "phase", last, "uptime"):
         table.add_column(column, overflow="fold")
-    for proc in state.processes:
-        table.add_row(*_row(proc, now, None if health is None else health.get(proc.name, "-")))
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
-def _view_row(proc: ProcView, now: float) -> list[str]:
-    if proc.phase != "exited" and not proc.alive:
-        phase = "[red]gone[/red]"
-    else:
-        style = PHASE_STYLE.get(proc.phase, "")
-        phase = f"[{style}]{proc.phase}[/{style}]" if style else proc.phase
-    if proc.exit_code is not None:
-        phase += f" (code {proc.exit_code})"
-    uptime = _age(proc.started_at, now) if proc.alive else "-"
-    health = proc.health if proc.health is not None else "-"
-    return [
-        proc.name,
-        proc.role,
-        str(proc.port or "-"),
-        str(proc.pid or "-"),
-        phase,
-        health,
-        uptime,
-    ]
+def state_table(state: RunState) -> Table:
+    """One row per process, as the run's state records it (the start-up view)."""
+    now = time.time()
+    rows = (
+        _cells(
+            p,
+            _styled(p.phase, PHASE_STYLE),
+            p.detail,
+            "-" if p.phase == "exited" else _age(p.started_at, now),
+        )
+        for p in state.processes
+    )
+    return _table(f"{state.layout} ({state.engine}): {state.phase}", "detail", rows)
 
 
 def view_table(view: RunView) -> Table:
     """``servekit status``: one row per process, with what is true now (alive, health)."""
     now = time.time()
-    style = RUN_STYLE.get(view.phase, "")
-    phase = f"[{style}]{view.phase}[/{style}]" if style else view.phase
-    table = Table(title=f"{view.layout} ({view.engine}): {phase}", title_justify="left")
-    for column in ("process", "role", "port", "pid", "phase", "health", "uptime"):
-        table.add_column(column, overflow="fold")
-    for proc in view.processes:
-        table.add_row(*_view_row(proc, now))
-    return table
+    rows = (
+        _cells(
+            p,
+            _styled(p.phase, PHASE_STYLE) if p.phase == "exited" or p.alive else "[red]gone[/red]",
+            p.health if p.health is not None else "-",
+            _age(p.started_at, now) if p.alive else "-",
+        )
+        for p in view.processes
+    )
+    return _table(
+        f"{view.layout} ({view.engine}): {_styled(view.phase, RUN_STYLE)}", "health", rows
+    )
 
 
 class ProgressView:

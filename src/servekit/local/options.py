@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from servekit.catalog import catalog_field
 from servekit.vocabulary import STARTABLE, Startable, StrictModel
@@ -24,8 +24,11 @@ def _seconds(value: float, flag: str) -> float:
     return value
 
 
-def ready_timeout_field(default: float) -> Any:
-    return Field(default, description="seconds to wait for readiness (positive, finite)")
+ReadyTimeout = Annotated[
+    float,
+    Field(description="seconds to wait for readiness (positive, finite)"),
+    AfterValidator(lambda value: _seconds(value, "--ready-timeout")),
+]
 
 
 class UpOptions(StrictModel):
@@ -35,7 +38,7 @@ class UpOptions(StrictModel):
     engine: Startable = Field("vllm", description="vllm: real vLLM on the CPU; sim: the simulator")
     detach: bool = Field(False, description="return once ready; a background supervisor watches")
     free_ports: bool = Field(False, description="map every planned port to a free local one")
-    ready_timeout: float = ready_timeout_field(600.0)
+    ready_timeout: ReadyTimeout = 600.0
     catalog: Path | None = catalog_field()
     speed: float | None = Field(
         None, gt=0, le=10000, description="--engine sim: simulated time X times faster (default 1)"
@@ -47,11 +50,6 @@ class UpOptions(StrictModel):
         if value not in STARTABLE:
             raise ValueError(f"--engine {value}: unknown engine; use --engine vllm or --engine sim")
         return value
-
-    @field_validator("ready_timeout")
-    @classmethod
-    def _timeout(cls, value: float) -> float:
-        return _seconds(value, "--ready-timeout")
 
     @model_validator(mode="after")
     def _speed_needs_sim(self) -> UpOptions:
@@ -103,12 +101,7 @@ class LogsOptions(StrictModel):
 class DemoOptions(StrictModel):
     """``servekit demo``."""
 
-    ready_timeout: float = ready_timeout_field(900.0)
-
-    @field_validator("ready_timeout")
-    @classmethod
-    def _timeout(cls, value: float) -> float:
-        return _seconds(value, "--ready-timeout")
+    ready_timeout: ReadyTimeout = 900.0
 
 
 class TinyModelOptions(StrictModel):

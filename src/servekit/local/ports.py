@@ -17,9 +17,12 @@ from servekit.errors import UsageError
 LOOPBACK = "127.0.0.1"
 
 
-def port_is_free(port: int, host: str = LOOPBACK) -> bool:
-    """True when a TCP listener could bind ``host:port`` right now."""
+def port_is_free(port: int, host: str = LOOPBACK, *, reuse: bool = False) -> bool:
+    """True when a TCP listener could bind ``host:port`` right now (``reuse``: one that
+    sets SO_REUSEADDR, as the servers do, so a port in TIME_WAIT counts as free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import platform
 import shutil
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
+from servekit.local.companions import installed_version
 from servekit.render import Plan
 from servekit.vocabulary import atomic_write_text
 
@@ -83,9 +83,5 @@ class RunDir:
 def versions() -> dict[str, str]:
     """Versions worth recording beside a run (absent packages are left out)."""
     found = {"python": platform.python_version(), "platform": platform.platform()}
-    for dist in VERSIONED:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
+    found.update({d: v for d in VERSIONED if (v := installed_version(d)) is not None})
     return found

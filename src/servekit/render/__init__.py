@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         topology_of as topology_of,
     )
     from servekit.render.shell import (
+        device_span as device_span,
         render_files as render_files,
         write_rendering as write_rendering,
     )

@@ -118,13 +118,11 @@ def template_value(name: str, value: AnyEnvValue) -> str:
     ``${NODE_IP}``, ``${NODE_NIC}``, ``${BUNDLE_DIR}`` and ``${NAME:-}`` stand for
     what the node fills in; used by fidelity and dry-run comparisons.
     """
-    if isinstance(value, str):
-        return value
-    if isinstance(value, NodeValue):
-        return "${NODE_IP}" if value.node == "ip" else "${NODE_NIC}"
-    if isinstance(value, NodeUrl):
-        return value.with_host(value.reference)
-    tail = value.sep + "${" + name + ":-}"
-    if isinstance(value, Prepend):
-        return value.prepend + tail
-    return value.bundle_dir + tail
+    return resolve_value(
+        name,
+        value,
+        node_ip="${NODE_IP}",
+        node_nic="${NODE_NIC}",
+        inherited={name: "${" + name + ":-}"},
+        node_ips={value.node: value.reference} if isinstance(value, NodeUrl) else None,
+    )

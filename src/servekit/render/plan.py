@@ -94,8 +94,11 @@ class ProxyFacts(StrictModel):
 
     def backend_counts(self) -> dict[str, int]:
         """``<role>_instances`` -> count, as the proxy's /health reports them."""
-        counts = {"prefill": len(self.prefill), "decode": len(self.decode)}
-        counts["replica"] = len(self.replica)
+        counts = {
+            "prefill": len(self.prefill),
+            "decode": len(self.decode),
+            "replica": len(self.replica),
+        }
         return {f"{role}_instances": n for role, n in counts.items() if n}
 
 
@@ -155,10 +158,7 @@ class ProcessPlan(StrictModel):
 
     def bound_ports(self) -> list[int]:
         """Ports this process listens on (API, DP rpc, KV side channel window)."""
-        ports = [p for p in (self.api_port, self.rpc_port) if p is not None]
-        if self.kv_port is not None:
-            ports.append(self.kv_port)
-        return ports
+        return [p for p in (self.api_port, self.rpc_port, self.kv_port) if p is not None]
 
 
 class NodePlan(StrictModel):
@@ -217,7 +217,6 @@ def build_plan(layout: Layout, options: PlanOptions | None = None) -> Plan:
     for engine in layout.engines:
         for proc in _engine_processes(ctx, engine):
             per_node.setdefault(proc.node, []).append(proc)
-    entry = ""
     if layout.proxy is not None:
         proxy = _proxy_process(ctx)
         per_node.setdefault(proxy.node, []).append(proxy)
@@ -484,12 +483,6 @@ def _engine_processes(ctx: _Context, engine: Engine) -> list[ProcessPlan]:
     ]
 
 
-def _env(ctx: _Context, engine: Engine) -> dict[str, PlanEnvValue]:
-    env: dict[str, PlanEnvValue] = dict(ctx.layout.env)
-    env.update(engine.env)
-    return env
-
-
 def _process(
     ctx: _Context,
     engine: Engine,
@@ -499,13 +492,13 @@ def _process(
     args: _Args,
     devices: tuple[int, ...],
     api_port: int | None,
-    kv_port: int | None,
     rpc_port: int | None,
     dp_rank: int | None,
     dp_local: int = 1,
     headless: bool = False,
 ) -> ProcessPlan:
-    env = _env(ctx, engine)
+    env: dict[str, PlanEnvValue] = {**ctx.layout.env, **engine.env}
+    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     _kv_env(ctx, engine, env, kv_port)
     settings = _settings(ctx, engine)
     if headless:
@@ -547,7 +540,6 @@ def _process(
 
 def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> ProcessPlan:
     port = ctx.port(node, engine.api_port + replica)
-    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     args = _base_args(ctx, engine, port)
     name = engine.name if engine.replicas == 1 else f"{engine.name}-{replica}"
     return _process(
@@ -558,7 +550,6 @@ def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> Proc
         args=args,
         devices=ctx.take_devices(engine, node, engine.tp),
         api_port=port,
-        kv_port=kv_port,
         rpc_port=None,
         dp_rank=None,
     )
@@ -587,7 +578,6 @@ def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
     headless = j > 0
     port = ctx.port(node, engine.api_port)
     rpc = ctx.port(engine.nodes[0], engine.rpc_port) if engine.rpc_port is not None else None
-    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     args = _base_args(ctx, engine, port)
     if headless:
         args.lit("--headless")
@@ -609,7 +599,6 @@ def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
         args=args,
         devices=ctx.take_devices(engine, node, engine.dp_size_per_node * engine.tp),
         api_port=port,
-        kv_port=kv_port,
         rpc_port=rpc if not headless else None,
         dp_rank=start_rank,
         dp_local=engine.dp_size_per_node,
@@ -622,7 +611,6 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
     rank = j * engine.dp_size_per_node + i
     port = ctx.port(node, engine.api_port + i)
     rpc = ctx.port(engine.nodes[0], engine.rpc_port) if engine.rpc_port is not None else None
-    kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     args = _base_args(ctx, engine, port)
     _dp_common(ctx, engine, args, rpc)
     args.lit("--data-parallel-rank", str(rank))
@@ -634,7 +622,6 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
         args=args,
         devices=ctx.take_devices(engine, node, engine.tp),
         api_port=port,
-        kv_port=kv_port,
         rpc_port=rpc if rank == 0 else None,
         dp_rank=rank,
     )

@@ -31,15 +31,15 @@ from servekit.render.plan import NodePlan, Plan, ProcessPlan
 
 Target = Literal["modelarts", "nodes"]
 TARGETS: tuple[Target, ...] = ("modelarts", "nodes")
-_NODE_VAR = "NODE{}_IP"
 
 
-def _devices(devices: tuple[int, ...]) -> str:
+def device_span(devices: tuple[int, ...], shortest: int = 2) -> str:
+    """``0-15`` for a run of at least ``shortest`` ids, else the ids (``-`` for none)."""
     if not devices:
         return "-"
-    if list(devices) == list(range(devices[0], devices[-1] + 1)) and len(devices) > 1:
+    if list(devices) == list(range(devices[0], devices[-1] + 1)) and len(devices) >= shortest:
         return f"{devices[0]}-{devices[-1]}"
-    return ",".join(str(d) for d in devices)
+    return ",".join(map(str, devices))
 
 
 def _environment() -> jinja2.Environment:
@@ -52,7 +52,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["shq"] = shlex.quote
-    env.filters["devices"] = _devices
+    env.filters["devices"] = device_span
     return env
 
 
@@ -197,10 +197,6 @@ def render_files(plan: Plan, target: Target = "modelarts") -> dict[str, str | by
     return files
 
 
-def executable(rel: str) -> bool:
-    return rel.endswith((".sh", ".pyz"))
-
-
 def write_rendering(
     plan: Plan, out: Path, target: Target = "modelarts", *, force: bool = False
 ) -> list[Path]:
@@ -212,5 +208,5 @@ def write_rendering(
             path.parent.mkdir(parents=True, exist_ok=True)
             data = content.encode("utf-8") if isinstance(content, str) else content
             path.write_bytes(data)
-            path.chmod(0o755 if executable(rel) else 0o644)
+            path.chmod(0o755 if rel.endswith((".sh", ".pyz")) else 0o644)  # scripts, the proxy
     return [out / rel for rel in sorted(files)]

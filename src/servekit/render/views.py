@@ -159,6 +159,7 @@ def print_list(catalog: Path | None, console: Console | None = None) -> None:
 
 def print_show(name: str, catalog: Path | None, console: Console | None = None) -> None:
     from servekit.render.plan import build_plan
+    from servekit.render.shell import device_span
 
     out = console or Console()
     loaded = load(name, catalog)
@@ -195,7 +196,7 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
             str(p.node),
             p.role + (" (headless)" if p.headless else ""),
             p.engine_id or "-",
-            _devices(p.devices),
+            device_span(p.devices, shortest=3),
             str(p.api_port or "-"),
             str(p.kv_port or "-"),
         ]
@@ -204,15 +205,6 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     header = ["process", "node", "role", "engine id", "devices", "api", "kv"]
     for table in fit_tables(out, header, rows, "plan"):
         out.print(table)
-
-
-def _devices(devices: tuple[int, ...]) -> str:
-    """``0-15`` for a run of ids, else the ids: short enough for an 80-column table."""
-    if not devices:
-        return "-"
-    if list(devices) == list(range(devices[0], devices[-1] + 1)) and len(devices) > 2:
-        return f"{devices[0]}-{devices[-1]}"
-    return ",".join(map(str, devices))
 
 
 def check_findings(
@@ -252,9 +244,7 @@ def run_check(
             errors += f.level == "error"
             warnings += f.level == "warning"
     out.print(f"{len(results)} layout(s): {errors} error(s), {warnings} warning(s)")
-    if errors or (strict and warnings):
-        return 1
-    return 0
+    return 1 if errors or (strict and warnings) else 0
 
 
 def print_defaults(

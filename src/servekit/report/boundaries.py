@@ -12,15 +12,6 @@ from servekit.accept import AcceptResult
 from servekit.bench import BenchResult
 from servekit.report.models import KitCheck, VerifyRun
 
-BENCH_KIND = {
-    "single-stream": "single_stream",
-    "multi-stream": "multi_stream",
-    "prefill": "prefill",
-    "kv-capacity": "kv_capacity",
-    "rate-sweep": "rate_sweep",
-    "concurrency-sweep": "concurrency_sweep",
-}
-
 
 def _interrupt_lines(run: VerifyRun) -> list[str]:
     stop = run.interrupted
@@ -107,11 +98,11 @@ def _accept_lines(accept: AcceptResult | None) -> list[str]:
 def _bench_lines(run: VerifyRun, bench: BenchResult | None) -> list[str]:
     if bench is None:
         return ["No benchmark ran; no performance figure is claimed."]
-    measured = {p.workload for p in bench.points}
+    measured = {p.workload for p in bench.points}  # a layout's single-stream is single_stream
     lines = [
         f"Declared workload {w} produced no figure."
         for w in run.declared_workloads
-        if BENCH_KIND.get(w, w) not in measured
+        if w.replace("-", "_") not in measured
     ]
     for point in bench.points:
         if point.figures and all(f.median is None for f in point.figures.values()):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from servekit.accept import AcceptResult, CheckResult
-from servekit.bench import BenchResult, Point
+from servekit.bench import BenchResult, Figure, Point
+from servekit.numbers import fmt
 from servekit.report.models import KitCheck, VerifyRun
-from servekit.report.numbers import fmt_figure
 from servekit.report.view import Mark, Part, Row
 
 PointFiles = Mapping[tuple[str, str], str]
@@ -30,6 +30,13 @@ TITLES = {
     "prefill_tok_per_s": "prefill",
     "kv_cache_tokens": "KV",
 }
+
+
+def fmt_figure(fig: Figure | None) -> str:
+    """A figure as ``113.4 tok/s`` (median over its runs; rules in :mod:`servekit.numbers`)."""
+    if fig is None or fig.median is None:
+        return "no valid run"
+    return f"{fmt(fig.median, fig.unit)} {fig.unit}"
 
 
 def sim_suffix(run: VerifyRun, speed: float | None = None) -> str:
@@ -90,9 +97,7 @@ def _check(accept: AcceptResult | None, check_id: str) -> CheckResult | None:
 
 
 def _check_part(check: CheckResult, accept_dir: str) -> Part:
-    responses = [e for e in check.evidence if e.kind == "response"]
-    href = f"{accept_dir}/{responses[0].path}" if responses else f"{accept_dir}/result.json"
-    return Part(f"{check.id} {check.verdict}", href)
+    return Part(f"{check.id} {check.verdict}", check_href(check, accept_dir))
 
 
 def service_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> Row:
@@ -109,11 +114,16 @@ def acceptance_row(run: VerifyRun, accept: AcceptResult | None) -> Row:
     if accept is None:
         step = run.step("accept")
         return Row("Acceptance", (Part(step.detail if step else "not run"),), "fail")
-    c = accept.counts
-    sim = sim_suffix(run, accept.sim_speed)
-    skipped = skip_summary(accept) or "0 skipped"
-    text = f"{c.passed}/{c.ran} passed, {c.failed} failed, {skipped}{sim}"
+    text = _accept_counts(run, accept)
     return Row("Acceptance", (Part(text, run.files.accept),), "ok" if accept.ok else "fail")
+
+
+def _accept_counts(run: VerifyRun, accept: AcceptResult) -> str:
+    """``12/14 passed, 0 failed, 2 skipped (capability 2)``, and where they ran."""
+    c = accept.counts
+    skipped = skip_summary(accept) or "0 skipped"
+    sim = sim_suffix(run, accept.sim_speed)
+    return f"{c.passed}/{c.ran} passed, {c.failed} failed, {skipped}{sim}"
 
 
 CACHE_HITS = (
@@ -135,7 +145,7 @@ def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> R
         label = check.id.split(".")[1] if check.id.count(".") >= 2 else check.id
         if check.verdict != "pass" or "speedup" not in m:
             parts.append(
-                Part(f"{label}: {check.verdict}: {check.reason}", _href(check, accept_dir))
+                Part(f"{label}: {check.verdict}: {check.reason}", check_href(check, accept_dir))
             )
             continue
         hits = [f"{name} {float(m[key]):,.0f}" for key, name in CACHE_HITS if key in m]
@@ -144,7 +154,7 @@ def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> R
         else:
             head = f"{label}: hot TTFT {float(m['speedup']):g}x faster than cold; "
         text = head + ", ".join(hits)
-        parts.append(Part(text + " tokens", _href(check, accept_dir)))
+        parts.append(Part(text + " tokens", check_href(check, accept_dir)))
     return Row(
         f"Prefix cache (cold, hot, hot){sim_suffix(run, accept.sim_speed if accept else None)}",
         tuple(parts),
@@ -152,7 +162,8 @@ def cache_row(run: VerifyRun, accept: AcceptResult | None, accept_dir: str) -> R
     )
 
 
-def _href(check: CheckResult, accept_dir: str) -> str:
+def check_href(check: CheckResult, accept_dir: str) -> str:
+    """A check's evidence: its first recorded response, else the acceptance result."""
     responses = [e for e in check.evidence if e.kind == "response"]
     return f"{accept_dir}/{responses[0].path}" if responses else f"{accept_dir}/result.json"
 
@@ -233,7 +244,7 @@ def bench_rows(run: VerifyRun, bench: BenchResult | None, files: PointFiles) -> 
     return rows
 
 
-def kit_row(run: VerifyRun, kit: KitCheck | None) -> Row:
+def kit_row(kit: KitCheck | None) -> Row:
     if kit is None:
         return Row("Image kit self-check", (Part("not run (no --kit given)"),), "none")
     return Row(
@@ -255,7 +266,7 @@ def verification_table(
     cache = cache_row(run, accept, accept_dir)
     rows += [cache] if cache is not None else []
     rows += bench_rows(run, bench, files)
-    rows.append(kit_row(run, kit))
+    rows.append(kit_row(kit))
     return tuple(rows)
 
 
@@ -276,11 +287,7 @@ def headline(
     sim = sim_suffix(run, bench.inputs.sim_speed if bench else None)
     parts: list[Part] = []
     if accept is not None:
-        c = accept.counts
-        skipped = skip_summary(accept)
-        text = f"acceptance {c.passed}/{c.ran} passed, {c.failed} failed, "
-        text += (skipped or "0 skipped") + sim_suffix(run, accept.sim_speed)
-        parts.append(Part(text, run.files.accept))
+        parts.append(Part("acceptance " + _accept_counts(run, accept), run.files.accept))
     else:
         parts.append(Part("acceptance not run"))
     for workload, name, what, last in (

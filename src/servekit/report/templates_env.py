@@ -39,11 +39,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render_text(name: str, **context: Any) -> str:
-    return environment().get_template(name).render(**context)
-
-
 def render_template(name: str, out: Path, **context: Any) -> Path:
     """Render template ``name`` to ``out`` atomically."""
-    atomic_write_text(out, render_text(name, **context))
+    atomic_write_text(out, environment().get_template(name).render(**context))
     return out

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 
-from servekit.render import Plan, ProcessPlan
+from servekit.render import Plan
 from servekit.report.view import Command
-
-
-def _slug(layout: str) -> str:
-    return layout.replace("/", "-")
 
 
 def _request(plan: Plan, host: str, port: int | None) -> str:
@@ -36,13 +32,9 @@ def _node_line(plan: Plan, index: int) -> str:
     return f"# node {index}: {shown}"
 
 
-def _entry(plan: Plan) -> ProcessPlan:
-    return plan.process(plan.entry)
-
-
 def local_usage(plan: Plan) -> tuple[Command, ...]:
     """A layout that runs on this machine: up, request, down."""
-    entry = _entry(plan)
+    entry = plan.process(plan.entry)
     return (
         Command(
             "Start it here (detached; writes deployment.json)", (f"servekit up {plan.layout}",)
@@ -54,8 +46,8 @@ def local_usage(plan: Plan) -> tuple[Command, ...]:
 
 def cluster_usage(plan: Plan) -> tuple[Command, ...]:
     """A multi-node layout: render, start every node, request the entry."""
-    out = f"out/{_slug(plan.layout)}"
-    entry = _entry(plan)
+    out = f"out/{plan.layout.replace('/', '-')}"
+    entry = plan.process(plan.entry)
     starts = [_node_line(plan, n.index) for n in plan.nodes]
     for n in plan.nodes:
         starts.append(f"bash {out}/node{n.index}/run.sh   # on node {n.index}")

@@ -88,8 +88,6 @@ class ReportView:
     boundaries: tuple[str, ...]
     steps: tuple[Row, ...]
     simulated: bool
-    evidence_sha256: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
     plots: tuple[Plot, ...] = field(default_factory=tuple)
     kit_title: str | None = None
     kit_rows: tuple[KitRow, ...] = field(default_factory=tuple)

@@ -7,7 +7,6 @@ catalog site never load the engine stack.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,27 +28,12 @@ class StartFailed(Exception):
     """The deployment was started but never became ready (a verify failure, not bad input)."""
 
 
-def ensure_tiny_model(loaded: LoadedLayout) -> None:
-    """Build the deterministic tiny model when a CPU layout points at a missing one.
-
-    ``servekit verify local/1p1d`` on a fresh machine must work without a
-    separate ``servekit model tiny`` step; the build is offline and seeded, so the
-    model is the same bytes everywhere.
-    """
-    layout = loaded.layout
-    path = Path(layout.model.path)
-    if layout.hardware.accelerator != "cpu" or path.is_absolute() or path.name != "tiny":
-        return
-    if (path / "config.json").is_file():
-        return
-    from servekit.local import build_tiny_model
-
-    print(f"building the tiny model at {path} (servekit model tiny)", file=sys.stderr)
-    build_tiny_model(path)
-
-
 class LocalRunner:
     """``servekit up NAME --detach --free-ports`` and ``servekit down NAME`` as calls.
+
+    ``prepare_run`` builds the tiny model on first use, as for ``up``, so
+    ``servekit verify local/1p1d`` works on a fresh machine without a separate
+    ``servekit model tiny`` step.
 
     A layout that names a ``verify.reference`` gets that single-instance layout
     started beside it (same engine choice), so acceptance can compare PD answers
@@ -77,8 +61,6 @@ class LocalRunner:
         name = loaded.layout.name
         if name not in self._started:
             self._started.append(name)
-        if engine == "vllm":
-            ensure_tiny_model(loaded)
         asked = {"name": name, "engine": engine, "free_ports": True, "catalog": self.catalog}
         opts = build_options(UpOptions, {**asked, "speed": speed})
         spec = prepare_run(opts)

@@ -34,7 +34,7 @@ from servekit.deployment import (
 from servekit.errors import UsageError
 from servekit.render import Plan, PlanOptions, ProcessPlan, build_plan
 from servekit.verify.options import DeploymentOptions
-from servekit.vocabulary import EndpointRole, ServedBy
+from servekit.vocabulary import ServedBy
 
 LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(\.{LABEL})*")
@@ -76,17 +76,12 @@ def _is_address(value: str) -> bool:
         return HOSTNAME.fullmatch(value) is not None and not value.replace(".", "").isdigit()
 
 
-def endpoint_role(proc: ProcessPlan) -> EndpointRole:
-    role: EndpointRole = proc.role
-    return role
-
-
 def _endpoint(proc: ProcessPlan, url: str, logs: Path | None, relay: str | None) -> Endpoint:
     """One API server; ``relay`` is where its metrics are read when not from its own port."""
     metrics = f"{url}/metrics" if proc.kind != "proxy" else f"{url}{RELAY_PATH}"
     return Endpoint(
         name=proc.name,
-        role=endpoint_role(proc),
+        role=proc.role,
         url=url,
         engine_id=proc.engine_id,
         dp_rank=proc.dp_rank,

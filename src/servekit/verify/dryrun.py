@@ -29,7 +29,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import servekit
 from servekit.catalog import Layout, load
 from servekit.client import ReadyTarget, poll_ready
 from servekit.errors import UsageError
+from servekit.local import port_is_free
 from servekit.render import PlanOptions, build_plan, write_rendering
 
 VLLM_WRAPPER = (
@@ -57,9 +57,8 @@ POLL_S = 0.25
 
 @dataclass
 class Node:
-    """One dry-run node: its rank, pod name, loopback address and running entry."""
+    """One dry-run node: its pod name, loopback address and running entry."""
 
-    rank: int
     pod: str
     address: str
     entry: Path
@@ -112,16 +111,6 @@ def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:
     }
 
 
-def _bindable(address: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
-        try:
-            sock.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_block(layouts: Sequence[Layout], first: int = 2) -> str:
     """A ``127.0.N`` prefix on which every planned (address, port) is free.
 
@@ -137,7 +126,7 @@ def free_block(layouts: Sequence[Layout], first: int = 2) -> str:
             plan = build_plan(layout)
             for proc in plan.processes:
                 for port in proc.bound_ports():
-                    ok = ok and _bindable(f"{prefix}.{rank + proc.node}", port)
+                    ok = ok and port_is_free(port, f"{prefix}.{rank + proc.node}", reuse=True)
             rank += layout.nodes
         if ok and first + needed <= 255:
             return prefix
@@ -183,7 +172,7 @@ def _layout_nodes(root: Path, layout: Layout, prefix: str, first: int, tag: str)
     folder = root / tag
     write_rendering(build_plan(layout), folder / "script", "modelarts")
     return [
-        Node(i, f"{tag}-node{i}", f"{prefix}.{first + i}", folder / "script" / "run.sh")
+        Node(f"{tag}-node{i}", f"{prefix}.{first + i}", folder / "script" / "run.sh")
         for i in range(layout.nodes)
     ]
 

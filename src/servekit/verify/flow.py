@@ -166,7 +166,7 @@ class Flow:
 
     def _bench_target(self, dep: Deployment) -> Deployment:
         """The deployment to benchmark: restarted at the benchmark speed when it differs."""
-        wanted = self.opts.benchmark_speed
+        wanted = self.opts.bench_speed or 1.0  # unset: real time
         if not (self.started_here and dep.simulated) or wanted == (dep.sim_speed or 1.0):
             return dep
         self.progress.doing(f"restarting at {wanted:g}x speed for the benchmarks")

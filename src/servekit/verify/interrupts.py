@@ -44,13 +44,8 @@ class Interrupts:
             signal.signal(signum, handler)
         self._saved.clear()
 
-    def caught(self) -> int:
-        """The signal behind a KeyboardInterrupt: SIGTERM when it came, else SIGINT."""
-        if self.signum is None:
-            self.signum = int(signal.SIGINT)
-        return self.signum
-
     def name(self) -> str:
+        """The signal behind a KeyboardInterrupt: SIGTERM when it came, else SIGINT."""
         return signal.Signals(self.signum or signal.SIGINT).name
 
     @contextmanager

@@ -145,14 +145,6 @@ class VerifyOptions(StrictModel):
             baseline=self.kit_baseline,
         )
 
-    @property
-    def accept_speed(self) -> float:
-        return self.speed or 1.0
-
-    @property
-    def benchmark_speed(self) -> float:
-        return self.bench_speed or 1.0
-
 
 class DeploymentOptions(StrictModel):
     """``servekit deployment``: the layout, where its nodes are, and what to write.

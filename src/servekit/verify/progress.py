@@ -74,15 +74,13 @@ class VerifyProgress:
 
     def _on_check(self, result: CheckResult) -> None:
         self.checks.append(result)
-        if self._bar is not None:
-            self._bar.advance(check_weight(result.id), what=f"accept {result.id}")
+        self.advance(check_weight(result.id), what=f"accept {result.id}")
 
     def _on_bench(self, what: str, done: int, total: int) -> None:
         now = min(done, total)
         grew = max(0, now - self._bench_seen.get(what, 0))
         self._bench_seen[what] = max(now, self._bench_seen.get(what, 0))
-        if self._bar is not None:
-            self._bar.advance(grew, what=f"bench {what}")
+        self.advance(grew, what=f"bench {what}")
 
     def doing(self, what: str) -> None:
         if self._bar is not None:

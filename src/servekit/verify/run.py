@@ -153,7 +153,7 @@ def verify(
     flow.made_run_dir = made
     _write_static(flow)
     with Interrupts() as interrupts:
-        flow.steps.interrupt_name = lambda: signal.Signals(interrupts.caught()).name
+        flow.steps.interrupt_name = interrupts.name
         stopped = None
         try:
             flow.up()

@@ -59,9 +59,6 @@ class Steps:
     def mark(self, name: StepName, ok: bool, detail: str, start: float) -> None:
         self._add(name, "ok" if ok else "fail", detail, start)
 
-    def now(self) -> float:
-        return self._clock()
-
     def finished(self) -> tuple[str, ...]:
         """The steps that ended ok, in order."""
         return tuple(s.name for s in self.outcomes if s.status == "ok")

@@ -15,7 +15,14 @@ from servekit.catalog import (
     observed_summary,
     status_from_records,
 )
-from servekit.render import Plan, ProcessPlan, build_plan, model_of, source_claim
+from servekit.render import (
+    Plan,
+    ProcessPlan,
+    build_plan,
+    device_span,
+    model_of,
+    source_claim,
+)
 from servekit.report.site.topology import Topology, classify, svg
 
 
@@ -64,14 +71,6 @@ class Entry:
         return self.layout.name
 
 
-def _devices(devs: tuple[int, ...]) -> str:
-    if not devs:
-        return "-"
-    if list(devs) == list(range(devs[0], devs[-1] + 1)) and len(devs) > 1:
-        return f"{devs[0]}-{devs[-1]}"
-    return ",".join(str(d) for d in devs)
-
-
 def _ports(p: ProcessPlan) -> str:
     named = (("api", p.api_port), ("kv", p.kv_port), ("rpc", p.rpc_port))
     return " ".join(f"{k} {v}" for k, v in named if v is not None) or "-"
@@ -92,7 +91,7 @@ def plan_rows(plan: Plan) -> tuple[PlanRow, ...]:
             role=p.role,
             engine_id=p.engine_id or "-",
             dp=_dp(p),
-            devices=_devices(p.devices),
+            devices=device_span(p.devices),
             ports=_ports(p),
         )
         for p in plan.processes

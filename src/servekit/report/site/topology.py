@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servekit.catalog import Layout
-from servekit.render import Plan, ProcessPlan
+from servekit.render import Plan, ProcessPlan, device_span
 
 TopologyKind = Literal["single", "dp", "pd"]
 
@@ -78,7 +78,7 @@ def _ranks(p: ProcessPlan) -> tuple[int, ...]:
     return tuple(range(p.dp_rank, p.dp_rank + p.dp_local))
 
 
-def groups(plan: Plan, layout: Layout) -> list[Group]:
+def groups(plan: Plan) -> list[Group]:
     """One group per (engine, node), in plan order."""
     found: dict[tuple[str, int], list[ProcessPlan]] = {}
     for p in plan.processes:
@@ -139,14 +139,6 @@ def _esc(text: str) -> str:
     )
 
 
-def _devices(devs: tuple[int, ...]) -> str:
-    if not devs:
-        return "cpu"
-    if list(devs) == list(range(devs[0], devs[-1] + 1)):
-        return f"dev {devs[0]}-{devs[-1]}" if len(devs) > 1 else f"dev {devs[0]}"
-    return "dev " + ",".join(str(d) for d in devs)
-
-
 def _fan_text(g: Group, fan: int, has_proxy: bool, entry_engine: str | None) -> str:
     if g.headless:
         return "headless: serves through its engine's API rank"
@@ -166,7 +158,8 @@ def _group_svg(g: Group, fan_text: str) -> list[str]:
     head = " · headless" if g.headless else ""
     title = f"{g.engine} ({g.role}){eid}"
     ranks = f"DP ranks {g.ranks[0]}-{g.ranks[-1]}" if len(g.ranks) > 1 else f"rank {g.ranks[0]}"
-    detail = f"{ranks} · TP={g.tp} · {_devices(g.devices)}{head}"
+    devices = "dev " + device_span(g.devices) if g.devices else "cpu"
+    detail = f"{ranks} · TP={g.tp} · {devices}{head}"
     w = NODE_W - 20
     out = [
         f'<g class="engine" data-engine="{_esc(g.engine)}" data-role="{g.role}">',
@@ -224,7 +217,7 @@ def _proxy_svg(plan: Plan, placed: list[Group], width: float) -> list[str]:
 
 def svg(plan: Plan, layout: Layout) -> str:
     """The topology diagram: nodes as columns, engines with DP ranks, proxy fan-out."""
-    placed, bottom = _place(plan, groups(plan, layout))
+    placed, bottom = _place(plan, groups(plan))
     width = PAD * 2 + len(plan.nodes) * (NODE_W + NODE_GAP) - NODE_GAP
     width = max(width, 300)
     parts = [
