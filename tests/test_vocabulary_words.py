@@ -25,11 +25,14 @@ from servekit.proxy.bundle import LEFT_OUT, build_zipapp
 from servekit.vocabulary import (
     ENGINE_KINDS,
     KV_PROTOCOLS,
+    KV_ROLE_OF,
     PROXY_MODES,
     PROXY_POOLS,
     EndpointRole,
     GuardMode,
+    KvRole,
     RunEngine,
+    role_of_kv,
 )
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
@@ -39,6 +42,7 @@ WORDS: dict[str, frozenset[str]] = {
     "role": frozenset(get_args(EndpointRole)) | frozenset(PROXY_POOLS),
     "engine kind": frozenset(ENGINE_KINDS) | frozenset(get_args(RunEngine)),
     "mode": frozenset((*KV_PROTOCOLS, *PROXY_MODES, *get_args(GuardMode), "off")),
+    "KV role": frozenset(get_args(KvRole)),
 }
 METRIC = re.compile(r"\^?vllm:[a-z0-9_]+")
 
@@ -99,6 +103,13 @@ def redefinitions(source: str, where: str) -> list[str]:
             and METRIC.match(const.value)
         ):
             out.append(f"{where}:{const.lineno}: vLLM metric name {const.value[:60]!r}")
+    for mapping in ast.walk(tree):  # kv_role words are written as mappings (role <-> kv_role)
+        if not isinstance(mapping, ast.Dict):
+            continue
+        for side in (mapping.keys, mapping.values):
+            words = _strings(ast.Tuple(elts=[k for k in side if k is not None]))
+            if words and len(set(words)) >= 2 and set(words) <= WORDS["KV role"]:
+                out.append(f"{where}:{mapping.lineno}: KV role {words}")
     return out
 
 
@@ -124,6 +135,8 @@ def test_no_module_outside_the_vocabulary_defines_its_words() -> None:
         ('MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")', "mode"),
         ('KvMode = Literal["params", "bootstrap", "prompt", "layerwise"]', "mode"),
         ('paired = mode in {"pd", "bootstrap"}', "mode"),
+        ('ROLE_OF = {"kv_producer": "prefill", "kv_consumer": "decode"}', "KV role"),
+        ('want = {"prefill": "kv_producer", "decode": "kv_consumer"}[role]', "KV role"),
         ('HITS = "vllm:prefix_cache_hits"', "vLLM metric name"),
         ('SERIES = ("vllm:e2e_request_latency_seconds_total",)', "vLLM metric name"),
         ("INFO = re.compile(r'^vllm:cache_config_info\\{')", "vLLM metric name"),
@@ -191,3 +204,20 @@ def _module_of(name: str) -> str:
     from servekit.lazyface import face_names
 
     return face_names("servekit.vocabulary")[name].rsplit(".", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("kv_role", "role"),
+    [
+        ("kv_producer", "prefill"),
+        ("kv_consumer", "decode"),
+        ("kv_both", "mixed"),
+        (None, "mixed"),
+        (["kv_producer"], "mixed"),  # a launch line's JSON may hold anything there
+        ({"kv_role": "kv_consumer"}, "mixed"),
+    ],
+)
+def test_the_role_of_a_kv_role(kv_role: object, role: str) -> None:
+    assert role_of_kv(kv_role) == role
+    if role != "mixed":
+        assert KV_ROLE_OF[role] == kv_role  # type: ignore[index]

@@ -23,12 +23,11 @@ from pydantic import (
 )
 
 from servekit.defaults import SettingValue, check_settings
-from servekit.vocabulary import EngineKind, LayoutProxyMode, Role, StrictModel
+from servekit.vocabulary import EngineKind, KvRole, LayoutProxyMode, Role, StrictModel
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
 Capability = Literal["retrieval", "vision", "tools"]
-KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 
 ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
     "ascend-a3": "vllm-ascend",
@@ -158,7 +157,7 @@ class KVConnector(StrictModel):
 
     name: str
     module_path: str | None = None
-    role: KVRole
+    role: KvRole
     extra_config: dict[str, Any] = Field(default_factory=dict)
     buffer_device: str | None = None
 

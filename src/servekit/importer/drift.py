@@ -42,10 +42,9 @@ from servekit.importer.compare import (
     flags_of,
     put_flag,
 )
-from servekit.importer.synthesize import ROLE_OF
 from servekit.render import ProcessPlan, build_plan
 from servekit.termtable import fit_tables
-from servekit.vocabulary import ROLES, read_at_most
+from servekit.vocabulary import ROLES, read_at_most, role_of_kv
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_LINES = 100_000
@@ -152,7 +151,7 @@ def _role(flags: dict[str, str]) -> str:
     except ValueError:
         return "mixed"
     kv_role = cfg.get("kv_role") if isinstance(cfg, dict) else None
-    return ROLE_OF.get(str(kv_role), "mixed")
+    return role_of_kv(kv_role)
 
 
 def parse_upstream(text: str) -> list[UpstreamCommand]:

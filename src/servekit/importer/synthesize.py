@@ -22,6 +22,7 @@ from typing import Any
 from servekit.defaults import SETTINGS_BY_KEY, format_value
 from servekit.importer.platform.normalize import flags_from_json
 from servekit.kvprotocol import LAYERWISE_CONNECTOR
+from servekit.vocabulary import role_of_kv
 
 JSON = Any
 
@@ -214,9 +215,6 @@ def _rank(p: _Proc) -> int:
         if value is not None:
             return value
     return 0
-
-
-ROLE_OF = {"kv_producer": "prefill", "kv_consumer": "decode", None: "mixed"}
 
 
 def _shape(group: list[_Proc], where: str, out: list[Unexpressed]) -> dict[str, Any]:
@@ -455,7 +453,7 @@ def _typed_engine(
     """An engine's typed fields: role, shape, ports, KV connector, speculative config."""
     lead = group[0]
     kv = lead.kv or {}
-    engine: dict[str, Any] = {"name": name, "role": ROLE_OF.get(kv.get("kv_role"), "mixed")}
+    engine: dict[str, Any] = {"name": name, "role": role_of_kv(kv.get("kv_role"))}
     engine.update(_shape(group, where, out))
     engine.update(_kv(group, where, out))
     spec = _speculative(lead.one("--speculative-config"))
@@ -532,7 +530,7 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     model = _common_model(groups, _check_programs(engines, folder, out))
     counts: dict[str, int] = {}
     engine_data: list[dict[str, Any]] = []
-    roles = [ROLE_OF.get((g[0].kv or {}).get("kv_role"), "mixed") for g in groups]
+    roles = [role_of_kv((g[0].kv or {}).get("kv_role")) for g in groups]
     for group, role in zip(groups, roles, strict=True):
         counts[role] = counts.get(role, 0) + 1
         where = f"{folder} {group[0].key}"

@@ -16,7 +16,7 @@ from typing import Literal
 from servekit.catalog import Engine, Layout, Proxy
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import Plan, PlanOptions, build_plan
-from servekit.vocabulary import PD_PROXY_MODES, PD_ROLES, Role, StrictModel
+from servekit.vocabulary import KV_ROLE_OF, PD_PROXY_MODES, PD_ROLES, Role, StrictModel
 
 Level = Literal["error", "warning"]
 
@@ -206,9 +206,8 @@ def rule_connector_extra_config(layout: Layout, plan: Plan) -> Iterable[Finding]
 
 
 def rule_connector_roles(layout: Layout, plan: Plan) -> Iterable[Finding]:
-    expected = {"prefill": "kv_producer", "decode": "kv_consumer"}
     for e in layout.engines:
-        want = expected.get(e.role)
+        want = KV_ROLE_OF.get(e.role) if e.role != "mixed" else None
         if e.kv_connector is not None and want and e.kv_connector.role not in (want, "kv_both"):
             yield _err(
                 layout,

@@ -32,9 +32,9 @@ from servekit.vocabulary import (
     dataclass_options,
     option,
     parse_known_values,
+    role_of_kv,
 )
 
-KV_ROLES: dict[str, Role] = {"kv_producer": "prefill", "kv_consumer": "decode"}
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3}
 
@@ -221,7 +221,7 @@ def _launch(argv: list[str], ns: VllmFlags, unknown: list[str], *, model: str) -
         served_model_name=(ns.served_model_name or (model,))[0],
         host=ns.host,
         port=ns.port,
-        role=KV_ROLES.get(str(kv.get("kv_role")), "mixed"),
+        role=role_of_kv(kv.get("kv_role")),
         kv_mode=protocol_of(connector, _engine_kind(kv))
         if isinstance(connector, str)
         else "params",

@@ -96,14 +96,17 @@ if TYPE_CHECKING:
     )
     from servekit.vocabulary.reading import read_at_most as read_at_most
     from servekit.vocabulary.roles import (
+        KV_ROLE_OF as KV_ROLE_OF,
         PD_ROLES as PD_ROLES,
         PROXY_POOLS as PROXY_POOLS,
         ROLES as ROLES,
         EndpointRole as EndpointRole,
+        KvRole as KvRole,
         PdRole as PdRole,
         ProcessRole as ProcessRole,
         ProxyPool as ProxyPool,
         Role as Role,
+        role_of_kv as role_of_kv,
     )
     from servekit.vocabulary.urls import (
         MAX_HOST as MAX_HOST,

@@ -26,6 +26,24 @@ ProcessRole = Literal[Role, "proxy"]
 EndpointRole = Literal[ProcessRole, "reference"]
 """What a deployment's endpoint is: a process, or a reference engine to compare with."""
 
+KvRole = Literal["kv_producer", "kv_consumer", "kv_both"]
+"""A KV connector's ``kv_role``: it sends the prompt's KV, receives it, or both."""
+
+KV_ROLE_OF: dict[PdRole, KvRole] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+"""The ``kv_role`` each half of a PD pair runs its connector with."""
+
+
+def role_of_kv(kv_role: object) -> Role:
+    """The role of an engine whose connector says ``kv_role`` (any other value: mixed).
+
+    Compared, not looked up: a launch line's JSON may hold a list where the word goes.
+    """
+    for role, kv in KV_ROLE_OF.items():
+        if kv == kv_role:
+            return role
+    return "mixed"
+
+
 ProxyPool = Literal[PdRole, "replica"]
 """The proxy's instance pools: the PD halves, or replicas that serve whole requests."""
 PROXY_POOLS: tuple[ProxyPool, ...] = get_args(ProxyPool)
