@@ -120,6 +120,15 @@ def error_reading(tree: ast.AST) -> Iterator[int]:
             yield node.lineno
 
 
+def file_hash(tree: ast.AST) -> Iterator[int]:
+    """A function that opens a file for reading and hashes it with sha256: sha256_file, again."""
+    for func in _functions(tree):
+        names = {_name(c) for c in _calls(func)}
+        reads = any(_name(c) in ("open", ".open") and "rb" in _constants(c) for c in _calls(func))
+        if reads and names & {".sha256", "sha256"}:
+            yield func.lineno
+
+
 # rule -> (its one home, modules it does not apply to with the reason)
 RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     "strict frozen model": (strict_config, "vocabulary/model.py", {}),
@@ -135,6 +144,7 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     "URL check": (url_check, "vocabulary/urls.py", {}),
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
     "pydantic error reading": (error_reading, "errors.py", {}),
+    "file sha256": (file_hash, "vocabulary/reading.py", {}),
 }
 
 
@@ -167,6 +177,12 @@ def test_each_home_exists_and_holds_its_word(concept: str) -> None:
 
 
 CAUGHT = {
+    "file sha256": [
+        'def h(p):\n    sha = hashlib.sha256()\n    with open(p, "rb") as f:\n'
+        "        sha.update(f.read())\n    return sha.hexdigest()\n",
+        'def h(p):\n    d = hashlib.sha256()\n    with p.open("rb") as f:\n'
+        "        for b in iter(lambda: f.read(1 << 20), b''):\n            d.update(b)\n",
+    ],
     "strict frozen model": [
         'class A(BaseModel):\n    model_config = ConfigDict(frozen=True, extra="forbid")\n',
         'C = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)\n',
@@ -189,6 +205,11 @@ CAUGHT = {
 }
 
 KEPT = {
+    "file sha256": [
+        'def copy(src, dst):\n    sha = hashlib.sha256()\n    with dst.open("wb") as f:\n'
+        "        f.write(src)\n        sha.update(src)\n",
+        "def text(t):\n    return hashlib.sha256(t.encode()).hexdigest()\n",
+    ],
     "strict frozen model": ['model_config = ConfigDict(extra="forbid")\n'],
     "atomic write": [
         "def swap(a, b):\n    os.replace(a, b)\n",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import HEX, ROOT, escape_field, image_path, unescape_field
-from servekit.kit.streams import sha256_file
+from servekit.vocabulary import sha256_file
 
 DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
 KINDS = frozenset((DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO))

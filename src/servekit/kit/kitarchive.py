@@ -33,8 +33,8 @@ from servekit.kit.streams import (
     Limits,
     as_binary,
     each_member,
-    sha256_file,
 )
+from servekit.vocabulary import sha256_file
 
 MAX_SIDECAR = 4096
 

@@ -22,8 +22,8 @@ from servekit.kit.jsonsafe import decode_text, load_json
 from servekit.kit.kitarchive import kit_members, unpack_checked
 from servekit.kit.models import MAX_LAYERS, MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES, KitManifest
 from servekit.kit.scratch import scratch_dir
-from servekit.kit.streams import Limits, sha256_file
-from servekit.vocabulary import read_at_most
+from servekit.kit.streams import Limits
+from servekit.vocabulary import read_at_most, sha256_file
 
 SUMS = "SHA256SUMS"
 MANIFEST = "MANIFEST.json"

@@ -13,8 +13,7 @@ from servekit.kit.errors import KitRefused
 from servekit.kit.kitarchive import kit_members, pack, write_sidecar
 from servekit.kit.models import MAX_MANIFEST_BYTES, KitManifest
 from servekit.kit.render import render_all
-from servekit.kit.streams import sha256_file
-from servekit.vocabulary import atomic_writer
+from servekit.vocabulary import atomic_writer, sha256_file
 
 
 def sha256sum_line(digest: str, path: str) -> str:

@@ -196,15 +196,6 @@ class ForwardReader(ReadStream):
         return data
 
 
-def sha256_file(path: str, chunk: int = CHUNK) -> str:
-    """Hex sha256 of a file's bytes."""
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 def as_binary(stream: object) -> BinaryIO:
     """View one of these readers as the ``BinaryIO`` that tarfile and zstd take."""
     return cast(BinaryIO, stream)

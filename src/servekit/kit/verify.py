@@ -36,7 +36,7 @@ from servekit.kit.kitarchive import read_sidecar
 from servekit.kit.kitdir import KitDir, open_kit
 from servekit.kit.models import KitManifest
 from servekit.kit.options import KitVerifyOptions
-from servekit.kit.streams import sha256_file
+from servekit.vocabulary import sha256_file
 
 DefaultsTable = Callable[[str], Mapping[str, str]]
 

@@ -11,7 +11,7 @@ from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
     from servekit.report.build import RUN_FILE as RUN_FILE, build_report as build_report
-    from servekit.report.evidence import sha256_file as sha256_file, write_sums as write_sums
+    from servekit.report.evidence import write_sums as write_sums
     from servekit.report.models import (
         Files as Files,
         Interruption as Interruption,

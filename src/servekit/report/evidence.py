@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.bench import BenchResult, Point
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import atomic_write_text, sha256_file
 
 SUMS_FILE = "SHA256SUMS"
 POINTS_DIR = "bench/points"
@@ -28,14 +28,6 @@ class Checksum:
     path: str
     sha256: str
     size: int
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def point_file(point: Point) -> str:

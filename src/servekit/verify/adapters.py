@@ -16,10 +16,10 @@ from servekit.catalog import LoadedLayout
 from servekit.deployment import Deployment, load_deployment, run_dir_for
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
-from servekit.report import KitCheck, sha256_file
+from servekit.report import KitCheck
 from servekit.verify.components import Components
 from servekit.verify.progress import HOOKS
-from servekit.vocabulary import Startable
+from servekit.vocabulary import Startable, sha256_file
 
 READY_TIMEOUT_S = float(os.environ.get("SERVEKIT_READY_TIMEOUT", "900"))
 

@@ -94,7 +94,10 @@ if TYPE_CHECKING:
         LayoutProxyMode as LayoutProxyMode,
         ProxyMode as ProxyMode,
     )
-    from servekit.vocabulary.reading import read_at_most as read_at_most
+    from servekit.vocabulary.reading import (
+        read_at_most as read_at_most,
+        sha256_file as sha256_file,
+    )
     from servekit.vocabulary.roles import (
         KV_ROLE_OF as KV_ROLE_OF,
         PD_ROLES as PD_ROLES,

@@ -11,6 +11,8 @@ is a MemoryError). Standard library only.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,3 +51,12 @@ def read_at_most(
     if held > limit:
         raise error(f"{where}: {too_large}")
     return b"".join(chunks)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes, read in chunks (a kit archive may be gigabytes)."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            sha.update(block)
+    return sha.hexdigest()
