@@ -22,6 +22,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import aiohttp
 from aiohttp import web
@@ -60,24 +61,28 @@ def expect_handler(limit: int) -> Callable[[web.Request], Awaitable[web.StreamRe
 
 
 async def read_capped(
-    stream: aiohttp.StreamReader, declared: int | None, limit: int, too_large: Exception
+    stream: aiohttp.StreamReader,
+    declared: int | None,
+    limit: int,
+    too_large: Callable[[], Exception],
 ) -> bytes:
-    """The whole stream; ``too_large`` raised when it, or its declared length, passes ``limit``."""
+    """The whole stream; ``too_large()`` raised when it, or its declared length, passes
+    ``limit`` (a factory: the error is built only for a body that is too large)."""
     if declared is not None and declared > limit:
-        raise too_large
+        raise too_large()
     parts: list[bytes] = []
     size = 0
     while chunk := await stream.readany():
         size += len(chunk)
         if size > limit:
-            raise too_large
+            raise too_large()
         parts.append(chunk)
     return b"".join(parts)
 
 
 async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
-    too_large = _too_large(limit)
+    too_large = partial(_too_large, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await read_capped(request.content, request.content_length, limit, too_large)
@@ -88,8 +93,11 @@ async def read_request(request: web.Request, limit: int, timeout_s: float) -> by
 
 async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage: str) -> bytes:
     """An engine's whole answer, or ``answer_too_large`` (502, not the engine's fault)."""
-    msg = f"{who} answered more than --max-answer-bytes ({limit} bytes)"
-    too_large = ProxyError("answer_too_large", stage, msg)
+
+    def too_large() -> ProxyError:
+        msg = f"{who} answered more than --max-answer-bytes ({limit} bytes)"
+        return ProxyError("answer_too_large", stage, msg)
+
     return await read_capped(resp.content, resp.content_length, limit, too_large)
 
 

@@ -140,9 +140,11 @@ def _refusal(status: int, code: str, message: str) -> web.Response:
 async def metaserver(request: web.Request) -> web.Response:
     """POST /v1/metaserver: a decoder hands over its block allocation for one request."""
     book = request.app[BOOK]
-    too_large = ProxyError(
-        "payload_too_large", "decode", f"metaserver call exceeds {CALL_MAX_BYTES} bytes"
-    )
+
+    def too_large() -> ProxyError:
+        msg = f"metaserver call exceeds {CALL_MAX_BYTES} bytes"
+        return ProxyError("payload_too_large", "decode", msg)
+
     try:
         raw = await read_capped(request.content, request.content_length, CALL_MAX_BYTES, too_large)
     except ProxyError as err:
