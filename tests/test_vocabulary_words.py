@@ -220,4 +220,4 @@ def _module_of(name: str) -> str:
 def test_the_role_of_a_kv_role(kv_role: object, role: str) -> None:
     assert role_of_kv(kv_role) == role
     if role != "mixed":
-        assert KV_ROLE_OF[role] == kv_role  # type: ignore[index]
+        assert KV_ROLE_OF[role] == kv_role

@@ -160,8 +160,9 @@ def _copy_blob(blobs: Path, layer: LayerBlob) -> tuple[str, int]:
             sha.update(block)
             dst.write(block)
         size = dst.tell()
-    tmp.replace(blobs / sha.hexdigest())
-    return "sha256:" + sha.hexdigest(), size
+    digest = sha.hexdigest()
+    tmp.replace(blobs / digest)
+    return "sha256:" + digest, size
 
 
 def write_oci(

@@ -207,7 +207,7 @@ def rule_connector_extra_config(layout: Layout, plan: Plan) -> Iterable[Finding]
 
 def rule_connector_roles(layout: Layout, plan: Plan) -> Iterable[Finding]:
     for e in layout.engines:
-        want = KV_ROLE_OF.get(e.role) if e.role != "mixed" else None
+        want = KV_ROLE_OF.get(e.role)
         if e.kv_connector is not None and want and e.kv_connector.role not in (want, "kv_both"):
             yield _err(
                 layout,

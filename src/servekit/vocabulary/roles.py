@@ -29,8 +29,8 @@ EndpointRole = Literal[ProcessRole, "reference"]
 KvRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 """A KV connector's ``kv_role``: it sends the prompt's KV, receives it, or both."""
 
-KV_ROLE_OF: dict[PdRole, KvRole] = {"prefill": "kv_producer", "decode": "kv_consumer"}
-"""The ``kv_role`` each half of a PD pair runs its connector with."""
+KV_ROLE_OF: dict[Role, KvRole] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+"""The ``kv_role`` each half of a PD pair runs its connector with (a mixed engine: none)."""
 
 
 def role_of_kv(kv_role: object) -> Role:
