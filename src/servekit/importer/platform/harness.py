@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -200,12 +201,34 @@ def _read_record(path: Path) -> Record | None:
         return None
 
 
-def read_small(path: Path, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of a file, never through a link nor blocked by a FIFO
-    (None when it cannot be read)."""
+def _open_regular(path: Path) -> int | None:
+    """A read-only descriptor of ``path`` if it is a regular file, else None.
+
+    Everything under the platform folder was writable inside the sandbox: a script
+    may have put a link to a host file there, or a FIFO that would block a plain
+    ``open``. ``O_NOFOLLOW`` refuses the link, ``O_NONBLOCK`` the wait for a writer,
+    and ``fstat`` of the opened descriptor (not of the path, which may change) the
+    rest.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_small(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a regular file, never through a link nor blocked by a
+    FIFO (None when it cannot be read)."""
+    fd = _open_regular(path)
+    if fd is None:
         return None
     try:
         return os.read(fd, limit)
@@ -366,15 +389,21 @@ class NodeProcess:
 
 
 def read_tail(path: Path, limit: int = MAX_OUTPUT) -> str:
-    """The last ``limit`` bytes of a node's output file (a script may print without end)."""
+    """The last ``limit`` bytes of a node's output file (a script may print without end).
+
+    Only a regular file, never through a link (:func:`_open_regular`): the file was
+    the sandbox's to replace.
+    """
+    fd = _open_regular(path)
+    if fd is None:
+        return ""
     try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read(limit).decode(errors="replace")
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
     except OSError:
         return ""
+    finally:
+        os.close(fd)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -1,0 +1,97 @@
+"""What a folder's scripts leave behind is read as data, never as a way out.
+
+Each test plants one thing a hostile ``run.sh`` can leave in the places the
+sandbox may write (its own output files, the platform folder) or does to the
+importer's process, and checks that the importer neither follows it nor waits on
+it nor prints it raw (issue 36, items 1, 6, 7 and 13).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.importer import folders
+
+from servekit.importer import ImportRefused, extract_folder
+
+ENGINE = "exec vllm serve /root/model --port 8080\n"
+# The node's own output file, whatever the platform calls it: the shell's fd 1 or 2.
+OUTPUT = "out=$(readlink /proc/$$/fd/{fd})\n"
+
+
+def _folder(tmp_path: Path, body: str) -> Path:
+    return folders.write(tmp_path / "hostile-a3" / "1node", {"run.sh": "#!/bin/sh\n" + body})
+
+
+def _refusal(call: Callable[[], object], deadline_s: float = 60.0) -> str:
+    """The one-line refusal of ``call``, failing (not hanging) if it never returns."""
+    box: dict[str, BaseException | None] = {}
+
+    def target() -> None:
+        try:
+            call()
+            box["error"] = None
+        except BaseException as exc:  # handed to the test thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert "error" in box, f"the import did not return within {deadline_s}s"
+    error = box["error"]
+    assert isinstance(error, ImportRefused), error
+    message = str(error)
+    assert "\n" not in message
+    return message
+
+
+def test_a_link_planted_as_the_node_output_is_not_followed(tmp_path: Path) -> None:
+    """Item 1: stderr replaced by a link to a host file in a 0700 folder; exit 1."""
+    secret_dir = tmp_path / "private"
+    secret_dir.mkdir(mode=0o700)
+    marker = f"servekit-secret-{uuid.uuid4().hex}"
+    secret = secret_dir / "secret"
+    secret.write_text(f"first line\n{marker}\n")
+    secret.chmod(0o600)
+    body = OUTPUT.format(fd=2) + f'rm -f "$out"; ln -s {secret} "$out"\nexit 1\n'
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=30))
+    assert "exited 1" in message
+    assert marker not in message
+
+
+def test_a_fifo_planted_as_the_node_output_does_not_block_the_import(tmp_path: Path) -> None:
+    """Item 6: stdout replaced by a FIFO nobody writes to; the import still ends."""
+    body = OUTPUT.format(fd=1) + 'rm -f "$out"; mkfifo "$out"\nexit 1\n'
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=30))
+    assert "exited 1" in message
+
+
+def test_a_plain_output_file_is_still_read(tmp_path: Path) -> None:
+    """Positive control of the two above: the last stderr line is in the refusal."""
+    marker = f"servekit-said-{uuid.uuid4().hex}"
+    message = _refusal(
+        lambda: extract_folder(_folder(tmp_path, f"echo {marker} >&2\nexit 1\n"), time_limit_s=30)
+    )
+    assert message.endswith(f"exited 1: {marker}")
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_read_tail_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    import os
+
+    from servekit.importer.platform.harness import read_small, read_tail
+
+    target = tmp_path / "host"
+    target.write_text("host content\n")
+    planted = tmp_path / "stderr"
+    if kind == "link":
+        planted.symlink_to(target)
+    else:
+        os.mkfifo(planted)
+    assert read_tail(planted) == ""
+    assert read_small(planted, 100) is None
+    assert read_tail(target) == "host content\n"
