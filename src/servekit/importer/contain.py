@@ -10,7 +10,15 @@ the host:
   dropped; as root the sandbox starts as ``nobody`` (uid 65534) mapped to uid 0
   inside, so the process limit (``RLIMIT_NPROC``, which the kernel never applies
   to root) holds and nothing inside has any right on the host's files;
-- ``--ro-bind / /`` and ``/etc`` read-only; a fresh ``/dev`` and ``/proc``;
+- an allow-listed view, not the host's ``/``: the system folders a launcher
+  runs from (:data:`SYSTEM_DIRS`: ``/usr`` and the ``/bin``, ``/sbin``,
+  ``/lib*`` beside it), the few ``/etc`` files a shell and python read
+  (:data:`ETC_FILES`), all read-only, and nothing else of the host: no
+  ``/home``, ``/var``, ``/srv``, ``/opt``, ``/mnt``, ``/work``, nor the invoking
+  user's ``$HOME`` wherever it is (masked by an empty tmpfs should it lie inside
+  an allowed folder), whoever runs the import; the root itself is remounted
+  read-only last, so a write anywhere but a scratch folder fails as
+  "Read-only file system"; a fresh ``/dev`` and ``/proc``;
   ``/proc/sys`` and ``/sys`` bound separately to scratch fakes (as root,
   ``--proc /proc`` alone still lets a script write the host's ``/proc/sys``);
   ``/root`` (the platform's home, where scripts ``mkdir /root/kernel_cache`` and
@@ -33,7 +41,9 @@ this: ``Sandbox.wrap`` is the ``wrap`` its ``start_node`` takes.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import shutil
 import stat
 from collections.abc import Iterator
@@ -61,6 +71,25 @@ FAKE_SYS: dict[str, str] = {
     "kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never",
 }
 MAX_SYSCTL_BYTES = 64 * 1024
+# The host's system folders the sandbox sees, read-only (a link, as on merged-/usr
+# Debian, is recreated as the same link); everything else of the host is absent.
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# /etc files a shell, python and the launchers read (users, hosts, the loader's cache,
+# the time zone, alternatives' links); not the rest of /etc (keys, credentials, configs).
+ETC_FILES = (
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "alternatives",
+    "os-release",
+    "debian_version",
+)
 
 
 class ImportRefused(UsageError):
@@ -127,6 +156,32 @@ def sandbox_python() -> str:
             "install Debian's python3"
         )
     return found
+
+
+def system_view(root: Path = Path("/")) -> list[str]:
+    """bwrap options for the host's allow-listed system folders and /etc files."""
+    words: list[str] = []
+    for name in SYSTEM_DIRS:
+        path = root / name
+        if path.is_symlink():
+            words += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.is_dir():
+            words += ["--ro-bind", str(path), f"/{name}"]
+    for name in ETC_FILES:
+        words += ["--ro-bind-try", str(root / "etc" / name), f"/etc/{name}"]
+    return words
+
+
+def invoking_homes() -> list[str]:
+    """The invoking user's home folders ($HOME and the password database's), resolved."""
+    found = {os.path.expanduser("~")}
+    with contextlib.suppress(KeyError):
+        found.add(pwd.getpwuid(os.getuid()).pw_dir)
+    return sorted({os.path.realpath(h) for h in found if h and h != "/"})
+
+
+def _inside(path: str, tops: list[str]) -> bool:
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
 
 def _walk_files(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
@@ -245,6 +300,15 @@ class Sandbox:
             "--",
         ]
 
+    def _masks(self) -> list[str]:
+        """An empty tmpfs over the invoking user's home where an allowed folder holds it."""
+        allowed = [f"/{name}" for name in SYSTEM_DIRS] + ["/etc", str(self.platform_root)]
+        words: list[str] = []
+        for home in invoking_homes():
+            if home != "/root" and _inside(home, allowed) and os.path.isdir(home):
+                words += ["--tmpfs", home]
+        return words
+
     def wrap(self, index: int, argv: list[str]) -> list[str]:
         """The command that runs ``argv`` as node ``index`` inside its sandbox."""
         tree = self.node(index)
@@ -265,9 +329,7 @@ class Sandbox:
             "--new-session",
             "--cap-drop",
             "ALL",
-            "--ro-bind",
-            "/",
-            "/",
+            *system_view(),
             "--dev",
             "/dev",
             "--proc",
@@ -278,9 +340,6 @@ class Sandbox:
             "--bind",
             str(tree.sys),
             "/sys",
-            "--ro-bind",
-            "/etc",
-            "/etc",
             "--bind",
             str(tree.tmp),
             "/tmp",
@@ -290,6 +349,9 @@ class Sandbox:
             "--bind",
             platform,
             platform,
+            *self._masks(),
+            "--remount-ro",
+            "/",
             "--chdir",
             str(self.platform_root / "start"),
             "--setenv",
