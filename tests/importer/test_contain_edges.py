@@ -8,6 +8,8 @@ it nor prints it raw (issue 36, items 1, 6, 7 and 13).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -95,3 +97,50 @@ def test_read_tail_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str)
     assert read_tail(planted) == ""
     assert read_small(planted, 100) is None
     assert read_tail(target) == "host content\n"
+
+
+def test_sigterm_during_import_leaves_no_scratch_folder(tmp_path: Path) -> None:
+    """Item 13: SIGTERM while the nodes run; TMPDIR holds no servekit-import-* after."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.cli import wide_env
+
+    marker = f"servekit-term-{uuid.uuid4().hex}"
+    folder = _folder(tmp_path, f"touch /tmp/started\nexec sh -c 'sleep 1000; : {marker}'\n")
+    # TMPDIR must be reachable by the sandbox's user (nobody): not under pytest's 0700 folder.
+    scratch = Path(tempfile.mkdtemp(prefix="servekit-term-"))
+    scratch.chmod(0o755)
+    (tmp_path / "catalog").mkdir()
+    argv = [sys.executable, "-m", "servekit", "layouts", "import", str(folder)]
+    argv += ["--name", "a3/hostile/1node", "--catalog", str(tmp_path / "catalog")]
+    child = subprocess.Popen(
+        argv, env=wide_env(TMPDIR=str(scratch)), stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(scratch.glob("servekit-import-*/nodes/0/tmp/started")):
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < deadline, "the node never started"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        left_over = sorted(p.name for p in scratch.iterdir())
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert child.returncode == 128 + signal.SIGTERM
+    assert left_over == []
+    left = [p for p in os.listdir("/proc") if p.isdigit()]
+    assert not any(marker.encode() in _cmdline(pid) for pid in left)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

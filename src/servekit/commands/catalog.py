@@ -45,8 +45,10 @@ def _check(opts: LayoutsCheckOptions) -> int:
 
 def _import(opts: LayoutsImportOptions) -> int:
     from servekit.importer import import_layout
+    from servekit.kit import terminate_cleanly
 
-    name, changed, unexpressed = import_layout(opts)
+    with terminate_cleanly():  # SIGTERM removes the import's scratch folder, as Ctrl-C does
+        name, changed, unexpressed = import_layout(opts)
     for line in unexpressed:
         typer.echo(f"not expressed: {line}")
     for path in changed:

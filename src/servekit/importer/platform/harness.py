@@ -366,6 +366,13 @@ class NodeProcess:
         if self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
 
+    def kill(self) -> None:
+        """SIGKILL the node's whole process group and wait until it is gone."""
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5.0)
+        _wait_group_gone(self.popen.pid)
+
     def wait(self, timeout: float = 60.0) -> NodeRun:
         """Wait for the entry and all it started; kill the group if ``timeout`` passes."""
         timed_out = False
@@ -487,12 +494,20 @@ def run_all_nodes(
 
     ``timeout`` bounds the whole run (one deadline for all nodes), not each node.
     """
-    started = [
-        start_node(platform, k, entry, shell=shell, extra_env=extra_env, wrap=wrap)
-        for k in range(len(platform.nodes))
-    ]
-    deadline = time.monotonic() + timeout
-    return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
+    started: list[NodeProcess] = []
+    try:
+        for k in range(len(platform.nodes)):
+            started.append(
+                start_node(platform, k, entry, shell=shell, extra_env=extra_env, wrap=wrap)
+            )
+        deadline = time.monotonic() + timeout
+        return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
+    except BaseException:
+        # Ctrl-C or SIGTERM (turned into an exception by the caller): no node outlives
+        # the run, so the caller's cleanup removes a folder nothing writes to any more.
+        for process in started:
+            process.kill()
+        raise
 
 
 def platform_placeholders(platform: FakePlatform) -> Placeholders:
