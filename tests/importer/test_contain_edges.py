@@ -144,3 +144,35 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_terminal_escapes_from_a_script_never_reach_the_terminal(tmp_path: Path) -> None:
+    """Item 7: OSC 52 (clipboard), screen clear, hidden text and an 8-bit CSI are shown escaped."""
+    said = r"\033]52;c;c2VydmVraXQ=\007\033[2J\033[8mhidden\033[0m\302\233J\342\200\256end"
+    body = f"printf '{said}\\n' >&2\nexit 1\n"
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=30))
+    assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in message), repr(message)
+    assert "\u202e" not in message
+    assert r"\x1b]52;c;c2VydmVraXQ=\x07\x1b[2J\x1b[8mhidden\x1b[0m\x9bJ\u202eend" in message
+
+
+def test_output_past_the_file_size_limit_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 7: output over the limit (scaled: 1 MiB) says so, not `exited 153` and NULs."""
+    from servekit.importer.contain import Limits
+
+    monkeypatch.setattr(
+        "servekit.importer.extract.Limits", lambda time_s: Limits(time_s, file_bytes=1 << 20)
+    )
+    body = "exec head -c 3000000 /dev/zero >&2\n"
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=30))
+    assert "file size limit" in message
+    assert "\x00" not in message
+
+
+def test_shown_keeps_letters_and_escapes_controls() -> None:
+    from servekit.importer.contain import shown
+
+    assert shown("  導入 ok\tdone  ") == "導入 ok\\x09done"
+    assert shown("\x00" * 500) == "\\x00" * 200

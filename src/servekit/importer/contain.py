@@ -45,7 +45,9 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import stat
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,6 +364,9 @@ class Sandbox:
         ]
 
 
+FILE_SIZE_BREACH = "wrote more than the sandbox's file size limit"
+MAX_SHOWN = 200
+
 # stderr words that say what a script tried that the sandbox stopped, in check order.
 BREACHES: tuple[tuple[str, str], ...] = (
     ("Read-only file system", "tried to write outside its scratch folder"),
@@ -374,14 +379,43 @@ BREACHES: tuple[tuple[str, str], ...] = (
     ("Resource temporarily unavailable", "hit the sandbox's process limit (a fork flood)"),
     ("Cannot fork", "hit the sandbox's process limit (a fork flood)"),
     ("can't fork", "hit the sandbox's process limit (a fork flood)"),
-    ("File size limit exceeded", "wrote more than the sandbox's file size limit"),
+    ("File size limit exceeded", FILE_SIZE_BREACH),
 )
 
 
+def shown(text: str, limit: int = MAX_SHOWN) -> str:
+    """A script's text made safe to print on the user's terminal, at most ``limit`` chars.
+
+    Every control or format character (C0 and DEL, C1 such as the 8-bit CSI, bidi
+    overrides, NUL) is written as its escape (``\\x1b``), so an OSC 52 clipboard
+    write, a screen clear or hidden text arrive as visible characters, not as
+    commands to the terminal; letters of any script pass unchanged.
+    """
+    out: list[str] = []
+    for ch in text.strip()[:limit]:
+        if unicodedata.category(ch)[0] == "C":
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def breach(stderr: str) -> tuple[str, str] | None:
-    """(what the script tried, the stderr line that says so), or None."""
+    """(what the script tried, the stderr line that says so, made printable), or None."""
     for line in stderr.splitlines():
         for words, what in BREACHES:
             if words in line:
-                return what, line.strip()[:200]
+                return what, shown(line)
+    return None
+
+
+def status_breach(returncode: int | None) -> str | None:
+    """What an exit status says the sandbox stopped: SIGXFSZ is the file size limit.
+
+    dash prints nothing when a command dies of SIGXFSZ; the reaper reports the
+    entry's death by signal N as 128 + N, so 153 is the only trace of the limit.
+    """
+    if returncode == 128 + signal.SIGXFSZ:
+        return FILE_SIZE_BREACH
     return None

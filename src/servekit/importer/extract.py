@@ -41,6 +41,8 @@ from servekit.importer.contain import (
     breach,
     copy_proc_sys,
     sandbox_python,
+    shown,
+    status_breach,
     writes,
 )
 from servekit.importer.meta import SourceMeta, read_meta
@@ -198,7 +200,7 @@ def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
         broken = [line for line in run.stderr.splitlines() if line.startswith("bwrap: ")]
         if broken:
             raise ImportRefused(
-                f"{where}: bubblewrap could not build the sandbox ({broken[0][7:200]}); the "
+                f"{where}: bubblewrap could not build the sandbox ({shown(broken[0][7:])}); the "
                 "importer needs unprivileged user namespaces (kernel.unprivileged_userns_clone, "
                 "a container's seccomp profile)"
             )
@@ -211,8 +213,10 @@ def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
                 f"{where} ran past the {limit:g}s time limit; its sandbox was killed "
                 "(a script that never ends, or a process left running)"
             )
+        if (stopped := status_breach(run.returncode)) is not None:
+            raise ImportRefused(f"{where} {stopped} ({ENTRY} exited {run.returncode}, SIGXFSZ)")
         if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
+            last = shown((run.stderr.strip().splitlines() or ["(no output)"])[-1])
             raise ImportRefused(f"{where}: {ENTRY} exited {run.returncode}: {last}")
         if not run.records:
             raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
