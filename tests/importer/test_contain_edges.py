@@ -176,3 +176,68 @@ def test_shown_keeps_letters_and_escapes_controls() -> None:
 
     assert shown("  導入 ok\tdone  ") == "導入 ok\\x09done"
     assert shown("\x00" * 500) == "\\x00" * 200
+
+
+def _limited(monkeypatch: pytest.MonkeyPatch, **limits: int) -> None:
+    from servekit.importer.contain import Limits
+
+    monkeypatch.setattr("servekit.importer.extract.Limits", lambda time_s: Limits(time_s, **limits))
+
+
+def test_disk_written_by_all_nodes_together_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 6: files each under the file size limit, past the import's disk limit (scaled)."""
+    _limited(monkeypatch, disk_bytes=8 << 20)
+    body = "for i in 1 2 3 4 5; do head -c 4000000 /dev/zero > /tmp/f$i; done\n" + ENGINE
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=30))
+    assert "disk limit" in message
+
+
+def test_many_small_files_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _limited(monkeypatch, disk_entries=3000)
+    body = "mkdir /tmp/d; cd /tmp/d; i=0; while [ $i -lt 4000 ]; do : > f$i; i=$((i+1)); done\n"
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body + ENGINE), time_limit_s=60))
+    assert "disk limit" in message
+
+
+def test_disk_within_the_limit_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Positive control: the same writes, fewer of them, pass."""
+    _limited(monkeypatch, disk_bytes=8 << 20)
+    body = "head -c 4000000 /dev/zero > /tmp/f1\n" + ENGINE
+    facts = extract_folder(_folder(tmp_path, body), time_limit_s=30)
+    assert len(facts.processes) == 1
+
+
+def _memory_group_possible() -> bool:
+    from servekit.importer.contain import MemoryGroup
+
+    group = MemoryGroup.create(1 << 30)
+    if group is None:
+        return False
+    group.remove()
+    return True
+
+
+HOG = "python3 -c 'import time; b = b\"x\" * 150_000_000; time.sleep(2)' &\n"
+
+
+@pytest.mark.skipif(not _memory_group_possible(), reason="no writable memory cgroup here")
+def test_memory_of_every_process_together_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 6: three processes of 150 MB each (each under RLIMIT_AS), 256 MiB for all."""
+    _limited(monkeypatch, total_memory_bytes=256 << 20)
+    body = HOG * 3 + "wait\n" + ENGINE
+    message = _refusal(lambda: extract_folder(_folder(tmp_path, body), time_limit_s=60))
+    assert "memory limit" in message
+
+
+@pytest.mark.skipif(not _memory_group_possible(), reason="no writable memory cgroup here")
+def test_memory_within_the_limit_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Positive control: one such process under the same cap passes."""
+    _limited(monkeypatch, total_memory_bytes=256 << 20)
+    facts = extract_folder(_folder(tmp_path, HOG + "wait\n" + ENGINE), time_limit_s=60)
+    assert len(facts.processes) == 1

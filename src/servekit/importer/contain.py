@@ -47,7 +47,9 @@ import pwd
 import shutil
 import signal
 import stat
+import time
 import unicodedata
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,12 +102,22 @@ class ImportRefused(UsageError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one node's sandbox may use; the time limit is for the whole run."""
+    """What the sandboxes may use.
+
+    Per node process: ``processes``, ``file_bytes`` (each file), ``memory_bytes``
+    (address space). For the whole import, every node together: ``time_s``,
+    ``disk_bytes`` and ``disk_entries`` (all the scratch folder holds, watched while
+    the nodes run), ``total_memory_bytes`` (a memory cgroup around every sandbox,
+    where the host lets servekit make one).
+    """
 
     time_s: float = 120.0
     processes: int = 256
     file_bytes: int = 64 * 1024 * 1024
     memory_bytes: int = 4 * 1024 * 1024 * 1024
+    disk_bytes: int = 512 * 1024 * 1024
+    disk_entries: int = 50_000
+    total_memory_bytes: int = 4 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,146 @@ def writes(tree: NodeTree, node: int) -> list[Write]:
     return sorted(found, key=lambda w: w.path)
 
 
+DISK_CHECK_S = 0.25
+
+
+class DiskWatch:
+    """Everything under the import's scratch folder, summed while the nodes run.
+
+    ``RLIMIT_FSIZE`` bounds each file, not how many a script writes: 1.5 GB in 3 s
+    were written in 64 MiB files. Called by the harness while it waits (at most
+    every :data:`DISK_CHECK_S`); the first call over a bound names it, and the
+    harness then kills every node. A walk never follows a link and stops as soon
+    as the entry count is past its bound, so it costs at most ``disk_entries``
+    ``lstat`` calls.
+    """
+
+    def __init__(self, scratch: Path, limits: Limits) -> None:
+        self.scratch = scratch
+        self.limits = limits
+        self.next_check = 0.0
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes allocated, entries) under the scratch folder, counting up to the bound."""
+        used, entries = 0, 0
+        stack = [str(self.scratch)]
+        while stack and entries <= self.limits.disk_entries:
+            try:
+                with os.scandir(stack.pop()) as found:
+                    for entry in found:
+                        entries += 1
+                        info = entry.stat(follow_symlinks=False)
+                        used += info.st_blocks * 512
+                        if stat.S_ISDIR(info.st_mode):
+                            stack.append(entry.path)
+            except OSError:
+                continue
+        return used, entries
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return None
+        self.next_check = now + DISK_CHECK_S
+        used, entries = self.usage()
+        lim = self.limits
+        if used > lim.disk_bytes or entries > lim.disk_entries:
+            return (
+                f"wrote more than the import's disk limit ({lim.disk_bytes >> 20} MiB or "
+                f"{lim.disk_entries} files for all nodes; {used >> 20} MiB, {entries} seen); "
+                "every node was killed"
+            )
+        return None
+
+
+class MemoryGroup:
+    """One memory cgroup around every node's sandbox: a cap for the whole import.
+
+    ``RLIMIT_AS`` is per process: 5 processes held 5,155 MB under a 4 GiB limit.
+    A cgroup counts them all. Made under servekit's own cgroup (v2 ``memory.max``
+    or v1 ``memory.limit_in_bytes``) where the host lets it (as root on a writable
+    cgroup file system); elsewhere :meth:`create` gives None and only the
+    per-process limits and the process count hold.
+    """
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path = path
+        self.version = version
+
+    @classmethod
+    def create(cls, limit: int, fs: Path = Path("/sys/fs/cgroup")) -> MemoryGroup | None:
+        for version, base in _own_memory_cgroups(fs):
+            path = base / f"servekit-import-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            knob = "memory.max" if version == 2 else "memory.limit_in_bytes"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / knob).write_text(str(limit))
+                if version == 1:  # swap counts too where the kernel accounts it
+                    with contextlib.suppress(OSError):
+                        (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                continue
+            return cls(path, version)
+        return None
+
+    @property
+    def procs(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def join(self) -> list[str]:
+        """A command prefix that moves itself into the group, then execs the rest."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.procs)]
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed at the group's limit (``oom_kill``)."""
+        events = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            for line in (self.path / events).read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def remove(self) -> None:
+        """Remove the group (every process in it is gone by now; retried briefly)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+def _own_memory_cgroups(fs: Path) -> list[tuple[int, Path]]:
+    """Where this process's memory cgroup is (v1 hierarchy first, then v2)."""
+    found: list[tuple[int, Path]] = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        _id, controllers, where = line.split(":", 2)
+        rel = where.lstrip("/")
+        if "memory" in controllers.split(","):
+            found.insert(0, (1, fs / "memory" / rel))
+        elif controllers == "" and (fs / "cgroup.controllers").is_file():
+            try:
+                if "memory" in (fs / rel / "cgroup.controllers").read_text().split():
+                    found.append((2, fs / rel))
+            except OSError:
+                pass
+    return [(v, p) for v, p in found if p.is_dir()]
+
+
 def _chown_tree(top: Path, uid: int) -> None:
     os.chown(top, uid, uid, follow_symlinks=False)
     for folder, dirs, files in os.walk(top):
@@ -264,6 +416,27 @@ class Sandbox:
         self.bwrap = bwrap_path()
         self.as_root = os.geteuid() == 0
         self.pods: dict[int, str] = {}
+        self.memory: MemoryGroup | None = None
+        self.disk = DiskWatch(scratch, limits)
+
+    def open_memory_group(self) -> MemoryGroup | None:
+        """The whole import's memory cgroup, where one can be made (see MemoryGroup)."""
+        if self.memory is None:
+            self.memory = MemoryGroup.create(self.limits.total_memory_bytes)
+        return self.memory
+
+    def close(self) -> None:
+        if self.memory is not None:
+            self.memory.remove()
+
+    def memory_breach(self) -> str | None:
+        """A refusal if any process of the import was stopped at the memory cgroup's limit."""
+        if self.memory is None or self.memory.oom_kills() == 0:
+            return None
+        return (
+            f"hit the import's memory limit ({self.limits.total_memory_bytes >> 20} MiB for "
+            "all nodes together)"
+        )
 
     def node(self, index: int) -> NodeTree:
         return NodeTree(self.scratch / "nodes" / str(index))
@@ -316,6 +489,7 @@ class Sandbox:
         tree = self.node(index)
         platform = str(self.platform_root)
         return [
+            *(self.memory.join() if self.memory is not None else []),
             *self._identity(),
             *self._limits(),
             self.bwrap,

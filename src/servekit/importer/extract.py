@@ -197,6 +197,8 @@ def _replace_helpers(copy: Path, python: str) -> list[str]:
 def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
     for run in runs:
         where = f"{name}: node {run.node}"
+        if run.stopped is not None:
+            raise ImportRefused(f"{name}: {run.stopped}")
         broken = [line for line in run.stderr.splitlines() if line.startswith("bwrap: ")]
         if broken:
             raise ImportRefused(
@@ -263,13 +265,20 @@ def extract_folder(
             shutil.copytree(original, tree.root / "script", symlinks=True)
             trees.append(tree)
         sandbox.hand_over()
-        runs = run_all_nodes(
-            platform,
-            Path(SCRIPT_DIR) / ENTRY,
-            shell=shell,
-            timeout=time_limit_s,
-            wrap=sandbox.wrap,
-        )
+        sandbox.open_memory_group()
+        try:
+            runs = run_all_nodes(
+                platform,
+                Path(SCRIPT_DIR) / ENTRY,
+                shell=shell,
+                timeout=time_limit_s,
+                wrap=sandbox.wrap,
+                watch=sandbox.disk,
+            )
+            if (memory := sandbox.memory_breach()) is not None:
+                raise ImportRefused(f"{ref.folder}: a node {memory}")
+        finally:
+            sandbox.close()
         _check(ref.folder, runs, time_limit_s)
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]

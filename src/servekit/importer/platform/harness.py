@@ -350,6 +350,7 @@ class NodeRun:
     stderr: str
     records: list[Record]
     env: dict[str, str] = field(default_factory=dict)
+    stopped: str | None = None  # why the run's watch killed every node, if it did
 
 
 @dataclass(eq=False)
@@ -481,6 +482,10 @@ def run_node(
     return process.wait(timeout)
 
 
+WATCH_POLL_S = 0.05
+Watch = Callable[[], str | None]
+
+
 def run_all_nodes(
     platform: FakePlatform,
     entry: Path,
@@ -489,10 +494,14 @@ def run_all_nodes(
     extra_env: Mapping[str, str] | None = None,
     timeout: float = 60.0,
     wrap: Wrap | None = None,
+    watch: Watch | None = None,
 ) -> list[NodeRun]:
     """Run every node's entry side by side, as the platform does, and wait for all.
 
     ``timeout`` bounds the whole run (one deadline for all nodes), not each node.
+    ``watch`` is called while the nodes run; the first reason it gives (a bound
+    the sandboxes passed together, such as the disk they filled) kills every node
+    and is each run's ``stopped``.
     """
     started: list[NodeProcess] = []
     try:
@@ -501,13 +510,35 @@ def run_all_nodes(
                 start_node(platform, k, entry, shell=shell, extra_env=extra_env, wrap=wrap)
             )
         deadline = time.monotonic() + timeout
-        return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
+        stopped = _watch_until_done(started, deadline, watch)
+        if stopped is not None:
+            for process in started:
+                process.kill()
+        runs = [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
     except BaseException:
         # Ctrl-C or SIGTERM (turned into an exception by the caller): no node outlives
         # the run, so the caller's cleanup removes a folder nothing writes to any more.
         for process in started:
             process.kill()
         raise
+    for run in runs:
+        run.stopped = stopped
+    return runs
+
+
+def _watch_until_done(
+    started: Sequence[NodeProcess], deadline: float, watch: Watch | None
+) -> str | None:
+    """Call ``watch`` until every node's entry ended or the deadline passed."""
+    if watch is None:
+        return None
+    while time.monotonic() < deadline:
+        if (stopped := watch()) is not None:
+            return stopped
+        if all(process.popen.poll() is not None for process in started):
+            return watch()
+        time.sleep(WATCH_POLL_S)
+    return None
 
 
 def platform_placeholders(platform: FakePlatform) -> Placeholders:
