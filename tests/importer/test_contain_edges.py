@@ -241,3 +241,31 @@ def test_memory_within_the_limit_is_accepted(
     _limited(monkeypatch, total_memory_bytes=256 << 20)
     facts = extract_folder(_folder(tmp_path, HOG + "wait\n" + ENGINE), time_limit_s=60)
     assert len(facts.processes) == 1
+
+
+def test_locating_host_tuning_reads_each_script_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 6: 300 writes over 4 scripts read 4 scripts, not 300 x 4 (it took 26 s for 500)."""
+    from servekit.importer import scan
+    from servekit.importer.contain import Write
+
+    for k in range(3):
+        (tmp_path / f"role{k}.sh").write_text("export A=1\n" * 50)
+    (tmp_path / "run.sh").write_text(
+        "# a comment naming vm/key0 is not the write\n"
+        + "".join(f"echo 1 > /proc/sys/vm/key{i}\n" for i in range(300))
+        + "sysctl -w kernel.other=2\n"
+    )
+    reads: list[Path] = []
+    real = scan._read_script
+    monkeypatch.setattr(scan, "_read_script", lambda path: reads.append(path) or real(path))
+    found = [Write(0, f"/proc/sys/vm/key{i}", "1") for i in range(300)]
+    found.append(Write(0, "/proc/sys/kernel/other", "2"))
+    found.append(Write(0, "/proc/sys/kernel/absent", "3"))
+    tuning = {t.path: (t.file, t.line) for t in scan.host_tuning(tmp_path, found)}
+    assert len(reads) == 4
+    assert tuning["/proc/sys/vm/key1"] == ("run.sh", 3)
+    assert tuning["/proc/sys/vm/key10"] == ("run.sh", 12)
+    assert tuning["/proc/sys/kernel/other"] == ("run.sh", 302)
+    assert tuning["/proc/sys/kernel/absent"] == (None, None)
