@@ -8,6 +8,7 @@ stderr and exit code 2.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,10 @@ import typer
 
 from servekit.commands import register_all
 from servekit.errors import UsageError
+
+PATH_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENOENT, errno.EACCES}
+)
 
 app = typer.Typer(
     name="servekit",
@@ -57,6 +62,17 @@ def main() -> None:
         sys.exit(130)
     except SystemExit:
         raise
+    except RecursionError:
+        # A folder or document thousands of levels deep that a reader walked recursively.
+        print("error: the input is nested too deep to read; check the path", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:
+        # A path argument the system refused (a name over 255 bytes, a folder given for a
+        # file) that no command turned into its own line: still one line, exit 2.
+        if exc.filename is None or exc.errno not in PATH_ERRNOS:
+            raise
+        print(f"error: {exc.filename!r}: {exc.strerror}; check the path", file=sys.stderr)
+        sys.exit(2)
     except Exception as exc:
         # Parser errors (unknown command, bad option): typer may vendor click, so match
         # click's exception interface rather than one module's class.

@@ -65,11 +65,13 @@ def read_bytes(path: Path, source: str | None = None) -> bytes:
         raise UsageError(
             f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions"
         ) from None
+    # Checked before fdopen: io refuses a folder's descriptor with IsADirectoryError.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(
+            f"{where}: not a regular file (a FIFO, device or folder); give a plain YAML file"
+        )
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UsageError(
-                f"{where}: not a regular file (a FIFO, device or folder); give a plain YAML file"
-            )
         try:
             return fh.read(MAX_BYTES + 1)
         except OSError as exc:

@@ -30,7 +30,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,17 +143,49 @@ def detect_devices(folder: Path, source: SourceRef) -> int:
 
 
 def _check_folder(folder: Path) -> None:
-    if not folder.is_dir():
+    try:
+        is_dir, has_entry = folder.is_dir(), (folder / ENTRY).is_file()
+    except OSError as exc:  # a name over 255 bytes, a loop of links
+        raise ImportRefused(
+            f"{shown(str(folder))}: cannot read ({exc.strerror}); give the layout folder"
+        ) from None
+    if not is_dir:
         raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {ENTRY}")
-    if not (folder / ENTRY).is_file():
+    if not has_entry:
         raise ImportRefused(f"{folder}: no {ENTRY}; a source layout folder starts at its {ENTRY}")
 
 
+MAX_DEPTH = 32
+
+
+def _walk(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """(folder, its entries' names) top-down, without recursion, at most MAX_DEPTH deep.
+
+    ``os.walk`` and ``shutil.copytree`` recurse: a folder 1,500 levels deep raised
+    RecursionError. Links are not followed (they are copied as links).
+    """
+    stack = [(str(folder), 0)]
+    while stack:
+        top, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ImportRefused(
+                f"{folder}: folders nested more than {MAX_DEPTH} deep; a layout folder is a "
+                "few scripts"
+            )
+        try:
+            with os.scandir(top) as found:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in found]
+        except OSError as exc:
+            raise ImportRefused(f"{folder}: cannot read {shown(top)} ({exc.strerror})") from None
+        yield top, [name for name, _ in entries]
+        stack += [(os.path.join(top, name), depth + 1) for name, is_dir in entries if is_dir]
+
+
 def _copy_folder(folder: Path, into: Path) -> None:
-    """Copy the folder (symlinks as symlinks), bounded in files and bytes."""
+    """Copy the folder (symlinks as symlinks), bounded in files, bytes and depth."""
     count, size = 0, 0
-    for top, dirs, files in os.walk(folder):
-        for name in dirs + files:
+    for top, names in _walk(folder):
+        for name in names:
             count += 1
             try:
                 info = os.lstat(os.path.join(top, name))
