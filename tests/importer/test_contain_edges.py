@@ -209,6 +209,17 @@ def test_disk_within_the_limit_is_accepted(tmp_path: Path, monkeypatch: pytest.M
     assert len(facts.processes) == 1
 
 
+def test_the_disk_limit_counts_what_scripts_write_not_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's own copies (2 MB each, per node and the staging one) are not counted."""
+    _limited(monkeypatch, disk_bytes=1 << 20)
+    folder = _folder(tmp_path, ENGINE)
+    (folder / "data.txt").write_bytes(b"x" * 2_000_000)
+    facts = extract_folder(folder, time_limit_s=30)
+    assert len(facts.processes) == 1
+
+
 def _memory_group_possible() -> bool:
     from servekit.importer.contain import MemoryGroup
 

@@ -277,12 +277,18 @@ class DiskWatch:
         self.scratch = scratch
         self.limits = limits
         self.next_check = 0.0
+        self.before = (0, 0)
+
+    def mark(self) -> None:
+        """What the scratch folder holds before the nodes run (the folder's copies,
+        the platform): the bounds are on what the scripts add to it."""
+        self.before = self.usage()
 
     def usage(self) -> tuple[int, int]:
         """(bytes allocated, entries) under the scratch folder, counting up to the bound."""
         used, entries = 0, 0
         stack = [str(self.scratch)]
-        while stack and entries <= self.limits.disk_entries:
+        while stack and entries <= self.before[1] + self.limits.disk_entries:
             try:
                 with os.scandir(stack.pop()) as found:
                     for entry in found:
@@ -301,11 +307,13 @@ class DiskWatch:
             return None
         self.next_check = now + DISK_CHECK_S
         used, entries = self.usage()
+        used, entries = used - self.before[0], entries - self.before[1]
         lim = self.limits
         if used > lim.disk_bytes or entries > lim.disk_entries:
             return (
                 f"wrote more than the import's disk limit ({lim.disk_bytes >> 20} MiB or "
-                f"{lim.disk_entries} files for all nodes; {used >> 20} MiB, {entries} seen); "
+                f"{lim.disk_entries} files written by all nodes; {used >> 20} MiB, {entries} "
+                "seen); "
                 "every node was killed"
             )
         return None

@@ -297,6 +297,7 @@ def extract_folder(
             shutil.copytree(original, tree.root / "script", symlinks=True)
             trees.append(tree)
         sandbox.hand_over()
+        sandbox.disk.mark()
         sandbox.open_memory_group()
         try:
             runs = run_all_nodes(
