@@ -100,3 +100,17 @@ def test_an_ordinary_users_files_never_reach_the_facts(place: Path) -> None:
     outside = _as_user(["/bin/sh", "-c", f"cat {netrc} {public}"], home, tmp)
     assert f"netrc-{tag}" in outside.stdout
     assert f"public-{tag}" in outside.stdout
+
+
+def test_a_home_inside_an_allowed_folder_is_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The invoking user's $HOME under /usr (or the platform) gets an empty tmpfs over it."""
+    from servekit.importer import contain
+
+    monkeypatch.setattr(contain, "invoking_homes", lambda: ["/usr/lib", "/home/someone"])
+    argv = contain.Sandbox(tmp_path, tmp_path / "platform", contain.Limits()).wrap(0, ["true"])
+    words = " ".join(argv)
+    assert "--tmpfs /usr/lib" in words
+    assert "/home/someone" not in words  # outside every allowed folder: absent already
+    assert argv.index("--tmpfs") > argv.index("/usr"), "the mask goes over the bind"

@@ -76,3 +76,28 @@ def test_import_cli_paths_are_one_line_exit_2(tmp_path: Path) -> None:
         assert code == 2, (args, err)
         assert "Traceback" not in err, (args, err)
         assert len(err.strip().splitlines()) == 1, (args, err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("render", "local/single", "--out", "a" * 300),
+        ("kit", "inspect", "a" * 300),
+        ("layouts", "check", "--catalog", "a" * 300),
+        ("layouts", "drift", "a3/1node", "--upstream", "a" * 300),
+    ],
+    ids=["render-out", "kit-inspect", "layouts-check-catalog", "layouts-drift-upstream"],
+)
+def test_other_commands_given_a_name_over_255_bytes_say_one_line(
+    args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's last resort (servekit.cli.main), in process: one line, exit 2."""
+    from servekit.cli import main
+
+    monkeypatch.setattr("sys.argv", ["servekit", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err
+    assert done.value.code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "File name too long" in err or "cannot read" in err, err
