@@ -195,8 +195,8 @@ def test_disk_written_by_all_nodes_together_is_bounded(
 
 
 def test_many_small_files_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _limited(monkeypatch, disk_entries=3000)
-    body = "mkdir /tmp/d; cd /tmp/d; i=0; while [ $i -lt 4000 ]; do : > f$i; i=$((i+1)); done\n"
+    _limited(monkeypatch, disk_entries=300)
+    body = "mkdir /tmp/d; cd /tmp/d; i=0; while [ $i -lt 500 ]; do : > f$i; i=$((i+1)); done\n"
     message = _refusal(lambda: extract_folder(_folder(tmp_path, body + ENGINE), time_limit_s=60))
     assert "disk limit" in message
 
