@@ -160,6 +160,7 @@ def build_app(router: Router) -> web.Application:
     conns = Connections(
         cfg.max_connections, cfg.header_timeout_s,
         RateLimited(log, "shed connections", cfg.log_burst, cfg.log_interval_s),
+        cfg.send_timeout_s,
     )  # fmt: skip
     middlewares = [track(conns)]
     if cfg.api_key is not None or cfg.admin:
@@ -178,7 +179,7 @@ def build_app(router: Router) -> web.Application:
     relay.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
     if cfg.mode == "layerwise":
-        layerwise.add_routes(app)
+        layerwise.add_routes(app, cfg.body_timeout_s)
     if cfg.admin:
         admin.add_routes(app, ROUTER)
     return app

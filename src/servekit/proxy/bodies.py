@@ -80,9 +80,18 @@ async def read_capped(
     return b"".join(parts)
 
 
-async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
-    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
-    too_large = partial(_too_large, limit)
+async def read_request(
+    request: web.Request,
+    limit: int,
+    timeout_s: float,
+    too_large: Callable[[], Exception] | None = None,
+) -> bytes:
+    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed).
+
+    Every handler that reads a body reads it here, so none waits for one past
+    ``--body-timeout`` (a running handler is never evicted at the connection cap).
+    """
+    too_large = too_large or partial(_too_large, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await read_capped(request.content, request.content_length, limit, too_large)

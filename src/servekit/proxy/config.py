@@ -97,6 +97,9 @@ class ProxyConfig:
                                   "then 408 and close", gt=0, le=3600)  # fmt: skip
     body_timeout_s: float = opt(60.0, "a request body must arrive within this after its "
                                 "headers; then 408 and close", gt=0, le=3600)  # fmt: skip
+    send_timeout_s: float = opt(60.0, "a write to a client that takes none of it for this long "
+                                "closes the connection and the engine's request",
+                                gt=0, le=3600)  # fmt: skip
     keepalive_timeout_s: float = opt(75.0, "an idle keep-alive connection is closed after this",
                                      gt=0, le=3600)  # fmt: skip
     max_connections: int = opt(4096, "open client connections; at the cap the longest-waiting "

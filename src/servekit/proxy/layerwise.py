@@ -41,8 +41,8 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from servekit.guard import metaserver_url
-from servekit.proxy.bodies import read_capped
-from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.bodies import read_request
+from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.requests import prompt_count
@@ -93,9 +93,13 @@ def default_metaserver(host: str, port: int) -> str:
 
 
 class Book:
-    """Requests waiting for their decoder's metaserver call, by vLLM's request id."""
+    """Requests waiting for their decoder's metaserver call, by vLLM's request id.
 
-    def __init__(self) -> None:
+    ``body_timeout_s`` bounds the read of a call's body like every other body's.
+    """
+
+    def __init__(self, body_timeout_s: float = 60.0) -> None:
+        self.body_timeout_s = body_timeout_s
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.background: set[asyncio.Task[Any]] = set()
 
@@ -146,9 +150,9 @@ async def metaserver(request: web.Request) -> web.Response:
         return ProxyError("payload_too_large", "decode", msg)
 
     try:
-        raw = await read_capped(request.content, request.content_length, CALL_MAX_BYTES, too_large)
+        raw = await read_request(request, CALL_MAX_BYTES, book.body_timeout_s, too_large)
     except ProxyError as err:
-        return web.json_response(err.payload(), status=413)
+        return error_response(err)  # 413 or 408, and the connection closed
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
@@ -167,9 +171,9 @@ async def metaserver(request: web.Request) -> web.Response:
     return web.json_response({"status": "accepted"})
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, body_timeout_s: float) -> None:
     """The metaserver route and the book it fills (layerwise mode only)."""
-    app[BOOK] = Book()
+    app[BOOK] = Book(body_timeout_s)
     app.router.add_post(PATH, metaserver)
 
 

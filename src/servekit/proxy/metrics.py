@@ -74,10 +74,11 @@ class _ConnectionCollector(Collector):
         )
         shed = CounterMetricFamily(
             "servekit_proxy_client_connections_closed", "Client connections the proxy closed: "
-            "header_timeout, evicted (at the cap), refused (at the cap, all busy)",
+            "header_timeout, send_timeout (the client took none of its answer), "
+            "evicted (at the cap), refused (at the cap, all busy)",
             labels=["reason"],
         )  # fmt: skip
-        for reason in ("header_timeout", "evicted", "refused"):
+        for reason in ("header_timeout", "send_timeout", "evicted", "refused"):
             shed.add_metric([reason], src.closed.get(reason, 0))
         yield shed
 
