@@ -130,6 +130,9 @@ class ProxyConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, flag_of)
+        if not self.host.strip("[] "):  # the socket layer reads "" as every interface
+            _bad("host", f"{self.host!r} would listen on every interface; give an address "
+                 "(127.0.0.1: this machine only; 0.0.0.0: every interface, said so)")  # fmt: skip
         _check_layerwise(self)
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)
