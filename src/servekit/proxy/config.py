@@ -90,6 +90,12 @@ class ProxyConfig:
     decode_policy: str = opt("least-loaded", "how decode/replica is chosen", choices=POLICY_NAMES)
     debug: bool = opt(False, "name backend URLs in error bodies")
     max_body_bytes: int = opt(64 * 1024 * 1024, "larger bodies get 413", gt=0)
+    max_parse_bytes: int = opt(256 * 1024 * 1024, "a request body whose parse would take more "
+                               "than this (2 x its bytes + 64 per comma + 144 per colon) "
+                               "gets 413", gt=0)  # fmt: skip
+    memory_budget: int = opt(2 * 1024**3, "bytes of bodies (requests, answers, parses) held "
+                             "at once across all requests; past it a request gets 503",
+                             gt=0)  # fmt: skip
     max_answer_bytes: int = opt(64 * 1024 * 1024, "an engine's unstreamed answer larger than "
                                 "this is a 502", gt=0)  # fmt: skip
     header_timeout_s: float = opt(60.0, "request line and headers must arrive within this "

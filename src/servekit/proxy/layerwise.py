@@ -42,6 +42,7 @@ from aiohttp import web
 
 from servekit.guard import metaserver_url
 from servekit.proxy.bodies import read_request
+from servekit.proxy.budget import charged, parse_cost
 from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
@@ -154,7 +155,8 @@ async def metaserver(request: web.Request) -> web.Response:
     except ProxyError as err:
         return error_response(err)  # 413 or 408, and the connection closed
     try:
-        doc = json.loads(raw)
+        with charged(parse_cost(raw) - len(raw)):
+            doc = json.loads(raw)
     except (ValueError, RecursionError):
         doc = None
     key = doc.get("request_id") if isinstance(doc, dict) else None

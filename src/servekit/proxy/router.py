@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import aiohttp
 
+from servekit.proxy.budget import Budget
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.health import HealthChecker
@@ -45,8 +46,11 @@ class Router:
             "replica": make_policy(config.decode_policy),
         }
         self._tasks: set[asyncio.Task[None]] = set()
+        self.budget = Budget(config.memory_budget)
         self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.metrics = ProxyMetrics(self.instances)
+        budget = self.budget
+        self.metrics.watch_budget(lambda: budget.used, lambda: budget.refused)
         self.health = HealthChecker(session, self.instances, config, self.headers)
         self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
 
