@@ -98,64 +98,82 @@ async def deaf(port: int, body: bytes, n: int = 4) -> list[asyncio.StreamWriter]
     return writers
 
 
-async def attack(kind: str, port: int, pid: int) -> dict[str, object]:
+async def deaf_attack(kind: str, port: int, pid: int) -> dict[str, object]:
+    """Four clients that never read their answer (unstreamed 16 MB, or an endless stream)."""
     base = rss_mb(pid)
-    seen: dict[str, object] = {"rss_before_mb": round(base, 1)}
-    if kind in ("deaf", "deaf-stream"):
-        body = json.dumps({"prompt": "x", "max_tokens": 9, "stream": kind == "deaf-stream"})
-        writers = await deaf(port, body.encode())
-        peak, statuses, t0 = base, [], time.monotonic()
-        while time.monotonic() - t0 < 15:
-            await asyncio.sleep(1)
-            peak = max(peak, rss_mb(pid))
-            statuses.append(await health(port))
-        open_at_end = established(port)
-        del writers
-        seen.update(rss_peak_mb=round(peak, 1), clients_still_connected_after_15s=open_at_end,
-                    health=sorted(set(statuses)))  # fmt: skip
-    elif kind == "metaserver":
-        body = json.dumps({"request_id": "cmpl-x-0", "remote_block_ids": [1] * 50}).encode()
-        pairs = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
-        for _, w in pairs:
-            w.write(head("/v1/metaserver", body))
-        statuses = []
-        t0 = time.monotonic()
-        for i in range(12):  # a byte every 0.5 s each, 6 s
-            for r, w in pairs:
-                if not r.at_eof():
-                    w.write(body[i : i + 1])
-            statuses.append(await health(port))
-            await asyncio.sleep(0.5)
-        held = established(port)
-        seen.update(held_after_s=round(time.monotonic() - t0, 1), still_held=held,
-                    health=sorted(set(statuses)))  # fmt: skip
-    elif kind == "small-values":
-        many = [{"role": "user", "content": "x"}] * 1_000_000  # ~32 MiB of small objects
-        body = json.dumps({"model": "m", "messages": many, "max_tokens": 2}).encode()
+    payload = {"prompt": "x", "max_tokens": 9, "stream": kind == "deaf-stream"}
+    writers = await deaf(port, json.dumps(payload).encode())
+    peak, statuses, t0 = base, [], time.monotonic()
+    while time.monotonic() - t0 < 15:
+        await asyncio.sleep(1)
+        peak = max(peak, rss_mb(pid))
+        statuses.append(await health(port))
+    held = established(port)
+    del writers
+    return {"rss_before_mb": round(base, 1), "rss_peak_mb": round(peak, 1),
+            "clients_still_connected_after_15s": held, "health": sorted(set(statuses))}  # fmt: skip
+
+
+async def metaserver_attack(port: int) -> dict[str, object]:
+    """20 callers trickling a metaserver body, a byte every 0.5 s each, for 6 s."""
+    body = json.dumps({"request_id": "cmpl-x-0", "remote_block_ids": [1] * 50}).encode()
+    pairs = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+    for _, w in pairs:
+        w.write(head("/v1/metaserver", body))
+    statuses = []
+    t0 = time.monotonic()
+    for i in range(12):
+        for r, w in pairs:
+            if not r.at_eof():
+                w.write(body[i : i + 1])
+        statuses.append(await health(port))
+        await asyncio.sleep(0.5)
+    return {"held_after_s": round(time.monotonic() - t0, 1), "still_held": established(port),
+            "health": sorted(set(statuses))}  # fmt: skip
+
+
+async def small_values_attack(port: int, pid: int) -> dict[str, object]:
+    """One 32 MiB chat request of a million small message objects."""
+    base = rss_mb(pid)
+    many = [{"role": "user", "content": "x"}] * 1_000_000
+    body = json.dumps({"model": "m", "messages": many, "max_tokens": 2}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head("/v1/chat/completions", body) + body)
+    peak, slowest, t0 = base, 0.0, time.monotonic()
+    answer = asyncio.create_task(reader.read())
+    while not answer.done() and time.monotonic() - t0 < 20:
+        h0 = time.monotonic()
+        await health(port)
+        slowest = max(slowest, time.monotonic() - h0)
+        peak = max(peak, rss_mb(pid))
+    first = (await asyncio.wait_for(answer, 30)).split(b"\r\n", 1)[0].decode()
+    return {"body_mib": round(len(body) / 2**20, 1), "answer": first, "rss_before_mb": base,
+            "rss_peak_mb": round(peak, 1), "slowest_health_s": round(slowest, 2)}  # fmt: skip
+
+
+async def nested_attack(port: int) -> dict[str, object]:
+    """Five chat requests whose content nests 900 lists deep."""
+    content: object = "x"
+    for _ in range(900):
+        content = [content]
+    body = json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
+    statuses = []
+    for _ in range(5):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(head("/v1/chat/completions", body) + body)
-        peak, statuses, t0 = base, [], time.monotonic()
-        answer = asyncio.create_task(reader.read())
-        while not answer.done() and time.monotonic() - t0 < 20:
-            h0 = time.monotonic()
-            statuses.append((await health(port), round(time.monotonic() - h0, 2)))
-            peak = max(peak, rss_mb(pid))
-        first = (await asyncio.wait_for(answer, 30)).split(b"\r\n", 1)[0].decode()
-        seen.update(body_mib=round(len(body) / 2**20, 1), answer=first,
-                    rss_peak_mb=round(peak, 1), slowest_health_s=max(s[1] for s in statuses))  # fmt: skip
-    elif kind == "nested":
-        content: object = "x"
-        for _ in range(900):
-            content = [content]
-        body = json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
-        statuses = []
-        for _ in range(5):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(head("/v1/chat/completions", body)[:-2] + b"Connection: close\r\n\r\n"
-                         + body)  # fmt: skip
-            statuses.append((await reader.read()).split(b"\r\n", 1)[0].decode())
-        seen.update(answers=sorted(set(statuses)))
-    return seen
+        request = head("/v1/chat/completions", body)[:-2] + b"Connection: close\r\n\r\n"
+        writer.write(request + body)
+        statuses.append((await reader.read()).split(b"\r\n", 1)[0].decode())
+    return {"answers": sorted(set(statuses))}
+
+
+async def attack(kind: str, port: int, pid: int) -> dict[str, object]:
+    if kind in ("deaf", "deaf-stream"):
+        return await deaf_attack(kind, port, pid)
+    if kind == "metaserver":
+        return await metaserver_attack(port)
+    if kind == "small-values":
+        return await small_values_attack(port, pid)
+    return await nested_attack(port)
 
 
 def established(port: int) -> int:
