@@ -48,7 +48,7 @@ from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.requests import prompt_count
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Trip, _Opened
+from servekit.proxy.stages import Opened, Trip
 
 PATH = "/v1/metaserver"
 CALL_MAX_BYTES = 4 * 1024 * 1024  # 16k-token prompts are ~1k block ids: room to spare
@@ -208,8 +208,8 @@ async def run(trip: Trip, book: Book) -> web.StreamResponse:
         out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
     except _PrefillFailed as failed:
         raise failed.error from None
-    if isinstance(out, _Opened):
-        return await trip._relay("decode", out)
+    if isinstance(out, Opened):
+        return await trip.relay("decode", out)
     return trip.whole_answer(out)
 
 
@@ -221,7 +221,7 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
             await task
 
 
-async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened | bytes:
+async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened | bytes:
     """Decode on ``inst``, wait for its metaserver call, prefill into its blocks."""
     cfg = trip.router.config
     rid = uuid.uuid4().hex
@@ -229,7 +229,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened 
     key = REQUEST_IDS[trip.ticket.route].format(rid=rid)
     call = book.expect(key)
     data = json.dumps(decode_payload(trip.ticket.body, url)).encode()
-    decode: asyncio.Task[_Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
+    decode: asyncio.Task[Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
     prefill: asyncio.Task[bytes] | None = None
     handed_off = False
     try:
@@ -280,8 +280,8 @@ async def _drain(task: asyncio.Task[bytes]) -> None:
         await task
 
 
-async def _decode(trip: Trip, inst: Instance, data: bytes) -> _Opened | bytes:
+async def _decode(trip: Trip, inst: Instance, data: bytes) -> Opened | bytes:
     """The decode exchange: a stream opened (first bytes in) or the whole answer."""
     if trip.ticket.stream:
-        return await trip._open_stream("decode", inst, data)
-    return await trip._post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
+        return await trip.open_stream("decode", inst, data)
+    return await trip.post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
