@@ -70,6 +70,12 @@ class Router:
         if lease.instance.remove_when_idle:
             self.pools[lease.instance.role].reap()
 
+    async def backoff(self, stage: str, attempt: int) -> None:
+        """Before retry ``attempt`` (1, 2, ...) of ``stage``: count it, then wait
+        ``--retry-backoff`` doubled per retry (the one place the backoff is written)."""
+        self.metrics.retries.labels(stage).inc()
+        await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+
     def describe(self, inst: Instance) -> str:
         return inst.describe(self.config.debug)
 
@@ -95,8 +101,7 @@ class Router:
             if not candidates:
                 break
             if n:
-                self.metrics.retries.labels(stage).inc()
-                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (n - 1))
+                await self.backoff(stage, n)
             inst = self.policies[stage].choose(candidates, prefix_key)
             try:
                 result = await exchange(inst)

@@ -176,8 +176,7 @@ class Trip:
             if not decoders.routable(frozenset(tried)):
                 break  # no decoder left: do not pin prefill KV for nobody
             if n:
-                self.router.metrics.retries.labels("decode").inc()
-                await asyncio.sleep(cfg.retry_backoff_s * 2 ** (n - 1))
+                await self.router.backoff("decode", n)
             kv = await self._handoff()
             data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
             try:
