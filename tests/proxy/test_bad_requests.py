@@ -219,3 +219,41 @@ def test_hostile_bytes_are_answered_or_closed_and_the_proxy_stays_up(heads: list
     finally:
         logger.removeHandler(collect)
     assert not [r for r in seen if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def nested(depth: int, leaf: str) -> str:
+    """JSON text of ``leaf`` inside ``depth`` lists (text: no deep object in this process)."""
+    return "[" * depth + leaf + "]" * depth
+
+
+DEEP = 900  # under json's own recursion bound, over the prompt walker's
+X, ONE = nested(DEEP, '"x"'), nested(DEEP, "1")
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/chat/completions", '"messages": [{"role": "user", "content": ' + X + "}]"),
+        ("/v1/responses", '"input": ' + X),
+        ("/v1/responses", '"input": "x", "instructions": ' + X),
+        ("/v1/completions", '"prompt": ' + ONE),
+    ],
+    ids=["chat-content", "responses-input", "responses-instructions", "completions-prompt"],
+)
+def test_a_deeply_nested_prompt_is_a_clean_400_without_a_traceback(
+    path: str, fields: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 36 item 11: about 900 levels got a 500 and ~100 KB of traceback per request."""
+
+    async def scenario() -> None:
+        async with stack(prefill=0, decode=0, replica=1) as s:
+            raw = '{"model": "sim-model", "max_tokens": 2, ' + fields + "}"
+            async with s.client.post(s.url + path, data=raw) as resp:
+                assert resp.status == 400, await resp.text()
+                assert json.loads(await resp.read())["error"]["code"] == "bad_request"
+            assert s.replica[0].gen() == []
+
+    with caplog.at_level(logging.INFO, logger="servekit.proxy"):
+        run(scenario())
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert sum(len(r.getMessage()) for r in caplog.records) < 5000

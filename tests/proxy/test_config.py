@@ -233,3 +233,10 @@ def test_the_docs_flag_table_names_every_flag() -> None:
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     documented = {flag for row in rows for flag in re.findall(r"`(--[a-z-]+)", row)}
     assert documented == {flag_of(f.name) for f in cli_fields()}
+
+
+@pytest.mark.parametrize("host", ["", " ", "[]"])
+def test_an_empty_host_is_refused_not_bound_on_every_interface(host: str) -> None:
+    """Issue 36 item 8: ``--host ""`` bound every interface while the log said 127.0.0.1."""
+    with pytest.raises(UsageError, match=r"--host: .* every interface; give an address"):
+        parse_args(["--replica", "http://127.0.0.1:1", "--host", host], read_keys=False)

@@ -142,3 +142,22 @@ def test_cpu_engines_use_python_module_entry_point() -> None:
     argv = plan.process("engine").argv
     assert argv[:3] == ("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server")
     assert plan.process("engine").env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_a_local_run_binds_every_proxy_on_loopback_and_scripts_keep_the_source() -> None:
+    """Issue 36 item 8: four layouts' proxies say ``host: 0.0.0.0`` (their source does);
+    ``servekit up`` bound them on every interface although local runs use loopback."""
+    wildcards = []
+    for loaded in load_all():
+        lay = loaded.layout
+        if lay.proxy is None:
+            continue
+        hosts = ("127.0.0.1",) * lay.nodes
+        local = list(build_plan(lay, PlanOptions(hosts=hosts, bind_host="127.0.0.1"))
+                     .process("proxy").argv)  # fmt: skip
+        assert local[local.index("--host") + 1] == "127.0.0.1", lay.name
+        if lay.proxy.host == "0.0.0.0":
+            wildcards.append(lay.name)
+            rendered = list(build_plan(lay).process("proxy").argv)
+            assert rendered[rendered.index("--host") + 1] == "0.0.0.0"
+    assert len(wildcards) >= 4, wildcards  # the layouts the issue found are still tested

@@ -9,11 +9,14 @@ import re
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from servekit.cli import app
 from servekit.cliopts import option_specs
 from servekit.commands.sim import SimCommandOptions
+from servekit.errors import UsageError
+from servekit.sim import spec_from_mapping
 from servekit.sim.options import SimOptions, build_parser, parse_options
 
 
@@ -54,3 +57,11 @@ def test_defaults_are_the_models_through_both_entry_points() -> None:
     ).stdout
     assert typer_out == module_out
     assert '"port": 8100' in module_out and '"served_model_name": "sim-model"' in module_out
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_an_empty_host_is_refused_not_bound_on_every_interface(host: str) -> None:
+    """Issue 36 item 8: ``servekit sim --host ""`` bound every interface, said 127.0.0.1."""
+    doc = {"endpoints": [{"name": "e", "port": 0, "host": host}], "admin": None}
+    with pytest.raises(UsageError, match=r"host: .*every interface"):
+        spec_from_mapping(doc)

@@ -20,6 +20,7 @@ from aiohttp.typedefs import Middleware
 
 from servekit.proxy import admin, layerwise, passthrough, relay
 from servekit.proxy.bodies import expect_handler, read_request
+from servekit.proxy.budget import Budget, charge, holding, parse_cost
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.ratelog import RateLimited, printable
@@ -54,6 +55,14 @@ def log_refusal(request: web.Request, err: ProxyError) -> None:
 async def _read_body(request: web.Request, router: Router) -> tuple[dict[str, Any], bytes]:
     cfg = router.config
     raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
+    cost = parse_cost(raw)
+    if cost > cfg.max_parse_bytes:
+        msg = (
+            f"request body would take about {cost >> 20} MiB once parsed, more than "
+            f"--max-parse-bytes ({cfg.max_parse_bytes} bytes); send fewer, larger values"
+        )
+        raise ProxyError("payload_too_large", "proxy", msg)
+    charge(cost - len(raw))  # the parsed body lives as long as the request
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -131,6 +140,20 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
+def _budget_middleware(budget: Budget) -> Middleware:
+    """Each request holds its bodies' bytes of the one budget until its handler ends."""
+
+    @web.middleware
+    async def hold(request: web.Request, handler: Handler) -> web.StreamResponse:
+        with holding(budget):
+            try:
+                return await handler(request)
+            except ProxyError as err:  # a charge refused outside the generation handler
+                return error_response(err)
+
+    return hold
+
+
 def _auth_middleware(api_key: str | None, admin_on: bool, admin_key: str | None) -> Middleware:
     """Admin paths by the admin rule; everything else but probes and scrapes by the API key."""
 
@@ -160,8 +183,9 @@ def build_app(router: Router) -> web.Application:
     conns = Connections(
         cfg.max_connections, cfg.header_timeout_s,
         RateLimited(log, "shed connections", cfg.log_burst, cfg.log_interval_s),
+        cfg.send_timeout_s,
     )  # fmt: skip
-    middlewares = [track(conns)]
+    middlewares = [track(conns), _budget_middleware(router.budget)]
     if cfg.api_key is not None or cfg.admin:
         middlewares.append(_auth_middleware(cfg.api_key, cfg.admin, cfg.admin_key))
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
@@ -178,7 +202,7 @@ def build_app(router: Router) -> web.Application:
     relay.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
     if cfg.mode == "layerwise":
-        layerwise.add_routes(app)
+        layerwise.add_routes(app, cfg.body_timeout_s)
     if cfg.admin:
         admin.add_routes(app, ROUTER)
     return app

@@ -27,6 +27,7 @@ from functools import partial
 import aiohttp
 from aiohttp import web
 
+from servekit.proxy.budget import charge, charged, parse_cost
 from servekit.proxy.failures import ProxyError, error_response
 
 THREAD_PARSE_BYTES = 1 << 20  # larger answers are checked off the event loop
@@ -76,13 +77,23 @@ async def read_capped(
         size += len(chunk)
         if size > limit:
             raise too_large()
+        charge(len(chunk))  # the request's share of --memory-budget
         parts.append(chunk)
     return b"".join(parts)
 
 
-async def read_request(request: web.Request, limit: int, timeout_s: float) -> bytes:
-    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed)."""
-    too_large = partial(_too_large, limit)
+async def read_request(
+    request: web.Request,
+    limit: int,
+    timeout_s: float,
+    too_large: Callable[[], Exception] | None = None,
+) -> bytes:
+    """The whole request body, or a 413/408 :class:`ProxyError` (connection then closed).
+
+    Every handler that reads a body reads it here, so none waits for one past
+    ``--body-timeout`` (a running handler is never evicted at the connection cap).
+    """
+    too_large = too_large or partial(_too_large, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await read_capped(request.content, request.content_length, limit, too_large)
@@ -122,7 +133,8 @@ def _is_json_big(body: bytes) -> bool:
 async def check_json(body: bytes, who: str, stage: str) -> None:
     """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502)."""
     big = len(body) > THREAD_PARSE_BYTES
-    ok = await asyncio.to_thread(_is_json_big, body) if big else _is_json(body)
+    with charged(parse_cost(body) - len(body)):
+        ok = await asyncio.to_thread(_is_json_big, body) if big else _is_json(body)
     if not ok:
         msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
         raise ProxyError("upstream_error", stage, msg)

@@ -90,6 +90,12 @@ class ProxyConfig:
     decode_policy: str = opt("least-loaded", "how decode/replica is chosen", choices=POLICY_NAMES)
     debug: bool = opt(False, "name backend URLs in error bodies")
     max_body_bytes: int = opt(64 * 1024 * 1024, "larger bodies get 413", gt=0)
+    max_parse_bytes: int = opt(256 * 1024 * 1024, "a request body whose parse would take more "
+                               "than this (2 x its bytes + 64 per comma + 144 per colon) "
+                               "gets 413", gt=0)  # fmt: skip
+    memory_budget: int = opt(2 * 1024**3, "bytes of bodies (requests, answers, parses) held "
+                             "at once across all requests; past it a request gets 503",
+                             gt=0)  # fmt: skip
     max_answer_bytes: int = opt(64 * 1024 * 1024, "an engine's unstreamed answer larger than "
                                 "this is a 502", gt=0)  # fmt: skip
     header_timeout_s: float = opt(60.0, "request line and headers must arrive within this "
@@ -97,6 +103,9 @@ class ProxyConfig:
                                   "then 408 and close", gt=0, le=3600)  # fmt: skip
     body_timeout_s: float = opt(60.0, "a request body must arrive within this after its "
                                 "headers; then 408 and close", gt=0, le=3600)  # fmt: skip
+    send_timeout_s: float = opt(60.0, "a write to a client that takes none of it for this long "
+                                "closes the connection and the engine's request",
+                                gt=0, le=3600)  # fmt: skip
     keepalive_timeout_s: float = opt(75.0, "an idle keep-alive connection is closed after this",
                                      gt=0, le=3600)  # fmt: skip
     max_connections: int = opt(4096, "open client connections; at the cap the longest-waiting "
@@ -127,6 +136,9 @@ class ProxyConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, flag_of)
+        if not self.host.strip("[] "):  # the socket layer reads "" as every interface
+            _bad("host", f"{self.host!r} would listen on every interface; give an address "
+                 "(127.0.0.1: this machine only; 0.0.0.0: every interface, said so)")  # fmt: skip
         _check_layerwise(self)
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)

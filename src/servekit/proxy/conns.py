@@ -18,7 +18,14 @@ request handler (which still parses, answers and keeps alive). It adds:
   progress* (idle keep-alive or a head still arriving), since a real client
   sends its head in microseconds and a flood of slow sockets must not lock it
   out; when every open connection is serving a request, the newcomer gets 503
-  and is closed. Connections shed this way are counted and logged rate-limited.
+  and is closed. Connections shed this way are counted and logged rate-limited;
+- the **send deadline**: a write to the client that makes no progress for
+  ``send_timeout_s`` (the transport paused writing and its buffer did not shrink)
+  aborts the connection. A client that never reads its answer held it in memory
+  and its connection for ever (four such clients, +343 to 429 MB, and the
+  stream's idle timeout never fired since the relay waited on the client); the
+  abort cancels the handler (``handler_cancellation``), which closes the engine's
+  request. Whatever the handler (streamed or unstreamed, any route).
 
 :class:`ConnectionSite` listens with these protocols (aiohttp's ``TCPSite``, with
 the protocol factory wrapped); :func:`track` is the middleware that tells a
@@ -59,13 +66,16 @@ BUSY = _answer("503 Service Unavailable", "too many open connections")
 class Connections:
     """The open client connections of one proxy, and the rules that bound them."""
 
-    def __init__(self, cap: int, header_timeout_s: float, shed_log: RateLimited) -> None:
+    def __init__(
+        self, cap: int, header_timeout_s: float, shed_log: RateLimited, send_timeout_s: float = 60.0
+    ) -> None:
         self.cap = cap
         self.header_timeout_s = header_timeout_s
+        self.send_timeout_s = send_timeout_s
         self.shed_log = shed_log
         self.open: dict[asyncio.BaseTransport, Conn] = {}
         self.waiting: dict[Conn, None] = {}  # no request in progress, longest-waiting first
-        self.closed: Counter[str] = Counter()  # header_timeout, evicted, refused
+        self.closed: Counter[str] = Counter()  # header_timeout, send_timeout, evicted, refused
 
     def of(self, transport: asyncio.BaseTransport | None) -> Conn | None:
         return None if transport is None else self.open.get(transport)
@@ -108,6 +118,8 @@ class Conn(asyncio.Protocol):
         self.in_request = False
         self.lost = False
         self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_mark = 0  # the write buffer's size when last seen progressing
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -159,17 +171,49 @@ class Conn(asyncio.Protocol):
             self.inner.eof_received()
 
     def pause_writing(self) -> None:
+        self._send_mark = self.transport.get_write_buffer_size()
+        self._arm_send()
         if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._disarm_send()
         if self.inner is not None:
             self.inner.resume_writing()
+
+    def _arm_send(self) -> None:
+        self._disarm_send()
+        loop = asyncio.get_running_loop()
+        self._send_timer = loop.call_later(self.table.send_timeout_s, self._send_late)
+
+    def _disarm_send(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_late(self) -> None:
+        """The client took nothing for the send deadline: abort (the handler is cancelled)."""
+        self._send_timer = None
+        if self.lost:
+            return
+        size = self.transport.get_write_buffer_size()
+        if size < self._send_mark:  # it reads, slowly: progress, so a new deadline
+            self._send_mark = size
+            self._arm_send()
+            return
+        self.table.closed["send_timeout"] += 1
+        self.table.shed_log.log(
+            logging.WARNING, "closed a connection whose client took none of its answer "
+            "for %g s (--send-timeout)", self.table.send_timeout_s,
+        )  # fmt: skip
+        self.table.forget(self)
+        self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.table.forget(self)
         self._disarm()
+        self._disarm_send()
         if self.inner is not None:
             self.inner.connection_lost(exc)
 

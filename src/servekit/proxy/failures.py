@@ -26,6 +26,7 @@ ERROR_STATUS = {
     "request_timeout": 408,
     "answer_too_large": 502,
     "forbidden": 403,
+    "overloaded": 503,
 }
 
 # The request's body is left unread: answer, then close the connection (RFC 9110 15.5.9/14).

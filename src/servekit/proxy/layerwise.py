@@ -41,13 +41,14 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from servekit.guard import metaserver_url
-from servekit.proxy.bodies import read_capped
-from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.bodies import read_request
+from servekit.proxy.budget import charged, parse_cost
+from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.requests import prompt_count
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Trip, _Opened
+from servekit.proxy.stages import Opened, Trip
 
 PATH = "/v1/metaserver"
 CALL_MAX_BYTES = 4 * 1024 * 1024  # 16k-token prompts are ~1k block ids: room to spare
@@ -93,9 +94,13 @@ def default_metaserver(host: str, port: int) -> str:
 
 
 class Book:
-    """Requests waiting for their decoder's metaserver call, by vLLM's request id."""
+    """Requests waiting for their decoder's metaserver call, by vLLM's request id.
 
-    def __init__(self) -> None:
+    ``body_timeout_s`` bounds the read of a call's body like every other body's.
+    """
+
+    def __init__(self, body_timeout_s: float = 60.0) -> None:
+        self.body_timeout_s = body_timeout_s
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.background: set[asyncio.Task[Any]] = set()
 
@@ -146,11 +151,12 @@ async def metaserver(request: web.Request) -> web.Response:
         return ProxyError("payload_too_large", "decode", msg)
 
     try:
-        raw = await read_capped(request.content, request.content_length, CALL_MAX_BYTES, too_large)
+        raw = await read_request(request, CALL_MAX_BYTES, book.body_timeout_s, too_large)
     except ProxyError as err:
-        return web.json_response(err.payload(), status=413)
+        return error_response(err)  # 413 or 408, and the connection closed
     try:
-        doc = json.loads(raw)
+        with charged(parse_cost(raw) - len(raw)):
+            doc = json.loads(raw)
     except (ValueError, RecursionError):
         doc = None
     key = doc.get("request_id") if isinstance(doc, dict) else None
@@ -167,9 +173,9 @@ async def metaserver(request: web.Request) -> web.Response:
     return web.json_response({"status": "accepted"})
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, body_timeout_s: float) -> None:
     """The metaserver route and the book it fills (layerwise mode only)."""
-    app[BOOK] = Book()
+    app[BOOK] = Book(body_timeout_s)
     app.router.add_post(PATH, metaserver)
 
 
@@ -202,8 +208,8 @@ async def run(trip: Trip, book: Book) -> web.StreamResponse:
         out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
     except _PrefillFailed as failed:
         raise failed.error from None
-    if isinstance(out, _Opened):
-        return await trip._relay("decode", out)
+    if isinstance(out, Opened):
+        return await trip.relay("decode", out)
     return trip.whole_answer(out)
 
 
@@ -215,7 +221,7 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
             await task
 
 
-async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened | bytes:
+async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened | bytes:
     """Decode on ``inst``, wait for its metaserver call, prefill into its blocks."""
     cfg = trip.router.config
     rid = uuid.uuid4().hex
@@ -223,7 +229,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> _Opened 
     key = REQUEST_IDS[trip.ticket.route].format(rid=rid)
     call = book.expect(key)
     data = json.dumps(decode_payload(trip.ticket.body, url)).encode()
-    decode: asyncio.Task[_Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
+    decode: asyncio.Task[Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
     prefill: asyncio.Task[bytes] | None = None
     handed_off = False
     try:
@@ -274,8 +280,8 @@ async def _drain(task: asyncio.Task[bytes]) -> None:
         await task
 
 
-async def _decode(trip: Trip, inst: Instance, data: bytes) -> _Opened | bytes:
+async def _decode(trip: Trip, inst: Instance, data: bytes) -> Opened | bytes:
     """The decode exchange: a stream opened (first bytes in) or the whole answer."""
     if trip.ticket.stream:
-        return await trip._open_stream("decode", inst, data)
-    return await trip._post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
+        return await trip.open_stream("decode", inst, data)
+    return await trip.post_whole("decode", inst, data, trip.router.config.decode_timeout_s)

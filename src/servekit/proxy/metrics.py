@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -74,10 +74,11 @@ class _ConnectionCollector(Collector):
         )
         shed = CounterMetricFamily(
             "servekit_proxy_client_connections_closed", "Client connections the proxy closed: "
-            "header_timeout, evicted (at the cap), refused (at the cap, all busy)",
+            "header_timeout, send_timeout (the client took none of its answer), "
+            "evicted (at the cap), refused (at the cap, all busy)",
             labels=["reason"],
         )  # fmt: skip
-        for reason in ("header_timeout", "evicted", "refused"):
+        for reason in ("header_timeout", "send_timeout", "evicted", "refused"):
             shed.add_metric([reason], src.closed.get(reason, 0))
         yield shed
 
@@ -124,6 +125,17 @@ class ProxyMetrics:
     def watch_connections(self, source: ConnectionSource) -> None:
         """Report ``source``'s connection counts (once per proxy)."""
         self.registry.register(_ConnectionCollector(source))
+
+    def watch_budget(self, used: Callable[[], float], refused: Callable[[], float]) -> None:
+        """Report the memory budget's use and refusals (once per proxy)."""
+        Gauge(
+            "servekit_proxy_memory_budget_used_bytes", "Bytes of bodies held (--memory-budget)",
+            registry=self.registry,
+        ).set_function(used)  # fmt: skip
+        Gauge(
+            "servekit_proxy_memory_budget_refused", "Requests refused at the --memory-budget",
+            registry=self.registry,
+        ).set_function(refused)  # fmt: skip
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

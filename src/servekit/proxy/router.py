@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import aiohttp
 
+from servekit.proxy.budget import Budget
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.health import HealthChecker
@@ -45,8 +46,11 @@ class Router:
             "replica": make_policy(config.decode_policy),
         }
         self._tasks: set[asyncio.Task[None]] = set()
+        self.budget = Budget(config.memory_budget)
         self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.metrics = ProxyMetrics(self.instances)
+        budget = self.budget
+        self.metrics.watch_budget(lambda: budget.used, lambda: budget.refused)
         self.health = HealthChecker(session, self.instances, config, self.headers)
         self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
 
@@ -65,6 +69,12 @@ class Router:
         lease.release()
         if lease.instance.remove_when_idle:
             self.pools[lease.instance.role].reap()
+
+    async def backoff(self, stage: str, attempt: int) -> None:
+        """Before retry ``attempt`` (1, 2, ...) of ``stage``: count it, then wait
+        ``--retry-backoff`` doubled per retry (the one place the backoff is written)."""
+        self.metrics.retries.labels(stage).inc()
+        await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
 
     def describe(self, inst: Instance) -> str:
         return inst.describe(self.config.debug)
@@ -91,8 +101,7 @@ class Router:
             if not candidates:
                 break
             if n:
-                self.metrics.retries.labels(stage).inc()
-                await asyncio.sleep(self.config.retry_backoff_s * 2 ** (n - 1))
+                await self.backoff(stage, n)
             inst = self.policies[stage].choose(candidates, prefix_key)
             try:
                 result = await exchange(inst)

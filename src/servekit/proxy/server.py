@@ -49,7 +49,7 @@ class RunningProxy:
     @property
     def url(self) -> str:
         host = self.router.config.host
-        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.port}"
+        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}"
 
     async def stop(self) -> None:
         for limiter in (self.runner.app[BAD_REQUESTS], self.connections.shed_log):
@@ -107,7 +107,10 @@ async def serve(config: ProxyConfig) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("servekit proxy (%s) listening on %s", config.mode, running.url)
+    log.info(
+        "servekit proxy (%s) listening on %s (bound to %s port %d)",
+        config.mode, running.url, config.host, running.port,
+    )  # fmt: skip
     await stop.wait()
     await running.stop()
 

@@ -67,7 +67,7 @@ class Progress:
 
 
 @dataclass
-class _Opened:
+class Opened:
     """A decode stream whose first bytes have arrived."""
 
     lease: Lease
@@ -110,7 +110,7 @@ class Trip:
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
         )
 
-    async def _post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
+    async def post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
         """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
@@ -148,7 +148,7 @@ class Trip:
         t0 = time.perf_counter()
 
         async def exchange(inst: Instance) -> bytes:
-            body = await self._post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+            body = await self.post_whole("prefill", inst, data, cfg.prefill_timeout_s)
             self.prefilled_on = inst
             return body
 
@@ -176,8 +176,7 @@ class Trip:
             if not decoders.routable(frozenset(tried)):
                 break  # no decoder left: do not pin prefill KV for nobody
             if n:
-                self.router.metrics.retries.labels("decode").inc()
-                await asyncio.sleep(cfg.retry_backoff_s * 2 ** (n - 1))
+                await self.router.backoff("decode", n)
             kv = await self._handoff()
             data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
             try:
@@ -227,19 +226,19 @@ class Trip:
         cfg = self.router.config
         self.progress.stage = stage
         if not self.ticket.stream:
-            whole = partial(self._post_whole, stage, data=data, total=cfg.decode_timeout_s)
+            whole = partial(self.post_whole, stage, data=data, total=cfg.decode_timeout_s)
             out = await self.router.attempt(
                 stage, self.ticket.prefix_key, whole, attempts=attempts, tried=tried
             )
             return self.whole_answer(out)
 
-        open_stream = partial(self._open_stream, stage, data=data)
+        open_stream = partial(self.open_stream, stage, data=data)
         t0 = time.perf_counter()
         opened = await self.router.attempt(
             stage, self.ticket.prefix_key, open_stream, attempts=attempts, tried=tried
         )
         self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
-        return await self._relay(stage, opened)
+        return await self.relay(stage, opened)
 
     def whole_answer(self, body: bytes) -> web.Response:
         """An unstreamed answer to the client (its first byte is now)."""
@@ -249,7 +248,7 @@ class Trip:
             body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
         )
 
-    async def _open_stream(self, stage: str, inst: Instance, data: bytes) -> _Opened:
+    async def open_stream(self, stage: str, inst: Instance, data: bytes) -> Opened:
         """POST, check the status and wait for the first bytes of the stream.
 
         ``--decode-timeout`` bounds the wait for the first bytes; after them only
@@ -269,14 +268,14 @@ class Trip:
                     _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
                 first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
-            return _Opened(lease, resp, first)
+            return Opened(lease, resp, first)
         except BaseException:
             if resp is not None:
                 resp.close()
             self.router.release(lease)
             raise
 
-    async def _relay(self, stage: str, opened: _Opened) -> web.StreamResponse:
+    async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
         """Forward the stream byte for byte; a failure ends it with an error event."""
         resp, lease = opened.resp, opened.lease
         out = web.StreamResponse(

@@ -628,9 +628,13 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
 
 
 def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> Arg:
-    """The proxy's listen address: a literal, or its node's own IP."""
+    """The proxy's listen address: a literal, or its node's own IP.
+
+    A wildcard literal gives way to ``bind_host`` when one is set (a local run
+    binds every server on loopback); rendered scripts keep what the source says.
+    """
     if isinstance(host, str):
-        return host
+        return ctx.opts.bind_host if host in WILDCARDS and ctx.opts.bind_host else host
     return var(node_var(node), ctx.opts.bind_host or ctx.host(node))
 
 

@@ -26,18 +26,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from servekit.guard import MetaserverKey, trusted_metaservers
+from servekit.sim.engine import Seq
+from servekit.sim.faults import FaultSpec
+from servekit.sim.kvcache import KvCache
+from servekit.sim.metrics import EngineStats
 from servekit.sim.openai import ApiError, GenRequest
-
-if TYPE_CHECKING:
-    from servekit.sim.endpoint import SimEndpoint
-    from servekit.sim.engine import Seq
+from servekit.sim.spec import EndpointSpec
 
 LAYERS = 8  # layers of the simulated model; only their count and order matter
 CALL_TRIES = 3  # the connector's _access_metaserver
@@ -45,6 +47,30 @@ CALL_TIMEOUT_S = 30.0  # the connector has none; a bound here keeps a test run f
 
 # vLLM's id of a request whose X-Request-Id is {rid}, per route (the connector's external id).
 EXTERNAL_IDS = {"completion": "cmpl-{rid}-0", "chat": "chatcmpl-{rid}", "responses": "resp_{rid}"}
+
+
+class HasPushes(Protocol):
+    """The transfer layer as this module sees it: the shared push board."""
+
+    @property
+    def pushes(self) -> PushBoard: ...
+
+
+class LayerwiseEndpoint(Protocol):
+    """What of an endpoint the layerwise handoff reads and does (``sim.endpoint``'s
+    LayerwiseEndpoint is one); a protocol, so this module does not import the endpoint
+    that imports it."""
+
+    spec: EndpointSpec
+    faults: FaultSpec
+    kv: KvCache
+    stats: EngineStats
+    log: logging.Logger
+
+    @property
+    def kvreg(self) -> HasPushes: ...
+
+    def kill(self, reason: str) -> None: ...
 
 
 @dataclass
@@ -100,13 +126,17 @@ class PushBoard:
                            "decoder allocated", "KVTransferError")  # fmt: skip
         return push
 
-    def call_in_background(self, url: object, message: dict[str, Any], ep: SimEndpoint) -> None:
+    def call_in_background(
+        self, url: object, message: dict[str, Any], ep: LayerwiseEndpoint
+    ) -> None:
         task = asyncio.get_running_loop().create_task(_call(url, message, ep, self))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
 
 
-async def _call(url: object, message: dict[str, Any], ep: SimEndpoint, board: PushBoard) -> None:
+async def _call(
+    url: object, message: dict[str, Any], ep: LayerwiseEndpoint, board: PushBoard
+) -> None:
     """POST the allocation to the metaserver: three tries on errors, the answer unread."""
     timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
     for attempt in range(1, CALL_TRIES + 1):
@@ -127,14 +157,14 @@ async def _call(url: object, message: dict[str, Any], ep: SimEndpoint, board: Pu
     ep.log.error("Access metaserver fail: %s", url)
 
 
-def guard_keys(ep: SimEndpoint) -> frozenset[MetaserverKey] | None:
+def guard_keys(ep: LayerwiseEndpoint) -> frozenset[MetaserverKey] | None:
     """What the decode guard trusts here (SERVEKIT_GUARD_METASERVER): None unless layerwise."""
     if ep.spec.kv_mode != "layerwise":
         return None
     return trusted_metaservers(" ".join(ep.spec.metaservers))
 
 
-async def receive(ep: SimEndpoint, req: GenRequest, rid: str, prompt_len: int) -> float:
+async def receive(ep: LayerwiseEndpoint, req: GenRequest, rid: str, prompt_len: int) -> float:
     """Decode side: call the metaserver, wait for every layer; the transfer time left (none)."""
     params = req.kv_transfer_params or {}
     board = ep.kvreg.pushes
@@ -163,7 +193,7 @@ async def receive(ep: SimEndpoint, req: GenRequest, rid: str, prompt_len: int) -
     return 0.0  # the layers arrived while the prefill computed
 
 
-def start_push(ep: SimEndpoint, req: GenRequest) -> Push | None:
+def start_push(ep: LayerwiseEndpoint, req: GenRequest) -> Push | None:
     """Prefill side: the decoder these params name (checked); None when not a layerwise push."""
     params = req.kv_transfer_params or {}
     if ep.spec.role != "prefill" or not params.get("do_remote_decode"):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from servekit import safeyaml
 from servekit.errors import UsageError, first_error
@@ -23,11 +23,24 @@ from servekit.vocabulary import GuardMode, KvProtocol, Role, StrictModel
 KvPeers = Literal["process", "any"]
 
 
+def _bind_address(host: str) -> str:
+    """An empty listen address binds every interface while it reads like none: refused."""
+    if not host.strip("[] "):
+        raise ValueError(
+            "an empty address would listen on every interface; give one "
+            "(127.0.0.1: this machine only; 0.0.0.0: every interface, said so)"
+        )
+    return host
+
+
+BindHost = Annotated[str, AfterValidator(_bind_address)]
+
+
 class EndpointSpec(StrictModel):
     """One simulated API server (a DP rank or an instance) on its own port."""
 
     name: str = Field(min_length=1)
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
     port: int = Field(ge=0, le=65535, description="0 picks a free port")
     role: Role = "mixed"
     engine_id: str | None = Field(default=None, description="defaults to the endpoint name")
@@ -102,7 +115,7 @@ class EndpointSpec(StrictModel):
 class AdminSpec(StrictModel):
     """The admin server: faults and state of every endpoint in one place."""
 
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
     port: int = Field(ge=0, le=65535)
 
 

@@ -1,0 +1,226 @@
+"""Issue 36's proxy attacks, measured against one proxy process (before/after figures).
+
+Starts a minimal engine in this process (``/health``; ``/v1/completions``
+answers a 16 MB JSON body, or streams for ever when asked to) and one proxy
+process from ``--proxy-src`` (so the same script measures an older tree), runs
+one attack, prints what it saw as JSON, and stops both. Loopback only; every
+attack is bounded in sockets and seconds.
+
+    .venv/bin/python benchmarks/proxy_hardening.py deaf [--proxy-src /tmp/old/src]
+    .venv/bin/python benchmarks/proxy_hardening.py deaf-stream
+    .venv/bin/python benchmarks/proxy_hardening.py metaserver
+    .venv/bin/python benchmarks/proxy_hardening.py small-values
+    .venv/bin/python benchmarks/proxy_hardening.py nested
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+BIG = json.dumps({"choices": [{"text": "x" * (16 << 20)}]}).encode()
+TIMEOUTS = ["--header-timeout=5", "--body-timeout=1", "--stream-idle-timeout=2",
+            "--decode-timeout=5", "--prefill-timeout=5"]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def engine() -> tuple[str, web.AppRunner]:
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            return web.Response(body=BIG, content_type="application/json")
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        chunk = b"data: " + json.dumps({"choices": [{"text": "y" * 1000}]}).encode() + b"\n\n"
+        while True:
+            await out.write(chunk)
+            await asyncio.sleep(0)
+
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
+
+
+async def health(port: int) -> str:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /health HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 3)
+        writer.close()
+        return answer.split(b"\r\n", 1)[0].decode() or "closed"
+    except (OSError, TimeoutError) as exc:
+        return type(exc).__name__
+
+
+def head(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+
+
+async def deaf(port: int, body: bytes, n: int = 4) -> list[asyncio.StreamWriter]:
+    writers = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        _, writer = await asyncio.open_connection(sock=sock)
+        writer.write(head("/v1/completions", body) + body)
+        writers.append(writer)
+    return writers
+
+
+async def deaf_attack(kind: str, port: int, pid: int) -> dict[str, object]:
+    """Four clients that never read their answer (unstreamed 16 MB, or an endless stream)."""
+    base = rss_mb(pid)
+    payload = {"prompt": "x", "max_tokens": 9, "stream": kind == "deaf-stream"}
+    writers = await deaf(port, json.dumps(payload).encode())
+    peak, statuses, t0 = base, [], time.monotonic()
+    while time.monotonic() - t0 < 15:
+        await asyncio.sleep(1)
+        peak = max(peak, rss_mb(pid))
+        statuses.append(await health(port))
+    held = established(port)
+    del writers
+    return {"rss_before_mb": round(base, 1), "rss_peak_mb": round(peak, 1),
+            "clients_still_connected_after_15s": held, "health": sorted(set(statuses))}  # fmt: skip
+
+
+async def metaserver_attack(port: int) -> dict[str, object]:
+    """20 callers trickling a metaserver body, a byte every 0.5 s each, for 6 s."""
+    body = json.dumps({"request_id": "cmpl-x-0", "remote_block_ids": [1] * 50}).encode()
+    pairs = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+    for _, w in pairs:
+        w.write(head("/v1/metaserver", body))
+    statuses = []
+    t0 = time.monotonic()
+    for i in range(12):
+        for r, w in pairs:
+            if not r.at_eof():
+                w.write(body[i : i + 1])
+        statuses.append(await health(port))
+        await asyncio.sleep(0.5)
+    return {"held_after_s": round(time.monotonic() - t0, 1), "still_held": established(port),
+            "health": sorted(set(statuses))}  # fmt: skip
+
+
+async def small_values_attack(port: int, pid: int) -> dict[str, object]:
+    """One 32 MiB chat request of a million small message objects."""
+    base = rss_mb(pid)
+    many = [{"role": "user", "content": "x"}] * 1_000_000
+    body = json.dumps({"model": "m", "messages": many, "max_tokens": 2}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head("/v1/chat/completions", body) + body)
+    peak, slowest, t0 = base, 0.0, time.monotonic()
+    answer = asyncio.create_task(reader.read())
+    while not answer.done() and time.monotonic() - t0 < 20:
+        h0 = time.monotonic()
+        await health(port)
+        slowest = max(slowest, time.monotonic() - h0)
+        peak = max(peak, rss_mb(pid))
+    first = (await asyncio.wait_for(answer, 30)).split(b"\r\n", 1)[0].decode()
+    return {"body_mib": round(len(body) / 2**20, 1), "answer": first, "rss_before_mb": base,
+            "rss_peak_mb": round(peak, 1), "slowest_health_s": round(slowest, 2)}  # fmt: skip
+
+
+async def nested_attack(port: int) -> dict[str, object]:
+    """Five chat requests whose content nests 900 lists deep."""
+    content: object = "x"
+    for _ in range(900):
+        content = [content]
+    body = json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
+    statuses = []
+    for _ in range(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        request = head("/v1/chat/completions", body)[:-2] + b"Connection: close\r\n\r\n"
+        writer.write(request + body)
+        statuses.append((await reader.read()).split(b"\r\n", 1)[0].decode())
+    return {"answers": sorted(set(statuses))}
+
+
+async def attack(kind: str, port: int, pid: int) -> dict[str, object]:
+    if kind in ("deaf", "deaf-stream"):
+        return await deaf_attack(kind, port, pid)
+    if kind == "metaserver":
+        return await metaserver_attack(port)
+    if kind == "small-values":
+        return await small_values_attack(port, pid)
+    return await nested_attack(port)
+
+
+def established(port: int) -> int:
+    """Connections the proxy holds open on its port (its side, state ESTABLISHED)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    mine = f"{port:04X}"
+    return sum(1 for r in rows if r.split()[1].endswith(":" + mine) and r.split()[3] == "01")
+
+
+async def main(args: argparse.Namespace) -> dict[str, object]:
+    url, runner = await engine()
+    port = free_port()
+    mode = ["--prefill", url, "--decode", url, "--mode", "layerwise",
+            "--metaserver-url", f"http://127.0.0.1:{port}/v1/metaserver",
+            "--max-connections", "20"] if args.attack == "metaserver" else ["--replica", url]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": args.proxy_src}
+    extra = ["--send-timeout=2"] if args.send_timeout else []
+    if args.attack == "small-values":
+        extra.append("--body-timeout=60")  # 32 MiB must arrive; the parse is what is measured
+    log = tempfile.NamedTemporaryFile(suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit.proxy", "--port", str(port), *mode, *TIMEOUTS, *extra],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            if (await health(port)).endswith("200 OK"):
+                break
+            await asyncio.sleep(0.1)
+        seen = await attack(args.attack, port, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # an old proxy waits on its stuck handlers
+            proc.kill()
+            proc.wait(10)
+        await runner.cleanup()
+    seen["proxy_log_bytes"] = Path(log.name).stat().st_size
+    seen["traceback_lines"] = Path(log.name).read_text(errors="replace").count("Traceback")
+    return seen
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("attack", choices=["deaf", "deaf-stream", "metaserver", "small-values",
+                                           "nested"])  # fmt: skip
+    parser.add_argument("--proxy-src", default=str(Path(__file__).resolve().parents[1] / "src"))
+    parser.add_argument("--send-timeout", action="store_true", help="pass --send-timeout=2")
+    print(json.dumps(asyncio.run(main(parser.parse_args()))))
