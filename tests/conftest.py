@@ -10,11 +10,21 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.parallel import serial
 
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every real-engine test in the serial group (tests/helpers/parallel.py), before
+    pytest-xdist reads the groups."""
+    for item in items:
+        if item.get_closest_marker("vllm") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(serial)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from tests.helpers.cli import runs_env, servekit_cli
+from tests.helpers.parallel import serial
 from tests.helpers.refusal import one_line_error
 
 from servekit.errors import UsageError
@@ -57,6 +58,7 @@ def test_missing_model_directory_says_how_to_build_it(
     assert not (tmp_path / "models").exists()
 
 
+@serial  # holds port 8100, which local/single's up without --free-ports binds
 def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
     pytest.importorskip("vllm", reason="the port check follows the engine check")
     build_tiny_model(tmp_path / MODEL)
