@@ -8,6 +8,7 @@ only turns "never" into a failure that says what was not seen.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,3 +35,12 @@ def wait_for_text(path: Path, text: str, deadline_s: float = DEADLINE_S) -> None
             return False
 
     wait_until(seen, f"{text!r} in {path}", deadline_s)
+
+
+def healthy(url: str) -> bool:
+    """Whether ``url``/health answers 200 now (an engine's or the proxy's own readiness)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=30) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
