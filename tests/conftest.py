@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.engines import SharedRuns
 from tests.helpers.parallel import serial
 
 from servekit.catalog.loader import load, packaged_catalog
@@ -25,6 +26,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("vllm") and not item.get_closest_marker("xdist_group"):
             item.add_marker(serial)
+
+
+_shared: list[SharedRuns] = []
+
+
+@pytest.fixture(scope="session")
+def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedRuns]:
+    """Real vLLM runs shared by tests that only send requests (tests/helpers/engines.py)."""
+    runs = SharedRuns(tmp_path_factory.mktemp("shared-vllm"))
+    _shared.append(runs)
+    yield runs
+    runs.close()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The shared runs go down as soon as the next test needs none of them."""
+    if _shared and (nextitem is None or "shared_vllm" not in getattr(nextitem, "fixturenames", ())):
+        _shared[0].close()
 
 
 @pytest.fixture(autouse=True)
