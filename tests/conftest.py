@@ -17,15 +17,23 @@ from servekit.catalog.loader import load, packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
 
 REPO = Path(__file__).resolve().parents[1]
+ENGINE_TIMEOUT_S = 2400
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every real-engine test in the serial group (tests/helpers/parallel.py), before
-    pytest-xdist reads the groups."""
+    pytest-xdist reads the groups, and with pytest's time limit raised to
+    :data:`ENGINE_TIMEOUT_S`: starting engines on a busy 2-core machine (their module's
+    fixtures count against the first test) can take longer than the 900 s every other
+    test gets, and each start has its own deadline in the test already."""
     for item in items:
-        if item.get_closest_marker("vllm") and not item.get_closest_marker("xdist_group"):
+        if not item.get_closest_marker("vllm"):
+            continue
+        if not item.get_closest_marker("xdist_group"):
             item.add_marker(serial)
+        if not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(ENGINE_TIMEOUT_S))
 
 
 _shared: list[SharedRuns] = []
