@@ -3,8 +3,14 @@
 VENV := .venv
 BIN := $(VENV)/bin
 SERVEKIT := $(BIN)/servekit
+# pytest-xdist: tests spread over this many worker processes (auto: one per core);
+# real-vLLM tests run one after another on one worker (tests/helpers/parallel.py).
+WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadgroup
+# Each run's junit report, summed by scripts/test_times.py (the slowest tests).
+REPORT := runs/test-reports/pytest.xml
 
-.PHONY: demo sim-demo test lint unit clean
+.PHONY: demo sim-demo test lint unit times clean
 
 # Fresh machine -> real vLLM on the CPU: the tiny model is built offline,
 # local/1p1d (real KV handoff through vLLM's NixlConnector) comes up beside a
@@ -29,11 +35,16 @@ test:
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(PYTEST) --junitxml=$(REPORT) -o junit_family=xunit1
 
+# The inner loop: everything but real vLLM and the Debian tools (budget: 5 minutes).
 unit:
 	scripts/bootstrap.sh
-	$(BIN)/pytest -m "not vllm and not tools"
+	$(PYTEST) -m "not vllm and not tools"
+
+# Where the time went in the last `make test`: the 25 slowest tests and files.
+times:
+	$(BIN)/python scripts/test_times.py --top 25 --from $(REPORT)
 
 lint:
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -4,17 +4,54 @@ from __future__ import annotations
 
 import copy
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.engines import SharedRuns
+from tests.helpers.parallel import serial
 
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
 
 REPO = Path(__file__).resolve().parents[1]
+ENGINE_TIMEOUT_S = 2400
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every real-engine test in the serial group (tests/helpers/parallel.py), before
+    pytest-xdist reads the groups, and with pytest's time limit raised to
+    :data:`ENGINE_TIMEOUT_S`: starting engines on a busy 2-core machine (their module's
+    fixtures count against the first test) can take longer than the 900 s every other
+    test gets, and each start has its own deadline in the test already."""
+    for item in items:
+        if not item.get_closest_marker("vllm"):
+            continue
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(serial)
+        if not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(ENGINE_TIMEOUT_S))
+
+
+_shared: list[SharedRuns] = []
+
+
+@pytest.fixture(scope="session")
+def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedRuns]:
+    """Real vLLM runs shared by tests that only send requests (tests/helpers/engines.py)."""
+    runs = SharedRuns(tmp_path_factory.mktemp("shared-vllm"))
+    _shared.append(runs)
+    yield runs
+    runs.close()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The shared runs go down as soon as the next test needs none of them."""
+    if _shared and (nextitem is None or "shared_vllm" not in getattr(nextitem, "fixturenames", ())):
+        _shared[0].close()
 
 
 @pytest.fixture(autouse=True)

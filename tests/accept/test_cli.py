@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import runs_env, servekit_cli
+from tests.helpers.cli import runs_env, servekit_cli, servekit_inproc
 
 from servekit.sim.testing import running_sim
 
@@ -76,7 +76,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
         ("--target", "local/not-running"),
     ]
     for args in cases:
-        proc = servekit_cli("accept", *args, cwd=tmp_path, env=runs_env(tmp_path, BARE))
+        proc = servekit_inproc("accept", *args, cwd=tmp_path, env=runs_env(tmp_path, BARE))
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert proc.stderr.startswith("error: ")
         assert len(proc.stderr.strip().splitlines()) == 1

@@ -13,19 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.cli import layout_up, runs_env, servekit_cli
+from tests.helpers.cli import servekit_cli
+from tests.helpers.engines import SharedRuns
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("vllm")
-    built = servekit_cli(
-        "model", "tiny", "--out", ".servekit/models/tiny", cwd=root, env=runs_env(root), timeout=900
-    )
-    assert built.returncode == 0, built.stderr
-    return root
 
 
 def checks(out: Path) -> dict[str, dict[str, Any]]:
@@ -48,15 +39,14 @@ MUST_PASS_SINGLE = (
 )
 
 
-def test_single_instance_passes_service_api_and_invariants(workdir: Path) -> None:
-    with layout_up("local/single", cwd=workdir, env=runs_env(workdir), down_timeout=120):
-        plain = servekit_cli("accept", "--target", "local/single", "--context", "2k",
-                             "--out", "plain",
-                             cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
-        needles = servekit_cli("accept", "--target", "local/single", "--context", "2k",
-                               "--capability", "retrieval", "--only", "needle.2k.A",
-                               "--only", "needle.2k.turn1", "--out", "needles",
-                               cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
+def test_single_instance_passes_service_api_and_invariants(shared_vllm: SharedRuns) -> None:
+    env, workdir = shared_vllm.up("local/single"), shared_vllm.root
+    plain = servekit_cli("accept", "--target", "local/single", "--context", "2k",
+                         "--out", "plain", cwd=workdir, env=env, timeout=900)  # fmt: skip
+    needles = servekit_cli("accept", "--target", "local/single", "--context", "2k",
+                           "--capability", "retrieval", "--only", "needle.2k.A",
+                           "--only", "needle.2k.turn1", "--out", "needles",
+                           cwd=workdir, env=env, timeout=900)  # fmt: skip
     assert plain.returncode == 0, plain.stdout + plain.stderr
     found = checks(workdir / "plain")
     for check in MUST_PASS_SINGLE:
@@ -76,11 +66,11 @@ def test_single_instance_passes_service_api_and_invariants(workdir: Path) -> Non
     assert needles.returncode in (0, 1)
 
 
-def test_real_1p1d_passes_guard_service_and_api(workdir: Path) -> None:
-    with layout_up("local/1p1d", cwd=workdir, env=runs_env(workdir), down_timeout=120):
-        proc = servekit_cli("accept", "--target", "local/1p1d", "--context", "2k",
-                            "--only", "service", "--only", "guard", "--only", "api",
-                            "--out", "pd", cwd=workdir, env=runs_env(workdir), timeout=900)  # fmt: skip
+def test_real_1p1d_passes_guard_service_and_api(shared_vllm: SharedRuns) -> None:
+    env, workdir = shared_vllm.up("local/1p1d"), shared_vllm.root
+    proc = servekit_cli("accept", "--target", "local/1p1d", "--context", "2k",
+                        "--only", "service", "--only", "guard", "--only", "api",
+                        "--out", "pd", cwd=workdir, env=env, timeout=900)  # fmt: skip
     guard = checks(workdir / "pd")["guard.decode_direct"]
     assert guard["verdict"] == "pass", guard["reason"]
     assert proc.returncode == 0, proc.stdout

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_cli, servekit_inproc
 from tests.helpers.files import sparse_file
 from tests.helpers.refusal import one_line_error
 
@@ -51,7 +51,7 @@ def test_a_bad_trace_is_one_line_and_exit_2(
         content(path)
     else:
         path.write_text(str(content))
-    proc = servekit_cli(
+    proc = servekit_inproc(
         "bench", "--target", "http://127.0.0.1:9", "--trace", str(path), cwd=tmp_path
     )
     one_line_error(proc, f"--trace {path}: ", message)
@@ -59,11 +59,11 @@ def test_a_bad_trace_is_one_line_and_exit_2(
 
 def test_trace_flags_are_checked_by_name(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.jsonl", TraceShape(requests=2))
-    missing = servekit_cli(
+    missing = servekit_inproc(
         "bench", "--target", "x", "--trace", str(tmp_path / "no.jsonl"), cwd=tmp_path
     )
     one_line_error(missing, "no such file")
-    speed = servekit_cli(
+    speed = servekit_inproc(
         "bench", "--target", "x", "--trace", str(path), "--trace-speed", "0", cwd=tmp_path
     )
     one_line_error(speed, "--trace-speed: ")

@@ -7,11 +7,8 @@ slow, run by CI, not by the quick suite.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from tests.helpers.cli import tiny_vllm_up
+from tests.helpers.engines import SharedRuns
 
 from servekit.bench import KVCapacity, MultiStream, RunSettings, SingleStream, run_workloads
 from servekit.deployment import load_deployment
@@ -20,9 +17,11 @@ LAYOUT = "local/1p1d"
 
 
 @pytest.fixture
-def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv) as env:
-        yield env
+def runs_root(shared_vllm: SharedRuns, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """local/1p1d up (shared: this test only sends requests); SERVEKIT_RUNS finds it."""
+    env = shared_vllm.up(LAYOUT)
+    monkeypatch.setenv("SERVEKIT_RUNS", env["SERVEKIT_RUNS"])
+    return env
 
 
 @pytest.mark.vllm

@@ -1,6 +1,6 @@
 """A generated Mooncake trace with shared prefixes replayed against real vLLM CPU.
 
-Starts ``local/single`` with ``servekit up --detach`` (real vLLM, the tiny
+Uses ``local/single`` up with ``servekit up --detach`` (real vLLM, the tiny
 model, prefix caching on as vLLM's default), replays two dozen requests whose
 prompts share 512-token blocks, and checks what the issue asks the report to
 show: exact lengths by the server's usage, lateness, and prefix-cache hits read
@@ -9,11 +9,10 @@ from vLLM's own counters, near what the trace's ids imply. Marked ``vllm``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli import tiny_vllm_up
+from tests.helpers.engines import SharedRuns
 
 from servekit.bench import RunSettings, run_workloads
 from servekit.bench.config import TraceReplay
@@ -27,10 +26,12 @@ LAYOUT = "local/single"
 
 
 @pytest.fixture
-def single(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def single(shared_vllm: SharedRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """local/single up (shared: each replay tags its prompts afresh, so no cache is inherited)."""
+    env = shared_vllm.up(LAYOUT)
+    monkeypatch.setenv("SERVEKIT_RUNS", env["SERVEKIT_RUNS"])
     monkeypatch.chdir(tmp_path)
-    with tiny_vllm_up(LAYOUT, tmp_path, monkeypatch.setenv):
-        yield tmp_path
+    return tmp_path
 
 
 @pytest.mark.vllm

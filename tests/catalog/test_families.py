@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from rich.console import Console
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_inproc
 
 from servekit.catalog.families import (
     GENERIC,
@@ -104,7 +104,7 @@ def test_defaults_narrows_by_family_kind_and_role() -> None:
 
 
 def test_an_unknown_family_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    result = servekit_cli("defaults", "--family", "dsv5", cwd=tmp_path)
+    result = servekit_inproc("defaults", "--family", "dsv5", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("error: --family 'dsv5': unknown family; choose one of generic")
     assert result.stderr.count("\n") == 1

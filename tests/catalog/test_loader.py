@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_inproc
 
 from servekit.catalog.loader import layout_names, load, parse_layout_text, resolve_catalog
 from servekit.errors import UsageError
@@ -86,10 +86,10 @@ def test_user_catalog_via_env_and_flag(
     data["name"] = "mine/solo"
     root = write_catalog(data)
     assert resolve_catalog(root) == root
-    out = servekit_cli("layouts", "check", env={**os.environ, "SERVEKIT_CATALOG": str(root)})
+    out = servekit_inproc("layouts", "check", env={**os.environ, "SERVEKIT_CATALOG": str(root)})
     assert out.returncode == 0, out.stderr
     assert "ok: mine/solo" in out.stdout
-    out = servekit_cli("layouts", "list", "--catalog", str(root))
+    out = servekit_inproc("layouts", "list", "--catalog", str(root))
     assert "mine/solo" in out.stdout
 
 
@@ -127,7 +127,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     args: list[str], needle: str, tmp_path: Path
 ) -> None:
     out_dir = tmp_path / "out"
-    result = servekit_cli(*[a.replace("{out}", str(out_dir)) for a in args])
+    result = servekit_inproc(*[a.replace("{out}", str(out_dir)) for a in args])
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helpers.cli import servekit_cli, wide_env
+from tests.helpers.cli import servekit_inproc, wide_env
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import packaged_catalog
@@ -87,7 +87,7 @@ def test_set_refuses_a_command_or_text_for_a_number(value: str, tmp_path: Path) 
     out = tmp_path / "out"
     item = "engines.decode0.settings.max_num_seqs=" + value.format(canary=canary)
     line = one_line_error(
-        servekit_cli("render", "a3/1p1d", "--out", str(out), "--set", item, env=wide_env())
+        servekit_inproc("render", "a3/1p1d", "--out", str(out), "--set", item, env=wide_env())
     )
     assert "engines.decode0.settings: max_num_seqs:" in line
     assert "takes a whole number from 1" in line and "e.g. max_num_seqs: 32" in line
@@ -98,7 +98,7 @@ def test_set_refuses_a_value_that_is_not_yaml(tmp_path: Path) -> None:
     canary = tmp_path / "PWNED"
     item = f"engines.decode0.settings.max_num_seqs=`touch {canary}`"
     one_line_error(
-        servekit_cli(
+        servekit_inproc(
             "render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item, env=wide_env()
         ),
         "--set",
@@ -128,7 +128,7 @@ def test_the_same_value_in_layout_yaml_fails_layouts_check(value: str, tmp_path:
     def edit(data: dict[str, Any]) -> None:
         _decode(data).setdefault("settings", {})["max_num_seqs"] = value.format(canary=canary)
 
-    result = servekit_cli(
+    result = servekit_inproc(
         "layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)), env=wide_env()
     )
     one_line_error(result, "a3/1p1d/layout.yaml:", "engines.1.settings", "max_num_seqs:", "e.g.")
@@ -139,7 +139,7 @@ def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
     root = _catalog_with(tmp_path, lambda data: None)
     profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
     profile.write_text(profile.read_text().replace("max_num_seqs: 60", "max_num_seqs: lots"))
-    result = servekit_cli("layouts", "check", "--catalog", str(root), env=wide_env())
+    result = servekit_inproc("layouts", "check", "--catalog", str(root), env=wide_env())
     one_line_error(result, "dsv4-flash-a3-pd.yaml:", "max_num_seqs: 'lots' is refused")
 
 
@@ -171,7 +171,7 @@ def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
 def test_names_that_become_shell_words_or_flags_must_be_names(
     edit: Callable[[dict[str, Any]], None], needles: list[str], tmp_path: Path
 ) -> None:
-    result = servekit_cli(
+    result = servekit_inproc(
         "layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)), env=wide_env()
     )
     one_line_error(result, *needles)

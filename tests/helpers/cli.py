@@ -137,18 +137,38 @@ def tiny_vllm_up(
 
 
 def servekit_inproc(
-    *args: str, env: Mapping[str, str | None] | None = None
+    *args: str,
+    env: Mapping[str, str | None] | None = None,
+    cwd: Path | str | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The CLI run in this process (fast), shaped like :func:`servekit_cli`'s result.
 
-    An exception other than the exit itself is raised here, so a crash reads as the
+    It goes through ``servekit.cli.main``, the console entry point itself, so a
+    refusal is the same one line on stderr and exit code as in a child process.
+    ``env`` is laid over this process's environment for the call (a value of None
+    removes the name); ``cwd`` is the working folder for the call. An exception that
+    ``main`` does not turn into an exit is raised here, so a crash reads as the
     traceback it is rather than as an exit code.
     """
     from typer.testing import CliRunner
 
-    from servekit.cli import app
+    from servekit.cli import main
 
-    result = CliRunner().invoke(app, list(args), env=env)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+    code = 0
+    argv, here = sys.argv, os.getcwd()
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
+        sys.argv = ["servekit", *args]
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = argv
+            os.chdir(here)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess(list(args), code, stdout, stderr)

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_inproc
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
@@ -47,29 +47,33 @@ def test_a_changed_flag_shows_as_a_flag_change() -> None:
 
 def test_rendered_folder_equals_its_layout(tmp_path: Path) -> None:
     out = tmp_path / "r"
-    done = servekit_cli("render", "a3/2p2d", "--out", str(out))
+    done = servekit_inproc("render", "a3/2p2d", "--out", str(out))
     assert done.returncode == 0, done.stderr
     got = diff_sources(str(out), "a3/2p2d", None).as_json()
     assert all(v == 0 for v in got["counts"].values()), got
 
 
 def test_cli_text_fits_80_columns_and_json() -> None:
-    text = servekit_cli(
+    text = servekit_inproc(
         "layouts", "diff", "a3/1p1d", "a3/2p2d", env={**os.environ, "COLUMNS": "80"}
     )
     assert text.returncode == 0, text.stderr
     assert max(len(line) for line in text.stdout.splitlines()) <= 80
     assert "flags 0" in text.stdout
-    js = servekit_cli("layouts", "diff", "a3/1p1d", "a3/2p2d", "--json")
+    js = servekit_inproc("layouts", "diff", "a3/1p1d", "a3/2p2d", "--json")
     assert json.loads(js.stdout)["counts"]["flags"] == 0
 
 
 def test_refusals(tmp_path: Path) -> None:
-    one_line_error(servekit_cli("layouts", "diff", str(tmp_path), "a3/1p1d"), "neither plan.json")
+    one_line_error(
+        servekit_inproc("layouts", "diff", str(tmp_path), "a3/1p1d"), "neither plan.json"
+    )
     bad = tmp_path / "plan.json"
     bad.write_text("{not json")
-    one_line_error(servekit_cli("layouts", "diff", str(bad), "a3/1p1d"), "not a servekit plan.json")
-    one_line_error(servekit_cli("layouts", "diff", "a3/nope", "a3/1p1d"), "unknown layout")
+    one_line_error(
+        servekit_inproc("layouts", "diff", str(bad), "a3/1p1d"), "not a servekit plan.json"
+    )
+    one_line_error(servekit_inproc("layouts", "diff", "a3/nope", "a3/1p1d"), "unknown layout")
 
 
 def test_recorded_facts_through_the_importer_equal_the_catalog_layout() -> None:

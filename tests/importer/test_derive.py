@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_inproc
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.ledger import verification_status as layout_status
@@ -125,7 +125,7 @@ def test_provenance_and_status_derived(tmp_path: Path) -> None:
     ],
 )
 def test_refusals_are_one_line_exit_2(args: list[str], needle: str) -> None:
-    one_line_error(servekit_cli("layouts", "new", *args), needle)
+    one_line_error(servekit_inproc("layouts", "new", *args), needle)
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
-from tests.helpers.cli import servekit_cli
+from tests.helpers.cli import servekit_inproc
 from tests.helpers.refusal import one_line_error
 
 from servekit.importer.drift import MAX_BYTES, drift_report, parse_upstream
@@ -200,17 +200,19 @@ def test_a_flag_moved_upstream_is_reported_as_moved(tmp_path: Path) -> None:
 def test_cli_json_and_refusals(tmp_path: Path) -> None:
     up = tmp_path / "t.md"
     up.write_text(saved_tutorial())
-    ok = servekit_cli("layouts", "drift", LAYOUT, "--upstream", str(up), "--json")
+    ok = servekit_inproc("layouts", "drift", LAYOUT, "--upstream", str(up), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["layout"] == LAYOUT
     empty = tmp_path / "empty.md"
     empty.write_text("no commands here\n")
     one_line_error(
-        servekit_cli("layouts", "drift", LAYOUT, "--upstream", str(empty)), "no 'vllm serve'"
+        servekit_inproc("layouts", "drift", LAYOUT, "--upstream", str(empty)), "no 'vllm serve'"
     )
     big = tmp_path / "big.md"
     big.write_bytes(b"x" * (MAX_BYTES + 1))
-    one_line_error(servekit_cli("layouts", "drift", LAYOUT, "--upstream", str(big)), "larger than")
+    one_line_error(
+        servekit_inproc("layouts", "drift", LAYOUT, "--upstream", str(big)), "larger than"
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,6 +249,6 @@ def test_a_docs_checkout_finds_the_tutorial_of_the_layouts_source(tmp_path: Path
     assert [r.role for r in got.roles] == ["prefill", "decode"]
     (tmp_path / "empty").mkdir()
     one_line_error(
-        servekit_cli("layouts", "drift", LAYOUT, "--upstream", str(tmp_path / "empty")),
+        servekit_inproc("layouts", "drift", LAYOUT, "--upstream", str(tmp_path / "empty")),
         "no DeepSeek-V4-Flash.md",
     )

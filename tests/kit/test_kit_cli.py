@@ -119,7 +119,7 @@ def test_inspect_fs_of_an_unpacked_rootfs_folder(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     paths = [line.split("\t")[5] for line in result.stdout.splitlines()]
     assert paths == ["/etc", "/etc/hosts"]
-    plain = servekit_cli("kit", "inspect", str(root))
+    plain = servekit_inproc("kit", "inspect", str(root))
     assert plain.returncode == 2 and "--fs" in plain.stderr
 
 
@@ -155,11 +155,11 @@ def test_limits_from_the_command_line_refuse_a_large_kit(tmp_path: Path) -> None
 def test_verify_role_needs_kind_and_a_known_role(tmp_path: Path) -> None:
     kit = tmp_path / "k.tar.zst"
     kit.write_bytes(b"x")
-    alone = servekit_cli("kit", "verify", str(kit), "--role", "decode")
+    alone = servekit_inproc("kit", "verify", str(kit), "--role", "decode")
     assert alone.returncode == 2 and "--kind" in alone.stderr
-    odd = servekit_cli("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
+    odd = servekit_inproc("kit", "verify", str(kit), "--kind", "vllm", "--role", "primary")
     assert odd.returncode == 2 and "decode, prefill or mixed" in odd.stderr
-    unknown = servekit_cli("kit", "verify", str(kit), "--kind", "trt")
+    unknown = servekit_inproc("kit", "verify", str(kit), "--kind", "trt")
     assert unknown.returncode == 2 and "--kind 'trt'" in unknown.stderr
 
 
@@ -190,15 +190,17 @@ def test_verify_family_compares_with_that_family_row_only(tmp_path: Path) -> Non
     generic = table_row("--kind", "vllm-ascend")
     assert generic["status"] == "fail" and "PREFIX defaults to '0'" in generic["detail"]
 
-    unknown = servekit_cli("kit", "verify", str(kit), "--family", "a3/nope")
+    unknown = servekit_inproc("kit", "verify", str(kit), "--family", "a3/nope")
     assert unknown.returncode == 2 and "--family 'a3/nope'" in unknown.stderr
-    hostile = servekit_cli("kit", "verify", str(kit), "--family", "$(touch /tmp/x)")
+    hostile = servekit_inproc("kit", "verify", str(kit), "--family", "$(touch /tmp/x)")
     assert hostile.returncode == 2 and "--family" in hostile.stderr
-    with_role = servekit_cli("kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope")
+    with_role = servekit_inproc(
+        "kit", "verify", str(kit), "--role", "decode", "--family", "a3/nope"
+    )
     assert with_role.returncode == 2 and "--family 'a3/nope'" in with_role.stderr
-    alone = servekit_cli("kit", "verify", str(kit), "--catalog", "layouts")
+    alone = servekit_inproc("kit", "verify", str(kit), "--catalog", "layouts")
     assert alone.returncode == 2 and "--catalog applies to --family" in alone.stderr
-    missing = servekit_cli(
+    missing = servekit_inproc(
         "kit", "verify", str(kit), "--family", "a3/x", "--catalog", "/nonexistent"
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

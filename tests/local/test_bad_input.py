@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.cli import runs_env, servekit_cli
+from tests.helpers.cli import runs_env, servekit_cli, servekit_inproc
+from tests.helpers.parallel import serial
 from tests.helpers.refusal import one_line_error
 
 from servekit.errors import UsageError
@@ -29,13 +30,13 @@ def assert_nothing_started(cwd: Path) -> None:
 
 
 def test_unknown_layout(tmp_path: Path) -> None:
-    result = servekit_cli("up", "local/nope", cwd=tmp_path, env=runs_env(tmp_path))
+    result = servekit_inproc("up", "local/nope", cwd=tmp_path, env=runs_env(tmp_path))
     one_line_error(result, "unknown layout 'local/nope'", "local/1p1d")
     assert_nothing_started(tmp_path)
 
 
 def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> None:
-    result = servekit_cli("up", "a3/1p1d", cwd=tmp_path, env=runs_env(tmp_path))
+    result = servekit_inproc("up", "a3/1p1d", cwd=tmp_path, env=runs_env(tmp_path))
     one_line_error(result, "needs ascend-a3 hardware", "--engine sim")
     assert_nothing_started(tmp_path)
 
@@ -49,7 +50,7 @@ def test_missing_model_directory_says_how_to_build_it(
     data = layout_data("local/single")
     data["model"]["path"] = "models/mine"  # not the tiny model: never built on demand
     catalog = write_catalog(data)
-    result = servekit_cli(
+    result = servekit_inproc(
         "up", "local/single", "--catalog", str(catalog), cwd=tmp_path, env=runs_env(tmp_path)
     )
     one_line_error(result, "model directory", "is missing", "servekit model tiny --out")
@@ -57,6 +58,7 @@ def test_missing_model_directory_says_how_to_build_it(
     assert not (tmp_path / "models").exists()
 
 
+@serial  # holds port 8100, which local/single's up without --free-ports binds
 def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
     pytest.importorskip("vllm", reason="the port check follows the engine check")
     build_tiny_model(tmp_path / MODEL)
@@ -65,13 +67,13 @@ def test_port_in_use_names_the_port_and_the_process(tmp_path: Path) -> None:
         with contextlib.suppress(OSError):  # held elsewhere already: same refusal
             holder.bind(("127.0.0.1", 8100))
         holder.listen()
-        result = servekit_cli("up", "local/single", cwd=tmp_path, env=runs_env(tmp_path))
+        result = servekit_inproc("up", "local/single", cwd=tmp_path, env=runs_env(tmp_path))
     one_line_error(result, "port 8100 (engine) is already in use", "--free-ports")
     assert_nothing_started(tmp_path)
 
 
 def test_unknown_engine(tmp_path: Path) -> None:
-    result = servekit_cli(
+    result = servekit_inproc(
         "up", "local/single", "--engine", "tgi", cwd=tmp_path, env=runs_env(tmp_path)
     )
     one_line_error(result, "--engine tgi", "vllm", "sim")
@@ -166,7 +168,7 @@ def test_leftovers_of_a_crashed_run_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "1e400", "-inf"])
 def test_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
-    result = servekit_cli(
+    result = servekit_inproc(
         "up",
         "local/single",
         "--engine",
@@ -182,7 +184,7 @@ def test_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> N
 
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_demo_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
-    result = servekit_cli("demo", "--ready-timeout", value, cwd=tmp_path, env=runs_env(tmp_path))
+    result = servekit_inproc("demo", "--ready-timeout", value, cwd=tmp_path, env=runs_env(tmp_path))
     one_line_error(result, "--ready-timeout", "positive number of seconds")
     assert not (tmp_path / ".servekit").exists()
     assert_nothing_started(tmp_path)
@@ -190,7 +192,7 @@ def test_demo_ready_timeout_must_be_positive_seconds(tmp_path: Path, value: str)
 
 def test_logs_refuses_a_negative_line_count(tmp_path: Path) -> None:
     one_line_error(
-        servekit_cli("logs", "proxy", "-n", "-5", cwd=tmp_path, env=runs_env(tmp_path)),
+        servekit_inproc("logs", "proxy", "-n", "-5", cwd=tmp_path, env=runs_env(tmp_path)),
         "--lines -5",
     )
 
@@ -198,21 +200,21 @@ def test_logs_refuses_a_negative_line_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["../../etc/passwd", "", "a/b"])
 def test_logs_refuses_what_is_not_a_process_name(tmp_path: Path, name: str) -> None:
     one_line_error(
-        servekit_cli("logs", name, cwd=tmp_path, env=runs_env(tmp_path)), "not a process name"
+        servekit_inproc("logs", name, cwd=tmp_path, env=runs_env(tmp_path)), "not a process name"
     )
 
 
 @pytest.mark.parametrize("name", ["..", "local/..", "../../x", "", "a3/m/..", "a3/m/t/x"])
 def test_down_refuses_what_is_not_a_layout_name(tmp_path: Path, name: str) -> None:
     one_line_error(
-        servekit_cli("down", name, cwd=tmp_path, env=runs_env(tmp_path)), "not a layout name"
+        servekit_inproc("down", name, cwd=tmp_path, env=runs_env(tmp_path)), "not a layout name"
     )
 
 
 def test_model_tiny_never_replaces_a_file(tmp_path: Path) -> None:
     target = tmp_path / "precious"
     target.write_text("keep me")
-    result = servekit_cli(
+    result = servekit_inproc(
         "model", "tiny", "--out", str(target), cwd=tmp_path, env=runs_env(tmp_path)
     )
     one_line_error(result, "exists and is not a folder")
@@ -224,7 +226,7 @@ def test_model_tiny_never_replaces_a_folder_of_other_files(tmp_path: Path) -> No
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
-    result = servekit_cli(
+    result = servekit_inproc(
         "model", "tiny", "--out", str(folder), cwd=tmp_path, env=runs_env(tmp_path)
     )
     one_line_error(result, "not a tiny-model build", "servekit-tiny.json")
@@ -235,7 +237,7 @@ def test_model_tiny_never_replaces_a_link(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     one_line_error(
-        servekit_cli("model", "tiny", "--out", "link", cwd=tmp_path, env=runs_env(tmp_path)),
+        servekit_inproc("model", "tiny", "--out", "link", cwd=tmp_path, env=runs_env(tmp_path)),
         "is not a folder",
     )
     assert (tmp_path / "link").is_symlink()
@@ -246,7 +248,7 @@ def test_model_tiny_refuses_the_current_folder_and_above(tmp_path: Path, out: st
     here = tmp_path / "project"
     here.mkdir()
     (here / "keep.txt").write_text("keep me")
-    result = servekit_cli("model", "tiny", "--out", out, cwd=here, env=runs_env(here))
+    result = servekit_inproc("model", "tiny", "--out", out, cwd=here, env=runs_env(here))
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: --out")
@@ -260,6 +262,6 @@ def test_model_tiny_out_check_refuses_the_root_and_allows_a_rebuild(tmp_path: Pa
         check_out(Path("/"))
     build_tiny_model(tmp_path / "m")
     assert check_out(tmp_path / "m") == tmp_path / "m"
-    result = servekit_cli("model", "tiny", "--out", "m", cwd=tmp_path, env=runs_env(tmp_path))
+    result = servekit_inproc("model", "tiny", "--out", "m", cwd=tmp_path, env=runs_env(tmp_path))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "m" / "servekit-tiny.json").is_file()

@@ -21,11 +21,17 @@ import pytest
 
 from servekit.client import OpenAIClient
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 1800
 UP_TIMEOUT_S = 900
+# The install and the up each have their own deadline; pytest's (900 s for every test,
+# pyproject.toml) must not cut them short: a busy machine took more than 900 s to
+# install the extra alone.
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(INSTALL_TIMEOUT_S + UP_TIMEOUT_S + 600),
+]
 
 
 def clean_env(tmp_path: Path) -> dict[str, str]:

@@ -15,10 +15,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 from tests.helpers.cli import servekit_argv, servekit_cli
+from tests.helpers.waiting import healthy, wait_until
 from tests.local.conftest import alive
 
 from servekit.client import OpenAIClient
@@ -77,10 +79,19 @@ class Project:
 
 
 def _wait_up(project: Project, procs: dict[str, subprocess.Popen[str]]) -> None:
+    """Every layout up, then every entry healthy (the proxy's /health: each stage routable).
+
+    Layouts started side by side load the machine while the first is already up; its
+    proxy may have set a slow-probed instance aside meanwhile, and takes it back after
+    good probes. Tests start once the entries say so, not on the first request's luck.
+    """
     for layout, proc in procs.items():
         out, _ = proc.communicate(timeout=UP_TIMEOUT_S)
         assert proc.returncode == 0, f"servekit up {layout} failed:\n{out}"
         assert project.run_dir(layout).deployment.is_file()
+    for layout in procs:
+        entry = project.deployment(layout).entry_url
+        wait_until(partial(healthy, entry), f"{layout}'s entry {entry} healthy", 300, 0.5)
 
 
 @pytest.fixture(scope="module")

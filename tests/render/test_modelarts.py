@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.helpers.waiting import wait_for_text
 
 from servekit.catalog.loader import layout_names, load, packaged_catalog
 from servekit.importer.platform.compare import compare
@@ -140,9 +141,9 @@ def test_a_dying_rank_stops_the_nodes_other_processes(tmp_path: Path) -> None:
 def test_entry_waits_for_the_rank_table_to_complete(tmp_path: Path) -> None:
     platform = create_platform(tmp_path / "platform", 2, status="initializing")
     entry = render("a3/2nodes", tmp_path)
-    extra = {"RANK_TABLE_TIMEOUT": "30", "DRY_RUN": "1", "NODE_NIC": "fakenic0"}
+    extra = {"RANK_TABLE_TIMEOUT": "600", "DRY_RUN": "1", "NODE_NIC": "fakenic0"}
     running = start_node(platform, 0, entry, extra_env=extra)
-    time.sleep(1.5)
+    wait_for_text(platform.node_dir(0) / "stdout", "status: initializing")
     write_rank_table(platform, "completed")
     run = running.wait(30)
     assert run.returncode == 0, run.stderr

@@ -15,7 +15,8 @@ from tests.helpers.cli import servekit_cli as servekit, wide_env
 
 from servekit.catalog.ledger import read_records
 
-pytestmark = pytest.mark.slow
+# Each verify has its own 1200 s deadline; pytest's 900 s must not cut it short.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _check_run(catalog: Path, name: str, out: Path, engine: str, stdout: str) -> None:

@@ -65,7 +65,7 @@ def test_hang_never_answers_while_health_says_200_until_cleared(sim: RunningSim)
     time.sleep(0.2)
     assert result == []
     _faults(sim, "a", hang=False)
-    waiter.join(timeout=10)
+    waiter.join(timeout=120)  # returns as soon as it answers
     assert result == [200]
 
 
@@ -134,12 +134,12 @@ def test_kill_fails_running_stream_and_restart_resets_counters() -> None:
             target=lambda: outcome.append(asyncio.run(_stream_until_reset(sim.url, 5000)))
         )
         t.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while sim.call(lambda ep: len(ep.engine.running)) == 0:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert post(f"{sim.url}/sim/kill", {})[0] == 200
-        t.join(timeout=10)
+        t.join(timeout=120)
         lines, _ = outcome[0]
         assert any("EngineDeadError" in line for line in lines)
         assert get(f"{sim.url}/health")[0] == 500
