@@ -69,6 +69,9 @@ async def _run_trip(
     body, raw = await _read_body(request, router)
     check_request(request.path, body)
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
+    if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
+        pool = router.pools["replica" if router.config.mode == "replica" else "prefill"]
+        ticket = await router.kv.keyed(ticket, pool.routable())
     trip = Trip(router, request, ticket, progress)
     mode = router.config.mode
     if mode in PAIRED_PROXY_MODES and prompt_count(body) > 1:
@@ -167,6 +170,10 @@ def build_app(router: Router) -> web.Application:
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[ROUTER] = router
     app[CONNS] = conns
+    if router.kv is not None:
+        kv = router.kv
+        app.on_startup.append(lambda _app: kv.start())
+        app.on_cleanup.append(lambda _app: kv.stop())
     app[BAD_REQUESTS] = RateLimited(log, "bad requests", cfg.log_burst, cfg.log_interval_s)
     router.metrics.watch_connections(conns)
     expect = expect_handler(cfg.max_body_bytes)
