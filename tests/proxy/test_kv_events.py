@@ -313,7 +313,7 @@ def test_cost_weighs_the_matched_prefix_against_load() -> None:
     routing.indexes[b.url].apply(_batch(0, Stored((1, 2, 3, 4), None, tuple(ids[:16]), BS)))
     key = PrefixKey(b"k", ids)
     assert policy.choose([a, b], key) is b  # 16 of 64 tokens cached there
-    b.tokens = 40  # busier by more than the match saves
+    b.tokens = 70  # busier than the whole prompt (all of it is now held there: just sent)
     assert policy.choose([a, b], key) is a
     assert routing.counts["prefill"].precise == 2
 

@@ -3,13 +3,17 @@
 Each candidate is scored in tokens of work the engine would have once it took
 the request::
 
-    cost = outstanding_tokens + max(prompt_tokens - matched_blocks * block_size, 0)
+    cost = active_tokens + max(prompt_tokens - matched_blocks * block_size, 0)
 
 and the cheapest wins (ties: the longer match, then fewer requests).
-``outstanding_tokens`` is what the proxy itself has placed on the engine and
-not yet seen finish (the prefill pool's is its active prefill, the decode
-pool's its active decode); ``matched_blocks`` is the prompt's leading blocks the
-engine holds, from its KV events (:mod:`servekit.proxy.kvindex`).
+``active_tokens`` is what the proxy itself has placed on the engine and not yet
+seen finish (the prefill pool's is its active prefill, the decode pool's its
+active decode), less the tokens those in-flight requests found cached there
+(an engine busy with prompts it holds is not as busy as their length says);
+``matched_blocks`` is the prompt's leading blocks the engine holds, from its KV
+events (:mod:`servekit.proxy.kvindex`), plus blocks of prompts sent there in
+the last :data:`PENDING_S` seconds, whose ``BlockStored`` may not be in yet (a
+burst of one prefix would otherwise spread before its first request lands).
 
 Against Dynamo's KV router, ``prefill_load_scale * max(active_prefill + prompt -
 overlap, 0) + active_decode``: the same sum with the scale at 1, because here
@@ -43,6 +47,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -60,6 +66,8 @@ from servekit.vocabulary import check_url
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default, for the approximate view before any event
 TOKENIZE_TIMEOUT_S = 5.0
+PENDING_S = 10.0  # a prompt sent this recently counts as held until its events arrive
+MAX_INFLIGHT = 4096
 MAX_TOKENIZE_BYTES = 16 * 1024 * 1024
 TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
                  "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
@@ -200,41 +208,67 @@ class KvAware:
         self.routing = routing
         self.stage = stage
         routing.counts.setdefault(stage, _Counts())
+        # per engine, the matched tokens of the requests sent there, newest last: the
+        # engine's in-flight requests are the newest ``requests`` of them (prefill is
+        # first in, first out), and their cached tokens are no work for it
+        self.inflight: dict[str, deque[int]] = {}
+
+    def _view(self, inst: Instance, keys_by_size: dict[int, list[int]],
+              ids: Sequence[int], now: float) -> tuple[int, bool, list[int]]:  # fmt: skip
+        """(matched tokens, scored from events, the keys used) for one candidate."""
+        routing = self.routing
+        url = inst.url
+        precise = routing.live(url)
+        index = routing.index(url)
+        size = (index.block_size if precise else None) or DEFAULT_BLOCK_SIZE
+        keys = keys_by_size.get(size)
+        if keys is None:
+            keys = keys_by_size[size] = chain_keys(ids, size)
+        sent = routing.sent.get(url)
+        if not precise:
+            return (sent.matched(keys) * size if sent is not None else 0), False, keys
+        since = now - PENDING_S
+        n = 0
+        for key in keys:
+            if not (index.holds(key) or (sent is not None and sent.sent_since(key, since))):
+                break
+            n += 1
+        return n * size, True, keys
+
+    def _load(self, inst: Instance) -> int:
+        """Outstanding tokens less the cached part of the requests in flight there."""
+        done = self.inflight.get(inst.url)
+        if not done or inst.requests <= 0:
+            return inst.tokens
+        while len(done) > inst.requests:
+            done.popleft()
+        return max(inst.tokens - sum(done), 0)
 
     def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
         ids = prefix_key.token_ids if isinstance(prefix_key, PrefixKey) else ()
-        routing = self.routing
+        now = time.monotonic()
         keys_by_size: dict[int, list[int]] = {}
         best: tuple[int, int, int, bytes] | None = None
         chosen = candidates[0]
-        matched_of_chosen = 0
-        precise_of_chosen = False
+        chosen_view: tuple[int, bool, list[int]] = (0, False, [])
         for inst in candidates:
-            url = inst.url
-            precise = routing.live(url)
-            size = routing.index(url).block_size if precise else None
-            size = size or DEFAULT_BLOCK_SIZE
-            keys = keys_by_size.get(size)
-            if keys is None:
-                keys = keys_by_size[size] = chain_keys(ids, size)
-            view = routing.index(url) if precise else routing.sent.get(url)
-            matched = view.matched(keys) * size if view is not None else 0
-            matched = min(matched, len(ids))
-            cost = inst.tokens + max(len(ids) - matched, 0)
+            view = self._view(inst, keys_by_size, ids, now)
+            matched = min(view[0], len(ids))
+            cost = self._load(inst) + max(len(ids) - matched, 0)
             rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
             if best is None or rank < best:
-                best, chosen = rank, inst
-                matched_of_chosen, precise_of_chosen = matched, precise
-        counts = routing.counts[self.stage]
-        if precise_of_chosen:
+                best, chosen, chosen_view = rank, inst, (matched, view[1], view[2])
+        matched, precise, keys = chosen_view
+        counts = self.routing.counts[self.stage]
+        if precise:
             counts.precise += 1
         else:
             counts.approximate += 1
-        counts.matched_tokens += matched_of_chosen
-        url = chosen.url
-        size = (routing.index(url).block_size if routing.live(url) else None) or DEFAULT_BLOCK_SIZE
-        record = routing.sent.setdefault(url, SentRecord())
-        record.add(keys_by_size.get(size) or chain_keys(ids, size))
+        counts.matched_tokens += matched
+        self.routing.sent.setdefault(chosen.url, SentRecord()).add(keys, now)
+        self.inflight.setdefault(chosen.url, deque(maxlen=MAX_INFLIGHT)).append(
+            min(matched, len(ids))
+        )
         return chosen
 
 

@@ -125,6 +125,9 @@ class EngineIndex:
         else:
             del self._held[key]
 
+    def holds(self, key: int) -> bool:
+        return key in self._held
+
     def matched(self, keys: Sequence[int]) -> int:
         """How many leading ``keys`` the engine holds (a prefix hit stops at the first miss)."""
         n = 0
@@ -139,23 +142,30 @@ class SentRecord:
     """The approximate view: block keys of the prompts the proxy sent to one engine.
 
     Used when the engine's events are not live, as Dynamo's router does without
-    events: an engine probably still holds what it was recently sent. Bounded,
-    least recently sent first out.
+    events: an engine probably still holds what it was recently sent. With live
+    events it covers the moment between sending a prompt and its ``BlockStored``
+    (a burst of one prefix would otherwise spread before the first one lands):
+    :meth:`sent_since` says whether a key was sent after a moment. Bounded, least
+    recently sent first out.
     """
 
     def __init__(self, capacity: int = APPROX_BLOCKS) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[int, None] = OrderedDict()
+        self._keys: OrderedDict[int, float] = OrderedDict()
 
-    def add(self, keys: Sequence[int]) -> None:
+    def add(self, keys: Sequence[int], now: float = 0.0) -> None:
         for key in keys:
-            self._keys[key] = None
+            self._keys[key] = now
             self._keys.move_to_end(key)
         while len(self._keys) > self.capacity:
             self._keys.popitem(last=False)
 
     def clear(self) -> None:
         self._keys.clear()
+
+    def sent_since(self, key: int, since: float) -> bool:
+        sent = self._keys.get(key)
+        return sent is not None and sent >= since
 
     def matched(self, keys: Sequence[int]) -> int:
         n = 0
