@@ -9,7 +9,6 @@ engine endpoints (models, tokenizer, prefix cache) in
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, layerwise, passthrough, relay
+from servekit.proxy import admin, jsoncodec, layerwise, passthrough, relay
 from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
@@ -55,7 +54,7 @@ async def _read_body(request: web.Request, router: Router) -> tuple[dict[str, An
     cfg = router.config
     raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
     try:
-        body = json.loads(raw)
+        body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
         raise ProxyError("bad_request", "proxy", "request body is not valid JSON") from None
     if not isinstance(body, dict):
