@@ -71,6 +71,8 @@ class Result:
     tpot_p99_ms: float
     goodput_rps: float
     duration_s: float
+    router_cpu_s: float = 0.0
+    sim_cpu_s: float = 0.0
     note: str = ""
 
 
@@ -87,12 +89,14 @@ def prompt_of(req: Any, tag: str) -> str:
 
 
 @contextlib.contextmanager
-def process(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+def process(
+    argv: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # fmt: skip
         try:
-            yield
+            yield proc
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -256,24 +260,36 @@ async def one_run(name: str, args: argparse.Namespace, trace: Any, work: Path,
         else:
             argv += ["--policy", "cache_aware"]
         health = "/health"
-    with process(sim_argv, work / f"sim-{name}.log"):
+    with process(sim_argv, work / f"sim-{name}.log") as sim:
         for u in prefill + decode:
             await wait_ready(u)
-        with process(argv, work / f"router-{name}.log"):
+        with process(argv, work / f"router-{name}.log") as router:
             await wait_ready(target, health)
             await asyncio.sleep(2.0)  # subscribers connect; health probes admit every engine
+            cpu0 = cpu_s(router.pid), cpu_s(sim.pid)
             rows, span = await replay(target, model, trace, args.trace_speed, slo)
+            cpu1 = cpu_s(router.pid), cpu_s(sim.pid)
             hits, queries = await prefix_counts(prefill)
-    return summarize(name, rows, span, hits / queries if queries else None, slo)
+    res = summarize(name, rows, span, hits / queries if queries else None, slo)
+    res.router_cpu_s, res.sim_cpu_s = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    return res
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def table(results: list[Result]) -> str:
     head = ("| router | prefix hit rate | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms "
-            "| goodput req/s | errors |\n|---|---|---|---|---|---|---|---|\n")  # fmt: skip
+            "| goodput req/s | errors | router CPU s | sim CPU s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")  # fmt: skip
     rows = [
         f"| {r.router} | {'-' if r.hit_rate is None else f'{r.hit_rate:.1%}'} | "
         f"{r.ttft_p50_ms:.0f} | {r.ttft_p99_ms:.0f} | {r.tpot_p50_ms:.1f} | {r.tpot_p99_ms:.1f} "
-        f"| {r.goodput_rps:.2f} | {r.errors}/{r.requests} |"
+        f"| {r.goodput_rps:.2f} | {r.errors}/{r.requests} | {r.router_cpu_s:.1f} "
+        f"| {r.sim_cpu_s:.1f} |"
         for r in results
     ]
     return head + "\n".join(rows)

@@ -318,16 +318,23 @@ def test_cost_weighs_the_matched_prefix_against_load() -> None:
     assert routing.counts["prefill"].precise == 2
 
 
-def test_an_engine_without_events_is_scored_by_what_was_sent_there() -> None:
+def test_an_engine_whose_feed_is_down_is_scored_by_what_was_sent_there() -> None:
     config = ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",),
                          prefill_policy="kv-events")  # fmt: skip
     routing = KvRouting(config, None)  # type: ignore[arg-type]
     a, b = _inst("http://a:1"), _inst("http://b:1")
+    for url in (a.url, b.url):
+        routing.indexes[url] = EngineIndex(Feed.DOWN)
     policy = KvAware(routing, "prefill")
     key = PrefixKey(b"k", list(range(64)))
     first = policy.choose([a, b], key)
+    other = b if first is a else a
+    first.tokens = 40  # busier, but it was sent this prompt: 64 tokens it need not redo
     assert all(policy.choose([a, b], key) is first for _ in range(3))
     assert routing.counts["prefill"].approximate == 4
+    for url in (a.url, b.url):  # positive control: no --kv-events at all claims nothing
+        routing.indexes[url].feed = Feed.OFF
+    assert policy.choose([a, b], key) is other
 
 
 def test_kv_events_flags_are_checked() -> None:

@@ -5,7 +5,10 @@ the request::
 
     cost = active_tokens + max(prompt_tokens - matched_blocks * block_size, 0)
 
-and the cheapest wins (ties: the longer match, then fewer requests).
+and the cheapest wins (ties: the longer match, then fewer requests), among the
+engines whose outstanding tokens are within twice the lightest one's plus 8k
+(prefix-affinity's bound: the cost believes cached tokens are free, and a hot
+prefix would otherwise queue everything on one engine).
 ``active_tokens`` is what the proxy itself has placed on the engine and not yet
 seen finish (the prefill pool's is its active prefill, the decode pool's its
 active decode), less the tokens those in-flight requests found cached there
@@ -26,11 +29,14 @@ KV-utilisation scores): a fraction does not see that 4 matched blocks of a
 whole prompt; tokens do. The decode pool of a PD layout gets its KV from the
 prefill, so its matches are usually 0 and it chooses by load, as least-loaded.
 
-An engine whose events are not live (``--kv-events`` not given for it, the
-publisher not reached or gone, a gap that could not be replayed) is scored by
-the approximate view instead: the blocks of the prompts the proxy itself sent
-there lately (:class:`~servekit.proxy.kvindex.SentRecord`), as Dynamo does
-without events. ``/metrics`` shows each engine's feed state and how many
+An engine whose events are not live (the publisher not reached or gone, a gap
+that could not be replayed) is scored by the approximate view instead: the
+blocks of the prompts the proxy itself sent there lately
+(:class:`~servekit.proxy.kvindex.SentRecord`), as Dynamo does without events.
+An engine with no ``--kv-events`` at all (``off``) is claimed to hold nothing
+and is weighed by its load alone: on the simulator, whose decoders do not cache
+the KV they pull, the approximate view piled each prefix's decodes onto one
+decoder for no hit at all. ``/metrics`` shows each engine's feed state and how many
 choices were precise or approximate.
 
 Token ids: a prompt given as ids is used as is; a text or chat prompt is sent
@@ -68,6 +74,7 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's default, for the approximate view before any e
 TOKENIZE_TIMEOUT_S = 5.0
 PENDING_S = 10.0  # a prompt sent this recently counts as held until its events arrive
 MAX_INFLIGHT = 4096
+OVERLOAD, SLACK_TOKENS = 2.0, 8192  # an engine past 2x the lightest one's load + 8k is skipped
 MAX_TOKENIZE_BYTES = 16 * 1024 * 1024
 TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
                  "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
@@ -226,6 +233,8 @@ class KvAware:
             keys = keys_by_size[size] = chain_keys(ids, size)
         sent = routing.sent.get(url)
         if not precise:
+            if index.feed is Feed.OFF:  # no events asked for: nothing claimed, load decides
+                return 0, False, keys
             return (sent.matched(keys) * size if sent is not None else 0), False, keys
         since = now - PENDING_S
         n = 0
@@ -251,7 +260,11 @@ class KvAware:
         best: tuple[int, int, int, bytes] | None = None
         chosen = candidates[0]
         chosen_view: tuple[int, bool, list[int]] = (0, False, [])
+        # the same bound as prefix-affinity's: a cached prefix never buries one engine
+        bound = OVERLOAD * min(i.tokens for i in candidates) + SLACK_TOKENS
         for inst in candidates:
+            if inst.tokens > bound:
+                continue
             view = self._view(inst, keys_by_size, ids, now)
             matched = min(view[0], len(ids))
             cost = self._load(inst) + max(len(ids) - matched, 0)
