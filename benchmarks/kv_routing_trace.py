@@ -202,7 +202,7 @@ def summarize(name: str, rows: list[tuple[float, float, bool]], span: float,
     tpot = [r[1] * 1000 for r in ok]
     good = sum(1 for r in ok if r[0] * 1000 <= slo[0] and r[1] * 1000 <= slo[1])
     return Result(name, len(rows), len(rows) - len(ok), hits, pct(ttft, 0.5), pct(ttft, 0.99),
-                  pct(tpot, 0.5), pct(tpot, 0.99), good / span, span, note)  # fmt: skip
+                  pct(tpot, 0.5), pct(tpot, 0.99), good / span, span, note=note)  # fmt: skip
 
 
 def sim_spec(layout: str, work: Path) -> tuple[Path, list[str], list[str], dict[str, str], str]:
@@ -240,10 +240,11 @@ async def one_run(name: str, args: argparse.Namespace, trace: Any, work: Path,
         str(args.speed),
     ]
     if router_argv is None:  # servekit's proxy
+        pre, _, dec = name.partition("/")  # PREFILL[/DECODE] policy names
         argv = [sys.executable, "-m", "servekit.proxy", "--port", str(port), "--prefill", *prefill,
-                "--decode", *decode, "--prefill-policy", name, "--decode-policy",
-                name, "--log-level", "warning"]  # fmt: skip
-        if name == "kv-events":
+                "--decode", *decode, "--prefill-policy", pre, "--decode-policy",
+                dec or pre, "--log-level", "warning"]  # fmt: skip
+        if "kv-events" in name:
             argv += ["--kv-events", *(f"{u}={e}" for u, e in events.items())]
         health = "/health"
     else:
@@ -260,10 +261,10 @@ async def one_run(name: str, args: argparse.Namespace, trace: Any, work: Path,
         else:
             argv += ["--policy", "cache_aware"]
         health = "/health"
-    with process(sim_argv, work / f"sim-{name}.log") as sim:
+    with process(sim_argv, work / f"sim-{name.replace('/', '+')}.log") as sim:
         for u in prefill + decode:
             await wait_ready(u)
-        with process(argv, work / f"router-{name}.log") as router:
+        with process(argv, work / f"router-{name.replace('/', '+')}.log") as router:
             await wait_ready(target, health)
             await asyncio.sleep(2.0)  # subscribers connect; health probes admit every engine
             cpu0 = cpu_s(router.pid), cpu_s(sim.pid)
@@ -307,7 +308,8 @@ async def main() -> None:
     p.add_argument("--trace-speed", type=float, default=1.0)
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
-    p.add_argument("--policies", default="round-robin,least-loaded,prefix-affinity,kv-events")
+    p.add_argument("--policies", default="round-robin,least-loaded,prefix-affinity,kv-events",
+                   help="servekit's policies, PREFILL[/DECODE] each")  # fmt: skip
     p.add_argument("--vllm-router", default=shutil.which("vllm-router") or "")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
