@@ -1,7 +1,14 @@
-"""servekit's proxy vs vllm-ascend's example proxy, side by side on the same backends.
+"""servekit's proxy vs vllm-router and vllm-ascend's example proxy, on the same backends.
 
-    .venv/bin/python benchmarks/proxy_compare.py /tmp/ext/load_balance_proxy_server_example.py \
-        --example-python /tmp/exvenv/bin/python
+    .venv/bin/python benchmarks/proxy_compare.py [/tmp/ext/load_balance_proxy_server_example.py \
+        --example-python /tmp/exvenv/bin/python] [--vllm-router $(which vllm-router)] \
+        [--backend lean] [--concurrency 1 32]
+
+vllm-router (PyPI ``vllm-router``, vLLM's Rust PD router; ``pip install
+vllm-router``, found on PATH by default) runs with ``--vllm-pd-disaggregation
+--policy round_robin``, and servekit's proxy with round-robin, on one prefill
+and one decode. Each proxy's CPU time (user + system, from ``/proc/PID/stat``)
+over a rate run, divided by the requests it completed, is its CPU per request.
 
 The example proxy is read from outside the repository (never vendored) and run
 with its own interpreter (fastapi, uvicorn, httpx installed there). Both proxies
@@ -27,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -165,6 +173,17 @@ class Target:
     send: Callable[[aiohttp.ClientSession, dict[str, Any]], Awaitable[tuple[float, bool]]]
     ttft_ms: list[float] = field(default_factory=list)
     rates: dict[int, tuple[float, int]] = field(default_factory=dict)
+    pid: int | None = None
+    cpu_ms: dict[int, float] = field(default_factory=dict)  # CPU per request, per level
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 without one)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:13])  # utime stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def request_body(tokens: int) -> dict[str, Any]:
@@ -225,8 +244,8 @@ async def measure_ttft(targets: list[Target], n: int, warmup: int, tokens: int) 
 
 async def measure_rate(
     t: Target, concurrency: int, duration: float, tokens: int
-) -> tuple[float, int]:
-    """Closed loop: ``concurrency`` streams back to back; (completed/s, errors)."""
+) -> tuple[float, int, float]:
+    """Closed loop: ``concurrency`` streams back to back; (completed/s, errors, CPU ms/request)."""
     connector = aiohttp.TCPConnector(limit=0)
     done = errors = 0
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -243,9 +262,11 @@ async def measure_rate(
                 done, errors = (done + 1, errors) if ok else (done, errors + 1)
 
         start = time.perf_counter()
+        cpu0 = cpu_s(t.pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return done / elapsed, errors
+        cpu = cpu_s(t.pid) - cpu0
+    return done / elapsed, errors, cpu * 1000 / done if done else 0.0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -258,29 +279,33 @@ def sustained(t: Target) -> float:
     return max(clean, default=0.0)
 
 
-def table(base: Target, ours: Target, theirs: Target) -> str:
-    """Side by side; "ratio" is example/servekit for added TTFT, servekit/example for rates."""
-    rows: list[tuple[str, ...]] = [("", "direct", "servekit", "example", "ratio")]
-
-    def fmt(v: float) -> str:
-        return f"{v:.3f}"
-
+def table(targets: list[Target]) -> str:
+    """Side by side; "ratio" is servekit / vllm-router (rates; CPU: vllm-router / servekit)."""
+    names = [t.name for t in targets]
+    by = {t.name: t for t in targets}
+    ours, ref = by["servekit"], by.get("vllm-router")
+    rows: list[tuple[str, ...]] = [("", *names, "ratio")]
+    base = by["direct"]
     for q in (50, 99):
-        d, s, e = (pct(t.ttft_ms, q) for t in (base, ours, theirs))
-        rows.append((f"TTFT p{q} (ms)", fmt(d), fmt(s), fmt(e), ""))
-        ratio = f"{(e - d) / (s - d):.1f}x" if q == 50 and s - d > 0 else ""
-        rows.append((f"added TTFT p{q} (ms)", "-", fmt(s - d), fmt(e - d), ratio))
+        vals = [pct(t.ttft_ms, q) for t in targets]
+        rows.append((f"TTFT p{q} (ms)", *(f"{v:.3f}" for v in vals), ""))
+        added = [v - pct(base.ttft_ms, q) for v in vals]
+        rows.append((f"added TTFT p{q} (ms)", *(f"{a:.3f}" for a in added), ""))
     for c in ours.rates:
-        cells = [f"{r:.0f} ({err} err)" for r, err in (t.rates[c] for t in (base, ours, theirs))]
-        rs, re_ = ours.rates[c][0], theirs.rates[c][0]
-        rows.append((f"rate @{c} streams (req/s)", *cells, f"{rs / re_:.2f}x" if re_ else ""))
-    s_rate, e_rate = sustained(ours), sustained(theirs)
-    ratio = f"{s_rate / e_rate:.2f}x" if e_rate else "inf"
-    rows.append(
-        ("sustained (req/s)", f"{sustained(base):.0f}", f"{s_rate:.0f}", f"{e_rate:.0f}", ratio)
+        cells = [f"{t.rates[c][0]:.0f} ({t.rates[c][1]} err)" for t in targets]
+        ratio = f"{ours.rates[c][0] / ref.rates[c][0]:.2f}x" if ref and ref.rates[c][0] else ""
+        rows.append((f"rate @{c} streams (req/s)", *cells, ratio))
+        cpu = [f"{t.cpu_ms[c]:.3f}" if t.pid else "-" for t in targets]
+        ratio = f"{ref.cpu_ms[c] / ours.cpu_ms[c]:.2f}x" if ref and ours.cpu_ms[c] else ""
+        rows.append((f"CPU/request @{c} (ms)", *cpu, ratio))
+    rates = [sustained(t) for t in targets]
+    r = sustained(ref) if ref else 0.0
+    rows.append(("sustained (req/s)", *(f"{v:.0f}" for v in rates),
+                 f"{sustained(ours) / r:.2f}x" if r else ""))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
     )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
 # --- main ---------------------------------------------------------------------
@@ -293,13 +318,15 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "example", nargs="?", type=Path, help="path of load_balance_proxy_server_example.py"
     )
+    p.add_argument("--vllm-router", default=shutil.which("vllm-router") or "",
+                   help="vllm-router executable (PyPI vllm-router); empty: left out")  # fmt: skip
     p.add_argument("--example-python", default="/tmp/exvenv/bin/python",
                    help="interpreter with fastapi, uvicorn, httpx")  # fmt: skip
     p.add_argument("--backend", choices=("sim", "lean"), default="sim")
     p.add_argument("--tokens", type=int, default=16, help="streamed tokens per request")
     p.add_argument("--ttft-requests", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate level")
     p.add_argument("--repeat", type=int, default=3, help="rate runs per level (median kept)")
     p.add_argument("--json", type=Path, help="write the figures here too")
@@ -308,29 +335,34 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-async def run_all(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
-    base = Target("direct", direct(urls["prefill"], urls["decode"]))
-    ours = Target("servekit", via_proxy(urls["servekit"]))
-    theirs = Target("example", via_proxy(urls["example"]))
-    await measure_ttft([base, ours, theirs], args.ttft_requests, args.warmup, args.tokens)
+async def run_all(
+    args: argparse.Namespace, urls: dict[str, str], pids: dict[str, int]
+) -> dict[str, Any]:
+    targets = [Target("direct", direct(urls["prefill"], urls["decode"]))]
+    targets += [Target(n, via_proxy(urls[n]), pid=pids[n]) for n in pids]
+    await measure_ttft(targets, args.ttft_requests, args.warmup, args.tokens)
     for c in args.concurrency:
-        runs: dict[str, list[tuple[float, int]]] = {t.name: [] for t in (base, ours, theirs)}
-        for _ in range(args.repeat):  # alternate, so a burst of outside load hits all three
-            for t in (base, ours, theirs):
+        runs: dict[str, list[tuple[float, int, float]]] = {t.name: [] for t in targets}
+        for _ in range(args.repeat):  # alternate, so a burst of outside load hits all of them
+            for t in targets:
                 runs[t.name].append(await measure_rate(t, c, args.duration, args.tokens))
-        for t in (base, ours, theirs):
+        for t in targets:
             rates = sorted(runs[t.name])
-            t.rates[c] = (rates[len(rates) // 2][0], sum(e for _, e in rates))
-    print(table(base, ours, theirs))
+            t.rates[c] = (rates[len(rates) // 2][0], sum(e for _, e, _ in rates))
+            t.cpu_ms[c] = statistics.median(cpu for _, _, cpu in rates)
+    print(table(targets))
     return {
         t.name: {
             "ttft_ms_p50": pct(t.ttft_ms, 50),
             "ttft_ms_p99": pct(t.ttft_ms, 99),
             "ttft_ms_mean": statistics.fmean(t.ttft_ms),
-            "rates": {str(c): {"req_per_s": r, "errors": e} for c, (r, e) in t.rates.items()},
+            "rates": {
+                str(c): {"req_per_s": r, "errors": e, "cpu_ms_per_request": t.cpu_ms[c]}
+                for c, (r, e) in t.rates.items()
+            },
             "sustained_req_per_s": sustained(t),
         }
-        for t in (base, ours, theirs)
+        for t in targets
     }
 
 
@@ -339,31 +371,47 @@ def main() -> None:
     if args.serve_backend:
         serve_backend(args.backend, *args.serve_backend, args.tokens)
         return
-    if args.example is None or not args.example.is_file():
+    if args.example is not None and not args.example.is_file():
         raise SystemExit("give the path of vllm-ascend's load_balance_proxy_server_example.py")
     logs = Path(tempfile.mkdtemp(prefix="proxy-compare-"))
-    pp, dp, sp, ep = (free_port() for _ in range(4))
+    pp, dp, sp, ep, rp = (free_port() for _ in range(5))
     urls = {k: f"http://127.0.0.1:{p}" for k, p in
-            {"prefill": pp, "decode": dp, "servekit": sp, "example": ep}.items()}  # fmt: skip
+            {"prefill": pp, "decode": dp, "servekit": sp, "example": ep,
+             "vllm-router": rp}.items()}  # fmt: skip
     backend = [sys.executable, __file__, "--backend", args.backend, "--tokens", str(args.tokens),
                "--serve-backend", str(pp), str(dp)]  # fmt: skip
     servekit = [sys.executable, "-m", "servekit.proxy", "--prefill", urls["prefill"],
-                "--decode", urls["decode"], "--port", str(sp), "--log-level", "warning"]  # fmt: skip
-    example = [args.example_python, str(args.example.resolve()), "--host", "127.0.0.1",
-               "--port", str(ep), "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", str(pp),
-               "--decoder-hosts", "127.0.0.1", "--decoder-ports", str(dp),
-               "--log-level", "WARNING"]  # fmt: skip
+                "--decode", urls["decode"], "--port", str(sp), "--log-level", "warning",
+                "--prefill-policy", "round-robin", "--decode-policy", "round-robin"]  # fmt: skip
+    proxies: dict[str, tuple[list[str], str, str | None]] = {
+        "servekit": (servekit, "/health", None)
+    }
+    if args.vllm_router:
+        proxies["vllm-router"] = (
+            [args.vllm_router, "--vllm-pd-disaggregation", "--prefill", urls["prefill"],
+             "--decode", urls["decode"], "--policy", "round_robin", "--host", "127.0.0.1",
+             "--port", str(rp), "--prometheus-port", str(free_port())],
+            "/health", None,
+        )  # fmt: skip
+    if args.example is not None:
+        proxies["example"] = (
+            [args.example_python, str(args.example.resolve()), "--host", "127.0.0.1",
+             "--port", str(ep), "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", str(pp),
+             "--decoder-hosts", "127.0.0.1", "--decoder-ports", str(dp), "--log-level", "WARNING"],
+            "/healthcheck", str(args.example.resolve().parent),
+        )  # fmt: skip
     env_note = f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f} backend={args.backend}"
     print(f"# {env_note}; logs in {logs}")
-    with (
-        child(backend, logs / "backend.log"),
-        child(servekit, logs / "servekit.log"),
-        child(example, logs / "example.log", cwd=str(args.example.resolve().parent)),
-    ):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(child(backend, logs / "backend.log"))
+        pids = {
+            name: stack.enter_context(child(argv, logs / f"{name}.log", cwd=cwd)).pid
+            for name, (argv, _, cwd) in proxies.items()
+        }
         asyncio.run(wait_ok(urls["decode"] + "/health"))
-        asyncio.run(wait_ok(urls["servekit"] + "/health"))
-        asyncio.run(wait_ok(urls["example"] + "/healthcheck"))
-        figures = asyncio.run(run_all(args, urls))
+        for name, (_, health, _) in proxies.items():
+            asyncio.run(wait_ok(urls[name] + health))
+        figures = asyncio.run(run_all(args, urls, pids))
     print(f"# load after: {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"env": env_note, "figures": figures}, indent=2) + "\n")

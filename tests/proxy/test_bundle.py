@@ -281,3 +281,16 @@ def test_the_guard_file_applies_the_rule_from_a_plain_environment(
     assert status == 200 and headers["x-servekit-decode-guard"] == "strict"
     assert json.loads(body)["decode_guard"]["routes_from"] == "path rule"
     assert middleware_target() == f"{RENDERED_MODULE}.DecodeGuardMiddleware"
+
+
+def test_the_zipapp_refuses_the_kv_events_policy_in_one_line(
+    plain_python: Path, tmp_path: Path
+) -> None:
+    """Issue 33: kv-events needs pyzmq and msgspec, which a plain environment lacks."""
+    pyz = build_zipapp(tmp_path / "servekit-proxy.pyz")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    argv = [str(plain_python), str(pyz), "--prefill", "http://127.0.0.1:9", "--decode",
+            "http://127.0.0.1:9", "--prefill-policy", "kv-events"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "kv-events needs zmq and msgspec" in out.stderr

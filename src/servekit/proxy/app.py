@@ -9,7 +9,6 @@ engine endpoints (models, tokenizer, prefix cache) in
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, layerwise, passthrough, relay
+from servekit.proxy import admin, jsoncodec, layerwise, passthrough, relay
 from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.budget import Budget, charge, holding, parse_cost
 from servekit.proxy.conns import Connections, track
@@ -64,7 +63,7 @@ async def _read_body(request: web.Request, router: Router) -> tuple[dict[str, An
         raise ProxyError("payload_too_large", "proxy", msg)
     charge(cost - len(raw))  # the parsed body lives as long as the request
     try:
-        body = json.loads(raw)
+        body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
         raise ProxyError("bad_request", "proxy", "request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -78,6 +77,9 @@ async def _run_trip(
     body, raw = await _read_body(request, router)
     check_request(request.path, body)
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
+    if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
+        pool = router.pools["replica" if router.config.mode == "replica" else "prefill"]
+        ticket = await router.kv.keyed(ticket, pool.routable())
     trip = Trip(router, request, ticket, progress)
     mode = router.config.mode
     if mode in PAIRED_PROXY_MODES and prompt_count(body) > 1:
@@ -191,6 +193,10 @@ def build_app(router: Router) -> web.Application:
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[ROUTER] = router
     app[CONNS] = conns
+    if router.kv is not None:
+        kv = router.kv
+        app.on_startup.append(lambda _app: kv.start())
+        app.on_cleanup.append(lambda _app: kv.stop())
     app[BAD_REQUESTS] = RateLimited(log, "bad requests", cfg.log_burst, cfg.log_interval_s)
     router.metrics.watch_connections(conns)
     expect = expect_handler(cfg.max_body_bytes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,8 @@ from servekit.vocabulary import (
     parse_values,
 )
 
-POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity")
+KV_POLICY = "kv-events"
+POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity", KV_POLICY)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 
@@ -132,6 +134,15 @@ class ProxyConfig:
                                  "at most 30x)", ge=0)  # fmt: skip
     engine_metrics_timeout_s: float = opt(5.0, "per engine, for GET /metrics/engines", gt=0)
     prefix_chars: int = opt(512, "prompt prefix keyed by prefix-affinity", ge=1)
+    kv_events: tuple[str, ...] = opt(
+        (), "kv-events policy: ENGINE_URL=tcp://HOST:PORT[,tcp://HOST:REPLAY_PORT] of each "
+        "engine's --kv-events-config publisher (and replay socket); engines not named are "
+        "scored approximately", metavar="URL=ZMQ", nargs="+",
+    )  # fmt: skip
+    kv_events_topic: str = opt("", "kv-events policy: the publishers' topic")
+    kv_events_resync_s: float = opt(10.0, "kv-events policy: after lost events that could not "
+                                    "be replayed, an engine is scored approximately this long "
+                                    "while its index fills again", ge=0)  # fmt: skip
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:
@@ -142,6 +153,7 @@ class ProxyConfig:
         _check_layerwise(self)
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)
+        _check_kv_events(self)
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
@@ -159,6 +171,26 @@ def _check_layerwise(config: ProxyConfig) -> None:
         _bad("host", f"{config.host} is a wildcard, and decoders call the proxy back at "
              "HOST:PORT/v1/metaserver in layerwise mode; give --metaserver-url "
              "http://ADDRESS:PORT/v1/metaserver with an address they reach")  # fmt: skip
+
+
+def _check_kv_events(config: ProxyConfig) -> None:
+    """``--kv-events`` values are well formed, and the policy can run in this Python."""
+    for value in config.kv_events:
+        url, sep, rest = value.partition("=")
+        ends = rest.split(",")
+        if not sep or len(ends) > 2 or not all(e.startswith(("tcp://", "ipc://")) for e in ends):
+            _bad("kv_events", f"{value!r}: expected ENGINE_URL=tcp://HOST:PORT"
+                 "[,tcp://HOST:REPLAY_PORT]")  # fmt: skip
+        check_url(url, "--kv-events")
+    if KV_POLICY not in (config.prefill_policy, config.decode_policy):
+        if config.kv_events:
+            _bad("kv_events", "applies to --prefill-policy/--decode-policy kv-events; drop it")
+        return
+    missing = [m for m in ("zmq", "msgspec") if importlib.util.find_spec(m) is None]
+    if missing:
+        _bad("prefill_policy" if config.prefill_policy == KV_POLICY else "decode_policy",
+             f"kv-events needs {' and '.join(missing)} (pip install pyzmq msgspec); the "
+             "zipapp carries aiohttp only: run servekit's proxy, or pick another policy")  # fmt: skip
 
 
 def flag_of(name: str) -> str:
@@ -285,8 +317,9 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
-    if "prefill_bootstrap" in ns:  # typer gives lists
-        ns["prefill_bootstrap"] = tuple(ns["prefill_bootstrap"])
+    for name in ("prefill_bootstrap", "kv_events"):
+        if name in ns:  # typer gives lists
+            ns[name] = tuple(ns[name])
     _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))
     config = ProxyConfig(**ns)
     return with_keys(config) if read_keys else config

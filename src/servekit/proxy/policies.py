@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from servekit.proxy.config import KV_POLICY, ProxyConfig
 from servekit.proxy.instances import Instance
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from servekit.proxy.kvaware import KvRouting
 
 
 class Policy(Protocol):
@@ -78,10 +84,21 @@ class PrefixAffinity:
         return chosen
 
 
-def make_policy(name: str) -> Policy:
-    """A fresh policy object by its flag name."""
+def make_policy(name: str, kv: KvRouting | None = None, stage: str = "") -> Policy:
+    """A fresh policy object by its flag name (``kv-events`` needs the shared ``kv``)."""
+    if name == "kv-events" and kv is not None:
+        return kv.policy(stage)
     if name == "round-robin":
         return RoundRobin()
     if name == "prefix-affinity":
         return PrefixAffinity()
     return LeastLoaded()
+
+
+def kv_routing(config: ProxyConfig, session: aiohttp.ClientSession) -> KvRouting | None:
+    """The shared state of the ``kv-events`` policy, when a stage uses it (pyzmq imported here)."""
+    if KV_POLICY not in (config.prefill_policy, config.decode_policy):
+        return None
+    from servekit.proxy.kvaware import KvRouting
+
+    return KvRouting(config, session)

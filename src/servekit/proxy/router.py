@@ -22,7 +22,7 @@ from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Instance, Lease, Pool
 from servekit.proxy.metrics import ProxyMetrics
-from servekit.proxy.policies import Policy, make_policy
+from servekit.proxy.policies import Policy, kv_routing, make_policy
 
 T = TypeVar("T")
 
@@ -40,10 +40,11 @@ class Router:
         for role in config.stage_roles:
             for url in getattr(config, role):
                 self.pools[role].add(url)
+        self.kv = kv_routing(config, session)  # the kv-events policy's indexes, if used
         self.policies: dict[str, Policy] = {
-            "prefill": make_policy(config.prefill_policy),
-            "decode": make_policy(config.decode_policy),
-            "replica": make_policy(config.decode_policy),
+            "prefill": make_policy(config.prefill_policy, self.kv, "prefill"),
+            "decode": make_policy(config.decode_policy, self.kv, "decode"),
+            "replica": make_policy(config.decode_policy, self.kv, "replica"),
         }
         self._tasks: set[asyncio.Task[None]] = set()
         self.budget = Budget(config.memory_budget)
@@ -53,6 +54,9 @@ class Router:
         self.metrics.watch_budget(lambda: budget.used, lambda: budget.refused)
         self.health = HealthChecker(session, self.instances, config, self.headers)
         self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
+        if self.kv is not None:
+            self.kv.headers = self.headers
+            self.metrics.registry.register(self.kv.collector())
 
     def probe_soon(self, inst: Instance) -> None:
         """Probe an added or undrained instance now rather than at the next round."""

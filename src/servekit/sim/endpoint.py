@@ -22,6 +22,7 @@ from servekit.sim.clock import Clock
 from servekit.sim.engine import Engine, EngineDeadError, Seq
 from servekit.sim.faults import FaultDice, FaultSpec, patch_faults
 from servekit.sim.kvcache import KvCache, block_hashes
+from servekit.sim.kvevents import Publisher
 from servekit.sim.metrics import EngineStats, Gauges, StatsCollector, make_registry
 from servekit.sim.openai import ApiError, GenRequest
 from servekit.sim.output import plan_output, token_budget
@@ -61,6 +62,15 @@ class SimEndpoint:
             self.profile.num_blocks, self.profile.block_size, self.profile.enable_prefix_caching
         )
         self.engine = Engine(self.profile, clock, self.kv, self.stats)
+        self.kv_events: Publisher | None = None
+        if spec.kv_events is not None:
+            ev = spec.kv_events
+            self.kv_events = Publisher(
+                ev.endpoint, host=spec.host, block_size=self.profile.block_size,
+                dp_rank=spec.dp_rank, replay_endpoint=ev.replay_endpoint, topic=ev.topic,
+                buffer_steps=ev.buffer_steps,
+            )  # fmt: skip
+            self.kv.listener = self.kv_events
         self.faults = spec.faults
         self.dice = FaultDice(seed)
         self.disagree_seed = spec.disagree_seed
@@ -98,10 +108,14 @@ class SimEndpoint:
 
     def start(self) -> None:
         self.engine.start()
+        if self.kv_events is not None:
+            self.kv_events.start()
         self._log_start()
 
     async def stop(self) -> None:
         await self.engine.stop()
+        if self.kv_events is not None:
+            await self.kv_events.close()
         for handler in list(self.log.handlers):
             handler.close()
             self.log.removeHandler(handler)
@@ -180,6 +194,7 @@ class SimEndpoint:
             "profile": self.profile.name,
             "label": self.profile.label,
             "launch": self.spec.launch,
+            "kv_events": None if self.kv_events is None else self.kv_events.endpoint,
         }
 
     # -- requests ----------------------------------------------------------
@@ -228,6 +243,7 @@ class SimEndpoint:
             arrival + delay,
             remote_kv=remote,
             stream=req.stream,
+            token_ids=req.prompt_ids if hashes else (),
         )
         admitted = Admitted(seq, req, rid, usage_skew=int(self.faults.usage_off_by_one))
         seq.on_finish = (

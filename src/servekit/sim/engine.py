@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from servekit.sim.clock import Clock
@@ -42,6 +42,7 @@ class Seq:
     ready: float
     remote_kv: bool = False
     stream: bool = False
+    token_ids: Sequence[int] = ()  # the prompt's, for the KV-event publisher
     on_finish: Callable[[Seq], bool] | None = None
     alloc: Allocation | None = None
     computed: int = 0
@@ -175,7 +176,7 @@ class Engine:
         while self.waiting and len(self.running) < limit:
             seq = self.waiting[0]
             total = seq.prompt_len + len(seq.output)
-            alloc = self.kv.allocate(seq.hashes, seq.prompt_len, total)
+            alloc = self.kv.allocate(seq.hashes, seq.prompt_len, total, seq.token_ids)
             if alloc is None:
                 return
             self.waiting.popleft()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
@@ -34,8 +35,23 @@ class Allocation:
     epoch: int = 0
 
 
+class KvListener(Protocol):
+    """Told what enters and leaves the prefix cache (the KV-event publisher, sim.kvevents)."""
+
+    def stored(self, hashes: Sequence[int], parent: int | None, token_ids: Sequence[int]) -> None:
+        """Consecutive blocks of one prompt entered the cache; ``parent`` precedes them."""
+
+    def removed(self, hashes: Sequence[int]) -> None:
+        """Cached blocks were evicted."""
+
+    def cleared(self) -> None:
+        """Every cached block is gone."""
+
+
 class KvCache:
     """Block accounting for one engine."""
+
+    listener: KvListener | None = None
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True) -> None:
         self.num_blocks = num_blocks
@@ -61,8 +77,17 @@ class KvCache:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def allocate(self, hashes: Sequence[int], prompt_len: int, total_len: int) -> Allocation | None:
-        """Reserve blocks for ``total_len`` tokens reusing cached prompt blocks; None if full."""
+    def allocate(
+        self,
+        hashes: Sequence[int],
+        prompt_len: int,
+        total_len: int,
+        token_ids: Sequence[int] = (),
+    ) -> Allocation | None:
+        """Reserve blocks for ``total_len`` tokens reusing cached prompt blocks; None if full.
+
+        ``token_ids`` (the prompt's) are only read to tell a listener what it stored.
+        """
         hits = self._count_hits(hashes, (prompt_len - 1) // self.block_size)
         need_total = self.blocks_for(total_len)
         fresh = need_total - hits
@@ -74,10 +99,14 @@ class KvCache:
             self._take(h)
             alloc.hashes.append(h)
         self._evict(fresh - self.free_blocks)
-        for h in hashes[hits:need_total] if self.prefix_caching else ():
-            if h not in self._active and h not in self._evictable:
+        new: list[int] = []
+        for n, h in enumerate(hashes[:need_total] if self.prefix_caching else ()):
+            if n >= hits and h not in self._active and h not in self._evictable:
                 self._active[h] = 1
                 alloc.hashes.append(h)
+                new.append(n)
+        if new and self.listener is not None:
+            self._tell_stored(hashes, new, token_ids)
         alloc.private = need_total - len(alloc.hashes)
         self._private += alloc.private
         return alloc
@@ -106,6 +135,23 @@ class KvCache:
         self._active.clear()
         self._evictable.clear()
         self._private = 0
+        if self.listener is not None:
+            self.listener.cleared()
+
+    def _tell_stored(self, hashes: Sequence[int], new: list[int], token_ids: Sequence[int]) -> None:
+        """One ``stored`` per run of consecutive new blocks, as vLLM's BlockStored."""
+        assert self.listener is not None
+        size = self.block_size
+        start = prev = new[0]
+        for n in [*new[1:], -1]:
+            if n == prev + 1:
+                prev = n
+                continue
+            tokens = token_ids[start * size : (prev + 1) * size]
+            if len(tokens) == (prev + 1 - start) * size:  # without the prompt, nothing to tell
+                parent = hashes[start - 1] if start else None
+                self.listener.stored(hashes[start : prev + 1], parent, tokens)
+            start = prev = n
 
     def _count_hits(self, hashes: Sequence[int], limit: int) -> int:
         if not self.prefix_caching:
@@ -125,5 +171,6 @@ class KvCache:
             self._active[h] = 1
 
     def _evict(self, count: int) -> None:
-        for _ in range(max(0, count)):
-            self._evictable.popitem(last=False)
+        gone = [self._evictable.popitem(last=False)[0] for _ in range(max(0, count))]
+        if gone and self.listener is not None:
+            self.listener.removed(gone)

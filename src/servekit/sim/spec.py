@@ -36,6 +36,18 @@ def _bind_address(host: str) -> str:
 BindHost = Annotated[str, AfterValidator(_bind_address)]
 
 
+class KvEventsSpec(StrictModel):
+    """vLLM's ``--kv-events-config``: where the engine publishes its KV events (sim.kvevents)."""
+
+    endpoint: str = Field(
+        default="tcp://*:5557", description="PUB socket; * binds the endpoint's host, port 0 a "
+        "free port",
+    )  # fmt: skip
+    replay_endpoint: str | None = Field(default=None, description="ROUTER socket for replays")
+    topic: str = ""
+    buffer_steps: int = Field(default=10_000, ge=1, description="batches kept for replay")
+
+
 class EndpointSpec(StrictModel):
     """One simulated API server (a DP rank or an instance) on its own port."""
 
@@ -86,6 +98,9 @@ class EndpointSpec(StrictModel):
     )
     responses_api: bool = Field(default=True, description="serve /v1/responses; false: 404")
     faults: FaultSpec = FaultSpec()
+    kv_events: KvEventsSpec | None = Field(
+        default=None, description="publish KV events (vLLM's --kv-events-config)"
+    )
     launch: dict[str, Any] | None = Field(
         default=None, description="the vllm serve command line this endpoint stands for"
     )

@@ -65,6 +65,9 @@ class VllmLaunch(StrictModel):
     guard: bool
     max_model_len: int | None
     prefix_caching: bool | None
+    kv_events: dict[str, Any] | None = Field(
+        default=None, description="--kv-events-config when it publishes (sim.kvevents)"
+    )
     speed: float | None = Field(gt=0, description="the simulator's own --speed")
     ignored: Flags = Field(description="flags the simulator does not act on, as given")
 
@@ -101,6 +104,9 @@ class VllmFlags:
     data_parallel_start_rank: int = option(0, "first local rank", short="-dpr")
     headless: bool = option(False, "no API server: stay up until SIGTERM")
     kv_transfer_config: str | None = option(None, "JSON: kv_role, kv_connector, kv_port, engine_id")
+    kv_events_config: str | None = option(
+        None, "JSON: enable_kv_cache_events, publisher, endpoint, replay_endpoint, topic"
+    )
     middleware: tuple[str, ...] = option((), "...DecodeGuardMiddleware: guard")
     enable_prefix_caching: bool | None = option(None, "prefix cache")
     speed: float | None = option(None, "virtual seconds per wall second (the simulator's own)")
@@ -181,6 +187,36 @@ def _kv_config(text: str | None) -> dict[str, Any]:
     return doc
 
 
+def _kv_events(text: str | None, first_rank: int) -> dict[str, Any] | None:
+    """``--kv-events-config`` as the simulator's ``kv_events`` spec, None when it is off.
+
+    As vLLM: ``publisher`` defaults to zmq when events are enabled, and each DP
+    rank publishes on the endpoint's port plus its rank.
+    """
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--kv-events-config: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UsageError("--kv-events-config: expected a JSON object")
+    if doc.get("enable_kv_cache_events") is not True or doc.get("publisher", "zmq") != "zmq":
+        return None
+    out: dict[str, Any] = {}
+    for key in ("endpoint", "replay_endpoint", "topic", "buffer_steps"):
+        if doc.get(key) is not None:
+            out[key] = _offset(doc[key], first_rank) if key.endswith("endpoint") else doc[key]
+    return out
+
+
+def _offset(endpoint: Any, rank: int) -> Any:
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://") or not rank:
+        return endpoint
+    base, _, port = endpoint.rpartition(":")
+    return endpoint if not port.isdigit() or port == "0" else f"{base}:{int(port) + rank}"
+
+
 def _kv_port(kv: dict[str, Any]) -> int:
     value = kv.get("kv_port", 0)
     try:
@@ -241,6 +277,12 @@ def _launch(argv: list[str], ns: VllmFlags, unknown: list[str], *, model: str) -
             parse_size(ns.max_model_len, "--max-model-len") if ns.max_model_len else None
         ),
         prefix_caching=ns.enable_prefix_caching,
+        kv_events=_kv_events(
+            ns.kv_events_config,
+            ns.data_parallel_rank
+            if ns.data_parallel_rank is not None
+            else ns.data_parallel_start_rank,
+        ),
         speed=ns.speed,
         ignored=group_flags(unknown),
     )

@@ -184,6 +184,8 @@ def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
     }
     if launch.max_model_len is not None:
         endpoint["max_model_len"] = launch.max_model_len
+    if launch.kv_events is not None:
+        endpoint["kv_events"] = launch.kv_events
     spec = spec_from_mapping({"endpoints": [endpoint]}, where="sim serve")
     return spec.at_speed(speed)
 

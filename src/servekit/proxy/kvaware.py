@@ -1,0 +1,336 @@
+"""The ``kv-events`` policy: route to the engine that holds the prompt's prefix, against load.
+
+Each candidate is scored in tokens of work the engine would have once it took
+the request::
+
+    cost = active_tokens + max(prompt_tokens - matched_blocks * block_size, 0)
+
+and the cheapest wins (ties: the longer match, then fewer requests), among the
+engines whose outstanding tokens are within twice the lightest one's plus 8k
+(prefix-affinity's bound: the cost believes cached tokens are free, and a hot
+prefix would otherwise queue everything on one engine).
+``active_tokens`` is what the proxy itself has placed on the engine and not yet
+seen finish (the prefill pool's is its active prefill, the decode pool's its
+active decode), less the tokens those in-flight requests found cached there
+(an engine busy with prompts it holds is not as busy as their length says);
+``matched_blocks`` is the prompt's leading blocks the engine holds, from its KV
+events (:mod:`servekit.proxy.kvindex`), plus blocks of prompts sent there in
+the last :data:`PENDING_S` seconds, whose ``BlockStored`` may not be in yet (a
+burst of one prefix would otherwise spread before its first request lands).
+
+Against Dynamo's KV router, ``prefill_load_scale * max(active_prefill + prompt -
+overlap, 0) + active_decode``: the same sum with the scale at 1, because here
+each pool is one PD stage, so an engine's outstanding tokens are all of one
+kind and a matched token saves exactly one token of the work it is weighed
+against; there is no weight to tune. Against llm-d's scorers (a prefix score,
+the fraction of blocks matched, added with configured weights to queue and
+KV-utilisation scores): a fraction does not see that 4 matched blocks of a
+40k-token prompt save little while the same fraction of a 400-token one is the
+whole prompt; tokens do. The decode pool of a PD layout gets its KV from the
+prefill, so its matches are usually 0 and it chooses by load, as least-loaded.
+
+An engine whose events are not live (the publisher not reached or gone, a gap
+that could not be replayed) is scored by the approximate view instead: the
+blocks of the prompts the proxy itself sent there lately
+(:class:`~servekit.proxy.kvindex.SentRecord`), as Dynamo does without events.
+An engine with no ``--kv-events`` at all (``off``) is claimed to hold nothing
+and is weighed by its load alone: on the simulator, whose decoders do not cache
+the KV they pull, the approximate view piled each prefix's decodes onto one
+decoder for no hit at all. ``/metrics`` shows each engine's feed state and how many
+choices were precise or approximate.
+
+Token ids: a prompt given as ids is used as is; a text or chat prompt is sent
+to one engine's ``/tokenize`` (the engine's own tokenizer and chat template,
+which is what produced the blocks' token ids; the proxy ships no tokenizer and
+no model files). That is one extra local request per generation, before
+routing; when it fails the request is routed by load alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import aiohttp
+import zmq.asyncio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from servekit.proxy.config import ProxyConfig
+from servekit.proxy.instances import Instance
+from servekit.proxy.kvevents import Source, Subscriber
+from servekit.proxy.kvindex import EngineIndex, Feed, SentRecord, chain_keys
+from servekit.proxy.requests import Ticket
+from servekit.vocabulary import check_url
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default, for the approximate view before any event
+TOKENIZE_TIMEOUT_S = 5.0
+PENDING_S = 10.0  # a prompt sent this recently counts as held until its events arrive
+MAX_INFLIGHT = 4096
+OVERLOAD, SLACK_TOKENS = 2.0, 8192  # an engine past 2x the lightest one's load + 8k is skipped
+MAX_TOKENIZE_BYTES = 16 * 1024 * 1024
+TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
+                 "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
+                 "mm_processor_kwargs")  # fmt: skip
+
+
+class PrefixKey(bytes):
+    """The request's prefix key (as every policy reads it) carrying its token ids.
+
+    It travels through the stages unchanged as ``Ticket.prefix_key``, so the
+    policy gets the ids without any stage knowing about them.
+    """
+
+    token_ids: tuple[int, ...]
+
+    def __new__(cls, key: bytes, token_ids: Sequence[int]) -> PrefixKey:
+        obj = super().__new__(cls, key)
+        obj.token_ids = tuple(token_ids)
+        return obj
+
+
+def parse_sources(values: Sequence[str], topic: str) -> dict[str, Source]:
+    """``URL=tcp://HOST:PORT[,tcp://HOST:REPLAY_PORT]`` values (checked by the config)."""
+    out: dict[str, Source] = {}
+    for value in values:
+        url, _, rest = value.partition("=")
+        pub, _, replay = rest.partition(",")
+        out[check_url(url, "--kv-events")] = Source(pub, replay or None, topic)
+    return out
+
+
+@dataclasses.dataclass
+class _Counts:
+    precise: int = 0
+    approximate: int = 0
+    matched_tokens: int = 0
+
+
+class KvRouting:
+    """Indexes, subscribers and tokenizer client shared by the stages' ``kv-events`` policies."""
+
+    def __init__(self, config: ProxyConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.session = session
+        self.sources = parse_sources(config.kv_events, config.kv_events_topic)
+        self.indexes: dict[str, EngineIndex] = {}
+        self.sent: dict[str, SentRecord] = {}
+        self.subscribers: dict[str, Subscriber] = {}
+        self.counts: dict[str, _Counts] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ctx: zmq.asyncio.Context | None = None
+        self.headers: dict[str, str] = {}
+
+    def policy(self, stage: str) -> KvAware:
+        return KvAware(self, stage)
+
+    def index(self, url: str) -> EngineIndex:
+        found = self.indexes.get(url)
+        if found is None:
+            found = self.indexes[url] = EngineIndex()
+        return found
+
+    async def start(self) -> None:
+        """Subscribe to every engine's events (on the proxy's loop)."""
+        self._ctx = zmq.asyncio.Context()
+        loop = asyncio.get_running_loop()
+        for url, source in self.sources.items():
+            sub = Subscriber(self._ctx, source, self.index(url), self.config.kv_events_resync_s)
+            self.subscribers[url] = sub
+            self._tasks.append(loop.create_task(sub.run()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    def live(self, url: str) -> bool:
+        sub = self.subscribers.get(url)
+        return sub is not None and sub.live()
+
+    async def keyed(self, ticket: Ticket, tokenizers: Sequence[Instance]) -> Ticket:
+        """``ticket`` with a :class:`PrefixKey` holding its token ids (when they can be had)."""
+        ids = _ids_of(ticket.body)
+        if ids is None and ticket.route != "/v1/responses":
+            ids = await self._tokenize(ticket.body, tokenizers)
+        if not ids:
+            return ticket
+        key = PrefixKey(ticket.prefix_key, ids)
+        return dataclasses.replace(ticket, prefix_key=key, prompt_tokens=len(ids))
+
+    async def _tokenize(self, body: dict[str, Any], insts: Sequence[Instance]) -> list[int] | None:
+        if not insts:
+            return None
+        inst = min(insts, key=lambda i: (i.requests, i.tokens))
+        doc = {k: body[k] for k in TOKENIZE_KEYS if k in body}
+        timeout = aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S)
+        try:
+            async with self.session.post(
+                inst.url + "/tokenize", json=doc, headers=self.headers, timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                raw = await resp.content.read(MAX_TOKENIZE_BYTES)
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        try:
+            tokens = json.loads(raw).get("tokens")
+        except (ValueError, AttributeError, RecursionError):
+            return None
+        ok = isinstance(tokens, list) and all(type(t) is int for t in tokens)
+        return tokens if ok else None
+
+    def collector(self) -> Collector:
+        return _KvCollector(self)
+
+
+def _ids_of(body: dict[str, Any]) -> list[int] | None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return prompt
+    return None
+
+
+def _tiebreak(key: bytes, inst: Instance) -> bytes:
+    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()
+
+
+class KvAware:
+    """One stage's policy over the shared :class:`KvRouting`."""
+
+    def __init__(self, routing: KvRouting, stage: str) -> None:
+        self.routing = routing
+        self.stage = stage
+        routing.counts.setdefault(stage, _Counts())
+        # per engine, the matched tokens of the requests sent there, newest last: the
+        # engine's in-flight requests are the newest ``requests`` of them (prefill is
+        # first in, first out), and their cached tokens are no work for it
+        self.inflight: dict[str, deque[int]] = {}
+
+    def _view(self, inst: Instance, keys_by_size: dict[int, list[int]],
+              ids: Sequence[int], now: float) -> tuple[int, bool, list[int]]:  # fmt: skip
+        """(matched tokens, scored from events, the keys used) for one candidate."""
+        routing = self.routing
+        url = inst.url
+        precise = routing.live(url)
+        index = routing.index(url)
+        size = (index.block_size if precise else None) or DEFAULT_BLOCK_SIZE
+        keys = keys_by_size.get(size)
+        if keys is None:
+            keys = keys_by_size[size] = chain_keys(ids, size)
+        sent = routing.sent.get(url)
+        if not precise:
+            if index.feed is Feed.OFF:  # no events asked for: nothing claimed, load decides
+                return 0, False, keys
+            return (sent.matched(keys) * size if sent is not None else 0), False, keys
+        since = now - PENDING_S
+        n = 0
+        for key in keys:
+            if not (index.holds(key) or (sent is not None and sent.sent_since(key, since))):
+                break
+            n += 1
+        return n * size, True, keys
+
+    def _load(self, inst: Instance) -> int:
+        """Outstanding tokens less the cached part of the requests in flight there."""
+        done = self.inflight.get(inst.url)
+        if not done or inst.requests <= 0:
+            return inst.tokens
+        while len(done) > inst.requests:
+            done.popleft()
+        return max(inst.tokens - sum(done), 0)
+
+    def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
+        ids = prefix_key.token_ids if isinstance(prefix_key, PrefixKey) else ()
+        now = time.monotonic()
+        keys_by_size: dict[int, list[int]] = {}
+        best: tuple[int, int, int, bytes] | None = None
+        chosen = candidates[0]
+        chosen_view: tuple[int, bool, list[int]] = (0, False, [])
+        # the same bound as prefix-affinity's: a cached prefix never buries one engine
+        bound = OVERLOAD * min(i.tokens for i in candidates) + SLACK_TOKENS
+        for inst in candidates:
+            if inst.tokens > bound:
+                continue
+            view = self._view(inst, keys_by_size, ids, now)
+            matched = min(view[0], len(ids))
+            cost = self._load(inst) + max(len(ids) - matched, 0)
+            rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
+            if best is None or rank < best:
+                best, chosen, chosen_view = rank, inst, (matched, view[1], view[2])
+        matched, precise, keys = chosen_view
+        counts = self.routing.counts[self.stage]
+        if precise:
+            counts.precise += 1
+        else:
+            counts.approximate += 1
+        counts.matched_tokens += matched
+        self.routing.sent.setdefault(chosen.url, SentRecord()).add(keys, now)
+        self.inflight.setdefault(chosen.url, deque(maxlen=MAX_INFLIGHT)).append(
+            min(matched, len(ids))
+        )
+        return chosen
+
+
+class _KvCollector(Collector):
+    """The feeds' state and the choices made, read at scrape time."""
+
+    def __init__(self, routing: KvRouting) -> None:
+        self.routing = routing
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.routing
+        state = GaugeMetricFamily(
+            "servekit_proxy_kv_events_state", "1 for the state of each engine's KV event feed "
+            "(off, connecting, live, gap, down); only live is scored from its events",
+            labels=["engine", "state"],
+        )  # fmt: skip
+        blocks = GaugeMetricFamily(
+            "servekit_proxy_kv_index_blocks", "Prefix blocks the engine holds, per its events",
+            labels=["engine"],
+        )  # fmt: skip
+        batches = CounterMetricFamily(
+            "servekit_proxy_kv_events_batches", "Event batches applied", labels=["engine"]
+        )
+        gaps = CounterMetricFamily(
+            "servekit_proxy_kv_events_gaps", "Sequence gaps seen", labels=["engine"]
+        )
+        bad = CounterMetricFamily(
+            "servekit_proxy_kv_events_bad", "Frames dropped as malformed", labels=["engine"]
+        )
+        for url in sorted(set(r.indexes) | set(r.sources)):
+            r.live(url)  # moves a gap past its resync window to live
+            idx = r.index(url)
+            for feed in Feed:
+                state.add_metric([url, feed.value], 1.0 if idx.feed is feed else 0.0)
+            blocks.add_metric([url], idx.blocks)
+            batches.add_metric([url], idx.batches)
+            gaps.add_metric([url], idx.gaps)
+            bad.add_metric([url], idx.bad)
+        choices = CounterMetricFamily(
+            "servekit_proxy_kv_choices", "Choices of the kv-events policy by how the chosen "
+            "engine was scored (precise: from its events; approximate: from what was sent)",
+            labels=["stage", "score"],
+        )  # fmt: skip
+        matched = CounterMetricFamily(
+            "servekit_proxy_kv_matched_tokens", "Prompt tokens the chosen engine held, summed",
+            labels=["stage"],
+        )  # fmt: skip
+        for stage, c in sorted(r.counts.items()):
+            choices.add_metric([stage, "precise"], c.precise)
+            choices.add_metric([stage, "approximate"], c.approximate)
+            matched.add_metric([stage], c.matched_tokens)
+        yield from (state, blocks, batches, gaps, bad, choices, matched)

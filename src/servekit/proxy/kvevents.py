@@ -1,0 +1,156 @@
+"""One ZMQ subscriber per engine, feeding its :class:`~servekit.proxy.kvindex.EngineIndex`.
+
+The subscriber connects (ZMQ reconnects by itself), watches its socket's
+monitor for the publisher's connection coming and going, and applies each
+batch in sequence order. A missing sequence number is asked for on the
+engine's replay socket when one is configured (vLLM's ROUTER: send the first
+missing number as 8 bytes big-endian, receive the buffered batches, then an
+end marker of -1); if the replay does not close the gap, the index is emptied
+and the engine is scored approximately for ``resync_s`` while the index fills
+again from the live stream (after the gap every block it learns is certain, so
+the rebuilt index is a subset of the engine's cache, never a superset).
+
+A garbled frame is counted and dropped; nothing a publisher sends can stop the
+subscriber. Needs pyzmq (and msgspec, through :mod:`servekit.proxy.kvwire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from servekit.proxy.kvindex import EngineIndex, Feed
+from servekit.proxy.kvwire import END_SEQ, Batch, WireError, parse_frames, parse_payload, parse_seq
+
+log = logging.getLogger("servekit.proxy.kvevents")
+REPLAY_TIMEOUT_S = 2.0
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one engine publishes: its PUB endpoint, optional replay endpoint, topic."""
+
+    endpoint: str
+    replay: str | None = None
+    topic: str = ""
+
+
+class Subscriber:
+    """Keeps one engine's index in step with its event stream."""
+
+    def __init__(
+        self, ctx: zmq.asyncio.Context, source: Source, index: EngineIndex, resync_s: float
+    ) -> None:
+        self.ctx = ctx
+        self.source = source
+        self.index = index
+        self.resync_s = resync_s
+        self.gap_until = 0.0
+        index.feed = Feed.CONNECTING
+
+    def live(self) -> bool:
+        """True when the index may be trusted for scoring now."""
+        if self.index.feed is Feed.GAP and time.monotonic() >= self.gap_until:
+            self.index.feed = Feed.LIVE
+        return self.index.feed is Feed.LIVE
+
+    async def run(self) -> None:
+        sub = self.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
+        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sub.connect(self.source.endpoint)
+        watch = asyncio.get_running_loop().create_task(self._watch(monitor))
+        try:
+            while True:
+                frames = await sub.recv_multipart()
+                await self._on_frames(frames)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+            sub.disable_monitor()
+            monitor.close(linger=0)
+            sub.close(linger=0)
+
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        while True:
+            try:
+                event = parse_monitor_message(await monitor.recv_multipart())
+            except (zmq.ZMQError, ValueError, KeyError):
+                continue
+            if event["event"] == zmq.EVENT_CONNECTED and self.index.feed is not Feed.LIVE:
+                # a (re)started publisher: its numbering starts again (the index was
+                # emptied when the connection dropped)
+                self.index.last_seq = None
+                self.index.feed = Feed.LIVE
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.index.feed = Feed.DOWN
+                self.index.clear()
+
+    async def _on_frames(self, frames: list[bytes]) -> None:
+        try:
+            batch = parse_frames(frames)
+        except WireError as exc:
+            self.index.bad += 1
+            log.debug("kv events from %s: dropped a frame: %s", self.source.endpoint, exc)
+            return
+        if self.index.feed in (Feed.DOWN, Feed.CONNECTING):
+            self.index.feed = Feed.LIVE  # a message is proof of a connection
+        if not self.index.expects(batch.seq) and batch.seq > (self.index.last_seq or 0):
+            self.index.gaps += 1
+            if not await self._replay(batch.seq):
+                self._lose_sync()
+        self.index.apply(batch)
+
+    def _lose_sync(self) -> None:
+        self.index.clear()
+        self.index.feed = Feed.GAP
+        self.gap_until = time.monotonic() + self.resync_s
+        log.warning(
+            "kv events from %s: lost batches after %s; scoring it approximately for %.0fs",
+            self.source.endpoint, self.index.last_seq, self.resync_s,
+        )  # fmt: skip
+
+    async def _replay(self, upto: int) -> bool:
+        """Fetch batches ``last_seq+1 .. upto-1`` from the replay socket; True when all came."""
+        if self.source.replay is None or self.index.last_seq is None:
+            return False
+        first = self.index.last_seq + 1
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        got: list[Batch] = []
+        try:
+            sock.connect(self.source.replay)
+            await sock.send_multipart([b"", first.to_bytes(8, "big")])
+            async with asyncio.timeout(REPLAY_TIMEOUT_S):
+                while True:
+                    frames = await sock.recv_multipart()
+                    if len(frames) != 4:
+                        return False
+                    seq = parse_seq(frames[2])
+                    if seq == END_SEQ:
+                        break
+                    if first <= seq < upto:
+                        got.append(parse_payload(seq, frames[3]))
+        except (TimeoutError, WireError, zmq.ZMQError):
+            self.index.bad += 1
+            return False
+        finally:
+            sock.close(linger=0)
+        got.sort(key=lambda b: b.seq)
+        if [b.seq for b in got] != list(range(first, upto)):
+            return False
+        for b in got:
+            self.index.apply(b)
+        return True

@@ -1,0 +1,418 @@
+"""The kv-events policy (issue 33, item 1): vLLM's wire format, the index, feeds, routing.
+
+Publishers are the simulator's own (:mod:`servekit.sim.kvevents`), which write
+vLLM 0.32's structs; the decoder is the proxy's, written separately, so each
+checks the other. Everything runs in one event loop on loopback ZMQ sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from servekit.errors import UsageError
+from servekit.proxy.config import ProxyConfig
+from servekit.proxy.instances import Instance, State
+from servekit.proxy.kvaware import KvAware, KvRouting, PrefixKey
+from servekit.proxy.kvevents import Source, Subscriber
+from servekit.proxy.kvindex import EngineIndex, Feed, chain_keys
+from servekit.proxy.kvwire import (
+    Batch,
+    Cleared,
+    Removed,
+    Stored,
+    WireError,
+    parse_frames,
+    parse_payload,
+)
+from servekit.proxy.server import RunningProxy, start_proxy
+from servekit.sim.kvcache import KvCache
+from servekit.sim.kvevents import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    Publisher,
+)
+from servekit.sim.server import SimServer, serve
+from servekit.sim.spec import spec_from_mapping
+
+from .harness import FAST_HEALTH, run, wait_until
+
+BS = 4
+
+
+def _payload(*events: Any, rank: int | None = 0) -> bytes:
+    return msgspec.msgpack.encode(EventBatch(1.0, list(events), rank))
+
+
+def _stored(hashes: list[int], parent: int | None, tokens: list[int]) -> BlockStored:
+    return BlockStored(hashes, parent, tokens, BS, None, "GPU", None)
+
+
+# -- wire format --------------------------------------------------------------------
+
+
+def test_vllm_032_batches_decode() -> None:
+    raw = _payload(_stored([11, 12], None, list(range(8))), BlockRemoved([11], "GPU"),
+                   AllBlocksCleared())  # fmt: skip
+    batch = parse_frames([b"", (7).to_bytes(8, "big"), raw])
+    assert batch.seq == 7 and batch.dp_rank == 0
+    assert batch.events == (
+        Stored((11, 12), None, tuple(range(8)), BS),
+        Removed((11,)),
+        Cleared(),
+    )
+
+
+def test_older_array_form_and_byte_hashes_decode() -> None:
+    """vLLM before 0.11 sent each event as an array tagged by its first element."""
+    doc = [2.5, [["BlockStored", [b"\x01" * 32], b"\x00" * 32, [1, 2, 3, 4], 4, None, "GPU"],
+                 ["BlockRemoved", [b"\x01" * 32], "GPU"], ["AllBlocksCleared"]]]  # fmt: skip
+    batch = parse_payload(0, msgspec.msgpack.encode(doc))
+    assert batch.events[0] == Stored((b"\x01" * 32,), b"\x00" * 32, (1, 2, 3, 4), 4)
+    assert batch.events[1:] == (Removed((b"\x01" * 32,)), Cleared())
+
+
+def test_lora_blocks_never_match_plain_prompts() -> None:
+    ev = BlockStored([5], None, [1, 2, 3, 4], BS, 3, "GPU", "adapter")
+    idx = EngineIndex()
+    idx.apply(parse_payload(0, _payload(ev)))
+    assert idx.blocks == 1 and idx.matched(chain_keys([1, 2, 3, 4], BS)) == 0
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"", b"\x00" * 8],  # two frames
+        [b"", b"\x00" * 7, b"\x90"],  # short sequence number
+        [b"", b"\x00" * 8, b"\xc1"],  # not msgpack
+        [b"", b"\x00" * 8, msgspec.msgpack.encode({"ts": 1})],  # not an array
+        [b"", b"\x00" * 8, msgspec.msgpack.encode([1.0, [{"type": "Nope"}]])],
+        [
+            b"",
+            b"\x00" * 8,
+            msgspec.msgpack.encode(
+                [
+                    1.0,
+                    [
+                        {
+                            "type": "BlockStored",
+                            "block_hashes": [1],
+                            "parent_block_hash": None,
+                            "token_ids": [1],
+                            "block_size": 4,
+                        }
+                    ],
+                ]
+            ),
+        ],
+    ],
+)
+def test_malformed_frames_are_wire_errors(frames: list[bytes]) -> None:
+    with pytest.raises(WireError):
+        parse_frames(frames)
+
+
+_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.binary(max_size=40)
+    | st.sampled_from(["BlockStored", "BlockRemoved", "AllBlocksCleared", "type", "GPU"])
+)
+_docs = st.recursive(
+    _leaf,
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "block_hashes",
+                    "parent_block_hash",
+                    "token_ids",
+                    "block_size",
+                    "extra_keys",
+                    "lora_name",
+                ]
+            ),
+            inner,
+            max_size=6,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    frames=st.lists(st.binary(max_size=64), max_size=4)
+    | st.builds(lambda d: [b"", b"\x00" * 8, msgspec.msgpack.encode(d)], _docs)
+)
+def test_hostile_frames_never_crash_the_index(frames: list[bytes]) -> None:
+    """Whatever arrives: a Batch the index applies, or a WireError; nothing else."""
+    idx = EngineIndex()
+    try:
+        batch = parse_frames(frames)
+    except WireError:
+        return
+    idx.apply(batch)
+    idx.matched(chain_keys(list(range(16)), BS))
+
+
+# -- the index ---------------------------------------------------------------------
+
+
+def _batch(seq: int, *events: Stored | Removed | Cleared) -> Batch:
+    return Batch(seq, 0.0, events, 0)
+
+
+def test_index_follows_stores_removals_and_clears() -> None:
+    tokens = list(range(12))
+    keys = chain_keys(tokens, BS)
+    idx = EngineIndex()
+    idx.apply(_batch(0, Stored((101, 102), None, tuple(tokens[:8]), BS)))
+    assert idx.matched(keys) == 2
+    idx.apply(_batch(1, Stored((103,), 102, tuple(tokens[8:]), BS)))  # chained on its parent
+    assert idx.matched(keys) == 3
+    idx.apply(_batch(2, Removed((102,))))
+    assert idx.matched(keys) == 1  # a prefix hit stops at the first missing block
+    idx.apply(_batch(3, Stored((999,), 4242, (0, 0, 0, 0), BS)))  # parent never seen
+    assert idx.unanchored == 1 and idx.blocks == 2
+    idx.apply(_batch(4, Cleared()))
+    assert idx.matched(keys) == 0 and idx.blocks == 0
+    idx.apply(_batch(5, Stored((101,), None, tuple(tokens[:4]), BS)))
+    idx.apply(_batch(0, Stored((7,), None, (9, 9, 9, 9), BS)))  # numbering restarted
+    assert idx.matched(keys) == 0 and idx.blocks == 1
+
+
+def test_sim_cache_tells_its_listener_what_vllm_would() -> None:
+    seen: list[tuple[str, Any]] = []
+
+    class Listener:
+        def stored(self, hashes: Any, parent: Any, token_ids: Any) -> None:
+            seen.append(("stored", (list(hashes), parent, list(token_ids))))
+
+        def removed(self, hashes: Any) -> None:
+            seen.append(("removed", list(hashes)))
+
+        def cleared(self) -> None:
+            seen.append(("cleared", None))
+
+    from servekit.sim.kvcache import block_hashes
+
+    kv = KvCache(num_blocks=4, block_size=BS)
+    kv.listener = Listener()
+    ids = list(range(9))
+    hashes = block_hashes(ids, BS)
+    alloc = kv.allocate(hashes, len(ids), len(ids) + 1, ids)
+    assert alloc is not None
+    assert seen == [("stored", (hashes, None, ids[:8]))]
+    kv.free(alloc)
+    other = list(range(100, 113))
+    assert kv.allocate(block_hashes(other, BS), 13, 16, other) is not None  # evicts both
+    assert seen[1] == ("removed", hashes)
+    kv.reset()
+    assert seen[-1] == ("cleared", None)
+
+
+# -- feeds: the sim's publisher, the proxy's subscriber ------------------------------
+
+
+@asynccontextmanager
+async def feed(replay: bool = True) -> AsyncIterator[tuple[Publisher, Subscriber]]:
+    pub = Publisher("tcp://127.0.0.1:0", host="127.0.0.1", block_size=BS,
+                    replay_endpoint="tcp://127.0.0.1:0" if replay else None)  # fmt: skip
+    pub.start()
+    import zmq.asyncio
+
+    ctx = zmq.asyncio.Context()
+    sub = Subscriber(ctx, Source(pub.endpoint, pub.replay_endpoint), EngineIndex(), 3600.0)
+    task = asyncio.get_running_loop().create_task(sub.run())
+    try:
+        await wait_until(lambda: sub.index.feed is Feed.LIVE, "the subscriber connected")
+        # PUB/SUB: a subscription takes a moment to reach the publisher; send until one lands
+        keys = chain_keys([0] * BS, BS)
+        while not sub.index.matched(keys):
+            pub.stored([1], None, [0] * BS)
+            pub.send_pending()
+            await asyncio.sleep(0.02)
+        yield pub, sub
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await pub.close()
+        ctx.term()
+
+
+def test_a_gap_is_replayed_and_the_index_stays_precise() -> None:
+    async def scenario() -> None:
+        async with feed() as (pub, sub):
+            tokens = list(range(8))
+            pub.paused = True
+            pub.stored([21], None, tokens[:4])
+            pub.send_pending()  # lost on the wire
+            pub.paused = False
+            pub.stored([22], 21, tokens[4:])
+            pub.send_pending()
+            await wait_until(lambda: sub.index.matched(chain_keys(tokens, BS)) == 2, "replayed")
+            assert sub.index.gaps == 1 and sub.live()
+
+    run(scenario())
+
+
+def test_a_gap_without_replay_falls_back_then_the_dead_publisher_is_seen() -> None:
+    async def scenario() -> None:
+        async with feed(replay=False) as (pub, sub):
+            pub.paused = True
+            pub.stored([31], None, [5] * BS)
+            pub.send_pending()
+            pub.paused = False
+            pub.stored([32], None, [6] * BS)
+            pub.send_pending()
+            await wait_until(lambda: sub.index.feed is Feed.GAP, "the gap was seen")
+            assert not sub.live() and sub.index.gaps == 1
+            assert sub.index.matched(chain_keys([5] * BS, BS)) == 0  # emptied, not guessed
+            sub.gap_until = 0.0  # the resync window is over
+            assert sub.live()
+            pub.pub.close(linger=0)  # the publisher goes away
+            await wait_until(lambda: sub.index.feed is Feed.DOWN, "the disconnect was seen")
+            assert not sub.live() and sub.index.blocks == 0
+
+    run(scenario())
+
+
+# -- routing -------------------------------------------------------------------------
+
+
+def _inst(url: str, tokens: int = 0) -> Instance:
+    return Instance(name=url, role="prefill", url=url, state=State.HEALTHY, tokens=tokens)
+
+
+def test_cost_weighs_the_matched_prefix_against_load() -> None:
+    config = ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",),
+                         prefill_policy="kv-events")  # fmt: skip
+    routing = KvRouting(config, None)  # type: ignore[arg-type]
+    a, b = _inst("http://a:1"), _inst("http://b:1")
+    policy = KvAware(routing, "prefill")
+    ids = list(range(64))
+    for url in (a.url, b.url):
+        routing.indexes[url] = EngineIndex(Feed.LIVE)
+        routing.subscribers[url] = Subscriber(None, Source(""), routing.indexes[url], 1.0)  # type: ignore[arg-type]
+        routing.indexes[url].feed = Feed.LIVE
+    routing.indexes[b.url].apply(_batch(0, Stored((1, 2, 3, 4), None, tuple(ids[:16]), BS)))
+    key = PrefixKey(b"k", ids)
+    assert policy.choose([a, b], key) is b  # 16 of 64 tokens cached there
+    b.tokens = 70  # busier than the whole prompt (all of it is now held there: just sent)
+    assert policy.choose([a, b], key) is a
+    assert routing.counts["prefill"].precise == 2
+
+
+def test_an_engine_whose_feed_is_down_is_scored_by_what_was_sent_there() -> None:
+    config = ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",),
+                         prefill_policy="kv-events")  # fmt: skip
+    routing = KvRouting(config, None)  # type: ignore[arg-type]
+    a, b = _inst("http://a:1"), _inst("http://b:1")
+    for url in (a.url, b.url):
+        routing.indexes[url] = EngineIndex(Feed.DOWN)
+    policy = KvAware(routing, "prefill")
+    key = PrefixKey(b"k", list(range(64)))
+    first = policy.choose([a, b], key)
+    other = b if first is a else a
+    first.tokens = 40  # busier, but it was sent this prompt: 64 tokens it need not redo
+    assert all(policy.choose([a, b], key) is first for _ in range(3))
+    assert routing.counts["prefill"].approximate == 4
+    for url in (a.url, b.url):  # positive control: no --kv-events at all claims nothing
+        routing.indexes[url].feed = Feed.OFF
+    assert policy.choose([a, b], key) is other
+
+
+def test_kv_events_flags_are_checked() -> None:
+    with pytest.raises(UsageError, match="--kv-events"):
+        ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",), kv_events=("x",),
+                    prefill_policy="kv-events")  # fmt: skip
+    with pytest.raises(UsageError, match="applies to"):
+        ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",),
+                    kv_events=("http://a:1=tcp://127.0.0.1:5557",))  # fmt: skip
+
+
+def _pd_spec() -> dict[str, Any]:
+    eps: list[dict[str, Any]] = [
+        {"name": f"p{i}", "port": 0, "role": "prefill", "profile": "cpu-tiny",
+         "kv_events": {"endpoint": "tcp://127.0.0.1:0"}}
+        for i in range(2)
+    ]  # fmt: skip
+    eps += [{"name": f"d{i}", "port": 0, "role": "decode", "guard": True} for i in range(2)]
+    return {"endpoints": eps}
+
+
+@asynccontextmanager
+async def kv_stack(**cfg: Any) -> AsyncIterator[tuple[SimServer, RunningProxy]]:
+    sim = await serve(spec_from_mapping(_pd_spec()))
+    urls = sim.urls
+    events = tuple(f"{urls[n]}={sim.endpoints[n].kv_events.endpoint}"  # type: ignore[union-attr]
+                   for n in ("p0", "p1"))  # fmt: skip
+    config = ProxyConfig(prefill=(urls["p0"], urls["p1"]), decode=(urls["d0"], urls["d1"]),
+                         port=0, prefill_policy="kv-events", decode_policy="kv-events",
+                         kv_events=events, **FAST_HEALTH, **cfg)  # fmt: skip
+    proxy = await start_proxy(config)
+    try:
+        await wait_until(lambda: all(i.routable for i in proxy.router.instances()), "admitted")
+        yield sim, proxy
+    finally:
+        await proxy.stop()
+        await sim.stop()
+
+
+def test_the_engine_holding_the_prefix_gets_the_request() -> None:
+    """A long shared system prompt: every follow-up lands where its blocks are cached."""
+
+    async def scenario() -> None:
+        async with kv_stack() as (sim, proxy), aiohttp.ClientSession() as c:
+            kv = proxy.router.kv
+            assert kv is not None
+            await wait_until(lambda: all(kv.live(u) for u in kv.sources), "feeds live")
+            system = "You are a careful assistant. " * 40
+
+            async def ask(tail: str) -> None:
+                body = {"model": "sim-model", "prompt": system + tail, "max_tokens": 2}
+                async with c.post(proxy.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+
+            await ask("first question")
+            held = {n: sim.endpoints[n].kv.used_blocks + len(sim.endpoints[n].kv._evictable)
+                    for n in ("p0", "p1")}  # fmt: skip
+            warm = max(held, key=lambda n: held[n])
+            url = sim.urls[warm]
+            await wait_until(lambda: kv.indexes[url].blocks > 0, "the stored blocks arrived")
+            served = {n: sim.endpoints[n].engine.steps for n in ("p0", "p1")}
+            for i in range(4):
+                await ask(f"question {i}")
+            cold = "p1" if warm == "p0" else "p0"
+            assert sim.endpoints[cold].engine.steps == served[cold]  # nothing went there
+            async with c.get(proxy.url + "/metrics") as r:
+                text = await r.text()
+            assert f'servekit_proxy_kv_events_state{{engine="{url}",state="live"}} 1.0' in text
+            assert 'servekit_proxy_kv_choices_total{score="precise",stage="prefill"}' in text
+
+    run(scenario())
+
+
+def test_sim_serve_reads_kv_events_config() -> None:
+    from servekit.sim.vllmargs import parse_launch
+
+    cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557"}
+    launch = parse_launch(["m", "--kv-events-config", json.dumps(cfg), "-dpn", "2", "-dp", "4"])
+    assert launch.kv_events == {"endpoint": "tcp://*:5559"}  # port + DP rank, as vLLM
+    off = parse_launch(["m", "--kv-events-config", '{"enable_kv_cache_events": false}'])
+    assert off.kv_events is None
