@@ -13,6 +13,7 @@ files (the decode guard module, the proxy) sit beside the scripts.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 from typing import Literal
@@ -42,7 +43,9 @@ def device_span(devices: tuple[int, ...], shortest: int = 2) -> str:
     return ",".join(map(str, devices))
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    """One environment per process: its templates are compiled once, not per script."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("servekit.render", "templates"),
         trim_blocks=True,
@@ -201,7 +204,11 @@ def write_rendering(
     plan: Plan, out: Path, target: Target = "modelarts", *, force: bool = False
 ) -> list[Path]:
     """Write the rendering to ``out`` atomically (the folder appears whole or not at all)."""
-    files = render_files(plan, target)
+    return write_files(render_files(plan, target), out, force=force)
+
+
+def write_files(files: dict[str, str | bytes], out: Path, *, force: bool = False) -> list[Path]:
+    """Write rendered files to ``out`` atomically (the folder appears whole or not at all)."""
     with staged_dir(out, force=force) as tmp:
         for rel, content in files.items():
             path = tmp / rel
