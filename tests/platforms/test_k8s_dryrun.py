@@ -89,3 +89,34 @@ def test_pods_must_name_every_engine_pod(tmp_path: Path) -> None:
             VerifyOptions(name=layout.name, pods="sk-prefill-0=10.0.0.2", out=tmp_path / "o"),
             layout,
         )
+
+
+def test_deployment_json_from_pods(tmp_path: Path) -> None:
+    """``servekit deployment NAME --pods ... --entry URL``: each engine at its pod's address."""
+    from tests.helpers.cli import servekit_inproc
+
+    pods = {
+        "sk-prefill-0": "10.1.0.2",
+        "sk-prefill-0-1": "10.1.0.3",
+        "sk-decode-0": "10.1.0.4",
+        "sk-decode-0-1": "10.1.0.5",
+        "sk-decode-0-2": "10.1.0.6",
+        "sk-decode-0-3": "10.1.0.7",
+    }
+    out = tmp_path / "deployment.json"
+    done = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(out),
+        "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+        "--entry", "http://10.1.0.100:8080",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    dep = json.loads(out.read_text())
+    urls = {e["name"]: e["url"] for e in dep["endpoints"]}
+    assert urls["proxy"] == "http://10.1.0.100:8080"
+    assert urls["prefill0.dp1"] == "http://10.1.0.3:9081"
+    assert urls["decode0.dp5"] == "http://10.1.0.5:9901"  # worker 1 of the decode instance
+    with pytest.raises(UsageError, match="--entry"):
+        servekit_inproc(
+            "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(tmp_path / "x.json"),
+            "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+        )  # fmt: skip
