@@ -116,7 +116,8 @@ def requirements(layout: Layout, groups: tuple[Group, ...]) -> list[Requirement]
 
 def decide(plan: Plan, layout: Layout, options: K8sOptions) -> K8sRendering:
     groups = engine_groups(plan, options.prefix)
-    processes, changes = pod_processes(plan, groups, options.prefix)
+    per_pod_services = options.kind == "disaggregatedset"
+    processes, changes = pod_processes(plan, groups, options.prefix, per_pod_services)
     return K8sRendering(plan, options, groups, processes, changes, requirements(layout, groups))
 
 
@@ -264,8 +265,52 @@ def _pod_spec(r: K8sRendering, group: Group | None, pod: Pod | None) -> dict[str
     return spec
 
 
+GROUP_LABEL = "servekit.io/group"
+
+
 def _template(r: K8sRendering, group: Group, pod: Pod) -> dict[str, Any]:
-    return {"metadata": {"labels": _labels(r, group.role)}, "spec": _pod_spec(r, group, pod)}
+    labels = {**_labels(r, group.role), GROUP_LABEL: group.name}
+    return {"metadata": {"labels": labels}, "spec": _pod_spec(r, group, pod)}
+
+
+def pod_services(r: K8sRendering) -> list[dict[str, Any]]:
+    """A headless Service per engine pod, for a DisaggregatedSet.
+
+    Its controller names the child LeaderWorkerSets ``<set>-<slice>-<revision>-<role>``
+    (kubernetes-sigs/lws ``GenerateName``), so the pods' LWS names are not known when
+    rendering; a Service selecting one pod by its group and LWS indexes is. During a
+    rollout both revisions' pods match, and the name answers with both.
+    """
+    out = []
+    for g in r.groups:
+        for pod in g.pods:
+            selector = {
+                GROUP_LABEL: g.name,
+                "leaderworkerset.sigs.k8s.io/group-index": str(pod.instance),
+                "leaderworkerset.sigs.k8s.io/worker-index": str(pod.worker),
+            }
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": pod.name, "labels": _labels(r, g.role)},
+                    "spec": {
+                        "clusterIP": "None",
+                        "publishNotReadyAddresses": True,
+                        "selector": selector,
+                        "ports": [
+                            {
+                                "name": f"p{port}",
+                                "port": port,
+                                "targetPort": port,
+                                "protocol": "TCP",
+                            }
+                            for port in pod.ports
+                        ],
+                    },
+                }
+            )
+    return out
 
 
 def lws_spec(r: K8sRendering, group: Group) -> dict[str, Any]:
@@ -297,8 +342,8 @@ def leaderworkerset(r: K8sRendering, group: Group) -> dict[str, Any]:
 def disaggregatedset(r: K8sRendering) -> dict[str, Any]:
     """Every group as a role of one DisaggregatedSet (LWS v0.9: rolled out in ratio).
 
-    Its roles' child LeaderWorkerSets are named ``<set>-<role>``; the set is named by
-    the prefix, so each role's pods keep the names (and DNS) the proxy is given.
+    The proxy reaches its pods through :func:`pod_services` (the child LWS names
+    carry a revision hash); ``LWS_LEADER_ADDRESS`` is injected by LWS as ever.
     """
     return {
         "apiVersion": DS_API,
@@ -379,6 +424,7 @@ def manifests(r: K8sRendering, bundled: dict[str, bytes]) -> dict[str, list[dict
     files: dict[str, list[dict[str, Any]]] = {"configmap.yaml": [_configmap(r, bundled)]}
     if r.options.kind == "disaggregatedset":
         files["disaggregatedset.yaml"] = [disaggregatedset(r)]
+        files["pod-services.yaml"] = pod_services(r)
     else:
         for g in r.groups:
             files[f"{g.name.removeprefix(r.options.prefix + '-')}.yaml"] = [leaderworkerset(r, g)]

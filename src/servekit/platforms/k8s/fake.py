@@ -57,7 +57,7 @@ from servekit.platforms.fake import (
     wait_ready,
 )
 from servekit.platforms.k8s.attach import process_hosts
-from servekit.platforms.k8s.build import GROUP_INDEX_LABEL
+from servekit.platforms.k8s.build import GROUP_INDEX_LABEL, GROUP_LABEL
 from servekit.render import build_plan
 
 NAMESPACE = "default"
@@ -94,11 +94,6 @@ def gethostbyname(host):
 socket.getaddrinfo = getaddrinfo
 socket.gethostbyname = gethostbyname
 
-_next = os.environ.get("SERVEKIT_FAKE_NEXT_SITECUSTOMIZE")
-if _next:  # the engine hook servekit's local runs use (one sitecustomize loads per process)
-    with open(_next, encoding="utf-8") as f:
-        exec(compile(f.read(), _next, "exec"), {"__name__": "sitecustomize_next"})
-
 try:  # uvloop (the proxy's and vLLM's loop) resolves in libuv, not through socket
     import uvloop
 except ImportError:
@@ -115,7 +110,12 @@ if uvloop is not None:
 
 @dataclass
 class FakePod:
-    """One pod: its name, address, container command and environment."""
+    """One pod: its name, address, container command, environment and labels.
+
+    ``key`` is the name servekit gives it (``<group>-<i>[-<w>]``, what ``--pods``
+    takes); it equals ``name`` but for a DisaggregatedSet's pods, whose
+    LeaderWorkerSets the controller names with a revision.
+    """
 
     name: str
     address: str
@@ -123,6 +123,8 @@ class FakePod:
     env: dict[str, str]
     dns: tuple[str, ...]
     ports: tuple[int, ...]
+    labels: dict[str, str]
+    key: str
 
 
 def _names(short: str) -> tuple[str, ...]:
@@ -175,6 +177,7 @@ def _ports(template: dict[str, Any]) -> tuple[int, ...]:
 def _lws_pods(
     name: str, spec: dict[str, Any], volumes: dict[str, Path], ips: Iterator[str]
 ) -> list[FakePod]:
+    """The pods LWS creates for one LeaderWorkerSet (names, env and labels as LWS sets them)."""
     tmpl = spec["leaderWorkerTemplate"]
     size = tmpl.get("size", 1)
     pods = []
@@ -194,67 +197,63 @@ def _lws_pods(
                 LWS_WORKER_INDEX=str(w),
                 HOSTNAME=pod,
             )
-            pods.append(
-                FakePod(
-                    pod,
-                    ip,
-                    _command(template, volumes),
-                    env,
-                    _names(f"{pod}.{name}"),
-                    _ports(template),
-                )
-            )
+            labels = {
+                **template["metadata"].get("labels", {}),
+                "leaderworkerset.sigs.k8s.io/name": name,
+                GROUP_INDEX_LABEL: str(g),
+                "leaderworkerset.sigs.k8s.io/worker-index": str(w),
+            }
+            group = labels.get(GROUP_LABEL, name)
+            key = f"{group}-{g}" if w == 0 else f"{group}-{g}-{w}"
+            command = _command(template, volumes)
+            dns = _names(f"{pod}.{name}")
+            pods.append(FakePod(pod, ip, command, env, dns, _ports(template), labels, key))
     return pods
 
 
 def _deployment_pods(
-    obj: dict[str, Any],
-    services: dict[str, dict[str, str]],
-    volumes: dict[str, Path],
-    ips: Iterator[str],
+    obj: dict[str, Any], volumes: dict[str, Path], ips: Iterator[str]
 ) -> list[FakePod]:
-    """A Deployment's pods; each answers to the names of the Services selecting it."""
     template = obj["spec"]["template"]
-    labels = template["metadata"]["labels"]
-    dns = tuple(
-        n
-        for svc, sel in services.items()
-        if all(labels.get(k) == v for k, v in sel.items())
-        for n in _names(svc)
-    )
     pods = []
     for r in range(obj["spec"].get("replicas", 1)):
         ip = next(ips)
         pod = f"{obj['metadata']['name']}-fake{r}"
         env = {**_container_env(template, ip, 0), "HOSTNAME": pod}
-        pods.append(FakePod(pod, ip, _command(template, volumes), env, dns, _ports(template)))
+        labels = dict(template["metadata"]["labels"])
+        pods.append(
+            FakePod(pod, ip, _command(template, volumes), env, (), _ports(template), labels, pod)
+        )
     return pods
 
 
 def _workload_pods(
     objects: list[dict[str, Any]], volumes: dict[str, Path], ips: Iterator[str]
 ) -> list[FakePod]:
-    """Every pod the controllers would create, in manifest order (the proxy last)."""
+    """Every pod the controllers would create, in manifest order (the proxy last).
+
+    A DisaggregatedSet's child LeaderWorkerSets are named as its controller names them,
+    ``<set>-<slice>-<revision>-<role>`` (revision ``rev0`` here), so nothing may rely on
+    those names. Each Service's names resolve to the first pod its selector matches.
+    """
     pods: list[FakePod] = []
-    services = {
-        o["metadata"]["name"]: o["spec"]["selector"] for o in objects if o["kind"] == "Service"
-    }
     for obj in objects:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "LeaderWorkerSet":
             pods += _lws_pods(name, obj["spec"], volumes, ips)
         elif kind == "DisaggregatedSet":
             for role in obj["spec"]["roles"]:
-                pods += _lws_pods(f"{name}-{role['name']}", role["spec"], volumes, ips)
+                pods += _lws_pods(f"{name}-0-rev0-{role['name']}", role["spec"], volumes, ips)
     for obj in objects:
         if obj["kind"] == "Deployment":
-            pods += _deployment_pods(obj, services, volumes, ips)
-    for svc, sel in services.items():
-        # a Service on LWS leader pods (a layout with no proxy): group 0's leader
-        leader = f"{sel.get('leaderworkerset.sigs.k8s.io/name')}-0"
-        for p in pods:
-            if p.name == leader:
-                p.dns = p.dns + _names(svc)
+            pods += _deployment_pods(obj, volumes, ips)
+    for obj in objects:
+        if obj["kind"] != "Service":
+            continue
+        sel = obj["spec"]["selector"]
+        match = next((p for p in pods if all(p.labels.get(k) == v for k, v in sel.items())), None)
+        if match is not None:
+            match.dns = match.dns + _names(obj["metadata"]["name"])
     return pods
 
 
@@ -321,13 +320,13 @@ def _layout_pods(
     return objects, folder / "configmap"
 
 
-def _real_engine_env() -> dict[str, str]:
-    """Real vLLM here: the torch companions that cannot load are hidden, as ``up`` does."""
-    hide = engine_env(find_broken(), pythonpath="")
-    if not hide:
-        return {}
-    hook = hide.pop("PYTHONPATH")
-    return {**hide, "SERVEKIT_FAKE_NEXT_SITECUSTOMIZE": str(Path(hook) / "sitecustomize.py")}
+def _real_engine_env(root: Path) -> dict[str, str]:
+    """Real vLLM here: the torch companions that cannot load are hidden, as ``up`` does.
+
+    ``up``'s engine hook is a ``sitecustomize`` that runs the next one on the path, so
+    it goes first and the fake DNS's runs after it.
+    """
+    return engine_env(find_broken(), pythonpath=str(root / "dns"))
 
 
 def _env(root: Path, pod: FakePod, speed: float | None, bin_dir: Path) -> dict[str, str]:
@@ -360,7 +359,7 @@ def _place(
     targets: list[tuple[str, dict[str, int]]] = []
     for tag, layout_name, _, _ in rendered:
         plan = build_plan(load(layout_name, catalog).layout)
-        addresses = {p.name: p.address for p in pods_of[tag]}
+        addresses = {p.key: p.address for p in pods_of[tag]}
         by_process = process_hosts(plan, addresses, tag)
         proxy_pod = next((p for p in pods_of[tag] if p.name.startswith(f"{tag}-proxy")), None)
         for proc in plan.api_processes():
@@ -372,7 +371,7 @@ def _place(
         entry = plan.process(plan.entry)
         entry_host = proxy_pod.address if proxy_pod else by_process[entry.name]
         url = f"http://{entry_host}:{entry.api_port}"
-        engine_pods = ",".join(f"{p.name}={p.address}" for p in pods_of[tag] if p is not proxy_pod)
+        engine_pods = ",".join(f"{p.key}={p.address}" for p in pods_of[tag] if p is not proxy_pod)
         nodes = [
             Node(p.name, p.address, cluster.root / tag / "configmap" / "pod.sh")
             for p in pods_of[tag]
@@ -439,7 +438,7 @@ def k8s_dry_cluster(
         targets = _place(cluster, rendered, pods_of, catalog)
         started = time.perf_counter()
         all_nodes = [*cluster.nodes, *cluster.reference]
-        extra = _real_engine_env() if engine == "vllm" else {}
+        extra = _real_engine_env(root) if engine == "vllm" else {}
         env_of = {
             p.name: (p, {**_env(root, p, speed, bin_dir), **extra})
             for pods in pods_of.values()

@@ -76,7 +76,13 @@ def _word_text(arg: Arg) -> str:
 
 
 def _proxy_command(
-    p: ProcessPlan, plan: Plan, groups: tuple[Group, ...], url: str, changes: list[Change]
+    p: ProcessPlan,
+    plan: Plan,
+    groups: tuple[Group, ...],
+    url: str,
+    changes: list[Change],
+    *,
+    per_pod_services: bool,
 ) -> tuple[Arg, ...]:
     out: list[Arg] = []
     previous: Arg | None = None
@@ -94,7 +100,8 @@ def _proxy_command(
                 if m and suffix.startswith(":") and suffix[1:].isdigit():
                     kv = "=" in prefix
                     pod = _backend(groups, plan, int(m.group(1)), int(suffix[1:]), kv)
-                    new, why = prefix + pod.dns + suffix, "backend"
+                    name = pod.name if per_pod_services else pod.dns
+                    new, why = prefix + name + suffix, "backend"
         if new != arg:
             changes.append(Change(p.name, "argv", _word_text(arg), _word_text(new), why))
         out.append(new)
@@ -134,9 +141,13 @@ def _engine(p: ProcessPlan, pod: Pod, url: str, changes: list[Change]) -> Proces
 
 
 def pod_processes(
-    plan: Plan, groups: tuple[Group, ...], prefix: str
+    plan: Plan, groups: tuple[Group, ...], prefix: str, per_pod_services: bool = False
 ) -> tuple[dict[str, ProcessPlan], list[Change]]:
-    """Every process of the Plan as its pod runs it, and what changed from ModelArts."""
+    """Every process of the Plan as its pod runs it, and what changed from ModelArts.
+
+    ``per_pod_services``: the proxy names each engine pod by its own headless Service
+    (a DisaggregatedSet's pods), not through its LeaderWorkerSet's.
+    """
     changes: list[Change] = []
     proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
     port = proxy.api_port if proxy is not None and proxy.api_port is not None else 0
@@ -144,7 +155,9 @@ def pod_processes(
     out: dict[str, ProcessPlan] = {}
     for p in plan.processes:
         if p.kind == "proxy":
-            command = _proxy_command(p, plan, groups, url, changes)
+            command = _proxy_command(
+                p, plan, groups, url, changes, per_pod_services=per_pod_services
+            )
             out[p.name] = p.model_copy(update={"command": command})
         else:
             out[p.name] = _engine(p, pod_of(groups, p.name), url, changes)
