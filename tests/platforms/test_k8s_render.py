@@ -21,8 +21,9 @@ from tests.helpers.cli import servekit_inproc
 from tests.platforms.rendered import LAYOUTS, PD_LAYOUTS, files, objects, plan, rendering
 
 from servekit.errors import UsageError
+from servekit.platforms import render_files
 from servekit.platforms.k8s.wiring import REASONS
-from servekit.render import ProcessPlan, render_files
+from servekit.render import ProcessPlan
 from servekit.render.envvalues import template_value
 
 

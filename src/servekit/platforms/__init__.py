@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         Platform as Platform,
         RenderRequest as RenderRequest,
         TargetName as TargetName,
+        render_files as render_files,
+        write_rendering as write_rendering,
     )
 
 __getattr__, __dir__ = lazy_face(__name__)

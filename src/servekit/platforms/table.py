@@ -8,7 +8,8 @@ CLI's choice list (tests/platforms checks the two agree).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, get_args
 
 from servekit.catalog import Layout
@@ -20,11 +21,12 @@ Files = dict[str, str | bytes]
 
 @dataclass(frozen=True)
 class RenderRequest:
-    """What a platform's renderer gets: the Plan, its layout, and the platform's settings."""
+    """What a platform's renderer gets: the Plan, its layout (where the platform needs
+    more than the Plan: Kubernetes, the hardware), and the platform's settings."""
 
     plan: Plan
-    layout: Layout
-    settings: dict[str, str]
+    layout: Layout | None = None
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,22 @@ PLATFORMS: dict[TargetName, Platform] = {
     ),
 }
 TARGETS: tuple[TargetName, ...] = get_args(TargetName)
+
+
+def render_files(
+    plan: Plan,
+    target: TargetName = "modelarts",
+    layout: Layout | None = None,
+    settings: dict[str, str] | None = None,
+) -> Files:
+    """Every rendered file of a Plan for one platform, by relative path (pure)."""
+    return PLATFORMS[target].render(RenderRequest(plan, layout, settings or {}))
+
+
+def write_rendering(
+    plan: Plan, out: Path, target: TargetName = "modelarts", *, force: bool = False
+) -> list[Path]:
+    """Write one platform's rendering to ``out`` atomically (whole or not at all)."""
+    from servekit.render import write_files
+
+    return write_files(render_files(plan, target), out, force=force)

@@ -2,8 +2,8 @@
 
 :func:`build_plan` turns a validated layout into every process on every node
 (argv, env, devices, ports and typed facts); the rules check a layout against
-its Plan; the shell renderers write it out as launch scripts for a target
-(``modelarts``: one entry every node runs; ``nodes``: a folder per node).
+its Plan; the shell helpers write each process's script, which every platform
+(:mod:`servekit.platforms`) ships in its own launch model.
 """
 
 from typing import TYPE_CHECKING
@@ -41,10 +41,12 @@ if TYPE_CHECKING:
     )
     from servekit.render.shell import (
         device_span as device_span,
+        plan_page as plan_page,
+        process_needs as process_needs,
         process_script as process_script,
-        render_files as render_files,
+        script_environment as script_environment,
+        uses_nic as uses_nic,
         write_files as write_files,
-        write_rendering as write_rendering,
     )
     from servekit.render.views import (
         list_json as list_json,

@@ -19,6 +19,8 @@ def render(req: RenderRequest) -> Files:
     from servekit.platforms.k8s.build import ACCELERATORS, K8sKind, K8sOptions, render_k8s
     from servekit.render import bundle_files
 
+    if req.layout is None:
+        raise ValueError("a Kubernetes rendering needs the layout (its hardware)")
     kind = req.settings.get("kind", "leaderworkerset")
     kinds: tuple[K8sKind, ...] = get_args(K8sKind)
     chosen = next((k for k in kinds if k == kind), None)

@@ -45,7 +45,8 @@ from servekit.platforms.fake import (
     stop_nodes,
     wait_ready,
 )
-from servekit.render import PlanOptions, build_plan, write_rendering
+from servekit.platforms.table import write_rendering
+from servekit.render import PlanOptions, build_plan
 
 
 def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:

@@ -9,6 +9,10 @@ if TYPE_CHECKING:
 
 
 def render(req: RenderRequest) -> Files:
-    from servekit.render import render_files
+    from servekit.platforms.nodes.scripts import nodes_files
+    from servekit.render import plan_page
 
-    return render_files(req.plan, "nodes")
+    files = nodes_files(req.plan)
+    files["plan.md"] = plan_page(req.plan, "nodes")
+    files["plan.json"] = req.plan.model_dump_json(indent=2) + "\n"
+    return files
