@@ -2,7 +2,7 @@
 
 Renders the layout with ``--target modelarts``, writes a real rank table whose
 nodes are 127.0.0.2, 127.0.0.3, ..., runs every node's ``run.sh`` under dash
-with the simulated ``vllm`` on PATH (``servekit.verify.dryrun``), waits until
+with the simulated ``vllm`` on PATH (``servekit.platforms.modelarts.fake``), waits until
 every engine and the proxy answer, then runs
 
     servekit verify NAME --target http://127.0.0.2:8080 --nodes 127.0.0.2,... --logs DIR \\
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from servekit.verify.dryrun import DryCluster, dry_cluster, leftovers
+from servekit.platforms import DryCluster, dry_cluster, leftovers
 
 
 def _processes(cluster: DryCluster) -> tuple[int, float]:

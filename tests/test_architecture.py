@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("commands",),
     ("verify",),
+    ("platforms",),
     ("report", "local", "importer"),
     ("accept", "render"),
     ("bench", "kit", "sim", "catalog"),

@@ -35,9 +35,9 @@ from pydantic import ValidationError
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_file
 from servekit.catalog.profiles import PROFILES_DIR
 from servekit.catalog.schema import Layout
+from servekit.platforms import write_rendering
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
-from servekit.render.shell import write_rendering
 
 CANARY = Path(tempfile.mkdtemp(prefix="servekit-canary-"))
 atexit.register(shutil.rmtree, CANARY, True)

@@ -30,10 +30,10 @@ from servekit.importer.platform.harness import (
     write_rank_table,
 )
 from servekit.importer.platform.normalize import Placeholders, ProcessFacts, process_facts
+from servekit.platforms import write_rendering
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
-from servekit.render.shell import write_rendering
 
 A3 = ("1node", "2nodes", "1p1d", "2p1x2d", "2p2d", "3p1d", "1p3d")
 IMPORTED = [n for n in layout_names(packaged_catalog()) if n.count("/") == 2]

@@ -16,8 +16,8 @@ from tests.helpers.waiting import wait_for_text
 
 from servekit.catalog.loader import load
 from servekit.importer.platform.harness import create_platform, run_node, start_node
+from servekit.platforms import write_rendering
 from servekit.render.plan import build_plan
-from servekit.render.shell import write_rendering
 
 
 def render(name: str, tmp_path: Path) -> Path:

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.catalog.loader import load
-from servekit.render.bundle import RANK_TABLE_FILE
+from servekit.platforms import render_files
+from servekit.platforms.modelarts.scripts import RANK_TABLE_FILE
 from servekit.render.plan import build_plan
-from servekit.render.shell import render_files
 
 SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 POD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}|-")

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from servekit.render import ranktable
-from servekit.render.bundle import RANK_TABLE_FILE, entry_files
+from servekit.platforms.modelarts import ranktable
+from servekit.platforms.modelarts.scripts import RANK_TABLE_FILE, entry_files
 
 
 def _call(*argv: str) -> tuple[int, str, str]:

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -20,11 +21,14 @@ from servekit.catalog.loader import load, load_all
 from servekit.defaults import script_defaults
 from servekit.errors import UsageError
 from servekit.guard import source_bytes
+from servekit.platforms import render_files, write_rendering
+from servekit.platforms.modelarts import ranktable
 from servekit.proxy.bundle import zipapp_bytes
-from servekit.render import ranktable
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
-from servekit.render.shell import TARGETS, Target, render_files, write_rendering
+
+Target = Literal["modelarts", "nodes"]
+TARGETS: tuple[Target, ...] = ("modelarts", "nodes")  # the script targets (k8s: tests/platforms)
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = [x.layout.name for x in load_all()]

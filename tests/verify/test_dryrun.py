@@ -31,9 +31,9 @@ from servekit.catalog.ledger import (
     verification_status,
 )
 from servekit.catalog.loader import load
+from servekit.platforms import DryCluster, dry_cluster, leftovers
 from servekit.render.views import list_rows
 from servekit.verify.adapters import real_components
-from servekit.verify.dryrun import DryCluster, dry_cluster, leftovers
 from servekit.verify.options import VerifyOptions
 from servekit.verify.run import verify
 

@@ -3,7 +3,7 @@
 For one imported layout of each of the 8 folders of xuopoj/ma-vllm-samples@64fc020
 (the 8-node ``a2/glm5.2/1x4p1x4d`` among them), the rendered ModelArts entry runs
 on every loopback node under dash with the simulated ``vllm``
-(:mod:`servekit.verify.dryrun`), and ``servekit verify NAME --target URL --nodes
+(:mod:`servekit.platforms.modelarts.fake`), and ``servekit verify NAME --target URL --nodes
 ...`` must pass; teardown leaves no process and no folder. One per folder only:
 each cluster costs 10-30 s on 2 cores.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tests.helpers.cli import own_homes, servekit_cli, wide_env
 
-from servekit.verify.dryrun import dry_cluster, leftovers
+from servekit.platforms import dry_cluster, leftovers
 
 ONE_PER_FOLDER = (
     "a2/deepseekv4-flash/2p1x2d",

@@ -31,9 +31,15 @@ def _list(opts: LayoutsListOptions) -> int:
 
 
 def _show(opts: LayoutsShowOptions) -> int:
+    from rich.console import Console
+
+    from servekit.platforms import k8s_requirements
     from servekit.render import print_show
 
-    print_show(opts.name, opts.catalog)
+    console = Console()
+    print_show(opts.name, opts.catalog, console)
+    for line in k8s_requirements(opts.name, opts.catalog):
+        console.print(line, markup=False, highlight=False)
     return 0
 
 

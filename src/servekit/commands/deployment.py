@@ -1,4 +1,4 @@
-"""``servekit deployment NAME --nodes IP,... --out FILE``: a cluster's deployment.json.
+"""``servekit deployment NAME --nodes IP,... | --pods POD=IP,... --out FILE``: a cluster's deployment.json.
 
 A cluster started from ``servekit render``'s scripts writes no deployment.json;
 this command writes the one ``accept``, ``bench`` and ``verify`` take
@@ -21,8 +21,10 @@ def _write(opts: DeploymentOptions) -> int:
 
     dep = write_deployment(opts)
     engines = [e for e in dep.endpoints if e.role != "proxy"]
+    where = opts.nodes or opts.pods or ""
+    unit = "nodes" if opts.nodes else "pods"
     typer.echo(
-        f"{opts.out}: {dep.layout} on {len(opts.nodes.split(','))} nodes, entry {dep.entry_url}, "
+        f"{opts.out}: {dep.layout} on {len(where.split(','))} {unit}, entry {dep.entry_url}, "
         f"{len(engines)} engine endpoints"
     )
     return 0

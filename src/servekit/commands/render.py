@@ -1,18 +1,24 @@
-"""``servekit render NAME --out DIR [--target modelarts|nodes] [--set KEY=VALUE ...]``."""
+"""``servekit render NAME --out DIR [--target modelarts|nodes|k8s] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
 import typer
 
 from servekit.cliopts import command_from_model
-from servekit.render import RenderOptions
+from servekit.platforms import RenderOptions
 
 
 def _run(opts: RenderOptions) -> int:
-    from servekit.render import render_layout
+    from servekit.platforms import render_layout
 
     render_layout(
-        opts.name, opts.out, list(opts.set), opts.catalog, target=opts.target, force=opts.force
+        opts.name,
+        opts.out,
+        list(opts.set),
+        opts.catalog,
+        target=opts.target,
+        force=opts.force,
+        k8s_kind=opts.k8s_kind,
     )
     return 0
 
@@ -22,7 +28,8 @@ def register(app: typer.Typer) -> None:
         command_from_model(
             RenderOptions,
             _run,
-            doc="Render a layout into launch scripts (ModelArts entry or per-node folders).",
+            doc="Render a layout into launch scripts or manifests (ModelArts entry, "
+            "per-node folders, Kubernetes).",
             arguments=("name",),
         )
     )

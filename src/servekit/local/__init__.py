@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
+    from servekit.local.companions import engine_env as engine_env, find_broken as find_broken
     from servekit.local.control import (
         EXIT_INTERRUPTED as EXIT_INTERRUPTED,
         down as down,

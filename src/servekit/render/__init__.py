@@ -2,8 +2,8 @@
 
 :func:`build_plan` turns a validated layout into every process on every node
 (argv, env, devices, ports and typed facts); the rules check a layout against
-its Plan; the shell renderers write it out as launch scripts for a target
-(``modelarts``: one entry every node runs; ``nodes``: a folder per node).
+its Plan; the shell helpers write each process's script, which every platform
+(:mod:`servekit.platforms`) ships in its own launch model.
 """
 
 from typing import TYPE_CHECKING
@@ -11,11 +11,19 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.render.api import render_layout as render_layout
-    from servekit.render.bundle import write_bundle as write_bundle
-    from servekit.render.envvalues import resolve_env as resolve_env
-    from servekit.render.options import RenderOptions as RenderOptions
-    from servekit.render.overrides import assign_path as assign_path, parse_set as parse_set
+    from servekit.render.bundle import bundle_files as bundle_files, write_bundle as write_bundle
+    from servekit.render.command import (
+        Arg as Arg,
+        Ref as Ref,
+        Word as Word,
+        references as references,
+    )
+    from servekit.render.envvalues import NodeUrl as NodeUrl, resolve_env as resolve_env
+    from servekit.render.overrides import (
+        apply_overrides as apply_overrides,
+        assign_path as assign_path,
+        parse_set as parse_set,
+    )
     from servekit.render.plan import (
         NodePlan as NodePlan,
         Plan as Plan,
@@ -33,8 +41,12 @@ if TYPE_CHECKING:
     )
     from servekit.render.shell import (
         device_span as device_span,
-        render_files as render_files,
-        write_rendering as write_rendering,
+        plan_page as plan_page,
+        process_needs as process_needs,
+        process_script as process_script,
+        script_environment as script_environment,
+        uses_nic as uses_nic,
+        write_files as write_files,
     )
     from servekit.render.views import (
         list_json as list_json,

@@ -7,7 +7,7 @@ shim of vLLM's NIXL and Mooncake connectors is one module loaded by
 needs only aiohttp (which every vLLM image has). All are written beside the
 scripts (and into a local run's bundle folder), byte for byte the same as
 servekit's own code. The ModelArts entry also ships the rank-table reader it runs
-(:mod:`servekit.render.ranktable`), which only that entry needs.
+(:mod:`servekit.platforms.modelarts.ranktable`), which only that entry needs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from servekit.vocabulary import atomic_write_bytes
 GUARD_FILE = f"{GUARD_MODULE}.py"
 PROXY_FILE = "servekit-proxy.pyz"
 KV_SHIM_FILE = "servekit_kv_cpu.py"
-RANK_TABLE_FILE = "servekit_rank_table.py"
 
 
 def bundle_files() -> dict[str, bytes]:
@@ -34,13 +33,6 @@ def bundle_files() -> dict[str, bytes]:
         KV_SHIM_FILE: kvshim.source_bytes(),
         PROXY_FILE: zipapp_bytes(),
     }
-
-
-def entry_files() -> dict[str, bytes]:
-    """What the ModelArts entry itself runs: the rank-table reader (:mod:`.ranktable`)."""
-    from servekit.render import ranktable
-
-    return {RANK_TABLE_FILE: ranktable.source_bytes()}
 
 
 def write_bundle(folder: Path) -> list[Path]:

@@ -8,6 +8,8 @@ the deployment a verify run attaches to is built from what the user gave:
 - ``--target URL`` of a layout with a proxy: the node addresses recovered from
   the proxy's ``/metrics/engines``, the engines reached only through it;
 - ``--target URL`` of a layout whose only API server is the entry: that server;
+- ``--target URL --pods POD=IP,...`` (Kubernetes): the proxy Service's URL and each
+  engine pod's address, every endpoint from the Plan on its pod;
 - ``--target NAME|FILE``: the deployment.json, with the layout's capabilities
   and model filled in when it lacks them.
 
@@ -33,6 +35,7 @@ from servekit.verify.cluster import (
     RelayMismatch,
     cluster_deployment,
     parse_nodes,
+    pod_hosts,
     relay_deployment,
     single_entry_nodes,
 )
@@ -46,6 +49,13 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
     """Bad combinations of --target, --nodes, --logs and --speed, before anything runs."""
     if is_url(opts.target):
         check_url(str(opts.target))
+    if opts.pods is not None:
+        if opts.nodes is not None or not is_url(opts.target):
+            raise UsageError(
+                "--pods: give --target URL (the proxy Service's URL) and no --nodes; "
+                "--pods names each engine pod's address"
+            )
+        pod_hosts(opts.pods, layout)
     if opts.nodes is not None:
         parse_nodes(opts.nodes, layout)
         if opts.target is not None and not is_url(opts.target):
@@ -80,7 +90,12 @@ def attach_deployment(
 ) -> Deployment:
     """The deployment this run attaches to (see the module docstring for each case)."""
     engine: Any = "external"  # what they are is asked of the engines, never assumed
-    if opts.nodes is not None:
+    if opts.pods is not None:
+        hosts = pod_hosts(opts.pods, layout)
+        dep = cluster_deployment(
+            layout, (), entry=opts.target, logs=opts.logs, engine=engine, process_hosts=hosts
+        )
+    elif opts.nodes is not None:
         nodes = parse_nodes(opts.nodes, layout)
         dep = cluster_deployment(layout, nodes, entry=opts.target, logs=opts.logs, engine=engine)
     else:

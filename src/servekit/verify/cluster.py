@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -48,6 +48,14 @@ Fetch = Callable[[str], str]
 
 class RelayMismatch(Exception):
     """The proxy's backends do not fit the layout's Plan (a verify failure with the reason)."""
+
+
+def pod_hosts(text: str, layout: Layout) -> dict[str, str]:
+    """``--pods POD=IP,...`` of a Kubernetes rendering -> process name -> its pod's address."""
+    from servekit.platforms import parse_pods, process_hosts
+
+    plan = build_plan(layout)
+    return process_hosts(plan, parse_pods(text, plan))
 
 
 def parse_nodes(text: str, layout: Layout) -> tuple[str, ...]:
@@ -99,13 +107,35 @@ def cluster_deployment(
     logs: Path | None = None,
     engine: ServedBy = "vllm",
     access: EngineAccess = "direct",
+    process_hosts: Mapping[str, str] | None = None,
 ) -> Deployment:
     """The deployment of ``layout`` running on ``nodes`` (addresses in rank order).
 
     ``entry`` overrides the Plan's entry URL (a load balancer in front of the
-    proxy, say); the proxy endpoint then has that URL too.
+    proxy, say); the proxy endpoint then has that URL too. ``process_hosts``
+    (process -> address) places each process itself, where a platform runs a
+    node's processes apart (Kubernetes: a pod per engine; ``nodes`` then unused).
     """
+    if process_hosts is not None:
+        nodes = ("0.0.0.0",) * layout.nodes
     plan = build_plan(layout, PlanOptions(hosts=tuple(nodes)))
+    if process_hosts is not None:
+        procs = {p.name: p for p in plan.processes}
+        hosts = {**{n: procs[n].host for n in procs}, **process_hosts}
+        plan = plan.model_copy(
+            update={
+                "nodes": tuple(
+                    n.model_copy(
+                        update={
+                            "processes": tuple(
+                                p.model_copy(update={"host": hosts[p.name]}) for p in n.processes
+                            )
+                        }
+                    )
+                    for n in plan.nodes
+                )
+            }
+        )
     entry_proc = plan.process(plan.entry)
     entry_url = (entry or entry_proc.url or "").rstrip("/")
     has_proxy = entry_proc.kind == "proxy"
@@ -227,9 +257,11 @@ def write_deployment(opts: DeploymentOptions) -> Deployment:
     from servekit.vocabulary import atomic_write_text
 
     layout = load(opts.name, opts.catalog).layout
+    hosts = pod_hosts(opts.pods, layout) if opts.pods is not None else None
     dep = cluster_deployment(
         layout,
-        parse_nodes(opts.nodes, layout),
+        parse_nodes(opts.nodes, layout) if opts.nodes is not None else (),
+        process_hosts=hosts,
         entry=opts.entry,
         logs=opts.logs,
         engine=opts.engine,

@@ -40,6 +40,11 @@ class VerifyOptions(StrictModel):
         description="the cluster's node addresses in rank order (IP,IP,...): every engine's "
         "endpoint from the Plan (without --target: attach to the Plan's entry)",
     )
+    pods: str | None = Field(
+        default=None,
+        description="Kubernetes (render --target k8s): each engine pod's address, "
+        "POD=IP,... (with --target the proxy Service's URL)",
+    )
     logs: Path | None = Field(
         default=None,
         description="the cluster's log folder, one PROCESS.log per process (run.sh's LOG_DIR), "
@@ -123,7 +128,7 @@ class VerifyOptions(StrictModel):
     @property
     def attached(self) -> bool:
         """Nothing is started here: the run attaches to a deployment that is running."""
-        return self.target is not None or self.nodes is not None
+        return self.target is not None or self.nodes is not None or self.pods is not None
 
     @property
     def kit_rows_asked(self) -> bool:
@@ -155,8 +160,13 @@ class DeploymentOptions(StrictModel):
     """
 
     name: str = Field(description="layout name, e.g. a3/1p1d")
-    nodes: str = Field(
-        description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
+    nodes: str | None = Field(
+        None, description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
+    )
+    pods: str | None = Field(
+        None,
+        description="Kubernetes (render --target k8s): each engine pod's address, POD=IP,... "
+        "(with --entry the proxy Service's URL)",
     )
     out: Path = Field(description="the deployment.json to write")
     entry: str | None = Field(
@@ -177,6 +187,19 @@ class DeploymentOptions(StrictModel):
         "through the proxy's /metrics/engines",
     )
     catalog: str | None = Field(None, description="catalog folder (default: the packaged one)")
+
+    @model_validator(mode="after")
+    def _where(self) -> DeploymentOptions:
+        """Nodes (rank order) or Kubernetes pods, one of the two; pods need the entry URL."""
+        if (self.nodes is None) == (self.pods is None):
+            raise ValueError(
+                "give --nodes IP,... (a ModelArts or plain cluster) or --pods POD=IP,... (Kubernetes)"
+            )
+        if self.pods is not None and self.entry is None:
+            raise ValueError(
+                "--pods: add --entry URL, the proxy Service's URL (how clients reach it)"
+            )
+        return self
 
     @field_validator("out")
     @classmethod

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from servekit.platforms.table import TargetName
 from servekit.vocabulary import StrictModel
 
 
@@ -17,14 +18,21 @@ class RenderOptions(StrictModel):
     out: Path = Field(
         description="folder to write (a new or empty folder, or an earlier rendering)"
     )
-    target: Literal["modelarts", "nodes"] = Field(
+    target: TargetName = Field(
         "modelarts",
         description="modelarts: one entry every node runs from the rank table; "
-        "nodes: a bash folder per node (export NODE<i>_IP)",
+        "nodes: a bash folder per node (export NODE<i>_IP); "
+        "k8s: LeaderWorkerSets, the proxy's Deployment and Service, kustomization.yaml",
+    )
+    k8s_kind: Literal["leaderworkerset", "disaggregatedset"] = Field(
+        "leaderworkerset",
+        description="k8s: one LeaderWorkerSet per engine group, or one DisaggregatedSet "
+        "(LWS v0.9) with a role per group",
     )
     set: tuple[str, ...] = Field(
         (),
-        description="override a field, e.g. engines.decode0.settings.max_num_seqs=64 (repeatable)",
+        description="override a field, e.g. engines.decode0.settings.max_num_seqs=64; "
+        "k8s.accelerator=RESOURCE or k8s.prefix=NAME for --target k8s (repeatable)",
     )
     force: bool = Field(False, description="replace an --out folder that holds other files")
     catalog: Path | None = Field(

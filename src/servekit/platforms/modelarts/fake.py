@@ -18,79 +18,35 @@ stopped, the temporary folder removed). The layout's reference layout
 (``verify.reference``), when it has one, is started the same way on the next
 address, so ``verify --reference URL`` can compare PD with a single instance.
 ``servekit verify NAME --target URL --nodes ... --logs DIR`` then checks the
-cluster as it would a real one. ``benchmarks/cluster_dryrun.py`` times it.
+cluster as it would a real one. ``benchmarks/cluster_dryrun.py`` times it. The loopback nodes, the
+simulated ``vllm`` and the teardown are every fake platform's (:mod:`servekit.platforms.fake`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import servekit
 from servekit.catalog import Layout, load
-from servekit.client import ReadyTarget, poll_ready
 from servekit.errors import UsageError
-from servekit.local import port_is_free
-from servekit.render import PlanOptions, build_plan, write_rendering
-
-VLLM_WRAPPER = (
-    '#!/bin/sh\n[ "$1" = serve ] && shift\nPYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}\n'
-    'export PYTHONPATH\nexec {python} -m servekit.sim serve "$@"\n'
+from servekit.platforms.fake import (
+    SYSTEM_PATH,
+    DryCluster,
+    Node,
+    free_block,
+    simulated_vllm,
+    stop_nodes,
+    wait_ready,
 )
-"""The simulated ``vllm``: the servekit doing the dry run (its own code first on the path,
-whatever an editable install elsewhere points at), so the engines are this code's."""
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-STOP_TIMEOUT_S = 20.0
-POLL_S = 0.25
-
-
-@dataclass
-class Node:
-    """One dry-run node: its pod name, loopback address and running entry."""
-
-    pod: str
-    address: str
-    entry: Path
-    popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def output(self) -> Path:
-        return self.entry.parent.parent / f"{self.pod}.out"
-
-
-@dataclass
-class DryCluster:
-    """A running dry-run cluster: what ``verify --target --nodes --logs`` needs."""
-
-    layout: str
-    root: Path
-    nodes: list[Node]
-    entry_url: str
-    logs: Path
-    reference_url: str | None = None
-    reference: list[Node] = field(default_factory=list)
-    started_s: float = 0.0
-
-    @property
-    def addresses(self) -> tuple[str, ...]:
-        return tuple(n.address for n in self.nodes)
-
-    def verify_args(self) -> list[str]:
-        """The ``servekit verify NAME ...`` arguments that check this cluster."""
-        args = [self.layout, "--target", self.entry_url, "--nodes", ",".join(self.addresses)]
-        args += ["--logs", str(self.logs)]
-        return args + (["--reference", self.reference_url] if self.reference_url else [])
+from servekit.platforms.table import write_rendering
+from servekit.render import PlanOptions, build_plan
 
 
 def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:
@@ -109,28 +65,6 @@ def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:
             for g, s in enumerate(groups)
         ],
     }
-
-
-def free_block(layouts: Sequence[Layout], first: int = 2) -> str:
-    """A ``127.0.N`` prefix on which every planned (address, port) is free.
-
-    127.0.0.2, 127.0.0.3, ... when they are free (the usual case); another
-    loopback /24 when something else holds one of the ports there.
-    """
-    needed = sum(layout.nodes for layout in layouts)
-    for block in range(0, 32):
-        prefix = f"127.0.{block}"
-        rank = first
-        ok = True
-        for layout in layouts:
-            plan = build_plan(layout)
-            for proc in plan.processes:
-                for port in proc.bound_ports():
-                    ok = ok and port_is_free(port, f"{prefix}.{rank + proc.node}", reuse=True)
-            rank += layout.nodes
-        if ok and first + needed <= 255:
-            return prefix
-    raise UsageError("no loopback block 127.0.0-31.x has the layout's ports free")
 
 
 def _env(root: Path, node: Node, speed: float | None, bin_dir: Path) -> dict[str, str]:
@@ -187,69 +121,6 @@ def _urls(layout: Layout, nodes: Sequence[Node]) -> list[tuple[str, dict[str, in
     ]
 
 
-def wait_ready(groups: Sequence[tuple[Layout, Sequence[Node]]], timeout_s: float) -> None:
-    """Until every API server answers /health 200 and the proxy sees every backend."""
-    targets = [
-        ReadyTarget(url, url, None, tuple(sorted(counts.items())))
-        for layout, nodes in groups
-        for url, counts in _urls(layout, nodes)
-    ]
-
-    def exited() -> None:
-        for _, nodes in groups:
-            for node in nodes:
-                if node.popen is not None and node.popen.poll() is not None:
-                    tail = node.output.read_text(errors="replace")[-1500:]
-                    raise RuntimeError(f"{node.pod} exited with {node.popen.returncode}:\n{tail}")
-
-    pending = poll_ready(targets, timeout_s, check=exited, poll_s=POLL_S)
-    if pending:
-        names = ", ".join(t.url for t, _ in pending[:5])
-        raise RuntimeError(f"not ready after {timeout_s:.0f} s: {names}")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_nodes(nodes: Sequence[Node], timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM every entry (each stops its processes), then their groups; SIGKILL what is left.
-
-    Every node is signalled first and waited for together, as a platform stops
-    a job's pods, so the teardown takes one node's time, not the sum.
-    """
-    running = [n.popen for n in nodes if n.popen is not None]
-    for popen in running:
-        with contextlib.suppress(ProcessLookupError):
-            popen.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    for popen in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(max(0.1, deadline - time.monotonic()))
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        until = time.monotonic() + 5.0
-        while any(_group_alive(p.pid) for p in running) and time.monotonic() < until:
-            for popen in running:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signum)
-            time.sleep(0.1)
-    for popen in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(5)
-
-
-def leftovers(cluster: DryCluster) -> list[int]:
-    """Process groups of the cluster that still have a process (empty after teardown)."""
-    nodes = [*cluster.nodes, *cluster.reference]
-    return [n.popen.pid for n in nodes if n.popen is not None and _group_alive(n.popen.pid)]
-
-
 @contextlib.contextmanager
 def dry_cluster(
     name: str,
@@ -273,10 +144,7 @@ def dry_cluster(
         for sub in ("bin", "config", "home", "tmp", "start", "logs", "work"):
             (root / sub).mkdir()
         bin_dir = root / "bin"
-        code = shlex.quote(str(Path(servekit.__file__).resolve().parent.parent))
-        wrapper = VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code)
-        (bin_dir / "vllm").write_text(wrapper)
-        (bin_dir / "vllm").chmod(0o755)
+        simulated_vllm(bin_dir)
         prefix = free_block([x for x in (layout, ref_layout) if x is not None])
         nodes = _layout_nodes(root, layout, prefix, 2, "cluster")
         table = json.dumps(rank_table(nodes), indent=2)
@@ -294,7 +162,8 @@ def dry_cluster(
         try:
             for node in [*nodes, *cluster.reference]:
                 _start(root, node, speed, bin_dir)
-            wait_ready(groups, ready_timeout_s)
+            targets = [t for layout_, nodes_ in groups for t in _urls(layout_, nodes_)]
+            wait_ready(targets, [*nodes, *cluster.reference], ready_timeout_s)
             cluster.started_s = time.perf_counter() - started
             yield cluster
         finally:

@@ -1,0 +1,40 @@
+"""servekit.platforms: where a Plan runs. One folder per platform, chosen from one table.
+
+``modelarts/`` (one entry every node runs from the rank table), ``nodes/`` (a
+folder per node) and ``k8s/`` (LeaderWorkerSets, the proxy's Deployment and
+Service, kustomize; a fake cluster for dry runs). :data:`PLATFORMS` is the
+table ``servekit render --target`` chooses from.
+"""
+
+from typing import TYPE_CHECKING
+
+from servekit.lazyface import lazy_face
+
+if TYPE_CHECKING:
+    from servekit.platforms.api import (
+        render_layout as render_layout,
+        render_target as render_target,
+    )
+    from servekit.platforms.fake import DryCluster as DryCluster, leftovers as leftovers
+    from servekit.platforms.k8s import k8s_requirements as k8s_requirements
+    from servekit.platforms.k8s.attach import (
+        parse_pods as parse_pods,
+        process_hosts as process_hosts,
+    )
+    from servekit.platforms.k8s.fake import k8s_dry_cluster as k8s_dry_cluster
+    from servekit.platforms.modelarts.fake import (
+        dry_cluster as dry_cluster,
+        rank_table as rank_table,
+    )
+    from servekit.platforms.options import RenderOptions as RenderOptions
+    from servekit.platforms.table import (
+        PLATFORMS as PLATFORMS,
+        TARGETS as TARGETS,
+        Platform as Platform,
+        RenderRequest as RenderRequest,
+        TargetName as TargetName,
+        render_files as render_files,
+        write_rendering as write_rendering,
+    )
+
+__getattr__, __dir__ = lazy_face(__name__)

@@ -1,0 +1,46 @@
+"""The per-node rendering: a bash folder per node, for clusters without a rank table.
+
+``node<i>/run.sh`` starts the node's processes (the per-process scripts every
+target shares) once ``NODE<i>_IP`` are exported; ``env.sh`` checks them.
+"""
+
+from __future__ import annotations
+
+from servekit import __version__
+from servekit.render import (
+    NodePlan,
+    Plan,
+    bundle_files,
+    process_needs,
+    process_script,
+    script_environment,
+    uses_nic,
+)
+
+
+def _referenced_nodes(node: NodePlan) -> list[int]:
+    found = {node.index}
+    for p in node.processes:
+        names = process_needs(p)
+        found |= {int(n[4:-3]) for n in names if n.startswith("NODE") and n[4:-3].isdigit()}
+    return sorted(found)
+
+
+def nodes_files(plan: Plan) -> dict[str, str | bytes]:
+    """``node<i>/{env.sh,run.sh}``, each node's process scripts and the bundled files."""
+    env = script_environment("servekit.platforms.nodes")
+    files: dict[str, str | bytes] = {}
+    common = {"layout": plan.layout, "version": __version__}
+    bundled = bundle_files()
+    for node in plan.nodes:
+        base = f"node{node.index}"
+        files[f"{base}/env.sh"] = env.get_template("nodes_env.sh.j2").render(
+            node=node, referenced_nodes=_referenced_nodes(node), needs_nic=uses_nic(node), **common
+        )
+        files[f"{base}/run.sh"] = env.get_template("nodes_run.sh.j2").render(
+            node=node, node_count=len(plan.nodes), **common
+        )
+        for p in node.processes:
+            files[f"{base}/{p.name}.sh"] = process_script(plan, p)
+        files.update({f"{base}/{name}": text for name, text in bundled.items()})
+    return files

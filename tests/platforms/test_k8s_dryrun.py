@@ -1,0 +1,129 @@
+"""The Kubernetes rendering proven the way it runs: a fake cluster started from the manifests.
+
+Each pod of the rendered LeaderWorkerSets and the proxy's Deployment runs as
+processes on its own loopback address with the environment LWS and the kubelet
+inject, Service and pod names resolving to the pods
+(:mod:`servekit.platforms.k8s.fake`), ``servekit sim serve`` as ``vllm``. Then
+``servekit verify NAME --target URL --pods POD=IP,...`` must pass, the engines
+reached at their pods' addresses, and teardown leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from tests.helpers.cli import own_homes
+
+from servekit.errors import UsageError
+from servekit.platforms import k8s_dry_cluster, leftovers
+from servekit.verify.adapters import real_components
+from servekit.verify.options import VerifyOptions
+from servekit.verify.run import verify
+
+LAYOUTS = {"a3/glm5.1/1x2p1x4d": 6, "a2/glm5.2/1x4p1x4d": 8}
+CASES = [
+    ("a3/glm5.1/1x2p1x4d", "leaderworkerset"),
+    ("a2/glm5.2/1x4p1x4d", "leaderworkerset"),
+    # the child LeaderWorkerSets named with a revision, as the controller does: the
+    # proxy finds the pods through their own headless Services
+    ("a3/glm5.1/1x2p1x4d", "disaggregatedset"),
+]
+
+
+@pytest.mark.parametrize(("name", "kind"), CASES)
+def test_the_fake_cluster_passes_verify_with_pods(
+    name: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in own_homes(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    with k8s_dry_cluster(name, speed=10.0, kind=kind) as cluster:
+        engine_pods = cluster.pods_arg.split(",")
+        assert len(engine_pods) == LAYOUTS[name]
+        opts = VerifyOptions(
+            name=name,
+            target=cluster.entry_url,
+            pods=cluster.pods_arg,
+            logs=cluster.logs,
+            reference=cluster.reference_url,
+            out=out,
+            no_baseline=True,
+            quick=True,
+        )
+        outcome = verify(opts, real_components())
+        ready_s = cluster.started_s
+    took = time.perf_counter() - started
+    failed = [s for s in outcome.run.steps if s.status != "ok"]
+    assert outcome.exit_code == 0, failed
+    checks = json.loads((out / "accept" / "result.json").read_text())["checks"]
+    verdicts = {c["verdict"] for c in checks}
+    assert "fail" not in verdicts and "pass" in verdicts
+    dep = json.loads((out / "deployment.json").read_text())
+    addresses = {e["url"].rsplit(":", 1)[0].removeprefix("http://") for e in dep["endpoints"]}
+    pod_ips = {p.split("=")[1] for p in engine_pods}
+    assert pod_ips <= addresses  # every engine pod was reached directly
+    assert leftovers(cluster) == [] and not cluster.root.exists()
+    passed = sum(c["verdict"] == "pass" for c in checks)
+    ran = sum(c["verdict"] != "skip" for c in checks)
+    print(
+        f"{name} ({kind}): {len(engine_pods)} pods ready in {ready_s:.1f} s, {passed}/{ran} checks, {took:.0f} s in all"
+    )
+
+
+def test_pods_must_name_every_engine_pod(tmp_path: Path) -> None:
+    """``--pods`` refused for the field it names: a pod missing, an unknown pod, no URL."""
+    from servekit.catalog import load
+    from servekit.verify.attach import check_attach_inputs
+
+    layout = load("a3/glm5.1/1x2p1x4d").layout
+    base = dict(name=layout.name, target="http://10.0.0.9:8080", out=tmp_path / "o")
+    with pytest.raises(UsageError, match="no address for sk-decode-0-3"):
+        check_attach_inputs(
+            VerifyOptions(
+                **base,
+                pods="sk-prefill-0=10.0.0.2,sk-prefill-0-1=10.0.0.3,sk-decode-0=10.0.0.4,sk-decode-0-1=10.0.0.5,sk-decode-0-2=10.0.0.6",
+            ),
+            layout,
+        )
+    with pytest.raises(UsageError, match="give POD=ADDRESS"):
+        check_attach_inputs(VerifyOptions(**base, pods="sk-other-0=10.0.0.2"), layout)
+    with pytest.raises(UsageError, match="--target URL"):
+        check_attach_inputs(
+            VerifyOptions(name=layout.name, pods="sk-prefill-0=10.0.0.2", out=tmp_path / "o"),
+            layout,
+        )
+
+
+def test_deployment_json_from_pods(tmp_path: Path) -> None:
+    """``servekit deployment NAME --pods ... --entry URL``: each engine at its pod's address."""
+    from tests.helpers.cli import servekit_inproc
+
+    pods = {
+        "sk-prefill-0": "10.1.0.2",
+        "sk-prefill-0-1": "10.1.0.3",
+        "sk-decode-0": "10.1.0.4",
+        "sk-decode-0-1": "10.1.0.5",
+        "sk-decode-0-2": "10.1.0.6",
+        "sk-decode-0-3": "10.1.0.7",
+    }
+    out = tmp_path / "deployment.json"
+    done = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(out),
+        "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+        "--entry", "http://10.1.0.100:8080",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    dep = json.loads(out.read_text())
+    urls = {e["name"]: e["url"] for e in dep["endpoints"]}
+    assert urls["proxy"] == "http://10.1.0.100:8080"
+    assert urls["prefill0.dp1"] == "http://10.1.0.3:9081"
+    assert urls["decode0.dp5"] == "http://10.1.0.5:9901"  # worker 1 of the decode instance
+    with pytest.raises(UsageError, match="--entry"):
+        servekit_inproc(
+            "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(tmp_path / "x.json"),
+            "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+        )  # fmt: skip
