@@ -32,6 +32,26 @@ def _deep(top: Path, levels: int) -> None:
         os.close(fd)
 
 
+def _undeep(top: Path) -> None:
+    """Remove what ``_deep`` made under ``top``, one level at a time from the top.
+
+    pytest removes old temporary folders recursively: a 1,500-deep tree left behind
+    makes a later run's cleanup die of ``RecursionError``.
+    """
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                os.rename("d/d", "d.up", src_dir_fd=fd, dst_dir_fd=fd)
+            except FileNotFoundError:
+                os.rmdir("d", dir_fd=fd)
+                return
+            os.rmdir("d", dir_fd=fd)
+            os.rename("d.up", "d", src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def _layout(tmp_path: Path) -> Path:
     folder = tmp_path / "odd-a3" / "1node"
     folder.mkdir(parents=True)
@@ -43,8 +63,11 @@ def test_a_folder_1500_levels_deep_is_one_line(tmp_path: Path) -> None:
     folder = _layout(tmp_path)
     (folder / "deep").mkdir()
     _deep(folder / "deep", 1500)
-    with pytest.raises(ImportRefused, match="nested more than 32 deep"):
-        extract_folder(folder, time_limit_s=30)
+    try:
+        with pytest.raises(ImportRefused, match="nested more than 32 deep"):
+            extract_folder(folder, time_limit_s=30)
+    finally:
+        _undeep(folder / "deep")
 
 
 def test_a_path_component_over_255_bytes_is_one_line(tmp_path: Path) -> None:
@@ -71,11 +94,14 @@ def test_import_cli_paths_are_one_line_exit_2(tmp_path: Path) -> None:
     ]
     _deep(folder, 1500)
     cases.append((str(folder), "--catalog", catalog))  # 1,500 levels deep
-    for args in cases:
-        code, err = _run(tmp_path, *args)
-        assert code == 2, (args, err)
-        assert "Traceback" not in err, (args, err)
-        assert len(err.strip().splitlines()) == 1, (args, err)
+    try:
+        for args in cases:
+            code, err = _run(tmp_path, *args)
+            assert code == 2, (args, err)
+            assert "Traceback" not in err, (args, err)
+            assert len(err.strip().splitlines()) == 1, (args, err)
+    finally:
+        _undeep(folder)
 
 
 @pytest.mark.parametrize(
