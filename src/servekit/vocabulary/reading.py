@@ -6,13 +6,17 @@ the memory the bound protects. :func:`read_at_most` reads one byte past the boun
 so a file of exactly N bytes is kept and one of N+1 is refused unread beyond that;
 it reads in chunks, so what it holds is what the file has (``read(N + 1)`` would
 allocate the whole bound up front, and a 1 GiB bound under an address-space limit
-is a MemoryError). Standard library only.
+is a MemoryError). It opens non-blocking and reads only a regular file, so a
+FIFO or a device under the name is refused at once rather than waited on or
+read forever. Links are followed: the path is one the person named. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +43,10 @@ def read_at_most(
     chunks: list[bytes] = []
     held = 0
     try:
-        with path.open("rb", buffering=0) as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise error(f"{where}: not a regular file (a FIFO, device or folder){hint}")
             while held <= limit:
                 chunk = fh.read(min(CHUNK, limit + 1 - held))
                 if not chunk:
