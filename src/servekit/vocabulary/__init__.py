@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from servekit.vocabulary.reading import (
         read_at_most as read_at_most,
         sha256_file as sha256_file,
+        walk_tree as walk_tree,
     )
     from servekit.vocabulary.roles import (
         KV_ROLE_OF as KV_ROLE_OF,
