@@ -3,15 +3,16 @@
 Every ``import`` and ``from ... import`` of servekit's own modules is read from the
 source (also those inside functions, which run later but still depend), and each
 one must point to a lower layer or stay inside its own package; and no set of
-modules may import each other in a circle (top-level imports).
+modules may import each other in a circle, counting the imports inside functions
+too: a circle closed by an import that runs later still ties the modules together
+(accept/options -> registry -> checks -> options, accept/runner <-> selfcheck were
+two that only a top-level reading missed).
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-
-import pytest
 
 from servekit.lazyface import face_names
 
@@ -115,14 +116,51 @@ def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+# Circles known and being taken apart elsewhere; each entry says where.
+ALLOWED_CIRCLES: tuple[frozenset[str], ...] = (
+    # The simulator's per-protocol handlers (endpoint <-> pd/layerwise, closed inside
+    # functions): the proxy/sim work of issue 36 removes it; drop this entry then.
+    frozenset({"servekit.sim.endpoint", "servekit.sim.pd", "servekit.sim.layerwise"}),
+)
+
+
+def _graph(inside_functions: bool = True) -> dict[str, set[str]]:
+    """Module -> the servekit modules it imports (inside functions too, unless asked not to)."""
     modules = {_module(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         for name, at_top in _resolved_imports(path):
-            if name in modules and at_top and name != module:
+            if name in modules and (at_top or inside_functions) and name != module:
                 graph[module].add(name)
     return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly tied group the depth-first walk meets (each closed at its start)."""
+    allowed = [c for c in ALLOWED_CIRCLES if c <= set(graph)]
+    edges = {
+        node: {n for n in nexts if not any(node in c and n in c for c in allowed)}
+        for node, nexts in graph.items()
+    }
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                found.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
 
 
 def _package(module: str) -> str:
@@ -149,25 +187,30 @@ def test_imports_point_down_only() -> None:
 
 
 def test_no_import_circles() -> None:
+    circles = _circles(_graph())
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_a_circle_closed_inside_a_function_is_caught() -> None:
+    """Positive control: b imports a only inside a function, and the circle is still seen."""
+    a, b = SRC / "verify" / "_probe_circle_a.py", SRC / "verify" / "_probe_circle_b.py"
+    a.write_text("from servekit.verify._probe_circle_b import g\n")
+    b.write_text("def g() -> None:\n    from servekit.verify._probe_circle_a import g as h\n")
+    try:
+        probes = {"servekit.verify._probe_circle_a", "servekit.verify._probe_circle_b"}
+        assert any(set(c) == probes for c in _circles(_graph()))
+        assert not any(set(c) == probes for c in _circles(_graph(inside_functions=False)))
+    finally:
+        a.unlink()
+        b.unlink()
+
+
+def test_each_allowed_circle_is_still_there() -> None:
+    """An allow-listed circle that is gone must leave the list (it would hide a new one)."""
     graph = _graph()
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycle = [*stack[stack.index(nxt) :], nxt]
-                pytest.fail("import circle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
-        stack.pop()
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
+    for allowed in ALLOWED_CIRCLES:
+        inside = {m: graph[m] & allowed for m in allowed if m in graph}
+        assert inside and all(inside.values()), f"gone, remove it from ALLOWED_CIRCLES: {allowed}"
 
 
 def _deep_imports(path: Path, module: str | None = None) -> list[str]:

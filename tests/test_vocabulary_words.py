@@ -23,6 +23,7 @@ import pytest
 from servekit import guard
 from servekit.proxy.bundle import LEFT_OUT, build_zipapp
 from servekit.vocabulary import (
+    ENDPOINT_GROUPS,
     ENGINE_KINDS,
     KV_PROTOCOLS,
     KV_ROLE_OF,
@@ -39,7 +40,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
 VOCABULARY = SRC / "vocabulary"
 
 WORDS: dict[str, frozenset[str]] = {
-    "role": frozenset(get_args(EndpointRole)) | frozenset(PROXY_POOLS),
+    "role": frozenset(get_args(EndpointRole)) | frozenset(PROXY_POOLS) | frozenset(ENDPOINT_GROUPS),
     "engine kind": frozenset(ENGINE_KINDS) | frozenset(get_args(RunEngine)),
     "mode": frozenset((*KV_PROTOCOLS, *PROXY_MODES, *get_args(GuardMode), "off")),
     "KV role": frozenset(get_args(KvRole)),
@@ -130,6 +131,7 @@ def test_no_module_outside_the_vocabulary_defines_its_words() -> None:
         ('ENGINE_ROLES = ("mixed", "prefill", "decode")', "role"),
         ('ok = role in ("prefill", "decode")', "role"),
         ('POOLS = frozenset({"prefill", "decode", "replica"})', "role"),
+        ('def urls(which: Literal["prefill", "decode", "replicas"]) -> None: ...', "role"),
         ('EngineKind = Literal["vllm", "sim", "external"]', "engine kind"),
         ('KINDS = ["vllm-ascend", "vllm", "vllm-cpu"]', "engine kind"),
         ('MODES = ("pd", "bootstrap", "prompt-keyed", "layerwise", "replica")', "mode"),

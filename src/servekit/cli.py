@@ -8,7 +8,6 @@ stderr and exit code 2.
 
 from __future__ import annotations
 
-import errno
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -16,11 +15,7 @@ from typing import Any
 import typer
 
 from servekit.commands import register_all
-from servekit.errors import UsageError
-
-PATH_ERRNOS = frozenset(
-    {errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENOENT, errno.EACCES}
-)
+from servekit.errors import UsageError, refusal_of
 
 app = typer.Typer(
     name="servekit",
@@ -45,13 +40,23 @@ def leaf_commands() -> dict[str, Any]:
     return dict(leaves(typer.main.get_command(app)))
 
 
+def _say(line: str) -> None:
+    """One line on stderr; a non-UTF-8 argument quoted back is escaped, never a crash."""
+    print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
+
+
 def main() -> None:
-    """Console entry point: map UsageError to a one-line message and exit 2."""
+    """Console entry point: map UsageError to a one-line message and exit 2.
+
+    Errors that bad input causes wherever it is read (a path too long, a folder
+    for a file, nesting past the recursion limit, an argument not UTF-8) are
+    mapped here once, by :func:`~servekit.errors.refusal_of`, naming the option.
+    """
     try:
         # With standalone_mode=False click hands a command's exit code back as the return value.
         rc = app(standalone_mode=False)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -62,17 +67,12 @@ def main() -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except RecursionError:
-        # A folder or document thousands of levels deep that a reader walked recursively.
-        print("error: the input is nested too deep to read; check the path", file=sys.stderr)
-        sys.exit(2)
-    except OSError as exc:
-        # A path argument the system refused (a name over 255 bytes, a folder given for a
-        # file) that no command turned into its own line: still one line, exit 2.
-        if exc.filename is None or exc.errno not in PATH_ERRNOS:
+    except (OSError, RecursionError, UnicodeError) as exc:
+        refusal = refusal_of(exc, sys.argv[1:])
+        if refusal is None:
             raise
-        print(f"error: {exc.filename!r}: {exc.strerror}; check the path", file=sys.stderr)
-        sys.exit(2)
+        _say(f"error: {refusal}")
+        sys.exit(refusal.exit_code)
     except Exception as exc:
         # Parser errors (unknown command, bad option): typer may vendor click, so match
         # click's exception interface rather than one module's class.

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from servekit.accept.checks.common import metric_sum, tokenize_count
-from servekit.accept.options import context_label, parse_contexts, parse_depths
+from servekit.accept.context import context_label, parse_contexts, parse_depths
 from servekit.accept.replies import read_stream
 from servekit.accept.wire import Exchange
 from servekit.errors import UsageError

@@ -136,7 +136,7 @@ def test_a_bad_baseline_is_one_line(content: bytes, message: str, tmp_path: Path
 
 def test_a_huge_baseline_is_refused_before_reading(tmp_path: Path) -> None:
     path = sparse_file(tmp_path / "huge.json")
-    with pytest.raises(UsageError, match="larger than 64 MiB"):
+    with pytest.raises(UsageError, match="larger than 4 MiB"):
         read_baseline(path)
 
 
@@ -191,3 +191,26 @@ def test_any_damage_to_a_foreign_file_is_a_result_or_one_line(
         assert "\n" not in str(exc)
     else:
         assert all(f.median is not None for f in result.points[0].figures.values())
+
+
+def test_the_baseline_bound_reflects_what_parsing_costs(tmp_path: Path) -> None:
+    """Many small objects cost about 28x their bytes to parse (63 MiB peaked at 1.75 GB):
+    the cap is 4 MiB, and a file just past it is refused before it is parsed."""
+    from servekit.bench.foreign import MAX_BYTES
+
+    assert MAX_BYTES <= 4 << 20
+    path = tmp_path / "many.json"
+    items = ",".join(['{"a":0}'] * (MAX_BYTES // 8 + 1))
+    path.write_text('{"completed": 1, "mean_ttft_ms": 1, "x": [' + items + "]}")
+    with pytest.raises(UsageError, match="larger than 4 MiB"):
+        read_baseline(path)
+
+
+def test_a_fifo_baseline_is_refused_by_the_bounded_reader_too(tmp_path: Path) -> None:
+    """read_at_most refuses a FIFO itself (opened non-blocking, then fstat), whoever calls it."""
+    from servekit.vocabulary import read_at_most
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match=r"fifo\.json: not a regular file"):
+        read_at_most(fifo, 10, str(fifo), "too large")

@@ -219,3 +219,53 @@ def test_a_generated_trace_shares_prefix_blocks_and_parses(tmp_path: Path) -> No
     # A perfect cache hits the shared blocks of every request but each group's first.
     shared = sum(2 * 512 for _ in trace.requests) - 2 * 2 * 512
     assert trace_hit_rate(trace) == shared / sum(r.input_tokens for r in trace.requests)
+
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def test_an_azure_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """A spreadsheet's "CSV UTF-8" starts with a BOM; it used to be "header lacks TIMESTAMP"."""
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (AZURE_HEADER + "2023-11-16 18:15:46,3,4\n").encode())
+    assert [r.input_tokens for r in read_trace(path).requests] == [3]
+    path = path.rename(tmp_path / "bom.trace")  # detected by its header, not its name
+    assert read_trace(path).format == "azure"
+
+
+def test_an_azure_timestamp_keeps_its_utc_offset(tmp_path: Path) -> None:
+    """Ordered with their offsets (10:00+02:00 is 08:00 UTC), so no "goes back in time"."""
+    path = tmp_path / "tz.csv"
+    path.write_text(
+        AZURE_HEADER + "2023-11-16 10:00:00.5000000+02:00,3,4\n"
+        "2023-11-16 09:30:00+00:00,3,4\n"
+        "2023-11-16 09:30:01.25Z,3,4\n"
+        "2023-11-16 09:30:02,3,4\n"
+    )
+    assert [r.at_s for r in read_trace(path).requests] == [0.0, 5399.5, 5400.75, 5401.5]
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        ("0001-01-01 00:00:00", "9999-12-31 23:59:59.9999999"),
+        ("2023-11-16 18:15:46", "2023-12-16 18:15:47"),
+    ],
+)
+def test_an_azure_trace_is_held_to_the_span_mooncake_is(
+    stamps: tuple[str, str], tmp_path: Path
+) -> None:
+    """Years 0001..9999 used to be accepted and the replay waited; 30 days is the bound."""
+    path = tmp_path / "long.csv"
+    path.write_text(AZURE_HEADER + "".join(f"{s},3,4\n" for s in stamps))
+    with pytest.raises(UsageError, match=r"line 3: timestamp: .* days after the first request"):
+        read_trace(path)
+    path.write_text(AZURE_HEADER + "2023-11-16 18:15:46,3,4\n2023-12-16 18:15:46,3,4\n")
+    assert read_trace(path).span_s == trace_mod.MAX_TIME_S
+
+
+def test_an_azure_timestamp_with_trailing_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(AZURE_HEADER + "2023-11-16 18:15:46.5.5,3,4\n")
+    with pytest.raises(UsageError, match="line 2: TIMESTAMP: expected a date and time"):
+        read_trace(path)

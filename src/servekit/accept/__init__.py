@@ -12,6 +12,7 @@ from servekit.lazyface import lazy_face
 if TYPE_CHECKING:
     from servekit.accept.checks.common import metric_labelled as metric_labelled
     from servekit.accept.checks.invariants import SOURCES as SOURCES
+    from servekit.accept.command import main as main
     from servekit.accept.markdown import (
         render_markdown as render_markdown,
         summary_line as summary_line,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from servekit.accept.progress import check_weight as check_weight, weights_for as weights_for
     from servekit.accept.runner import (
         RESULT_FILE as RESULT_FILE,
-        main as main,
         run_accept as run_accept,
         run_acceptance_async as run_acceptance_async,
     )

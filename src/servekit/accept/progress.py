@@ -15,9 +15,10 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
+from servekit.accept.context import parse_context
 from servekit.accept.matrix import verdict_text
 from servekit.accept.models import CheckResult
-from servekit.accept.options import AcceptOptions, parse_context
+from servekit.accept.options import AcceptOptions
 from servekit.accept.registry import Check, all_checks, select
 from servekit.errors import UsageError
 from servekit.progress import overall

@@ -14,21 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from servekit.accept.env import Env, Probe, base_url
 from servekit.accept.evidence import EvidenceStore
-from servekit.accept.markdown import render_markdown
-from servekit.accept.matrix import print_matrix
 from servekit.accept.models import AcceptResult, CheckResult, write_result
 from servekit.accept.options import AcceptOptions
 from servekit.accept.outcome import Outcome, failed
-from servekit.accept.progress import accept_progress, weights_for
 from servekit.accept.registry import Check, all_checks, select
 from servekit.accept.wire import Wire
 from servekit.deployment import Deployment, load_deployment
 from servekit.errors import UsageError
-from servekit.vocabulary import atomic_write_text
 
 RESULT_FILE = "result.json"
 MARKDOWN_FILE = "accept.md"
@@ -174,27 +168,3 @@ def run_accept(
             target, options, options.out, target=options.target, on_result=on_result
         )
     )
-
-
-def _finish(result: AcceptResult, out: Path, console: Console) -> int:
-    atomic_write_text(out / MARKDOWN_FILE, render_markdown(result))
-    print_matrix(result, console)
-    console.print(f"result: {out / RESULT_FILE}  report section: {out / MARKDOWN_FILE}")
-    return result.exit_code
-
-
-def main(options: AcceptOptions) -> int:
-    """``servekit accept``: list, self-check or run what the options ask; the exit code."""
-    console = Console()
-    if options.list_checks:
-        for check in select(all_checks(options), options.only):
-            console.print(f"{check.id:40} {check.summary}")
-        return 0
-    if options.selfcheck:
-        from servekit.accept.selfcheck import run_selfcheck_async
-
-        return _finish(asyncio.run(run_selfcheck_async(options.out)), options.out, console)
-    deployment = resolve_target(options)
-    with accept_progress(weights_for(options), Console(stderr=True)) as show:
-        result = run_accept(options, deployment=deployment, on_result=show)
-    return _finish(result, options.out, console)

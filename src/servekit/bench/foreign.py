@@ -37,7 +37,11 @@ from servekit.bench.stats import figure
 from servekit.errors import UsageError
 from servekit.vocabulary import read_at_most
 
-MAX_BYTES = 64 << 20
+MAX_BYTES = 4 << 20
+"""The bound is on what parsing costs, not on the bytes: ``json.loads`` of many small
+objects holds about 28 times the file (a 63 MiB file peaked at 1.75 GB), so 4 MiB
+keeps a hostile file near 110 MB. The files themselves are a few KiB (summary figures;
+a ``vllm bench serve --save-detailed`` file adds per-request lists)."""
 STATS = (("mean", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"))
 
 AIPERF_LATENCY = {
@@ -64,7 +68,10 @@ def read_baseline(path: Path) -> BenchResult:
     where = f"--baseline {path}"
     if not path.is_file():  # a FIFO or a device would block the read
         raise UsageError(f"{where}: no such file; pass a saved bench.json")
-    too_large = f"larger than {MAX_BYTES >> 20} MiB; not a benchmark result"
+    too_large = (
+        f"larger than {MAX_BYTES >> 20} MiB; pass a bench.json or a summary"
+        " (vllm bench serve without --save-detailed)"
+    )
     if path.stat().st_size > MAX_BYTES:  # refused unread; the bounded read covers growth
         raise UsageError(f"{where}: {too_large}")
     data = read_at_most(path, MAX_BYTES, where, too_large, hint="; pass a saved bench.json")

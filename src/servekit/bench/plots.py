@@ -33,16 +33,27 @@ def _save(fig: object, path: Path) -> Path:
     return path
 
 
-def _series(points: list[Point], x: str, y: str) -> tuple[list[float], list[float], list[float]]:
-    xs, ys, err = [], [], []
+SPREAD = "points: median over runs; bars: min to max over runs"
+"""What a throughput plot's bars show, written on the plot. Rates cannot be negative,
+so the spread is the runs' own range, never a symmetric +/- that crosses zero."""
+
+
+def _series(
+    points: list[Point], x: str, y: str
+) -> tuple[list[float], list[float], list[list[float]]]:
+    """(loads, medians, [below, above]): each bar runs from the runs' min to their max."""
+    xs, ys, below, above = [], [], [], []
     for p in points:
         fig = p.figures.get(y)
         if fig is None or fig.median is None:
             continue
+        low = fig.median if fig.min is None else min(fig.min, fig.median)
+        high = fig.median if fig.max is None else max(fig.max, fig.median)
         xs.append(float(p.params[x]))
         ys.append(fig.median)
-        err.append(max(fig.median - (fig.min or fig.median), (fig.max or fig.median) - fig.median))
-    return xs, ys, err
+        below.append(fig.median - low)
+        above.append(high - fig.median)
+    return xs, ys, [below, above]
 
 
 def integer_ticks(ax: Any, xs: list[float]) -> None:
@@ -53,7 +64,7 @@ def integer_ticks(ax: Any, xs: list[float]) -> None:
 
 
 def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path) -> Path:
-    """Figures (with min-max bars) against the load parameter ``x``."""
+    """Figures (medians, with bars from the runs' min to max) against the load parameter ``x``."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in ys:
@@ -63,7 +74,7 @@ def throughput_plot(points: list[Point], x: str, ys: tuple[str, ...], path: Path
     ax.set_xlabel(x)
     integer_ticks(ax, [float(p.params[x]) for p in points if x in p.params])
     ax.set_ylabel(points[0].figures[ys[0]].unit if ys[0] in points[0].figures else "")
-    ax.set_title(f"{points[0].workload}: throughput vs {x}")
+    ax.set_title(f"{points[0].workload}: throughput vs {x}\n{SPREAD}", fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)

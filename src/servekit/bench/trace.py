@@ -18,10 +18,12 @@ the field.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import itertools
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +79,8 @@ class Trace:
 
 def detect_format(path: Path, first_line: bytes) -> TraceFormat:
     """Azure when the file is a CSV (by name or by its header), else Mooncake JSONL."""
-    if path.suffix.lower() == ".csv" or first_line.lstrip().startswith(b"TIMESTAMP"):
+    head = first_line.removeprefix(codecs.BOM_UTF8).lstrip()
+    if path.suffix.lower() == ".csv" or head.startswith(b"TIMESTAMP"):
         return "azure"
     return "mooncake"
 
@@ -178,12 +181,21 @@ def _collect(
                 f"{MAX_INPUT_TOKENS} tokens; replay the first N requests with --requests N"
             )
         origin = at if origin is None else origin
+        if at - origin > MAX_TIME_S:
+            raise UsageError(
+                f"{where}: line {number}: timestamp: {_fmt_days(at - origin)} after the first "
+                f"request, past {_fmt_days(MAX_TIME_S)}; replay a part of the trace"
+            )
         requests.append(TraceRequest(number, at - origin, isl, osl, ids))
     return requests
 
 
 def _fmt_ms(seconds: float) -> str:
     return f"{seconds * 1000:g} ms"
+
+
+def _fmt_days(seconds: float) -> str:
+    return f"{seconds / 86400:g} days"
 
 
 class _Bad(ValueError):
@@ -233,7 +245,8 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def _azure(where: str, header: bytes) -> Any:
     """A line parser for the columns the header names (checked once)."""
-    names = [c.strip() for c in header.decode("utf-8", "replace").split(",")]
+    # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte order mark.
+    names = [c.strip() for c in header.decode("utf-8-sig", "replace").split(",")]
     missing = [c for c in AZURE_COLUMNS if c not in names]
     if missing:
         raise UsageError(
@@ -264,15 +277,24 @@ def _azure_count(name: str, cell: str, minimum: int) -> int:
     return _count({name: value}, name, minimum)
 
 
+_AZURE_TIME = re.compile(r"([^.]*)(?:\.(\d+))?((?:Z|[+-][0-9:]+)?)")
+
+
 def _azure_time(cell: str) -> float:
-    """Seconds since the epoch of an Azure ``TIMESTAMP`` (e.g. 2023-11-16 18:15:46.6805900)."""
+    """Seconds since the epoch of an Azure ``TIMESTAMP`` (e.g. 2023-11-16 18:15:46.6805900).
+
+    The fraction is read apart (the trace has 7 digits, more than ``fromisoformat``
+    takes); a UTC offset after it or after the seconds is kept, and a time
+    without one is UTC.
+    """
     text = cell.strip()
-    head, dot, frac = text.partition(".")
+    match = _AZURE_TIME.fullmatch(text)
     try:
-        stamp = dt.datetime.fromisoformat(head).replace(tzinfo=dt.UTC)
-        fraction = float(f"0.{frac}") if dot and frac.isdigit() else 0.0
+        if match is None:
+            raise ValueError(text)
+        stamp = dt.datetime.fromisoformat(match[1] + match[3])
     except ValueError:
         raise _Bad(f"TIMESTAMP: expected a date and time, got {_shown(text)}") from None
-    if dot and not frac.isdigit():
-        raise _Bad(f"TIMESTAMP: expected a date and time, got {_shown(text)}")
-    return stamp.timestamp() + fraction
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp() + (float(f"0.{match[2]}") if match[2] else 0.0)

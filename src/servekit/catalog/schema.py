@@ -23,7 +23,14 @@ from pydantic import (
 )
 
 from servekit.defaults import SettingValue, check_settings
-from servekit.vocabulary import EngineKind, KvRole, LayoutProxyMode, Role, StrictModel
+from servekit.vocabulary import (
+    EndpointGroup,
+    EngineKind,
+    KvRole,
+    LayoutProxyMode,
+    Role,
+    StrictModel,
+)
 
 Accelerator = Literal["ascend-a3", "ascend-a2", "nvidia", "cpu"]
 LaunchMode = Literal["single", "builtin-dp", "external-dp"]
@@ -364,7 +371,7 @@ class Proxy(StrictModel):
     decode: tuple[EndpointRef, ...] = ()
     replicas: tuple[EndpointRef, ...] = ()
 
-    def endpoints(self, which: Literal["prefill", "decode", "replicas"]) -> list[tuple[int, int]]:
+    def endpoints(self, which: EndpointGroup) -> list[tuple[int, int]]:
         return [ep for ref in getattr(self, which) for ep in ref.expand()]
 
 

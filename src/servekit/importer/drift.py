@@ -112,34 +112,61 @@ def _blocks(text: str) -> list[list[tuple[int, str]]]:
 
 
 def _logical(block: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """Lines with ``\\`` continuations joined (and a quoted value's newlines kept in)."""
+    """Lines with ``\\`` continuations joined (and a quoted value's newlines kept in).
+
+    Whether a quote is still open is carried from piece to piece
+    (:func:`_quote_after`), so each character is read once: re-reading the whole
+    value per line made one unclosed quote cost time quadratic in the file.
+    """
     out: list[tuple[int, str]] = []
-    start, acc = 0, ""
+    start, acc, state = 0, "", ""
     for no, line in block:
         if line.lstrip().startswith("#") and not acc:
             continue
         if not acc:
             start = no
         if line.rstrip().endswith("\\"):
-            acc += line.rstrip()[:-1] + " "
+            piece = line.rstrip()[:-1] + " "
+            acc, state = acc + piece, _quote_after(piece, state)
             continue
-        acc += line
-        if _open_quote(acc):
-            acc += "\n"
+        acc, state = acc + line, _quote_after(line, state)
+        if state in _QUOTES and len(acc) < MAX_LINE:
+            acc, state = acc + "\n", _quote_after("\n", state)
             continue
         out.append((start, acc))
-        acc = ""
+        acc, state = "", ""
     if acc:
         out.append((start, acc))
     return out
 
 
-def _open_quote(text: str) -> bool:
-    try:
-        shlex.split(text, comments=True)
-    except ValueError:
-        return len(text) < MAX_LINE
-    return False
+_QUOTES = ("'", '"')
+# What ends each state of shlex's posix reader: outside (""), in '...', in "...", in a comment.
+_STOPS = {
+    "": re.compile(r"""['"\\#]"""),
+    "'": re.compile("'"),
+    '"': re.compile(r'["\\]'),
+    "#": re.compile("\n"),
+}
+
+
+def _quote_after(text: str, state: str) -> str:
+    """The state after ``text`` read from ``state``: "" outside, a quote open, or "#" in a comment.
+
+    The rules of ``shlex.split(..., comments=True)``: a backslash outside quotes
+    or inside double quotes takes the next character, ``#`` outside quotes
+    comments out the rest of its line, single quotes take everything.
+    """
+    at = 0
+    while (m := _STOPS[state].search(text, at)) is not None:
+        stop, at = m.group(), m.end()
+        if stop == "\\":
+            at += 1
+        elif state:
+            state = ""
+        else:
+            state = stop
+    return state
 
 
 def _role(flags: dict[str, str]) -> str:

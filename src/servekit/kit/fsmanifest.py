@@ -21,7 +21,7 @@ from pathlib import Path
 
 from servekit.kit.errors import KitRefused
 from servekit.kit.paths import HEX, ROOT, escape_field, image_path, unescape_field
-from servekit.vocabulary import sha256_file
+from servekit.vocabulary import sha256_file, walk_tree
 
 DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO = "d", "f", "l", "c", "b", "p"
 KINDS = frozenset((DIR, FILE, SYMLINK, CHAR, BLOCK, FIFO))
@@ -208,7 +208,7 @@ def walk_dir(root: Path, exclude: Iterable[str] = ()) -> Iterator[Entry]:
     """
     skip = set(exclude)
     device = root.stat().st_dev
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk_tree(root):
         base = Path(dirpath)
         for name in sorted(dirnames) + sorted(filenames):
             path = base / name

@@ -34,7 +34,7 @@ from servekit.kit.streams import (
     as_binary,
     each_member,
 )
-from servekit.vocabulary import sha256_file
+from servekit.vocabulary import sha256_file, walk_tree
 
 MAX_SIDECAR = 4096
 
@@ -56,7 +56,7 @@ class Unpacked:
 def kit_members(root: Path) -> list[str]:
     """Relative paths of every file and folder in a kit folder, sorted."""
     out = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk_tree(root):
         base = Path(dirpath)
         out += [(base / n).relative_to(root).as_posix() + "/" for n in dirnames]
         out += [(base / n).relative_to(root).as_posix() for n in filenames]

@@ -7,7 +7,6 @@ the ``.tar.zst`` (unpacked safely into a scratch folder) or an unpacked folder.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import stat
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from servekit.kit.kitarchive import kit_members, unpack_checked
 from servekit.kit.models import MAX_LAYERS, MAX_MANIFEST_BYTES, MAX_PAYLOAD_FILES, KitManifest
 from servekit.kit.scratch import scratch_dir
 from servekit.kit.streams import Limits
-from servekit.vocabulary import read_at_most, sha256_file
+from servekit.vocabulary import read_at_most, sha256_file, walk_tree
 
 SUMS = "SHA256SUMS"
 MANIFEST = "MANIFEST.json"
@@ -139,7 +138,7 @@ def odd_entries(root: Path, max_entries: int) -> set[str]:
     """Entries of a folder that are neither plain folders nor regular files."""
     odd: set[str] = set()
     count = 0
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk_tree(root):
         for name in dirnames + filenames:
             count += 1
             if count > max_entries:

@@ -31,7 +31,7 @@ from servekit.kit.paths import (
     whiteout_named,
     whiteout_path,
 )
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import StrictModel, walk_tree
 
 BaseModelT = TypeVar("BaseModelT", bound=BaseModel)
 
@@ -128,7 +128,7 @@ def _file_member(dest: str, src: Path, item: PayloadItem) -> LayerMember:
 
 def _tree(root: Path, dest: str, src: Path, item: PayloadItem) -> list[LayerMember]:
     out = [LayerMember(dest, DIR, 0o755, item.uid, item.gid)]
-    for dirpath, dirnames, filenames in os.walk(src):
+    for dirpath, dirnames, filenames in walk_tree(src):
         dirnames.sort()
         base = Path(dirpath)
         for name in dirnames + sorted(filenames):

@@ -23,7 +23,7 @@ from servekit.kit.checks import CheckResult, counted
 from servekit.kit.fsmanifest import FsState
 from servekit.kit.jsonsafe import decode_text
 from servekit.kit.models import KitManifest
-from servekit.kit.smokeproof import expected_proof, witnesses
+from servekit.kit.smokeproof import expected_proof, redeem_nonce, was_issued, witnesses
 from servekit.vocabulary import read_at_most
 
 MAX_LOG = 16 << 20
@@ -31,6 +31,12 @@ _HEADER = re.compile(r"selftest kit (\S+) image (sha256:[0-9a-f]{64})")
 _COUNT = re.compile(r"(L1 payload sha256|L2 py_compile): (\d+)/(\d+) (ok|FAILED)")
 _IMPORT = re.compile(r"L2 import (\S+): (.*) (ok|FAILED) \(stamp (.*)\)")
 _PROOF = re.compile(r"selftest proof ([0-9a-f]+) (sha256:[0-9a-f]{64})")
+
+
+_NOT_ISSUED = (
+    "the log answers a nonce kit verify did not issue here, or one a log already"
+    " answered: run kit verify --out DIR for a fresh nonce and run selftest.sh again"
+)
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,15 @@ def _proof_problem(m: KitManifest, log: _Log, challenge: Challenge) -> str | Non
     nonce, digest = log.proof
     if nonce != challenge.nonce:
         return f"the log answers nonce {nonce[:32]}, not this run's: a log from an earlier run"
+    if not was_issued(nonce):
+        return _NOT_ISSUED
     if digest != expected_proof(witnesses(m), challenge.rootfs, nonce):
         return (
             "the proof does not match the rebuilt image's files: the log did not run"
             " inside this image"
         )
+    if not redeem_nonce(nonce):
+        return _NOT_ISSUED
     return None
 
 

@@ -11,6 +11,13 @@ one line per witness file (every payload file at its image path, then
 :func:`expected_proof` recomputes that text from the rebuilt image's own layer
 contents (never from the log), so an old log (another nonce), a run outside the
 image (other files) and a hand-written log all miss.
+
+A nonce must also have been issued here, and answers once: :func:`issue_nonce`
+records it in the user's state folder (``$XDG_STATE_HOME/servekit/kit-nonces``),
+and :func:`redeem_nonce` removes the record when a log that answers it passes.
+Without the record, anyone who has the kit and the base could pick a nonce,
+compute the digest from the rebuilt image (nothing run) and hand in a log that
+passes, as often as they like.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 from servekit.errors import UsageError
 from servekit.kit.fsmanifest import FILE, SYMLINK, FsState
 from servekit.kit.models import KitManifest
+from servekit.userdirs import state_dir
 from servekit.vocabulary import atomic_write_text
 
 NONCE_FILE = "smoke-nonce.txt"
@@ -33,11 +41,39 @@ BASE_WITNESSES = ("/etc/os-release",)
 _MAX_HOPS = 40
 
 
+def nonce_ledger() -> Path:
+    """The folder recording each nonce issued and not yet answered (one empty file each)."""
+    return state_dir() / "kit-nonces"
+
+
 def issue_nonce(out: Path) -> str:
-    """A fresh nonce for this verify run, written to ``out/smoke-nonce.txt``."""
+    """A fresh nonce for this verify run, recorded as issued and written to ``out/smoke-nonce.txt``."""
     nonce = secrets.token_hex(16)
+    ledger = nonce_ledger()
+    ledger.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ledger / nonce).touch(mode=0o600, exist_ok=False)
     atomic_write_text(out / NONCE_FILE, nonce + "\n")
     return nonce
+
+
+def was_issued(nonce: str) -> bool:
+    """Whether ``nonce`` was issued by :func:`issue_nonce` here and not yet redeemed."""
+    return NONCE.fullmatch(nonce) is not None and (nonce_ledger() / nonce).is_file()
+
+
+def redeem_nonce(nonce: str) -> bool:
+    """Use ``nonce`` up; False when it was not issued or another run redeemed it first.
+
+    Removing the record is the one atomic step, so of two runs handing in the
+    same log at once only one passes.
+    """
+    if NONCE.fullmatch(nonce) is None:
+        return False
+    try:
+        (nonce_ledger() / nonce).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_nonce(path: Path) -> str:

@@ -39,7 +39,9 @@ from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 from servekit.vocabulary import (
+    ENDPOINT_GROUPS,
     PROXY_MODE_OF,
+    EndpointGroup,
     EngineKind,
     KvProtocol,
     ProcessRole,
@@ -695,13 +697,13 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         args.extend(("--metaserver-url", word))
     _proxy_access(args, proxy)
 
-    def urls(which: Literal["prefill", "decode", "replicas"]) -> tuple[Word, ...]:
+    def urls(which: EndpointGroup) -> tuple[Word, ...]:
         return tuple(
             _node_address(ctx, node, "http://", f":{ctx.port(node, planned)}")
             for node, planned in proxy.endpoints(which)
         )
 
-    backends = {which: urls(which) for which in ("prefill", "decode", "replicas")}
+    backends = {which: urls(which) for which in ENDPOINT_GROUPS}
     bootstrap = _bootstraps(ctx, proxy) if mode == "bootstrap" else ()
     for flag, words in (
         ("--prefill", backends["prefill"]),

@@ -97,12 +97,15 @@ if TYPE_CHECKING:
     from servekit.vocabulary.reading import (
         read_at_most as read_at_most,
         sha256_file as sha256_file,
+        walk_tree as walk_tree,
     )
     from servekit.vocabulary.roles import (
+        ENDPOINT_GROUPS as ENDPOINT_GROUPS,
         KV_ROLE_OF as KV_ROLE_OF,
         PD_ROLES as PD_ROLES,
         PROXY_POOLS as PROXY_POOLS,
         ROLES as ROLES,
+        EndpointGroup as EndpointGroup,
         EndpointRole as EndpointRole,
         KvRole as KvRole,
         PdRole as PdRole,

@@ -6,14 +6,18 @@ the memory the bound protects. :func:`read_at_most` reads one byte past the boun
 so a file of exactly N bytes is kept and one of N+1 is refused unread beyond that;
 it reads in chunks, so what it holds is what the file has (``read(N + 1)`` would
 allocate the whole bound up front, and a 1 GiB bound under an address-space limit
-is a MemoryError). Standard library only.
+is a MemoryError). It opens non-blocking and reads only a regular file, so a
+FIFO or a device under the name is refused at once rather than waited on or
+read forever. Links are followed: the path is one the person named. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from servekit.errors import UsageError
@@ -39,7 +43,10 @@ def read_at_most(
     chunks: list[bytes] = []
     held = 0
     try:
-        with path.open("rb", buffering=0) as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise error(f"{where}: not a regular file (a FIFO, device or folder){hint}")
             while held <= limit:
                 chunk = fh.read(min(CHUNK, limit + 1 - held))
                 if not chunk:
@@ -51,6 +58,37 @@ def read_at_most(
     if held > limit:
         raise error(f"{where}: {too_large}")
     return b"".join(chunks)
+
+
+def walk_tree(root: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], list[str]]]:
+    """:func:`os.walk` top-down (prune by editing the names list), without recursion.
+
+    Python 3.11's ``os.walk`` recurses once per level, so a folder nested 1,500
+    deep raised RecursionError; this keeps its own stack, so depth costs memory
+    in proportion, not the interpreter's stack. Unreadable folders are skipped,
+    as ``os.walk`` skips them.
+    """
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as listing:
+                found = list(listing)
+        except OSError:
+            continue
+        # As os.walk: a link to a folder is listed among the folders, never entered.
+        dirs = [e.name for e in found if _is_dir(e)]
+        files = [e.name for e in found if not _is_dir(e)]
+        yield top, dirs, files
+        below = (os.path.join(top, name) for name in reversed(dirs))
+        stack.extend(path for path in below if not os.path.islink(path))
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

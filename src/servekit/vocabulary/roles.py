@@ -47,3 +47,7 @@ def role_of_kv(kv_role: object) -> Role:
 ProxyPool = Literal[PdRole, "replica"]
 """The proxy's instance pools: the PD halves, or replicas that serve whole requests."""
 PROXY_POOLS: tuple[ProxyPool, ...] = get_args(ProxyPool)
+
+EndpointGroup = Literal[PdRole, "replicas"]
+"""A layout proxy's endpoint lists, by field name: each feeds one pool (replicas: replica)."""
+ENDPOINT_GROUPS: tuple[EndpointGroup, ...] = get_args(EndpointGroup)

@@ -30,10 +30,10 @@ from servekit.accept.checks.needle import (
     needle_messages,
     needles_for,
 )
+from servekit.accept.context import context_label
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe
 from servekit.accept.needles import embed
-from servekit.accept.options import context_label
 from servekit.accept.outcome import Measure, Outcome, failed, passed
 from servekit.accept.replies import cached_tokens, read_stream
 from servekit.accept.wire import Exchange

@@ -16,6 +16,7 @@ from typing import Any
 from servekit.accept.calibrate import Calibration, calibrate, tolerance
 from servekit.accept.check import Check
 from servekit.accept.checks.common import tokenize_count
+from servekit.accept.context import context_label
 from servekit.accept.corpus import filler
 from servekit.accept.env import Probe
 from servekit.accept.judge import judge_answer
@@ -32,7 +33,6 @@ from servekit.accept.needles import (
     question,
     short_instruction,
 )
-from servekit.accept.options import context_label
 from servekit.accept.outcome import Outcome, failed, passed, skipped
 from servekit.accept.replies import answer_text, cached_tokens, read_stream, usage
 from servekit.accept.wire import Exchange
