@@ -8,25 +8,15 @@ CLI's choice list (tests/platforms checks the two agree).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 from servekit.catalog import Layout
+from servekit.platforms.request import Files, RenderRequest
 from servekit.render import Plan
 
 TargetName = Literal["modelarts", "nodes", "k8s"]
-Files = dict[str, str | bytes]
-
-
-@dataclass(frozen=True)
-class RenderRequest:
-    """What a platform's renderer gets: the Plan, its layout (where the platform needs
-    more than the Plan: Kubernetes, the hardware), and the platform's settings."""
-
-    plan: Plan
-    layout: Layout | None = None
-    settings: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

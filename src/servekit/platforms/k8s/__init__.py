@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, get_args
 from servekit.errors import UsageError
 
 if TYPE_CHECKING:
-    from servekit.platforms.table import Files, RenderRequest
+    from servekit.platforms.request import Files, RenderRequest
 
 
 def render(req: RenderRequest) -> Files:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from servekit.platforms.table import Files, RenderRequest
+    from servekit.platforms.request import Files, RenderRequest
 
 
 def render(req: RenderRequest) -> Files:
