@@ -27,11 +27,11 @@ if TYPE_CHECKING:
         rank_table as rank_table,
     )
     from servekit.platforms.options import RenderOptions as RenderOptions
+    from servekit.platforms.request import RenderRequest as RenderRequest
     from servekit.platforms.table import (
         PLATFORMS as PLATFORMS,
         TARGETS as TARGETS,
         Platform as Platform,
-        RenderRequest as RenderRequest,
         TargetName as TargetName,
         render_files as render_files,
         write_rendering as write_rendering,

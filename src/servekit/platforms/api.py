@@ -9,7 +9,8 @@ from rich.console import Console
 from servekit.catalog import load, packaged_catalog, resolve_catalog
 from servekit.errors import UsageError
 from servekit.fsutil import check_output_dir
-from servekit.platforms.table import PLATFORMS, Files, RenderRequest, TargetName
+from servekit.platforms.request import Files, RenderRequest
+from servekit.platforms.table import PLATFORMS, TargetName
 from servekit.render import apply_overrides, build_plan, check_layout, write_files
 
 
