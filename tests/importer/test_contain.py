@@ -198,8 +198,11 @@ def test_the_sandbox_command_line_has_every_confinement(tmp_path: Path) -> None:
         "--die-with-parent",
         "--new-session",
         "--cap-drop ALL",
-        "--ro-bind / /",
+        "--ro-bind /usr /usr",
         "--ro-bind /etc /etc",
+        f"--ro-bind {tmp_path}/platform/config /user/global/config",
+        f"--ro-bind {tmp_path}/platform/model /root/model",
+        "--remount-ro /",
         "--proc /proc",
         f"--bind {tmp_path}/nodes/0/proc-sys /proc/sys",
         f"--bind {tmp_path}/nodes/0/sys /sys",
@@ -210,6 +213,8 @@ def test_the_sandbox_command_line_has_every_confinement(tmp_path: Path) -> None:
     ):
         assert option in words, option
     assert argv.index("/proc/sys") > argv.index("--proc"), "/proc/sys must be bound over /proc"
+    assert argv.index("/root/model") > argv.index("/root"), "the model mount is inside /root"
+    assert "/" not in argv[argv.index("--ro-bind") + 1 : argv.index("--ro-bind") + 2]
     assert argv[-4:] == ["python3", "reaper.py", "dash", "/root/script/run.sh"]
     if os.geteuid() == 0:
         assert argv[1:3] == ["--reuid=65534", "--regid=65534"]

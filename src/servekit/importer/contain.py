@@ -41,7 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.importer.platform.harness import SYSTEM_PATH, read_small
+from servekit.importer.platform.harness import (
+    IMAGE_WORKSPACE,
+    PLATFORM_MODEL_DIR,
+    PLATFORM_RANK_TABLE,
+    SYSTEM_PATH,
+    read_small,
+)
 
 SANDBOX_UID = 65534
 FAKE_CPUS = 2
@@ -190,6 +196,31 @@ def writes(tree: NodeTree, node: int) -> list[Write]:
     return sorted(found, key=lambda w: w.path)
 
 
+# Top-level folders of the host the sandbox does not show as they are: its own
+# /proc, /dev, /sys, /tmp and /root, the platform's /user (the rank table's tree) and
+# the engine image's /vllm-workspace.
+OWN_TOP = frozenset({"proc", "dev", "sys", "tmp", "root", "user", IMAGE_WORKSPACE.lstrip("/")})
+
+
+def host_root_binds(top: Path = Path("/")) -> list[str]:
+    """The host's top-level entries, each read-only at its place (links as links).
+
+    ``--ro-bind / /`` would show the host's root itself, where no mount point
+    for the platform's ``/user/global/config`` can be made (read-only); binding
+    each entry into bubblewrap's own root leaves room for it.
+    """
+    args: list[str] = []
+    for entry in sorted(os.scandir(top), key=lambda e: e.name):
+        if entry.name in OWN_TOP:
+            continue
+        path = str(top / entry.name)
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(path), path]
+        else:
+            args += ["--ro-bind", path, path]
+    return args
+
+
 def _chown_tree(top: Path, uid: int) -> None:
     os.chown(top, uid, uid, follow_symlinks=False)
     for folder, dirs, files in os.walk(top):
@@ -265,9 +296,7 @@ class Sandbox:
             "--new-session",
             "--cap-drop",
             "ALL",
-            "--ro-bind",
-            "/",
-            "/",
+            *host_root_binds(),
             "--dev",
             "/dev",
             "--proc",
@@ -287,6 +316,15 @@ class Sandbox:
             "--bind",
             str(tree.root),
             "/root",
+            "--ro-bind",
+            str(self.platform_root / "model"),
+            PLATFORM_MODEL_DIR,
+            "--ro-bind",
+            str(self.platform_root / "image" / IMAGE_WORKSPACE.lstrip("/")),
+            IMAGE_WORKSPACE,
+            "--ro-bind",
+            str(self.platform_root / "config"),
+            str(Path(PLATFORM_RANK_TABLE).parent),
             "--bind",
             platform,
             platform,
@@ -295,6 +333,8 @@ class Sandbox:
             "--setenv",
             "FAKEPLATFORM_SYSCTL_ROOT",
             "/proc/sys",
+            "--remount-ro",
+            "/",
             "--",
             *argv,
         ]

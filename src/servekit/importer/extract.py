@@ -30,6 +30,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,13 @@ from servekit.importer.contain import (
 from servekit.importer.meta import SourceMeta, read_meta
 from servekit.importer.platform import fixture
 from servekit.importer.platform.harness import (
+    FakePlatform,
     NodeRun,
     create_platform,
     default_groups,
     install_recorder,
-    run_all_nodes,
     run_facts,
+    start_node,
 )
 from servekit.importer.platform.normalize import ProcessFacts, sorted_facts
 from servekit.importer.scan import (
@@ -63,6 +65,7 @@ from servekit.importer.scan import (
     host_tuning,
 )
 from servekit.importer.synthesize import HARDWARE
+from servekit.importer.waits import Watch
 from servekit.vocabulary import StrictModel
 
 # Python files of a folder that run for real (the platform's DP launcher); every other
@@ -74,9 +77,10 @@ EXECUTABLE_ASSUMPTION = (
     "of the scripts folder is assumed to keep them executable"
 )
 PROXY_ASSUMPTION = (
-    "PROXY_SCRIPT is set to the recording proxy, as the fidelity fixtures always had it: "
-    "a script that honours it records {PROXY_SCRIPT}, not its own default proxy file"
+    "the platform sets no PROXY_SCRIPT: a proxy runs from the path the folder's scripts "
+    "name; one the folder calls but does not ship is recorded from its command line"
 )
+POLL_S = 0.25
 MAX_FILES = 2000
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 
@@ -218,6 +222,29 @@ def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
             raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
 
 
+def _run_watched(
+    platform: FakePlatform, folder: Path, shell: str, limit: float, sandbox: Sandbox
+) -> list[NodeRun]:
+    """Every node side by side under one deadline; a node waiting for what the platform
+    never provides is refused at once (:mod:`servekit.importer.waits`)."""
+    entry = Path(SCRIPT_DIR) / ENTRY
+    started = [
+        start_node(platform, k, entry, shell=shell, wrap=sandbox.wrap)
+        for k in range(len(platform.nodes))
+    ]
+    deadline = time.monotonic() + limit
+    watch = Watch(started, folder)
+    while time.monotonic() < deadline and any(p.popen.poll() is None for p in started):
+        time.sleep(POLL_S)
+        if (what := watch.waiting()) is not None:
+            for process in started:
+                process.terminate()
+            for process in started:
+                process.wait(5.0)
+            raise ImportRefused(f"{folder}: {what}")
+    return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
+
+
 def extract_folder(
     folder: Path,
     *,
@@ -249,6 +276,7 @@ def extract_folder(
             default_groups(count),
             python=python,
             devices_per_node=per_node,
+            at_platform_paths=True,
         )
         template = scratch / "proc-sys-template"
         copy_proc_sys(template)
@@ -259,14 +287,8 @@ def extract_folder(
             shutil.copytree(original, tree.root / "script", symlinks=True)
             trees.append(tree)
         sandbox.hand_over()
-        runs = run_all_nodes(
-            platform,
-            Path(SCRIPT_DIR) / ENTRY,
-            shell=shell,
-            timeout=time_limit_s,
-            wrap=sandbox.wrap,
-        )
-        _check(ref.folder, runs, time_limit_s)
+        runs = _run_watched(platform, folder, shell, time_limit_s, sandbox)
+        _check(str(folder), runs, time_limit_s)
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
     assumptions = [EXECUTABLE_ASSUMPTION, PROXY_ASSUMPTION]
