@@ -27,6 +27,7 @@ node count, the file and line of a write, a double export) is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -39,6 +40,7 @@ from servekit.importer.contain import (
     ImportRefused,
     Limits,
     Sandbox,
+    Write,
     breach,
     copy_proc_sys,
     sandbox_python,
@@ -60,9 +62,9 @@ from servekit.importer.scan import (
     ENTRY,
     HostTuning,
     Unexpressed,
-    detect_nodes,
     double_exports,
     host_tuning,
+    stated_nodes,
 )
 from servekit.importer.synthesize import HARDWARE
 from servekit.importer.waits import Watch
@@ -82,6 +84,7 @@ PROXY_ASSUMPTION = (
 )
 POLL_S = 0.25
 MAX_FILES = 2000
+MAX_HELPER_BYTES = 1024 * 1024
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 
 
@@ -144,11 +147,13 @@ def detect_devices(folder: Path, source: SourceRef) -> int:
     return HARDWARE["a3"][1]
 
 
-def _check_folder(folder: Path) -> None:
+def _check_folder(folder: Path, entry: str) -> None:
     if not folder.is_dir():
-        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {ENTRY}")
-    if not (folder / ENTRY).is_file():
-        raise ImportRefused(f"{folder}: no {ENTRY}; a source layout folder starts at its {ENTRY}")
+        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {entry}")
+    if "/" in entry or entry in ("", ".", "..") or not (folder / entry).is_file():
+        raise ImportRefused(
+            f"{folder}: no {entry}; give the script every node runs with --entry NAME"
+        )
 
 
 def _copy_folder(folder: Path, into: Path) -> None:
@@ -182,21 +187,45 @@ def _copy_folder(folder: Path, into: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+_NETWORK_IMPORT = re.compile(
+    rb"^\s*(?:import|from)\s+(?:aiohttp|fastapi|uvicorn|starlette|flask|httpx|requests|"
+    rb"urllib\.request|urllib3|http\.server|http\.client|socket|socketserver|"
+    rb"prometheus_client)\b",
+    re.MULTILINE,
+)
+
+
+def serves_or_calls_the_network(path: Path) -> bool:
+    """A helper that imports an HTTP or socket module: a proxy, a smoke test, an
+    aggregator. The sandbox has no network, so it is recorded, not run."""
+    try:
+        with path.open("rb") as fh:
+            return _NETWORK_IMPORT.search(fh.read(MAX_HELPER_BYTES)) is not None
+    except OSError:
+        return True
+
+
 def _replace_helpers(copy: Path, python: str) -> list[str]:
-    """Every ``*.py`` of the copy but the DP launcher becomes the recorder; their names.
+    """Every ``*.py`` of the copy that serves or calls the network becomes the recorder;
+    their names. Any other (a DP launcher, a Python launcher) runs for real.
 
     A proxy is recorded whatever it is named (the recorder tells a proxy by its name
     or its flags); any other helper is recorded as a ``script`` process.
     """
     replaced = []
     for path in sorted(copy.glob("*.py")):
-        if path.name not in RUN_AS_IS and path.is_file() and not path.is_symlink():
+        if (
+            path.name not in RUN_AS_IS
+            and path.is_file()
+            and not path.is_symlink()
+            and serves_or_calls_the_network(path)
+        ):
             install_recorder(path, python, executable=False)
             replaced.append(path.name)
     return replaced
 
 
-def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
+def _check(name: str, entry: str, runs: Sequence[NodeRun], limit: float) -> None:
     for run in runs:
         where = f"{name}: node {run.node}"
         broken = [line for line in run.stderr.splitlines() if line.startswith("bwrap: ")]
@@ -217,19 +246,19 @@ def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
             )
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
-            raise ImportRefused(f"{where}: {ENTRY} exited {run.returncode}: {last}")
+            raise ImportRefused(f"{where}: {entry} exited {run.returncode}: {last}")
         if not run.records:
-            raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
+            raise ImportRefused(f"{where}: {entry} ended without starting vllm or a proxy")
 
 
 def _run_watched(
-    platform: FakePlatform, folder: Path, shell: str, limit: float, sandbox: Sandbox
+    platform: FakePlatform, folder: Path, entry: str, *, shell: str, limit: float, sandbox: Sandbox
 ) -> list[NodeRun]:
     """Every node side by side under one deadline; a node waiting for what the platform
     never provides is refused at once (:mod:`servekit.importer.waits`)."""
-    entry = Path(SCRIPT_DIR) / ENTRY
+    path = Path(SCRIPT_DIR) / entry
     started = [
-        start_node(platform, k, entry, shell=shell, wrap=sandbox.wrap)
+        start_node(platform, k, path, shell=shell, wrap=sandbox.wrap)
         for k in range(len(platform.nodes))
     ]
     deadline = time.monotonic() + limit
@@ -245,24 +274,21 @@ def _run_watched(
     return [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
 
 
-def extract_folder(
+PROBE_NODES = 8
+
+
+def _contained(
     folder: Path,
+    count: int,
     *,
-    nodes: int | None = None,
-    source: SourceRef | None = None,
-    shell: str = "dash",
-    time_limit_s: float = 120.0,
-    devices_per_node: int | None = None,
-) -> FolderFacts:
-    """Run every node rank of ``folder`` in its sandbox and return what they started."""
-    folder = Path(folder)
-    _check_folder(folder)
-    meta = read_meta(folder)
-    count, said = detect_nodes(folder, meta, nodes)
-    if shutil.which(shell) is None:
-        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
-    ref = source or SourceRef(folder=folder.name)
-    per_node = devices_per_node or detect_devices(folder, ref)
+    entry: str,
+    shell: str,
+    per_node: int,
+    time_limit_s: float,
+    check: bool = True,
+) -> tuple[list[NodeRun], list[ProcessFacts], list[Write], list[str], int]:
+    """Run ``entry`` on ``count`` sandboxed nodes: (runs, processes, writes, the helpers
+    replaced by the recorder, group 0's size). ``check``: refuse a node that failed."""
     python = sandbox_python()
     limits = Limits(time_s=time_limit_s)
     with tempfile.TemporaryDirectory(prefix="servekit-import-", ignore_cleanup_errors=True) as tmp:
@@ -287,10 +313,68 @@ def extract_folder(
             shutil.copytree(original, tree.root / "script", symlinks=True)
             trees.append(tree)
         sandbox.hand_over()
-        runs = _run_watched(platform, folder, shell, time_limit_s, sandbox)
-        _check(str(folder), runs, time_limit_s)
+        runs = _run_watched(
+            platform, folder, entry, shell=shell, limit=time_limit_s, sandbox=sandbox
+        )
+        if check:
+            _check(str(folder), entry, runs, time_limit_s)
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
+        return runs, processes, found, replaced, platform.group_sizes[0]
+
+
+def probe_nodes(
+    folder: Path, *, entry: str, shell: str, per_node: int, time_limit_s: float
+) -> tuple[int, str]:
+    """The node count of a folder nothing says it of: run the entry on
+    :data:`PROBE_NODES` nodes; the ranks it dispatches on are those that start something,
+    0..N-1, while every rank from N fails or starts nothing."""
+    runs, _processes, _found, _replaced, _group0 = _contained(
+        folder,
+        PROBE_NODES,
+        entry=entry,
+        shell=shell,
+        per_node=per_node,
+        time_limit_s=time_limit_s,
+        check=False,
+    )
+    started = [bool(run.records) and run.returncode == 0 for run in runs]
+    count = started.index(False) if False in started else PROBE_NODES
+    if count in {0, PROBE_NODES} or any(started[count:]):
+        seen = ", ".join(str(k) for k, ok in enumerate(started) if ok) or "none"
+        raise ImportRefused(
+            f"{folder}: cannot tell its node count: run on {PROBE_NODES} nodes, ranks {seen} "
+            f"started something (nothing in {entry}, meta.yaml or the folder name says it); "
+            "give --nodes N"
+        )
+    return count, f"ran {entry} on {PROBE_NODES} nodes: ranks 0..{count - 1} start processes"
+
+
+def extract_folder(
+    folder: Path,
+    *,
+    nodes: int | None = None,
+    source: SourceRef | None = None,
+    shell: str = "dash",
+    time_limit_s: float = 120.0,
+    devices_per_node: int | None = None,
+    entry: str = ENTRY,
+) -> FolderFacts:
+    """Run every node rank of ``folder`` in its sandbox and return what they started."""
+    folder = Path(folder)
+    _check_folder(folder, entry)
+    meta = read_meta(folder)
+    if shutil.which(shell) is None:
+        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
+    ref = source or SourceRef(folder=folder.name)
+    per_node = devices_per_node or detect_devices(folder, ref)
+    stated = stated_nodes(folder, meta, nodes, entry)
+    count, said = stated or probe_nodes(
+        folder, entry=entry, shell=shell, per_node=per_node, time_limit_s=time_limit_s
+    )
+    _runs, processes, found, replaced, group0 = _contained(
+        folder, count, entry=entry, shell=shell, per_node=per_node, time_limit_s=time_limit_s
+    )
     assumptions = [EXECUTABLE_ASSUMPTION, PROXY_ASSUMPTION]
     if replaced:
         assumptions.append(
@@ -298,11 +382,12 @@ def extract_folder(
         )
     return FolderFacts(
         source=ref,
+        entry=entry,
         shell=shell,
         nodes=count,
         nodes_from=said,
         devices_per_node=per_node,
-        group0_size=platform.group_sizes[0],
+        group0_size=group0,
         assumptions=tuple(assumptions),
         processes=tuple(p.to_json() for p in sorted_facts(processes)),
         host_tuning=tuple(host_tuning(folder, found)),

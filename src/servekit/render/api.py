@@ -36,7 +36,7 @@ def render_layout(
     errors = [f for f in check_layout(layout) if f.level == "error"]
     if errors:
         raise UsageError(
-            f"{errors[0].line()} (fix it or drop the --set; 'servekit layouts check' lists all)"
+            f"{errors[0].text()} (fix it or drop the --set; 'servekit layouts check' lists all)"
         )
     written = write_rendering(build_plan(layout), out, target, force=force)
     con.print(f"rendered {layout.name} for {target}: {len(written)} files in {out}")
