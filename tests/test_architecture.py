@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli",),
     ("commands",),
-    ("verify",),
+    ("verify", "layouttools"),
     ("report", "local", "importer"),
     ("accept", "render"),
     ("bench", "kit", "sim", "catalog"),

@@ -43,8 +43,7 @@ from servekit.catalog import (
     resolve_catalog,
 )
 from servekit.errors import UsageError
-from servekit.importer.synthesize import HARDWARE
-from servekit.importer.write import dump_yaml, summary
+from servekit.importer import HARDWARE, dump_yaml, summary
 from servekit.render import assign_path, check_layout, parse_set, topology_of
 from servekit.vocabulary import PD_ROLES, atomic_write_text
 
