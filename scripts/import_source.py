@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.fsutil import atomic_write_text
 from servekit.importer import FolderFacts, SourceRef, extract_folder
 from servekit.importer.platform import fixture
+from servekit.vocabulary import atomic_write_text
 
 MODEL_DIR = re.compile(r"(?P<model>.+)-(?P<hw>a2|a3)")
 REPO = "xuopoj/ma-vllm-samples"

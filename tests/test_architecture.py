@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli",),
     ("commands",),
-    ("verify",),
+    ("verify", "layouttools"),
     ("platforms",),
     ("report", "local", "importer"),
     ("accept", "render"),

@@ -18,7 +18,7 @@ from pathlib import Path
 # The spine: wait for the rank table, export AISHIPBOX_* and MASTER (sourced by run.sh).
 SPINE = """\
 # servekit test spine: rank table -> AISHIPBOX_* and MASTER (source it).
-rt=${RANK_TABLE_FILE:?RANK_TABLE_FILE unset}
+rt=/user/global/config/global_rank_table.json
 tries=0
 until [ "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("status"))' "$rt" 2>/dev/null)" = completed ]; do
     tries=$((tries + 1))
@@ -175,7 +175,7 @@ def pd_spanning(parent: Path) -> Path:
     proxy = (
         "#!/bin/sh\nset -e\n"
         "set -- $AISHIPBOX_ADDRS\n"
-        'exec python3 "$PROXY_SCRIPT" --host 0.0.0.0 --port 8080 '
+        "exec python3 /opt/official/pd_proxy.py --host 0.0.0.0 --port 8080 "
         '--prefiller-hosts "$1" --prefiller-ports 7100 '
         '--decoder-hosts "$3" --decoder-ports 7200\n'
     )

@@ -201,6 +201,8 @@ def test_the_sandbox_command_line_has_every_confinement(tmp_path: Path) -> None:
         "--cap-drop ALL",
         "--ro-bind /usr /usr",
         "--ro-bind-try /etc/passwd /etc/passwd",
+        f"--ro-bind {tmp_path}/platform/config /user/global/config",
+        f"--ro-bind {tmp_path}/platform/model /root/model",
         "--remount-ro /",
         "--proc /proc",
         f"--bind {tmp_path}/nodes/0/proc-sys /proc/sys",
@@ -214,6 +216,7 @@ def test_the_sandbox_command_line_has_every_confinement(tmp_path: Path) -> None:
     assert argv.index("/proc/sys") > argv.index("--proc"), "/proc/sys must be bound over /proc"
     assert "--ro-bind / /" not in words, "the host's / is never the sandbox's view"
     assert argv.index("--remount-ro") > argv.index("/root"), "the root is made read-only last"
+    assert argv.index("/root/model") > argv.index("/root"), "the model mount is inside /root"
     assert argv[-4:] == ["python3", "reaper.py", "dash", "/root/script/run.sh"]
     if os.geteuid() == 0:
         assert argv[1:3] == ["--reuid=65534", "--regid=65534"]

@@ -87,7 +87,9 @@ def test_nodes_in_meta_is_read(tmp_path: Path) -> None:
     assert _meta(tmp_path, "nodes: 6\n").nodes == 6
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_any_bytes_give_facts_or_one_refusal_line(tmp_path: Path, data: bytes) -> None:
     try:

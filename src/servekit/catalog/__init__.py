@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         LAYOUT_FILE as LAYOUT_FILE,
         LoadedLayout as LoadedLayout,
         canonical_name as canonical_name,
+        layout_names as layout_names,
         layout_path as layout_path,
         load as load,
         load_all as load_all,
@@ -63,6 +64,11 @@ if TYPE_CHECKING:
         NodeValue as NodeValue,
         Prepend as Prepend,
         Proxy as Proxy,
+    )
+    from servekit.catalog.topology import (
+        GRAMMAR as GRAMMAR,
+        Topology as Topology,
+        name_nodes as name_nodes,
     )
 
 __getattr__, __dir__ = lazy_face(__name__)

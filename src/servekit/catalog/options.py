@@ -75,7 +75,8 @@ class LayoutsImportOptions(StrictModel):
     """``servekit layouts import FOLDER``."""
 
     folder: Path = Field(
-        description="a layout folder in the source's convention (run.sh, role scripts, meta.yaml)"
+        description="a layout folder the platform runs (its entry script on every node; "
+        "role scripts, launchers, meta.yaml optional)"
     )
     name: str | None = Field(
         None,
@@ -86,8 +87,22 @@ class LayoutsImportOptions(StrictModel):
         None,
         description="import these recorded facts (a source.json) instead of running the folder",
     )
-    repo: str = Field("xuopoj/ma-vllm-samples", description="the source repository (owner/name)")
-    commit: str | None = Field(None, description="the source commit the folder was taken at")
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        le=250,
+        description="the node count, when nothing in the folder says it (default: found by "
+        "running the entry on more nodes and counting the ranks that start something)",
+    )
+    entry: str = Field(
+        "run.sh", description="the script every node runs (sh /root/script/ENTRY on the platform)"
+    )
+    repo: str | None = Field(
+        None, description="the source repository (owner/name); default: unknown"
+    )
+    commit: str | None = Field(
+        None, description="the source commit the folder was taken at; default: unknown"
+    )
     catalog: Path | None = catalog_field()
 
 

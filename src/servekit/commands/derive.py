@@ -1,8 +1,8 @@
 """``servekit layouts new|diff|drift``: derive a layout, compare two, compare with upstream.
 
 Attached to the ``layouts`` group by :mod:`servekit.commands.catalog`; the work
-lives in :mod:`servekit.importer.derive`, :mod:`servekit.importer.compare` and
-:mod:`servekit.importer.drift`, imported inside the run functions.
+lives in :mod:`servekit.layouttools.derive`, :mod:`servekit.layouttools.compare` and
+:mod:`servekit.layouttools.drift`, imported inside the run functions.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from servekit.cliopts import add_command
 
 
 def _new(opts: LayoutsNewOptions) -> int:
-    from servekit.importer import derive_layout, dump_yaml, write_derived
+    from servekit.importer import dump_yaml
+    from servekit.layouttools import derive_layout, write_derived
 
     data = derive_layout(opts)
     if opts.dry_run:
@@ -31,7 +32,7 @@ def _new(opts: LayoutsNewOptions) -> int:
 
 
 def _diff(opts: LayoutsDiffOptions) -> int:
-    from servekit.importer import diff_sources, print_diff
+    from servekit.layouttools import diff_sources, print_diff
 
     diff = diff_sources(opts.a, opts.b, opts.catalog)
     if opts.json_out:
@@ -42,7 +43,7 @@ def _diff(opts: LayoutsDiffOptions) -> int:
 
 
 def _drift(opts: LayoutsDriftOptions) -> int:
-    from servekit.importer import drift_report, print_drift
+    from servekit.layouttools import drift_report, print_drift
 
     report = drift_report(opts.name, opts.upstream, opts.catalog)
     if opts.json_out:

@@ -11,20 +11,19 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
-    from servekit.importer.api import import_layout as import_layout
-    from servekit.importer.compare import diff_sources as diff_sources, print_diff as print_diff
+    from servekit.importer.api import import_layout as import_layout, name_for as name_for
     from servekit.importer.contain import ImportRefused as ImportRefused
-    from servekit.importer.derive import (
-        derive_layout as derive_layout,
-        write_derived as write_derived,
-    )
-    from servekit.importer.drift import drift_report as drift_report, print_drift as print_drift
     from servekit.importer.extract import (
         FolderFacts as FolderFacts,
         SourceRef as SourceRef,
         extract_folder as extract_folder,
     )
     from servekit.importer.meta import SourceMeta as SourceMeta, read_meta as read_meta
-    from servekit.importer.write import dump_yaml as dump_yaml
+    from servekit.importer.synthesize import HARDWARE as HARDWARE, port_runs as port_runs
+    from servekit.importer.write import (
+        SOURCE_FILE as SOURCE_FILE,
+        dump_yaml as dump_yaml,
+        summary as summary,
+    )
 
 __getattr__, __dir__ = lazy_face(__name__)

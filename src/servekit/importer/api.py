@@ -17,11 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
-from servekit.catalog import LAYOUT_NAME, LayoutsImportOptions, load, resolve_catalog
+from servekit.catalog import (
+    LAYOUT_FILE,
+    LAYOUT_NAME,
+    Layout,
+    LayoutsImportOptions,
+    layout_names,
+    load,
+    resolve_catalog,
+)
 from servekit.errors import UsageError
 from servekit.importer.extract import SourceRef, extract_folder
 from servekit.importer.synthesize import Synthesis, synthesize
 from servekit.importer.write import profile_file, write_layout
+from servekit.render import build_plan, check_layout, source_caveat
 
 _MODEL_DIR = re.compile(r"^(?P<model>[a-z0-9][a-z0-9.-]*)-(?P<hw>a2|a3)$")
 
@@ -52,23 +61,44 @@ def read_facts(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}: not JSON ({exc.msg}); give a source.json") from exc
+        raise UsageError(
+            f"{path}:{exc.lineno}: not JSON ({exc.msg}); give --facts a source.json"
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("processes"), list):
-        raise UsageError(f"{path}:1: no 'processes' list; give the facts an import recorded")
+        raise UsageError(f"{path}:1: no 'processes' list; give --facts the facts an import wrote")
     return data
 
 
-def run_folder(folder: Path, repo: str, commit: str | None) -> dict[str, Any]:
-    """The facts of ``folder``, taken by the contained runner (one line and exit 2 on a breach)."""
+def source_folder(folder: Path) -> str:
+    """The folder's path in its source: ``models/<model>-<hw>/<topology>`` in the source's
+    convention, else the folder's own name (servekit never invents a path)."""
     resolved = folder.resolve()
-    ref = SourceRef(
-        repo=repo, commit=commit, folder=f"models/{resolved.parent.name}/{resolved.name}"
-    )
-    return extract_folder(folder, source=ref).document()
+    if _MODEL_DIR.match(resolved.parent.name) and resolved.parent.parent.name == "models":
+        return f"models/{resolved.parent.name}/{resolved.name}"
+    return resolved.name
 
 
-def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any]) -> None:
-    """Write into a scratch copy first: a layout that would not load is never written."""
+def run_folder(
+    folder: Path,
+    repo: str | None,
+    commit: str | None,
+    *,
+    nodes: int | None = None,
+    entry: str = "run.sh",
+) -> dict[str, Any]:
+    """The facts of ``folder``, taken by the contained runner (one line and exit 2 on a breach)."""
+    ref = SourceRef(repo=repo, commit=commit, folder=source_folder(folder))
+    return extract_folder(folder, source=ref, nodes=nodes, entry=entry).document()
+
+
+def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any], where: Path) -> Layout:
+    """Write into a scratch copy first: a layout that would not load, or that render
+    would refuse, is never written.
+
+    A render rule the source's own values break (``source_value``) is the source as it
+    is: the import records it as a caveat of the layout (``synth.caveats``), which
+    render then shows as a warning; any other error refuses the import.
+    """
     name = str(synth.layout["name"])
     with tempfile.TemporaryDirectory(prefix="servekit-import-") as tmp:
         scratch = Path(tmp)
@@ -77,7 +107,42 @@ def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any]) -> None:
             copy.parent.mkdir(parents=True)
             shutil.copy2(profile, copy)
         write_layout(scratch, synth, doc)
-        load(name, scratch)
+        errors = [f for f in check_layout(load(name, scratch).layout) if f.level == "error"]
+        kept = [source_caveat(f.field, f.message) for f in errors if f.source_value]
+        if kept:
+            synth.caveats.extend(c for c in kept if c not in synth.caveats)
+            write_layout(scratch, synth, doc)
+            errors = [f for f in check_layout(load(name, scratch).layout) if f.level == "error"]
+        if errors:
+            raise UsageError(
+                f"{where}: the imported layout breaks a rule render enforces ({errors[0].text()}); "
+                "it cannot be rendered as the folder is"
+            )
+        return load(name, scratch).layout
+
+
+def plan_signature(layout: Layout) -> list[tuple[Any, ...]]:
+    """What makes two layouts one: every process's name, argv (as a set of words: flag
+    order aside), environment, working directory, devices and ports; not the names."""
+    return [
+        (p.name, sorted(p.argv), sorted(p.env.items()), p.cwd, p.devices, p.api_port, p.kv_port)
+        for p in build_plan(layout).processes
+    ]
+
+
+def twin_of(catalog: Path, layout: Layout) -> str | None:
+    """The layout of ``catalog`` (another name) whose Plan is ``layout``'s, if any."""
+    mine = None
+    for name in layout_names(catalog):
+        if name == layout.name:
+            continue
+        other = load(name, catalog).layout
+        if (other.nodes, other.hardware) != (layout.nodes, layout.hardware):
+            continue
+        mine = mine if mine is not None else plan_signature(layout)
+        if plan_signature(other) == mine:
+            return name
+    return None
 
 
 def import_layout(opts: LayoutsImportOptions) -> tuple[str, list[Path], list[str]]:
@@ -88,15 +153,26 @@ def import_layout(opts: LayoutsImportOptions) -> tuple[str, list[Path], list[str
     folder, facts = opts.folder, opts.facts
     root = resolve_catalog(opts.catalog)
     chosen = _check_name(opts.name or name_for(folder))
-    doc = read_facts(facts) if facts is not None else run_folder(folder, opts.repo, opts.commit)
+    doc = (
+        read_facts(facts)
+        if facts is not None
+        else run_folder(folder, opts.repo, opts.commit, nodes=opts.nodes, entry=opts.entry)
+    )
     try:
         synth = synthesize(doc, chosen)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         where = facts if facts is not None else folder
         raise UsageError(
             f"{where}: the facts are not in the recorded format ({type(exc).__name__}: "
-            f"{str(exc)[:80]}); give a source.json an import wrote"
+            f"{str(exc)[:80]}); give --facts a source.json an import wrote"
         ) from exc
-    _staged_check(root, synth, doc)
+    where = facts if facts is not None else folder
+    staged = _staged_check(root, synth, doc, where)
+    if not (root / chosen / LAYOUT_FILE).is_file() and (twin := twin_of(root, staged)):
+        raise UsageError(
+            f"{where}: already in the catalog as {twin} (the same Plan: every process's "
+            f"command, environment, devices and ports); nothing written (--name {twin} "
+            "updates it)"
+        )
     changed = write_layout(root, synth, doc)
     return chosen, changed, [u.text() for u in synth.unexpressed]

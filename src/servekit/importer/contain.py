@@ -55,7 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.errors import UsageError
-from servekit.importer.platform.harness import SYSTEM_PATH, read_small
+from servekit.importer.platform.harness import (
+    IMAGE_WORKSPACE,
+    PLATFORM_MODEL_DIR,
+    PLATFORM_RANK_TABLE,
+    SYSTEM_PATH,
+    read_small,
+)
 
 SANDBOX_UID = 65534
 FAKE_CPUS = 2
@@ -530,17 +536,26 @@ class Sandbox:
             "--bind",
             str(tree.root),
             "/root",
+            "--ro-bind",
+            str(self.platform_root / "model"),
+            PLATFORM_MODEL_DIR,
+            "--ro-bind",
+            str(self.platform_root / "image" / IMAGE_WORKSPACE.lstrip("/")),
+            IMAGE_WORKSPACE,
+            "--ro-bind",
+            str(self.platform_root / "config"),
+            str(Path(PLATFORM_RANK_TABLE).parent),
             "--bind",
             platform,
             platform,
             *self._masks(),
-            "--remount-ro",
-            "/",
             "--chdir",
             str(self.platform_root / "start"),
             "--setenv",
             "FAKEPLATFORM_SYSCTL_ROOT",
             "/proc/sys",
+            "--remount-ro",
+            "/",
             "--",
             *argv,
         ]

@@ -27,9 +27,11 @@ node count, the file and line of a write, a double export) is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from servekit.importer.contain import (
     ImportRefused,
     Limits,
     Sandbox,
+    Write,
     breach,
     copy_proc_sys,
     sandbox_python,
@@ -48,23 +51,26 @@ from servekit.importer.contain import (
 from servekit.importer.meta import SourceMeta, read_meta
 from servekit.importer.platform import fixture
 from servekit.importer.platform.harness import (
+    FakePlatform,
+    NodeProcess,
     NodeRun,
     create_platform,
     default_groups,
     install_recorder,
-    run_all_nodes,
     run_facts,
+    start_node,
 )
 from servekit.importer.platform.normalize import ProcessFacts, sorted_facts
 from servekit.importer.scan import (
     ENTRY,
     HostTuning,
     Unexpressed,
-    detect_nodes,
     double_exports,
     host_tuning,
+    stated_nodes,
 )
 from servekit.importer.synthesize import HARDWARE
+from servekit.importer.waits import Watch
 from servekit.vocabulary import StrictModel
 
 # Python files of a folder that run for real (the platform's DP launcher); every other
@@ -76,10 +82,12 @@ EXECUTABLE_ASSUMPTION = (
     "of the scripts folder is assumed to keep them executable"
 )
 PROXY_ASSUMPTION = (
-    "PROXY_SCRIPT is set to the recording proxy, as the fidelity fixtures always had it: "
-    "a script that honours it records {PROXY_SCRIPT}, not its own default proxy file"
+    "the platform sets no PROXY_SCRIPT: a proxy runs from the path the folder's scripts "
+    "name; one the folder calls but does not ship is recorded from its command line"
 )
+POLL_S = 0.25
 MAX_FILES = 2000
+MAX_HELPER_BYTES = 1024 * 1024
 MAX_FOLDER_BYTES = 32 * 1024 * 1024
 
 
@@ -142,17 +150,20 @@ def detect_devices(folder: Path, source: SourceRef) -> int:
     return HARDWARE["a3"][1]
 
 
-def _check_folder(folder: Path) -> None:
+def _check_folder(folder: Path, entry: str) -> None:
     try:
-        is_dir, has_entry = folder.is_dir(), (folder / ENTRY).is_file()
+        is_dir = folder.is_dir()
+        has_entry = "/" not in entry and entry not in ("", ".", "..") and (folder / entry).is_file()
     except OSError as exc:  # a name over 255 bytes, a loop of links
         raise ImportRefused(
             f"{shown(str(folder))}: cannot read ({exc.strerror}); give the layout folder"
         ) from None
     if not is_dir:
-        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {ENTRY}")
+        raise ImportRefused(f"{folder}: not a folder; give the layout folder that holds {entry}")
     if not has_entry:
-        raise ImportRefused(f"{folder}: no {ENTRY}; a source layout folder starts at its {ENTRY}")
+        raise ImportRefused(
+            f"{folder}: no {entry}; give the script every node runs with --entry NAME"
+        )
 
 
 MAX_DEPTH = 32
@@ -212,21 +223,45 @@ def _copy_folder(folder: Path, into: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+_NETWORK_IMPORT = re.compile(
+    rb"^\s*(?:import|from)\s+(?:aiohttp|fastapi|uvicorn|starlette|flask|httpx|requests|"
+    rb"urllib\.request|urllib3|http\.server|http\.client|socket|socketserver|"
+    rb"prometheus_client)\b",
+    re.MULTILINE,
+)
+
+
+def serves_or_calls_the_network(path: Path) -> bool:
+    """A helper that imports an HTTP or socket module: a proxy, a smoke test, an
+    aggregator. The sandbox has no network, so it is recorded, not run."""
+    try:
+        with path.open("rb") as fh:
+            return _NETWORK_IMPORT.search(fh.read(MAX_HELPER_BYTES)) is not None
+    except OSError:
+        return True
+
+
 def _replace_helpers(copy: Path, python: str) -> list[str]:
-    """Every ``*.py`` of the copy but the DP launcher becomes the recorder; their names.
+    """Every ``*.py`` of the copy that serves or calls the network becomes the recorder;
+    their names. Any other (a DP launcher, a Python launcher) runs for real.
 
     A proxy is recorded whatever it is named (the recorder tells a proxy by its name
     or its flags); any other helper is recorded as a ``script`` process.
     """
     replaced = []
     for path in sorted(copy.glob("*.py")):
-        if path.name not in RUN_AS_IS and path.is_file() and not path.is_symlink():
+        if (
+            path.name not in RUN_AS_IS
+            and path.is_file()
+            and not path.is_symlink()
+            and serves_or_calls_the_network(path)
+        ):
             install_recorder(path, python, executable=False)
             replaced.append(path.name)
     return replaced
 
 
-def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
+def _check(name: str, entry: str, runs: Sequence[NodeRun], limit: float) -> None:
     for run in runs:
         where = f"{name}: node {run.node}"
         if run.stopped is not None:
@@ -248,32 +283,85 @@ def _check(name: str, runs: Sequence[NodeRun], limit: float) -> None:
                 "(a script that never ends, or a process left running)"
             )
         if (stopped := status_breach(run.returncode)) is not None:
-            raise ImportRefused(f"{where} {stopped} ({ENTRY} exited {run.returncode}, SIGXFSZ)")
+            raise ImportRefused(f"{where} {stopped} ({entry} exited {run.returncode}, SIGXFSZ)")
         if run.returncode != 0:
             last = shown((run.stderr.strip().splitlines() or ["(no output)"])[-1])
-            raise ImportRefused(f"{where}: {ENTRY} exited {run.returncode}: {last}")
+            raise ImportRefused(f"{where}: {entry} exited {run.returncode}: {last}")
         if not run.records:
-            raise ImportRefused(f"{where}: {ENTRY} ended without starting vllm or a proxy")
+            raise ImportRefused(f"{where}: {entry} ended without starting vllm or a proxy")
 
 
-def extract_folder(
+def _run_watched(
+    platform: FakePlatform, folder: Path, entry: str, *, shell: str, limit: float, sandbox: Sandbox
+) -> list[NodeRun]:
+    """Every node side by side under one deadline and the import's shared bounds.
+
+    A node waiting for what the platform never provides is refused at once
+    (:mod:`servekit.importer.waits`); the disk the sandboxes fill together and
+    their one memory group bound them all (the sandbox's ``disk`` watch and
+    memory group); Ctrl-C or SIGTERM leaves no node running, so the caller's
+    cleanup removes a folder nothing writes to any more.
+    """
+    path = Path(SCRIPT_DIR) / entry
+    started: list[NodeProcess] = []
+    sandbox.disk.mark()
+    sandbox.open_memory_group()
+    try:
+        for k in range(len(platform.nodes)):
+            started.append(start_node(platform, k, path, shell=shell, wrap=sandbox.wrap))
+        deadline = time.monotonic() + limit
+        stopped = _watch_nodes(started, folder, deadline, sandbox)
+        if stopped is not None:
+            for process in started:
+                process.kill()
+        runs = [process.wait(max(0.0, deadline - time.monotonic())) for process in started]
+        for run in runs:
+            run.stopped = stopped
+        if (memory := sandbox.memory_breach()) is not None:
+            raise ImportRefused(f"{folder}: a node {memory}")
+        return runs
+    except BaseException:
+        for process in started:
+            process.kill()
+        raise
+    finally:
+        sandbox.close()
+
+
+def _watch_nodes(
+    started: list[NodeProcess], folder: Path, deadline: float, sandbox: Sandbox
+) -> str | None:
+    """Poll until every node ended or the deadline passed: the disk bound's reason if
+    the sandboxes passed it together; a node waiting on what never comes is refused."""
+    waits = Watch(started, folder)
+    while time.monotonic() < deadline and any(p.popen.poll() is None for p in started):
+        time.sleep(POLL_S)
+        if (stopped := sandbox.disk()) is not None:
+            return stopped
+        if (what := waits.waiting()) is not None:
+            for process in started:
+                process.terminate()
+            for process in started:
+                process.wait(5.0)
+            raise ImportRefused(f"{folder}: {what}")
+    return None
+
+
+PROBE_NODES = 8
+
+
+def _contained(
     folder: Path,
+    count: int,
     *,
-    nodes: int | None = None,
-    source: SourceRef | None = None,
-    shell: str = "dash",
-    time_limit_s: float = 120.0,
-    devices_per_node: int | None = None,
-) -> FolderFacts:
-    """Run every node rank of ``folder`` in its sandbox and return what they started."""
-    folder = Path(folder)
-    _check_folder(folder)
-    meta = read_meta(folder)
-    count, said = detect_nodes(folder, meta, nodes)
-    if shutil.which(shell) is None:
-        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
-    ref = source or SourceRef(folder=folder.name)
-    per_node = devices_per_node or detect_devices(folder, ref)
+    entry: str,
+    shell: str,
+    per_node: int,
+    time_limit_s: float,
+    check: bool = True,
+) -> tuple[list[NodeRun], list[ProcessFacts], list[Write], list[str], int]:
+    """Run ``entry`` on ``count`` sandboxed nodes: (runs, processes, writes, the helpers
+    replaced by the recorder, group 0's size). ``check``: refuse a node that failed."""
     python = sandbox_python()
     limits = Limits(time_s=time_limit_s)
     with tempfile.TemporaryDirectory(prefix="servekit-import-", ignore_cleanup_errors=True) as tmp:
@@ -287,6 +375,7 @@ def extract_folder(
             default_groups(count),
             python=python,
             devices_per_node=per_node,
+            at_platform_paths=True,
         )
         template = scratch / "proc-sys-template"
         copy_proc_sys(template)
@@ -297,24 +386,68 @@ def extract_folder(
             shutil.copytree(original, tree.root / "script", symlinks=True)
             trees.append(tree)
         sandbox.hand_over()
-        sandbox.disk.mark()
-        sandbox.open_memory_group()
-        try:
-            runs = run_all_nodes(
-                platform,
-                Path(SCRIPT_DIR) / ENTRY,
-                shell=shell,
-                timeout=time_limit_s,
-                wrap=sandbox.wrap,
-                watch=sandbox.disk,
-            )
-            if (memory := sandbox.memory_breach()) is not None:
-                raise ImportRefused(f"{ref.folder}: a node {memory}")
-        finally:
-            sandbox.close()
-        _check(ref.folder, runs, time_limit_s)
+        runs = _run_watched(
+            platform, folder, entry, shell=shell, limit=time_limit_s, sandbox=sandbox
+        )
+        if check:
+            _check(str(folder), entry, runs, time_limit_s)
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
+        return runs, processes, found, replaced, platform.group_sizes[0]
+
+
+def probe_nodes(
+    folder: Path, *, entry: str, shell: str, per_node: int, time_limit_s: float
+) -> tuple[int, str]:
+    """The node count of a folder nothing says it of: run the entry on
+    :data:`PROBE_NODES` nodes; the ranks it dispatches on are those that start something,
+    0..N-1, while every rank from N fails or starts nothing."""
+    runs, _processes, _found, _replaced, _group0 = _contained(
+        folder,
+        PROBE_NODES,
+        entry=entry,
+        shell=shell,
+        per_node=per_node,
+        time_limit_s=time_limit_s,
+        check=False,
+    )
+    started = [bool(run.records) and run.returncode == 0 for run in runs]
+    count = started.index(False) if False in started else PROBE_NODES
+    if count in {0, PROBE_NODES} or any(started[count:]):
+        seen = ", ".join(str(k) for k, ok in enumerate(started) if ok) or "none"
+        raise ImportRefused(
+            f"{folder}: cannot tell its node count: run on {PROBE_NODES} nodes, ranks {seen} "
+            f"started something (nothing in {entry}, meta.yaml or the folder name says it); "
+            "give --nodes N"
+        )
+    return count, f"ran {entry} on {PROBE_NODES} nodes: ranks 0..{count - 1} start processes"
+
+
+def extract_folder(
+    folder: Path,
+    *,
+    nodes: int | None = None,
+    source: SourceRef | None = None,
+    shell: str = "dash",
+    time_limit_s: float = 120.0,
+    devices_per_node: int | None = None,
+    entry: str = ENTRY,
+) -> FolderFacts:
+    """Run every node rank of ``folder`` in its sandbox and return what they started."""
+    folder = Path(folder)
+    _check_folder(folder, entry)
+    meta = read_meta(folder)
+    if shutil.which(shell) is None:
+        raise ImportRefused(f"shell {shell!r} not found; install it (dash is Debian's)")
+    ref = source or SourceRef(folder=folder.name)
+    per_node = devices_per_node or detect_devices(folder, ref)
+    stated = stated_nodes(folder, meta, nodes, entry)
+    count, said = stated or probe_nodes(
+        folder, entry=entry, shell=shell, per_node=per_node, time_limit_s=time_limit_s
+    )
+    _runs, processes, found, replaced, group0 = _contained(
+        folder, count, entry=entry, shell=shell, per_node=per_node, time_limit_s=time_limit_s
+    )
     assumptions = [EXECUTABLE_ASSUMPTION, PROXY_ASSUMPTION]
     if replaced:
         assumptions.append(
@@ -322,11 +455,12 @@ def extract_folder(
         )
     return FolderFacts(
         source=ref,
+        entry=entry,
         shell=shell,
         nodes=count,
         nodes_from=said,
         devices_per_node=per_node,
-        group0_size=platform.group_sizes[0],
+        group0_size=group0,
         assumptions=tuple(assumptions),
         processes=tuple(p.to_json() for p in sorted_facts(processes)),
         host_tuning=tuple(host_tuning(folder, found)),

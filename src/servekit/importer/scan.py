@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from servekit.catalog import name_nodes
 from servekit.importer.contain import FAKE_CPUS, ImportRefused, Write
 from servekit.importer.meta import SourceMeta
-from servekit.render import PD_NAME
 from servekit.vocabulary import StrictModel
 
 ENTRY = "run.sh"
@@ -29,7 +29,6 @@ MAX_NODES = 250
 MAX_SCRIPT_BYTES = 1024 * 1024
 _NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
 _RANK_RANGE = re.compile(r"\(want 0\.\.(\d+)\)")
-_NODES_NAME = re.compile(r"(\d+)nodes?")
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=")
 _CPU = re.compile(r"/cpu(\d+)/")
 _BRANCH = re.compile(r"^\s*(else|elif|fi|esac)\b|;;")
@@ -72,30 +71,35 @@ def _code_lines(path: Path) -> Iterable[tuple[int, str]]:
             yield number, line
 
 
-def name_nodes(name: str) -> int | None:
-    """The node count the naming grammar says: ``1node``, ``4nodes``, ``1x2p1x4d`` = 6."""
-    if match := _NODES_NAME.fullmatch(name):
-        return int(match.group(1))
-    if match := PD_NAME.fullmatch(name):
-        a, b, c, d = (int(g) if g else 1 for g in match.groups())
-        return a * b + c * d
-    return None
+def detect_nodes(
+    folder: Path, meta: SourceMeta, given: int | None = None, entry: str = ENTRY
+) -> tuple[int, str]:
+    """(node count, which source said it), or a refusal naming ``--nodes`` when none does."""
+    stated = stated_nodes(folder, meta, given, entry)
+    if stated is None:
+        raise ImportRefused(
+            f"{folder}: cannot tell its node count (no check in {entry}, no nodes: in "
+            "meta.yaml, a name outside the grammar); give --nodes N"
+        )
+    return stated
 
 
-def detect_nodes(folder: Path, meta: SourceMeta, given: int | None = None) -> tuple[int, str]:
-    """(node count, which source said it); every source that says one must agree.
+def stated_nodes(
+    folder: Path, meta: SourceMeta, given: int | None = None, entry: str = ENTRY
+) -> tuple[int, str] | None:
+    """(node count, which source said it), None when nothing says one; every source that
+    says one must agree.
 
-    Order: ``run.sh``'s node-count check (``AISHIPBOX_NNODES != N`` or its rank
+    Order: the entry's node-count check (``AISHIPBOX_NNODES != N`` or its rank
     dispatch ``(want 0..N-1)``: what the platform run enforces) wins, then
     ``nodes:`` in meta.yaml, then the folder name's grammar, then ``given``.
     """
     said: list[tuple[int, str]] = []
-    entry = folder / ENTRY
-    for number, line in _code_lines(entry):
+    for number, line in _code_lines(folder / entry):
         if match := _NNODES_CHECK.search(line):
-            said.append((int(match.group(1)), f"{ENTRY}:{number} (node-count check)"))
+            said.append((int(match.group(1)), f"{entry}:{number} (node-count check)"))
         elif match := _RANK_RANGE.search(line):
-            said.append((int(match.group(1)) + 1, f"{ENTRY}:{number} (rank dispatch 0..N-1)"))
+            said.append((int(match.group(1)) + 1, f"{entry}:{number} (rank dispatch 0..N-1)"))
     if meta.nodes is not None:
         said.append((meta.nodes, f"{meta.file} (nodes)"))
     if (by_name := name_nodes(folder.name)) is not None:
@@ -103,14 +107,11 @@ def detect_nodes(folder: Path, meta: SourceMeta, given: int | None = None) -> tu
     if given is not None:
         said.append((given, "--nodes"))
     if not said:
-        raise ImportRefused(
-            f"{folder}: cannot tell its node count (no check in {ENTRY}, no nodes: in "
-            "meta.yaml, a name outside the grammar); pass the node count"
-        )
+        return None
     counts = {n for n, _ in said}
     if len(counts) > 1:
         listed = ", ".join(f"{where} says {n}" for n, where in said)
-        raise ImportRefused(f"{folder}: node counts disagree ({listed}); fix the folder")
+        raise ImportRefused(f"{folder}: node counts disagree ({listed}); fix the folder or --nodes")
     count, where = said[0]
     if not 1 <= count <= MAX_NODES:
         raise ImportRefused(f"{folder}: {where} says {count} nodes; want 1..{MAX_NODES}")

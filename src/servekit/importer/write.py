@@ -53,6 +53,13 @@ GUARD_DEVIATIONS = (
         "reason": "the guard module ships beside the scripts, so nothing is installed in the image",
     },
 )
+METASERVER_DEVIATION = {
+    "what": "SERVEKIT_GUARD_METASERVER names the proxy's metaserver URL on the layerwise "
+    "decode engines",
+    "env": "SERVEKIT_GUARD_METASERVER",
+    "reason": "a layerwise decoder's guard lets through exactly the proxy's metaserver "
+    "callbacks (the source has no guard, so no such variable)",
+}
 PROXY_DEVIATION = {
     "what": "servekit's PD proxy replaces the vendored proxy script",
     "process": "proxy",
@@ -127,6 +134,20 @@ def read_profile(path: Path) -> dict[str, Any] | None:
     return data
 
 
+UNKNOWN = "unknown"
+
+
+def _known(value: object) -> str:
+    """A source value as written, or ``unknown`` (never ``None``)."""
+    return str(value) if isinstance(value, str) and value else UNKNOWN
+
+
+def _profile_folder(folder: str) -> str:
+    """The model folder of ``models/<model>-<hw>/<topology>``; a folder of its own
+    (no parent in the facts) stands for itself."""
+    return folder.rsplit("/", 1)[0] if "/" in folder else folder
+
+
 def _new_profile(name: str, source: Mapping[str, Any]) -> dict[str, Any]:
     hw, model, _topology = name.split("/")
     return {
@@ -134,8 +155,8 @@ def _new_profile(name: str, source: Mapping[str, Any]) -> dict[str, Any]:
         "summary": f"{MODEL_TITLES.get(model, model)} on {hw.upper()}: the per-role commands "
         "its imported layouts share",
         "engine_kind": "vllm-ascend",
-        "source": f"{source['repo']}@{str(source['commit'])[:7]} "
-        f"{str(source['folder']).rsplit('/', 1)[0]}",
+        "source": f"{_known(source.get('repo'))}@{_known(source.get('commit'))[:7]} "
+        f"{_profile_folder(str(source['folder']))}",
         "roles": {},
     }
 
@@ -183,6 +204,8 @@ def build_documents(
     deviations: list[dict[str, Any]] = []
     if decode_guard:
         deviations.extend(GUARD_DEVIATIONS)
+    if decode_guard and (layout.get("proxy") or {}).get("mode") == "layerwise":
+        deviations.append(dict(METASERVER_DEVIATION))
     if "proxy" in layout:
         deviations.append(dict(PROXY_DEVIATION))
     for var, names in sorted(unset.items()):
@@ -237,13 +260,13 @@ def _provenance(doc: Mapping[str, Any], deviations: list[dict[str, Any]]) -> dic
     source = doc["source"]
     meta = dict(doc.get("meta") or {})
     provenance: dict[str, Any] = {
-        "source": str(meta.get("url") or f"{source['repo']} {source['folder']}"),
+        "source": str(meta.get("url") or f"{_known(source.get('repo'))} {source['folder']}"),
     }
     # A folder with no commit (a local copy, edited or not) names no verified scripts:
     # it gets no source_ref, so nothing claims it equals a commit of the source.
     if isinstance(source.get("commit"), str) and re.fullmatch(r"[0-9a-f]{7,40}", source["commit"]):
         provenance["source_ref"] = {
-            "repo": source["repo"],
+            "repo": _known(source.get("repo")),
             "folder": source["folder"],
             "commit": source["commit"],
         }

@@ -48,7 +48,7 @@ def render_target(
     errors = [f for f in check_layout(layout) if f.level == "error"]
     if errors:
         raise UsageError(
-            f"{errors[0].line()} (fix it or drop the --set; 'servekit layouts check' lists all)"
+            f"{errors[0].text()} (fix it or drop the --set; 'servekit layouts check' lists all)"
         )
     req = RenderRequest(plan=build_plan(layout), layout=layout, settings=settings)
     return layout.name, PLATFORMS[target].render(req)

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
         planned_ports as planned_ports,
     )
     from servekit.render.rules import (
-        PD_NAME as PD_NAME,
         Finding as Finding,
         check_layout as check_layout,
+        source_caveat as source_caveat,
         topology_of as topology_of,
     )
     from servekit.render.shell import (

@@ -8,12 +8,11 @@ so that what is checked is exactly what would be launched.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from servekit.catalog import Engine, Layout, Proxy
+from servekit.catalog import Engine, Layout, Proxy, Topology
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import Plan, PlanOptions, build_plan
 from servekit.vocabulary import KV_ROLE_OF, PD_PROXY_MODES, PD_ROLES, Role, StrictModel
@@ -29,9 +28,20 @@ class Finding(StrictModel):
     layout: str
     field: str
     message: str
+    # a rule some source folder breaks: kept (a warning) where the import recorded it
+    source_value: bool = False
 
     def line(self) -> str:
-        return f"{self.level}: {self.layout}: {self.field}: {self.message}"
+        return f"{self.level}: {self.text()}"
+
+    def text(self) -> str:
+        """The finding without its level (for a message that says its own)."""
+        return f"{self.layout}: {self.field}: {self.message}"
+
+
+def source_caveat(field: str, message: str) -> str:
+    """The caveat an import records for a rule the source's own values break."""
+    return f"the source's own value, kept: {field}: {message}"
 
 
 Rule = Callable[[Layout, Plan], Iterable[Finding]]
@@ -52,9 +62,12 @@ def _source_err(layout: Layout, field: str, message: str) -> Finding:
     so); what servekit would not write itself is shown, not refused, so the
     catalog can hold the source as it is and name its defects.
     """
-    if layout.provenance.source_ref is not None and layout.name.count("/") == 2:
+    recorded = source_caveat(field, message) in layout.provenance.caveats
+    if recorded or (layout.provenance.source_ref is not None and layout.name.count("/") == 2):
         return _warn(layout, field, f"{message} (the source's own value)")
-    return _err(layout, field, message)
+    return Finding(
+        level="error", layout=layout.name, field=field, message=message, source_value=True
+    )
 
 
 def _engine_field(layout: Layout, engine: Engine, attr: str) -> str:
@@ -386,53 +399,33 @@ def rule_provenance(layout: Layout, plan: Plan) -> Iterable[Finding]:
     # ledger record of its own verifies it (catalog.ledger), so --strict passes it.
 
 
-PD_NAME = re.compile(r"^(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d(?:_\d+)?$")
-_MIXED_NAME = re.compile(r"^(?:1node|(\d+)nodes)(?:_\d+)?$")
-
-
 def topology_of(layout: Layout) -> str:
-    """The name the source's grammar gives this layout's engines.
-
-    ``<A>x<B>p<C>x<D>d``: A/C prefill/decode instances, B/D nodes each instance
-    spans, ``x1`` omitted (``1p1d``, ``2p1x2d``, ``1x4p1x4d``); a single mixed
-    engine is ``1node`` or ``<N>nodes``. Instances of one role must all span the
-    same number of nodes; otherwise the topology has no name (None-like ``?``).
-    """
-    by_role: dict[str, list[int]] = {}
+    """The name the grammar (:class:`servekit.catalog.Topology`) gives this layout's
+    engines, or ``?`` when it has none (instances of one role spanning unequal node
+    counts, mixed beside PD)."""
+    spans: dict[str, list[int]] = {}
     for e in layout.engines:
-        by_role.setdefault(e.role, []).append(len(e.nodes) * e.replicas)
-    if set(by_role) == {"mixed"} and len(by_role["mixed"]) == 1:
-        n = layout.nodes
-        return "1node" if n == 1 else f"{n}nodes"
-    parts = []
-    for role, letter in (("prefill", "p"), ("decode", "d")):
-        spans = by_role.get(role, [])
-        if not spans or len(set(spans)) != 1:
-            return "?"
-        span = spans[0]
-        parts.append(f"{len(spans)}{'' if span == 1 else f'x{span}'}{letter}")
-    return "".join(parts) if "mixed" not in by_role else "?"
+        spans.setdefault(e.role, []).append(len(e.nodes) * e.replicas)
+    found = Topology.of_spans(spans, layout.nodes)
+    return "?" if found is None else found.name
 
 
 def rule_topology_name(layout: Layout, plan: Plan) -> Iterable[Finding]:
-    """An imported name (``<hw>/<model>/<topology>``) must say the topology its engines have."""
+    """A name whose topology part is in the grammar must say the topology its engines
+    have; a name outside the grammar (a user's own folder) says none and is not held
+    to one."""
     parts = layout.name.split("/")
     if len(parts) != 3:
         return
-    said = parts[2]
-    if not (PD_NAME.match(said) or _MIXED_NAME.match(said)):
-        yield _err(
-            layout,
-            "name",
-            f"topology {said!r} is not in the grammar <A>x<B>p<C>x<D>d, 1node or <N>nodes",
-        )
+    said = Topology.parse(parts[2])
+    if said is None:
         return
     actual = topology_of(layout)
-    if re.sub(r"_\d+$", "", said) != actual:
+    if said.name != actual:
         yield _err(
             layout,
             "name",
-            f"says {said} but its engines make {actual} (A/C instances, B/D nodes each "
+            f"says {parts[2]} but its engines make {actual} (A/C instances, B/D nodes each "
             f"instance spans, x1 omitted); rename it {'/'.join(parts[:2])}/{actual}",
         )
 

@@ -30,16 +30,18 @@ from servekit.catalog import (
 )
 from servekit.defaults import SETTINGS
 from servekit.errors import UsageError
-from servekit.render.rules import Finding, check_layout
+from servekit.render.rules import Finding, check_layout, topology_of
 from servekit.termtable import fit_tables, natural_width
 from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind
 
 
 def topology(layout: Layout) -> str:
-    """A short shape like '1P1D', '4 DP x TP 4', '2 replicas'."""
+    """A short shape: the grammar's name of a PD layout (``1x2p1x4d``, by
+    :class:`servekit.catalog.Topology`), else '4 DP x TP 4', '2 replicas'."""
     roles = Counter(e.role for e in layout.engines)
     if roles["prefill"] or roles["decode"]:
-        return f"{roles['prefill']}P{roles['decode']}D"
+        named = topology_of(layout)
+        return named if named != "?" else f"{roles['prefill']}P{roles['decode']}D"
     engines = [e for e in layout.engines if e.role == "mixed"]
     if len(engines) > 1 or engines[0].replicas > 1:
         return f"{sum(e.replicas for e in engines)} replicas"

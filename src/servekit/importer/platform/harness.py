@@ -55,6 +55,27 @@ REAPER = HERE / "reaper.py"
 MAX_OUTPUT = 64 * 1024
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+# Where ModelArts puts things on a node (docs/importer.md "What the platform provides"
+# names the source of each). A sandboxed run (``at_platform_paths``) sees them there.
+PLATFORM_RANK_TABLE = "/user/global/config/global_rank_table.json"
+PLATFORM_HOME = "/root"
+PLATFORM_SCRIPT_DIR = "/root/script"
+PLATFORM_MODEL_DIR = "/root/model"
+# The engine image's own files a folder may run: vllm-ascend's Dockerfile copies the
+# repository to /vllm-workspace/vllm-ascend, with its PD proxy examples.
+IMAGE_WORKSPACE = "/vllm-workspace"
+IMAGE_PROXIES = tuple(
+    f"vllm-ascend/examples/disaggregated_prefill_v1/{name}"
+    for name in (
+        "load_balance_proxy_server_example.py",
+        "load_balance_proxy_layerwise_server_example.py",
+    )
+)
+# Knobs servekit's own rendered entry reads; a run outside a sandbox (servekit's
+# entries in the render tests) cannot put the table at its platform path and points
+# at it with these instead. The platform itself sets none of them.
+ENTRY_KNOBS = ("RANK_TABLE_FILE", "RANK_TABLE_TIMEOUT", "RANK_TABLE_INTERVAL", "ENV_LOG_FILE")
+
 # Values every node inherits, so that what a script prepends or unsets is visible.
 INHERITED: dict[str, str] = {
     "LD_PRELOAD": "/inherited/preload",
@@ -110,6 +131,7 @@ class FakePlatform:
     inherited: dict[str, str] = field(default_factory=lambda: dict(INHERITED))
     python: str = sys.executable
     devices_per_node: int = 0
+    at_platform_paths: bool = False
 
     @property
     def reaper(self) -> Path:
@@ -125,7 +147,18 @@ class FakePlatform:
 
     @property
     def rank_table(self) -> Path:
+        """The table's file here; a sandbox shows its folder at /user/global/config."""
         return self.root / "config" / "global_rank_table.json"
+
+    @property
+    def image_workspace(self) -> Path:
+        """The image's /vllm-workspace (its proxy examples as recorders), shown read-only."""
+        return self.root / "image" / "vllm-workspace"
+
+    @property
+    def model_dir(self) -> Path:
+        """The (empty) model mount a sandbox shows read-only at /root/model."""
+        return self.root / "model"
 
     @property
     def home(self) -> Path:
@@ -144,17 +177,30 @@ class FakePlatform:
         return self.root / f"node{index}"
 
     def base_env(self, index: int) -> dict[str, str]:
-        """The environment node ``index`` starts its entry with."""
+        """The environment node ``index`` starts its entry with.
+
+        At the platform's paths (a sandboxed run) it is what ModelArts gives a node
+        and nothing more: the rank table is found at its path, not through a
+        variable. Otherwise servekit's own entry is pointed at the table by its
+        knobs (:data:`ENTRY_KNOBS`).
+        """
         node = self.nodes[index]
         env = {
             "PATH": f"{self.bin_dir}:{SYSTEM_PATH}",
-            "HOME": str(self.home),
+            "HOME": PLATFORM_HOME if self.at_platform_paths else str(self.home),
             "LANG": "C.UTF-8",
-            "RANK_TABLE_FILE": str(self.rank_table),
-            "RANK_TABLE_TIMEOUT": "5",
-            "RANK_TABLE_INTERVAL": "1",
-            "ENV_LOG_FILE": str(self.node_dir(index) / "env.log"),
-            "PROXY_SCRIPT": str(self.proxy_script),
+        }
+        if not self.at_platform_paths:
+            env |= {
+                "RANK_TABLE_FILE": str(self.rank_table),
+                "RANK_TABLE_TIMEOUT": "5",
+                "RANK_TABLE_INTERVAL": "1",
+                "ENV_LOG_FILE": str(self.node_dir(index) / "env.log"),
+            }
+            # The recording proxy for servekit's entries; the platform sets no
+            # PROXY_SCRIPT, so a folder's script runs the proxy it names itself.
+            env["PROXY_SCRIPT"] = str(self.proxy_script)
+        env |= {
             "FAKEPLATFORM_NODE": str(index),
             "FAKEPLATFORM_RECORD_DIR": str(self.record_dir),
             "FAKEPLATFORM_POD": node.pod,
@@ -239,14 +285,11 @@ def read_small(path: Path, limit: int) -> bytes | None:
 
 
 def devices(node: FakeNode, count: int) -> list[dict[str, str]]:
-    """The NPUs of one server in the rank table: ``count`` (A2: 8, A3: 16) numbered globally."""
+    """The NPUs of one server in the rank table: ``count`` (A2: 8, A3: 16), numbered per
+    server, with the keys of a real ModelArts table (template/fixtures in the source)."""
+    del node  # every server numbers its own devices from 0, as the real table does
     return [
-        {
-            "device_id": str(d),
-            "device_ip": f"10.89.{node.index}.{d + 1}",
-            "rank_id": str(node.index * count + d),
-        }
-        for d in range(count)
+        {"device_id": str(d), "device_logical_id": str(d), "rank_id": str(d)} for d in range(count)
     ]
 
 
@@ -256,7 +299,12 @@ def rank_table(
     status: str = "completed",
     devices_per_node: int = 0,
 ) -> dict[str, Any]:
-    """A ModelArts ``global_rank_table.json`` document: groups in order, group 0 first."""
+    """A ModelArts ``global_rank_table.json`` document: groups in order, group 0 first.
+
+    The keys are those of a real table (the source's
+    ``template/fixtures/global_rank_table-a3-2nodes.json``): ``server_group_count``,
+    ``group_id``, ``server_id`` beside ``server_ip`` (a different address there too).
+    """
     if sum(group_sizes) != len(nodes) or any(size < 1 for size in group_sizes):
         raise ValueError(f"group sizes {list(group_sizes)} do not split {len(nodes)} nodes")
     groups: list[dict[str, Any]] = []
@@ -264,22 +312,20 @@ def rank_table(
     for g, size in enumerate(group_sizes):
         servers = [
             {
-                "server_id": n.ip,
+                "server_id": n.ip.replace("10.88.", "10.87.", 1),
                 "server_ip": n.ip,
                 "pod_name": n.pod,
                 "device": devices(n, devices_per_node),
             }
             for n in nodes[start : start + size]
         ]
-        groups.append(
-            {"group_name": f"group{g}", "server_count": str(size), "server_list": servers}
-        )
+        groups.append({"group_id": str(g), "server_count": str(size), "server_list": servers})
         start += size
     return {
-        "status": status,
-        "group_count": str(len(groups)),
-        "server_group_list": groups,
         "version": "1.0",
+        "status": status,
+        "server_group_count": str(len(groups)),
+        "server_group_list": groups,
     }
 
 
@@ -303,21 +349,30 @@ def create_platform(
     inherited: Mapping[str, str] | None = None,
     python: str = sys.executable,
     devices_per_node: int = 0,
+    at_platform_paths: bool = False,
 ) -> FakePlatform:
     """Lay out a fake platform in the empty or missing folder ``root``.
 
     ``python`` runs the reaper and the recorders (standard library only): a
     sandbox that cannot see this interpreter passes the system's.
     ``devices_per_node`` NPUs are listed per server in the rank table (A2: 8, A3: 16).
+    ``at_platform_paths``: the run is sandboxed and sees the rank table, home and
+    model mount where ModelArts puts them (``base_env`` then sets no knob).
     """
     node_list = fake_nodes(nodes) if isinstance(nodes, int) else tuple(nodes)
     sizes = tuple(group_sizes) if group_sizes is not None else default_groups(len(node_list))
     platform = FakePlatform(
-        root.resolve(), node_list, sizes, python=python, devices_per_node=devices_per_node
+        root.resolve(),
+        node_list,
+        sizes,
+        python=python,
+        devices_per_node=devices_per_node,
+        at_platform_paths=at_platform_paths,
     )
     if inherited is not None:
         platform.inherited = dict(inherited)
-    for folder in (platform.bin_dir, platform.record_dir, platform.home, platform.start_dir):
+    folders = (platform.bin_dir, platform.record_dir, platform.home, platform.start_dir)
+    for folder in (*folders, platform.model_dir):
         folder.mkdir(parents=True, exist_ok=True)
     platform.rank_table.parent.mkdir(parents=True, exist_ok=True)
     for k in range(len(node_list)):
@@ -327,9 +382,42 @@ def create_platform(
         (platform.bin_dir / tool).chmod(0o755)
     install_recorder(platform.bin_dir / "vllm", python, executable=True)
     install_recorder(platform.proxy_script, python, executable=False)
+    if at_platform_paths:
+        install_python_shim(platform)
+        for rel in IMAGE_PROXIES:
+            target = platform.image_workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            install_recorder(target, python, executable=False)
     shutil.copyfile(REAPER, platform.reaper)
     write_rank_table(platform, status)
     return platform
+
+
+PYTHON_SHIM = """#!/bin/sh
+# python3 of the fake platform: a script a folder runs by a path the node does not
+# have (a proxy the folder calls but does not ship) is recorded from its command
+# line; anything else runs on the real interpreter.
+case "${1:-}" in
+    *.py) [ -e "$1" ] || exec @PYTHON@ -IS @RECORDER@ --missing "$0" "$@" ;;
+esac
+exec @REAL@ "$@"
+"""
+
+
+def install_python_shim(platform: FakePlatform) -> None:
+    """``python3`` and ``python`` first on PATH: record a missing script, run the rest."""
+    real = shutil.which("python3", path=SYSTEM_PATH) or "/usr/bin/python3"
+    recorder = platform.root / "missing_recorder.py"
+    install_recorder(recorder, platform.python, executable=False)
+    body = (
+        PYTHON_SHIM.replace("@PYTHON@", platform.python)
+        .replace("@RECORDER@", str(recorder))
+        .replace("@REAL@", real)
+    )
+    for name in ("python3", "python"):
+        target = platform.bin_dir / name
+        target.write_text(body)
+        target.chmod(0o755)
 
 
 def install_recorder(target: Path, python: str = sys.executable, *, executable: bool) -> None:

@@ -55,10 +55,15 @@ EXCLUDED_ENV = frozenset(
         "NODE_IP",
         "NODE_NIC",
         "BUNDLE_DIR",
+        # ... and its own bookkeeping; every other SERVEKIT_ variable is a value a process
+        # gets (the guard's), compared like any other
+        "SERVEKIT_NODE",
+        "SERVEKIT_LAYOUT",
+        "SERVEKIT_CATALOG",
     }
 )
 _NODE_ADDRESS = re.compile(r"NODE\d+_IP")
-EXCLUDED_ENV_PREFIXES = ("AISHIPBOX_", "SERVEKIT_", "FAKEPLATFORM_")
+EXCLUDED_ENV_PREFIXES = ("AISHIPBOX_", "FAKEPLATFORM_")
 INHERITED = "{INHERITED}"
 _NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
 

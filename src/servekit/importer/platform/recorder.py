@@ -46,8 +46,21 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _argv(kind: str) -> list[str]:
+def _missing() -> str:
+    """``--missing INTERPRETER SCRIPT ARGS...``: the platform's python3 shim stands in for a
+    script the node does not have; the interpreter's name, and ``sys.argv`` as the caller
+    wrote it (else "")."""
+    if len(sys.argv) > 3 and sys.argv[1] == "--missing":
+        interpreter = Path(sys.argv[2]).name
+        sys.argv = sys.argv[3:]
+        return interpreter
+    return ""
+
+
+def _argv(kind: str, interpreter: str = "") -> list[str]:
     """argv as the caller wrote it: ``vllm serve ...`` or ``python3 SCRIPT ...``."""
+    if interpreter:
+        return [interpreter, *sys.argv]
     if kind == "engine":
         return [Path(sys.argv[0]).name, *sys.argv[1:]]
     interpreter = Path(sys.orig_argv[0]).name if sys.orig_argv else "python3"
@@ -83,6 +96,7 @@ def _kind() -> str:
 
 
 def main() -> int:
+    shimmed = _missing()
     kind = _kind()
     env = _environment()
     if not env.get("FAKEPLATFORM_RECORD_DIR"):
@@ -91,7 +105,7 @@ def main() -> int:
     directory = Path(env["FAKEPLATFORM_RECORD_DIR"])
     # Block SIGTERM before the record exists, so one sent as soon as it appears is not lost.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    argv = _argv(kind)
+    argv = _argv(kind, shimmed)
     stem = f"{kind}-n{env.get('FAKEPLATFORM_NODE', 'x')}-{os.getpid()}-{time.monotonic_ns()}"
     _write(
         directory,

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from servekit.errors import UsageError
-from servekit.importer import drift as drift_mod
-from servekit.importer.drift import MAX_LINE, parse_upstream
+from servekit.layouttools import drift as drift_mod
+from servekit.layouttools.drift import MAX_LINE, parse_upstream
 
 
 def _unclosed(size: int) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from servekit.catalog import (
     MAX_NODES,
     PROFILES_DIR,
     LayoutsNewOptions,
+    Topology,
     canonical_name,
     layout_path,
     load,
@@ -43,54 +43,22 @@ from servekit.catalog import (
     resolve_catalog,
 )
 from servekit.errors import UsageError
-from servekit.importer.synthesize import HARDWARE
-from servekit.importer.write import dump_yaml, summary
-from servekit.render import PD_NAME, assign_path, check_layout, parse_set, topology_of
+from servekit.importer import HARDWARE, dump_yaml, summary
+from servekit.render import assign_path, check_layout, parse_set, topology_of
 from servekit.vocabulary import PD_ROLES, atomic_write_text
-
-
-@dataclass(frozen=True)
-class Topology:
-    """``<A>x<B>p<C>x<D>d``: A prefill instances of B nodes each, C decode of D nodes."""
-
-    prefill: int
-    prefill_nodes: int
-    decode: int
-    decode_nodes: int
-
-    @property
-    def name(self) -> str:
-        def part(n: int, span: int, letter: str) -> str:
-            return f"{n}{'' if span == 1 else f'x{span}'}{letter}"
-
-        return part(self.prefill, self.prefill_nodes, "p") + part(
-            self.decode, self.decode_nodes, "d"
-        )
-
-    @property
-    def nodes(self) -> int:
-        return self.prefill * self.prefill_nodes + self.decode * self.decode_nodes
-
-    def count(self, role: str) -> int:
-        return self.prefill if role == "prefill" else self.decode
-
-    def span(self, role: str) -> int:
-        return self.prefill_nodes if role == "prefill" else self.decode_nodes
-
 
 MAX_INSTANCES = 64
 
 
 def parse_topology(text: str, flag: str = "--topology") -> Topology:
     """The grammar's name -> counts; one line naming the grammar when it is not one."""
-    m = PD_NAME.fullmatch(text)
-    if not m or text.count("_"):
+    topo = Topology.parse(text, variant=False)
+    if topo is None or not topo.is_pd:
         raise UsageError(
             f"{flag} {text[:40]!r}: not a PD topology of the grammar <A>x<B>p<C>x<D>d "
             "(A/C instances, B/D nodes each spans, x1 omitted), e.g. 2p2d or 1x2p1x4d"
         )
-    a, b, c, d = (int(g) if g else 1 for g in m.groups())
-    return make_topology(a, b, c, d, flag)
+    return make_topology(topo.prefill, topo.prefill_nodes, topo.decode, topo.decode_nodes, flag)
 
 
 def make_topology(a: int, b: int, c: int, d: int, flag: str = "--prefill/--decode") -> Topology:

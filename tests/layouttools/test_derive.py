@@ -15,9 +15,9 @@ from servekit.catalog.loader import load, packaged_catalog, parse_layout_text, r
 from servekit.catalog.options import LayoutsNewOptions
 from servekit.catalog.schema import MAX_NODES
 from servekit.errors import UsageError
-from servekit.importer.compare import diff_plans
-from servekit.importer.derive import derive_layout, parse_topology, write_derived
 from servekit.importer.write import dump_yaml
+from servekit.layouttools.compare import diff_plans
+from servekit.layouttools.derive import derive_layout, parse_topology, write_derived
 from servekit.render.plan import Plan, build_plan
 from servekit.render.rules import check_layout
 

@@ -36,8 +36,7 @@ from rich.console import Console
 
 from servekit.catalog import load
 from servekit.errors import UsageError, first_error
-from servekit.importer.synthesize import port_runs
-from servekit.importer.write import SOURCE_FILE
+from servekit.importer import SOURCE_FILE, port_runs
 from servekit.render import Plan, ProcessPlan, build_plan
 from servekit.termtable import fit_tables
 from servekit.vocabulary import PROXY_POOLS, read_at_most
@@ -324,7 +323,7 @@ def _plan_file(path: Path) -> Plan:
 def _imported(folder: Path, facts: Path | None) -> tuple[Plan, str]:
     """A source-convention folder (run by the contained runner) or its recorded facts."""
     from servekit.catalog import LayoutsImportOptions
-    from servekit.importer.api import import_layout, name_for
+    from servekit.importer import import_layout, name_for
 
     try:
         name = name_for(folder)

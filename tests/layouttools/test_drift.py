@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.helpers.cli import servekit_inproc
 from tests.helpers.refusal import one_line_error
 
-from servekit.importer.drift import MAX_BYTES, drift_report, parse_upstream
+from servekit.layouttools.drift import MAX_BYTES, drift_report, parse_upstream
 
 LAYOUT = "a3/deepseekv4-flash/1p1d"
 _COMMON_ENV = {

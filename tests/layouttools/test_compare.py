@@ -10,7 +10,7 @@ from tests.helpers.cli import servekit_inproc
 from tests.helpers.refusal import one_line_error
 
 from servekit.catalog.loader import load, packaged_catalog
-from servekit.importer.compare import diff_plans, diff_sources
+from servekit.layouttools.compare import diff_plans, diff_sources
 from servekit.render.plan import build_plan
 
 

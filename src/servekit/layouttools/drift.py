@@ -33,7 +33,7 @@ from rich.console import Console
 
 from servekit.catalog import load
 from servekit.errors import UsageError
-from servekit.importer.compare import (
+from servekit.layouttools.compare import (
     FACT_FLAGS,
     Change,
     changes,
