@@ -296,7 +296,11 @@ def layerwise_proxy(parent: Path) -> Path:
             ),
             "setup_rank_env.sh": SPINE,
             "run_router.sh": router,
-            "lw_router.py": "raise SystemExit('the real router must never run in an import')\n",
+            # A vendored proxy serves HTTP (it imports an HTTP module), so the import
+            # records its command line and never runs it.
+            "lw_router.py": (
+                "import aiohttp\nraise SystemExit('the real router must never run in an import')\n"
+            ),
             "run_prefill_node0.sh": engine("kv_producer", 0, 7100),
             "run_decode_node0.sh": engine("kv_consumer", 0, 7200),
             "run_decode_node1.sh": engine("kv_consumer", 1, 7200),
