@@ -122,8 +122,11 @@ def test_deployment_json_from_pods(tmp_path: Path) -> None:
     assert urls["proxy"] == "http://10.1.0.100:8080"
     assert urls["prefill0.dp1"] == "http://10.1.0.3:9081"
     assert urls["decode0.dp5"] == "http://10.1.0.5:9901"  # worker 1 of the decode instance
-    with pytest.raises(UsageError, match="--entry"):
-        servekit_inproc(
-            "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(tmp_path / "x.json"),
-            "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
-        )  # fmt: skip
+    refused = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(tmp_path / "x.json"),
+        "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "--entry" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not (tmp_path / "x.json").exists()
