@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -43,6 +44,7 @@ from servekit.proxy.bodies import check_json, read_answer
 from servekit.proxy.config import parse_bootstrap
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
     bootstrap_prefill_params,
@@ -73,6 +75,7 @@ class Opened:
     lease: Lease
     resp: aiohttp.ClientResponse
     first: bytes
+    inst: Instance | None = None
 
 
 def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) -> None:
@@ -98,6 +101,16 @@ class Trip:
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
         self.prefilled_on: Instance | None = None
+        self.tried: set[Instance] = set()  # decoders that failed this request
+        self.tape: Tape | None = None  # set when a failed stream may migrate
+        cfg = router.config
+        if (
+            cfg.migration_limit
+            and ticket.stream
+            and ticket.route in ROUTES
+            and ticket.body.get("n", 1) == 1
+        ):
+            self.tape = Tape(ticket.route, ticket.body)
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
@@ -159,8 +172,15 @@ class Trip:
     async def prompt_keyed(self) -> web.StreamResponse:
         """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
         await self.prefill(with_kv_params=False)
-        data = json.dumps(prompt_keyed_decode_payload(self.ticket.body)).encode()
-        return await self.generate("decode", data)
+        data = json.dumps(prompt_keyed_decode_payload(self.decode_body())).encode()
+        return await self.generate("decode", data, tried=self.tried)
+
+    def decode_body(self) -> dict[str, Any]:
+        """The client's body, asking for token ids when the stream may migrate."""
+        body = self.ticket.body
+        if self.tape is None or body.get("return_token_ids") is True:
+            return body
+        return {**body, "return_token_ids": True}
 
     async def pd(self) -> web.StreamResponse:
         """Prefill then decode; each decode attempt gets KV from its own prefill.
@@ -170,7 +190,7 @@ class Trip:
         and goes to another decoder; block ids are never sent twice.
         """
         cfg, decoders = self.router.config, self.router.pools["decode"]
-        tried: set[Instance] = set()
+        tried = self.tried
         last: ProxyError | None = None
         for n in range(cfg.max_attempts):
             if not decoders.routable(frozenset(tried)):
@@ -178,7 +198,7 @@ class Trip:
             if n:
                 await self.router.backoff("decode", n)
             kv = await self._handoff()
-            data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
+            data = json.dumps(decode_payload(self.decode_body(), kv)).encode()
             try:
                 return await self.generate("decode", data, attempts=1, tried=tried)
             except ProxyError as err:
@@ -268,7 +288,7 @@ class Trip:
                     _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
                 first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
-            return Opened(lease, resp, first)
+            return Opened(lease, resp, first, inst)
         except BaseException:
             if resp is not None:
                 resp.close()
@@ -277,6 +297,8 @@ class Trip:
 
     async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
         """Forward the stream byte for byte; a failure ends it with an error event."""
+        if self.tape is not None and stage == "decode" and self.router.config.mode != "layerwise":
+            return await self._relay_migrating(stage, opened, self.tape)
         resp, lease = opened.resp, opened.lease
         out = web.StreamResponse(
             headers={
@@ -329,3 +351,102 @@ class Trip:
         self.router.metrics.errors.labels(stage, err.kind).inc()
         with contextlib.suppress(ConnectionResetError):
             await out.write(err.sse_event())
+
+    # -- migration ---------------------------------------------------------
+
+    async def _relay_migrating(self, stage: str, opened: Opened, tape: Tape) -> web.StreamResponse:
+        """Relay event by event; a decoder that fails mid-answer is replaced by another
+        prefill/decode pair that carries on from the tokens sent (``--migration-limit``)."""
+        out = web.StreamResponse(
+            headers={
+                "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
+                "X-Request-Id": self.headers["X-Request-Id"],
+            }
+        )
+        self.progress.stage = "stream"
+        limit = self.router.config.migration_limit
+        current: Opened | None = opened
+        try:
+            await out.prepare(self.request)
+            self.first_byte_at = time.perf_counter()
+            moved = 0
+            while current is not None:
+                leg, current = current, None  # _pump_leg releases it, whatever happens
+                if await self._pump_leg(out, leg, tape):
+                    break
+                while current is None and moved < limit:
+                    moved += 1
+                    current = await self._migrate(tape)
+                if current is None:
+                    await self._end_with_error(out, stage, f"{stage} stream interrupted")
+        except _ClientGone:
+            self.router.metrics.disconnects.labels("stream").inc()
+            return out
+        except BaseException:
+            if current is not None:
+                current.resp.close()
+                self.router.release(current.lease)
+            raise
+        with contextlib.suppress(ConnectionResetError):
+            await out.write_eof()
+        return out
+
+    async def _pump_leg(self, out: web.StreamResponse, opened: Opened, tape: Tape) -> bool:
+        """Relay one decoder's events; True when its stream ended with ``[DONE]``."""
+        resp, lease, chunk = opened.resp, opened.lease, opened.first
+        try:
+            while chunk:
+                data = tape.feed(chunk)
+                if data:
+                    try:
+                        await out.write(data)
+                    except ConnectionResetError as exc:
+                        raise _ClientGone from exc
+                lease.grow(chunk.count(b"data:"))
+                if tape.done or tape.failed:
+                    break
+                chunk = await resp.content.readany()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+            pass
+        finally:
+            if tape.done:
+                resp.release()
+            else:
+                resp.close()
+            self.router.release(lease)
+        if not tape.done and opened.inst is not None:
+            pool = self.router.pools[opened.inst.role].members
+            self.router.health.request_failed(opened.inst, "stream_interrupted", pool)
+            self.tried.add(opened.inst)
+        return tape.done
+
+    async def _migrate(self, tape: Tape) -> Opened | None:
+        """One try at carrying the stream on: a new prefill and another decoder for
+        prompt + tokens so far; None when it could not start (or cannot be done)."""
+        body = tape.continuation()
+        if body is None:
+            return None
+        self.ticket = dataclasses.replace(
+            self.ticket, route=COMPLETIONS, body=body, prompt_tokens=len(body["prompt"])
+        )
+        metrics = self.router.metrics.migrations
+        if not self.router.pools["decode"].routable(frozenset(self.tried)):
+            metrics.labels("failed").inc()  # no decoder left: pin no prefill KV for nobody
+            return None
+        try:
+            if self.router.config.mode == "prompt-keyed":
+                await self.prefill(with_kv_params=False)
+                payload = prompt_keyed_decode_payload(body)
+            else:
+                payload = decode_payload(body, await self._handoff())
+            opened: Opened = await self.router.attempt(
+                "decode", self.ticket.prefix_key,
+                partial(self.open_stream, "decode", data=json.dumps(payload).encode()),
+                attempts=1, tried=self.tried,
+            )  # fmt: skip
+        except (ProxyError, Answer):
+            metrics.labels("failed").inc()
+            return None
+        metrics.labels("ok").inc()
+        self.progress.stage = "stream"
+        return opened
