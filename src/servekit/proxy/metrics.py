@@ -109,6 +109,10 @@ class ProxyMetrics:
             "after their decoder failed mid-answer, by outcome (ok: the new decoder streamed; "
             "failed: it could not start)", ["outcome"], registry=r,
         )  # fmt: skip
+        self.lease_expired = Counter(
+            "servekit_proxy_kv_lease_expired", "Decode requests not sent because the prefill's "
+            "KV lease (--kv-lease, less a margin) had passed; a new prefill ran", registry=r,
+        )  # fmt: skip
         self.ejections = Counter(
             "servekit_proxy_outlier_ejections", "Instances ejected for failing requests in a row",
             ["role"], registry=r,

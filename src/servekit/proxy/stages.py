@@ -44,6 +44,7 @@ from servekit.proxy.bodies import check_json, read_answer
 from servekit.proxy.config import parse_bootstrap
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
@@ -88,6 +89,13 @@ def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) ->
         raise ProxyError("upstream_error", stage, f"{who} answered 200 with an empty body")
 
 
+def _raise_if_stale(data: bytes | LeasedBody, stage: str) -> None:
+    """A request that failed because its body outlived the KV lease (nothing was sent)."""
+    if isinstance(data, LeasedBody) and data.stale:
+        msg = "the prefill's KV lease (--kv-lease) passed before the decode request was sent"
+        raise ProxyError("kv_lease_expired", stage, msg) from None
+
+
 class Trip:
     """The exchanges of one client request."""
 
@@ -103,6 +111,7 @@ class Trip:
         self.prefilled_on: Instance | None = None
         self.tried: set[Instance] = set()  # decoders that failed this request
         self.tape: Tape | None = None  # set when a failed stream may migrate
+        self.kv_deadline: float | None = None  # monotonic time the handed-over KV expires
         cfg = router.config
         if (
             cfg.migration_limit
@@ -123,7 +132,9 @@ class Trip:
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
         )
 
-    async def post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
+    async def post_whole(
+        self, stage: str, inst: Instance, data: bytes | LeasedBody, total: float
+    ) -> bytes:
         """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
@@ -137,6 +148,9 @@ class Trip:
                 _check_status(who, stage, resp.status, body, ctype)
                 await check_json(body, who, stage)
                 return body
+        except aiohttp.ClientError:
+            _raise_if_stale(data, stage)
+            raise
         finally:
             self.router.release(lease)
 
@@ -198,11 +212,13 @@ class Trip:
             if n:
                 await self.router.backoff("decode", n)
             kv = await self._handoff()
-            data = json.dumps(decode_payload(self.decode_body(), kv)).encode()
+            data = self.leased(decode_payload(self.decode_body(), kv))
             try:
                 return await self.generate("decode", data, attempts=1, tried=tried)
             except ProxyError as err:
-                if not err.retryable:
+                if err.kind == "kv_lease_expired":  # not the decoder's fault: prefill again
+                    self.router.metrics.lease_expired.inc()
+                elif not err.retryable:
                     raise
                 last = err
         if last is None:
@@ -210,7 +226,22 @@ class Trip:
         raise last
 
     async def _handoff(self) -> dict[str, Any]:
-        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap)."""
+        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap);
+        the lease of that KV starts when the prefill answered (``kv_deadline``)."""
+        kv = await self._prefill_handoff()
+        lease_s = self.router.config.kv_lease_s
+        if lease_s is not None:
+            self.kv_deadline = time.monotonic() + lease_s - margin(lease_s)
+        return kv
+
+    def leased(self, payload: dict[str, Any]) -> bytes | LeasedBody:
+        """A decode body carrying handed-over KV: refused at write time past its lease."""
+        data = json.dumps(payload).encode()
+        if self.kv_deadline is None:
+            return data
+        return LeasedBody(data, self.kv_deadline)
+
+    async def _prefill_handoff(self) -> dict[str, Any]:
         if self.router.config.mode != "bootstrap":
             kv = await self.prefill(with_kv_params=True)
             if kv is None:
@@ -239,7 +270,7 @@ class Trip:
         return None
 
     async def generate(
-        self, stage: str, data: bytes, *, attempts: int | None = None,
+        self, stage: str, data: bytes | LeasedBody, *, attempts: int | None = None,
         tried: set[Instance] | None = None,
     ) -> web.StreamResponse:  # fmt: skip
         """The generating stage (decode or replica): whole answer or a stream."""
@@ -268,7 +299,7 @@ class Trip:
             body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
         )
 
-    async def open_stream(self, stage: str, inst: Instance, data: bytes) -> Opened:
+    async def open_stream(self, stage: str, inst: Instance, data: bytes | LeasedBody) -> Opened:
         """POST, check the status and wait for the first bytes of the stream.
 
         ``--decode-timeout`` bounds the wait for the first bytes; after them only
@@ -289,10 +320,12 @@ class Trip:
                 first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
             return Opened(lease, resp, first, inst)
-        except BaseException:
+        except BaseException as exc:
             if resp is not None:
                 resp.close()
             self.router.release(lease)
+            if isinstance(exc, aiohttp.ClientError):
+                _raise_if_stale(data, stage)
             raise
 
     async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
@@ -441,10 +474,12 @@ class Trip:
                 payload = decode_payload(body, await self._handoff())
             opened: Opened = await self.router.attempt(
                 "decode", self.ticket.prefix_key,
-                partial(self.open_stream, "decode", data=json.dumps(payload).encode()),
+                partial(self.open_stream, "decode", data=self.leased(payload)),
                 attempts=1, tried=self.tried,
             )  # fmt: skip
-        except (ProxyError, Answer):
+        except (ProxyError, Answer) as err:
+            if isinstance(err, ProxyError) and err.kind == "kv_lease_expired":
+                self.router.metrics.lease_expired.inc()
             metrics.labels("failed").inc()
             return None
         metrics.labels("ok").inc()

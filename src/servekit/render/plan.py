@@ -34,7 +34,7 @@ from servekit.defaults import (
     format_value,
 )
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
-from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
+from servekit.kvprotocol import LEASE_DEFAULT_S, LEASE_ENV, guard_mode_of, kv_port_env, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
@@ -677,6 +677,22 @@ def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
     return tuple(found)
 
 
+def _kv_lease(ctx: _Context) -> int | None:
+    """The shortest KV lease of the prefills: their connector's abort timeout (its
+    variable in the engine's environment when set to a number, else vLLM's default)."""
+    var = LEASE_ENV.get(ctx.kv_mode)
+    if var is None:
+        return None
+    leases = []
+    for engine in ctx.layout.engines:
+        if engine.role != "prefill":
+            continue
+        value = {**ctx.layout.env, **engine.env}.get(var)
+        text = value.strip() if isinstance(value, str) else ""
+        leases.append(int(text) if text.isdigit() and int(text) > 0 else LEASE_DEFAULT_S)
+    return min(leases, default=None)
+
+
 def _proxy_process(ctx: _Context) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
@@ -694,6 +710,9 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         word = callback.word(ctx.host(proxy.node)) if isinstance(callback, NodeUrl) else callback
         args.extend(("--metaserver-url", word))
     _proxy_access(args, proxy)
+    lease = _kv_lease(ctx) if mode in ("pd", "bootstrap") else None
+    if lease is not None:
+        args.lit("--kv-lease", str(lease))
 
     def urls(which: Literal["prefill", "decode", "replicas"]) -> tuple[Word, ...]:
         return tuple(
