@@ -31,6 +31,8 @@ prompt-keyed connectors.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from servekit.vocabulary import GuardMode, KvProtocol
 
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
@@ -47,17 +49,28 @@ KV_PORT_ENV: dict[str, str] = {
 }
 
 
-# How long a prefill keeps the KV it holds for a decoder: the connector's abort
-# timeout (vLLM 0.32 envs.py; 480 s each). NIXL and vllm-ascend's Mooncake
-# connectors (pull) read VLLM_NIXL_ABORT_REQUEST_TIMEOUT, vLLM's own
-# MooncakeConnector (bootstrap) VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT. The Plan
-# gives the proxy the shortest of the prefills' (--kv-lease); push and
+# How long a prefill keeps the KV it holds for a decoder (its lease), by where
+# the connector reads it. vLLM 0.32's NixlConnector: kv_connector_extra_config
+# ``kv_lease_duration`` (30 s; nixl/base_scheduler.py); vLLM's own
+# MooncakeConnector (bootstrap): VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (480 s,
+# envs.py); vllm-ascend's Mooncake connectors (pull) read vLLM's
+# VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s in the vLLM releases that define it).
+# The Plan gives the proxy the shortest of the prefills' (--kv-lease); push and
 # prompt-keyed handoffs hold no lease.
-LEASE_ENV: dict[KvProtocol, str] = {
-    "params": "VLLM_NIXL_ABORT_REQUEST_TIMEOUT",
-    "bootstrap": "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT",
+LeaseSource = tuple[Literal["extra_config", "env"], str, int]
+NIXL_LEASE: LeaseSource = ("extra_config", "kv_lease_duration", 30)
+LEASE_ENV: dict[KvProtocol, LeaseSource] = {
+    "params": ("env", "VLLM_NIXL_ABORT_REQUEST_TIMEOUT", 480),
+    "bootstrap": ("env", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", 480),
 }
-LEASE_DEFAULT_S = 480
+
+
+def lease_source(connector: str, engine_kind: str = "vllm") -> LeaseSource | None:
+    """Where the connector reads its KV lease (setting kind, name, default seconds)."""
+    if connector == "NixlConnector" and engine_kind != ASCEND_KIND:
+        return NIXL_LEASE
+    return LEASE_ENV.get(protocol_of(connector, engine_kind))
+
 
 # One connector name, two programs: on vllm-ascend, ``MooncakeConnector`` is
 # vllm-ascend's own (the pull protocol, its kv_port in --kv-transfer-config);

@@ -34,7 +34,7 @@ from servekit.defaults import (
     format_value,
 )
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
-from servekit.kvprotocol import LEASE_DEFAULT_S, LEASE_ENV, guard_mode_of, kv_port_env, protocol_of
+from servekit.kvprotocol import guard_mode_of, kv_port_env, lease_source, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
@@ -678,18 +678,21 @@ def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
 
 
 def _kv_lease(ctx: _Context) -> int | None:
-    """The shortest KV lease of the prefills: their connector's abort timeout (its
-    variable in the engine's environment when set to a number, else vLLM's default)."""
-    var = LEASE_ENV.get(ctx.kv_mode)
-    if var is None:
-        return None
+    """The shortest KV lease of the prefills: what their connector reads it from (its
+    extra config or its variable, when a positive number), else the connector's default."""
     leases = []
     for engine in ctx.layout.engines:
-        if engine.role != "prefill":
+        conn = engine.kv_connector
+        source = lease_source(conn.name, ctx.kind) if conn is not None else None
+        if engine.role != "prefill" or conn is None or source is None:
             continue
-        value = {**ctx.layout.env, **engine.env}.get(var)
-        text = value.strip() if isinstance(value, str) else ""
-        leases.append(int(text) if text.isdigit() and int(text) > 0 else LEASE_DEFAULT_S)
+        where, key, default = source
+        if where == "env":
+            value: object = {**ctx.layout.env, **engine.env}.get(key)
+        else:
+            value = (conn.extra_config or {}).get(key)
+        text = str(value).strip() if isinstance(value, str | int) else ""
+        leases.append(int(text) if text.isdigit() and int(text) > 0 else default)
     return min(leases, default=None)
 
 
