@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from servekit.proxy.config import ProxyConfig
+from servekit.proxy.migration import Tape
 from servekit.proxy.server import RunningProxy, start_proxy
 from servekit.sim.testing import RunningSim, running_sim
 
@@ -177,3 +178,23 @@ def test_200_streams_survive_a_decoder_of_2p2d_resetting_mid_answer() -> None:
             assert moved >= 1
 
         asyncio.run(scenario())
+
+
+def test_the_tape_reads_the_same_events_however_the_stream_is_cut() -> None:
+    """Chunks end anywhere (inside a token id list too): what the client gets and the
+    ids collected do not depend on where."""
+    head = '{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":'
+    events = [
+        head + '[{"index":0,"text":" a","prompt_token_ids":[5,6,7],"token_ids":[11]}]}',
+        head + '[{"index":0,"text":" b \\",\\"token_ids\\":[9]","token_ids":[12,13]}]}',
+        "[DONE]",
+    ]
+    raw = "".join(f"data: {e}\n\n" for e in events).encode()
+    whole = Tape("/v1/completions", {})
+    expected = whole.feed(raw)
+    assert b"token_ids" not in expected.replace(b'\\"token_ids\\"', b"")  # text kept as is
+    assert (whole.prompt_ids, whole.generated, whole.done) == ([5, 6, 7], [11, 12, 13], True)
+    for cut in range(1, len(raw)):
+        tape = Tape("/v1/completions", {})
+        got = tape.feed(raw[:cut]) + tape.feed(raw[cut:])
+        assert got == expected and tape.generated == [11, 12, 13]

@@ -47,6 +47,22 @@ CARRIED = (
 )  # fmt: skip
 
 
+def _split(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (each with its blank line) and the incomplete rest."""
+    if b"\r" in data:
+        ends = [m.end() for m in _SEP.finditer(data)]
+    else:  # the usual case, several times faster than the regex
+        ends, at = [], data.find(b"\n\n")
+        while at >= 0:
+            ends.append(at + 2)
+            at = data.find(b"\n\n", at + 2)
+    events, pos = [], 0
+    for end in ends:
+        events.append(data[pos:end])
+        pos = end
+    return events, data[pos:]
+
+
 def dumps(doc: Any) -> bytes:
     """Compact JSON as vLLM (pydantic) and the simulator write it."""
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
@@ -87,16 +103,13 @@ class Tape:
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events in ``chunk`` (with what was buffered), as the client gets them."""
-        data = self._buf + chunk
+        data = self._buf + chunk if self._buf else chunk
+        events, self._buf = _split(data)
         out: list[bytes] = []
-        pos = 0
-        for m in _SEP.finditer(data):
-            event = data[pos : m.end()]
-            pos = m.end()
+        for event in events:
             if self.failed or self.done:
-                continue
+                break
             out.append(self._event(event))
-        self._buf = data[pos:]
         return b"".join(out)
 
     def _event(self, event: bytes) -> bytes:
