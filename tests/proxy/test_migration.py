@@ -198,3 +198,29 @@ def test_the_tape_reads_the_same_events_however_the_stream_is_cut() -> None:
         tape = Tape("/v1/completions", {})
         got = tape.feed(raw[:cut]) + tape.feed(raw[cut:])
         assert got == expected and tape.generated == [11, 12, 13]
+
+
+def test_a_decoder_killed_mid_answer_is_migrated() -> None:
+    """EngineDeadError mid-stream (the engine dies: an error event, then the end)."""
+    slow = {"name": "slow", "decode_step_s": [[1, 0.05]]}  # a token every 50 ms
+    eps = spec()["endpoints"]
+    for ep in eps:
+        ep["profile"] = slow
+    req = completion(7)
+    with running_sim({"endpoints": eps}) as sim:
+
+        async def scenario() -> None:
+            async with proxy_for(sim) as proxy, aiohttp.ClientSession() as c:
+                whole = await ask(c, proxy.url, req, "kill")
+                async with c.post(
+                    proxy.url + req[0], json=req[1], headers={"X-Request-Id": "kill"}
+                ) as r:
+                    first = await r.content.readuntil(b"\n\n")
+                    busy = [n for n in ("d0", "d1") if sim.call(lambda e: e.engine.running, n)]
+                    assert len(busy) == 1
+                    sim.call(lambda e: e.kill("killed mid-answer"), busy[0])
+                    raw = CREATED.sub(rb'"\1":0', first + await r.read())
+                moved = await metric(c, proxy.url, 'servekit_proxy_migrations_total{outcome="ok"}')
+            assert raw == whole and moved == 1
+
+        asyncio.run(scenario())
