@@ -31,6 +31,8 @@ prompt-keyed connectors.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from servekit.vocabulary import GuardMode, KvProtocol
 
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
@@ -45,6 +47,29 @@ KV_PORT_ENV: dict[str, str] = {
     "NixlConnector": "VLLM_NIXL_SIDE_CHANNEL_PORT",
     "MooncakeConnector": "VLLM_MOONCAKE_BOOTSTRAP_PORT",
 }
+
+
+# How long a prefill keeps the KV it holds for a decoder (its lease), by where
+# the connector reads it. vLLM 0.32's NixlConnector: kv_connector_extra_config
+# ``kv_lease_duration`` (30 s; nixl/base_scheduler.py); vLLM's own
+# MooncakeConnector (bootstrap): VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (480 s,
+# envs.py); vllm-ascend's Mooncake connectors (pull) read vLLM's
+# VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s in the vLLM releases that define it).
+# The Plan gives the proxy the shortest of the prefills' (--kv-lease); push and
+# prompt-keyed handoffs hold no lease.
+LeaseSource = tuple[Literal["extra_config", "env"], str, int]
+NIXL_LEASE: LeaseSource = ("extra_config", "kv_lease_duration", 30)
+LEASE_ENV: dict[KvProtocol, LeaseSource] = {
+    "params": ("env", "VLLM_NIXL_ABORT_REQUEST_TIMEOUT", 480),
+    "bootstrap": ("env", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", 480),
+}
+
+
+def lease_source(connector: str, engine_kind: str = "vllm") -> LeaseSource | None:
+    """Where the connector reads its KV lease (setting kind, name, default seconds)."""
+    if connector == "NixlConnector" and engine_kind != ASCEND_KIND:
+        return NIXL_LEASE
+    return LEASE_ENV.get(protocol_of(connector, engine_kind))
 
 
 # One connector name, two programs: on vllm-ascend, ``MooncakeConnector`` is

@@ -140,8 +140,11 @@ async def stack(
     """Start a simulator, spies and a proxy (port 0) with fast probes; tear all down after.
 
     ``sim`` holds endpoint settings for every endpoint (``kv_mode``, ``profile``,
-    ``guard``, ...); ``config`` goes to the proxy's :class:`ProxyConfig`.
+    ``guard``, ...); ``config`` goes to the proxy's :class:`ProxyConfig`. These
+    tests hold the relay to the spied bytes, so migration (which asks decoders for
+    token ids and strips them) is off unless given; test_migration.py covers it.
     """
+    config.setdefault("migration_limit", 0)
     sim = dict(sim or {})
     if config.get("mode") == "bootstrap":
         # Mooncake's default bootstrap port: the proxy checks the address it is given

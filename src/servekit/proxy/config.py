@@ -124,6 +124,13 @@ class ProxyConfig:
     max_attempts: int = opt(3, "instances tried per stage (PD decode: prefill re-run each time)",
                             ge=1, le=10)  # fmt: skip
     retry_backoff_s: float = opt(0.05, "first retry delay, then doubled", ge=0)
+    kv_lease_s: float | None = opt(None, "seconds a prefill keeps its KV for the decoder (the "
+                                   "connector's abort timeout; the Plan sets it): decode params "
+                                   "older than this less a margin are never sent, a new prefill "
+                                   "runs", gt=0, metavar="SECONDS")  # fmt: skip
+    migration_limit: int = opt(3, "times a stream whose decoder fails mid-answer is carried on "
+                               "by another prefill/decode pair (prompt + tokens so far; 0: off)",
+                               ge=0, le=10)  # fmt: skip
     health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
     health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
     eject_after: int = opt(3, "failed probes before ejection", ge=1)

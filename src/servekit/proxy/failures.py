@@ -22,6 +22,7 @@ ERROR_STATUS = {
     "stream_interrupted": 502,
     "no_healthy_instance": 503,
     "timeout": 504,
+    "kv_lease_expired": 504,
     "payload_too_large": 413,
     "request_timeout": 408,
     "answer_too_large": 502,

@@ -104,6 +104,15 @@ class ProxyMetrics:
             "servekit_proxy_client_disconnects", "Clients gone before their answer ended, by "
             "where the request stood", ["stage"], registry=r,
         )  # fmt: skip
+        self.migrations = Counter(
+            "servekit_proxy_migrations", "Streams carried on by another prefill/decode pair "
+            "after their decoder failed mid-answer, by outcome (ok: the new decoder streamed; "
+            "failed: it could not start)", ["outcome"], registry=r,
+        )  # fmt: skip
+        self.lease_expired = Counter(
+            "servekit_proxy_kv_lease_expired", "Decode requests not sent because the prefill's "
+            "KV lease (--kv-lease, less a margin) had passed; a new prefill ran", registry=r,
+        )  # fmt: skip
         self.ejections = Counter(
             "servekit_proxy_outlier_ejections", "Instances ejected for failing requests in a row",
             ["role"], registry=r,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -43,6 +44,8 @@ from servekit.proxy.bodies import check_json, read_answer
 from servekit.proxy.config import parse_bootstrap
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.lease import LeasedBody, margin
+from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
     bootstrap_prefill_params,
@@ -73,6 +76,7 @@ class Opened:
     lease: Lease
     resp: aiohttp.ClientResponse
     first: bytes
+    inst: Instance | None = None
 
 
 def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) -> None:
@@ -83,6 +87,13 @@ def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) ->
         raise ProxyError("upstream_error", stage, f"{who} answered HTTP {status}")
     if not body:
         raise ProxyError("upstream_error", stage, f"{who} answered 200 with an empty body")
+
+
+def _raise_if_stale(data: bytes | LeasedBody, stage: str) -> None:
+    """A request that failed because its body outlived the KV lease (nothing was sent)."""
+    if isinstance(data, LeasedBody) and data.stale:
+        msg = "the prefill's KV lease (--kv-lease) passed before the decode request was sent"
+        raise ProxyError("kv_lease_expired", stage, msg) from None
 
 
 class Trip:
@@ -98,6 +109,17 @@ class Trip:
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
         self.prefilled_on: Instance | None = None
+        self.tried: set[Instance] = set()  # decoders that failed this request
+        self.tape: Tape | None = None  # set when a failed stream may migrate
+        self.kv_deadline: float | None = None  # monotonic time the handed-over KV expires
+        cfg = router.config
+        if (
+            cfg.migration_limit
+            and ticket.stream
+            and ticket.route in ROUTES
+            and ticket.body.get("n", 1) == 1
+        ):
+            self.tape = Tape(ticket.route, ticket.body)
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
@@ -110,7 +132,9 @@ class Trip:
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
         )
 
-    async def post_whole(self, stage: str, inst: Instance, data: bytes, total: float) -> bytes:
+    async def post_whole(
+        self, stage: str, inst: Instance, data: bytes | LeasedBody, total: float
+    ) -> bytes:
         """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
@@ -124,6 +148,9 @@ class Trip:
                 _check_status(who, stage, resp.status, body, ctype)
                 await check_json(body, who, stage)
                 return body
+        except aiohttp.ClientError:
+            _raise_if_stale(data, stage)
+            raise
         finally:
             self.router.release(lease)
 
@@ -159,8 +186,15 @@ class Trip:
     async def prompt_keyed(self) -> web.StreamResponse:
         """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
         await self.prefill(with_kv_params=False)
-        data = json.dumps(prompt_keyed_decode_payload(self.ticket.body)).encode()
-        return await self.generate("decode", data)
+        data = json.dumps(prompt_keyed_decode_payload(self.decode_body())).encode()
+        return await self.generate("decode", data, tried=self.tried)
+
+    def decode_body(self) -> dict[str, Any]:
+        """The client's body, asking for token ids when the stream may migrate."""
+        body = self.ticket.body
+        if self.tape is None or body.get("return_token_ids") is True:
+            return body
+        return {**body, "return_token_ids": True}
 
     async def pd(self) -> web.StreamResponse:
         """Prefill then decode; each decode attempt gets KV from its own prefill.
@@ -170,7 +204,7 @@ class Trip:
         and goes to another decoder; block ids are never sent twice.
         """
         cfg, decoders = self.router.config, self.router.pools["decode"]
-        tried: set[Instance] = set()
+        tried = self.tried
         last: ProxyError | None = None
         for n in range(cfg.max_attempts):
             if not decoders.routable(frozenset(tried)):
@@ -178,11 +212,13 @@ class Trip:
             if n:
                 await self.router.backoff("decode", n)
             kv = await self._handoff()
-            data = json.dumps(decode_payload(self.ticket.body, kv)).encode()
+            data = self.leased(decode_payload(self.decode_body(), kv))
             try:
                 return await self.generate("decode", data, attempts=1, tried=tried)
             except ProxyError as err:
-                if not err.retryable:
+                if err.kind == "kv_lease_expired":  # not the decoder's fault: prefill again
+                    self.router.metrics.lease_expired.inc()
+                elif not err.retryable:
                     raise
                 last = err
         if last is None:
@@ -190,7 +226,22 @@ class Trip:
         raise last
 
     async def _handoff(self) -> dict[str, Any]:
-        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap)."""
+        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap);
+        the lease of that KV starts when the prefill answered (``kv_deadline``)."""
+        kv = await self._prefill_handoff()
+        lease_s = self.router.config.kv_lease_s
+        if lease_s is not None:
+            self.kv_deadline = time.monotonic() + lease_s - margin(lease_s)
+        return kv
+
+    def leased(self, payload: dict[str, Any]) -> bytes | LeasedBody:
+        """A decode body carrying handed-over KV: refused at write time past its lease."""
+        data = json.dumps(payload).encode()
+        if self.kv_deadline is None:
+            return data
+        return LeasedBody(data, self.kv_deadline)
+
+    async def _prefill_handoff(self) -> dict[str, Any]:
         if self.router.config.mode != "bootstrap":
             kv = await self.prefill(with_kv_params=True)
             if kv is None:
@@ -219,7 +270,7 @@ class Trip:
         return None
 
     async def generate(
-        self, stage: str, data: bytes, *, attempts: int | None = None,
+        self, stage: str, data: bytes | LeasedBody, *, attempts: int | None = None,
         tried: set[Instance] | None = None,
     ) -> web.StreamResponse:  # fmt: skip
         """The generating stage (decode or replica): whole answer or a stream."""
@@ -248,7 +299,7 @@ class Trip:
             body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
         )
 
-    async def open_stream(self, stage: str, inst: Instance, data: bytes) -> Opened:
+    async def open_stream(self, stage: str, inst: Instance, data: bytes | LeasedBody) -> Opened:
         """POST, check the status and wait for the first bytes of the stream.
 
         ``--decode-timeout`` bounds the wait for the first bytes; after them only
@@ -268,15 +319,19 @@ class Trip:
                     _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
                 first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
-            return Opened(lease, resp, first)
-        except BaseException:
+            return Opened(lease, resp, first, inst)
+        except BaseException as exc:
             if resp is not None:
                 resp.close()
             self.router.release(lease)
+            if isinstance(exc, aiohttp.ClientError):
+                _raise_if_stale(data, stage)
             raise
 
     async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
         """Forward the stream byte for byte; a failure ends it with an error event."""
+        if self.tape is not None and stage == "decode" and self.router.config.mode != "layerwise":
+            return await self._relay_migrating(stage, opened, self.tape)
         resp, lease = opened.resp, opened.lease
         out = web.StreamResponse(
             headers={
@@ -329,3 +384,104 @@ class Trip:
         self.router.metrics.errors.labels(stage, err.kind).inc()
         with contextlib.suppress(ConnectionResetError):
             await out.write(err.sse_event())
+
+    # -- migration ---------------------------------------------------------
+
+    async def _relay_migrating(self, stage: str, opened: Opened, tape: Tape) -> web.StreamResponse:
+        """Relay event by event; a decoder that fails mid-answer is replaced by another
+        prefill/decode pair that carries on from the tokens sent (``--migration-limit``)."""
+        out = web.StreamResponse(
+            headers={
+                "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
+                "X-Request-Id": self.headers["X-Request-Id"],
+            }
+        )
+        self.progress.stage = "stream"
+        limit = self.router.config.migration_limit
+        current: Opened | None = opened
+        try:
+            await out.prepare(self.request)
+            self.first_byte_at = time.perf_counter()
+            moved = 0
+            while current is not None:
+                leg, current = current, None  # _pump_leg releases it, whatever happens
+                if await self._pump_leg(out, leg, tape):
+                    break
+                while current is None and moved < limit:
+                    moved += 1
+                    current = await self._migrate(tape)
+                if current is None:
+                    await self._end_with_error(out, stage, f"{stage} stream interrupted")
+        except _ClientGone:
+            self.router.metrics.disconnects.labels("stream").inc()
+            return out
+        except BaseException:
+            if current is not None:
+                current.resp.close()
+                self.router.release(current.lease)
+            raise
+        with contextlib.suppress(ConnectionResetError):
+            await out.write_eof()
+        return out
+
+    async def _pump_leg(self, out: web.StreamResponse, opened: Opened, tape: Tape) -> bool:
+        """Relay one decoder's events; True when its stream ended with ``[DONE]``."""
+        resp, lease, chunk = opened.resp, opened.lease, opened.first
+        try:
+            while chunk:
+                data = tape.feed(chunk)
+                if data:
+                    try:
+                        await out.write(data)
+                    except ConnectionResetError as exc:
+                        raise _ClientGone from exc
+                lease.grow(chunk.count(b"data:"))
+                if tape.done or tape.failed:
+                    break
+                chunk = await resp.content.readany()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+            pass
+        finally:
+            if tape.done:
+                resp.release()
+            else:
+                resp.close()
+            self.router.release(lease)
+        if not tape.done and opened.inst is not None:
+            pool = self.router.pools[opened.inst.role].members
+            self.router.health.request_failed(opened.inst, "stream_interrupted", pool)
+            self.tried.add(opened.inst)
+        return tape.done
+
+    async def _migrate(self, tape: Tape) -> Opened | None:
+        """One try at carrying the stream on: a new prefill and another decoder for
+        prompt + tokens so far; None when it could not start (or cannot be done)."""
+        body = tape.continuation()
+        if body is None:
+            return None
+        self.ticket = dataclasses.replace(
+            self.ticket, route=COMPLETIONS, body=body, prompt_tokens=len(body["prompt"])
+        )
+        metrics = self.router.metrics.migrations
+        if not self.router.pools["decode"].routable(frozenset(self.tried)):
+            metrics.labels("failed").inc()  # no decoder left: pin no prefill KV for nobody
+            return None
+        try:
+            if self.router.config.mode == "prompt-keyed":
+                await self.prefill(with_kv_params=False)
+                payload = prompt_keyed_decode_payload(body)
+            else:
+                payload = decode_payload(body, await self._handoff())
+            opened: Opened = await self.router.attempt(
+                "decode", self.ticket.prefix_key,
+                partial(self.open_stream, "decode", data=self.leased(payload)),
+                attempts=1, tried=self.tried,
+            )  # fmt: skip
+        except (ProxyError, Answer) as err:
+            if isinstance(err, ProxyError) and err.kind == "kv_lease_expired":
+                self.router.metrics.lease_expired.inc()
+            metrics.labels("failed").inc()
+            return None
+        metrics.labels("ok").inc()
+        self.progress.stage = "stream"
+        return opened

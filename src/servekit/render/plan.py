@@ -34,7 +34,7 @@ from servekit.defaults import (
     format_value,
 )
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
-from servekit.kvprotocol import guard_mode_of, kv_port_env, protocol_of
+from servekit.kvprotocol import guard_mode_of, kv_port_env, lease_source, protocol_of
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
@@ -679,6 +679,25 @@ def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
     return tuple(found)
 
 
+def _kv_lease(ctx: _Context) -> int | None:
+    """The shortest KV lease of the prefills: what their connector reads it from (its
+    extra config or its variable, when a positive number), else the connector's default."""
+    leases = []
+    for engine in ctx.layout.engines:
+        conn = engine.kv_connector
+        source = lease_source(conn.name, ctx.kind) if conn is not None else None
+        if engine.role != "prefill" or conn is None or source is None:
+            continue
+        where, key, default = source
+        if where == "env":
+            value: object = {**ctx.layout.env, **engine.env}.get(key)
+        else:
+            value = (conn.extra_config or {}).get(key)
+        text = str(value).strip() if isinstance(value, str | int) else ""
+        leases.append(int(text) if text.isdigit() and int(text) > 0 else default)
+    return min(leases, default=None)
+
+
 def _proxy_process(ctx: _Context) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
@@ -696,6 +715,9 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         word = callback.word(ctx.host(proxy.node)) if isinstance(callback, NodeUrl) else callback
         args.extend(("--metaserver-url", word))
     _proxy_access(args, proxy)
+    lease = _kv_lease(ctx) if mode in ("pd", "bootstrap") else None
+    if lease is not None:
+        args.lit("--kv-lease", str(lease))
 
     def urls(which: EndpointGroup) -> tuple[Word, ...]:
         return tuple(

@@ -27,6 +27,7 @@ from servekit.sim.metrics import EngineStats, Gauges, StatsCollector, make_regis
 from servekit.sim.openai import ApiError, GenRequest
 from servekit.sim.output import plan_output, token_budget
 from servekit.sim.pd import KvRegistry, KvTransferError, Producer
+from servekit.sim.resume import TRANSCRIPTS, continues
 from servekit.sim.spec import EndpointSpec
 from servekit.sim.textgen import Voice
 
@@ -285,7 +286,24 @@ class SimEndpoint:
         if f.ignore_stop:
             req = dataclasses.replace(req, stop=())
         voice = Voice(seed, f.misbehave, self.spec.retrieval)
+        resumed = self._resume(req, limit, voice)
+        if resumed is not None:
+            return resumed
+        TRANSCRIPTS.record(req, digest)
         return plan_output(req, digest, limit, voice, self.profile.answer_tokens)
+
+    def _resume(self, req: GenRequest, limit: int, voice: Voice) -> tuple[list[str], str] | None:
+        """The rest of an answer whose prompt and first tokens this token-id prompt is."""
+        origin = TRANSCRIPTS.origin(req)
+        if origin is None:
+            return None
+        base, digest, done = origin
+        k = len(done)
+        base = dataclasses.replace(base, min_tokens=req.min_tokens + k if req.min_tokens else 0)
+        plan, finish = plan_output(base, digest, k + limit, voice, self.profile.answer_tokens)
+        if not continues(plan, done) or len(plan) == k:
+            return None
+        return plan[k:], finish
 
     def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
         """Decode side: the KV transfer time when the prompt's KV comes from prefill."""

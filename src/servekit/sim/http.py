@@ -26,6 +26,7 @@ from servekit.sim.engine import EngineDeadError, Seq
 from servekit.sim.metrics import SIM_VERSION, render
 from servekit.sim.openai import ApiError, Kind, dumps, load_json, parse_generation, parse_tokenize
 from servekit.sim.shapes import ChunkWriter, final_body
+from servekit.textcontract import piece_ids
 
 ENDPOINT = web.AppKey("endpoint", SimEndpoint)
 JSON = "application/json"
@@ -128,7 +129,8 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
                     return resp
                 sent += len(item)
                 finish = seq.finish_reason if sent >= len(seq.output) else None
-                out.append(writer.text("".join(item), finish))
+                ids = piece_ids(item) if adm.request.return_token_ids else None
+                out.append(writer.text("".join(item), finish, ids))
             if not ep.faults.merge_frames:  # a starved server writes it all at the end
                 await resp.write(b"".join(out))
                 out = []

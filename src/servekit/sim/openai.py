@@ -51,6 +51,7 @@ class GenRequest:
     kv_transfer_params: dict[str, Any] | None
     stop: tuple[str, ...] = ()
     images: int = 0
+    return_token_ids: bool = False
 
 
 def dumps(doc: Any) -> bytes:
@@ -112,6 +113,7 @@ def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
         kv_transfer_params=kv or None,
         stop=_stop(doc.get("stop")),
         images=images,
+        return_token_ids=doc.get("return_token_ids") is True,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from servekit.sim.endpoint import Admitted
 from servekit.sim.openai import ApiError, dumps
+from servekit.textcontract import piece_ids
 
 
 def usage(adm: Admitted) -> dict[str, Any]:
@@ -46,17 +47,22 @@ def final_body(adm: Admitted, model: str) -> bytes:
             "prompt_logprobs": None,
         }
         obj, prefix = "text_completion", "cmpl-"
-    return dumps(
-        {
-            "id": prefix + adm.request_id,
-            "object": obj,
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-            "usage": usage(adm),
-            "kv_transfer_params": adm.kv_params,
-        }
-    )
+        if adm.request.return_token_ids:
+            choice["prompt_token_ids"] = adm.request.prompt_ids
+    if adm.request.return_token_ids:
+        choice["token_ids"] = piece_ids(seq.output[: seq.emitted])
+    doc: dict[str, Any] = {
+        "id": prefix + adm.request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(adm),
+    }
+    if kind == "chat" and adm.request.return_token_ids:
+        doc["prompt_token_ids"] = adm.request.prompt_ids
+    doc["kv_transfer_params"] = adm.kv_params
+    return dumps(doc)
 
 
 def _responses_body(adm: Admitted, model: str) -> bytes:
@@ -101,6 +107,8 @@ class ChunkWriter:
         self._done = done
         chat = adm.request.kind == "chat"
         self._chat = chat
+        self._ids = adm.request.return_token_ids
+        self._prompt_ids_sent = False
         self._head = {
             "id": ("chatcmpl-" if chat else "cmpl-") + adm.request_id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -115,7 +123,10 @@ class ChunkWriter:
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
         return self._event([{**choice, "finish_reason": None}])
 
-    def text(self, text: str, finish: str | None) -> bytes:
+    def text(self, text: str, finish: str | None, ids: list[int] | None = None) -> bytes:
+        """One step's text; with ``return_token_ids``, its token ids as vLLM sends them
+        (``token_ids`` in the choice; ``prompt_token_ids`` once, in the first chunk:
+        in the choice for completions, at the top for chat)."""
         if self._mismatch and finish is not None:
             text = text[:-1] + "~"
         if self._chat:
@@ -124,7 +135,16 @@ class ChunkWriter:
             choice = {"index": 0, "text": text, "logprobs": None}
         choice["finish_reason"] = finish
         choice["stop_reason"] = None
-        return self._event([choice])
+        if not self._ids:
+            return self._event([choice])
+        first = not self._prompt_ids_sent
+        self._prompt_ids_sent = True
+        prompt = self.adm.request.prompt_ids
+        if first and not self._chat:
+            choice["prompt_token_ids"] = prompt
+        choice["token_ids"] = ids or []
+        extra = {"prompt_token_ids": prompt} if first and self._chat else {}
+        return self._event([choice], extra)
 
     def closing(self) -> bytes:
         out = b""
@@ -136,5 +156,5 @@ class ChunkWriter:
     def error(self, status: int, message: str, err_type: str) -> bytes:
         return b"data: " + ApiError(status, message, err_type).body() + b"\n\ndata: [DONE]\n\n"
 
-    def _event(self, choices: list[dict[str, Any]]) -> bytes:
-        return b"data: " + dumps({**self._head, "choices": choices}) + b"\n\n"
+    def _event(self, choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> bytes:
+        return b"data: " + dumps({**self._head, "choices": choices, **(extra or {})}) + b"\n\n"
