@@ -77,7 +77,10 @@ def read_table(path: str) -> dict[str, Any]:
 
 def status_of(data: dict[str, Any]) -> str:
     """The table's status as one short line (``completed`` once the platform is done)."""
-    return str(data.get("status", ""))[:STATUS_CHARS].replace("\n", " ")
+    # Any line break a reader may split on (\r, \v, \x85, \u2028, ...) or other
+    # control character becomes a space: the status is one line whatever the file says.
+    text = str(data.get("status", ""))[:STATUS_CHARS]
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def _groups(data: dict[str, Any]) -> list[list[Any]]:
