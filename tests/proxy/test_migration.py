@@ -39,7 +39,11 @@ async def proxy_for(sim: RunningSim, **cfg: Any) -> AsyncIterator[RunningProxy]:
     urls = sim.urls
     role = {"p": "prefill", "d": "decode"}
     pools = {r: tuple(u for n, u in urls.items() if role[n[0]] == r) for r in role.values()}
-    proxy = await start_proxy(ProxyConfig(**pools, port=0, **FAST_HEALTH, **cfg))
+    # Health probes are patient here (5 s): on a loaded machine a probe of a busy but
+    # healthy decoder took over FAST_HEALTH's 0.5 s, the decoder left the pool and a
+    # stream had nowhere to migrate; a reset decoder is seen by its answers, not probes.
+    health = {**FAST_HEALTH, "health_timeout_s": 5.0}
+    proxy = await start_proxy(ProxyConfig(**pools, port=0, **{**health, **cfg}))
     try:
         await wait_until(lambda: all(i.routable for i in proxy.router.instances()), "admitted")
         yield proxy
