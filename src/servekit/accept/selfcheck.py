@@ -172,7 +172,15 @@ async def run_selfcheck_async(
     start = time.perf_counter()
     rows: list[CheckResult] = []
     matrix = _all_checks(controls)
-    with sim_stack(stack_spec(), out_dir / "logs", reference="reference") as stack:
+    # Migration off: each control must reach the checks as the faulty engine answers.
+    # With it on, the proxy carries a stream that ends without [DONE] to another
+    # decoder and then ends it with its own error event, which hides the fault.
+    with sim_stack(
+        stack_spec(),
+        out_dir / "logs",
+        reference="reference",
+        proxy_flags=("--migration-limit", "0"),
+    ) as stack:
         rows += await _judged(stack, RIGHT, matrix, seed, out_dir)
         for control in controls:
             _set(stack, control.where, control.patch)

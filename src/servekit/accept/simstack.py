@@ -144,17 +144,19 @@ def sim_stack(
     reference: str | None = None,
     capabilities: tuple[str, ...] = ("retrieval",),
     wait_healthy: bool = True,
+    proxy_flags: tuple[str, ...] = (),
 ) -> Iterator[SimStack]:
     """Serve ``spec`` (a SimSpec mapping) with the real proxy in front; yield the stack.
 
     Prefill and decode endpoints go behind a PD proxy (prompt-keyed when their
     ``kv_mode`` is ``prompt``), mixed ones behind a replica proxy. Every
     endpoint logs to ``log_dir``, and the proxy to ``log_dir/proxy.log``.
+    ``proxy_flags`` go on the proxy's command line after the pools.
     """
     checked = _with_logs(spec, log_dir)
     log = log_dir / "proxy.log"
     with running_sim(checked) as sim:
-        argv = proxy_argv(checked, sim.urls, reference)
+        argv = [*proxy_argv(checked, sim.urls, reference), *proxy_flags]
         with running_proxy(argv, log, wait_healthy=wait_healthy) as url:
             deployment = _deployment(checked, sim, url, reference, capabilities)
             yield SimStack(deployment, sim, log)

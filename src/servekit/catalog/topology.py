@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from servekit.vocabulary import PD_ROLES
+
 _PD = re.compile(r"(\d+)(?:x(\d+))?p(\d+)(?:x(\d+))?d")
 _MIXED = re.compile(r"1node|([2-9]|[1-9]\d+)nodes")
 _VARIANT = re.compile(r"_\d+")
@@ -65,7 +67,7 @@ class Topology:
         if "mixed" in spans or not spans.get("prefill") or not spans.get("decode"):
             return None
         counts = []
-        for role in ("prefill", "decode"):
+        for role in PD_ROLES:
             if len(set(spans[role])) != 1:
                 return None
             counts += [len(spans[role]), spans[role][0]]

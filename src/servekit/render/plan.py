@@ -40,6 +40,7 @@ from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
 from servekit.vocabulary import (
     ENDPOINT_GROUPS,
+    PAIRED_PROXY_MODES,
     PROXY_MODE_OF,
     EndpointGroup,
     EngineKind,
@@ -715,7 +716,7 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         word = callback.word(ctx.host(proxy.node)) if isinstance(callback, NodeUrl) else callback
         args.extend(("--metaserver-url", word))
     _proxy_access(args, proxy)
-    lease = _kv_lease(ctx) if mode in ("pd", "bootstrap") else None
+    lease = _kv_lease(ctx) if mode in PAIRED_PROXY_MODES else None
     if lease is not None:
         args.lit("--kv-lease", str(lease))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from servekit.errors import UsageError
+from servekit.vocabulary import PD_ROLES
 
 if TYPE_CHECKING:
     from servekit.platforms.request import Files, RenderRequest
@@ -31,7 +32,7 @@ def render(req: RenderRequest) -> Files:
         accelerator=accelerator or None, kind=chosen, prefix=req.settings.get("prefix", "sk")
     )
     roles = {p.role for p in req.plan.processes}
-    if chosen == "disaggregatedset" and not {"prefill", "decode"} <= roles:
+    if chosen == "disaggregatedset" and not set(PD_ROLES) <= roles:
         raise UsageError(
             f"--k8s-kind disaggregatedset: {req.layout.name} has no prefill/decode proxy; "
             "render it as leaderworkerset"
