@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +75,37 @@ class DryCluster:
         args = [self.layout, "--target", self.entry_url, "--nodes", ",".join(self.addresses)]
         args += ["--logs", str(self.logs)]
         return args + (["--reference", self.reference_url] if self.reference_url else [])
+
+
+def node_env(
+    root: Path,
+    name: str,
+    address: str,
+    *,
+    speed: float | None,
+    bin_dir: Path,
+    platform: Mapping[str, str],
+) -> dict[str, str]:
+    """What every fake node or pod starts with, then what its ``platform`` injects.
+
+    The simulated ``vllm`` first on the PATH, this interpreter next; a home, temp,
+    work and log folder under the dry run's ``root``; the node's own loopback
+    address to bind; and the simulator's speed, when asked for, over everything.
+    """
+    env = {
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{SYSTEM_PATH}",
+        "HOME": str(root / "home"),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(root / "tmp"),
+        "BIND_HOST": address,
+        "NODE_NIC": "lo",
+        "WORK_DIR": str(root / "work" / name),
+        "LOG_DIR": str(root / "logs"),
+        **platform,
+    }
+    if speed is not None:
+        env["SERVEKIT_SIM_SPEED"] = f"{speed:g}"
+    return env
 
 
 def simulated_vllm(bin_dir: Path) -> None:

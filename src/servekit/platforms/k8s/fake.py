@@ -34,7 +34,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -49,9 +48,9 @@ from servekit.errors import UsageError
 from servekit.local import engine_env, find_broken, port_is_free
 from servekit.platforms.api import render_target
 from servekit.platforms.fake import (
-    SYSTEM_PATH,
     DryCluster,
     Node,
+    node_env,
     simulated_vllm,
     stop_nodes,
     wait_ready,
@@ -330,23 +329,13 @@ def _real_engine_env(root: Path) -> dict[str, str]:
 
 
 def _env(root: Path, pod: FakePod, speed: float | None, bin_dir: Path) -> dict[str, str]:
-    env = {
-        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{SYSTEM_PATH}",
-        "HOME": str(root / "home"),
-        "LANG": "C.UTF-8",
-        "TMPDIR": str(root / "tmp"),
+    injected = {
         "PYTHONPATH": str(root / "dns"),
         "SERVEKIT_FAKE_HOSTS": str(root / "dns" / "hosts.json"),
-        "BIND_HOST": pod.address,
-        "NODE_NIC": "lo",
-        "WORK_DIR": str(root / "work" / pod.name),
-        "LOG_DIR": str(root / "logs"),
         "LEADER_RESOLVE_TIMEOUT": "60",
         **pod.env,
     }
-    if speed is not None:
-        env["SERVEKIT_SIM_SPEED"] = f"{speed:g}"
-    return env
+    return node_env(root, pod.name, pod.address, speed=speed, bin_dir=bin_dir, platform=injected)
 
 
 def _place(

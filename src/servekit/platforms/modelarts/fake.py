@@ -28,7 +28,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -37,10 +36,10 @@ from pathlib import Path
 from servekit.catalog import Layout, load
 from servekit.errors import UsageError
 from servekit.platforms.fake import (
-    SYSTEM_PATH,
     DryCluster,
     Node,
     free_block,
+    node_env,
     simulated_vllm,
     stop_nodes,
     wait_ready,
@@ -68,25 +67,14 @@ def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:
 
 
 def _env(root: Path, node: Node, speed: float | None, bin_dir: Path) -> dict[str, str]:
-    python_dir = str(Path(sys.executable).parent)
-    env = {
-        "PATH": f"{bin_dir}:{python_dir}:{SYSTEM_PATH}",
-        "HOME": str(root / "home"),
-        "LANG": "C.UTF-8",
-        "TMPDIR": str(root / "tmp"),
+    injected = {
         "RANK_TABLE_FILE": str(root / "config" / "global_rank_table.json"),
         "RANK_TABLE_TIMEOUT": "30",
         "RANK_TABLE_INTERVAL": "1",
         "NODE_POD_NAME": node.pod,
-        "BIND_HOST": node.address,
-        "NODE_NIC": "lo",
-        "WORK_DIR": str(root / "work" / node.pod),
-        "LOG_DIR": str(root / "logs"),
         "STOP_TIMEOUT": "10",
     }
-    if speed is not None:
-        env["SERVEKIT_SIM_SPEED"] = f"{speed:g}"
-    return env
+    return node_env(root, node.pod, node.address, speed=speed, bin_dir=bin_dir, platform=injected)
 
 
 def _start(root: Path, node: Node, speed: float | None, bin_dir: Path) -> None:
