@@ -11,13 +11,15 @@ address (127.0.0.2, 127.0.0.3, ...), with ``servekit sim serve`` standing in for
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,30 +118,95 @@ def simulated_vllm(bin_dir: Path) -> None:
     (bin_dir / "vllm").chmod(0o755)
 
 
-def free_block(layouts: Sequence[Layout], first: int = 2) -> str:
-    """A ``127.0.N`` prefix on which every planned (address, port) is free.
+LOCK_DIR = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+"""Where the loopback blocks' lock files live: one fixed folder, whatever a run's TMPDIR,
+so every servekit process on the machine sees the same locks."""
+BLOCKS = 32
 
-    127.0.0.2, 127.0.0.3, ... when they are free (the usual case); another
-    loopback /24 when something else holds one of the ports there.
+
+def _try_lock(block: int) -> int | None:
+    """An open descriptor holding ``block``'s exclusive lock; None when another holds it."""
+    path = LOCK_DIR / f"servekit-loopback-127.0.{block}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def loopback_block(is_free: Callable[[str], bool], what: str) -> Iterator[str]:
+    """A ``127.0.N`` prefix held for this cluster's life, on which ``is_free(prefix)`` held.
+
+    Checking the ports alone races: two dry runs at once (pytest-xdist workers, two
+    terminals) both see 127.0.0.x free and the second one's proxy finds its port
+    taken. Each block is taken under an exclusive ``flock`` first, held until the
+    cluster stops, so no two servekit clusters on a machine share a block; the port
+    check then skips a block that something else (not servekit) holds.
+    """
+    for block in range(BLOCKS):
+        fd = _try_lock(block)
+        if fd is None:
+            continue
+        try:
+            prefix = f"127.0.{block}"
+            if is_free(prefix):
+                yield prefix
+                return
+        finally:
+            os.close(fd)
+    raise UsageError(f"no loopback block 127.0.0-{BLOCKS - 1}.x has {what} free")
+
+
+def layouts_are_free(layouts: Sequence[Layout], first: int = 2) -> Callable[[str], bool]:
+    """Whether every planned (address, port) of ``layouts`` is free under a prefix.
+
+    The nodes take 127.0.N.2, 127.0.N.3, ... in the order of ``layouts``.
     """
     needed = sum(layout.nodes for layout in layouts)
-    for block in range(0, 32):
-        prefix = f"127.0.{block}"
+    plans = [(build_plan(layout), layout.nodes) for layout in layouts]
+
+    def check(prefix: str) -> bool:
+        if first + needed > 255:
+            return False
         rank = first
-        ok = True
-        for layout in layouts:
-            plan = build_plan(layout)
+        for plan, nodes in plans:
             for proc in plan.processes:
                 for port in proc.bound_ports():
-                    ok = ok and port_is_free(port, f"{prefix}.{rank + proc.node}", reuse=True)
-            rank += layout.nodes
-        if ok and first + needed <= 255:
-            return prefix
-    raise UsageError("no loopback block 127.0.0-31.x has the layout's ports free")
+                    if not port_is_free(port, f"{prefix}.{rank + proc.node}", reuse=True):
+                        return False
+            rank += nodes
+        return True
+
+    return check
+
+
+def _log_tails(logs: Path | None, count: int = 3, chars: int = 600) -> str:
+    """The ends of the ``count`` newest process logs: why a process exited, before the
+    dry run's folder (and with it the logs) is removed."""
+    if logs is None or not logs.is_dir():
+        return ""
+    files = sorted(
+        (f for f in logs.rglob("*.log") if f.is_file()),
+        key=lambda f: f.stat().st_mtime,
+        reverse=True,
+    )[:count]
+    return "".join(
+        f"\n--- {f.relative_to(logs)} ---\n{f.read_bytes()[-chars:].decode(errors='replace')}"
+        for f in files
+    )
 
 
 def wait_ready(
-    targets: Sequence[tuple[str, dict[str, int]]], nodes: Sequence[Node], timeout_s: float
+    targets: Sequence[tuple[str, dict[str, int]]],
+    nodes: Sequence[Node],
+    timeout_s: float,
+    logs: Path | None = None,
 ) -> None:
     """Until every API server answers /health 200 and the proxy sees every backend."""
     ready = [ReadyTarget(url, url, None, tuple(sorted(counts.items()))) for url, counts in targets]
@@ -148,7 +215,9 @@ def wait_ready(
         for node in nodes:
             if node.popen is not None and node.popen.poll() is not None:
                 tail = node.output.read_text(errors="replace")[-1500:]
-                raise RuntimeError(f"{node.pod} exited with {node.popen.returncode}:\n{tail}")
+                raise RuntimeError(
+                    f"{node.pod} exited with {node.popen.returncode}:\n{tail}{_log_tails(logs)}"
+                )
 
     pending = poll_ready(ready, timeout_s, check=exited, poll_s=POLL_S)
     if pending:

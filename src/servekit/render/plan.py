@@ -633,11 +633,16 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
 def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> Arg:
     """The proxy's listen address: a literal, or its node's own IP.
 
-    A wildcard literal gives way to ``bind_host`` when one is set (a local run
-    binds every server on loopback); rendered scripts keep what the source says.
+    A wildcard literal is the default of ``BIND_HOST``, as an engine's ``--host`` is:
+    the script passes what the source says unless the operator (or a dry run, which
+    plays each node's network namespace with its own loopback address) narrows it at
+    launch; a local run binds it on loopback (``bind_host``). Any other literal is an
+    address the source pinned, kept as is.
     """
     if isinstance(host, str):
-        return ctx.opts.bind_host if host in WILDCARDS and ctx.opts.bind_host else host
+        if host in WILDCARDS:
+            return Word(parts=(Ref(var="BIND_HOST", value=ctx.opts.bind_host or host),))
+        return host
     return var(node_var(node), ctx.opts.bind_host or ctx.host(node))
 
 

@@ -121,7 +121,7 @@ def process_script(plan: Plan, p: ProcessPlan) -> str:
             version=__version__,
             describe=describe(p),
             required=process_needs(p),
-            bind=p.bind_host if p.kind == "engine" else None,
+            bind=p.bind_host if "BIND_HOST" in references(p.command) else None,
             argv=shell_words(p.command),
             env_lines=_env_lines(p),
         )

@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,12 @@ from typing import Any
 import yaml
 
 from servekit.catalog import load
-from servekit.errors import UsageError
 from servekit.local import engine_env, find_broken, port_is_free
 from servekit.platforms.api import render_target
 from servekit.platforms.fake import (
     DryCluster,
     Node,
+    loopback_block,
     node_env,
     simulated_vllm,
     stop_nodes,
@@ -266,16 +266,15 @@ def _write_configmap(obj: dict[str, Any], folder: Path) -> None:
         path.chmod(0o755)
 
 
-def _free_prefix(count: int, ports: list[tuple[int, int]]) -> str:
-    """A 127.0.N block where every (pod index, port) is free."""
-    for block in range(32):
-        prefix = f"127.0.{block}"
-        if (
-            all(port_is_free(port, f"{prefix}.{2 + i}", reuse=True) for i, port in ports)
-            and count + 2 <= 255
-        ):
-            return prefix
-    raise UsageError("no loopback block 127.0.0-31.x has the pods' ports free")
+def _pods_are_free(count: int, ports: list[tuple[int, int]]) -> Callable[[str], bool]:
+    """Whether every (pod index, port) is free under a 127.0.N prefix."""
+
+    def check(prefix: str) -> bool:
+        return count + 2 <= 255 and all(
+            port_is_free(port, f"{prefix}.{2 + i}", reuse=True) for i, port in ports
+        )
+
+    return check
 
 
 @dataclass
@@ -399,6 +398,7 @@ def k8s_dry_cluster(
     layout = load(name, catalog).layout
     ref_name = layout.verify.reference if reference else None
     root = Path(tempfile.mkdtemp(prefix="servekit-k8s-"))
+    held = contextlib.ExitStack()
     try:
         for sub in ("bin", "dns", "home", "tmp", "logs", "work"):
             (root / sub).mkdir()
@@ -414,8 +414,9 @@ def k8s_dry_cluster(
             for _, _, objects, volume in rendered
             for pod in _workload_pods(objects, {"scripts": volume}, probe)
         ]
-        prefix = _free_prefix(
-            len(trial), [(i, p) for i, pod in enumerate(trial) for p in pod.ports]
+        ports = [(i, p) for i, pod in enumerate(trial) for p in pod.ports]
+        prefix = held.enter_context(
+            loopback_block(_pods_are_free(len(trial), ports), "the pods' ports")
         )
         ips = iter(f"{prefix}.{i}" for i in range(2, 255))
         pods_of: dict[str, list[FakePod]] = {}
@@ -446,11 +447,12 @@ def k8s_dry_cluster(
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-            wait_ready(targets, all_nodes, ready_timeout_s)
+            wait_ready(targets, all_nodes, ready_timeout_s, root / "logs")
             cluster.started_s = time.perf_counter() - started
             yield cluster
         finally:
             stop_nodes(all_nodes)
     finally:
+        held.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

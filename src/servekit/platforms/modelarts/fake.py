@@ -38,7 +38,8 @@ from servekit.errors import UsageError
 from servekit.platforms.fake import (
     DryCluster,
     Node,
-    free_block,
+    layouts_are_free,
+    loopback_block,
     node_env,
     simulated_vllm,
     stop_nodes,
@@ -128,12 +129,14 @@ def dry_cluster(
     ref_name = layout.verify.reference if reference else None
     ref_layout = load(ref_name, catalog).layout if ref_name else None
     root = Path(tempfile.mkdtemp(prefix="servekit-dryrun-"))
+    held = contextlib.ExitStack()
     try:
         for sub in ("bin", "config", "home", "tmp", "start", "logs", "work"):
             (root / sub).mkdir()
         bin_dir = root / "bin"
         simulated_vllm(bin_dir)
-        prefix = free_block([x for x in (layout, ref_layout) if x is not None])
+        ours = [x for x in (layout, ref_layout) if x is not None]
+        prefix = held.enter_context(loopback_block(layouts_are_free(ours), "the layout's ports"))
         nodes = _layout_nodes(root, layout, prefix, 2, "cluster")
         table = json.dumps(rank_table(nodes), indent=2)
         (root / "config" / "global_rank_table.json").write_text(table)
@@ -151,11 +154,12 @@ def dry_cluster(
             for node in [*nodes, *cluster.reference]:
                 _start(root, node, speed, bin_dir)
             targets = [t for layout_, nodes_ in groups for t in _urls(layout_, nodes_)]
-            wait_ready(targets, [*nodes, *cluster.reference], ready_timeout_s)
+            wait_ready(targets, [*nodes, *cluster.reference], ready_timeout_s, root / "logs")
             cluster.started_s = time.perf_counter() - started
             yield cluster
         finally:
             stop_nodes([*cluster.reference, *nodes])
     finally:
+        held.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
