@@ -114,6 +114,16 @@ class LoadedLayout:
     def folder(self) -> Path:
         return self.path.parent
 
+    @property
+    def catalog(self) -> Path:
+        """The catalog folder it sits in (its name's parts above the folder)."""
+        return self.path.parents[len(self.layout.name.split("/"))]
+
+    @property
+    def aliases(self) -> list[str]:
+        """Its old names (``aliases.yaml``), sorted."""
+        return aliases_of(self.layout.name, self.catalog)
+
 
 def layout_path(name: str, catalog: Path) -> Path:
     path = catalog / name / LAYOUT_FILE
