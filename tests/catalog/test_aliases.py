@@ -54,3 +54,22 @@ def test_show_by_alias_says_it_is_an_alias(tmp_path: Path) -> None:
     out: str = console.file.getvalue()  # type: ignore[attr-defined]
     assert out.startswith(f"{CANONICAL}: ")
     assert f"a3/old-1p1d is an alias of {CANONICAL}" in out
+
+
+def test_a_ledger_record_made_under_an_alias_counts_for_the_layout(tmp_path: Path) -> None:
+    from tests.catalog.test_ledger import record
+
+    from servekit.catalog.ledger import ledger_path, ledger_records, verification_status
+
+    root = _catalog(tmp_path)
+    loaded = load(CANONICAL, root)
+    assert ledger_path(load("a3/old-1p1d", root)) == root / CANONICAL / "verification.jsonl"
+    old = record(loaded, layout="a3/old-1p1d")
+    other = record(loaded, layout="a3/someone-else")
+    (root / CANONICAL / "verification.jsonl").write_text(
+        old.model_dump_json() + "\n" + other.model_dump_json() + "\n", encoding="utf-8"
+    )
+    names = [r.layout for r in ledger_records(loaded)]
+    assert names == [CANONICAL, "a3/someone-else"]  # an unrelated name stays unrelated
+    status = verification_status(load("a3/old-1p1d", root))
+    assert status.record is not None and status.record.layout == CANONICAL
