@@ -143,11 +143,22 @@ def ledger_path(loaded: LoadedLayout) -> Path:
 
 
 def ledger_records(loaded: LoadedLayout) -> list[LedgerRecord]:
-    """Every record of ``loaded``: a ledger shipped beside a packaged layout, then the user's."""
+    """Every record of ``loaded``: a ledger shipped beside a packaged layout, then the user's.
+
+    A record made under one of its old names (``aliases.yaml``; a user's ledger of a
+    packaged layout kept under that name) counts for the layout: it is read and
+    renamed to the layout's name, so the status is computed once, for one name.
+    """
     path = ledger_path(loaded)
     shipped = loaded.folder / LEDGER_FILE
     records = read_records(shipped) if shipped != path else []
-    return records + read_records(path)
+    records += read_records(path)
+    old = loaded.aliases
+    if is_packaged(loaded):
+        for name in old:
+            records += read_records(user_ledger_root() / name / LEDGER_FILE)
+    name = loaded.layout.name
+    return [r.model_copy(update={"layout": name}) if r.layout in old else r for r in records]
 
 
 def read_records(path: Path) -> list[LedgerRecord]:

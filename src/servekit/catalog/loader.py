@@ -28,6 +28,10 @@ from servekit.vocabulary import ROLES
 
 LAYOUT_FILE = "layout.yaml"
 ALIASES_FILE = "aliases.yaml"
+OWN_FILE = "servekit.yaml"
+"""servekit's own data on a layout (capabilities, verify reference, history), kept beside
+the imported ``layout.yaml`` so a re-import rewrites the source's facts byte for byte and
+loses none of servekit's; merged over the layout at load."""
 
 
 def packaged_catalog() -> Path:
@@ -92,16 +96,33 @@ def canonical_name(name: str, catalog: Path) -> str:
     return aliases(catalog).get(name, name)
 
 
+def aliases_of(name: str, catalog: Path) -> list[str]:
+    """The old names that point at layout ``name``, sorted."""
+    return sorted(old for old, new in aliases(catalog).items() if new == name)
+
+
 @dataclass(frozen=True)
 class LoadedLayout:
     """A layout with where it came from (for messages and the ledger beside it)."""
 
     layout: Layout
     path: Path
+    alias: str | None = None
+    """The old name it was asked for, when that name is an alias of this layout."""
 
     @property
     def folder(self) -> Path:
         return self.path.parent
+
+    @property
+    def catalog(self) -> Path:
+        """The catalog folder it sits in (its name's parts above the folder)."""
+        return self.path.parents[len(self.layout.name.split("/"))]
+
+    @property
+    def aliases(self) -> list[str]:
+        """Its old names (``aliases.yaml``), sorted."""
+        return aliases_of(self.layout.name, self.catalog)
 
 
 def layout_path(name: str, catalog: Path) -> Path:
@@ -123,7 +144,8 @@ def load(name: str, catalog: Path | str | None = None) -> LoadedLayout:
     root = resolve_catalog(catalog)
     real = canonical_name(name, root)
     path = layout_path(real, root)
-    return LoadedLayout(layout=parse_layout_file(path, expected_name=real), path=path)
+    alias = name if real != name else None
+    return LoadedLayout(layout=parse_layout_file(path, expected_name=real), path=path, alias=alias)
 
 
 def profiles_dir_of(layout_file: Path, name: str | None = None) -> Path:
@@ -188,10 +210,37 @@ def load_all(catalog: Path | str | None = None) -> list[LoadedLayout]:
 
 
 def parse_layout_file(path: Path, expected_name: str | None = None) -> Layout:
-    """Parse one layout.yaml; any problem is a UsageError naming file, line and field."""
-    return parse_layout_bytes(
-        safeyaml.read_bytes(path), str(path), expected_name, profiles_dir_of(path, expected_name)
+    """Parse one layout.yaml (with servekit's own file beside it merged over it).
+
+    Any problem is a UsageError naming file, line and field.
+    """
+    text = safeyaml.decode(safeyaml.read_bytes(path), str(path))
+    return parse_layout_text(
+        text, str(path), expected_name, profiles_dir_of(path, expected_name), own_data(path)
     )
+
+
+def own_data(layout_file: Path) -> dict[str, Any] | None:
+    """The mapping in the ``servekit.yaml`` beside ``layout_file`` (None when absent)."""
+    path = layout_file.parent / OWN_FILE
+    if not path.is_file():
+        return None
+    _node, data = safeyaml.load_file(path)
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}:1: servekit's own data must be a mapping of layout fields")
+    return data
+
+
+def merge_own(data: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """``own`` over ``data``: mappings merge key by key, anything else replaces."""
+    merged = dict(data)
+    for key, value in own.items():
+        base = merged.get(key)
+        if isinstance(base, dict) and isinstance(value, dict):
+            merged[key] = merge_own(base, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def parse_layout_bytes(
@@ -209,6 +258,7 @@ def parse_layout_text(
     source: str,
     expected_name: str | None = None,
     profiles_dir: Path | None = None,
+    own: dict[str, Any] | None = None,
 ) -> Layout:
     node, data = safeyaml.compose(text, source)
     if not isinstance(data, dict):
@@ -222,6 +272,8 @@ def parse_layout_text(
         )
     # ``x-`` keys hold YAML anchors shared inside the file (as compose files do).
     data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    if own is not None:
+        data = merge_own(data, own)
     _apply_profiles(data, profiles_dir, source)
     try:
         return Layout.model_validate(data)

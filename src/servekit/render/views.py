@@ -89,8 +89,14 @@ def _grouped(loaded: list[LoadedLayout]) -> list[LoadedLayout]:
     )
 
 
+def also_named(loaded: LoadedLayout) -> str:
+    """``also: a3/1p1d; `` for a layout with old names (aliases.yaml), else nothing."""
+    old = loaded.aliases
+    return f"also: {', '.join(old)}; " if old else ""
+
+
 def list_rows(catalog: Path | None) -> list[tuple[list[str], str]]:
-    """Each layout's short columns and the reason for its status."""
+    """Each layout's short columns and the reason for its status (with its aliases)."""
     rows = []
     for loaded in _grouped(load_all(catalog)):
         lay = loaded.layout
@@ -107,7 +113,7 @@ def list_rows(catalog: Path | None) -> list[tuple[list[str], str]]:
             derived,
         ]
         seen = f" [observed: {status.observed}]" if status.observed else ""
-        rows.append((cells, status.reason + seen))
+        rows.append((cells, also_named(loaded) + status.reason + seen))
     return rows
 
 
@@ -121,6 +127,7 @@ def list_json(catalog: Path | None) -> str:
         items.append(
             {
                 "name": lay.name,
+                "aliases": loaded.aliases,
                 "model": model_of(lay),
                 "hardware": lay.name.split("/")[0],
                 "nodes": lay.nodes,
@@ -168,6 +175,8 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     lay = loaded.layout
     status = layout_status(loaded)
     out.print(f"[bold]{lay.name}[/bold]: {lay.title}")
+    if loaded.alias is not None:
+        out.print(f"{loaded.alias} is an alias of {lay.name} (layouts/aliases.yaml)", markup=False)
     out.print(lay.summary)
     out.print(
         f"model {lay.model.served_name} at {lay.model.path} (max_model_len {lay.model.max_model_len})"
