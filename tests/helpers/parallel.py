@@ -3,7 +3,8 @@
 ``make test`` runs pytest with ``-n 2 --dist loadgroup``: the tests of one
 ``xdist_group`` run one after another on one worker, everything else wherever a
 worker is free. Real vLLM engines take most of a core each, so every ``vllm`` test
-is put in :data:`SERIAL_GROUP` (tests/conftest.py); so is a test that binds a port
+is put in :data:`SERIAL_GROUP` (tests/conftest.py) unless it names its own group
+(tests/local/test_pip_install.py: mostly pip, on free ports); so is a test that binds a port
 the catalog fixes (``servekit up`` without ``--free-ports``), with :data:`serial`.
 """
 

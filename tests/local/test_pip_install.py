@@ -27,10 +27,14 @@ UP_TIMEOUT_S = 900
 # The install and the up each have their own deadline; pytest's (900 s for every test,
 # pyproject.toml) must not cut them short: a busy machine took more than 900 s to
 # install the extra alone.
+# Its own xdist group, not the serial one (tests/helpers/parallel.py): most of its time
+# is pip unpacking wheels, and its engine binds only free ports (``--free-ports``), so
+# it runs beside the real-engine tests instead of adding minutes to their chain.
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.slow,
     pytest.mark.timeout(INSTALL_TIMEOUT_S + UP_TIMEOUT_S + 600),
+    pytest.mark.xdist_group("pip-install"),
 ]
 
 
@@ -72,8 +76,10 @@ def test_pip_install_of_the_local_extra_alone_serves_a_completion(tmp_path: Path
     servekit = str(venv / "bin/servekit")
     started = time.monotonic()
     try:
-        out = run([servekit, "up", "local/single", "--detach"], project, env, UP_TIMEOUT_S)
-        print(f"servekit up local/single --detach: {time.monotonic() - started:.0f} s")
+        out = run(
+            [servekit, "up", "local/single", "--detach", "--free-ports"], project, env, UP_TIMEOUT_S
+        )
+        print(f"servekit up local/single --detach --free-ports: {time.monotonic() - started:.0f} s")
         print("\n".join(line for line in out.splitlines() if line.startswith("note:")))
         assert (project / ".servekit/models/tiny/config.json").is_file()
         dep = json.loads((tmp_path / "runs/local__single/deployment.json").read_text())
