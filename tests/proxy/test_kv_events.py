@@ -97,6 +97,8 @@ def test_lora_blocks_never_match_plain_prompts() -> None:
         [b"", b"\x00" * 8, b"\xc1"],  # not msgpack
         [b"", b"\x00" * 8, msgspec.msgpack.encode({"ts": 1})],  # not an array
         [b"", b"\x00" * 8, msgspec.msgpack.encode([1.0, [{"type": "Nope"}]])],
+        [b"", b"\x00" * 8, msgspec.msgpack.encode([0, [True]])],  # hypothesis: a bare event
+        [b"", b"\x00" * 8, msgspec.msgpack.encode([0, [7]])],
         [
             b"",
             b"\x00" * 8,

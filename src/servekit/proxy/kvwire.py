@@ -124,7 +124,12 @@ def _fields(raw: Any, names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
 
 def parse_event(raw: Any) -> Event:
     """One event; unknown tags are refused (a newer engine would need a newer proxy)."""
-    tag = raw.get("type") if isinstance(raw, dict) else (raw[0] if raw else None)
+    if isinstance(raw, dict):
+        tag = raw.get("type")
+    elif isinstance(raw, list) and raw:
+        tag = raw[0]
+    else:  # a bare number, string or null where an event belongs (hypothesis: [0, [True]])
+        raise WireError(f"event is {type(raw).__name__}, not a tagged map or array")
     if tag == "BlockStored":
         _, f = _fields(raw, _STORED_FIELDS)
         return _stored(f)
