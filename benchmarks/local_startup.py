@@ -7,7 +7,11 @@ cores and workers included) every 0.2 s (summed RSS, which counts shared pages
 once per process, and summed PSS, which shares them out), then ``servekit down``. Prints one row
 per layout; ``--json FILE`` keeps the figures.
 
-    .venv/bin/python benchmarks/local_startup.py [--layouts local/single local/1p1d]
+``--compiled`` also runs each layout with its engines' ``enforce_eager`` turned
+off (torch.compile on, vLLM's default), from a copy of the catalog, so the cost
+of the compile the defaults table turns off is measured beside it in one run.
+
+    .venv/bin/python benchmarks/local_startup.py [--layouts local/single local/1p1d] [--compiled]
 
 Figures depend on the machine and its load; report them with ``nproc`` and
 ``uptime`` taken at the same time (the script prints both).
@@ -26,6 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
+from servekit.catalog.loader import packaged_catalog
 from servekit.local import proctree
 from servekit.local.state import read_state
 from servekit.local.tinymodel import build_tiny_model
@@ -79,8 +86,27 @@ class MemorySampler(threading.Thread):
             time.sleep(SAMPLE_S)
 
 
-def measure(layout: str, root: Path) -> Result:
-    env = {**os.environ, "SERVEKIT_RUNS": str(root / "runs")}
+def compiled_catalog(layouts: list[str], folder: Path) -> Path:
+    """A catalog of ``layouts`` with every engine's enforce_eager off (torch.compile on)."""
+    for layout in layouts:
+        data = yaml.safe_load((packaged_catalog() / layout / "layout.yaml").read_text())
+        for engine in data["engines"]:
+            engine["settings"] = {**engine.get("settings", {}), "enforce_eager": False}
+        (folder / layout).mkdir(parents=True)
+        (folder / layout / "layout.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
+def measure(layout: str, root: Path, catalog: Path | None = None, label: str = "") -> Result:
+    # a fresh vLLM cache per benchmark run, as on a fresh CI machine: compiled runs
+    # pay the compile a first start pays
+    env = {
+        **os.environ,
+        "SERVEKIT_RUNS": str(root / "runs"),
+        "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+    }
+    if catalog is not None:
+        env["SERVEKIT_CATALOG"] = str(catalog)
     run_dir = root / "runs" / layout.replace("/", "__")
     sampler = MemorySampler(run_dir / "state.json")
     sampler.start()
@@ -99,7 +125,7 @@ def measure(layout: str, root: Path) -> Result:
         raise SystemExit(f"servekit up {layout} failed:\n{up.stderr[-3000:]}")
     ready = state.ready_at - state.started_at if state and state.ready_at else None
     return Result(
-        layout=layout,
+        layout=layout + label,
         processes=len(state.processes) if state else 0,
         up_to_ready_s=round(elapsed, 1),
         supervisor_ready_s=round(ready, 1) if ready is not None else None,
@@ -113,22 +139,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", nargs="+", default=["local/single", "local/1p1d"])
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--compiled", action="store_true", help="also run each with torch.compile on"
+    )
     args = parser.parse_args()
     print(f"nproc={os.cpu_count()} load={os.getloadavg()}", flush=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="servekit-bench-") as tmp:
         root = Path(tmp)
         build_tiny_model(root / ".servekit/models/tiny")
+        compiled = compiled_catalog(args.layouts, root / "compiled") if args.compiled else None
         for layout in args.layouts:
             results.append(measure(layout, root))
             print(json.dumps(asdict(results[-1])), flush=True)
+            if compiled is not None:
+                results.append(measure(layout, root, compiled, " (compiled)"))
+                print(json.dumps(asdict(results[-1])), flush=True)
     print(f"load after={os.getloadavg()}")
-    header = f"{'layout':<14}{'procs':>6}{'up->ready s':>13}{'supervisor s':>14}{'peak RSS MiB':>14}{'peak PSS MiB':>14}{'sum HWM MiB':>13}"
+    header = f"{'layout':<26}{'procs':>6}{'up->ready s':>13}{'supervisor s':>14}{'peak RSS MiB':>14}{'peak PSS MiB':>14}{'sum HWM MiB':>13}"
     print(header)
     for r in results:
         sup = "-" if r.supervisor_ready_s is None else f"{r.supervisor_ready_s:.1f}"
         print(
-            f"{r.layout:<14}{r.processes:>6}{r.up_to_ready_s:>13.1f}{sup:>14}"
+            f"{r.layout:<26}{r.processes:>6}{r.up_to_ready_s:>13.1f}{sup:>14}"
             f"{r.peak_rss_mib:>14.1f}{r.peak_pss_mib:>14.1f}{r.sum_hwm_mib:>13.1f}"
         )
     if args.json:

@@ -121,6 +121,15 @@ SETTINGS: tuple[Setting, ...] = (
         example="true",
     ),
     Setting(
+        key="enforce_eager",
+        var="EAGER",
+        how="bool-flag",
+        target="--enforce-eager",
+        help="run the model eagerly, without torch.compile (1 on, 0 off)",
+        type="bool",
+        example="true",
+    ),
+    Setting(
         key="kv_cache_dtype",
         var="KV_DTYPE",
         how="flag",
@@ -219,6 +228,10 @@ _ACCEL: dict[str, SettingValue] = {
     "guard": False,
 }
 
+# vLLM CPU engines run eagerly: servekit's CPU layouts serve a tiny model, where
+# torch.compile buys nothing and costs most of a start (measured on 2 cores,
+# scripts/engine_start.py: 56.6 s to /health with a cold compile cache, 38.1 s warm,
+# 28.0-30.1 s eager; every real-engine test pays it once per engine).
 _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
     ("vllm-ascend", "mixed"): {**_ACCEL, "block_size": 128},
     ("vllm-ascend", "prefill"): {**_ACCEL, "block_size": 128},
@@ -230,18 +243,21 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
         "max_num_seqs": 16,
         "enable_prefix_caching": True,
         "cpu_kvcache_gib": 1,
+        "enforce_eager": True,
         "guard": False,
     },
     ("vllm-cpu", "prefill"): {
         "max_num_seqs": 16,
         "enable_prefix_caching": True,
         "cpu_kvcache_gib": 1,
+        "enforce_eager": True,
         "guard": False,
     },
     ("vllm-cpu", "decode"): {
         "max_num_seqs": 16,
         "enable_prefix_caching": True,
         "cpu_kvcache_gib": 1,
+        "enforce_eager": True,
         "guard": True,
     },
 }

@@ -19,7 +19,7 @@ import jinja2
 
 from servekit import __version__
 from servekit.catalog import NodeValue
-from servekit.defaults import SETTINGS_BY_KEY
+from servekit.defaults import SETTINGS, SETTINGS_BY_KEY
 from servekit.fsutil import staged_dir
 from servekit.render.command import references, shell_words
 from servekit.render.envvalues import shell_value
@@ -124,8 +124,18 @@ def process_script(plan: Plan, p: ProcessPlan) -> str:
             bind=p.bind_host if "BIND_HOST" in references(p.command) else None,
             argv=shell_words(p.command),
             env_lines=_env_lines(p),
+            bool_flags=_bool_flags(p),
         )
     )
+
+
+def _bool_flags(p: ProcessPlan) -> list[tuple[str, str, str]]:
+    """(variable, flag when 1, flag when 0) of each on/off setting the process uses."""
+    return [
+        (s.var, s.target, "--no-" + s.target.removeprefix("--"))
+        for s in SETTINGS
+        if s.how == "bool-flag" and s.var in p.settings
+    ]
 
 
 def plan_page(plan: Plan, target: str) -> str:
