@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -195,14 +196,21 @@ def test_previously_verified_layout_is_stale_and_says_so(catalog: Path) -> None:
     assert "earlier image" in status.reason
 
 
+def _derived(catalog: Path) -> LoadedLayout:
+    """a3/2p2d as it was hand-made (derived from 1p1d); the catalog now holds its import."""
+    loaded = load("a3/2p2d", catalog)
+    prov = loaded.layout.provenance.model_copy(update={"derived_from": "a3/1p1d"})
+    return replace(loaded, layout=loaded.layout.model_copy(update={"provenance": prov}))
+
+
 def test_derived_layout_names_its_origin(catalog: Path) -> None:
-    status = verification_status(load("a3/2p2d", catalog))
+    status = verification_status(_derived(catalog))
     assert status.state == "derived"
     assert status.reason == "derived from a3/1p1d, not separately validated"
 
 
 def test_sim_run_on_derived_layout_keeps_derived_and_notes_the_sim(catalog: Path) -> None:
-    loaded = load("a3/2p2d", catalog)
+    loaded = _derived(catalog)
     status = status_from_records(loaded.layout, [record(loaded, engine="sim")])
     assert status.state == "derived"
     assert "simulated run passed 2026-11-01 (not hardware-verified)" in status.reason
@@ -236,7 +244,8 @@ def test_without_xdg_data_home_the_ledger_goes_under_home(
 ) -> None:
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    want = tmp_path / ".local/share/servekit/ledger/a3/1p1d/verification.jsonl"
+    # a3/1p1d is an alias: the ledger goes under the layout's own name
+    want = tmp_path / ".local/share/servekit/ledger/a3/deepseekv4-flash/1p1d/verification.jsonl"
     assert ledger_path(load("a3/1p1d")) == want
 
 
