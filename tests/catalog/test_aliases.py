@@ -73,3 +73,20 @@ def test_a_ledger_record_made_under_an_alias_counts_for_the_layout(tmp_path: Pat
     assert names == [CANONICAL, "a3/someone-else"]  # an unrelated name stays unrelated
     status = verification_status(load("a3/old-1p1d", root))
     assert status.record is not None and status.record.layout == CANONICAL
+
+
+def test_no_two_listed_names_have_equal_plans() -> None:
+    """One name per layout: every listed layout's Plan differs from every other's."""
+    from servekit.importer.api import plan_signature
+
+    root = packaged_catalog()
+    seen: dict[str, str] = {}
+    for name in layout_names(root):
+        lay = load(name, root).layout
+        key = repr((lay.nodes, lay.hardware, plan_signature(lay)))
+        assert key not in seen, f"{name} is the same Plan as {seen[key]}; make it an alias"
+        seen[key] = name
+    # positive control: the same layout under another name is caught as equal
+    lay = load(CANONICAL, root).layout
+    twin = lay.model_copy(update={"name": "a3/twin"})
+    assert plan_signature(twin) == plan_signature(lay)
