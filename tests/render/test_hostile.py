@@ -85,7 +85,7 @@ HYPO = settings(
 
 
 def _raw(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((packaged_catalog() / name / "layout.yaml").read_text())
+    data: dict[str, Any] = yaml.safe_load(load(name).path.read_text())
     return data
 
 
@@ -131,7 +131,7 @@ def _fill(data: dict[str, Any], h: dict[str, str]) -> dict[str, Any]:
 
 def _hostile_profile(root: Path, h: dict[str, str]) -> None:
     """The A3 profile of the copied catalog, with hostile values of its own."""
-    path = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
+    path = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile = yaml.safe_load(path.read_text())
     common = profile["common"]
     common["env"]["HOSTILE_PROFILE"] = h["profile"]
@@ -234,12 +234,12 @@ def test_hostile_values_in_an_a3_layout_and_its_profile_never_run(h: dict[str, s
         root = Path(work) / "catalog"
         shutil.copytree(packaged_catalog() / "a3" / PROFILES_DIR, root / "a3" / PROFILES_DIR)
         _hostile_profile(root, h)
-        folder = root / "a3" / "1p1d"
+        folder = root / "a3" / "deepseekv4-flash" / "1p1d"
         folder.mkdir(parents=True)
         data = _fill(_small_a3(), h)
         text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
         (folder / "layout.yaml").write_text(text, encoding="utf-8")
-        layout = parse_layout_file(folder / "layout.yaml", "a3/1p1d")
+        layout = parse_layout_file(folder / "layout.yaml", "a3/deepseekv4-flash/1p1d")
         for engine in layout.engines:
             assert engine.engine_args["hostile_profile"] == h["profile"]
             assert engine.env["HOSTILE_PROFILE"] == h["profile"]

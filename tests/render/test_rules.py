@@ -189,7 +189,7 @@ def test_rule_rejects_broken_layout(
     assert hits, (
         f"{case}: expected {level} on {field!r} with {message!r}, got {[f.line() for f in found]}"
     )
-    assert hits[0].layout == "a3/1p1d"
+    assert hits[0].layout == "a3/deepseekv4-flash/1p1d"  # a3/1p1d is its alias
 
 
 def test_headless_rank_listed_by_proxy_is_rejected(
@@ -208,7 +208,7 @@ def test_catalog_passes_with_only_warnings() -> None:
 
 
 def test_real_finding_2p1x2d_reserved_kv_ports_is_reported() -> None:
-    loaded = next(x for x in load_all() if x.layout.name == "a3/2p1x2d")
+    loaded = next(x for x in load_all() if x.layout.name == "a3/deepseekv4-flash/2p1x2d")
     ports = sorted(
         int(f.message.split()[1])
         for f in check_layout(loaded.layout)
