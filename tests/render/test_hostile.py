@@ -130,12 +130,13 @@ def _fill(data: dict[str, Any], h: dict[str, str]) -> dict[str, Any]:
 
 
 def _hostile_profile(root: Path, h: dict[str, str]) -> None:
-    """The A3 profile of the copied catalog, with hostile values of its own."""
+    """The A3 profile of the copied catalog (the one a3/1p1d's layout uses, through its
+    alias), with hostile values of its own in each role it gives."""
     path = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile = yaml.safe_load(path.read_text())
-    common = profile["common"]
-    common["env"]["HOSTILE_PROFILE"] = h["profile"]
-    common["engine_args"]["hostile_profile"] = h["profile"]
+    for role in ("prefill", "decode"):
+        profile["roles"][role]["env"]["HOSTILE_PROFILE"] = h["profile"]
+        profile["roles"][role]["engine_args"]["hostile_profile"] = h["profile"]
     profile["roles"]["decode"]["additional_config"]["hostile"] = h["profile"]
     path.write_text(yaml.safe_dump(profile, allow_unicode=True, sort_keys=False))
 
