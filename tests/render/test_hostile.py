@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,12 +30,12 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from pydantic import ValidationError
 
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_file
 from servekit.catalog.profiles import PROFILES_DIR
-from servekit.catalog.schema import Layout
+from servekit.catalog.schema import _FLAG_NAME as FLAG_NAME, Engine, Layout
 from servekit.platforms import write_rendering
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
@@ -247,6 +248,12 @@ def test_hostile_values_in_an_a3_layout_and_its_profile_never_run(h: dict[str, s
         _prove(layout, h, Path(work))
 
 
+# Slots whose names are wider than an identifier: text of their pattern is a good name
+# there (e.g. 'x-' is an engine id and a flag name), only text outside it is hostile.
+WIDER = {
+    "engine id": Engine.model_json_schema()["properties"]["engine_id"]["anyOf"][0]["pattern"],
+    "flag name": FLAG_NAME.pattern,
+}
 NAME_SLOTS = [
     ("env name", lambda d, h: d["engines"][0].setdefault("env", {}).update({h: "1"})),
     ("layout env name", lambda d, h: d.setdefault("env", {}).update({h: "1"})),
@@ -268,6 +275,7 @@ NAME_SLOTS = [
 def test_hostile_text_is_refused_where_a_name_or_a_number_belongs(
     slot: str, put: Any, h: str
 ) -> None:
+    assume(slot not in WIDER or not re.fullmatch(WIDER[slot], h))
     data = _raw("local/1p1d")
     put(data, h)
     with pytest.raises(ValidationError):
