@@ -146,7 +146,8 @@ def verify(
     _check_inputs(opts)
     check_attach_inputs(opts, loaded.layout)
     started = clock()
-    wanted = (opts.out or default_run_dir(opts.name, started)).resolve()
+    # under the layout's own name, whichever of its names (aliases.yaml) was given
+    wanted = (opts.out or default_run_dir(loaded.layout.name, started)).resolve()
     made = not wanted.exists()
     run_dir = _fresh_run_dir(wanted)
     flow = Flow(opts, loaded, parts, run_dir, Steps(), progress=progress or VerifyProgress())
