@@ -88,8 +88,9 @@ def write_catalog(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
         folder = root / data["name"]
         folder.mkdir(parents=True, exist_ok=True)
         profiles = packaged_catalog() / data["name"].split("/")[0] / PROFILES_DIR
-        if profiles.is_dir() and not (folder.parent / PROFILES_DIR).exists():
-            shutil.copytree(profiles, folder.parent / PROFILES_DIR)
+        dest = root / data["name"].split("/")[0] / PROFILES_DIR  # <hw>/profiles, any depth
+        if profiles.is_dir() and not dest.exists():
+            shutil.copytree(profiles, dest)
         (folder / "layout.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         return root
 

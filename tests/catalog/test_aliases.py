@@ -73,3 +73,33 @@ def test_a_ledger_record_made_under_an_alias_counts_for_the_layout(tmp_path: Pat
     assert names == [CANONICAL, "a3/someone-else"]  # an unrelated name stays unrelated
     status = verification_status(load("a3/old-1p1d", root))
     assert status.record is not None and status.record.layout == CANONICAL
+
+
+def _same_plans(root: Path) -> list[tuple[str, str]]:
+    """(name, earlier name) for each listed layout whose Plan an earlier one has."""
+    from servekit.importer.api import plan_signature
+
+    seen: dict[str, str] = {}
+    same = []
+    for name in layout_names(root):
+        lay = load(name, root).layout
+        key = repr((lay.nodes, lay.hardware, plan_signature(lay)))
+        if key in seen:
+            same.append((name, seen[key]))
+        seen.setdefault(key, name)
+    return same
+
+
+def test_no_two_listed_names_have_equal_plans(tmp_path: Path) -> None:
+    """One name per layout: every listed layout's Plan differs from every other's."""
+    assert _same_plans(packaged_catalog()) == []
+    # positive control: a layout copied under another name (as a3/1p1d was) is caught
+    root = tmp_path / "catalog"
+    shutil.copytree(packaged_catalog(), root)
+    twin = root / "a3" / "twin-1p1d"
+    twin.mkdir()
+    text = (root / CANONICAL / "layout.yaml").read_text(encoding="utf-8")
+    (twin / "layout.yaml").write_text(
+        text.replace(f"name: {CANONICAL}\n", "name: a3/twin-1p1d\n", 1), encoding="utf-8"
+    )
+    assert _same_plans(root) == [("a3/twin-1p1d", CANONICAL)]  # names are listed sorted

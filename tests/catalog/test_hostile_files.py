@@ -98,19 +98,19 @@ def test_a_duplicate_key_names_both_lines(single_text: str, tmp_path: Path) -> N
 def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
-    profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
+    profile = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile.write_text(
-        profile.read_text().replace("common:\n", "common:\n  cwd: /a\n  cwd: /b\n", 1)
+        profile.read_text().replace("  prefill:\n", "  prefill:\n    cwd: /a\n    cwd: /b\n", 1)
     )
-    one_line_error(check(root), "dsv4-flash-a3-pd.yaml:", "duplicate key 'cwd'")
+    one_line_error(check(root), "deepseekv4-flash-a3.yaml:", "duplicate key 'cwd'")
 
 
 def test_a_profile_in_another_encoding_is_named(tmp_path: Path) -> None:
     root = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
-    profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-mixed.yaml"
+    profile = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile.write_bytes(profile.read_text().encode("utf-16"))
-    one_line_error(check(root), "dsv4-flash-a3-mixed.yaml: the file is UTF-16")
+    one_line_error(check(root), "deepseekv4-flash-a3.yaml: the file is UTF-16")
 
 
 def _set(data: dict[str, Any], path: str, value: Any) -> None:
@@ -127,14 +127,34 @@ def _set(data: dict[str, Any], path: str, value: Any) -> None:
         ("local/single", "nodes", 10**20, ["field 'nodes'", "less than or equal to 256"]),
         ("local/single", "nodes", "1e20", ["field 'nodes'"]),
         ("local/single", "engines.0.replicas", 10**9, ["engines.0.replicas"]),
-        ("a3/1p1d", "engines.1.dp_size", 10**12, ["engines.1.dp_size"]),
-        ("a3/1p1d", "engines.1.dp_size_per_node", 10**6, ["engines.1.dp_size_per_node"]),
-        ("a3/1p1d", "engines.1.nodes", [10**15], ["engines.1.nodes.0"]),
-        ("a3/1p1d", "proxy.decode.0.ports", "7100-99999999999", ["1 <= FIRST <= LAST <= 65535"]),
-        ("a3/1p1d", "engines.1.api_port", 65530, ["runs past 65535; pick a lower api_port"]),
-        ("a3/1p1d", "engines.1.devices", list(range(2000)), ["engines.1.devices"]),
+        ("a3/deepseekv4-flash/1p1d", "engines.1.dp_size", 10**12, ["engines.1.dp_size"]),
+        (
+            "a3/deepseekv4-flash/1p1d",
+            "engines.1.dp_size_per_node",
+            10**6,
+            ["engines.1.dp_size_per_node"],
+        ),
+        ("a3/deepseekv4-flash/1p1d", "engines.1.nodes", [10**15], ["engines.1.nodes.0"]),
+        (
+            "a3/deepseekv4-flash/1p1d",
+            "proxy.decode.0.ports",
+            "7100-99999999999",
+            ["1 <= FIRST <= LAST <= 65535"],
+        ),
+        (
+            "a3/deepseekv4-flash/1p1d",
+            "engines.1.api_port",
+            65530,
+            ["runs past 65535; pick a lower api_port"],
+        ),
+        ("a3/deepseekv4-flash/1p1d", "engines.1.devices", list(range(2000)), ["engines.1.devices"]),
         ("local/single", "model.max_model_len", 10**30, ["model.max_model_len"]),
-        ("a3/1p1d", "hardware.devices_per_node", 0, ["hardware.devices_per_node", "0 devices"]),
+        (
+            "a3/deepseekv4-flash/1p1d",
+            "hardware.devices_per_node",
+            0,
+            ["hardware.devices_per_node", "0 devices"],
+        ),
         ("local/1p1d", "verify.workloads", ["single-stream", "warp"], ["unknown workload 'warp'"]),
         ("local/1p1d", "verify.concurrency", [0, -1], ["verify.concurrency", "from 1 to"]),
         ("local/1p1d", "verify.concurrency", [], ["verify.concurrency"]),

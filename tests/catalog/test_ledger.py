@@ -196,9 +196,10 @@ def test_previously_verified_layout_is_stale_and_says_so(catalog: Path) -> None:
 
 
 def test_derived_layout_names_its_origin(catalog: Path) -> None:
+    # a3/2p2d is an alias; its layout's servekit.yaml carries the hand-made one's derivation
     status = verification_status(load("a3/2p2d", catalog))
     assert status.state == "derived"
-    assert status.reason == "derived from a3/1p1d, not separately validated"
+    assert status.reason == "derived from a3/deepseekv4-flash/1p1d, not separately validated"
 
 
 def test_sim_run_on_derived_layout_keeps_derived_and_notes_the_sim(catalog: Path) -> None:
@@ -236,7 +237,8 @@ def test_without_xdg_data_home_the_ledger_goes_under_home(
 ) -> None:
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    want = tmp_path / ".local/share/servekit/ledger/a3/1p1d/verification.jsonl"
+    # a3/1p1d is an alias: the ledger goes under the layout's own name
+    want = tmp_path / ".local/share/servekit/ledger/a3/deepseekv4-flash/1p1d/verification.jsonl"
     assert ledger_path(load("a3/1p1d")) == want
 
 

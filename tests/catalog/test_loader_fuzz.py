@@ -207,7 +207,7 @@ COUNT_KEYS = ["nodes", "max_model_len", "devices_per_node", "dp_size", "tp", "re
     ),
 )
 def test_huge_numbers_in_every_count(key: str, number: int | float | str) -> None:
-    for name in ("local/single", "a3/1p1d"):
+    for name in ("local/single", "a3/deepseekv4-flash/1p1d"):
         text = TEXTS[name].decode()
         lines = [
             line.split(":")[0] + f": {number}" if line.strip().startswith(f"{key}:") else line

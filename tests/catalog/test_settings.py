@@ -87,7 +87,9 @@ def test_set_refuses_a_command_or_text_for_a_number(value: str, tmp_path: Path) 
     out = tmp_path / "out"
     item = "engines.decode0.settings.max_num_seqs=" + value.format(canary=canary)
     line = one_line_error(
-        servekit_inproc("render", "a3/1p1d", "--out", str(out), "--set", item, env=wide_env())
+        servekit_inproc(
+            "render", "a3/deepseekv4-flash/1p1d", "--out", str(out), "--set", item, env=wide_env()
+        )
     )
     assert "engines.decode0.settings: max_num_seqs:" in line
     assert "takes a whole number from 1" in line and "e.g. max_num_seqs: 32" in line
@@ -99,7 +101,13 @@ def test_set_refuses_a_value_that_is_not_yaml(tmp_path: Path) -> None:
     item = f"engines.decode0.settings.max_num_seqs=`touch {canary}`"
     one_line_error(
         servekit_inproc(
-            "render", "a3/1p1d", "--out", str(tmp_path / "o"), "--set", item, env=wide_env()
+            "render",
+            "a3/deepseekv4-flash/1p1d",
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            item,
+            env=wide_env(),
         ),
         "--set",
     )
@@ -109,7 +117,7 @@ def test_set_refuses_a_value_that_is_not_yaml(tmp_path: Path) -> None:
 def _catalog_with(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     root = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
-    path = root / "a3" / "1p1d" / "layout.yaml"
+    path = root / "a3" / "deepseekv4-flash" / "1p1d" / "layout.yaml"
     data = yaml.safe_load(path.read_text())
     edit(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -131,16 +139,22 @@ def test_the_same_value_in_layout_yaml_fails_layouts_check(value: str, tmp_path:
     result = servekit_inproc(
         "layouts", "check", "--catalog", str(_catalog_with(tmp_path, edit)), env=wide_env()
     )
-    one_line_error(result, "a3/1p1d/layout.yaml:", "engines.1.settings", "max_num_seqs:", "e.g.")
+    one_line_error(
+        result,
+        "a3/deepseekv4-flash/1p1d/layout.yaml:",
+        "engines.1.settings",
+        "max_num_seqs:",
+        "e.g.",
+    )
     assert not canary.exists()
 
 
 def test_a_profile_setting_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
     root = _catalog_with(tmp_path, lambda data: None)
-    profile = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
+    profile = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile.write_text(profile.read_text().replace("max_num_seqs: 60", "max_num_seqs: lots"))
     result = servekit_inproc("layouts", "check", "--catalog", str(root), env=wide_env())
-    one_line_error(result, "dsv4-flash-a3-pd.yaml:", "max_num_seqs: 'lots' is refused")
+    one_line_error(result, "deepseekv4-flash-a3.yaml:", "max_num_seqs: 'lots' is refused")
 
 
 @pytest.mark.parametrize(

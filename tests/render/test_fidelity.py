@@ -2,7 +2,8 @@
 
 The fixtures (tests/render/fidelity/a3/<layout>.json) hold the normalized facts of
 every process that the source layout starts, taken by running its scripts on the
-fake platform (see the README there). Here each Plan process is normalized the
+fake platform (see the README there). The layout is loaded by its old name
+``a3/<layout>``, an alias of the imported ``a3/deepseekv4-flash/<layout>``. Here each Plan process is normalized the
 same way (``${NODE<k>_IP}`` -> ``{NODE<k>_IP}``, a reference to the variable
 itself -> ``{INHERITED}``) and compared process by process; a failure prints the
 readable diff. A difference passes only when the layout records it as a

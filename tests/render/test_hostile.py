@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,12 +30,12 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from pydantic import ValidationError
 
 from servekit.catalog.loader import load, packaged_catalog, parse_layout_file
 from servekit.catalog.profiles import PROFILES_DIR
-from servekit.catalog.schema import Layout
+from servekit.catalog.schema import _FLAG_NAME as FLAG_NAME, Engine, Layout
 from servekit.platforms import write_rendering
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, ProcessPlan, build_plan
@@ -85,7 +86,7 @@ HYPO = settings(
 
 
 def _raw(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((packaged_catalog() / name / "layout.yaml").read_text())
+    data: dict[str, Any] = yaml.safe_load(load(name).path.read_text())
     return data
 
 
@@ -130,12 +131,13 @@ def _fill(data: dict[str, Any], h: dict[str, str]) -> dict[str, Any]:
 
 
 def _hostile_profile(root: Path, h: dict[str, str]) -> None:
-    """The A3 profile of the copied catalog, with hostile values of its own."""
-    path = root / "a3" / PROFILES_DIR / "dsv4-flash-a3-pd.yaml"
+    """The A3 profile of the copied catalog (the one a3/1p1d's layout uses, through its
+    alias), with hostile values of its own in each role it gives."""
+    path = root / "a3" / PROFILES_DIR / "deepseekv4-flash-a3.yaml"
     profile = yaml.safe_load(path.read_text())
-    common = profile["common"]
-    common["env"]["HOSTILE_PROFILE"] = h["profile"]
-    common["engine_args"]["hostile_profile"] = h["profile"]
+    for role in ("prefill", "decode"):
+        profile["roles"][role]["env"]["HOSTILE_PROFILE"] = h["profile"]
+        profile["roles"][role]["engine_args"]["hostile_profile"] = h["profile"]
     profile["roles"]["decode"]["additional_config"]["hostile"] = h["profile"]
     path.write_text(yaml.safe_dump(profile, allow_unicode=True, sort_keys=False))
 
@@ -234,18 +236,24 @@ def test_hostile_values_in_an_a3_layout_and_its_profile_never_run(h: dict[str, s
         root = Path(work) / "catalog"
         shutil.copytree(packaged_catalog() / "a3" / PROFILES_DIR, root / "a3" / PROFILES_DIR)
         _hostile_profile(root, h)
-        folder = root / "a3" / "1p1d"
+        folder = root / "a3" / "deepseekv4-flash" / "1p1d"
         folder.mkdir(parents=True)
         data = _fill(_small_a3(), h)
         text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
         (folder / "layout.yaml").write_text(text, encoding="utf-8")
-        layout = parse_layout_file(folder / "layout.yaml", "a3/1p1d")
+        layout = parse_layout_file(folder / "layout.yaml", "a3/deepseekv4-flash/1p1d")
         for engine in layout.engines:
             assert engine.engine_args["hostile_profile"] == h["profile"]
             assert engine.env["HOSTILE_PROFILE"] == h["profile"]
         _prove(layout, h, Path(work))
 
 
+# Slots whose names are wider than an identifier: text of their pattern is a good name
+# there (e.g. 'x-' is an engine id and a flag name), only text outside it is hostile.
+WIDER = {
+    "engine id": Engine.model_json_schema()["properties"]["engine_id"]["anyOf"][0]["pattern"],
+    "flag name": FLAG_NAME.pattern,
+}
 NAME_SLOTS = [
     ("env name", lambda d, h: d["engines"][0].setdefault("env", {}).update({h: "1"})),
     ("layout env name", lambda d, h: d.setdefault("env", {}).update({h: "1"})),
@@ -267,6 +275,7 @@ NAME_SLOTS = [
 def test_hostile_text_is_refused_where_a_name_or_a_number_belongs(
     slot: str, put: Any, h: str
 ) -> None:
+    assume(slot not in WIDER or not re.fullmatch(WIDER[slot], h))
     data = _raw("local/1p1d")
     put(data, h)
     with pytest.raises(ValidationError):

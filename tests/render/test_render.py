@@ -17,7 +17,7 @@ from typing import Literal
 
 import pytest
 
-from servekit.catalog.loader import load, load_all
+from servekit.catalog.loader import aliases, load, load_all, packaged_catalog
 from servekit.defaults import script_defaults
 from servekit.errors import UsageError
 from servekit.guard import source_bytes
@@ -188,6 +188,22 @@ def test_golden_rendering(name: str) -> None:
     assert path.read_text() == text, (
         f"rendering of {name} changed; review and rerun with SERVEKIT_UPDATE_GOLDEN=1"
     )
+
+
+def test_every_golden_is_a_listed_layouts() -> None:
+    """A golden of a name that is gone (or an alias now) would pin nothing: none is kept."""
+    names = {f"{name.replace('/', '__')}.txt" for name in NAMES}
+    assert sorted(p.name for p in GOLDEN.glob("*.txt") if p.name not in names) == []
+    assert "a3__1p1d.txt" not in names  # positive control: an alias's golden would be stray
+    assert "a3__deepseekv4-flash__1p1d.txt" in names
+
+
+@pytest.mark.parametrize("alias", sorted(aliases(packaged_catalog())))
+def test_an_alias_renders_its_layouts_golden(alias: str) -> None:
+    """The old name renders what its layout's golden pins, byte for byte."""
+    name = aliases(packaged_catalog())[alias]
+    assert name in NAMES and alias not in NAMES
+    assert golden_text(alias) == (GOLDEN / f"{name.replace('/', '__')}.txt").read_text()
 
 
 def test_launcher_stops_the_nodes_other_processes_when_one_fails(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def test_rule_rejects_broken_layout(
     message: str,
     layout_data: Callable[[str], dict[str, Any]],
 ) -> None:
-    data = layout_data("a3/1p1d")
+    data = _hand_made(layout_data("a3/1p1d"))
     assert not [f for f in findings_for(data) if f.level == "error"]
     breaker(data)
     found = findings_for(data)
@@ -190,6 +190,38 @@ def test_rule_rejects_broken_layout(
         f"{case}: expected {level} on {field!r} with {message!r}, got {[f.line() for f in found]}"
     )
     assert hits[0].layout == "a3/1p1d"
+
+
+def _hand_made(data: dict[str, Any]) -> dict[str, Any]:
+    """The layout under a hand-made name (as a3/1p1d was before it became an alias).
+
+    a3/1p1d loads its import, a3/deepseekv4-flash/1p1d, whose values are its
+    source's own: a rule the source breaks only warns there (see the next test).
+    Under a hand-made name every rule is enforced, so each case proves its rule.
+    """
+    assert data["name"] == "a3/deepseekv4-flash/1p1d"
+    return {**data, "name": "a3/1p1d"}
+
+
+def test_the_imported_layout_keeps_a_source_value_a_rule_refuses(
+    layout_data: Callable[[str], dict[str, Any]],
+) -> None:
+    """The same broken value in the imported layout (by its alias) warns, naming the source."""
+    data = layout_data("a3/1p1d")
+    spec_prefill_two(data)
+    found = findings_for(data)
+    spec = [f for f in found if "speculative.num_speculative_tokens (prefill0)" in f.field]
+    assert [(f.level, f.layout, f.message) for f in spec] == [
+        (
+            "warning",
+            "a3/deepseekv4-flash/1p1d",
+            "prefill engines use num_speculative_tokens 1 (the source's own value)",
+        )
+    ]
+    # positive control: the same data under a hand-made name is refused
+    found = findings_for(_hand_made(data))
+    spec = [f for f in found if "speculative.num_speculative_tokens (prefill0)" in f.field]
+    assert [(f.level, f.layout) for f in spec] == [("error", "a3/1p1d")]
 
 
 def test_headless_rank_listed_by_proxy_is_rejected(
@@ -208,7 +240,7 @@ def test_catalog_passes_with_only_warnings() -> None:
 
 
 def test_real_finding_2p1x2d_reserved_kv_ports_is_reported() -> None:
-    loaded = next(x for x in load_all() if x.layout.name == "a3/2p1x2d")
+    loaded = next(x for x in load_all() if x.layout.name == "a3/deepseekv4-flash/2p1x2d")
     ports = sorted(
         int(f.message.split()[1])
         for f in check_layout(loaded.layout)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servekit.catalog.ledger import LedgerRecord, append_record
-from servekit.catalog.loader import load, load_all
+from servekit.catalog.loader import canonical_name, load, load_all, packaged_catalog
 from servekit.errors import UsageError
 from servekit.render.plan import build_plan
 from servekit.report.site import build_site
@@ -43,15 +43,18 @@ def site(catalog: Path, tmp_path: Path) -> Path:
 
 
 def page(site: Path, name: str) -> str:
+    """The page of layout ``name`` (an old name: of the layout it is an alias of)."""
+    name = canonical_name(name, packaged_catalog())
     return (site / "layouts" / f"{name.replace('/', '__')}.html").read_text()
 
 
 def test_index_lists_every_layout_with_its_filter_data(catalog: Path, site: Path) -> None:
     rows = index_rows((site / "index.html").read_text())
     assert set(rows) == {item.layout.name for item in load_all(str(catalog))}
-    assert rows["a3/2p2d"]["data-topology"] == "pd"
-    assert rows["a3/2p2d"]["data-status"] == "derived"
-    assert rows["a3/1p1d"]["data-status"] == "stale"
+    assert "a3/2p2d" not in rows  # an alias: its layout has the row
+    assert rows["a3/deepseekv4-flash/2p2d"]["data-topology"] == "pd"
+    assert rows["a3/deepseekv4-flash/2p2d"]["data-status"] == "derived"
+    assert rows["a3/deepseekv4-flash/1p1d"]["data-status"] == "stale"
     assert rows["a3/dsv41-tp8"]["data-topology"] == "single"
     assert rows["a3/dsv41-tp8"]["data-status"] == "verified"
     assert rows["local/dp2"]["data-topology"] == "dp"
@@ -129,7 +132,8 @@ def test_layout_page_shows_status_deviations_notes_and_derivation(site: Path) ->
     assert "reserves [20000,36000) for AscendDirectTransport" in html
     assert "30000/30100" in html
     derived = page(site, "a3/2p2d")
-    assert 'href="a3__1p1d.html">a3/1p1d</a>, not separately validated' in derived
+    link = 'href="a3__deepseekv4-flash__1p1d.html">a3/deepseekv4-flash/1p1d</a>'
+    assert f"{link}, not separately validated" in derived
 
 
 def test_pages_are_self_contained(site: Path) -> None:

@@ -134,8 +134,10 @@ def test_usage_for_a_cluster_layout_renders_and_names_the_entry(catalog: Path) -
     plan = build_plan(load("a3/1p1d", str(catalog)).layout)
     steps = usage(plan)
     lines = [line for s in steps for line in s.lines]
-    assert "servekit render a3/1p1d --out out/a3-1p1d" in lines
-    assert "bash out/a3-1p1d/node1/run.sh   # on node 1" in lines
+    # a3/1p1d is an alias: the usage names the layout it loads
+    out = "out/a3-deepseekv4-flash-1p1d"
+    assert f"servekit render a3/deepseekv4-flash/1p1d --out {out}" in lines
+    assert f"bash {out}/node1/run.sh   # on node 1" in lines
     assert any(
         "http://${NODE0_IP}:8080/v1/chat/completions" in x and "deepseek_v4" in x for x in lines
     )

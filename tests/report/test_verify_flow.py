@@ -193,6 +193,29 @@ def test_the_previous_passing_run_in_the_ledger_is_the_default_baseline(
     assert third.run.files.baseline is None
 
 
+@pytest.mark.parametrize("alias", [True, False])
+def test_a_run_recorded_under_an_old_name_is_the_default_baseline(
+    catalog: Path, tmp_path: Path, runner: SimRunner, alias: bool
+) -> None:
+    """A passing run recorded under a name that is now an alias of the layout (as the
+    runs of a3/1p1d are) is the layout's history: the next run compares with it
+    (positive control: without the alias it is another layout's, and there is none)."""
+    first = passed(verify(options(catalog, tmp_path / "one"), components(runner)))
+    assert first.record is not None and first.ledger is not None
+    old = first.record.model_copy(update={"layout": "local/old-1p1d"})
+    first.ledger.write_text(old.model_dump_json() + "\n", encoding="utf-8")
+    if alias:
+        (catalog / "aliases.yaml").write_text("local/old-1p1d: local/1p1d\n", encoding="utf-8")
+    second = passed(verify(options(catalog, tmp_path / "two"), components(runner)))
+    if alias:
+        assert second.run.baseline_source is not None
+        assert second.run.baseline_source.startswith("the previous passing sim run")
+        copied = (second.run_dir / "baseline.json").read_bytes()
+        assert copied == (first.run_dir / "bench" / "bench.json").read_bytes()
+    else:
+        assert second.run.baseline_source is None and second.run.files.baseline is None
+
+
 def test_attach_with_target_leaves_the_deployment_running(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:

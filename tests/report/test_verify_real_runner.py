@@ -1,7 +1,8 @@
 """The documented commands through servekit's real runner (detached supervisor).
 
-``servekit verify a3/1p1d --engine sim`` dry-runs the real A3 catalog layout (4
-prefill + 16 decode simulated DP ranks behind servekit's proxy) end to end;
+``servekit verify a3/1p1d --engine sim`` (an alias of a3/deepseekv4-flash/1p1d)
+dry-runs the real A3 catalog layout (4 prefill + 16 decode simulated DP ranks
+behind servekit's proxy) end to end;
 ``servekit verify local/1p1d`` runs real vLLM CPU engines (marker vllm).
 """
 
@@ -52,12 +53,14 @@ def test_verify_a3_1p1d_on_simulated_engines(catalog: Path, tmp_path: Path) -> N
         env=wide_env(SERVEKIT_RUNS=str(tmp_path / "runs")), timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, _failed_checks(out) + done.stdout[-3000:] + done.stderr[-3000:]
-    _check_run(catalog, "a3/1p1d", out, "sim", done.stdout)
+    # a3/1p1d is an alias: the run is the layout's, recorded under its name and folder
+    _check_run(catalog, "a3/deepseekv4-flash/1p1d", out, "sim", done.stdout)
+    assert not (catalog / "a3/1p1d").exists()
     deployment = json.loads((out / "deployment.json").read_text())
     roles = [e["role"] for e in deployment["endpoints"]]
     assert roles.count("prefill") == 4 and roles.count("decode") == 16
     md = (out / "report.md").read_text()
-    assert "servekit render a3/1p1d --out out/a3-1p1d" in md
+    assert "servekit render a3/deepseekv4-flash/1p1d --out out/a3-deepseekv4-flash-1p1d" in md
     assert "was hardware-verified" not in md  # the report judges the run, not the seed
 
 

@@ -66,14 +66,27 @@ def test_a_deployment_file_gets_the_layouts_capabilities(tmp_path: Path) -> None
     path = tmp_path / "d.json"
     path.write_text(Deployment(entry_url="http://h:1").model_dump_json())
     dep = attach_deployment(opts(target=str(path), logs=tmp_path), A3, load_deployment, no_fetch)
-    assert dep.capabilities == ("retrieval",) and dep.layout == "a3/1p1d"
+    assert dep.capabilities == ("retrieval",) and dep.layout == "a3/deepseekv4-flash/1p1d"
     assert dep.process_logs["decode0.dp0"] == tmp_path / "decode0.dp0.log"
 
 
 def test_a_deployment_of_another_layout_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "d.json"
     path.write_text(Deployment(layout="a3/1p3d", entry_url="http://h:1").model_dump_json())
-    with pytest.raises(UsageError, match="runs a3/1p3d, not a3/1p1d"):
+    with pytest.raises(UsageError, match="runs a3/1p3d, not a3/deepseekv4-flash/1p1d"):
+        attach_deployment(opts(target=str(path)), A3, load_deployment, no_fetch)
+
+
+def test_a_deployment_written_under_the_old_name_is_the_layouts(tmp_path: Path) -> None:
+    """A deployment.json of a3/1p1d from before it was an alias attaches to its layout."""
+    path = tmp_path / "d.json"
+    path.write_text(Deployment(layout="a3/1p1d", entry_url="http://h:1").model_dump_json())
+    old = load("a3/1p1d").aliases
+    assert old == ["a3/1p1d"]
+    dep = attach_deployment(opts(target=str(path)), A3, load_deployment, no_fetch, old)
+    assert dep.layout == "a3/deepseekv4-flash/1p1d"
+    # positive control: without the layout's old names it is another layout's
+    with pytest.raises(UsageError, match="runs a3/1p1d, not a3/deepseekv4-flash/1p1d"):
         attach_deployment(opts(target=str(path)), A3, load_deployment, no_fetch)
 
 
@@ -106,7 +119,7 @@ def test_a_reference_url_goes_into_the_deployment() -> None:
 @pytest.mark.parametrize(
     ("given", "says"),
     [
-        ({"nodes": "10.0.0.1"}, "--nodes 10.0.0.1: a3/1p1d runs on 2 node(s)"),
+        ({"nodes": "10.0.0.1"}, "--nodes 10.0.0.1: a3/deepseekv4-flash/1p1d runs on 2 node(s)"),
         ({"nodes": "10.0.0.1,10.0.0.2", "target": "a3/1p1d"}, "with --nodes give the entry URL"),
         (
             {"target": "http://h:1", "logs": "/nonexistent/logs"},

@@ -37,7 +37,8 @@ from servekit.verify.adapters import real_components
 from servekit.verify.options import VerifyOptions
 from servekit.verify.run import verify
 
-LAYOUT = "a3/1p1d"
+LAYOUT = "a3/1p1d"  # an alias: runs, reports and the list name the layout it loads
+NAME = "a3/deepseekv4-flash/1p1d"
 SPEED = 10.0
 
 
@@ -111,7 +112,7 @@ def nodes_run(
     assert args[:3] == [LAYOUT, "--target", cluster.entry_url]
     done = servekit_cli("verify", *args, env=wide_env(**homes), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith(f"# Verification of {LAYOUT}: PASS (simulated)")
+    assert done.stdout.startswith(f"# Verification of {NAME}: PASS (simulated)")
     return out, before
 
 
@@ -134,7 +135,7 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     after = verification_status(loaded)
     assert after.state == before.state != "verified"
     # layouts list: model, name, hardware, nodes, topology, source says, status, derived
-    cells, why = next(row for row in list_rows(None) if row[0][1] == LAYOUT)
+    cells, why = next(row for row in list_rows(None) if row[0][1] == NAME)
     assert cells[6] == before.state and "simulated run passed" in why
     got, want = summary(out), summary(local_run)
     assert got["n_of_n"] == want["n_of_n"] == "28/28"

@@ -23,6 +23,7 @@ what they said. A simulated target's speed is read from an engine's
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +87,17 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
 
 
 def attach_deployment(
-    opts: VerifyOptions, layout: Layout, attach: Attacher, fetch: Fetch = fetch_text
+    opts: VerifyOptions,
+    layout: Layout,
+    attach: Attacher,
+    fetch: Fetch = fetch_text,
+    old_names: Sequence[str] = (),
 ) -> Deployment:
-    """The deployment this run attaches to (see the module docstring for each case)."""
+    """The deployment this run attaches to (see the module docstring for each case).
+
+    ``old_names`` are the layout's aliases (``aliases.yaml``): a deployment.json
+    written under one of them is a deployment of this layout.
+    """
     engine: Any = "external"  # what they are is asked of the engines, never assumed
     if opts.pods is not None:
         hosts = pod_hosts(opts.pods, layout)
@@ -104,7 +113,7 @@ def attach_deployment(
         if is_url(opts.target) and not dep.endpoints:
             dep = _behind_url(layout, opts.target, fetch, opts.logs, engine)
         else:
-            dep = _filled(dep, layout, opts.logs)
+            dep = _filled(dep, layout, opts.logs, old_names)
     if opts.reference is not None:
         dep = dep.model_copy(update={"reference_url": opts.reference.rstrip("/")})
     return dep
@@ -130,9 +139,11 @@ def _behind_url(
     return cluster_deployment(layout, nodes, entry=target, logs=logs, engine=engine)
 
 
-def _filled(dep: Deployment, layout: Layout, logs: Path | None) -> Deployment:
+def _filled(
+    dep: Deployment, layout: Layout, logs: Path | None, old_names: Sequence[str] = ()
+) -> Deployment:
     """A deployment.json (or a bare URL) with what the layout knows and it lacks."""
-    if dep.layout is not None and dep.layout != layout.name:
+    if dep.layout is not None and dep.layout not in (layout.name, *old_names):
         raise UsageError(
             f"--target: that deployment runs {dep.layout}, not {layout.name}; "
             f"verify {dep.layout}, or give the deployment of {layout.name}"

@@ -62,7 +62,12 @@ class Flow:
 
             def attach() -> Deployment:
                 try:
-                    dep = attach_deployment(self.opts, self.loaded.layout, self.parts.attach)
+                    dep = attach_deployment(
+                        self.opts,
+                        self.loaded.layout,
+                        self.parts.attach,
+                        old_names=self.loaded.aliases,
+                    )
                     return self._identified(dep)
                 except UsageError as exc:
                     refused.append(exc)

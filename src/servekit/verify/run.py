@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.bench import BenchResult
-from servekit.catalog import LedgerRecord, append_record, ledger_path, load, read_records
+from servekit.catalog import LedgerRecord, append_record, ledger_records, load
 from servekit.errors import UsageError
 from servekit.render import build_plan
 from servekit.report import RUN_FILE, Interruption, VerifyRun, build_report, write_sums
@@ -123,9 +123,10 @@ def _baseline_source(flow: Flow) -> tuple[Path, str] | None:
     if flow.opts.no_baseline:
         return None
     engine = flow.opts.engine_choice
+    # every record of the layout, those made under its old names (aliases.yaml) too
     records = [
         r
-        for r in read_records(ledger_path(flow.loaded))
+        for r in ledger_records(flow.loaded)
         if r.result == "pass" and r.engine == engine and r.layout == flow.loaded.layout.name
     ]
     for record in sorted(records, key=lambda r: r.date, reverse=True):
@@ -146,7 +147,8 @@ def verify(
     _check_inputs(opts)
     check_attach_inputs(opts, loaded.layout)
     started = clock()
-    wanted = (opts.out or default_run_dir(opts.name, started)).resolve()
+    # under the layout's own name, whichever of its names (aliases.yaml) was given
+    wanted = (opts.out or default_run_dir(loaded.layout.name, started)).resolve()
     made = not wanted.exists()
     run_dir = _fresh_run_dir(wanted)
     flow = Flow(opts, loaded, parts, run_dir, Steps(), progress=progress or VerifyProgress())
