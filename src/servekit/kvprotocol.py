@@ -18,7 +18,7 @@ them from real engines; ``tests/fixtures/kv_params`` holds the facts):
   decoder ``{do_remote_decode: false, do_remote_prefill: true, metaserver}``
   first; the decoder POSTs its blocks to the proxy's ``/v1/metaserver``, and
   only then does the proxy send the prefill, which pushes the KV layer by layer
-  (servekit.proxy.layerwise; the guard trusts only the deployment's own
+  (servekit.proxy.protocols.layerwise; the guard trusts only the deployment's own
   metaserver, ``SERVEKIT_GUARD_METASERVER``).
 - ``prompt`` (prompt-keyed): ExampleConnector saves the KV under a digest of the
   prompt and the decoder finds it there; it never reads ``kv_transfer_params``,
@@ -31,9 +31,10 @@ prompt-keyed connectors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from servekit.vocabulary import GuardMode, KvProtocol
+from servekit.vocabulary import PROXY_MODE_OF, GuardMode, KvProtocol
 
 PROMPT_KEYED_CONNECTORS = frozenset({"ExampleConnector", "SharedStorageConnector"})
 BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})
@@ -63,6 +64,47 @@ LEASE_ENV: dict[KvProtocol, LeaseSource] = {
     "params": ("env", "VLLM_NIXL_ABORT_REQUEST_TIMEOUT", 480),
     "bootstrap": ("env", "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", 480),
 }
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What the proxy and the simulator need to know of one protocol, beyond its name.
+
+    Each protocol has one handler module of that ``module`` name in
+    ``servekit.proxy.protocols`` and in ``servekit.sim.protocols``, chosen by
+    :data:`HANDOFFS` (the only place the protocol words are told apart).
+    """
+
+    module: str
+    holds_lease: bool  # the prefill keeps the KV for its decoder until the lease passes
+    decoder_first: bool  # the decoder is asked first and calls the proxy back (metaserver)
+    bootstrap_server: bool  # the proxy names the prefill's bootstrap server to the decoder
+
+
+HANDOFFS: dict[KvProtocol, Handoff] = {
+    "params": Handoff("pull", holds_lease=True, decoder_first=False, bootstrap_server=False),
+    "bootstrap": Handoff("bootstrap", holds_lease=True, decoder_first=False, bootstrap_server=True),
+    "prompt": Handoff(
+        "prompt_keyed", holds_lease=False, decoder_first=False, bootstrap_server=False
+    ),
+    "layerwise": Handoff(
+        "layerwise", holds_lease=False, decoder_first=True, bootstrap_server=False
+    ),
+}
+
+# The protocol a proxy mode carries (``replica`` carries none).
+PROTOCOL_OF_MODE: dict[str, KvProtocol] = {mode: p for p, mode in PROXY_MODE_OF.items()}
+
+
+def protocol_of_mode(mode: str) -> KvProtocol | None:
+    """The handoff protocol of the proxy mode ``mode`` (None: replica, no handoff)."""
+    return PROTOCOL_OF_MODE.get(mode)
+
+
+def handoff_of_mode(mode: str) -> Handoff | None:
+    """The :class:`Handoff` row of the proxy mode ``mode`` (None: replica)."""
+    protocol = protocol_of_mode(mode)
+    return None if protocol is None else HANDOFFS[protocol]
 
 
 def lease_source(connector: str, engine_kind: str = "vllm") -> LeaseSource | None:

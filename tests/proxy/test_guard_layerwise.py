@@ -25,7 +25,7 @@ from servekit.guard import (
     metaservers_from_env,
     trusted_metaservers,
 )
-from servekit.proxy.layerwise import decode_payload, default_metaserver
+from servekit.proxy.protocols.layerwise import decode_payload, default_metaserver
 
 from .guard_spec import CLIENT_FIELDS, KV_VALUES, PREFILL_ANSWERS, RELAXED, bodies, kv_of
 from .layerwise_spec import (

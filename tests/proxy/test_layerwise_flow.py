@@ -1,6 +1,6 @@
 """The layerwise flow end to end: proxy + 1 prefill + 2 guarded decoders of the simulator.
 
-The decoders run vllm-ascend's layerwise handoff as servekit.sim.layerwise
+The decoders run vllm-ascend's layerwise handoff as servekit.sim.protocols.layerwise
 models it: they call the proxy's /v1/metaserver and wait for the prefill's
 layer pushes. Each test reads what crossed the wire (spies) and the
 simulator's push board, never a clock.
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from servekit.sim.layerwise import LAYERS
+from servekit.sim.protocols.layerwise import LAYERS
 
 from .harness import MODEL, Stack, run, stack, wait_until
 

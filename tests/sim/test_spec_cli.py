@@ -155,6 +155,7 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
         "servekit",
         "servekit.errors",
         "servekit.guard",
+        "servekit.kvprotocol",
         "servekit.lazyface",
         "servekit.safeyaml",
         "servekit.textcontract",

@@ -17,17 +17,17 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, jsoncodec, layerwise, passthrough, relay
+from servekit.proxy import admin, jsoncodec, passthrough, relay
 from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.budget import Budget, charge, holding, parse_cost
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.protocols import handler_for, layerwise
 from servekit.proxy.ratelog import RateLimited, printable
-from servekit.proxy.requests import make_ticket, prompt_count
+from servekit.proxy.requests import make_ticket
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
-from servekit.vocabulary import PAIRED_PROXY_MODES
 
 ROUTER = web.AppKey("router", Router)
 CONNS = web.AppKey("connections", Connections)
@@ -77,22 +77,14 @@ async def _run_trip(
     body, raw = await _read_body(request, router)
     check_request(request.path, body)
     ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
+    handler = handler_for(router.config.mode)  # None: replica mode
     if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
-        pool = router.pools["replica" if router.config.mode == "replica" else "prefill"]
+        pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable())
-    trip = Trip(router, request, ticket, progress)
-    mode = router.config.mode
-    if mode in PAIRED_PROXY_MODES and prompt_count(body) > 1:
-        # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
-        msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
-        raise ProxyError("bad_request", "proxy", msg)
-    if mode == "replica":
+    trip = Trip(router, request, ticket, progress, handler)
+    if handler is None:
         return await trip.generate("replica", raw), trip
-    if mode == "prompt-keyed":
-        return await trip.prompt_keyed(), trip
-    if mode == "layerwise":
-        return await layerwise.run(trip, request.app[layerwise.BOOK]), trip
-    return await trip.pd(), trip
+    return await handler.serve(trip), trip
 
 
 async def generation(request: web.Request) -> web.StreamResponse:
@@ -207,8 +199,9 @@ def build_app(router: Router) -> web.Application:
     app.router.add_get("/metrics", metrics)
     relay.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
-    if cfg.mode == "layerwise":
-        layerwise.add_routes(app, cfg.body_timeout_s)
+    handler = handler_for(cfg.mode)
+    if handler is not None:
+        handler.add_routes(app, cfg)
     if cfg.admin:
         admin.add_routes(app, ROUTER)
     return app

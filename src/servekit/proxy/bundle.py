@@ -37,6 +37,7 @@ SHARED = (
     "__init__.py",
     "errors.py",
     "guard.py",
+    "kvprotocol.py",
     "lazyface.py",
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
+from servekit.kvprotocol import handoff_of_mode
 from servekit.vocabulary import (
     PD_ROLES,
     PROXY_MODES,
@@ -174,7 +175,9 @@ def _check_layerwise(config: ProxyConfig) -> None:
         _bad("metaserver_url", f"{config.metaserver_url!r} is not a plain "
              "http(s)://HOST[:PORT]/PATH URL (no user, query, %-escapes or dot segments)")  # fmt: skip
     wildcard = config.host.strip("[]") in ("0.0.0.0", "::", "0:0:0:0:0:0:0:0", "")
-    if config.mode == "layerwise" and config.metaserver_url is None and wildcard:
+    handoff = handoff_of_mode(config.mode)
+    calls_back = handoff is not None and handoff.decoder_first
+    if calls_back and config.metaserver_url is None and wildcard:
         _bad("host", f"{config.host} is a wildcard, and decoders call the proxy back at "
              "HOST:PORT/v1/metaserver in layerwise mode; give --metaserver-url "
              "http://ADDRESS:PORT/v1/metaserver with an address they reach")  # fmt: skip
@@ -231,7 +234,8 @@ def parse_bootstrap(value: str) -> tuple[str, str]:
 
 
 def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, ...]) -> None:
-    if mode != "bootstrap":
+    handoff = handoff_of_mode(mode)
+    if handoff is None or not handoff.bootstrap_server:
         if bootstrap:
             raise UsageError("--prefill-bootstrap applies to --mode bootstrap; drop it")
         return

@@ -47,6 +47,16 @@ class Answer(Exception):
         self.content_type = content_type
 
 
+class OtherStageFailed(Exception):
+    """Another stage failed inside this stage's exchange (layerwise: the prefill during
+    the decode): not the chosen instance's failure; :meth:`Router.attempt` raises
+    ``error`` without retrying or blaming the instance."""
+
+    def __init__(self, error: ProxyError | Answer) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ProxyError(Exception):
     """A failure the proxy reports itself, for one stage (prefill, decode, replica)."""
 

@@ -1,7 +1,7 @@
-"""The router: pools, policies and the retry loop shared by every stage.
+"""The router: pools, policies and the retry loop shared by every stage and protocol.
 
-:meth:`Router.attempt` picks an instance with the stage's policy and runs one
-exchange on it. A failure that left nothing at the client (a connection error,
+:meth:`Router.attempt` (the one retry loop) picks an instance with the stage's
+policy and runs one exchange on it. A failure that left nothing at the client (a connection error,
 a 5xx, a 200 with an empty body) counts against the instance for outlier
 detection and the exchange is tried on another instance, with exponential
 backoff, up to ``max_attempts``. A timeout, a 4xx or a client disconnect is the
@@ -18,7 +18,7 @@ import aiohttp
 
 from servekit.proxy.budget import Budget
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError
 from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Instance, Lease, Pool
 from servekit.proxy.metrics import ProxyMetrics
@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 # Failures where the backend cannot have produced anything the client saw.
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+LEASE_EXPIRED = "kv_lease_expired"  # the handed-over KV's age, not the instance
 
 
 class Router:
@@ -91,48 +92,72 @@ class Router:
         *,
         attempts: int | None = None,
         tried: set[Instance] | None = None,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> T:
         """Run ``exchange`` on a chosen instance, retrying failures elsewhere.
 
         ``tried`` (kept by the caller across calls) holds the instances that
-        already failed this request; they are not chosen again.
+        already failed this request; they are not chosen again. ``prepare`` runs
+        before each attempt, before the instance is chosen (a new prefill: the KV
+        it hands over is consumed once); a body that outlived the KV lease is
+        then tried again with new KV, and the instance is not blamed.
         """
         pool = self.pools[stage]
         tried = set() if tried is None else tried
         last: ProxyError | None = None
         for n in range(attempts or self.config.max_attempts):
+            if not pool.routable(frozenset(tried)):
+                break  # nothing left: prepare nothing (no prefill KV pinned for nobody)
+            if n:
+                await self.backoff(stage, n)
+            if prepare is not None:
+                await prepare()
             candidates = pool.routable(frozenset(tried))
             if not candidates:
                 break
-            if n:
-                await self.backoff(stage, n)
             inst = self.policies[stage].choose(candidates, prefix_key)
             try:
                 result = await exchange(inst)
-            except Answer:
-                self.health.request_ok(inst)  # a 4xx: the instance is fine, the request is not
-                raise
-            except ProxyError as err:
-                if not err.retryable:
-                    raise
-                last = err
-            except aiohttp.ConnectionTimeoutError:  # a connect timeout: try elsewhere
-                last = self._unreachable(stage, inst)
-            except TimeoutError:
-                self.health.request_failed(inst, "timeout", pool.members)
-                raise ProxyError(
-                    "timeout", stage, f"{stage} {self.describe(inst)} timed out"
-                ) from None
-            except RETRYABLE:
-                last = self._unreachable(stage, inst)
-            else:
-                self.health.request_ok(inst)
-                return result
-            self.health.request_failed(inst, last.kind, pool.members)
-            tried.add(inst)
+            except Exception as exc:  # sorted by _failed, which re-raises what is not retried
+                last = self._failed(stage, inst, exc, renew=prepare is not None)
+                if last.kind != LEASE_EXPIRED:
+                    self.health.request_failed(inst, last.kind, pool.members)
+                    tried.add(inst)
+                continue
+            self.health.request_ok(inst)
+            return result
         if last is not None:
             raise last
         raise ProxyError("no_healthy_instance", stage, f"no healthy {stage} instance")
+
+    def _failed(self, stage: str, inst: Instance, exc: Exception, *, renew: bool) -> ProxyError:
+        """The error a failed exchange leaves to retry after; what is not retried is raised.
+
+        A 4xx, a timeout and a failure of another stage are the exchange's own
+        business; a body that outlived the KV lease is retried (not the instance's
+        fault) when ``renew``: new KV comes before each attempt.
+        """
+        if isinstance(exc, Answer):
+            self.health.request_ok(inst)  # a 4xx: the instance is fine, the request is not
+            raise exc
+        if isinstance(exc, OtherStageFailed):  # not this instance's failure: never retried
+            raise exc.error from None
+        if isinstance(exc, ProxyError):
+            if exc.kind == LEASE_EXPIRED:
+                self.metrics.lease_expired.inc()
+                if renew:
+                    return exc
+            if not exc.retryable:
+                raise exc
+            return exc
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):  # a connect timeout: try elsewhere
+            return self._unreachable(stage, inst)
+        if isinstance(exc, TimeoutError):
+            self.health.request_failed(inst, "timeout", self.pools[stage].members)
+            raise ProxyError("timeout", stage, f"{stage} {self.describe(inst)} timed out") from None
+        if isinstance(exc, RETRYABLE):
+            return self._unreachable(stage, inst)
+        raise exc
 
     def _unreachable(self, stage: str, inst: Instance) -> ProxyError:
         return ProxyError("connect_failed", stage, f"could not reach {stage} {self.describe(inst)}")

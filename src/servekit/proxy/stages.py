@@ -1,26 +1,23 @@
 """One request's trip through the stages: prefill, then decode (or one replica).
 
-Rules kept here:
+What every handoff protocol shares is here; how each hands the KV over is its
+handler's (servekit.proxy.protocols, one module per protocol). Rules kept here:
 - a backend 4xx passes through with its status and body (:class:`Answer`);
 - a backend 5xx, an empty 200 or a 200 that is not UTF-8 JSON is tried on
   another instance while nothing reached the client, and becomes a 502 naming
   the stage when none served; an unstreamed answer over ``--max-answer-bytes``
   is a 502 at once (the request asked for it, the engine is not at fault);
-- in PD mode a decode request always carries the prefill's kv_transfer_params,
-  and only when they ask for a remote prefill as the decode guard requires
-  (the proxy half of the guard);
-- bootstrap mode (vLLM's MooncakeConnector): the proxy makes a transfer id per
-  attempt, tells the prefill to hold the KV under it, and gives decode the id
-  with the chosen prefill's engine id and bootstrap server; the prefill's
-  answer carries no params, and only a prefill without a known bootstrap
-  server is a 502;
-- prefilled KV is consumed once: when a decode attempt fails, the next attempt
-  runs a new prefill for new KV, and never resends block ids a decoder may
-  have pulled already;
+- prefilled KV is consumed once: where the protocol hands over params naming
+  it (``fresh_kv``), each decode attempt runs a new prefill for new KV, and
+  never resends block ids a decoder may have pulled already;
+- the KV lease (``--kv-lease``, protocols whose prefill holds the KV): a decode
+  body is refused at write time once the lease that started when its prefill
+  answered has passed, and a new prefill runs (:meth:`Trip.hand_over`);
 - a stream is only started towards the client once the decoder produced its
   first byte, so anything that fails before that can still be retried or
   reported with a proper status; after it, failures end the stream with an
-  error event;
+  error event, or (``--migration-limit``) the stream carries on through a new
+  handoff to another decoder;
 - every lease is released in a ``finally``, and a cancelled handler (client
   disconnect) closes the backend connection so the engine aborts the request.
 """
@@ -33,27 +30,20 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 
 from servekit.proxy.bodies import check_json, read_answer
-from servekit.proxy.config import parse_bootstrap
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
-from servekit.proxy.payloads import (
-    bootstrap_decode_params,
-    bootstrap_prefill_params,
-    decode_payload,
-    kv_params_of,
-    prefill_payload,
-    prompt_keyed_decode_payload,
-)
+from servekit.proxy.payloads import kv_params_of, prefill_payload
 from servekit.proxy.requests import Ticket
 from servekit.proxy.router import Router
 
@@ -67,6 +57,28 @@ class Progress:
 
     def __init__(self) -> None:
         self.stage = "proxy"
+
+
+Body = bytes | LeasedBody  # a body a decode request sends (leased: refused past the KV lease)
+
+
+class Handoff(Protocol):
+    """What a trip asks of its protocol's handler (one module each in servekit.proxy.protocols)."""
+
+    @property
+    def holds_lease(self) -> bool:
+        """The prefill keeps the KV only until ``--kv-lease`` passes (servekit.kvprotocol)."""
+
+    @property
+    def fresh_kv(self) -> bool:
+        """Each decode attempt needs KV of its own prefill (the KV is consumed once)."""
+
+    @property
+    def migrates(self) -> bool:
+        """A stream whose decoder fails mid-answer may carry on elsewhere."""
+
+    async def handoff(self, trip: Trip, body: dict[str, Any]) -> dict[str, Any]:
+        """Run the prefill for ``body``; the decode request's body (the KV's params in it)."""
 
 
 @dataclass
@@ -100,21 +112,28 @@ class Trip:
     """The exchanges of one client request."""
 
     def __init__(
-        self, router: Router, request: web.Request, ticket: Ticket, progress: Progress
+        self,
+        router: Router,
+        request: web.Request,
+        ticket: Ticket,
+        progress: Progress,
+        handoff: Handoff | None = None,
     ) -> None:
         self.router = router
         self.request = request
         self.ticket = ticket
         self.progress = progress
+        self.handoff = handoff  # None: replica mode
         self.started = time.perf_counter()
         self.first_byte_at: float | None = None
         self.prefilled_on: Instance | None = None
         self.tried: set[Instance] = set()  # decoders that failed this request
         self.tape: Tape | None = None  # set when a failed stream may migrate
-        self.kv_deadline: float | None = None  # monotonic time the handed-over KV expires
         cfg = router.config
         if (
-            cfg.migration_limit
+            handoff is not None
+            and handoff.migrates
+            and cfg.migration_limit
             and ticket.stream
             and ticket.route in ROUTES
             and ticket.body.get("n", 1) == 1
@@ -132,9 +151,7 @@ class Trip:
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
         )
 
-    async def post_whole(
-        self, stage: str, inst: Instance, data: bytes | LeasedBody, total: float
-    ) -> bytes:
+    async def post_whole(self, stage: str, inst: Instance, data: Body, total: float) -> bytes:
         """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
@@ -183,12 +200,6 @@ class Trip:
         self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
         return body
 
-    async def prompt_keyed(self) -> web.StreamResponse:
-        """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
-        await self.prefill(with_kv_params=False)
-        data = json.dumps(prompt_keyed_decode_payload(self.decode_body())).encode()
-        return await self.generate("decode", data, tried=self.tried)
-
     def decode_body(self) -> dict[str, Any]:
         """The client's body, asking for token ids when the stream may migrate."""
         body = self.ticket.body
@@ -196,100 +207,63 @@ class Trip:
             return body
         return {**body, "return_token_ids": True}
 
-    async def pd(self) -> web.StreamResponse:
-        """Prefill then decode; each decode attempt gets KV from its own prefill.
+    async def hand_over(self, body: dict[str, Any]) -> Body:
+        """The protocol's prefill for ``body``, and the decode request's body it makes.
 
-        A decoder that failed may have pulled the blocks already (a decode that
-        resets after reading the request has), so a retry runs a new prefill
-        and goes to another decoder; block ids are never sent twice.
+        Where the prefill keeps the KV only for ``--kv-lease``, the lease starts when
+        the prefill answered and the body refuses to be written once it passed.
         """
-        cfg, decoders = self.router.config, self.router.pools["decode"]
-        tried = self.tried
-        last: ProxyError | None = None
-        for n in range(cfg.max_attempts):
-            if not decoders.routable(frozenset(tried)):
-                break  # no decoder left: do not pin prefill KV for nobody
-            if n:
-                await self.router.backoff("decode", n)
-            kv = await self._handoff()
-            data = self.leased(decode_payload(self.decode_body(), kv))
-            try:
-                return await self.generate("decode", data, attempts=1, tried=tried)
-            except ProxyError as err:
-                if err.kind == "kv_lease_expired":  # not the decoder's fault: prefill again
-                    self.router.metrics.lease_expired.inc()
-                elif not err.retryable:
-                    raise
-                last = err
-        if last is None:
-            raise ProxyError("no_healthy_instance", "decode", "no healthy decode instance")
-        raise last
-
-    async def _handoff(self) -> dict[str, Any]:
-        """One prefill and the kv_transfer_params its decode needs (pull or bootstrap);
-        the lease of that KV starts when the prefill answered (``kv_deadline``)."""
-        kv = await self._prefill_handoff()
+        assert self.handoff is not None
+        data = json.dumps(await self.handoff.handoff(self, body)).encode()
         lease_s = self.router.config.kv_lease_s
-        if lease_s is not None:
-            self.kv_deadline = time.monotonic() + lease_s - margin(lease_s)
-        return kv
-
-    def leased(self, payload: dict[str, Any]) -> bytes | LeasedBody:
-        """A decode body carrying handed-over KV: refused at write time past its lease."""
-        data = json.dumps(payload).encode()
-        if self.kv_deadline is None:
+        if lease_s is None or not self.handoff.holds_lease:
             return data
-        return LeasedBody(data, self.kv_deadline)
+        return LeasedBody(data, time.monotonic() + lease_s - margin(lease_s))
 
-    async def _prefill_handoff(self) -> dict[str, Any]:
-        if self.router.config.mode != "bootstrap":
-            kv = await self.prefill(with_kv_params=True)
-            if kv is None:
-                msg = (
-                    "prefill answer carried no kv_transfer_params asking for a remote prefill; "
-                    "is the KV connector configured?"
-                )
-                raise ProxyError("missing_kv_transfer_params", "prefill", msg)
-            return kv
-        transfer_id = uuid.uuid4().hex
-        await self.prefill(with_kv_params=True, kv_params=bootstrap_prefill_params(transfer_id))
-        inst = self.prefilled_on
-        server = self._bootstrap_of(inst.url) if inst is not None else None
-        if server is None:
-            who = "?" if inst is None else self.router.describe(inst)
-            msg = f"prefill {who} has no known bootstrap server (--prefill-bootstrap)"
-            raise ProxyError("missing_kv_transfer_params", "prefill", msg)
-        return bootstrap_decode_params(transfer_id, *server)
-
-    def _bootstrap_of(self, url: str) -> tuple[str, str] | None:
-        """(engine id, bootstrap URL) of the prefill instance at ``url``."""
-        cfg = self.router.config
-        for prefill, value in zip(cfg.prefill, cfg.prefill_bootstrap, strict=False):
-            if prefill == url:
-                return parse_bootstrap(value)
-        return None
+    async def prefill_then_decode(self) -> web.StreamResponse:
+        """The protocol's prefill, then decode: one prefill for every decode attempt, or
+        (``fresh_kv``) a new one before each, since a decoder that failed may have pulled
+        the KV already; block ids are never sent twice."""
+        assert self.handoff is not None
+        body = self.decode_body()
+        if self.handoff.fresh_kv:
+            return await self.generate("decode", partial(self.hand_over, body), tried=self.tried)
+        return await self.generate("decode", await self.hand_over(body), tried=self.tried)
 
     async def generate(
-        self, stage: str, data: bytes | LeasedBody, *, attempts: int | None = None,
+        self, stage: str, data: Body | Callable[[], Awaitable[Body]], *,
         tried: set[Instance] | None = None,
     ) -> web.StreamResponse:  # fmt: skip
-        """The generating stage (decode or replica): whole answer or a stream."""
+        """The generating stage (decode or replica): whole answer or a stream.
+
+        ``data`` is the body, or what makes a new one before each attempt.
+        """
         cfg = self.router.config
         self.progress.stage = stage
-        if not self.ticket.stream:
-            whole = partial(self.post_whole, stage, data=data, total=cfg.decode_timeout_s)
-            out = await self.router.attempt(
-                stage, self.ticket.prefix_key, whole, attempts=attempts, tried=tried
-            )
-            return self.whole_answer(out)
-
-        open_stream = partial(self.open_stream, stage, data=data)
+        sent = data if isinstance(data, bytes | LeasedBody) else None
         t0 = time.perf_counter()
-        opened = await self.router.attempt(
-            stage, self.ticket.prefix_key, open_stream, attempts=attempts, tried=tried
-        )
-        self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
-        return await self.relay(stage, opened)
+
+        async def renew() -> None:
+            nonlocal sent, t0
+            assert callable(data)
+            sent = await data()
+            self.progress.stage = stage
+            t0 = time.perf_counter()
+
+        async def exchange(inst: Instance) -> Opened | bytes:
+            assert sent is not None
+            if self.ticket.stream:
+                return await self.open_stream(stage, inst, sent)
+            return await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)
+
+        out = await self.router.attempt(
+            stage, self.ticket.prefix_key, exchange, tried=tried,
+            prepare=None if sent is not None else renew,
+        )  # fmt: skip
+        if isinstance(out, Opened):
+            self.router.metrics.stage.labels(stage).observe(time.perf_counter() - t0)
+            return await self.relay(stage, out)
+        return self.whole_answer(out)
 
     def whole_answer(self, body: bytes) -> web.Response:
         """An unstreamed answer to the client (its first byte is now)."""
@@ -299,7 +273,7 @@ class Trip:
             body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
         )
 
-    async def open_stream(self, stage: str, inst: Instance, data: bytes | LeasedBody) -> Opened:
+    async def open_stream(self, stage: str, inst: Instance, data: Body) -> Opened:
         """POST, check the status and wait for the first bytes of the stream.
 
         ``--decode-timeout`` bounds the wait for the first bytes; after them only
@@ -330,7 +304,7 @@ class Trip:
 
     async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
         """Forward the stream byte for byte; a failure ends it with an error event."""
-        if self.tape is not None and stage == "decode" and self.router.config.mode != "layerwise":
+        if self.tape is not None and stage == "decode":
             return await self._relay_migrating(stage, opened, self.tape)
         resp, lease = opened.resp, opened.lease
         out = web.StreamResponse(
@@ -467,19 +441,13 @@ class Trip:
             metrics.labels("failed").inc()  # no decoder left: pin no prefill KV for nobody
             return None
         try:
-            if self.router.config.mode == "prompt-keyed":
-                await self.prefill(with_kv_params=False)
-                payload = prompt_keyed_decode_payload(body)
-            else:
-                payload = decode_payload(body, await self._handoff())
+            data = await self.hand_over(body)
             opened: Opened = await self.router.attempt(
                 "decode", self.ticket.prefix_key,
-                partial(self.open_stream, "decode", data=self.leased(payload)),
+                partial(self.open_stream, "decode", data=data),
                 attempts=1, tried=self.tried,
             )  # fmt: skip
-        except (ProxyError, Answer) as err:
-            if isinstance(err, ProxyError) and err.kind == "kv_lease_expired":
-                self.router.metrics.lease_expired.inc()
+        except (ProxyError, Answer):
             metrics.labels("failed").inc()
             return None
         metrics.labels("ok").inc()

@@ -13,11 +13,9 @@ import dataclasses
 import itertools
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from servekit.sim import layerwise
+from servekit.kvprotocol import HANDOFFS
 from servekit.sim.clock import Clock
 from servekit.sim.engine import Engine, EngineDeadError, Seq
 from servekit.sim.faults import FaultDice, FaultSpec, patch_faults
@@ -26,7 +24,9 @@ from servekit.sim.kvevents import Publisher
 from servekit.sim.metrics import EngineStats, Gauges, StatsCollector, make_registry
 from servekit.sim.openai import ApiError, GenRequest
 from servekit.sim.output import plan_output, token_budget
-from servekit.sim.pd import KvRegistry, KvTransferError, Producer
+from servekit.sim.pd import KvRegistry, Producer
+from servekit.sim.protocols import HANDLERS
+from servekit.sim.protocols.base import Admitted
 from servekit.sim.resume import TRANSCRIPTS, continues
 from servekit.sim.spec import EndpointSpec
 from servekit.sim.textgen import Voice
@@ -36,17 +36,6 @@ CROWD_SEED = 7919  # the voice of an engine whose output depends on its batch
 _IDS = itertools.count(1)
 _LOGGERS = itertools.count(1)
 _PREFIX = os.urandom(4).hex()
-
-
-@dataclass(slots=True)
-class Admitted:
-    """A request accepted by the engine, and what its response needs."""
-
-    seq: Seq
-    request: GenRequest
-    request_id: str
-    kv_params: dict[str, Any] | None = None
-    usage_skew: int = 0
 
 
 class SimEndpoint:
@@ -80,11 +69,12 @@ class SimEndpoint:
         self.hung = 0
         self._changed = asyncio.Event()
         self.log = _endpoint_logger(spec)
+        self.handoff = HANDLERS[spec.kv_mode]  # what this endpoint does with kv_transfer_params
         self.producer: Producer | None = None
         if spec.role == "prefill":
             self.producer = Producer(
-                spec.engine, spec.host, spec.side_port, spec.tp,
-                connector=spec.kv_connector, bootstrap=spec.kv_mode == "bootstrap",
+                spec.engine, spec.host, spec.side_port, spec.tp, connector=spec.kv_connector,
+                bootstrap=HANDOFFS[spec.kv_mode].bootstrap_server,
             )  # fmt: skip
             kvreg.add_producer(self.producer)
         cache_info = {
@@ -221,11 +211,10 @@ class SimEndpoint:
         limit = token_budget(req.max_tokens, prompt_len, spec.max_model_len)
         digest = hash(tuple(req.prompt_ids))
         delay = self.faults.spike_s if self.dice.hit(self.faults.spike_rate) else 0.0
-        push = layerwise.start_push(self, req) if self.spec.kv_mode == "layerwise" else None
-        if self._layerwise_decode(req):
-            transfer: float | None = await layerwise.receive(self, req, rid, prompt_len)
-        else:
-            transfer = self._pd_in(req, rid, digest, prompt_len)
+        on_finish = self.handoff.begin(self, req)
+        transfer = None
+        if spec.role == "decode":  # does the prompt's KV come from a prefill?
+            transfer = await self.handoff.receive(self, req, rid, digest, prompt_len)
         remote = transfer is not None
         delay += transfer or 0.0
         output, finish = self._output(req, digest, limit)
@@ -247,9 +236,9 @@ class SimEndpoint:
             token_ids=req.prompt_ids if hashes else (),
         )
         admitted = Admitted(seq, req, rid, usage_skew=int(self.faults.usage_off_by_one))
-        seq.on_finish = (
-            self._pd_out(admitted, digest) if push is None else layerwise.finish_push(push)
-        )
+        if on_finish is None:
+            on_finish = self.handoff.finish(self, admitted, digest)
+        seq.on_finish = on_finish
         self.engine.submit(seq)
         return admitted
 
@@ -305,84 +294,13 @@ class SimEndpoint:
             return None
         return plan[k:], finish
 
-    def _pd_in(self, req: GenRequest, rid: str, digest: int, prompt_len: int) -> float | None:
-        """Decode side: the KV transfer time when the prompt's KV comes from prefill."""
-        if self.spec.role != "decode":
-            return None
-        params = req.kv_transfer_params or {}
-        if params.get("do_remote_prefill"):
-            try:
-                self.kvreg.claim(params, digest, self.clock.now(), trust_remote=self._any_peer)
-            except KvTransferError as exc:
-                self.log.error("KV transfer failed for %s: %s", rid, exc)
-                raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
-        elif not (self.spec.kv_mode == "prompt" and self._prompt_kv(digest, params)):
-            if self.spec.unguarded_incident and prompt_len > 0:
-                self._incident(rid, prompt_len)
-            return None
-        else:
-            self.log.info("External Cache Hit! request %s", rid)
-        if self.faults.no_kv_handoff:
-            return None  # the KV was there; this decoder computes the prompt again
-        self.stats.external_queries += prompt_len
-        self.stats.external_hits += prompt_len
-        return self.profile.transfer_time(prompt_len)
-
-    def _layerwise_decode(self, req: GenRequest) -> bool:
-        params = req.kv_transfer_params or {}
-        kind = self.spec.kv_mode == "layerwise" and self.spec.role == "decode"
-        return kind and bool(params.get("do_remote_prefill"))
-
     @property
-    def _any_peer(self) -> bool:
+    def any_peer(self) -> bool:
+        """The endpoint's KV peers run in other processes (kv_peers: any)."""
         return self.spec.kv_peers == "any"
 
-    def _prompt_kv(self, digest: int, params: dict[str, Any]) -> bool:
-        """Prompt-keyed: saved here, or (engines in other processes) routed by the proxy."""
-        return self.kvreg.lookup_prompt(digest) or (self._any_peer and bool(params))
-
-    def _pd_out(self, admitted: Admitted, digest: int) -> Callable[[Seq], bool] | None:
-        """Prefill side: what happens to a finished sequence's KV (held for a decoder?)."""
-        params = admitted.request.kv_transfer_params or {}
-        producer = self.producer
-        if producer is None:
-            return None
-        if self.spec.kv_mode == "prompt":
-
-            def store(seq: Seq) -> bool:
-                self.kvreg.store_prompt(digest, seq.prompt_len)
-                return False
-
-            return store
-        if not params.get("do_remote_decode"):
-            return None
-        if producer.bootstrap and not params.get("transfer_id"):
-            self.log.warning("Missing transfer_id in kv_transfer_params from router!")
-            return None
-
-        def hold(seq: Seq) -> bool:
-            alloc = seq.alloc
-            held = not self._any_peer  # a decoder in another process pulls at once
-
-            def release() -> None:
-                if held and alloc is not None and not self.dead:
-                    self.kv.free(alloc)
-                    self.engine.wake()
-
-            admitted.kv_params = self.kvreg.offer(
-                producer,
-                request_id=admitted.request_id,
-                prompt=(digest, seq.prompt_len),
-                n_blocks=self.kv.blocks_for(seq.prompt_len),
-                window=(self.engine.vt, self.profile.kv_hold_timeout_s),
-                release=release,
-                transfer_id=params.get("transfer_id"),
-            )
-            return held
-
-        return hold
-
-    def _incident(self, rid: str, prompt_len: int) -> None:
+    def incident(self, rid: str, prompt_len: int) -> None:
+        """A decode-role engine asked to prefill by itself dies (the seed's unguarded decoder)."""
         self.log.error(
             "RuntimeError: decode-role instance asked to prefill %d tokens for request %s; "
             "the fixed %d-token replay limit was exceeded in the worker",

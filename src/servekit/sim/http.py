@@ -20,11 +20,11 @@ from aiohttp import web
 
 from servekit.errors import UsageError
 from servekit.guard import guard_error_body, guard_rejects
-from servekit.sim import layerwise
-from servekit.sim.endpoint import Admitted, SimEndpoint
+from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.engine import EngineDeadError, Seq
 from servekit.sim.metrics import SIM_VERSION, render
 from servekit.sim.openai import ApiError, Kind, dumps, load_json, parse_generation, parse_tokenize
+from servekit.sim.protocols.base import Admitted
 from servekit.sim.shapes import ChunkWriter, final_body
 from servekit.textcontract import piece_ids
 
@@ -67,7 +67,7 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     body = await request.read()
     keyed = ep.spec.guard_mode == "prompt-keyed"
     if ep.spec.guard and guard_rejects(
-        request.method, request.path, body, keyed, metaservers=layerwise.guard_keys(ep)
+        request.method, request.path, body, keyed, metaservers=ep.handoff.guard_keys(ep)
     ):
         ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
         return web.Response(status=400, body=guard_error_body(request.path), content_type=JSON)

@@ -1,4 +1,7 @@
-"""KV handoff between prefill and decode endpoints, as vLLM's connectors do it.
+"""The KV transfer layer between prefill and decode endpoints, as vLLM's connectors do it.
+
+What each protocol's endpoints do with it is their handler's
+(servekit.sim.protocols, one module per protocol); this is what they share.
 
 All endpoints share one process, so one :class:`KvRegistry` stands for the
 transfer engines of every instance. A prefill-role endpoint that finishes a
@@ -21,14 +24,15 @@ engine and the prefill's bootstrap server.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servekit.guard import asks_remote_prefill
-from servekit.sim.layerwise import PushBoard
+from servekit.sim.openai import ApiError
 
 PROMPT_KEYED_MAX = 4096
 TRANSFER_KEY = "transfer:"
@@ -112,6 +116,65 @@ def pull_params(
     }
 
 
+@dataclass
+class Push:
+    """One decoder's blocks waiting for a prefill to push the layers in."""
+
+    engine_id: str
+    request_id: str
+    host: str
+    port: int
+    block_ids: list[int]
+    layers: int = 0
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class PushBoard:
+    """The pushes waiting in one simulator process, by (decoder engine id, request id)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple[str, str], Push] = {}
+        self._ids = itertools.count(1)
+        self._calls: set[asyncio.Task[None]] = set()
+        self.metaserver_calls = 0
+        self.aborted = 0
+
+    def open(self, engine_id: str, request_id: str, host: str, port: int, n_blocks: int) -> Push:
+        blocks = [next(self._ids) for _ in range(max(1, n_blocks))]
+        push = Push(engine_id, request_id, host, port, blocks)
+        self._waiting[(engine_id, request_id)] = push
+        return push
+
+    def close(self, push: Push) -> None:
+        if self._waiting.get((push.engine_id, push.request_id)) is push:
+            del self._waiting[(push.engine_id, push.request_id)]
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def target(self, params: dict[str, Any]) -> Push:
+        """The decoder a prefill's params name; ApiError 400 when none waits for them."""
+        key = (str(params.get("remote_engine_id")), str(params.get("request_id")))
+        push = self._waiting.get(key)
+        if push is None or push.done.done():
+            raise ApiError(400, "kv_transfer_params: no decoder waits for this request's KV",
+                           "KVTransferError")  # fmt: skip
+        if (params.get("remote_host"), params.get("remote_port")) != (push.host, push.port):
+            raise ApiError(400, "kv_transfer_params: remote_host/remote_port is not that "
+                           "decoder's side channel", "KVTransferError")  # fmt: skip
+        if params.get("remote_block_ids") != push.block_ids:
+            raise ApiError(400, "kv_transfer_params: remote_block_ids are not the blocks that "
+                           "decoder allocated", "KVTransferError")  # fmt: skip
+        return push
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Hold a decoder's background metaserver call until it ends."""
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+
 class KvRegistry:
     """Every offered transfer of one simulator process."""
 
@@ -120,7 +183,7 @@ class KvRegistry:
         self._offers: dict[tuple[str, str], Offer] = {}
         self._block_ids = itertools.count(1)
         self._by_prompt: OrderedDict[int, int] = OrderedDict()
-        self.pushes = PushBoard()  # the layerwise connector's pushes (sim.layerwise)
+        self.pushes = PushBoard()  # the layerwise connector's pushes (sim.protocols.layerwise)
 
     def add_producer(self, producer: Producer) -> None:
         self._producers.setdefault(producer.engine_id, []).append(producer)

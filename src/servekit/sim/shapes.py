@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from servekit.sim.endpoint import Admitted
 from servekit.sim.openai import ApiError, dumps
+from servekit.sim.protocols.base import Admitted
 from servekit.textcontract import piece_ids
 
 

@@ -43,9 +43,11 @@ from aiohttp import web
 from servekit.guard import metaserver_url
 from servekit.proxy.bodies import read_request
 from servekit.proxy.budget import charged, parse_cost
-from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.config import ProxyConfig
+from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError, error_response
 from servekit.proxy.instances import Instance
 from servekit.proxy.payloads import prefill_payload
+from servekit.proxy.protocols.base import Handler
 from servekit.proxy.requests import prompt_count
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Opened, Trip
@@ -130,14 +132,6 @@ class Book:
 BOOK = web.AppKey("layerwise_book", Book)
 
 
-class _PrefillFailed(Exception):
-    """Carries a prefill failure past the decode retry loop (it must not be retried there)."""
-
-    def __init__(self, error: ProxyError | Answer) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def _refusal(status: int, code: str, message: str) -> web.Response:
     return web.json_response(ProxyError(code, "decode", message).payload(), status=status)
 
@@ -190,27 +184,36 @@ def _advertised(router: Router, request: web.Request) -> str:
     return default_metaserver(cfg.host, port)
 
 
-async def run(trip: Trip, book: Book) -> web.StreamResponse:
-    """One client request through the layerwise flow; retried on another decoder on 5xx."""
-    route = trip.ticket.route
-    if route not in REQUEST_IDS:
-        msg = (
-            f"{route}: layerwise mode serves {' and '.join(REQUEST_IDS)} (vLLM names other "
-            "requests itself, so the decoder's metaserver call could not be matched)"
-        )
-        raise ProxyError("bad_request", "proxy", msg)
-    if prompt_count(trip.ticket.body) > 1:
-        msg = "prompt: layerwise mode serves one prompt per request; send the prompts separately"
-        raise ProxyError("bad_request", "proxy", msg)
-    exchange = partial(_attempt, trip, book, url=_advertised(trip.router, trip.request))
-    trip.progress.stage = "decode"
-    try:
+class Layerwise(Handler):
+    """Decoder first: each decode attempt waits for its decoder's call, then prefills."""
+
+    protocol = "layerwise"
+    migrates = False
+
+    async def serve(self, trip: Trip) -> web.StreamResponse:
+        """One client request through the layerwise flow; retried on another decoder on 5xx."""
+        route = trip.ticket.route
+        if route not in REQUEST_IDS:
+            msg = (
+                f"{route}: layerwise mode serves {' and '.join(REQUEST_IDS)} (vLLM names other "
+                "requests itself, so the decoder's metaserver call could not be matched)"
+            )
+            raise ProxyError("bad_request", "proxy", msg)
+        if prompt_count(trip.ticket.body) > 1:
+            msg = (
+                "prompt: layerwise mode serves one prompt per request; send the prompts separately"
+            )
+            raise ProxyError("bad_request", "proxy", msg)
+        book = trip.request.app[BOOK]
+        exchange = partial(_attempt, trip, book, url=_advertised(trip.router, trip.request))
+        trip.progress.stage = "decode"
         out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
-    except _PrefillFailed as failed:
-        raise failed.error from None
-    if isinstance(out, Opened):
-        return await trip.relay("decode", out)
-    return trip.whole_answer(out)
+        if isinstance(out, Opened):
+            return await trip.relay("decode", out)
+        return trip.whole_answer(out)
+
+    def add_routes(self, app: web.Application, config: ProxyConfig) -> None:
+        add_routes(app, config.body_timeout_s)
 
 
 async def _stop(task: asyncio.Task[Any] | None) -> None:
@@ -259,8 +262,8 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
         if prefill in done and prefill.exception() is not None:
             error = prefill.exception()
             if isinstance(error, ProxyError | Answer):
-                raise _PrefillFailed(error)
-            raise _PrefillFailed(
+                raise OtherStageFailed(error)
+            raise OtherStageFailed(
                 ProxyError("upstream_error", "prefill", f"prefill failed: {error}")
             )
         out = await decode

@@ -24,22 +24,16 @@ one simulator share one :class:`PushBoard`, the transfer engine between them.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
 from servekit.guard import MetaserverKey, trusted_metaservers
 from servekit.sim.engine import Seq
-from servekit.sim.faults import FaultSpec
-from servekit.sim.kvcache import KvCache
-from servekit.sim.metrics import EngineStats
 from servekit.sim.openai import ApiError, GenRequest
-from servekit.sim.spec import EndpointSpec
+from servekit.sim.pd import Push, PushBoard
+from servekit.sim.protocols.base import Admitted, Endpoint, Handler, OnFinish, plain
 
 LAYERS = 8  # layers of the simulated model; only their count and order matter
 CALL_TRIES = 3  # the connector's _access_metaserver
@@ -49,94 +43,7 @@ CALL_TIMEOUT_S = 30.0  # the connector has none; a bound here keeps a test run f
 EXTERNAL_IDS = {"completion": "cmpl-{rid}-0", "chat": "chatcmpl-{rid}", "responses": "resp_{rid}"}
 
 
-class HasPushes(Protocol):
-    """The transfer layer as this module sees it: the shared push board."""
-
-    @property
-    def pushes(self) -> PushBoard: ...
-
-
-class LayerwiseEndpoint(Protocol):
-    """What of an endpoint the layerwise handoff reads and does (``sim.endpoint``'s
-    LayerwiseEndpoint is one); a protocol, so this module does not import the endpoint
-    that imports it."""
-
-    spec: EndpointSpec
-    faults: FaultSpec
-    kv: KvCache
-    stats: EngineStats
-    log: logging.Logger
-
-    @property
-    def kvreg(self) -> HasPushes: ...
-
-    def kill(self, reason: str) -> None: ...
-
-
-@dataclass
-class Push:
-    """One decoder's blocks waiting for a prefill to push the layers in."""
-
-    engine_id: str
-    request_id: str
-    host: str
-    port: int
-    block_ids: list[int]
-    layers: int = 0
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-
-class PushBoard:
-    """The pushes waiting in one simulator process, by (decoder engine id, request id)."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[tuple[str, str], Push] = {}
-        self._ids = itertools.count(1)
-        self._calls: set[asyncio.Task[None]] = set()
-        self.metaserver_calls = 0
-        self.aborted = 0
-
-    def open(self, engine_id: str, request_id: str, host: str, port: int, n_blocks: int) -> Push:
-        blocks = [next(self._ids) for _ in range(max(1, n_blocks))]
-        push = Push(engine_id, request_id, host, port, blocks)
-        self._waiting[(engine_id, request_id)] = push
-        return push
-
-    def close(self, push: Push) -> None:
-        if self._waiting.get((push.engine_id, push.request_id)) is push:
-            del self._waiting[(push.engine_id, push.request_id)]
-
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    def target(self, params: dict[str, Any]) -> Push:
-        """The decoder a prefill's params name; ApiError 400 when none waits for them."""
-        key = (str(params.get("remote_engine_id")), str(params.get("request_id")))
-        push = self._waiting.get(key)
-        if push is None or push.done.done():
-            raise ApiError(400, "kv_transfer_params: no decoder waits for this request's KV",
-                           "KVTransferError")  # fmt: skip
-        if (params.get("remote_host"), params.get("remote_port")) != (push.host, push.port):
-            raise ApiError(400, "kv_transfer_params: remote_host/remote_port is not that "
-                           "decoder's side channel", "KVTransferError")  # fmt: skip
-        if params.get("remote_block_ids") != push.block_ids:
-            raise ApiError(400, "kv_transfer_params: remote_block_ids are not the blocks that "
-                           "decoder allocated", "KVTransferError")  # fmt: skip
-        return push
-
-    def call_in_background(
-        self, url: object, message: dict[str, Any], ep: LayerwiseEndpoint
-    ) -> None:
-        task = asyncio.get_running_loop().create_task(_call(url, message, ep, self))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-
-
-async def _call(
-    url: object, message: dict[str, Any], ep: LayerwiseEndpoint, board: PushBoard
-) -> None:
+async def _call(url: object, message: dict[str, Any], ep: Endpoint, board: PushBoard) -> None:
     """POST the allocation to the metaserver: three tries on errors, the answer unread."""
     timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
     for attempt in range(1, CALL_TRIES + 1):
@@ -157,14 +64,7 @@ async def _call(
     ep.log.error("Access metaserver fail: %s", url)
 
 
-def guard_keys(ep: LayerwiseEndpoint) -> frozenset[MetaserverKey] | None:
-    """What the decode guard trusts here (SERVEKIT_GUARD_METASERVER): None unless layerwise."""
-    if ep.spec.kv_mode != "layerwise":
-        return None
-    return trusted_metaservers(" ".join(ep.spec.metaservers))
-
-
-async def receive(ep: LayerwiseEndpoint, req: GenRequest, rid: str, prompt_len: int) -> float:
+async def receive(ep: Endpoint, req: GenRequest, rid: str, prompt_len: int) -> float:
     """Decode side: call the metaserver, wait for every layer; the transfer time left (none)."""
     params = req.kv_transfer_params or {}
     board = ep.kvreg.pushes
@@ -180,7 +80,8 @@ async def receive(ep: LayerwiseEndpoint, req: GenRequest, rid: str, prompt_len: 
     }  # fmt: skip
     try:
         if not ep.faults.no_metaserver_call:
-            board.call_in_background(params.get("metaserver"), message, ep)
+            call = _call(params.get("metaserver"), message, ep, board)
+            board.keep(asyncio.get_running_loop().create_task(call))
         await push.done
     except asyncio.CancelledError:
         board.aborted += 1
@@ -193,7 +94,7 @@ async def receive(ep: LayerwiseEndpoint, req: GenRequest, rid: str, prompt_len: 
     return 0.0  # the layers arrived while the prefill computed
 
 
-def start_push(ep: LayerwiseEndpoint, req: GenRequest) -> Push | None:
+def start_push(ep: Endpoint, req: GenRequest) -> Push | None:
     """Prefill side: the decoder these params name (checked); None when not a layerwise push."""
     params = req.kv_transfer_params or {}
     if ep.spec.role != "prefill" or not params.get("do_remote_decode"):
@@ -206,7 +107,7 @@ def start_push(ep: LayerwiseEndpoint, req: GenRequest) -> Push | None:
     return push
 
 
-def finish_push(push: Push) -> Callable[[Seq], bool]:
+def finish_push(push: Push) -> OnFinish:
     """The prefill sequence's end: the last layers go in and the decoder is told."""
 
     def finish(seq: Seq) -> bool:
@@ -216,3 +117,28 @@ def finish_push(push: Push) -> Callable[[Seq], bool]:
         return False  # request_finished returns (False, None): blocks freed now
 
     return finish
+
+
+class Layerwise(Handler):
+    """Decoder first: a decoder calls the metaserver and waits; a prefill pushes the layers."""
+
+    protocol = "layerwise"
+
+    async def receive(
+        self, ep: Endpoint, req: GenRequest, rid: str, digest: int, prompt_len: int
+    ) -> float | None:
+        if (req.kv_transfer_params or {}).get("do_remote_prefill"):
+            return await receive(ep, req, rid, prompt_len)
+        plain(ep, rid, prompt_len)
+        return None
+
+    def begin(self, ep: Endpoint, req: GenRequest) -> OnFinish | None:
+        push = start_push(ep, req)
+        return None if push is None else finish_push(push)
+
+    def finish(self, ep: Endpoint, admitted: Admitted, digest: int) -> OnFinish | None:
+        return None  # a prefill pushes only what begin found; the rest frees its blocks
+
+    def guard_keys(self, ep: Endpoint) -> frozenset[MetaserverKey] | None:
+        """What the decode guard trusts here (SERVEKIT_GUARD_METASERVER)."""
+        return trusted_metaservers(" ".join(ep.spec.metaservers))
