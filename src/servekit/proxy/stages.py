@@ -46,6 +46,7 @@ from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
+from servekit.proxy.parsepool import encode_body
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
     bootstrap_prefill_params,
@@ -163,7 +164,7 @@ class Trip:
         """
         payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params, kv_params)
         self.progress.stage = "prefill"
-        body = await self.prefill_on_any(json.dumps(payload).encode())
+        body = await self.prefill_on_any(encode_body(payload))
         try:
             return kv_params_of(json.loads(body))
         except ValueError:
@@ -186,7 +187,7 @@ class Trip:
     async def prompt_keyed(self) -> web.StreamResponse:
         """Prefill, then decode finds the KV by prompt: a decode retry needs no new prefill."""
         await self.prefill(with_kv_params=False)
-        data = json.dumps(prompt_keyed_decode_payload(self.decode_body())).encode()
+        data = encode_body(prompt_keyed_decode_payload(self.decode_body()))
         return await self.generate("decode", data, tried=self.tried)
 
     def decode_body(self) -> dict[str, Any]:
@@ -236,7 +237,7 @@ class Trip:
 
     def leased(self, payload: dict[str, Any]) -> bytes | LeasedBody:
         """A decode body carrying handed-over KV: refused at write time past its lease."""
-        data = json.dumps(payload).encode()
+        data = encode_body(payload)
         if self.kv_deadline is None:
             return data
         return LeasedBody(data, self.kv_deadline)
