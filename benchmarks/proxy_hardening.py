@@ -11,6 +11,12 @@ attack is bounded in sockets and seconds.
     .venv/bin/python benchmarks/proxy_hardening.py metaserver
     .venv/bin/python benchmarks/proxy_hardening.py small-values
     .venv/bin/python benchmarks/proxy_hardening.py nested
+    .venv/bin/python benchmarks/proxy_hardening.py parse [--sizes 32 63]
+
+``parse`` runs its own proxies: for each body size, a PD proxy parsing on the
+event loop (``--parse-inline-bytes`` huge) and one parsing in its worker (the
+default), side by side: /health latency while the chat request of small
+values is parsed and served, and peak RSS of the proxy and of its worker.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from pathlib import Path
 from aiohttp import web
 
 BIG = json.dumps({"choices": [{"text": "x" * (16 << 20)}]}).encode()
+PULL_PARAMS = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_request_id": "r",
+               "remote_host": "127.0.0.1", "remote_port": 5600, "remote_block_ids": [1]}  # fmt: skip
 TIMEOUTS = ["--header-timeout=5", "--body-timeout=1", "--stream-idle-timeout=2",
             "--decode-timeout=5", "--prefill-timeout=5"]  # fmt: skip
 
@@ -61,9 +69,18 @@ async def engine() -> tuple[str, web.AppRunner]:
             await out.write(chunk)
             await asyncio.sleep(0)
 
+    async def chat(request: web.Request) -> web.Response:
+        """Read, never parse (the probes share this loop): a prefill copy gets params."""
+        raw = await request.read()
+        doc: dict[str, object] = {"choices": [{"message": {"content": "ok"}}]}
+        if b'"do_remote_decode": true' in raw:
+            doc["kv_transfer_params"] = PULL_PARAMS
+        return web.json_response(doc)
+
     app = web.Application(client_max_size=1 << 30)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -176,6 +193,109 @@ async def attack(kind: str, port: int, pid: int) -> dict[str, object]:
     return await nested_attack(port)
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def small_values(mib: int) -> bytes:
+    """A chat body of about ``mib`` MiB of small message objects."""
+    one = {"role": "user", "content": "x"}
+    many = [one] * ((mib << 20) // (len(json.dumps(one)) + 2))
+    return json.dumps({"model": "m", "messages": many, "max_tokens": 2}).encode()
+
+
+async def timed_health(port: int) -> float:
+    t0 = time.monotonic()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /health HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 60)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+    return time.monotonic() - t0
+
+
+async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, object]:
+    """One PD proxy, one big request; /health probed by two clients, every 20 ms each."""
+    port = free_port()
+    flags = ["--prefill", url, "--decode", url, "--port", str(port), "--max-body-bytes",
+             str(128 << 20), "--max-parse-bytes", str(4 << 30), "--memory-budget", str(8 << 30),
+             "--body-timeout=60", "--prefill-timeout=120", "--decode-timeout=120"]  # fmt: skip
+    if inline:
+        flags.append(f"--parse-inline-bytes={1 << 40}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            if (await health(port)).endswith("200 OK"):
+                break
+            await asyncio.sleep(0.1)
+        warm = small_values(2)  # the worker is spawned with the first big body: not timed
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head("/v1/chat/completions", warm)[:-2] + b"Connection: close\r\n\r\n")
+        writer.write(warm)
+        assert (await reader.read()).startswith(b"HTTP/1.1 200")
+        base = rss_mb(proc.pid)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        t0 = time.monotonic()
+        writer.write(head("/v1/chat/completions", body)[:-2] + b"Connection: close\r\n\r\n")
+        writer.write(body)
+        answer = asyncio.create_task(reader.read())
+        probes: list[float] = []
+
+        async def probe() -> None:  # paced, so the probes do not take the CPU they measure
+            while not answer.done():
+                probes.append(await timed_health(port))
+                await asyncio.sleep(0.02)
+
+        await asyncio.gather(probe(), probe())
+        took = time.monotonic() - t0
+        status = (await answer).split(b"\r\n", 1)[0].decode()
+        workers = [c for c in children(proc.pid) if b"spawn_main" in
+                   Path(f"/proc/{c}/cmdline").read_bytes()]  # fmt: skip
+        probes.sort()
+        return {
+            "parse": "inline" if inline else "worker", "answer": status,
+            "request_s": round(took, 2), "health_max_s": round(probes[-1], 3),
+            "health_median_s": round(probes[len(probes) // 2], 3), "probes": len(probes),
+            "proxy_rss_before_mb": round(base, 1), "proxy_peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+            "worker_peak_rss_mb": round(sum(peak_rss_mb(w) for w in workers), 1),
+        }  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def parse_compare(args: argparse.Namespace) -> dict[str, object]:
+    url, runner = await engine()
+    rows = []
+    try:
+        for mib in args.sizes:
+            body = small_values(mib)
+            for inline in (True, False):
+                row = await parse_run(url, body, inline, args.proxy_src)
+                rows.append({"body_mib": round(len(body) / 2**20, 1), **row})
+    finally:
+        await runner.cleanup()
+    return {"runs": rows}
+
+
 def established(port: int) -> int:
     """Connections the proxy holds open on its port (its side, state ESTABLISHED)."""
     rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
@@ -184,6 +304,8 @@ def established(port: int) -> int:
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
+    if args.attack == "parse":
+        return await parse_compare(args)
     url, runner = await engine()
     port = free_port()
     mode = ["--prefill", url, "--decode", url, "--mode", "layerwise",
@@ -220,7 +342,9 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("attack", choices=["deaf", "deaf-stream", "metaserver", "small-values",
-                                           "nested"])  # fmt: skip
+                                           "nested", "parse"])  # fmt: skip
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 63],
+                        help="parse: body sizes in MiB")  # fmt: skip
     parser.add_argument("--proxy-src", default=str(Path(__file__).resolve().parents[1] / "src"))
     parser.add_argument("--send-timeout", action="store_true", help="pass --send-timeout=2")
-    print(json.dumps(asyncio.run(main(parser.parse_args()))))
+    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=1))

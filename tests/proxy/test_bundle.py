@@ -177,13 +177,26 @@ def http(url: str, body: dict[str, object] | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
+def spawned_by(pid: int) -> list[bytes]:
+    """The command lines of ``pid``'s child processes."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append((stat.parent / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return out
+
+
 def test_the_zipapp_proxy_serves_pd_from_a_plain_environment(
     plain_python: Path, sim_pd: dict[str, str], tmp_path: Path
 ) -> None:
     pyz = build_zipapp(tmp_path / "servekit-proxy.pyz")
     port = free_port()
     argv = [str(plain_python), str(pyz), "--prefill", sim_pd["p0"], "--decode", sim_pd["d0"],
-            "--port", str(port), "--log-level", "warning"]  # fmt: skip
+            "--port", str(port), "--log-level", "warning", "--parse-inline-bytes", "2000"]  # fmt: skip
     log = tmp_path / "proxy.log"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     with log.open("wb") as out:
@@ -196,6 +209,12 @@ def test_the_zipapp_proxy_serves_pd_from_a_plain_environment(
                 "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
         status, out = http(url + "/v1/completions", body)
         assert status == 200 and out.endswith(b"data: [DONE]\n\n"), out
+        assert not spawned_by(proc.pid)  # small bodies are parsed on the loop
+        chat = {"model": "sim-model", "max_tokens": 3, "user": "u" * 3000,
+                "messages": [{"role": "user", "content": f"part {i}"} for i in range(900)]}  # fmt: skip
+        status, out = http(url + "/v1/chat/completions", chat)  # parsed in a worker process
+        assert status == 200 and json.loads(out)["usage"]["completion_tokens"] == 3, out
+        assert any(b"spawn_main" in cmd for cmd in spawned_by(proc.pid))
         status, raw = http(url + "/metrics/engines")
         assert status == 200
         hits = [line for line in raw.decode().splitlines()

@@ -12,19 +12,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, jsoncodec, passthrough, relay
+from servekit.proxy import admin, jsoncodec, parsepool, passthrough, relay
 from servekit.proxy.bodies import expect_handler, read_request
-from servekit.proxy.budget import Budget, charge, holding, parse_cost
+from servekit.proxy.budget import Budget, charge, holding, parse_cost, refund
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.parsepool import Workers
 from servekit.proxy.protocols import handler_for, layerwise
 from servekit.proxy.ratelog import RateLimited, printable
-from servekit.proxy.requests import make_ticket
+from servekit.proxy.requests import Ticket, make_ticket
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
@@ -32,6 +32,7 @@ from servekit.proxy.validation import check_request
 ROUTER = web.AppKey("router", Router)
 CONNS = web.AppKey("connections", Connections)
 BAD_REQUESTS = web.AppKey("bad_requests", RateLimited)
+WORKERS = web.AppKey("parse_workers", Workers)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 # layerwise.PATH: decoders call it without a key; the request id it names is the capability.
 OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH, layerwise.PATH})
@@ -51,39 +52,55 @@ def log_refusal(request: web.Request, err: ProxyError) -> None:
         )  # fmt: skip
 
 
-async def _read_body(request: web.Request, router: Router) -> tuple[dict[str, Any], bytes]:
-    cfg = router.config
-    raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
+def _too_costly(raw: bytes, limit: int) -> int:
+    """The parse cost of ``raw``; a 413 when it passes ``--max-parse-bytes``."""
     cost = parse_cost(raw)
-    if cost > cfg.max_parse_bytes:
+    if cost > limit:
         msg = (
             f"request body would take about {cost >> 20} MiB once parsed, more than "
-            f"--max-parse-bytes ({cfg.max_parse_bytes} bytes); send fewer, larger values"
+            f"--max-parse-bytes ({limit} bytes); send fewer, larger values"
         )
         raise ProxyError("payload_too_large", "proxy", msg)
+    return cost
+
+
+async def _read_ticket(request: web.Request, router: Router) -> Ticket:
+    """The request's body read, parsed and checked: on the loop, or in a parse worker when
+    it is big (:mod:`servekit.proxy.parsepool`); the same refusals either way."""
+    cfg = router.config
+    raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
+    cost = _too_costly(raw, cfg.max_parse_bytes)
     charge(cost - len(raw))  # the parsed body lives as long as the request
+    workers = request.app[WORKERS]
+    if workers.wanted(len(raw)):
+        route, decoded = request.path, router.kv is not None  # kv-events reads the prompt
+        got = await workers.call(parsepool.parse_request, route, raw, cfg.prefix_chars, decoded)
+        if isinstance(got, parsepool.Refusal):
+            raise ProxyError(got.kind, "proxy", got.message)
+        if not decoded:  # the values stayed in the worker: only their text is held
+            refund(max(0, cost - len(raw) - got.text_bytes))
+        return Ticket(route, got.body, raw, *got[1:5])
     try:
         body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
         raise ProxyError("bad_request", "proxy", "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ProxyError("bad_request", "proxy", "request body must be a JSON object")
-    return body, raw
+    check_request(request.path, body)
+    return make_ticket(request.path, body, cfg.prefix_chars, raw)
 
 
 async def _run_trip(
     router: Router, request: web.Request, progress: Progress
 ) -> tuple[web.StreamResponse, Trip]:
-    body, raw = await _read_body(request, router)
-    check_request(request.path, body)
-    ticket = make_ticket(request.path, body, router.config.prefix_chars, raw)
+    ticket = await _read_ticket(request, router)
     handler = handler_for(router.config.mode)  # None: replica mode
     if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
         pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable())
     trip = Trip(router, request, ticket, progress, handler)
     if handler is None:
-        return await trip.generate("replica", raw), trip
+        return await trip.generate("replica", ticket.raw), trip
     return await handler.serve(trip), trip
 
 
@@ -134,16 +151,21 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
-def _budget_middleware(budget: Budget) -> Middleware:
-    """Each request holds its bodies' bytes of the one budget until its handler ends."""
+def _budget_middleware(budget: Budget, workers: Workers) -> Middleware:
+    """Each request holds its bodies' bytes of the one budget until its handler ends (and
+    parses its big bodies in ``workers``)."""
 
     @web.middleware
     async def hold(request: web.Request, handler: Handler) -> web.StreamResponse:
-        with holding(budget):
-            try:
-                return await handler(request)
-            except ProxyError as err:  # a charge refused outside the generation handler
-                return error_response(err)
+        token = parsepool.CURRENT.set(workers)
+        try:
+            with holding(budget):
+                try:
+                    return await handler(request)
+                except ProxyError as err:  # a charge refused outside the generation handler
+                    return error_response(err)
+        finally:
+            parsepool.CURRENT.reset(token)
 
     return hold
 
@@ -179,12 +201,15 @@ def build_app(router: Router) -> web.Application:
         RateLimited(log, "shed connections", cfg.log_burst, cfg.log_interval_s),
         cfg.send_timeout_s,
     )  # fmt: skip
-    middlewares = [track(conns), _budget_middleware(router.budget)]
+    workers = Workers(cfg.parse_workers, cfg.parse_inline_bytes)
+    middlewares = [track(conns), _budget_middleware(router.budget, workers)]
     if cfg.api_key is not None or cfg.admin:
         middlewares.append(_auth_middleware(cfg.api_key, cfg.admin, cfg.admin_key))
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[ROUTER] = router
     app[CONNS] = conns
+    app[WORKERS] = workers
+    app.on_cleanup.append(lambda _app: workers.close())
     if router.kv is not None:
         kv = router.kv
         app.on_startup.append(lambda _app: kv.start())

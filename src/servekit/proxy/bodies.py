@@ -19,18 +19,15 @@ relayed as a 200.
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import aiohttp
 from aiohttp import web
 
+from servekit.proxy import parsepool
 from servekit.proxy.budget import charge, charged, parse_cost
 from servekit.proxy.failures import ProxyError, error_response
-
-THREAD_PARSE_BYTES = 1 << 20  # larger answers are checked off the event loop
 
 
 def _too_large(limit: int) -> ProxyError:
@@ -112,29 +109,18 @@ async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage:
     return await read_capped(resp.content, resp.content_length, limit, too_large)
 
 
-def _is_json(body: bytes) -> bool:
-    try:
-        json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return False
-    return True
-
-
-_ONE_BIG_CHECK = threading.Lock()
-
-
-def _is_json_big(body: bytes) -> bool:
-    """:func:`_is_json` one at a time: a check holds about twice the body (text, then
-    the parsed values), so concurrent big answers would multiply that."""
-    with _ONE_BIG_CHECK:
-        return _is_json(body)
-
-
 async def check_json(body: bytes, who: str, stage: str) -> None:
-    """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502)."""
-    big = len(body) > THREAD_PARSE_BYTES
+    """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502).
+
+    A body above ``--parse-inline-bytes`` is checked in a parse worker, so the loop
+    serves meanwhile (:mod:`servekit.proxy.parsepool`).
+    """
+    workers = parsepool.CURRENT.get()
     with charged(parse_cost(body) - len(body)):
-        ok = await asyncio.to_thread(_is_json_big, body) if big else _is_json(body)
+        if workers is not None and workers.wanted(len(body)):
+            ok = await workers.call(parsepool.is_json, body)
+        else:
+            ok = parsepool.is_json(body)
     if not ok:
         msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
         raise ProxyError("upstream_error", stage, msg)

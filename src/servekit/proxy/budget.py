@@ -15,9 +15,8 @@ values) plus 64 bytes per comma and 144 per colon (a list entry, an object's
 key and value), measured on CPython 3.11 as at least what ``json.loads``
 allocates for lists of ints, floats, short strings and small objects. A
 request whose estimate passes ``--max-parse-bytes`` is a 413 before it is
-parsed: that cap also bounds how long one parse holds the event loop (the C
-decoder keeps the GIL, so a worker thread would not free the loop: measured,
-an 11 MiB parse in a thread stalled the loop 0.28 of its 0.35 s).
+parsed. A big body is parsed in a worker process
+(:mod:`servekit.proxy.parsepool`), its parse charged here while it runs there.
 """
 
 from __future__ import annotations

@@ -99,6 +99,12 @@ class ProxyConfig:
     memory_budget: int = opt(2 * 1024**3, "bytes of bodies (requests, answers, parses) held "
                              "at once across all requests; past it a request gets 503",
                              gt=0)  # fmt: skip
+    parse_workers: int = opt(1, "processes that parse bodies larger than --parse-inline-bytes, "
+                             "so the event loop serves meanwhile (0: all parsed on the loop)",
+                             ge=0, le=64)  # fmt: skip
+    parse_inline_bytes: int = opt(1024 * 1024, "bodies (requests, unstreamed answers) up to "
+                                  "this size are parsed on the event loop, larger ones by a "
+                                  "--parse-workers process", ge=0)  # fmt: skip
     max_answer_bytes: int = opt(64 * 1024 * 1024, "an engine's unstreamed answer larger than "
                                 "this is a 502", gt=0)  # fmt: skip
     header_timeout_s: float = opt(60.0, "request line and headers must arrive within this "

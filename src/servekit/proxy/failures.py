@@ -28,6 +28,7 @@ ERROR_STATUS = {
     "answer_too_large": 502,
     "forbidden": 403,
     "overloaded": 503,
+    "worker_failed": 503,
 }
 
 # The request's body is left unread: answer, then close the connection (RFC 9110 15.5.9/14).

@@ -27,6 +27,7 @@ class Ticket:
     prompt_tokens: int
     prefix_key: bytes
     stream: bool
+    prompts: int = 1  # prompts batched in one completions request
 
 
 def _text_of(value: Any, field: str) -> str:
@@ -91,4 +92,5 @@ def make_ticket(route: str, body: dict[str, Any], prefix_chars: int, raw: bytes 
     key = text[:prefix_chars].encode("utf-8", "surrogatepass") if ids is None else b""
     if ids is not None:
         key = repr(body.get("prompt"))[:prefix_chars].encode()
-    return Ticket(route, body, raw, tokens, key, body.get("stream") is True)
+    stream = body.get("stream") is True
+    return Ticket(route, body, raw, tokens, key, stream, prompt_count(body))

@@ -43,6 +43,7 @@ from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
+from servekit.proxy.parsepool import encode_body
 from servekit.proxy.payloads import kv_params_of, prefill_payload
 from servekit.proxy.requests import Ticket
 from servekit.proxy.router import Router
@@ -180,7 +181,7 @@ class Trip:
         """
         payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params, kv_params)
         self.progress.stage = "prefill"
-        body = await self.prefill_on_any(json.dumps(payload).encode())
+        body = await self.prefill_on_any(encode_body(payload))
         try:
             return kv_params_of(json.loads(body))
         except ValueError:
@@ -214,7 +215,7 @@ class Trip:
         the prefill answered and the body refuses to be written once it passed.
         """
         assert self.handoff is not None
-        data = json.dumps(await self.handoff.handoff(self, body)).encode()
+        data = encode_body(await self.handoff.handoff(self, body))
         lease_s = self.router.config.kv_lease_s
         if lease_s is None or not self.handoff.holds_lease:
             return data

@@ -16,7 +16,6 @@ from aiohttp import web
 from servekit.kvprotocol import HANDOFFS
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import ProxyError
-from servekit.proxy.requests import prompt_count
 from servekit.proxy.stages import Trip
 from servekit.vocabulary import KvProtocol
 
@@ -40,7 +39,7 @@ class Handler:
 
     async def serve(self, trip: Trip) -> web.StreamResponse:
         """One client request through this protocol."""
-        if self.one_prompt and prompt_count(trip.ticket.body) > 1:
+        if self.one_prompt and trip.ticket.prompts > 1:
             # Prompts of one request would share the prefill's remote_block_ids: vLLM asserts.
             msg = "prompt: PD mode serves one prompt per request; send the prompts separately"
             raise ProxyError("bad_request", "proxy", msg)

@@ -46,9 +46,9 @@ from servekit.proxy.budget import charged, parse_cost
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError, error_response
 from servekit.proxy.instances import Instance
+from servekit.proxy.parsepool import encode_body
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.protocols.base import Handler
-from servekit.proxy.requests import prompt_count
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Opened, Trip
 
@@ -199,7 +199,7 @@ class Layerwise(Handler):
                 "requests itself, so the decoder's metaserver call could not be matched)"
             )
             raise ProxyError("bad_request", "proxy", msg)
-        if prompt_count(trip.ticket.body) > 1:
+        if trip.ticket.prompts > 1:
             msg = (
                 "prompt: layerwise mode serves one prompt per request; send the prompts separately"
             )
@@ -231,7 +231,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
     trip.headers["X-Request-Id"] = rid  # the decode and its prefill must share it
     key = REQUEST_IDS[trip.ticket.route].format(rid=rid)
     call = book.expect(key)
-    data = json.dumps(decode_payload(trip.ticket.body, url)).encode()
+    data = encode_body(decode_payload(trip.ticket.body, url))
     decode: asyncio.Task[Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
     prefill: asyncio.Task[bytes] | None = None
     handed_off = False
@@ -256,7 +256,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
             raise ProxyError("timeout", "decode", msg)
         payload = prefill_payload(trip.ticket.route, trip.ticket.body, with_kv_params=False)
         payload["kv_transfer_params"] = call.result()  # the decoder's call, whole
-        prefill = asyncio.create_task(trip.prefill_on_any(json.dumps(payload).encode()))
+        prefill = asyncio.create_task(trip.prefill_on_any(encode_body(payload)))
         both: set[asyncio.Future[Any]] = {decode, prefill}
         done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         if prefill in done and prefill.exception() is not None:

@@ -1,0 +1,319 @@
+"""Big bodies are parsed in a worker process, so the event loop serves meanwhile (issue 36, 5).
+
+``--parse-inline-bytes 0`` sends every body through the worker, so the flows
+below compare what the engines and the client see with the loop's own parse:
+the same requests on the wire (up to member order), the same refusals. A
+killed worker is a 503 and is replaced. And while a 32 MiB body of small
+values is parsed, ``/health`` answers; with the worker off (threshold huge) it
+waits behind the parse (the positive control). Times are compared as ratios
+within one run, never to a wall-clock bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from servekit.proxy import parsepool
+from servekit.proxy.app import WORKERS
+from servekit.proxy.parsepool import KEPT, REST, Members, Raw, encode_body, travelling
+from servekit.proxy.payloads import (
+    bootstrap_decode_params,
+    bootstrap_prefill_params,
+    decode_payload,
+    prefill_payload,
+    prompt_keyed_decode_payload,
+)
+from servekit.proxy.protocols.layerwise import decode_payload as layerwise_decode_payload
+
+from .harness import MODEL, Stack, run, stack, wait_until
+from .test_layerwise_flow import layerwise_stack
+from .test_pd_flow import PROMPT_KEYED_SIM
+
+ALL_IN_WORKER = {"parse_inline_bytes": 0}
+NEVER_IN_WORKER = {"parse_inline_bytes": 1 << 40}
+
+
+def pairs(raw: bytes) -> list[tuple[str, Any]]:
+    """The members of a JSON object, sorted; a key written twice fails."""
+    found: list[tuple[str, Any]] = json.loads(raw, object_pairs_hook=list)
+    keys = [k for k, _ in found]
+    assert len(keys) == len(set(keys)), f"a key written twice: {keys}"
+    return sorted(found, key=lambda kv: kv[0])
+
+
+def builders(route: str) -> list[Any]:
+    """Every way the proxy turns a client's body into a stage payload."""
+    params = bootstrap_decode_params("t", "e", "http://b")
+    return [
+        lambda b: prefill_payload(route, b, True),
+        lambda b: prefill_payload(route, b, False),
+        lambda b: prefill_payload(route, b, True, bootstrap_prefill_params("t")),
+        lambda b: decode_payload(b, params),
+        lambda b: decode_payload({**b, "return_token_ids": True}, params),
+        prompt_keyed_decode_payload,
+        lambda b: layerwise_decode_payload(b, "http://proxy/v1/metaserver"),
+        lambda b: b,
+    ]
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+KEYS = st.sampled_from(sorted(KEPT)) | st.text(max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(KEYS, VALUES, max_size=8), st.sampled_from([0, 16 << 10]))
+def test_payloads_spliced_from_the_workers_text_are_what_json_dumps_writes(
+    body: dict[str, Any], raw_above: int
+) -> None:
+    """Every key once, every value as json.dumps writes it; only the order of the members
+    the proxy never reads may differ (they travel together)."""
+    old, parsepool.RAW_ABOVE = parsepool.RAW_ABOVE, raw_above
+    try:
+        shipped, size = travelling(body)
+    finally:
+        parsepool.RAW_ABOVE = old
+    texts = [v for v in shipped.values() if isinstance(v, Raw)]
+    assert size == sum(len(v.text) for v in texts)
+    assert set(shipped) <= {*body, REST} and all(k not in shipped for k in body if k not in KEPT)
+    for route in ("/v1/completions", "/v1/chat/completions", "/v1/responses"):
+        for build in builders(route):
+            spliced, plain = encode_body(build(shipped)), json.dumps(build(body)).encode()
+            assert pairs(spliced) == pairs(plain)
+            if all(k in KEPT for k in body):  # nothing moved: the very bytes
+                assert spliced == plain
+
+
+def test_only_the_text_of_a_big_value_crosses_and_the_loop_copies_it() -> None:
+    many = [{"role": "user", "content": "x"}] * 20_000
+    body = {"model": MODEL, "messages": many, "max_tokens": 2, "extra": [1] * 9000, "x": 1}
+    raw = json.dumps(body).encode()
+    got = parsepool.parse_request("/v1/chat/completions", raw, 512, False)
+    assert isinstance(got, parsepool.Summary)
+    assert isinstance(got.body["messages"], Raw)
+    assert got.body["model"] == MODEL and got.body["max_tokens"] == 2
+    assert isinstance(got.body[REST], Members)  # "extra" and "x", together
+    assert got.prompt_tokens == 20_000 // 4 + 1 and got.prompts == 1 and not got.stream
+    assert encode_body(got.body) == raw
+    decoded = parsepool.parse_request("/v1/chat/completions", raw, 512, True)
+    assert isinstance(decoded, parsepool.Summary) and decoded.body == body  # kv-events
+
+
+def test_a_field_the_members_hold_is_written_once_when_a_payload_sets_it() -> None:
+    """A stage payload that sets a field the proxy does not list in KEPT (a protocol
+    change) falls back to the parsed body: the engine never sees a key twice."""
+    shipped, _ = travelling({"model": MODEL, "prompt": "hi", "custom": 1, "other": [2]})
+    raw = encode_body({**shipped, "custom": 5})
+    assert pairs(raw) == [("custom", 5), ("model", MODEL), ("other", [2]), ("prompt", "hi")]
+
+
+BAD = [
+    (b"{", 400, "request body is not valid JSON"),
+    (b"\xff\xfe", 400, "request body is not valid JSON"),
+    (b"[1, 2]", 400, "request body must be a JSON object"),
+    (b'{"prompt": "x", "max_tokens": -1}', 400, "max_tokens: must be at least 1, got -1"),
+    (b'{"prompt": "x", "stream": "false"}', 400, "stream: expected true or false, got 'false'"),
+    (b'{"prompt": ' + b"[" * 900 + b"]" * 900 + b"}", 400, None),
+    (
+        b'{"prompt": "x", "stream_options": {"include_usage": true}}',
+        400,
+        "stream_options: only allowed with stream",
+    ),
+]
+
+
+async def raw_post(s: Stack, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    async with s.client.post(s.url + path, data=raw, headers=headers) as resp:
+        return resp.status, json.loads(await resp.read())
+
+
+def test_the_worker_refuses_what_the_loop_refuses_with_the_same_words() -> None:
+    async def answers(**config: Any) -> list[tuple[int, dict[str, Any]]]:
+        async with stack(prefill=0, decode=0, replica=1, **config) as s:
+            out = [await raw_post(s, "/v1/completions", raw) for raw, _, _ in BAD]
+            many = {"prompt": "x", "stop": ["a"] * 40_000}  # 2 MiB once parsed
+            out.append(await raw_post(s, "/v1/completions", json.dumps(many).encode()))
+            assert s.replica[0].gen() == [] and s.proxy.router.budget.used == 0
+            return out
+
+    async def scenario() -> None:
+        loop = await answers(**NEVER_IN_WORKER, max_parse_bytes=1 << 20)
+        worker = await answers(**ALL_IN_WORKER, max_parse_bytes=1 << 20)
+        assert worker == loop
+        for (status, doc), (_, want_status, words) in zip(worker, BAD, strict=False):
+            assert status == want_status and (words is None or words in doc["error"]["message"])
+        assert worker[-1][0] == 413 and "--max-parse-bytes" in worker[-1][1]["error"]["message"]
+        budget = await answers(**ALL_IN_WORKER, memory_budget=1 << 20)
+        assert budget == await answers(**NEVER_IN_WORKER, memory_budget=1 << 20)
+        assert budget[-1][0] == 503 and budget[-1][1]["error"]["code"] == "overloaded"
+
+    run(scenario())
+
+
+CHAT_BIG = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": f"part {i}"} for i in range(2000)],  # > 16 KiB
+    "max_tokens": 3,
+    "seed": 7,
+    "custom_field": {"kept": ["as", "is"]},
+}
+REQUESTS = [
+    ("/v1/completions", {"model": MODEL, "prompt": "hello", "max_tokens": 3}),
+    (
+        "/v1/completions",
+        {"model": MODEL, "prompt": list(range(1, 60)), "max_tokens": 2, "stream": True},
+    ),
+    ("/v1/chat/completions", CHAT_BIG),
+    ("/v1/chat/completions", {**CHAT_BIG, "stream": True}),
+]
+VOLATILE = ("transfer_id", "request_id", "remote_request_id", "remote_block_ids",
+            "remote_engine_id", "metaserver")  # fmt: skip
+
+
+def wire(s: Stack) -> list[tuple[str, str, str]]:
+    """What each role's engines were sent (in any order, to any of them), with the ids of
+    one transfer, of the chosen decoder and the proxy's port left out."""
+    out = []
+    for nodes in (s.prefill, s.decode, s.replica):
+        for node in nodes:
+            for seen in node.gen():
+                body = dict(seen.body)
+                params = body.get("kv_transfer_params")
+                if isinstance(params, dict):
+                    body["kv_transfer_params"] = {
+                        k: v for k, v in params.items() if k not in VOLATILE
+                    }
+                out.append((node.name[0], seen.path, json.dumps(body, sort_keys=True)))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("mode", ["replica", "pd", "bootstrap", "prompt-keyed", "layerwise"])
+def test_engines_get_the_same_requests_whoever_parses_the_body(mode: str) -> None:
+    async def flow(**config: Any) -> tuple[list[tuple[int, int]], list[Any]]:
+        if mode == "layerwise":
+            ctx = layerwise_stack(**config)
+            reqs = REQUESTS
+        elif mode == "replica":
+            ctx = stack(prefill=0, decode=0, replica=1, **config)
+            reqs = [*REQUESTS, ("/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2})]
+        else:
+            sim = {"bootstrap": {"kv_mode": "bootstrap"}, "prompt-keyed": PROMPT_KEYED_SIM}.get(
+                mode
+            )
+            ctx = stack(mode=mode, sim=sim, **config)
+            reqs = [*REQUESTS, ("/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2})]
+        async with ctx as s:
+            answers = []
+            for path, body in reqs:
+                status, raw = await s.post(path, body)
+                answers.append((status, raw.count(b"data:")))
+            budget = s.proxy.router.budget
+            await wait_until(lambda: s.loads_are_zero() and budget.used == 0, "all given back")
+            return answers, wire(s)
+
+    async def scenario() -> None:
+        loop = await flow(**NEVER_IN_WORKER)
+        worker = await flow(**ALL_IN_WORKER)
+        assert worker == loop
+        assert all(status == 200 for status, _ in loop[0][: len(REQUESTS)]), loop[0]
+
+    run(scenario())
+
+
+def test_big_answers_are_checked_in_the_worker_and_a_bad_one_is_still_the_engines_fault() -> None:
+    async def scenario() -> None:
+        async with stack(prefill=0, decode=0, replica=1, max_attempts=1, **ALL_IN_WORKER) as s:
+            body = {"prompt": "x", "max_tokens": 2}
+            assert (await s.post("/v1/completions", body))[0] == 200
+            s.replica[0].spy.rewrite["/v1/completions"] = lambda b: b[: len(b) // 2]
+            status, out = await s.post("/v1/completions", body)
+            assert status == 502 and "not UTF-8 JSON" in json.loads(out)["error"]["message"]
+            assert next(s.proxy.router.instances()).request_fails == 1
+            assert s.proxy.runner.app[WORKERS].pids()  # the worker did it
+
+    run(scenario())
+
+
+def test_a_killed_worker_is_a_503_and_the_next_body_gets_a_new_one() -> None:
+    async def scenario() -> None:
+        async with stack(prefill=0, decode=0, replica=1, **ALL_IN_WORKER) as s:
+            workers = s.proxy.runner.app[WORKERS]
+            first = asyncio.create_task(s.post("/v1/completions", {"prompt": "x", "max_tokens": 2}))
+            await wait_until(lambda: bool(workers.pids()), "a worker started")
+            killed = workers.pids()
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+            status, out = await asyncio.wait_for(first, 30)
+            assert status == 503, out
+            doc = json.loads(out)["error"]
+            assert doc["code"] == "worker_failed" and "parse worker process died" in doc["message"]
+            assert s.replica[0].gen() == [] and workers.failures == 1
+            status, out = await asyncio.wait_for(
+                s.post("/v1/completions", {"prompt": "y", "max_tokens": 2}), 30
+            )
+            assert status == 200, out
+            assert workers.pids() and not set(workers.pids()) & set(killed)
+            assert s.proxy.router.budget.used == 0
+
+    run(scenario())
+
+
+def small_values(mib: int) -> bytes:
+    """A chat body of ``mib`` MiB of small message objects that the checks refuse only
+    after the whole parse (its last field is bad), so no engine parses it too."""
+    n = (mib << 20) // len(json.dumps({"role": "user", "content": "x"}))
+    many = [{"role": "user", "content": "x"}] * n
+    return json.dumps({"model": MODEL, "messages": many, "max_tokens": 0}).encode()
+
+
+async def health_while(s: Stack, raw: bytes) -> tuple[float, float, int]:
+    """Post ``raw`` while two clients probe /health back to back, so one is always in
+    flight: (the post's seconds, the slowest probe's seconds, probes answered before the
+    post was)."""
+    big = asyncio.create_task(raw_post(s, "/v1/chat/completions", raw))
+    t0 = time.perf_counter()
+    slowest, answered = 0.0, 0
+
+    async def probe() -> None:
+        nonlocal slowest, answered
+        while not big.done():
+            h0 = time.perf_counter()
+            async with s.client.get(s.url + "/health") as resp:
+                assert resp.status == 200
+            slowest = max(slowest, time.perf_counter() - h0)
+            answered += 0 if big.done() else 1
+
+    await asyncio.gather(probe(), probe())
+    status, doc = await big
+    assert status == 400 and doc["error"]["message"].startswith("max_tokens: must be at least 1")
+    return time.perf_counter() - t0, slowest, answered
+
+
+def test_health_answers_while_a_big_body_is_parsed_and_waits_without_the_worker() -> None:
+    raw = small_values(32)
+    config = {"prefill": 0, "decode": 0, "replica": 1, "max_parse_bytes": 1 << 30}
+
+    async def scenario() -> None:
+        async with stack(**config, **NEVER_IN_WORKER) as s:
+            took, slowest, _ = await health_while(s, raw)
+            # the positive control: one probe waited out most of the request (the parse)
+            assert slowest > 0.4 * took, (slowest, took)
+        async with stack(**config) as s:  # the default threshold: 1 MiB
+            took, slowest, answered = await health_while(s, raw)
+            assert slowest < 0.25 * took and answered >= 5, (slowest, took, answered)
+
+    run(scenario())
