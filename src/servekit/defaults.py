@@ -229,9 +229,9 @@ _ACCEL: dict[str, SettingValue] = {
 }
 
 # vLLM CPU engines run eagerly: servekit's CPU layouts serve a tiny model, where
-# torch.compile buys nothing and costs most of a start (measured on 2 cores,
-# scripts/engine_start.py: 56.6 s to /health with a cold compile cache, 38.1 s warm,
-# 28.0-30.1 s eager; every real-engine test pays it once per engine).
+# torch.compile buys nothing and costs a large part of every start, which every
+# real-engine test pays once per engine (figures: docs/local.md, "Eager engines";
+# benchmarks/local_startup.py --compiled measures both).
 _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
     ("vllm-ascend", "mixed"): {**_ACCEL, "block_size": 128},
     ("vllm-ascend", "prefill"): {**_ACCEL, "block_size": 128},
