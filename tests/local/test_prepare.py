@@ -55,12 +55,41 @@ def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         notes = [line for line in (up.stdout + up.stderr).splitlines() if "free local" in line]
-        assert len(notes) == 1 and "a3/1p1d plans 2 nodes" in notes[0]
+        assert len(notes) == 1 and "a3/deepseekv4-flash/1p1d plans 2 nodes" in notes[0]
         dep = json.loads((tmp_path / "runs/a3__1p1d/deployment.json").read_text())
         assert len({e["url"] for e in dep["endpoints"]}) == len(dep["endpoints"])
     finally:
         down = servekit_cli("down", "a3/1p1d", cwd=tmp_path, env=env, timeout=300)
     assert down.returncode == 0, down.stderr
+
+
+def test_a_run_is_found_and_guarded_by_every_name_of_its_layout(tmp_path: Path) -> None:
+    """Up under an old name (an alias), then status, a second up and down by the layout's
+    own name: one run, refused twice, stopped by either name."""
+    env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
+    real = "a3/deepseekv4-flash/1p1d"
+    up = servekit_cli(
+        "up", "a3/1p1d", "--engine", "sim", "--detach", "--free-ports",
+        cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        status = servekit_cli("status", real, "--json", cwd=tmp_path, env=env, timeout=60)
+        assert status.returncode == 0, status.stderr
+        (run,) = json.loads(status.stdout)
+        assert run["phase"] == "ready" and "runs/a3__1p1d/" in status.stdout
+        other = servekit_cli("status", "a3/deepseekv4-flash/2p2d", "--json", cwd=tmp_path, env=env)
+        assert "a3__1p1d" not in other.stdout  # control: another layout's name finds nothing
+        twice = servekit_cli(
+            "up", real, "--engine", "sim", "--detach", "--free-ports",
+            cwd=tmp_path, env=env, timeout=300,
+        )  # fmt: skip
+        assert twice.returncode == 2, twice.stdout + twice.stderr
+        assert "a3/1p1d" in twice.stderr and "servekit down" in twice.stderr
+    finally:
+        down = servekit_cli("down", real, cwd=tmp_path, env=env, timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert f"{real}: stopped" in down.stdout
 
 
 def test_hiding_broken_companions_keeps_the_guard_bundle_on_pythonpath(

@@ -46,10 +46,29 @@ def check_layout_name(name: str) -> str:
     return name
 
 
+def names_of_one_layout(name: str, catalog: Path | str | None = None) -> list[str]:
+    """``name``, the layout it is an alias of, and that layout's other aliases.
+
+    A run is recorded under the name ``up`` was given; ``down``, ``status`` and
+    ``logs`` find it by any name of the same layout, and ``up`` refuses to start
+    the layout twice under two names.
+    """
+    from servekit.catalog.loader import aliases_of, canonical_name, resolve_catalog
+
+    try:
+        root = resolve_catalog(catalog)
+        real = canonical_name(name, root)
+        names = [name, real, *aliases_of(real, root)]
+    except UsageError:  # no readable catalog: the name alone
+        names = [name]
+    return list(dict.fromkeys(names))
+
+
 def runs_of(name: str | None) -> list[RunDir]:
     """The run directories of ``name`` (or of every layout), in every root that has them."""
     if name is not None:
-        return [RunDir(d) for d in run_dirs_of(check_layout_name(name))]
+        names = names_of_one_layout(check_layout_name(name))
+        return [RunDir(d) for n in names for d in run_dirs_of(n)]
     found = [p.parent for root in run_roots() for p in sorted(root.glob("*/state.json"))]
     return [RunDir(d) for d in found]
 

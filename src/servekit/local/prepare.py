@@ -20,6 +20,7 @@ from pathlib import Path
 from servekit.catalog import Layout, load
 from servekit.deployment import run_dir_for, run_dirs_of
 from servekit.local import companions, portplan, preflight
+from servekit.local.observe import names_of_one_layout
 from servekit.local.options import UpOptions
 from servekit.local.portplan import LOOPBACK
 from servekit.local.rundir import RunDir, versions
@@ -72,8 +73,9 @@ def prepare_run(opts: UpOptions, *, cwd: Path | None = None) -> RunSpec:
     name, engine, speed = opts.name, opts.engine, opts.speed
     layout = load(name, str(opts.catalog) if opts.catalog else None).layout
     preflight.check_hardware(layout, engine)
-    for existing in run_dirs_of(name):
-        preflight.check_not_running(RunDir(existing).state, name)
+    for other in names_of_one_layout(name, opts.catalog):
+        for existing in run_dirs_of(other):
+            preflight.check_not_running(RunDir(existing).state, other)
     run = RunDir(run_dir_for(name))
     notes, broken = _engine_checks(layout, engine, here)
     ports = portplan.choose(layout, opts.free_ports)
