@@ -77,9 +77,9 @@ def _names_imported(node: ast.AST) -> list[str]:
     return []
 
 
-def _imports(path: Path) -> list[tuple[str, bool]]:
+def _imports(path: Path, text: str | None = None) -> list[tuple[str, bool]]:
     """(imported servekit module, at top level?) for every import in a file."""
-    tree = ast.parse(path.read_text())
+    tree = ast.parse(path.read_text() if text is None else text)
     found: list[tuple[str, bool]] = []
     top = {id(n) for n in tree.body}
     for node in ast.walk(tree):
@@ -98,16 +98,16 @@ def _face_table(package: str) -> dict[str, str]:
     )
 
 
-def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
+def _resolved_imports(path: Path, text: str | None = None) -> list[tuple[str, bool]]:
     """Like :func:`_imports`, with a name taken from a lazy face resolved to its submodule.
 
     A face imports nothing up front, so without this every import through a face
     would hide the edge to the module that really defines the name, and circles
     through faces would go unseen.
     """
-    tree = ast.parse(path.read_text())
+    tree = ast.parse(path.read_text() if text is None else text)
     top = {id(n) for n in tree.body}
-    found = list(_imports(path))
+    found = list(_imports(path, text))
     for node in ast.walk(tree):
         module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
         if isinstance(node, ast.ImportFrom) and node.level == 0 and module.startswith("servekit."):
@@ -122,12 +122,21 @@ def _resolved_imports(path: Path) -> list[tuple[str, bool]]:
 ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
 
 
-def _graph(inside_functions: bool = True) -> dict[str, set[str]]:
-    """Module -> the servekit modules it imports (inside functions too, unless asked not to)."""
+def _graph(
+    inside_functions: bool = True, probes: dict[str, str] | None = None
+) -> dict[str, set[str]]:
+    """Module -> the servekit modules it imports (inside functions too, unless asked not to).
+
+    ``probes`` adds modules given as source text (module name -> text), so a
+    positive control can plant a circle without writing into the source tree
+    that other tests read at the same time.
+    """
+    probes = probes or {}
     modules = {_module(p): p for p in SRC.rglob("*.py")}
+    modules.update({name: SRC / "_probe.py" for name in probes})
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for name, at_top in _resolved_imports(path):
+        for name, at_top in _resolved_imports(path, probes.get(module)):
             if name in modules and (at_top or inside_functions) and name != module:
                 graph[module].add(name)
     return graph
@@ -191,16 +200,16 @@ def test_no_import_circles() -> None:
 
 def test_a_circle_closed_inside_a_function_is_caught() -> None:
     """Positive control: b imports a only inside a function, and the circle is still seen."""
-    a, b = SRC / "verify" / "_probe_circle_a.py", SRC / "verify" / "_probe_circle_b.py"
-    a.write_text("from servekit.verify._probe_circle_b import g\n")
-    b.write_text("def g() -> None:\n    from servekit.verify._probe_circle_a import g as h\n")
-    try:
-        probes = {"servekit.verify._probe_circle_a", "servekit.verify._probe_circle_b"}
-        assert any(set(c) == probes for c in _circles(_graph()))
-        assert not any(set(c) == probes for c in _circles(_graph(inside_functions=False)))
-    finally:
-        a.unlink()
-        b.unlink()
+    probes = {
+        "servekit.verify._probe_circle_a": "from servekit.verify._probe_circle_b import g\n",
+        "servekit.verify._probe_circle_b": (
+            "def g() -> None:\n    from servekit.verify._probe_circle_a import g as h\n"
+        ),
+    }
+    assert any(set(c) == set(probes) for c in _circles(_graph(probes=probes)))
+    assert not any(
+        set(c) == set(probes) for c in _circles(_graph(inside_functions=False, probes=probes))
+    )
 
 
 def _still_there(allowed: frozenset[str], graph: dict[str, set[str]]) -> bool:
@@ -242,14 +251,11 @@ def test_code_outside_a_package_imports_its_face() -> None:
 
 def test_the_face_rule_catches_a_deep_import(tmp_path: Path) -> None:
     """Positive control: a module reaching into another package's module is caught."""
-    probe = SRC / "verify" / "_probe_deep_import.py"
+    probe = tmp_path / "_probe_deep_import.py"
     probe.write_text("from servekit.render.plan import build_plan\n")
-    try:
-        assert _deep_imports(probe) == [
-            "servekit.verify._probe_deep_import:1 -> servekit.render.plan"
-        ]
-    finally:
-        probe.unlink()
+    assert _deep_imports(probe, "servekit.verify._probe_deep_import") == [
+        "servekit.verify._probe_deep_import:1 -> servekit.render.plan"
+    ]
 
 
 def test_faces_resolve_to_the_defining_module() -> None:

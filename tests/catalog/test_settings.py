@@ -36,6 +36,7 @@ GOOD = {
     "kv_cache_dtype": ["bfloat16", "fp8_e4m3", "auto"],
     "cpu_kvcache_gib": [1, 4],
     "guard": [True, False],
+    "enforce_eager": [True, False],
 }
 BAD = {
     "gpu_memory_utilization": [0, -0.1, 1.01, float("nan"), float("inf"), "abc", True, [0.9]],
@@ -46,6 +47,7 @@ BAD = {
     "kv_cache_dtype": ["a;b", "$(id)", "", "bf16 --evil", 3, "x" * 40],
     "cpu_kvcache_gib": [0, "4G"],
     "guard": [1, "1", "on"],
+    "enforce_eager": [1, "true", "--enforce-eager", None],
 }
 
 

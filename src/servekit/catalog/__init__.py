@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from servekit.catalog.loader import (
         LAYOUT_FILE as LAYOUT_FILE,
         LoadedLayout as LoadedLayout,
+        aliases_of as aliases_of,
         canonical_name as canonical_name,
         layout_names as layout_names,
         layout_path as layout_path,

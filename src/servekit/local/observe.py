@@ -53,7 +53,7 @@ def names_of_one_layout(name: str, catalog: Path | str | None = None) -> list[st
     ``logs`` find it by any name of the same layout, and ``up`` refuses to start
     the layout twice under two names.
     """
-    from servekit.catalog.loader import aliases_of, canonical_name, resolve_catalog
+    from servekit.catalog import aliases_of, canonical_name, resolve_catalog
 
     try:
         root = resolve_catalog(catalog)
