@@ -52,6 +52,11 @@ class Deployment(StrictModel):
     """A deployment as seen from outside: where to send traffic, what to expect."""
 
     layout: str | None = None
+    layout_names: tuple[str, ...] = Field(
+        default=(),
+        description="every name of the layout (its own and its aliases), so --target finds "
+        "the run by any of them, whichever name 'servekit up' was given",
+    )
     engine: ServedBy = "external"
     model: str | None = Field(default=None, description="served model name")
     entry_url: str = Field(description="where clients send requests: the proxy or the engine")
@@ -156,6 +161,9 @@ def runs_root() -> Path:
     return Path(chosen).resolve() if chosen else state_dir() / "runs"
 
 
+MAX_RUNS_SCANNED = 1000  # run folders read when looking a run up by another name
+
+
 def run_roots() -> list[Path]:
     """Every folder that may hold runs: :func:`runs_root`, then (unless ``SERVEKIT_RUNS``
     is set) the current folder's ``.servekit/runs`` from earlier versions."""
@@ -191,7 +199,8 @@ def load_deployment(target: str) -> Deployment:
     if target.endswith(".json") or given.is_file():
         return read_deployment_file(given, f"--target {target}")
     found = [d / "deployment.json" for d in run_dirs_of(target)]
-    path = next((f for f in found if f.is_file()), run_dir_for(target) / "deployment.json")
+    path = next((f for f in found if f.is_file()), None) or _run_known_as(target)
+    path = path or run_dir_for(target) / "deployment.json"
     if not path.is_file():
         raise UsageError(
             f"--target {target}: no running deployment found at {path}; "
@@ -199,6 +208,25 @@ def load_deployment(target: str) -> Deployment:
             "written by 'servekit deployment'"
         )
     return read_deployment_file(path, f"--target {target}")
+
+
+def _run_known_as(name: str) -> Path | None:
+    """The deployment.json of a run started under another name of the same layout.
+
+    ``servekit up`` records every name of its layout in the deployment
+    (``layout_names``); a run started as an alias is found by the layout's own
+    name and the other way round. Files that cannot be read are passed over:
+    the error worth showing is the one about the name asked for.
+    """
+    for root in run_roots():
+        for path in sorted(root.glob("*/deployment.json"))[:MAX_RUNS_SCANNED]:
+            try:
+                names = Deployment.model_validate_json(path.read_bytes()).layout_names
+            except (OSError, ValueError):
+                continue
+            if name in names:
+                return path
+    return None
 
 
 def read_deployment_file(path: Path, flag: str) -> Deployment:

@@ -10,6 +10,8 @@ import pytest
 from tests.helpers.cli import servekit_cli
 
 from servekit.catalog.loader import load
+from servekit.deployment import load_deployment
+from servekit.errors import UsageError
 from servekit.local.options import UpOptions
 from servekit.local.prepare import prepare_run
 from servekit.local.rundir import RunDir
@@ -63,9 +65,12 @@ def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
     assert down.returncode == 0, down.stderr
 
 
-def test_a_run_is_found_and_guarded_by_every_name_of_its_layout(tmp_path: Path) -> None:
-    """Up under an old name (an alias), then status, a second up and down by the layout's
-    own name: one run, refused twice, stopped by either name."""
+def test_a_run_is_found_and_guarded_by_every_name_of_its_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up under an old name (an alias), then status, --target (accept, bench, verify read
+    it through load_deployment), a second up and down by the layout's own name: one run,
+    found, refused twice, stopped by either name."""
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
     real = "a3/deepseekv4-flash/1p1d"
     up = servekit_cli(
@@ -80,6 +85,10 @@ def test_a_run_is_found_and_guarded_by_every_name_of_its_layout(tmp_path: Path) 
         assert run["phase"] == "ready" and "runs/a3__1p1d/" in status.stdout
         other = servekit_cli("status", "a3/deepseekv4-flash/2p2d", "--json", cwd=tmp_path, env=env)
         assert "a3__1p1d" not in other.stdout  # control: another layout's name finds nothing
+        monkeypatch.setenv("SERVEKIT_RUNS", env["SERVEKIT_RUNS"])
+        assert load_deployment(real).entry_url == load_deployment("a3/1p1d").entry_url
+        with pytest.raises(UsageError, match="no running deployment"):
+            load_deployment("a3/deepseekv4-flash/2p2d")  # control: not by another layout's
         twice = servekit_cli(
             "up", real, "--engine", "sim", "--detach", "--free-ports",
             cwd=tmp_path, env=env, timeout=300,

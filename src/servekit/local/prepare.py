@@ -73,7 +73,8 @@ def prepare_run(opts: UpOptions, *, cwd: Path | None = None) -> RunSpec:
     name, engine, speed = opts.name, opts.engine, opts.speed
     layout = load(name, str(opts.catalog) if opts.catalog else None).layout
     preflight.check_hardware(layout, engine)
-    for other in names_of_one_layout(name, opts.catalog):
+    names = tuple(names_of_one_layout(name, opts.catalog))
+    for other in names:
         for existing in run_dirs_of(other):
             preflight.check_not_running(RunDir(existing).state, other)
     run = RunDir(run_dir_for(name))
@@ -101,7 +102,7 @@ def prepare_run(opts: UpOptions, *, cwd: Path | None = None) -> RunSpec:
     )
     if engine == "sim":
         spec = sim_run_spec(spec, plan, run, speed)
-    spec = _with_engine_env(spec, broken, notes)
+    spec = _with_engine_env(spec, broken, notes).model_copy(update={"layout_names": names})
     atomic_write_text(run.launch, spec.model_dump_json(indent=2) + "\n")
     atomic_write_text(run.versions, json.dumps(versions(), indent=2, sort_keys=True) + "\n")
     return spec

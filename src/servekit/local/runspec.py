@@ -51,6 +51,9 @@ class RunSpec(StrictModel):
     """A whole local run: every launch, every endpoint, where it lives."""
 
     layout: str
+    layout_names: tuple[str, ...] = Field(
+        default=(), description="every name of the layout (up's name, its own, its aliases)"
+    )
     engine: Startable
     model: str
     capabilities: tuple[str, ...] = ()

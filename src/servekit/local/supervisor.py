@@ -148,6 +148,7 @@ class Supervisor:
         )
         deployment = Deployment(
             layout=spec.layout,
+            layout_names=spec.layout_names,
             engine=spec.engine,
             model=spec.model,
             entry_url=spec.entry_url,
