@@ -37,10 +37,11 @@ test:
 	$(BIN)/mypy
 	$(PYTEST) --junitxml=$(REPORT) -o junit_family=xunit1
 
-# The inner loop: everything but real vLLM and the Debian tools (budget: 5 minutes).
+# The inner loop: the fast tests; not real vLLM, the Debian tools, or the tests
+# marked slow (simulated clusters end to end, fuzz campaigns). Budget: 5 minutes.
 unit:
 	scripts/bootstrap.sh
-	$(PYTEST) -m "not vllm and not tools"
+	$(PYTEST) -m "not vllm and not tools and not slow"
 
 # Where the time went in the last `make test`: the 25 slowest tests and files.
 times:

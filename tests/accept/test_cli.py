@@ -83,6 +83,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "accept-out").exists()  # nothing written for a refused command
 
 
+@pytest.mark.slow
 def test_selfcheck_exits_0_and_writes_its_matrix(tmp_path: Path) -> None:
     proc = servekit_cli(
         "accept",

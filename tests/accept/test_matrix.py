@@ -164,6 +164,7 @@ def test_capabilities_not_declared_are_skipped_with_the_reason(tmp_path: Path) -
     assert all("capability" in c.reason for c in result.checks)
 
 
+@pytest.mark.slow
 def test_144k_matrix_calibrates_and_1m_is_skipped_beyond_max_model_len(tmp_path: Path) -> None:
     with sim_pd(tmp_path, max_model_len=150_000) as stack:
         options = AcceptOptions(only=("needle",), context=("144k", "1m"), out=tmp_path / "out")
@@ -209,6 +210,7 @@ def _verdicts_and_answers(result: AcceptResult) -> dict[str, tuple[str, object]]
     return {c.id: (c.verdict, c.measurements.get("answer")) for c in result.checks}
 
 
+@pytest.mark.slow
 def test_verdicts_do_not_depend_on_the_simulators_speed(tmp_path: Path) -> None:
     # A profile with real latency (prefill and decode cost virtual time): at speed 50
     # the same checks pass with the same answers as at real time.

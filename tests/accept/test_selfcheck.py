@@ -85,6 +85,7 @@ def _now(before_id: str) -> str:
     return f"selfcheck.{RENAMED.get(control, control)}.{rest}"
 
 
+@pytest.mark.slow
 def test_every_control_that_failed_before_still_fails(selfcheck: AcceptResult) -> None:
     rows = {c.id: c for c in selfcheck.checks}
     for before in BEFORE:
@@ -117,6 +118,7 @@ def test_each_fault_control_fails_exactly_its_checks(selfcheck: AcceptResult) ->
     assert "echoes the prompt's instruction" in echo.reason  # the echo rule, not the length
 
 
+@pytest.mark.slow
 def test_evidence_of_every_control_is_kept(selfcheck: AcceptResult) -> None:
     assert all(row.evidence for row in selfcheck.checks)
     assert {r.evidence[0].path.split("/")[0] for r in selfcheck.checks} == {

@@ -11,6 +11,7 @@ from tests.helpers.cli import servekit_cli
 from .conftest import Engine, Setup
 
 
+@pytest.mark.slow
 def test_bench_writes_results_and_compares_with_a_baseline(engine: Engine, tmp_path: Path) -> None:
     common = ["bench", "--target", engine.url, "--workload", "single", "--workload", "multi"]
     common += ["--streams", "1,2", "--isl", "16", "--osl", "4", "--runs", "1"]

@@ -25,6 +25,7 @@ def layout_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         yield env
 
 
+@pytest.mark.slow
 def test_bench_a_pd_layout_by_name_and_compare_with_the_first_run(
     layout_env: dict[str, str], tmp_path: Path
 ) -> None:

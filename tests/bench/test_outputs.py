@@ -61,6 +61,7 @@ def test_cells_show_median_and_range_like_the_seeds() -> None:
     assert cell(Figure(unit="ms", median=None)) == "n/a"
 
 
+@pytest.mark.slow
 def test_written_result_reads_back_identically_and_is_a_baseline(
     engine: Engine, tmp_path: Path
 ) -> None:

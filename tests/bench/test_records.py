@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from servekit.bench import ConcurrencySweep, RateSweep, RunSettings, run_workloads, write_outputs
 from servekit.bench.config import TraceReplay
@@ -80,6 +81,7 @@ def recompute(rows: list[RequestRow], clock: float) -> dict[str, float | None]:
     return figures
 
 
+@pytest.mark.slow
 def test_every_headline_figure_recomputes_exactly_from_requests_jsonl(
     engine: Engine, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ def rate_result() -> BenchResult:
         return run_workloads(dep, [sweep], RunSettings(runs=1, warmup=0))
 
 
+@pytest.mark.slow
 def test_the_rate_sweep_fits_80_columns_with_every_figure_whole(rate_result: BenchResult) -> None:
     console = Console(width=80, file=io.StringIO(), color_system=None)
     print_result(console, rate_result, baseline=rate_result)

@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from servekit.catalog.loader import layout_names, load, packaged_catalog
@@ -90,6 +91,7 @@ def _same_plans(root: Path) -> list[tuple[str, str]]:
     return same
 
 
+@pytest.mark.slow
 def test_no_two_listed_names_have_equal_plans(tmp_path: Path) -> None:
     """One name per layout: every listed layout's Plan differs from every other's."""
     assert _same_plans(packaged_catalog()) == []

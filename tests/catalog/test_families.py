@@ -99,6 +99,7 @@ def test_defaults_shows_the_generic_rows_and_every_familys_rows() -> None:
     assert "used by a3/dsv41-ced-pd, a3/dsv41-tp8" in out
 
 
+@pytest.mark.slow
 def test_defaults_narrows_by_family_kind_and_role() -> None:
     out = shown(family="dsv4-flash-a3-pd", role="decode")
     assert "family dsv4-flash-a3-pd (vllm-ascend)" in out and "family generic" not in out

@@ -95,6 +95,7 @@ def test_a_duplicate_key_names_both_lines(single_text: str, tmp_path: Path) -> N
     one_line_error(check(root), f"layout.yaml:{line}: duplicate key 'nodes' (also at line")
 
 
+@pytest.mark.slow
 def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
@@ -105,6 +106,7 @@ def test_a_duplicate_key_in_a_profile_is_refused(tmp_path: Path) -> None:
     one_line_error(check(root), "deepseekv4-flash-a3.yaml:", "duplicate key 'cwd'")
 
 
+@pytest.mark.slow
 def test_a_profile_in_another_encoding_is_named(tmp_path: Path) -> None:
     root = tmp_path / "catalog"
     shutil.copytree(packaged_catalog() / "a3", root / "a3")
@@ -121,6 +123,7 @@ def _set(data: dict[str, Any], path: str, value: Any) -> None:
     node[last] = value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "path", "value", "needles"),
     [
@@ -220,6 +223,7 @@ def string_alias_bomb(single_text: str, chars: int, aliases: int) -> str:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("chars", "aliases"), [(50_000, 2_000), (500_000, 40_000)])
 def test_a_string_alias_bomb_is_refused_by_check_and_render_with_nothing_written(
     chars: int, aliases: int, single_text: str, tmp_path: Path

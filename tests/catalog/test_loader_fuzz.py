@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 from hypothesis.control import currently_in_test_context
@@ -152,6 +153,7 @@ HOSTILE_VALUES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from(NAMES), st.data())
 def test_catalog_layouts_with_one_value_made_absurd(name: str, data: st.DataObject) -> None:
@@ -197,6 +199,7 @@ COUNT_KEYS = ["nodes", "max_model_len", "devices_per_node", "dp_size", "tp", "re
               "api_port", "kv_port", "port", "ports", "concurrency"]  # fmt: skip
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     st.sampled_from(COUNT_KEYS),

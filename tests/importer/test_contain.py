@@ -82,6 +82,7 @@ def _folder(tmp_path: Path, body: str) -> Path:
     return folders.write(tmp_path / "hostile-a3" / "1node", {"run.sh": "#!/bin/sh\n" + body})
 
 
+@pytest.mark.slow
 def test_a_hostile_folder_changes_nothing_outside_its_scratch(
     tmp_path: Path, listener: Listener
 ) -> None:
@@ -154,6 +155,7 @@ def test_without_the_hostile_line_the_same_folder_is_accepted(tmp_path: Path) ->
     assert [p.program for p in facts.process_facts()] == [("vllm", "serve", "/root/model")]
 
 
+@pytest.mark.slow
 def test_a_script_that_never_ends_is_killed_at_the_time_limit(tmp_path: Path) -> None:
     marker = f"servekit-forever-{uuid.uuid4().hex}"
     with pytest.raises(ImportRefused, match="ran past the 3s time limit") as refused:
@@ -162,6 +164,7 @@ def test_a_script_that_never_ends_is_killed_at_the_time_limit(tmp_path: Path) ->
     assert _processes_with(marker) == []
 
 
+@pytest.mark.slow
 def test_a_fork_flood_hits_the_process_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -233,6 +233,7 @@ def _memory_group_possible() -> bool:
 HOG = "python3 -c 'import time; b = b\"x\" * 150_000_000; time.sleep(2)' &\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _memory_group_possible(), reason="no writable memory cgroup here")
 def test_memory_of_every_process_together_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -244,6 +245,7 @@ def test_memory_of_every_process_together_is_bounded(
     assert "memory limit" in message
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _memory_group_possible(), reason="no writable memory cgroup here")
 def test_memory_within_the_limit_is_accepted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -82,6 +82,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
+@pytest.mark.slow
 def test_import_cli_paths_are_one_line_exit_2(tmp_path: Path) -> None:
     folder = _layout(tmp_path)
     catalog = str(tmp_path / "catalog")

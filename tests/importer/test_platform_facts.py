@@ -104,6 +104,7 @@ def _waiting(tmp_path: Path, body: str) -> str:
     return message
 
 
+@pytest.mark.slow
 def test_a_wait_for_a_file_elsewhere_is_refused_naming_the_file(tmp_path: Path) -> None:
     message = _waiting(
         tmp_path,
@@ -113,6 +114,7 @@ def test_a_wait_for_a_file_elsewhere_is_refused_naming_the_file(tmp_path: Path) 
     assert "waits for the file /etc/modelarts/rank_table.json (run.sh:3)" in message
 
 
+@pytest.mark.slow
 def test_a_silent_wait_for_a_variable_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", SHAPES)
 def test_the_folder_imports_without_meta_with_its_node_count(
     key: str, imported: dict[str, tuple[Path, Any]]

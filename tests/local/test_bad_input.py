@@ -41,6 +41,7 @@ def test_layout_for_missing_hardware_offers_the_simulator(tmp_path: Path) -> Non
     assert_nothing_started(tmp_path)
 
 
+@pytest.mark.slow
 def test_missing_model_directory_says_how_to_build_it(
     tmp_path: Path,
     layout_data: Callable[[str], dict[str, Any]],

@@ -18,6 +18,7 @@ from servekit.local.rundir import RunDir
 from servekit.local.tinymodel.ondemand import ensure_tiny_model, serves_tiny_model
 
 
+@pytest.mark.slow
 def test_the_tiny_model_is_built_when_a_cpu_layout_needs_it(
     tmp_path: Path, runs_root: Path
 ) -> None:
@@ -47,6 +48,7 @@ def test_only_cpu_layouts_of_the_tiny_model_get_it_built(tmp_path: Path) -> None
     assert not (tmp_path / ".servekit").exists()
 
 
+@pytest.mark.slow
 def test_a_multi_node_layout_comes_up_on_the_simulator_without_free_ports(
     tmp_path: Path,
 ) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from tests.helpers.cli import runs_env, servekit_argv, servekit_cli
 from tests.local.conftest import alive
 
@@ -24,6 +25,7 @@ async def _complete(url: str, model: str) -> tuple[int | None, str]:
     return rec.status, rec.text
 
 
+@pytest.mark.slow
 def test_accelerator_layout_runs_on_the_simulator(tmp_path: Path) -> None:
     up = servekit_cli(
         "up", "a3/1p1d", "--engine", "sim", "--detach", "--free-ports",
@@ -51,6 +53,7 @@ def test_accelerator_layout_runs_on_the_simulator(tmp_path: Path) -> None:
     assert alive(pids) == set()
 
 
+@pytest.mark.slow
 def test_foreground_up_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "SERVEKIT_RUNS": str(tmp_path / "runs")}
     cmd = servekit_argv("up", "local/dp2", "--engine", "sim", "--free-ports")

@@ -43,6 +43,7 @@ def status_json(cwd: Path, env: dict[str, str], *args: str) -> list[dict[str, An
     return doc
 
 
+@pytest.mark.slow
 def test_status_from_another_folder_shows_the_entry_and_a_killed_supervisor(
     tmp_path: Path,
 ) -> None:
@@ -166,6 +167,7 @@ def test_seen_phase_keeps_a_recorded_end_and_flags_leftovers(tmp_path: Path) -> 
     assert seen_phase(state) == "dead"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [b"garbage", b"\xff\xfe", b'{"layout": 1}', b"[" * 5000])
 def test_an_unreadable_state_is_said_not_taken_for_no_run(tmp_path: Path, content: bytes) -> None:
     """A full disk or a hand edit: the run's processes may still be alive, so neither

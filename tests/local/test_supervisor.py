@@ -71,6 +71,7 @@ def daemons() -> Iterator[list[Daemon]]:
         d.popen.wait()
 
 
+@pytest.mark.slow
 def test_ready_run_writes_records_and_down_leaves_nothing(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
@@ -133,6 +134,7 @@ def test_death_during_startup_fails_fast(tmp_path: Path, daemons: list[Daemon]) 
     assert alive(d.pids()) == set()
 
 
+@pytest.mark.slow
 def test_not_ready_in_time_is_a_failure(tmp_path: Path, daemons: list[Daemon]) -> None:
     spec = fake_spec(tmp_path, ["slow"], {"slow": ["--delay", "600"]})
     d = Daemon(spec, ready_timeout_s=2.0)
@@ -143,6 +145,7 @@ def test_not_ready_in_time_is_a_failure(tmp_path: Path, daemons: list[Daemon]) -
     assert alive(d.pids()) == set()
 
 
+@pytest.mark.slow
 def test_stubborn_process_is_killed_on_down(tmp_path: Path, daemons: list[Daemon]) -> None:
     spec = fake_spec(tmp_path, ["stubborn"], {"stubborn": ["--ignore-term", "--child"]})
     d = Daemon(spec)

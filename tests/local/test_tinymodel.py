@@ -96,6 +96,7 @@ def test_config_matches_cpu_attention_constraints(tmp_path: Path) -> None:
     assert cfg["max_position_embeddings"] >= 4096
 
 
+@pytest.mark.slow
 @needs_tokenizers
 def test_loads_and_generates_in_transformers(tmp_path: Path, companions_hidden: None) -> None:
     pytest.importorskip("transformers", reason="needs servekit[local]")

@@ -33,6 +33,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind"), CASES)
 def test_the_fake_cluster_passes_verify_with_pods(
     name: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -133,6 +133,7 @@ def _dry(script: Path, env: dict[str, str]) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_pods_under_bash_print_the_modelarts_commands(tmp_path: Path) -> None:
     """Each pod's ``pod.sh`` (LWS env, pod IP) prints what the ModelArts scripts print on
     the same addresses, process by process, but for the recorded changes."""
@@ -179,6 +180,7 @@ def test_pods_under_bash_print_the_modelarts_commands(tmp_path: Path) -> None:
                 assert block.split("\n", 1)[1].strip() == want.strip(), proc.name
 
 
+@pytest.mark.slow
 def test_cli_renders_k8s_with_a_resource_name_and_kind(tmp_path: Path) -> None:
     out = tmp_path / "k8s"
     done = servekit_inproc(

@@ -196,6 +196,7 @@ HOSTILE = st.lists(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None)
 @given(HOSTILE)
 def test_hostile_bytes_are_answered_or_closed_and_the_proxy_stays_up(heads: list[bytes]) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+
 from .harness import run, stack
 from .test_slow_clients import connect, read_response, read_to_eof
 
@@ -32,6 +34,7 @@ def error_of(answer: bytes) -> tuple[int, str]:
     return status, json.loads(body)["error"]["code"]
 
 
+@pytest.mark.slow
 def test_a_huge_content_length_gets_413_before_any_body_is_sent() -> None:
     async def scenario() -> None:
         async with stack() as s:
@@ -65,6 +68,7 @@ def test_a_chunked_body_over_the_cap_gets_413() -> None:
     run(scenario())
 
 
+@pytest.mark.slow
 def test_a_body_that_stops_arriving_gets_408_and_the_connection_closes() -> None:
     async def scenario() -> None:
         async with stack(body_timeout_s=0.5) as s:

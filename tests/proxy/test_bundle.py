@@ -190,6 +190,7 @@ def spawned_by(pid: int) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_the_zipapp_proxy_serves_pd_from_a_plain_environment(
     plain_python: Path, sim_pd: dict[str, str], tmp_path: Path
 ) -> None:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+import pytest
 from aiohttp import web
 
 from servekit.proxy.config import ProxyConfig
@@ -72,6 +73,7 @@ async def health_answers(url: str, bound_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_metaserver_callers_trickling_their_body_get_408_and_health_answers() -> None:
     async def scenario() -> None:
         cfg = {"max_connections": 20, "body_timeout_s": 0.5, "header_timeout_s": 60.0}
@@ -102,6 +104,7 @@ def test_metaserver_callers_trickling_their_body_get_408_and_health_answers() ->
     run(scenario())
 
 
+@pytest.mark.slow
 def test_a_client_that_never_reads_an_unstreamed_answer_is_closed_by_the_send_deadline() -> None:
     async def scenario() -> None:
         async with stack(prefill=0, decode=0, replica=1, send_timeout_s=0.5) as s:

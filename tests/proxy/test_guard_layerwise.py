@@ -43,6 +43,7 @@ from .layerwise_spec import (
 KEYS = trusted_metaservers(" ".join(TRUSTED))
 
 
+@pytest.mark.slow
 @settings(RELAXED, max_examples=1500)
 @given(layerwise_bodies())
 def test_nothing_passes_that_sends_the_blocks_anywhere_else(body: bytes) -> None:

@@ -12,6 +12,8 @@ import itertools
 import json
 from typing import Any
 
+import pytest
+
 from servekit.guard import body_passes
 
 from .harness import Node, run, stack
@@ -54,6 +56,7 @@ def timeouts_for(pf: str, df: str) -> tuple[float, float]:
     return 30.0, 30.0
 
 
+@pytest.mark.slow
 def test_fault_matrix_keeps_every_promise() -> None:
     cases = list(itertools.product(PREFILL_FAULTS, DECODE_FAULTS, (True, False)))
     groups: dict[tuple[float, float], list[tuple[str, str, bool]]] = {}

@@ -69,6 +69,7 @@ def test_without_a_lease_the_delayed_params_are_sent_positive_control() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_lease_always_passed_is_a_clear_504_and_no_decoder_saw_params() -> None:
     async def scenario() -> None:
         async with stack(**LEASE, max_attempts=2) as s:

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import pytest
 
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.migration import Tape
@@ -159,6 +160,7 @@ def test_migration_off_or_exhausted_ends_the_stream_with_the_error_event() -> No
         asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_200_streams_survive_a_decoder_of_2p2d_resetting_mid_answer() -> None:
     reqs = [completion(i) if i % 2 else chat(i) for i in range(200)]
     with running_sim(spec(prefills=2, decoders=2)) as sim:
@@ -204,6 +206,7 @@ def test_the_tape_reads_the_same_events_however_the_stream_is_cut() -> None:
         assert got == expected and tape.generated == [11, 12, 13]
 
 
+@pytest.mark.slow
 def test_a_decoder_killed_mid_answer_is_migrated() -> None:
     """EngineDeadError mid-stream (the engine dies: an error event, then the end)."""
     slow = {"name": "slow", "decode_step_s": [[1, 0.05]]}  # a token every 50 ms

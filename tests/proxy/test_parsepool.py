@@ -303,6 +303,7 @@ async def health_while(s: Stack, raw: bytes) -> tuple[float, float, int]:
     return time.perf_counter() - t0, slowest, answered
 
 
+@pytest.mark.slow
 def test_health_answers_while_a_big_body_is_parsed_and_waits_without_the_worker() -> None:
     raw = small_values(32)
     config = {"prefill": 0, "decode": 0, "replica": 1, "max_parse_bytes": 1 << 30}

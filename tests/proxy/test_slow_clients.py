@@ -215,6 +215,7 @@ def proxy_entry(loop: str) -> str:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_at_the_fd_limit_health_answers_and_the_log_stays_short(
     engine_url: str, tmp_path: Path, loop: str

@@ -221,6 +221,7 @@ SLOTS = {
 }
 
 
+@pytest.mark.slow
 @HYPO
 @given(st.fixed_dictionaries(SLOTS))
 def test_hostile_values_in_a_cpu_pd_layout_never_run(h: dict[str, str]) -> None:
@@ -229,6 +230,7 @@ def test_hostile_values_in_a_cpu_pd_layout_never_run(h: dict[str, str]) -> None:
         _prove(Layout.model_validate(data), h, Path(work))
 
 
+@pytest.mark.slow
 @HYPO
 @given(st.fixed_dictionaries(SLOTS))
 def test_hostile_values_in_an_a3_layout_and_its_profile_never_run(h: dict[str, str]) -> None:

@@ -109,11 +109,13 @@ def _every_node_starts_the_plans_processes(name: str, tmp_path: Path) -> None:
         assert diff.clean, f"{name} node {node}:\n{diff.text}\n{run.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", A3)
 def test_every_node_starts_exactly_the_plans_processes(name: str, tmp_path: Path) -> None:
     _every_node_starts_the_plans_processes(f"a3/{name}", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", IMPORTED)
 def test_every_node_of_every_imported_layout_runs_under_dash(name: str, tmp_path: Path) -> None:
     """The 25 layouts of the source catalog: rendered entry, every node, on the fake platform."""
@@ -151,6 +153,7 @@ def test_entry_waits_for_the_rank_table_to_complete(tmp_path: Path) -> None:
     assert "# mixed.n0" in run.stdout and "--api-server-count" in run.stdout
 
 
+@pytest.mark.slow
 def test_entry_times_out_on_a_rank_table_that_never_completes(tmp_path: Path) -> None:
     platform = create_platform(tmp_path / "platform", 2, status="initializing")
     run = run_node(platform, 0, render("a3/1p1d", tmp_path), extra_env={"RANK_TABLE_TIMEOUT": "2"})

@@ -98,6 +98,7 @@ table = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=table, me_pod=st.one_of(st.just(""), pod.filter(lambda p: isinstance(p, str))))
 def test_any_json_gives_plain_output_or_one_line(
@@ -115,6 +116,7 @@ def _check_status(run: subprocess.CompletedProcess[str]) -> None:
     assert "\n" not in run.stdout.rstrip("\n")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(data=st.binary(max_size=200))
 def test_any_bytes_give_one_line(

@@ -38,6 +38,7 @@ def squashed(text: str) -> str:
     return " ".join(text.replace("│", " ").split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_layouts_list_shows_every_cell_whole(width: int) -> None:
     con = console(width)

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from tests.helpers.cli import servekit_cli
 
 from servekit.sim.testing import running_sim
@@ -13,6 +14,7 @@ from servekit.sim.testing import running_sim
 from .support import sim_spec
 
 
+@pytest.mark.slow
 def test_verify_attached_prints_headline_and_report_path(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_sim(sim_spec()) as sim:

@@ -6,6 +6,8 @@ import base64
 import re
 from pathlib import Path
 
+import pytest
+
 from servekit.report.build import build_report
 from servekit.verify.run import VerifyOptions, VerifyOutcome, verify
 
@@ -22,6 +24,7 @@ def sim_verify(catalog: Path, out: Path, runner: SimRunner) -> VerifyOutcome:
     return outcome
 
 
+@pytest.mark.slow
 def test_the_html_report_embeds_every_bench_plot(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -49,6 +52,7 @@ def test_the_html_report_embeds_every_bench_plot(
     assert "bench/plots/multi_stream.png" in sums and "bench/plots/prefill.png" in sums
 
 
+@pytest.mark.slow
 def test_rebuilding_the_report_gives_the_same_bytes(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:

@@ -39,6 +39,7 @@ def passed(out: VerifyOutcome) -> VerifyOutcome:
     return out
 
 
+@pytest.mark.slow
 def test_passing_sim_run_writes_report_evidence_and_a_sim_ledger_record(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -58,6 +59,7 @@ def test_passing_sim_run_writes_report_evidence_and_a_sim_ledger_record(
     assert "not hardware-verified" in status.reason
 
 
+@pytest.mark.slow
 def test_every_link_in_the_report_opens_a_file_of_the_run(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -71,6 +73,7 @@ def test_every_link_in_the_report_opens_a_file_of_the_run(
     assert "<link" not in html and "<script src" not in html
 
 
+@pytest.mark.slow
 def test_checksums_cover_every_file_and_the_ledger_keeps_their_digest(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -88,6 +91,7 @@ def test_checksums_cover_every_file_and_the_ledger_keeps_their_digest(
     assert "report.md" in listed and "bench/bench.json" in listed
 
 
+@pytest.mark.slow
 def test_sim_figures_are_labelled_simulated_everywhere(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -101,6 +105,7 @@ def test_sim_figures_are_labelled_simulated_everywhere(
     assert "Quick mode" in md
 
 
+@pytest.mark.slow
 def test_failed_acceptance_fails_the_run_keeps_the_ledger_and_tears_down(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -152,6 +157,7 @@ def test_interrupt_during_bench_tears_down_and_reports_it(
     assert (out.run_dir / "SHA256SUMS").is_file()
 
 
+@pytest.mark.slow
 def test_baseline_gives_before_after_with_deltas(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -170,6 +176,7 @@ def test_baseline_gives_before_after_with_deltas(
     assert (second.run_dir / "baseline.json").read_bytes() == baseline.read_bytes()
 
 
+@pytest.mark.slow
 def test_without_baseline_the_section_says_how_to_get_one(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -177,6 +184,7 @@ def test_without_baseline_the_section_says_how_to_get_one(
     assert "No baseline: no --baseline FILE was given" in out.report_md.read_text()
 
 
+@pytest.mark.slow
 def test_the_previous_passing_run_in_the_ledger_is_the_default_baseline(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -193,6 +201,7 @@ def test_the_previous_passing_run_in_the_ledger_is_the_default_baseline(
     assert third.run.files.baseline is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias", [True, False])
 def test_a_run_recorded_under_an_old_name_is_the_default_baseline(
     catalog: Path, tmp_path: Path, runner: SimRunner, alias: bool
@@ -232,6 +241,7 @@ def test_attach_with_target_leaves_the_deployment_running(
     assert f"Attached to a running deployment at {sim.url}" in md
 
 
+@pytest.mark.slow
 def test_kit_row_links_its_evidence_and_a_bad_kit_fails_the_run(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -283,6 +293,7 @@ def test_bad_input_is_a_usage_error_before_anything_starts(
     assert runner.ups == []
 
 
+@pytest.mark.slow
 def test_report_is_rebuilt_identically_from_its_files(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -295,6 +306,7 @@ def test_report_is_rebuilt_identically_from_its_files(
     assert out.report_html.read_text() == html
 
 
+@pytest.mark.slow
 def test_out_folder_of_an_earlier_run_is_replaced_and_a_foreign_one_refused(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tests.helpers.liar import lying_front
 
 from servekit.catalog.ledger import NOT_OBSERVED, verification_status
@@ -39,6 +40,7 @@ def attached(catalog: Path, tmp_path: Path, url: str, name: str) -> VerifyOption
     )
 
 
+@pytest.mark.slow
 def test_a_server_lying_about_being_vllm_is_recorded_unconfirmed(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:

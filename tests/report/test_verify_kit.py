@@ -49,6 +49,7 @@ def opts(catalog: Path, out: Path, **kw: object) -> VerifyOptions:
     return VerifyOptions.model_validate(given)
 
 
+@pytest.mark.slow
 def test_the_kit_release_table_is_in_the_report_with_its_evidence(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:
@@ -79,6 +80,7 @@ def test_the_kit_release_table_is_in_the_report_with_its_evidence(
     assert "release rows not run: smoke L1/L2" in out.run.step("kit").detail  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_broken_promise_fails_the_run_naming_it(
     catalog: Path, tmp_path: Path, runner: SimRunner
 ) -> None:

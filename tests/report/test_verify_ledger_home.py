@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servekit.catalog.ledger import read_records, verification_status
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.verify.run import VerifyOptions, verify
@@ -15,6 +17,7 @@ def ledgers_in(folder: Path) -> set[Path]:
     return set(folder.rglob("verification.jsonl"))
 
 
+@pytest.mark.slow
 def test_verify_of_a_packaged_layout_leaves_the_installed_catalog_untouched(
     tmp_path: Path, private_user_dirs: Path, runner: SimRunner
 ) -> None:

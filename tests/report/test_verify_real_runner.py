@@ -46,6 +46,7 @@ def _failed_checks(out: Path) -> str:
     return "".join(f"{c['id']}: {c['reason']}\n" for c in checks if c["verdict"] == "fail")
 
 
+@pytest.mark.slow
 def test_verify_a3_1p1d_on_simulated_engines(catalog: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = servekit(

@@ -96,6 +96,7 @@ def test_connection_reset_mid_stream(sim: RunningSim) -> None:
     assert error is None and lines[-1] == "data: [DONE]"
 
 
+@pytest.mark.slow
 def test_slow_start_answers_503_then_serves() -> None:
     spec = {"endpoints": [{"name": "a", "port": 0, "faults": {"slow_start_s": 2.0}}]}
     with running_sim(spec) as sim:

@@ -183,6 +183,7 @@ def test_local_ranks_behind_one_api_server_share_it() -> None:
     assert both.kv_capacity_tokens == 2 * one.kv_capacity_tokens
 
 
+@pytest.mark.slow
 def test_prefill_and_decode_processes_hand_kv_over_through_the_real_proxy(
     tmp_path: Path, wrapper_path: str, procs: list[subprocess.Popen[str]]
 ) -> None:

@@ -137,6 +137,7 @@ def test_bad_attach_inputs_are_one_line(given: dict[str, object], says: str) -> 
     assert says in str(err.value)
 
 
+@pytest.mark.slow
 def test_servekit_deployment_writes_what_accept_and_bench_take(tmp_path: Path) -> None:
     out = tmp_path / "deployment.json"
     done = servekit_cli(
@@ -152,6 +153,7 @@ def test_servekit_deployment_writes_what_accept_and_bench_take(tmp_path: Path) -
     assert again.returncode == 0, again.stderr  # a deployment.json is replaced
 
 
+@pytest.mark.slow
 def test_servekit_deployment_never_clobbers_another_file(tmp_path: Path) -> None:
     precious = tmp_path / "notes.json"
     precious.write_text('{"mine": true}')
@@ -163,6 +165,7 @@ def test_servekit_deployment_never_clobbers_another_file(tmp_path: Path) -> None
     assert "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("entry", "says"),
     [("ftp://x", "give http://HOST:PORT"), ("http://x:99999", "Port out of range")],

@@ -107,6 +107,7 @@ def test_the_relay_gives_back_every_node_address(name: str) -> None:
     assert all(found[i] == nodes[i] for i in fronted)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.integers(1, 254), min_size=4, max_size=4, unique=True))
 def test_1p3d_addresses_come_back_in_rank_order(octets: list[int]) -> None:

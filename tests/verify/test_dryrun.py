@@ -116,6 +116,7 @@ def nodes_run(
     return out, before
 
 
+@pytest.mark.slow
 def test_verify_with_nodes_equals_the_local_simulated_run(
     cluster: DryCluster,
     local_run: Path,
@@ -157,6 +158,7 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert errors["verdict"] == "pass" and errors["measurements"]["logs"] == 21
 
 
+@pytest.mark.slow
 def test_an_engine_flag_the_engines_contradict_is_refused_in_one_line(
     cluster: DryCluster, homes: dict[str, str], tmp_path: Path
 ) -> None:
@@ -169,6 +171,7 @@ def test_an_engine_flag_the_engines_contradict_is_refused_in_one_line(
     assert not (tmp_path / "r").exists()  # nothing half-written
 
 
+@pytest.mark.slow
 def test_verify_through_the_proxy_alone_measures_every_figure(
     cluster: DryCluster,
     local_run: Path,
@@ -210,6 +213,7 @@ def test_verify_through_the_proxy_alone_measures_every_figure(
     ]
 
 
+@pytest.mark.slow
 def test_accept_and_bench_take_the_clusters_deployment_file(
     cluster: DryCluster, homes: dict[str, str], tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def test_the_set_covers_every_folder() -> None:
     assert len(folders) == len(ONE_PER_FOLDER) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ONE_PER_FOLDER)
 def test_the_simulated_cluster_passes_verify_with_nodes(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

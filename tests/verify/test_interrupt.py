@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from tests.helpers.cli import own_homes, servekit_argv, servekit_cli, wide_env
 
 LAYOUT = "a3/1node"
@@ -47,6 +48,7 @@ def nothing_left(env: dict[str, str]) -> None:
         assert not any(p["alive"] for p in run["processes"]), run
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_acceptance_reports_and_tears_down(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # Simulated time at half speed: acceptance lasts long enough to be interrupted.
@@ -70,6 +72,7 @@ def test_ctrl_c_during_acceptance_reports_and_tears_down(tmp_path: Path) -> None
     nothing_left(env)
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_benchmarks_exits_143(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc, env = start_verify(tmp_path, out, "1")

@@ -91,6 +91,7 @@ def reference_restarting(tmp_path: Path, proc: subprocess.Popen[str], out: Path)
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hook", [restart_stopping, reference_restarting])
 def test_ctrl_c_while_restarting_for_the_benchmarks_leaves_nothing(
     tmp_path: Path, hook: Callable[[Path, subprocess.Popen[str], Path], None]

@@ -20,6 +20,7 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     servekit_cli("down", LAYOUT, env=env)
 
 
+@pytest.mark.slow
 @serial  # up without --free-ports: binds a3/1node's port 8080
 def test_up_at_a_speed_is_recorded_by_accept_and_bench(env: dict[str, str], tmp_path: Path) -> None:
     up = servekit_cli(

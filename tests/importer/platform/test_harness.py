@@ -199,6 +199,7 @@ def test_recorded_vllm_fails_on_the_chosen_port(platform: FakePlatform) -> None:
     assert len(run.records) == 1
 
 
+@pytest.mark.slow
 def test_a_node_past_its_timeout_is_killed_with_everything_it_started(
     platform: FakePlatform, tmp_path: Path
 ) -> None:
