@@ -349,12 +349,7 @@ def test_a_decoder_killed_mid_answer_leaves_every_stream_whole_and_byte_identica
             thread.start()
         for event in started:
             assert event.wait(CLIENT_TIMEOUT_S), "a stream never started"
-        pid = run.state("local/1p1d-spare").proc("decode").pid
-        assert pid is not None
-        members = proctree.members({pid})
-        for member in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member, signal.SIGKILL)
+        _kill_tree(run, "local/1p1d-spare", "decode")
         for thread in threads:
             thread.join(CLIENT_TIMEOUT_S)
         migrated = _metric(proxy, 'servekit_proxy_migrations_total{outcome="ok"}')
@@ -372,6 +367,17 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _kill_tree(run: Project, layout: str, process: str) -> set[int]:
+    """SIGKILL one engine of a run with every process it started; returns their pids."""
+    pid = run.state(layout).proc(process).pid
+    assert pid is not None
+    members = proctree.members({pid})
+    for member in members:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    return members
 
 
 def _wait_memory_gone(pids: set[int], timeout_s: float = 60) -> None:
@@ -392,13 +398,7 @@ def test_prefill_killed_before_the_pull_ends_in_an_error_or_the_right_answer(run
     urls = _urls(run)
     params = _prefill(urls["prefill"], PROMPT + " Killed.")
     want = _reference(urls, PROMPT + " Killed.")
-    pid = run.state("local/1p1d").proc("prefill").pid
-    assert pid is not None
-    members = proctree.members({pid})
-    for member in members:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, signal.SIGKILL)
-    _wait_memory_gone(members)
+    _wait_memory_gone(_kill_tree(run, "local/1p1d", "prefill"))
     status, raw = _decode(urls["decode"], PROMPT + " Killed.", params)
     _clean_error_or(want, status, raw)
     status, raw = _post(f"{urls['entry']}/v1/completions",
