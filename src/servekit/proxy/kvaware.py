@@ -309,8 +309,13 @@ class _KvCollector(Collector):
             "servekit_proxy_kv_events_gaps", "Sequence gaps seen", labels=["engine"]
         )
         bad = CounterMetricFamily(
-            "servekit_proxy_kv_events_bad", "Frames dropped as malformed", labels=["engine"]
-        )
+            "servekit_proxy_kv_events_bad", "Frames dropped (malformed or oversized)",
+            labels=["engine"],
+        )  # fmt: skip
+        oversized = CounterMetricFamily(
+            "servekit_proxy_kv_events_oversized", "Frames dropped for their size (bytes, "
+            "events, blocks or token ids over the caps)", labels=["engine"],
+        )  # fmt: skip
         for url in sorted(set(r.indexes) | set(r.sources)):
             r.live(url)  # moves a gap past its resync window to live
             idx = r.index(url)
@@ -320,6 +325,7 @@ class _KvCollector(Collector):
             batches.add_metric([url], idx.batches)
             gaps.add_metric([url], idx.gaps)
             bad.add_metric([url], idx.bad)
+            oversized.add_metric([url], idx.oversized)
         choices = CounterMetricFamily(
             "servekit_proxy_kv_choices", "Choices of the kv-events policy by how the chosen "
             "engine was scored (precise: from its events; approximate: from what was sent)",
@@ -333,4 +339,4 @@ class _KvCollector(Collector):
             choices.add_metric([stage, "precise"], c.precise)
             choices.add_metric([stage, "approximate"], c.approximate)
             matched.add_metric([stage], c.matched_tokens)
-        yield from (state, blocks, batches, gaps, bad, choices, matched)
+        yield from (state, blocks, batches, gaps, bad, oversized, choices, matched)
