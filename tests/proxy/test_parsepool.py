@@ -23,7 +23,17 @@ from hypothesis import given, settings, strategies as st
 
 from servekit.proxy import parsepool
 from servekit.proxy.app import WORKERS
-from servekit.proxy.parsepool import KEPT, REST, Members, Raw, encode_body, travelling
+from servekit.proxy.budget import parse_cost
+from servekit.proxy.parsepool import (
+    KEPT,
+    REST,
+    Members,
+    Raw,
+    Workers,
+    encode_body,
+    rss_bytes,
+    travelling,
+)
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
     bootstrap_prefill_params,
@@ -316,5 +326,59 @@ def test_health_answers_while_a_big_body_is_parsed_and_waits_without_the_worker(
         async with stack(**config) as s:  # the default threshold: 1 MiB
             took, slowest, answered = await health_while(s, raw)
             assert slowest < 0.25 * took and answered >= 5, (slowest, took, answered)
+
+    run(scenario())
+
+
+def long_strings(mib: int) -> bytes:
+    """A chat body of ``mib`` MiB of 700-character messages: each string is malloc'd, and
+    glibc keeps the heap they grew (freeing the 16 MiB text raised its trim threshold)."""
+    one = {"role": "user", "content": "y" * 700}
+    n = (mib << 20) // len(json.dumps(one))
+    return json.dumps({"model": MODEL, "messages": [one] * n, "max_tokens": 3}).encode()
+
+
+async def _after_a_big_parse(raw: bytes, over_fresh: int | None) -> tuple[int, int, int, Workers]:
+    """A worker started, then ``raw`` checked in it: (its pid, its fresh RSS, the RSS of the
+    pool's worker once it settled); ``over_fresh`` sets --parse-worker-rss above fresh."""
+    workers = Workers(1, 0)
+    await workers.call(parsepool.is_json, b"{}")
+    [pid] = workers.pids()
+    fresh = rss_bytes(pid)
+    assert fresh is not None
+    if over_fresh is not None:
+        workers.max_rss = fresh + over_fresh
+    assert await workers.call(parsepool.is_json, raw, cost=parse_cost(raw))
+    if over_fresh is not None:
+        await wait_until(lambda: workers.pids() not in ([], [pid]), "a fresh worker started")
+        await wait_until(lambda: rss_bytes(pid) is None, "the old worker left")
+    await asyncio.sleep(0.2)  # what it sent is dropped
+    [now] = workers.pids()
+    after = rss_bytes(now)
+    assert after is not None
+    return pid, fresh, after, workers
+
+
+@pytest.mark.slow
+def test_a_worker_grown_by_a_big_parse_is_replaced_and_nothing_in_flight_fails() -> None:
+    """The control first: without --parse-worker-rss the worker keeps the heap its parse of
+    16 MiB of long strings grew (+34 MB here); with it, it is replaced by a fresh one once
+    idle, so the pool's RSS comes back down, and a parse that was queued is not lost."""
+    raw = long_strings(16)
+    bound = 16 << 20
+
+    async def scenario() -> None:
+        pid, fresh, after, workers = await _after_a_big_parse(raw, None)
+        assert workers.pids() == [pid] and after > fresh + bound, (fresh, after)
+        await workers.close()
+        pid, fresh, after, workers = await _after_a_big_parse(raw, bound)
+        assert workers.pids() != [pid] and after < fresh + bound, (fresh, after)
+        assert workers.recycled == 1 and workers.failures == 0
+        # two parses queued on one worker: it is not replaced under the second one
+        both = [workers.call(parsepool.is_json, raw, cost=parse_cost(raw)) for _ in range(2)]
+        assert await asyncio.gather(*both) == [True, True]
+        await wait_until(lambda: workers.recycled == 2, "replaced once idle")
+        assert workers.failures == 0
+        await workers.close()
 
     run(scenario())
