@@ -22,7 +22,8 @@ proportional to its bytes, not to its values:
 the client's body with a few fields set) by splicing those texts: the bytes
 ``json.dumps`` writes for the parsed body, at the cost of copying them. Replica
 mode sends the client's bytes as they came. Engines' unstreamed answers above
-the same size are checked to be JSON in a worker too (:func:`is_json`).
+the same size are parsed in a worker too, and only the members the proxy reads
+come back (:func:`answer_fields`).
 
 A worker starts with the first big body it gets (spawned processes: the loop's
 threads are not forked) and stops with the proxy. A worker that dies (killed,
@@ -156,13 +157,22 @@ def parse_request(route: str, raw: bytes, prefix_chars: int, decoded: bool) -> S
     )
 
 
+def answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """An engine's answer checked to be UTF-8 JSON (None: it is not), and the members
+    ``keys`` of its top-level object, decoded: all the proxy reads of it (the prefill's
+    ``kv_transfer_params``, ``/tokenize``'s ``tokens``); the rest is never sent back."""
+    try:
+        doc = jsoncodec.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(doc, dict):
+        return {}
+    return {key: doc[key] for key in keys if key in doc}
+
+
 def is_json(raw: bytes) -> bool:
     """``raw`` is UTF-8 JSON (an engine's answer)."""
-    try:
-        json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return False
-    return True
+    return answer_fields(raw, ()) is not None
 
 
 def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
