@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.errors import UsageError
+from servekit.proxy.app import WORKERS
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.kvaware import KvAware, KvRouting, PrefixKey
@@ -377,11 +378,14 @@ async def kv_stack(**cfg: Any) -> AsyncIterator[tuple[SimServer, RunningProxy]]:
         await sim.stop()
 
 
-def test_the_engine_holding_the_prefix_gets_the_request() -> None:
-    """A long shared system prompt: every follow-up lands where its blocks are cached."""
+@pytest.mark.parametrize("parse", [{}, {"parse_inline_bytes": 0}], ids=["loop", "worker"])
+def test_the_engine_holding_the_prefix_gets_the_request(parse: dict[str, int]) -> None:
+    """A long shared system prompt: every follow-up lands where its blocks are cached,
+    whether the bodies and the engine's /tokenize answers are parsed on the loop or in a
+    parse worker."""
 
     async def scenario() -> None:
-        async with kv_stack() as (sim, proxy), aiohttp.ClientSession() as c:
+        async with kv_stack(**parse) as (sim, proxy), aiohttp.ClientSession() as c:
             kv = proxy.router.kv
             assert kv is not None
             await wait_until(lambda: all(kv.live(u) for u in kv.sources), "feeds live")
@@ -407,6 +411,7 @@ def test_the_engine_holding_the_prefix_gets_the_request() -> None:
                 text = await r.text()
             assert f'servekit_proxy_kv_events_state{{engine="{url}",state="live"}} 1.0' in text
             assert 'servekit_proxy_kv_choices_total{score="precise",stage="prefill"}' in text
+            assert bool(proxy.runner.app[WORKERS].pids()) == bool(parse)
 
     run(scenario())
 

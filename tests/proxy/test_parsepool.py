@@ -502,3 +502,26 @@ def test_health_answers_while_a_big_prefill_answer_is_parsed_and_waits_without_t
                     assert slowest < 0.15 * took and answered >= 5, (slowest, took, answered)
 
     run(scenario())
+
+
+def test_a_metaserver_call_whose_parse_worker_died_is_read_on_the_loop() -> None:
+    """The decoder's call names the request waiting for it only once parsed: a worker that
+    died under it must not leave that request to its --metaserver-timeout."""
+    from servekit.proxy.failures import ProxyError
+    from servekit.proxy.protocols import layerwise
+
+    class Dead(Workers):
+        async def call(self, fn: Callable[..., T], *args: Any, cost: int = 0) -> T:
+            self.failures += 1
+            raise ProxyError("worker_failed", "proxy", "died")
+
+    call = {"request_id": "cmpl-x-0", "do_remote_decode": True, "remote_block_ids": [1, 2],
+            "remote_engine_id": "e", "remote_host": "h", "remote_port": 1}  # fmt: skip
+    dead = Dead(1, 0)
+    token = parsepool.CURRENT.set(dead)
+    try:
+        key, problem, text = run(layerwise._read_call(json.dumps(call).encode()))
+    finally:
+        parsepool.CURRENT.reset(token)
+    assert dead.failures == 1 and key == "cmpl-x-0" and problem is None
+    assert text is not None and json.loads(text.text) == call
