@@ -475,8 +475,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("attack", choices=["deaf", "deaf-stream", "metaserver", "small-values",
                                            "nested", "parse", "answers"])  # fmt: skip
-    parser.add_argument("--sizes", type=int, nargs="+",
-                        help="parse: body sizes in MiB (32 63); answers: answer sizes (24 48)")  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        help="MiB: parse, the bodies (32 63); answers, the answers (24 48)",
+    )
     parser.add_argument("--before-src", help="answers: a first run from this source tree")
     parser.add_argument("--shape", choices=["logprobs", "strings"], default="logprobs",
                         help="answers: prompt_logprobs of short tokens, or of 700-character "

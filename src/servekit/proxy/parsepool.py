@@ -29,8 +29,9 @@ A worker starts with the first big body it gets (spawned processes: the loop's
 threads are not forked) and stops with the proxy. A worker that dies (killed,
 out of memory) fails the bodies it had with a 503 ``worker_failed``, and the
 next big body starts a new one; a worker whose memory passes
-``--parse-worker-rss`` once idle is replaced (:class:`Workers`). The worker runs the proxy's own modules and the
-standard library (orjson when installed), so the zipapp has it too.
+``--parse-worker-rss`` once idle is replaced (:class:`Workers`). The worker
+runs the proxy's own modules and the standard library (orjson when installed),
+so the zipapp has it too.
 """
 
 from __future__ import annotations
