@@ -149,7 +149,7 @@ class Trip:
             and ticket.route in ROUTES
             and ticket.body.get("n", 1) == 1
         ):
-            self.tape = Tape(ticket.route, ticket.body)
+            self.tape = Tape(ticket.route, ticket.body, max_event_bytes=cfg.max_answer_bytes)
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
