@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,13 @@ from tests.helpers.parallel import serial
 
 from servekit.catalog.loader import load, packaged_catalog
 from servekit.catalog.profiles import PROFILES_DIR
+
+# A run started in the background of a shell without job control inherits SIGINT
+# ignored, and every process a test starts would inherit it too: the Ctrl-C
+# tests would interrupt nothing (seen in a `nohup ... &` run). A Python handler
+# here resets to the default disposition in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_TIMEOUT_S = 2400
