@@ -241,6 +241,19 @@ async def timed_health(port: int) -> float:
     return time.monotonic() - t0
 
 
+async def start_proxy_process(flags: list[str], src: str, port: int) -> subprocess.Popen[bytes]:
+    """``python -m servekit.proxy FLAGS`` from ``src``, once its /health answers 200 (or 10 s)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    for _ in range(100):
+        if (await health(port)).endswith("200 OK"):
+            break
+        await asyncio.sleep(0.1)
+    return proc
+
+
 async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, object]:
     """One PD proxy, one big request; /health probed by two clients, every 20 ms each."""
     port = free_port()
@@ -249,15 +262,8 @@ async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, 
              "--body-timeout=60", "--prefill-timeout=120", "--decode-timeout=120"]  # fmt: skip
     if inline:
         flags.append(f"--parse-inline-bytes={1 << 40}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = await start_proxy_process(flags, src, port)
     try:
-        for _ in range(100):
-            if (await health(port)).endswith("200 OK"):
-                break
-            await asyncio.sleep(0.1)
         warm = small_values(2)  # the worker is spawned with the first big body: not timed
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(head("/v1/chat/completions", warm)[:-2] + b"Connection: close\r\n\r\n")
@@ -364,15 +370,8 @@ async def answers_run(url: str, kind: str, src: str) -> dict[str, object]:
     flags += {"loop": [f"--parse-inline-bytes={1 << 40}"], "kept": ["--parse-worker-rss=0"]}.get(
         kind, []
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = await start_proxy_process(flags, src, port)
     try:
-        for _ in range(100):
-            if (await health(port)).endswith("200 OK"):
-                break
-            await asyncio.sleep(0.1)
         assert (await post_completion(port, "warm")).endswith("200 OK")  # spawns the worker
         await asyncio.sleep(1)
         fresh = sum(rss_mb(w) for w in workers_of(proc.pid))
