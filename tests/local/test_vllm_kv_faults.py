@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from tests.local.test_vllm_runs import Project, _wait_up
 
 from servekit.catalog.loader import packaged_catalog
 from servekit.local import proctree
+from servekit.local.ports import free_ports
 from servekit.local.tinymodel import build_tiny_model
 from servekit.proxy.payloads import PREFILL_KV_PARAMS
 
@@ -228,9 +228,7 @@ def _proxy(prefill: str, decoders: list[str], *options: str) -> Iterator[str]:
     probe), then not for an hour: the test holds the decoder's connections and a
     probe must not eject it meanwhile. Connections may take two minutes to make.
     """
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    (port,) = free_ports(1)
     argv = [sys.executable, "-m", "servekit.proxy", "--port", str(port),
             "--connect-timeout", "120", "--health-interval", "3600", "--eject-after", "1000",
             "--migration-limit", "0", *options, "--prefill", prefill, "--decode", *decoders]  # fmt: skip
@@ -375,11 +373,8 @@ def test_a_decoder_killed_mid_answer_leaves_every_stream_whole_and_byte_identica
 
 def _closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
 
 
 def _kill_tree(run: Project, layout: str, process: str) -> set[int]:
