@@ -351,13 +351,13 @@ async def _after_a_big_parse(raw: bytes, over_fresh: int | None) -> tuple[int, i
     """A worker started, then ``raw`` checked in it: (its pid, its fresh RSS, the RSS of the
     pool's worker once it settled); ``over_fresh`` sets --parse-worker-rss above fresh."""
     workers = Workers(1, 0)
-    await workers.call(parsepool.is_json, b"{}")
+    await workers.call(parsepool.answer_fields, b"{}", ())
     [pid] = workers.pids()
     fresh = rss_bytes(pid)
     assert fresh is not None
     if over_fresh is not None:
         workers.max_rss = fresh + over_fresh
-    assert await workers.call(parsepool.is_json, raw, cost=parse_cost(raw))
+    assert await workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) == {}
     if over_fresh is not None:
         await wait_until(lambda: workers.pids() not in ([], [pid]), "a fresh worker started")
         await wait_until(lambda: rss_bytes(pid) is None, "the old worker left")
@@ -384,8 +384,10 @@ def test_a_worker_grown_by_a_big_parse_is_replaced_and_nothing_in_flight_fails()
         assert workers.pids() != [pid] and after < fresh + bound, (fresh, after)
         assert workers.recycled == 1 and workers.failures == 0
         # two parses queued on one worker: it is not replaced under the second one
-        both = [workers.call(parsepool.is_json, raw, cost=parse_cost(raw)) for _ in range(2)]
-        assert await asyncio.gather(*both) == [True, True]
+        both = [
+            workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) for _ in range(2)
+        ]
+        assert await asyncio.gather(*both) == [{}, {}]  # both parsed as JSON
         await wait_until(lambda: workers.recycled == 2, "replaced once idle")
         assert workers.failures == 0
         await workers.close()

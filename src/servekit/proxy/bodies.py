@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +30,8 @@ from aiohttp import web
 from servekit.proxy import parsepool
 from servekit.proxy.budget import charge, charged, parse_cost
 from servekit.proxy.failures import ProxyError, error_response
+
+T = TypeVar("T")
 
 
 def _too_large(limit: int) -> ProxyError:
@@ -111,6 +113,25 @@ async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage:
     return await read_capped(resp.content, resp.content_length, limit, too_large)
 
 
+async def parse_off_loop(
+    fn: Callable[..., T], raw: bytes, *args: Any, inline_if_worker_dies: bool = False
+) -> T:
+    """``fn(raw, *args)``, its parse charged to ``--memory-budget`` while it runs: in a
+    parse worker when ``raw`` is over ``--parse-inline-bytes``, else on the loop. A
+    worker that died is a 503 ``worker_failed``, or, with ``inline_if_worker_dies``, the
+    parse is done on the loop instead."""
+    workers = parsepool.CURRENT.get()
+    cost = parse_cost(raw)
+    with charged(cost - len(raw)):
+        if workers is not None and workers.wanted(len(raw)):
+            try:
+                return await workers.call(fn, raw, *args, cost=cost)
+            except ProxyError:  # worker_failed
+                if not inline_if_worker_dies:
+                    raise
+        return fn(raw, *args)
+
+
 async def parse_answer(
     body: bytes, who: str, stage: str, keys: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -121,13 +142,7 @@ async def parse_answer(
     ``--parse-inline-bytes`` is parsed in a parse worker, so the loop serves
     meanwhile (:mod:`servekit.proxy.parsepool`).
     """
-    workers = parsepool.CURRENT.get()
-    cost = parse_cost(body)
-    with charged(cost - len(body)):
-        if workers is not None and workers.wanted(len(body)):
-            got = await workers.call(parsepool.answer_fields, body, keys, cost=cost)
-        else:
-            got = parsepool.answer_fields(body, keys)
+    got = await parse_off_loop(parsepool.answer_fields, body, keys)
     if got is None:
         msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
         raise ProxyError("upstream_error", stage, msg)

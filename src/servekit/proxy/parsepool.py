@@ -171,11 +171,6 @@ def answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
     return {key: doc[key] for key in keys if key in doc}
 
 
-def is_json(raw: bytes) -> bool:
-    """``raw`` is UTF-8 JSON (an engine's answer)."""
-    return answer_fields(raw, ()) is not None
-
-
 def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
     """``payload`` parsed whole; a member of :class:`Members` that the payload also sets
     gives way to it."""

@@ -41,9 +41,7 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from servekit.guard import metaserver_url
-from servekit.proxy import parsepool
-from servekit.proxy.bodies import read_request
-from servekit.proxy.budget import charged, parse_cost
+from servekit.proxy.bodies import parse_off_loop, read_request
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError, error_response
 from servekit.proxy.instances import Instance
@@ -178,13 +176,7 @@ async def _read_call(raw: bytes) -> tuple[str | None, str | None, Raw | None]:
     """:func:`read_call`, its parse charged to the budget; a big call (up to
     :data:`CALL_MAX_BYTES`) in a parse worker, or, when that worker died, on the loop:
     the request waiting for the call is failed or served now, not at its timeout."""
-    workers = parsepool.CURRENT.get()
-    cost = parse_cost(raw)
-    with charged(cost - len(raw)):
-        if workers is not None and workers.wanted(len(raw)):
-            with contextlib.suppress(ProxyError):  # worker_failed
-                return await workers.call(read_call, raw, cost=cost)
-        return read_call(raw)
+    return await parse_off_loop(read_call, raw, inline_if_worker_dies=True)
 
 
 def add_routes(app: web.Application, body_timeout_s: float) -> None:
