@@ -93,6 +93,11 @@ async def engine() -> tuple[str, web.AppRunner]:
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
+    return await serve_on_loopback(app)
+
+
+async def serve_on_loopback(app: web.Application) -> tuple[str, web.AppRunner]:
+    """``app`` served on a free loopback port: its URL, and the runner that stops it."""
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -342,10 +347,7 @@ async def logprobs_engine(answers: dict[bytes, bytes]) -> tuple[str, web.AppRunn
     app = web.Application(client_max_size=1 << 30)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
+    return await serve_on_loopback(app)
 
 
 def workers_of(pid: int) -> list[int]:
