@@ -143,7 +143,7 @@ def _clean_error_or(want: str, status: int, raw: bytes) -> None:
     assert raw, f"empty answer with status {status}"
     doc = json.loads(raw)
     if status == 200:
-        assert doc["choices"][0]["text"] == want
+        assert doc["choices"][0]["text"] == want, raw.decode(errors="replace")
     else:
         assert status >= 400 and ("error" in doc or "detail" in doc), (status, raw)
 
@@ -403,7 +403,11 @@ def _wait_memory_gone(pids: set[int], timeout_s: float = 60) -> None:
 
 
 def test_prefill_killed_before_the_pull_ends_in_an_error_or_the_right_answer(run: Project) -> None:
+    """The pair has met (one transfer done) when the prefill dies between its answer
+    and the decoder's pull: the state a live cluster is in, whatever ran before."""
     urls = _urls(run)
+    status, raw = _decode(urls["decode"], PROMPT, _prefill(urls["prefill"], PROMPT))
+    assert status == 200, raw
     params = _prefill(urls["prefill"], PROMPT + " Killed.")
     want = _reference(urls, PROMPT + " Killed.")
     _wait_memory_gone(_kill_tree(run, "local/1p1d", "prefill"))
