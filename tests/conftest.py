@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import shutil
 import signal
 from collections.abc import Callable, Iterator
@@ -26,6 +27,23 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_TIMEOUT_S = 2400
+
+
+MAX_PARAM_ID = 200
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A hostile value's id is its head, its size and a digest, not the value itself.
+
+    pytest puts the test id into ``PYTEST_CURRENT_TEST``: a 400 kB id made every exec
+    of the test fail with E2BIG (one environment string over 128 KiB), and filled CI's
+    log. Short values keep pytest's own id.
+    """
+    if not isinstance(val, (str, bytes)) or len(val) <= MAX_PARAM_ID:
+        return None
+    raw = val.encode(errors="surrogatepass") if isinstance(val, str) else val
+    head = raw[:24].decode("ascii", errors="replace").encode("unicode_escape").decode()
+    return f"{head}...{len(val)}{'B' if isinstance(val, bytes) else 'ch'}-{hashlib.sha1(raw).hexdigest()[:8]}"
 
 
 _LOST_GROUPS = pytest.StashKey[set[str]]()
