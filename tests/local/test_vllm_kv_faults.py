@@ -14,8 +14,10 @@ never a hung request or an empty 200: the requests carry a client timeout, and
 a timeout fails the test. The migration test starts a second run
 (``local/decode-spare``: local/1p1d's decoder alone, another NIXL engine id) and
 kills it mid-answer; a local run stops as a whole when one of its engines dies,
-so the decoder that carries the streams on is the first run's. The prefill is killed last (the
-other tests need it).
+so the decoder that carries the streams on is the first run's. For the same
+reason the killed-prefill test kills a run of its own (``local/prefill-spare``:
+local/1p1d's prefill alone, another NIXL engine id) in front of local/1p1d's
+decoder, which lives on; local/1p1d itself is never killed.
 """
 
 from __future__ import annotations
@@ -77,6 +79,15 @@ def _float32(layout_text: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def _spare(layout_text: str, role: str, engine_id: str) -> str:
+    """local/1p1d's ``role`` engine alone (``local/ROLE-spare``, no proxy), NIXL id ``engine_id``."""
+    doc = yaml.safe_load(layout_text)
+    doc["name"] = f"local/{role}-spare"
+    doc["engines"] = [{**e, "engine_id": engine_id} for e in doc["engines"] if e["role"] == role]
+    del doc["proxy"], doc["verify"]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogProject]:
     root = tmp_path_factory.mktemp("kvfaults")
@@ -91,13 +102,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogProject]:
     layout.write_text(text)
     single = catalog / "local/single/layout.yaml"
     single.write_text(_float32(single.read_text()))
-    spare = catalog / "local/decode-spare/layout.yaml"
-    spare.parent.mkdir()
-    doc = yaml.safe_load(text)  # local/1p1d's decoder alone, under another NIXL engine id
-    doc["name"] = "local/decode-spare"
-    doc["engines"] = [{**e, "engine_id": "3"} for e in doc["engines"] if e["role"] == "decode"]
-    del doc["proxy"], doc["verify"]
-    spare.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for role, engine_id in (("decode", "3"), ("prefill", "2")):
+        spare = catalog / f"local/{role}-spare/layout.yaml"
+        spare.parent.mkdir()
+        spare.write_text(_spare(text, role, engine_id))
     build_tiny_model(root / ".servekit/models/tiny")
     project = CatalogProject(root)
     procs = {name: project.start(name) for name in ("local/1p1d", "local/single")}
@@ -403,16 +411,30 @@ def _wait_memory_gone(pids: set[int], timeout_s: float = 60) -> None:
 
 
 def test_prefill_killed_before_the_pull_ends_in_an_error_or_the_right_answer(run: Project) -> None:
-    """The pair has met (one transfer done) when the prefill dies between its answer
-    and the decoder's pull: the state a live cluster is in, whatever ran before."""
+    """A prefill that dies between its answer and the decoder's pull, the pair having met.
+
+    The prefill is a run of its own (``local/prefill-spare``, NIXL engine id 2) beside
+    local/1p1d's decoder: a local run stops as a whole when one of its engines dies,
+    and killing local/1p1d's own prefill had its supervisor SIGTERM the decoder too,
+    racing the decode sent after the kill (ConnectionResetError in a loaded CI run).
+    One transfer completes first (the handshake is done: the state a live cluster is
+    in, whatever ran before). The proxy over the spare and the decoder is started
+    while the spare lives (it admits an instance on a good probe), used after.
+    """
     urls = _urls(run)
-    status, raw = _decode(urls["decode"], PROMPT, _prefill(urls["prefill"], PROMPT))
+    _wait_up(run, {"local/prefill-spare": run.start("local/prefill-spare")})
+    (prefill,) = (e.url for e in run.deployment("local/prefill-spare").endpoints)
+    want = _reference(urls, PROMPT)
+    status, raw = _decode(urls["decode"], PROMPT, _prefill(prefill, PROMPT))
     assert status == 200, raw
-    params = _prefill(urls["prefill"], PROMPT + " Killed.")
+    assert json.loads(raw)["choices"][0]["text"] == want, raw.decode(errors="replace")
+    params = _prefill(prefill, PROMPT + " Killed.")
     want = _reference(urls, PROMPT + " Killed.")
-    _wait_memory_gone(_kill_tree(run, "local/1p1d", "prefill"))
-    status, raw = _decode(urls["decode"], PROMPT + " Killed.", params)
-    _clean_error_or(want, status, raw)
-    status, raw = _post(f"{urls['entry']}/v1/completions",
-                        {"model": "tiny-llama", "prompt": "after", "max_tokens": 4})  # fmt: skip
-    assert status >= 500 and json.loads(raw)["error"]["stage"] == "prefill", raw
+    with _proxy(prefill, [urls["decode"]]) as proxy:
+        _wait_memory_gone(_kill_tree(run, "local/prefill-spare", "prefill"))
+        status, raw = _decode(urls["decode"], PROMPT + " Killed.", params)
+        _clean_error_or(want, status, raw)
+        status, raw = _post(f"{proxy}/v1/completions",
+                            {"model": "tiny-llama", "prompt": "after", "max_tokens": 4})  # fmt: skip
+        assert status >= 500 and json.loads(raw)["error"]["stage"] == "prefill", raw
+    assert healthy(urls["decode"]), "the spare's death took local/1p1d's decoder with it"
