@@ -248,3 +248,70 @@ def test_a_decoder_killed_mid_answer_is_migrated() -> None:
             assert raw == whole and moved == 1
 
         asyncio.run(scenario())
+
+
+def _texts(raw: bytes) -> tuple[str, list[int]]:
+    """The text and token ids a client reads from relayed events."""
+    text, ids = "", []
+    for event in raw.split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            choice = json.loads(event[6:])["choices"][0]
+            text += choice.get("text", "")
+            ids += choice.get("token_ids", [])
+    return text, ids
+
+
+def _leg(events: list[tuple[str, list[int]]], prompt: list[int], done: bool = False) -> bytes:
+    """vLLM's completion events: the first carries the prompt's ids, each its tokens."""
+    out = []
+    for n, (text, ids) in enumerate(events):
+        choice: dict[str, Any] = {"index": 0, "text": text, "token_ids": ids}
+        if n == 0:
+            choice["prompt_token_ids"] = prompt
+        doc = {"id": "c", "object": "text_completion", "created": 1, "model": "m",
+               "choices": [choice]}  # fmt: skip
+        out.append(b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
+    return b"".join(out) + (b"data: [DONE]\n\n" if done else b"")
+
+
+@pytest.mark.parametrize("keep_ids", [False, True])
+def test_a_cut_inside_a_character_carries_on_from_where_the_text_is_whole(keep_ids: bool) -> None:
+    """vLLM 0.32 sends a token that ends inside a character with no text, and started a
+    new leg whose token-id prompt ended there with the whole prompt's text (seen in CI:
+    'odepath' + the prompt + the answer again). The new leg starts after the last
+    whole character instead; what the client has is not sent twice."""
+    body = {"max_tokens": 10, "return_token_ids": keep_ids}
+    tape = Tape("/v1/completions", body)
+    # one token "ode", then "path" and the first byte of "é" in one event, then the
+    # second byte alone (no text yet): settled after "ode" only
+    first = tape.feed(_leg([("ode", [30]), ("path", [31, 32]), ("", [33])], [1, 2, 3]))
+    assert tape.settled == 1 and tape.after_settled == "path"
+    cont = tape.continuation()
+    assert cont is not None
+    assert cont["prompt"] == [1, 2, 3, 30] and cont["max_tokens"] == 9
+    # the new leg regenerates "path" and the character's bytes, then carries on
+    second = tape.feed(
+        _leg([("path", [31]), ("", [32]), ("é", [33]), (" hill", [34])], [1, 2, 3, 30], True)
+    )
+    text, ids = _texts(first + second)
+    assert text == "odepathé hill"
+    assert tape.generated == [30, 31, 32, 33, 34] and tape.done
+    assert ids == ([30, 31, 32, 33, 34] if keep_ids else [])
+
+
+def test_a_cut_where_the_text_is_whole_regenerates_nothing() -> None:
+    """The control: every event one token with text, so the new leg starts at the cut."""
+    tape = Tape("/v1/completions", {"max_tokens": 10})
+    first = tape.feed(_leg([("ode", [30]), ("path", [31])], [1, 2, 3]))
+    cont = tape.continuation()
+    assert cont is not None and cont["prompt"] == [1, 2, 3, 30, 31] and tape.skip_text == ""
+    second = tape.feed(_leg([("é", [33])], [1, 2, 3, 30, 31], True))
+    assert _texts(first + second)[0] == "odepathé"
+
+
+def test_a_sampled_leg_that_parts_from_the_text_sent_goes_on_from_there() -> None:
+    tape = Tape("/v1/completions", {"max_tokens": 10})
+    first = tape.feed(_leg([("a", [30]), ("bc", [31, 32])], [1]))
+    assert tape.continuation() is not None and tape.skip_text == "bc"
+    second = tape.feed(_leg([("bx", [31]), ("y", [40])], [1, 30], True))
+    assert _texts(first + second)[0] == "abcxy"

@@ -15,9 +15,19 @@ goes back into ``delta.content``) and its usage counts the tokens from the
 client's prompt. With greedy sampling the client sees the answer it would have
 had without the failure.
 
+The cut is made where the text is whole. vLLM holds back a token whose bytes
+end inside a character (byte-level and byte-fallback tokenizers: CJK, emoji, or a
+random model's output), and a token-id prompt that ends inside one makes its
+detokenizer start the new leg's text with the whole prompt (vLLM 0.32, seen in
+CI). So the Tape keeps ``settled``: the generated ids up to the last event that
+carried one token and some text, which ends on a character boundary. The new leg
+starts from there and regenerates what follows; the text the client already has
+from those tokens (``after_settled``) is dropped from the new leg's output
+(greedy regenerates it exactly; a sampled leg that differs is joined where the two
+part), and so are their ids when the client asked for ids.
+
 Known limits: a stop string split across the cut is not seen by the new leg (it
-only checks its own output); the first text delta after the cut is detokenized
-with the prompt as context, which vLLM does for token-id prompts.
+only checks its own output).
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from typing import Any
 # these cannot match text the model wrote
 _IDS = re.compile(rb'"(prompt_token_ids|token_ids)":\[([0-9, ]*)\]')
 _STRIP = re.compile(rb',"(?:prompt_token_ids|token_ids)":\[[0-9, ]*\]')
+# a choice's text (completions) or delta content (chat), as a JSON string literal
+_TEXT = re.compile(rb'"(?:text|content)":"((?:[^"\\]|\\.)*)"')
 _SEP = re.compile(rb"\r?\n\r?\n")
 
 ROUTES = ("/v1/completions", "/v1/chat/completions")
@@ -61,6 +73,25 @@ def _split(data: bytes) -> tuple[list[bytes], bytes]:
         events.append(data[pos:end])
         pos = end
     return events, data[pos:]
+
+
+def _text_of(payload: bytes) -> str:
+    """The first choice's text (or delta content) of an event, unparsed otherwise."""
+    m = _TEXT.search(payload)
+    if m is None:
+        return ""
+    try:
+        text = json.loads(b'"' + m.group(1) + b'"')
+    except ValueError:
+        return ""
+    return text if isinstance(text, str) else ""
+
+
+def _choice_text(choice: Any) -> str:
+    if not isinstance(choice, dict):
+        return ""
+    text = choice.get("text")
+    return text if isinstance(text, str) else ""
 
 
 def dumps(doc: Any) -> bytes:
@@ -97,6 +128,10 @@ class Tape:
     leg: int = 0
     max_event_bytes: int = 64 * 1024 * 1024  # the proxy passes --max-answer-bytes
     oversized: bool = False  # one event outgrew max_event_bytes: the stream is given up
+    settled: int = 0  # generated ids that end on a character boundary
+    after_settled: str = ""  # the text the client has from the ids after ``settled``
+    skip_text: str = ""  # of it, what the current leg has yet to regenerate
+    skip_ids: int = 0  # ids the current leg regenerates that the client has (keep_ids)
     _buf: bytes = b""
 
     @property
@@ -129,23 +164,55 @@ class Tape:
         if payload.startswith(b'{"error"') or payload.startswith(b'{"object":"error"'):
             self.failed = True  # the engine failed mid-answer (vLLM: an error event)
             return b""
-        ids = self._collect(payload)
+        found, count = self._collect(payload)
         if self.leg == 0:
             if self.head is None or self.template is None:
                 self._remember(payload)
-            return event if self.keep_ids or not ids else _STRIP.sub(b"", event)
-        return self._rewrap(payload)
+            text = _text_of(payload)
+            self._settle(count, text, sent=text)
+            return event if self.keep_ids or not found else _STRIP.sub(b"", event)
+        return self._rewrap(payload, count)
 
-    def _collect(self, payload: bytes) -> bool:
-        found = False
+    def _collect(self, payload: bytes) -> tuple[bool, int]:
+        """Whether the event carries token ids, and how many generated ones."""
+        found, count = False, 0
         for m in _IDS.finditer(payload):
             found = True
             ids = [int(t) for t in m.group(2).split(b",") if t.strip()]
             if m.group(1) == b"token_ids":
                 self.generated.extend(ids)
+                count += len(ids)
             elif self.prompt_ids is None:
                 self.prompt_ids = ids
-        return found
+        return found, count
+
+    def _settle(self, count: int, text: str, sent: str) -> None:
+        """One event's tokens (``count``), the text its leg made and what the client got.
+
+        One token with text ends where its character ends (vLLM sends a token cut
+        inside a character with no text); several tokens with text may end inside
+        one, so they stay unsettled, their text kept.
+        """
+        self.after_settled += sent
+        if count == 1 and text:
+            self.settled = len(self.generated)
+            self.after_settled = self.skip_text  # what the client has beyond this leg
+
+    def _unseen(self, text: str) -> str:
+        """The part of a new leg's text the client does not have yet."""
+        skip = self.skip_text
+        if not skip:
+            return text
+        if text.startswith(skip):
+            self.skip_text = ""
+            return text[len(skip) :]
+        if skip.startswith(text):
+            self.skip_text = skip[len(text) :]
+            return ""
+        same = next((i for i, (a, b) in enumerate(zip(skip, text, strict=False)) if a != b), 0)
+        # a sampled leg parted here: the client keeps its text, the leg goes on from there
+        self.skip_text = ""
+        return text[same:]
 
     def _remember(self, payload: bytes) -> None:
         try:
@@ -166,7 +233,7 @@ class Tape:
             return None
         body: dict[str, Any] = {k: self.body[k] for k in CARRIED if k in self.body}
         limit = token_limit(self.route, self.body)
-        done = len(self.generated)
+        done = self.settled
         if limit is not None:
             if limit - done < 1:
                 return None
@@ -174,24 +241,30 @@ class Tape:
         min_tokens = self.body.get("min_tokens")
         if isinstance(min_tokens, int) and min_tokens > done:
             body["min_tokens"] = min_tokens - done
-        body["prompt"] = [*self.prompt_ids, *self.generated]
+        body["prompt"] = [*self.prompt_ids, *self.generated[:done]]
         body["stream"] = True
         body["return_token_ids"] = True
+        self.skip_ids = len(self.generated) - done if self.keep_ids else 0
+        del self.generated[done:]  # the new leg regenerates them
+        self.skip_text = self.after_settled
         self.offset = done
         self.leg += 1
         self.failed = False
         self._buf = b""
         return body
 
-    def _rewrap(self, payload: bytes) -> bytes:
-        """A continuation event in the first leg's shape."""
+    def _rewrap(self, payload: bytes, count: int) -> bytes:
+        """A continuation event in the first leg's shape, less what the client has."""
         try:
             doc = json.loads(payload)
         except ValueError:
             return b""
         if not isinstance(doc, dict) or self.head is None:
             return b""
-        choices = doc.get("choices") or []
+        made = [c for c in doc.get("choices") or [] if isinstance(c, dict)]
+        choices = [self._unseen_choice(c) for c in made]
+        if choices:
+            self._settle(count, _choice_text(made[0]), sent=_choice_text(choices[0]))
         new: dict[str, Any] = {**doc, **self.head}
         if self.route != COMPLETIONS:
             new = {**self.head, "choices": [self._chat_choice(c) for c in choices]}
@@ -203,6 +276,19 @@ class Tape:
         if isinstance(usage, dict):
             new["usage"] = self._usage(usage)
         return b"data: " + dumps(new) + b"\n\n"
+
+    def _unseen_choice(self, choice: dict[str, Any]) -> dict[str, Any]:
+        """``choice`` without the text and ids the client already has (index 0 only)."""
+        if choice.get("index", 0) != 0:
+            return choice
+        out = dict(choice)
+        if isinstance(out.get("text"), str):
+            out["text"] = self._unseen(out["text"])
+        ids = out.get("token_ids")
+        if self.skip_ids and isinstance(ids, list):
+            out["token_ids"] = ids[self.skip_ids :]
+            self.skip_ids = max(0, self.skip_ids - len(ids))
+        return out
 
     def _completion_choice(self, choice: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in choice.items() if k != "prompt_token_ids"}
