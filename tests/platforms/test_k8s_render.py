@@ -39,7 +39,7 @@ def _argv(p: ProcessPlan) -> list[str]:
             out.append(arg)
         else:
             text = "".join(x if isinstance(x, str) else "${" + x.var + "}" for x in arg.parts)
-            out.append(text if arg.when is None else f"[{arg.when.var}]{text}")
+            out.append(text if arg.when is None else "${" + arg.when.var + ":+" + text + "}")
             assert isinstance(arg, Word)
     return out
 
