@@ -12,11 +12,23 @@ attack is bounded in sockets and seconds.
     .venv/bin/python benchmarks/proxy_hardening.py small-values
     .venv/bin/python benchmarks/proxy_hardening.py nested
     .venv/bin/python benchmarks/proxy_hardening.py parse [--sizes 32 63]
+    .venv/bin/python benchmarks/proxy_hardening.py answers [--sizes 24 48] [--before-src DIR]
+        [--shape strings]
 
 ``parse`` runs its own proxies: for each body size, a PD proxy parsing on the
 event loop (``--parse-inline-bytes`` huge) and one parsing in its worker (the
 default), side by side: /health latency while the chat request of small
 values is parsed and served, and peak RSS of the proxy and of its worker.
+
+``answers`` does the same for an engine's answer: a small completion request
+whose prefill answers ``prompt_logprobs`` of the given size (small objects, as
+vLLM writes them) beside its ``kv_transfer_params``. Side by side: the tree of
+``--before-src`` if given (its defaults), then this tree parsing the answer on
+the loop, in a worker kept as it grew (``--parse-worker-rss 0``), and in a
+worker replaced once idle (the default): the slowest and median /health, the
+proxy's peak RSS, the workers' peak and their RSS a second after the answer.
+``--shape strings`` makes each logprob's token 700 characters: strings malloc'd
+one by one, whose heap the worker keeps after the parse (what replacing it is for).
 """
 
 from __future__ import annotations
@@ -81,6 +93,11 @@ async def engine() -> tuple[str, web.AppRunner]:
     app.router.add_get("/health", health)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
+    return await serve_on_loopback(app)
+
+
+async def serve_on_loopback(app: web.Application) -> tuple[str, web.AppRunner]:
+    """``app`` served on a free loopback port: its URL, and the runner that stops it."""
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -229,6 +246,19 @@ async def timed_health(port: int) -> float:
     return time.monotonic() - t0
 
 
+async def start_proxy_process(flags: list[str], src: str, port: int) -> subprocess.Popen[bytes]:
+    """``python -m servekit.proxy FLAGS`` from ``src``, once its /health answers 200 (or 10 s)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    for _ in range(100):
+        if (await health(port)).endswith("200 OK"):
+            break
+        await asyncio.sleep(0.1)
+    return proc
+
+
 async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, object]:
     """One PD proxy, one big request; /health probed by two clients, every 20 ms each."""
     port = free_port()
@@ -237,15 +267,8 @@ async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, 
              "--body-timeout=60", "--prefill-timeout=120", "--decode-timeout=120"]  # fmt: skip
     if inline:
         flags.append(f"--parse-inline-bytes={1 << 40}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = await start_proxy_process(flags, src, port)
     try:
-        for _ in range(100):
-            if (await health(port)).endswith("200 OK"):
-                break
-            await asyncio.sleep(0.1)
         warm = small_values(2)  # the worker is spawned with the first big body: not timed
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(head("/v1/chat/completions", warm)[:-2] + b"Connection: close\r\n\r\n")
@@ -296,6 +319,114 @@ async def parse_compare(args: argparse.Namespace) -> dict[str, object]:
     return {"runs": rows}
 
 
+def logprobs_answer(mib: int, token: str = "Hello") -> bytes:
+    """A prefill's answer with about ``mib`` MiB of ``prompt_logprobs``, each of them
+    ``token`` (a long one: strings malloc'd one by one, a heap CPython keeps grown)."""
+    one = {"9906": {"logprob": -1.25, "rank": 1, "decoded_token": token}}
+    many = [None, *[one] * ((mib << 20) // (len(json.dumps(one)) + 2))]
+    doc = {"id": "cmpl-1", "object": "text_completion", "kv_transfer_params": PULL_PARAMS,
+           "choices": [{"index": 0, "text": "a", "prompt_logprobs": many}]}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+async def logprobs_engine(answers: dict[bytes, bytes]) -> tuple[str, web.AppRunner]:
+    """/v1/completions: a prefill copy (it asks for a remote decode) gets the answer its
+    prompt names in ``answers`` (bytes made beforehand: the probes share this loop), the
+    decode a small one."""
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def completions(request: web.Request) -> web.Response:
+        raw = await request.read()
+        if b'"do_remote_decode": true' not in raw:
+            return web.json_response({"choices": [{"index": 0, "text": "ok"}]})
+        prompt = raw.split(b'"prompt": "', 1)[1].split(b'"', 1)[0]
+        return web.Response(body=answers[prompt], content_type="application/json")
+
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", completions)
+    return await serve_on_loopback(app)
+
+
+def workers_of(pid: int) -> list[int]:
+    return [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+async def post_completion(port: int, prompt: str) -> str:
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 2}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head("/v1/completions", body)[:-2] + b"Connection: close\r\n\r\n" + body)
+    answer = await reader.read()
+    writer.close()
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+async def answers_run(url: str, kind: str, src: str) -> dict[str, object]:
+    """One PD proxy (``kind``: before, loop, kept, replaced); the big answer once, with
+    /health probed by two clients every 20 ms and the workers' RSS sampled meanwhile."""
+    port = free_port()
+    flags = ["--prefill", url, "--decode", url, "--port", str(port), "--memory-budget",
+             str(8 << 30), "--prefill-timeout=120", "--decode-timeout=120"]  # fmt: skip
+    flags += {"loop": [f"--parse-inline-bytes={1 << 40}"], "kept": ["--parse-worker-rss=0"]}.get(
+        kind, []
+    )
+    proc = await start_proxy_process(flags, src, port)
+    try:
+        assert (await post_completion(port, "warm")).endswith("200 OK")  # spawns the worker
+        await asyncio.sleep(1)
+        fresh = sum(rss_mb(w) for w in workers_of(proc.pid))
+        answer = asyncio.create_task(post_completion(port, "big"))
+        t0 = time.monotonic()
+        probes: list[float] = []
+        worker_peak = fresh
+
+        async def probe() -> None:  # paced, so the probes do not take the CPU they measure
+            while not answer.done():
+                probes.append(await timed_health(port))
+                await asyncio.sleep(0.02)
+
+        async def sample() -> None:
+            nonlocal worker_peak
+            while not answer.done():
+                worker_peak = max(worker_peak, sum(rss_mb(w) for w in workers_of(proc.pid)))
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(probe(), probe(), sample())
+        took = time.monotonic() - t0
+        await asyncio.sleep(1)  # an idle worker past --parse-worker-rss is replaced by now
+        probes.sort()
+        return {
+            "run": kind, "answer": await answer, "request_s": round(took, 2),
+            "health_max_s": round(probes[-1], 3),
+            "health_median_s": round(probes[len(probes) // 2], 3),
+            "proxy_peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+            "worker_rss_fresh_mb": round(fresh, 1), "worker_peak_rss_mb": round(worker_peak, 1),
+            "worker_rss_after_mb": round(sum(rss_mb(w) for w in workers_of(proc.pid)), 1),
+        }  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def answers_compare(args: argparse.Namespace) -> dict[str, object]:
+    rows = []
+    for mib in args.sizes:
+        token = "Hello" if args.shape == "logprobs" else " " * 700
+        answers = {b"warm": logprobs_answer(2), b"big": logprobs_answer(mib, token)}
+        url, runner = await logprobs_engine(answers)
+        runs = [("before", args.before_src)] if args.before_src else []
+        runs += [(kind, args.proxy_src) for kind in ("loop", "kept", "replaced")]
+        try:
+            for kind, src in runs:
+                row = await answers_run(url, kind, src)
+                rows.append({"answer_mib": round(len(answers[b"big"]) / 2**20, 1), **row})
+        finally:
+            await runner.cleanup()
+    return {"runs": rows}
+
+
 def established(port: int) -> int:
     """Connections the proxy holds open on its port (its side, state ESTABLISHED)."""
     rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
@@ -306,6 +437,8 @@ def established(port: int) -> int:
 async def main(args: argparse.Namespace) -> dict[str, object]:
     if args.attack == "parse":
         return await parse_compare(args)
+    if args.attack == "answers":
+        return await answers_compare(args)
     url, runner = await engine()
     port = free_port()
     mode = ["--prefill", url, "--decode", url, "--mode", "layerwise",
@@ -342,9 +475,19 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("attack", choices=["deaf", "deaf-stream", "metaserver", "small-values",
-                                           "nested", "parse"])  # fmt: skip
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 63],
-                        help="parse: body sizes in MiB")  # fmt: skip
+                                           "nested", "parse", "answers"])  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        help="MiB: parse, the bodies (32 63); answers, the answers (24 48)",
+    )
+    parser.add_argument("--before-src", help="answers: a first run from this source tree")
+    parser.add_argument("--shape", choices=["logprobs", "strings"], default="logprobs",
+                        help="answers: prompt_logprobs of short tokens, or of 700-character "
+                        "ones (a heap CPython keeps)")  # fmt: skip
     parser.add_argument("--proxy-src", default=str(Path(__file__).resolve().parents[1] / "src"))
     parser.add_argument("--send-timeout", action="store_true", help="pass --send-timeout=2")
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=1))
+    options = parser.parse_args()
+    options.sizes = options.sizes or ([24, 48] if options.attack == "answers" else [32, 63])
+    print(json.dumps(asyncio.run(main(options)), indent=1))

@@ -10,6 +10,7 @@ from tests.helpers.cli import runs_env, servekit_cli, servekit_inproc
 
 from servekit.sim.testing import running_sim
 
+from .conftest import SELFCHECK_GROUP, SelfcheckRun
 from .stacks import sim_pd
 
 # No inherited environment: the command must run on what it is given.
@@ -84,20 +85,13 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_selfcheck_exits_0_and_writes_its_matrix(tmp_path: Path) -> None:
-    proc = servekit_cli(
-        "accept",
-        "--selfcheck",
-        "--out",
-        "sc",
-        cwd=tmp_path,
-        env=runs_env(tmp_path, BARE),
-        timeout=300,
-    )
+@SELFCHECK_GROUP
+def test_selfcheck_exits_0_and_writes_its_matrix(selfcheck_run: SelfcheckRun) -> None:
+    proc, out = selfcheck_run.proc, selfcheck_run.out
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads((tmp_path / "sc" / "result.json").read_text())
+    doc = json.loads((out / "result.json").read_text())
     assert doc["checks"] and all(r["verdict"] == "pass" for r in doc["checks"])
-    assert "(simulated)" in (tmp_path / "sc" / "accept.md").read_text()
+    assert "(simulated)" in (out / "accept.md").read_text()
 
 
 def test_list_names_every_check(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ as the simulator's ``misbehave`` faults, beside the newer controls.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from servekit.accept.models import AcceptResult, CheckResult, EvidenceFile
-from servekit.accept.selfcheck import CONTROLS, _row, run_selfcheck_async
+from servekit.accept.selfcheck import CONTROLS, _row
+
+from .conftest import SELFCHECK_GROUP, SelfcheckRun
 
 NEEDLE_CHECKS = ("short", "A", "B", "C", "D", "stream", "turn1", "turn2", "turn3")
 NEEDLE_CHECKS += ("prefix_cold", "prefix_hot")
@@ -75,9 +75,11 @@ def test_rows_are_renamed_and_point_at_their_control_folder() -> None:
     assert row.evidence[0].path == "echo_prompt/evidence/needle.2k.A/01-response.json"
 
 
-@pytest.fixture(scope="module")
-def selfcheck(tmp_path_factory: pytest.TempPathFactory) -> AcceptResult:
-    return asyncio.run(run_selfcheck_async(tmp_path_factory.mktemp("selfcheck")))
+@pytest.fixture
+def selfcheck(selfcheck_run: SelfcheckRun) -> AcceptResult:
+    """The result of ``servekit accept --selfcheck`` (run once, shared with the CLI test)."""
+    assert selfcheck_run.proc.returncode == 0, selfcheck_run.proc.stderr[-2000:]
+    return AcceptResult.model_validate_json((selfcheck_run.out / "result.json").read_text())
 
 
 def _now(before_id: str) -> str:
@@ -86,6 +88,7 @@ def _now(before_id: str) -> str:
 
 
 @pytest.mark.slow
+@SELFCHECK_GROUP
 def test_every_control_that_failed_before_still_fails(selfcheck: AcceptResult) -> None:
     rows = {c.id: c for c in selfcheck.checks}
     for before in BEFORE:
@@ -95,6 +98,8 @@ def test_every_control_that_failed_before_still_fails(selfcheck: AcceptResult) -
         assert row.reason.startswith(want), (row.id, row.reason)
 
 
+@pytest.mark.slow
+@SELFCHECK_GROUP
 def test_each_fault_control_fails_exactly_its_checks(selfcheck: AcceptResult) -> None:
     """Both directions over the whole matrix: the control's checks fail for its reason,
     and every other check still passes under the same fault."""
@@ -119,6 +124,7 @@ def test_each_fault_control_fails_exactly_its_checks(selfcheck: AcceptResult) ->
 
 
 @pytest.mark.slow
+@SELFCHECK_GROUP
 def test_evidence_of_every_control_is_kept(selfcheck: AcceptResult) -> None:
     assert all(row.evidence for row in selfcheck.checks)
     assert {r.evidence[0].path.split("/")[0] for r in selfcheck.checks} == {

@@ -14,3 +14,27 @@ import pytest
 
 SERIAL_GROUP = "serial"
 serial = pytest.mark.xdist_group(SERIAL_GROUP)
+
+
+def groups_of(item: pytest.Item) -> set[str]:
+    """The ``xdist_group`` names of ``item``, as pytest-xdist's loadgroup reads them."""
+    return {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+
+
+def ungrouped(items: list[pytest.Item]) -> list[str]:
+    """The node ids of grouped items that loadgroup did not tag with their group.
+
+    pytest-xdist's worker appends ``@GROUP`` to each grouped item's node id and the
+    scheduler keeps items with the same tag on one worker; an untagged item is
+    scheduled alone, so its group's shared engines start on every worker at once
+    (pytest 9.2 with xdist 3.8: pytest-dev/pytest-xdist#1386).
+    """
+    lost = []
+    for item in items:
+        names = groups_of(item)
+        if names and not item.nodeid.endswith("@" + "_".join(sorted(names))):
+            lost.append(item.nodeid)
+    return lost

@@ -43,6 +43,15 @@ async def send_raw(url: str, data: bytes) -> bytes:
     return answer
 
 
+async def send_raw_or_closed(url: str, data: bytes) -> bytes:
+    """Like :func:`send_raw`; a connection the proxy reset counts as closed (b""), as a
+    close that overtakes unread bytes arrives as a reset on a loaded machine."""
+    try:
+        return await send_raw(url, data)
+    except ConnectionError:
+        return b""
+
+
 def test_each_malformed_request_is_one_line_and_the_flood_is_summed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -210,7 +219,7 @@ def test_hostile_bytes_are_answered_or_closed_and_the_proxy_stays_up(heads: list
 
     async def scenario() -> None:
         async with stack(prefill=0, decode=0, replica=1, **limits) as s:
-            answers = await asyncio.gather(*(send_raw(s.url, h) for h in heads))
+            answers = await asyncio.gather(*(send_raw_or_closed(s.url, h) for h in heads))
             assert all(a == b"" or a.startswith(b"HTTP/1.") for a in answers)
             status, _ = await s.get("/health")
             assert status == 200

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servekit.errors import UsageError
+from servekit.proxy.app import WORKERS
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.instances import Instance, State
 from servekit.proxy.kvaware import KvAware, KvRouting, PrefixKey
@@ -29,6 +30,7 @@ from servekit.proxy.kvwire import (
     Cleared,
     Removed,
     Stored,
+    TooBig,
     WireError,
     parse_frames,
     parse_payload,
@@ -376,11 +378,14 @@ async def kv_stack(**cfg: Any) -> AsyncIterator[tuple[SimServer, RunningProxy]]:
         await sim.stop()
 
 
-def test_the_engine_holding_the_prefix_gets_the_request() -> None:
-    """A long shared system prompt: every follow-up lands where its blocks are cached."""
+@pytest.mark.parametrize("parse", [{}, {"parse_inline_bytes": 0}], ids=["loop", "worker"])
+def test_the_engine_holding_the_prefix_gets_the_request(parse: dict[str, int]) -> None:
+    """A long shared system prompt: every follow-up lands where its blocks are cached,
+    whether the bodies and the engine's /tokenize answers are parsed on the loop or in a
+    parse worker."""
 
     async def scenario() -> None:
-        async with kv_stack() as (sim, proxy), aiohttp.ClientSession() as c:
+        async with kv_stack(**parse) as (sim, proxy), aiohttp.ClientSession() as c:
             kv = proxy.router.kv
             assert kv is not None
             await wait_until(lambda: all(kv.live(u) for u in kv.sources), "feeds live")
@@ -406,6 +411,7 @@ def test_the_engine_holding_the_prefix_gets_the_request() -> None:
                 text = await r.text()
             assert f'servekit_proxy_kv_events_state{{engine="{url}",state="live"}} 1.0' in text
             assert 'servekit_proxy_kv_choices_total{score="precise",stage="prefill"}' in text
+            assert bool(proxy.runner.app[WORKERS].pids()) == bool(parse)
 
     run(scenario())
 
@@ -418,3 +424,98 @@ def test_sim_serve_reads_kv_events_config() -> None:
     assert launch.kv_events == {"endpoint": "tcp://*:5559"}  # port + DP rank, as vLLM
     off = parse_launch(["m", "--kv-events-config", '{"enable_kv_cache_events": false}'])
     assert off.kv_events is None
+
+
+# -- hostile publishers (issue 36, item 5) -------------------------------------------
+
+
+def _wide_batch(events: int, tokens: int = 120_000) -> bytes:
+    """A batch of ``events`` BlockStored events of ``tokens`` token ids each (one byte
+    each on the wire): well formed, and only its size is hostile."""
+    evs = [
+        _stored(list(range(e * tokens // BS, (e + 1) * tokens // BS)), None, [e % 100 + 1] * tokens)
+        for e in range(events)
+    ]
+    return msgspec.msgpack.encode(EventBatch(1.0, evs, 0))
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (_wide_batch(24), "over 4194304"),  # 6.5 MB: refused unread
+        (_wide_batch(3), "in one batch"),  # 3 x 120k token ids: one batch's cap
+        (msgspec.msgpack.encode([1.0, [{"type": "AllBlocksCleared"}] * 20_000]), "length <="),
+        (b"\x93\xcb" + b"\0" * 8 + b"\x91" * (1 << 20) + b"\xc0", "recursion"),  # 1M deep
+        (msgspec.msgpack.encode([1.0, [[[]] * (1 << 21)]]), "Expected `str`"),  # 2 MiB of []
+    ],
+    ids=["bytes", "tokens", "events", "deep", "empty-arrays"],
+)
+def test_hostile_payloads_are_refused_before_their_work(payload: bytes, error: str) -> None:
+    """Over a cap (bytes, events, blocks, token ids) is TooBig; a shape that is not the
+    schema's stops the decode at its first wrong value (8 MiB of empty arrays used to take
+    5.5 s and 600 MB to decode untyped; now a few ms)."""
+    with pytest.raises(WireError, match=error) as info:
+        parse_payload(0, payload)
+    assert isinstance(info.value, TooBig) == (error not in ("recursion", "Expected `str`"))
+
+
+async def _health_while_sent(
+    proxy: RunningProxy, client: aiohttp.ClientSession, pub: Publisher, frame: bytes,
+    done: Any,
+) -> float:  # fmt: skip
+    """Send ``frame`` as the publisher's next batch while /health is probed back to back;
+    the slowest probe's seconds, once ``done()`` (the frame handled) and 0.3 s passed."""
+    slowest = 0.0
+    seq = pub.seq
+    pub.seq += 1
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    pub.pub.send_multipart((pub.topic, seq.to_bytes(8, "big"), frame))
+    while not done() or loop.time() - t0 < 0.3:
+        h0 = loop.time()
+        async with client.get(proxy.url + "/health") as r:
+            assert r.status == 200
+        slowest = max(slowest, loop.time() - h0)
+        assert loop.time() - t0 < 30, "the frame was never handled"
+    return slowest
+
+
+@pytest.mark.slow
+def test_a_huge_frame_is_refused_unread_and_its_engine_falls_back_visibly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The control first: the same 6.5 MB batch with the caps lifted is decoded and applied
+    on the loop, and /health waits for it; with the caps it is dropped unread, /health
+    does not wait, and the engine is scored approximately (gap), counted in /metrics."""
+    from servekit.proxy import kvschema, kvwire
+
+    frame = _wide_batch(24)
+
+    async def scenario() -> None:
+        async with kv_stack() as (sim, proxy), aiohttp.ClientSession() as c:
+            kv = proxy.router.kv
+            assert kv is not None
+            await wait_until(lambda: all(kv.live(u) for u in kv.sources), "feeds live")
+            url = sim.urls["p0"]
+            pub = sim.endpoints["p0"].kv_events
+            assert pub is not None
+            idx = kv.indexes[url]
+            with monkeypatch.context() as m:
+                m.setattr(kvwire, "MAX_PAYLOAD", 1 << 40)
+                m.setattr(kvschema, "MAX_TOKENS", 1 << 40)
+                m.setattr(kvschema, "MAX_BLOCKS", 1 << 40)
+                applied = idx.batches + 1
+                waited = await _health_while_sent(
+                    proxy, c, pub, frame, lambda: idx.batches >= applied
+                )
+            assert kv.live(url) and idx.blocks > 0 and idx.oversized == 0
+            dropped = idx.bad + 1
+            slowest = await _health_while_sent(proxy, c, pub, frame, lambda: idx.bad >= dropped)
+            assert slowest < waited / 4, (slowest, waited)  # the control: /health waited
+            assert not kv.live(url) and idx.blocks == 0 and idx.oversized == 1
+            async with c.get(proxy.url + "/metrics") as r:
+                text = await r.text()
+            assert f'servekit_proxy_kv_events_state{{engine="{url}",state="gap"}} 1.0' in text
+            assert f'servekit_proxy_kv_events_oversized_total{{engine="{url}"}} 1.0' in text
+
+    run(scenario())

@@ -206,6 +206,23 @@ def test_the_tape_reads_the_same_events_however_the_stream_is_cut() -> None:
         assert got == expected and tape.generated == [11, 12, 13]
 
 
+def test_an_event_that_never_ends_is_not_held_past_the_answer_cap() -> None:
+    """An engine streaming one endless event: the tape keeps at most the cap, then gives
+    the stream up (the events before it still reach the client) and never carries it on."""
+    head = '{"id":"c","object":"text_completion","created":1,"model":"m","choices":'
+    first = f'data: {head}[{{"index":0,"text":" a","prompt_token_ids":[5],"token_ids":[11]}}]}}\n\n'
+    endless = b'data: {"choices":[{"text":"' + b"x" * 4096
+    for cap, gives_up in ((1024, True), (1 << 20, False)):  # the control: under the cap
+        tape = Tape("/v1/completions", {}, max_event_bytes=cap)
+        out = tape.feed(first.encode() + endless)
+        for _ in range(3):
+            out += tape.feed(b"x" * 4096)
+        assert out.startswith(b"data: ") and b" a" in out and b"xxxx" not in out
+        assert (tape.failed, tape.oversized) == (gives_up, gives_up)
+        assert len(tape._buf) <= (0 if gives_up else 5 * 4096 + len(endless))
+        assert (tape.continuation() is None) == gives_up
+
+
 @pytest.mark.slow
 def test_a_decoder_killed_mid_answer_is_migrated() -> None:
     """EngineDeadError mid-stream (the engine dies: an error event, then the end)."""

@@ -16,14 +16,25 @@ import json
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from servekit.proxy import parsepool
 from servekit.proxy.app import WORKERS
-from servekit.proxy.parsepool import KEPT, REST, Members, Raw, encode_body, travelling
+from servekit.proxy.budget import parse_cost
+from servekit.proxy.parsepool import (
+    KEPT,
+    REST,
+    Members,
+    Raw,
+    Workers,
+    encode_body,
+    rss_bytes,
+    travelling,
+)
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
     bootstrap_prefill_params,
@@ -37,6 +48,7 @@ from .harness import MODEL, Stack, run, stack, wait_until
 from .test_layerwise_flow import layerwise_stack
 from .test_pd_flow import PROMPT_KEYED_SIM
 
+T = TypeVar("T")
 ALL_IN_WORKER = {"parse_inline_bytes": 0}
 NEVER_IN_WORKER = {"parse_inline_bytes": 1 << 40}
 
@@ -280,27 +292,34 @@ def small_values(mib: int) -> bytes:
     return json.dumps({"model": MODEL, "messages": many, "max_tokens": 0}).encode()
 
 
-async def health_while(s: Stack, raw: bytes) -> tuple[float, float, int]:
-    """Post ``raw`` while two clients probe /health back to back, so one is always in
-    flight: (the post's seconds, the slowest probe's seconds, probes answered before the
-    post was)."""
-    big = asyncio.create_task(raw_post(s, "/v1/chat/completions", raw))
+async def probe_while(s: Stack, work: Awaitable[T]) -> tuple[float, float, int, T]:
+    """Await ``work`` while two clients probe /health back to back, so one is always in
+    flight: (its seconds, the slowest probe's seconds, probes answered before it ended,
+    its result)."""
+    task = asyncio.ensure_future(work)
     t0 = time.perf_counter()
     slowest, answered = 0.0, 0
 
     async def probe() -> None:
         nonlocal slowest, answered
-        while not big.done():
+        while not task.done():
             h0 = time.perf_counter()
             async with s.client.get(s.url + "/health") as resp:
                 assert resp.status == 200
             slowest = max(slowest, time.perf_counter() - h0)
-            answered += 0 if big.done() else 1
+            answered += 0 if task.done() else 1
 
     await asyncio.gather(probe(), probe())
-    status, doc = await big
+    return time.perf_counter() - t0, slowest, answered, await task
+
+
+async def health_while(s: Stack, raw: bytes) -> tuple[float, float, int]:
+    """Post ``raw`` while /health is probed (:func:`probe_while`)."""
+    took, slowest, answered, (status, doc) = await probe_while(
+        s, raw_post(s, "/v1/chat/completions", raw)
+    )
     assert status == 400 and doc["error"]["message"].startswith("max_tokens: must be at least 1")
-    return time.perf_counter() - t0, slowest, answered
+    return took, slowest, answered
 
 
 @pytest.mark.slow
@@ -318,3 +337,193 @@ def test_health_answers_while_a_big_body_is_parsed_and_waits_without_the_worker(
             assert slowest < 0.25 * took and answered >= 5, (slowest, took, answered)
 
     run(scenario())
+
+
+def long_strings(mib: int) -> bytes:
+    """A chat body of ``mib`` MiB of 700-character messages: each string is malloc'd, and
+    glibc keeps the heap they grew (freeing the 16 MiB text raised its trim threshold)."""
+    one = {"role": "user", "content": "y" * 700}
+    n = (mib << 20) // len(json.dumps(one))
+    return json.dumps({"model": MODEL, "messages": [one] * n, "max_tokens": 3}).encode()
+
+
+async def _after_a_big_parse(raw: bytes, over_fresh: int | None) -> tuple[int, int, int, Workers]:
+    """A worker started, then ``raw`` checked in it: (its pid, its fresh RSS, the RSS of the
+    pool's worker once it settled); ``over_fresh`` sets --parse-worker-rss above fresh."""
+    workers = Workers(1, 0)
+    await workers.call(parsepool.answer_fields, b"{}", ())
+    [pid] = workers.pids()
+    fresh = rss_bytes(pid)
+    assert fresh is not None
+    if over_fresh is not None:
+        workers.max_rss = fresh + over_fresh
+    assert await workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) == {}
+    if over_fresh is not None:
+        await wait_until(lambda: workers.pids() not in ([], [pid]), "a fresh worker started")
+        await wait_until(lambda: rss_bytes(pid) is None, "the old worker left")
+    await asyncio.sleep(0.2)  # what it sent is dropped
+    [now] = workers.pids()
+    after = rss_bytes(now)
+    assert after is not None
+    return pid, fresh, after, workers
+
+
+@pytest.mark.slow
+def test_a_worker_grown_by_a_big_parse_is_replaced_and_nothing_in_flight_fails() -> None:
+    """The control first: without --parse-worker-rss the worker keeps the heap its parse of
+    16 MiB of long strings grew (+34 MB here); with it, it is replaced by a fresh one once
+    idle, so the pool's RSS comes back down, and a parse that was queued is not lost."""
+    raw = long_strings(16)
+    bound = 16 << 20
+
+    async def scenario() -> None:
+        pid, fresh, after, workers = await _after_a_big_parse(raw, None)
+        assert workers.pids() == [pid] and after > fresh + bound, (fresh, after)
+        await workers.close()
+        pid, fresh, after, workers = await _after_a_big_parse(raw, bound)
+        assert workers.pids() != [pid] and after < fresh + bound, (fresh, after)
+        assert workers.recycled == 1 and workers.failures == 0
+        # two parses queued on one worker: it is not replaced under the second one
+        both = [
+            workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) for _ in range(2)
+        ]
+        assert await asyncio.gather(*both) == [{}, {}]  # both parsed as JSON
+        await wait_until(lambda: workers.recycled == 2, "replaced once idle")
+        assert workers.failures == 0
+        await workers.close()
+
+    run(scenario())
+
+
+# -- engines' answers (issue 36, item 5) ---------------------------------------------
+
+COMPLETION = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
+
+
+def prompt_logprobs(mib: int) -> bytes:
+    """About ``mib`` MiB of ``prompt_logprobs`` as vLLM writes them: one small object per
+    prompt token (a prefill answers them when the request asks for them)."""
+    one = {"9906": {"logprob": -1.25, "rank": 1, "decoded_token": "Hello"}}
+    n = (mib << 20) // (len(json.dumps(one)) + 2)
+    return json.dumps([None, *[one] * n]).encode()
+
+
+def with_logprobs(big: bytes) -> Callable[[bytes], bytes]:
+    """The prefill's answer with ``big`` as its ``prompt_logprobs`` (spliced, not parsed:
+    the spy shares the loop being measured)."""
+    return lambda answer: answer.rstrip()[:-1] + b', "prompt_logprobs": ' + big + b"}"
+
+
+def test_only_the_members_the_proxy_reads_come_back_from_an_answer() -> None:
+    params = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
+    answer = json.dumps({"id": "x", "kv_transfer_params": params, "choices": [{}]}).encode()
+    answer = with_logprobs(prompt_logprobs(1))(answer)
+    assert parsepool.answer_fields(answer, ("kv_transfer_params",)) == {
+        "kv_transfer_params": params
+    }
+    assert parsepool.answer_fields(b"[1]", ("kv_transfer_params",)) == {}
+    for bad in (answer[:-1], answer.decode().encode("utf-16"), b""):
+        assert parsepool.answer_fields(bad, ()) is None
+
+
+def test_a_big_prefill_answer_is_parsed_in_a_worker_and_its_params_reach_the_decoder() -> None:
+    async def scenario() -> None:
+        async with stack(parse_inline_bytes=64 << 10) as s:  # the request stays on the loop
+            s.prefill[0].spy.rewrite["/v1/completions"] = with_logprobs(prompt_logprobs(1))
+            status, out = await s.post("/v1/completions", COMPLETION)
+            assert status == 200, out
+            prefilled = json.loads(s.prefill[0].gen()[0].answer)
+            assert len(prefilled["prompt_logprobs"]) > 10_000
+            sent = s.decode[0].gen()[0].body["kv_transfer_params"]
+            assert sent == prefilled["kv_transfer_params"] and sent["do_remote_prefill"]
+            assert s.proxy.runner.app[WORKERS].pids()  # the worker parsed it
+            await wait_until(lambda: s.proxy.router.budget.used == 0, "all given back")
+
+    run(scenario())
+
+
+def test_a_big_answer_is_held_to_the_budget_and_the_answer_cap() -> None:
+    big = with_logprobs(prompt_logprobs(2))
+
+    async def refused(**config: Any) -> dict[str, Any]:
+        async with stack(**ALL_IN_WORKER, max_attempts=1, **config) as s:
+            s.prefill[0].spy.rewrite["/v1/completions"] = big
+            status, out = await s.post("/v1/completions", COMPLETION)
+            assert s.decode[0].gen() == [] and s.proxy.router.budget.used == 0
+            error: dict[str, Any] = json.loads(out)["error"]
+            return {"status": status, **error}
+
+    async def scenario() -> None:
+        # its parse (about 30 MB) passes a 16 MiB budget: 503 before it is parsed
+        over = await refused(memory_budget=16 << 20)
+        assert over["status"] == 503 and over["code"] == "overloaded", over
+        capped = await refused(max_answer_bytes=1 << 20)
+        assert capped["status"] == 502 and capped["code"] == "answer_too_large", capped
+
+    run(scenario())
+
+
+def test_a_worker_killed_parsing_an_answer_is_a_503_and_the_decoder_gets_nothing() -> None:
+    async def scenario() -> None:
+        async with stack(parse_inline_bytes=64 << 10) as s:
+            s.prefill[0].spy.rewrite["/v1/completions"] = with_logprobs(prompt_logprobs(1))
+            workers = s.proxy.runner.app[WORKERS]
+            first = asyncio.create_task(s.post("/v1/completions", COMPLETION))
+            await wait_until(lambda: bool(workers.pids()), "a worker started for the answer")
+            for pid in workers.pids():
+                os.kill(pid, signal.SIGKILL)
+            status, out = await asyncio.wait_for(first, 30)
+            assert status == 503 and json.loads(out)["error"]["code"] == "worker_failed", out
+            assert s.decode[0].gen() == [] and workers.failures == 1
+            assert next(s.proxy.router.instances()).request_fails == 0  # not the engine's fault
+            status, out = await asyncio.wait_for(s.post("/v1/completions", COMPLETION), 30)
+            assert status == 200, out
+            assert s.proxy.router.budget.used == 0
+
+    run(scenario())
+
+
+@pytest.mark.slow
+def test_health_answers_while_a_big_prefill_answer_is_parsed_and_waits_without_the_worker() -> None:
+    """A 48 MiB prefill answer of small values (prompt_logprobs): parsed on the loop (the
+    positive control) one probe waits out most of the request; in the worker none does."""
+    big = with_logprobs(prompt_logprobs(48))
+
+    async def scenario() -> None:
+        for inline in (True, False):
+            config = NEVER_IN_WORKER if inline else {}
+            async with stack(**config) as s:
+                s.prefill[0].spy.rewrite["/v1/completions"] = big
+                took, slowest, answered, (status, _) = await probe_while(
+                    s, s.post("/v1/completions", COMPLETION)
+                )
+                assert status == 200
+                if inline:
+                    assert slowest > 0.3 * took, (slowest, took)
+                else:
+                    assert slowest < 0.15 * took and answered >= 5, (slowest, took, answered)
+
+    run(scenario())
+
+
+def test_a_metaserver_call_whose_parse_worker_died_is_read_on_the_loop() -> None:
+    """The decoder's call names the request waiting for it only once parsed: a worker that
+    died under it must not leave that request to its --metaserver-timeout."""
+    from servekit.proxy.failures import ProxyError
+    from servekit.proxy.protocols import layerwise
+
+    class Dead(Workers):
+        async def call(self, fn: Callable[..., T], *args: Any, cost: int = 0) -> T:
+            self.failures += 1
+            raise ProxyError("worker_failed", "proxy", "died")
+
+    call = {"request_id": "cmpl-x-0", "do_remote_decode": True, "remote_block_ids": [1, 2],
+            "remote_engine_id": "e", "remote_host": "h", "remote_port": 1}  # fmt: skip
+    dead = Dead(1, 0)
+    token = parsepool.CURRENT.set(dead)
+    try:
+        key, problem, text = run(layerwise._read_call(json.dumps(call).encode()))
+    finally:
+        parsepool.CURRENT.reset(token)
+    assert dead.failures == 1 and key == "cmpl-x-0" and problem is None
+    assert text is not None and json.loads(text.text) == call

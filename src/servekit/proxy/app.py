@@ -74,7 +74,9 @@ async def _read_ticket(request: web.Request, router: Router) -> Ticket:
     workers = request.app[WORKERS]
     if workers.wanted(len(raw)):
         route, decoded = request.path, router.kv is not None  # kv-events reads the prompt
-        got = await workers.call(parsepool.parse_request, route, raw, cfg.prefix_chars, decoded)
+        got = await workers.call(
+            parsepool.parse_request, route, raw, cfg.prefix_chars, decoded, cost=cost
+        )
         if isinstance(got, parsepool.Refusal):
             raise ProxyError(got.kind, "proxy", got.message)
         if not decoded:  # the values stayed in the worker: only their text is held
@@ -201,7 +203,7 @@ def build_app(router: Router) -> web.Application:
         RateLimited(log, "shed connections", cfg.log_burst, cfg.log_interval_s),
         cfg.send_timeout_s,
     )  # fmt: skip
-    workers = Workers(cfg.parse_workers, cfg.parse_inline_bytes)
+    workers = Workers(cfg.parse_workers, cfg.parse_inline_bytes, cfg.parse_worker_rss)
     middlewares = [track(conns), _budget_middleware(router.budget, workers)]
     if cfg.api_key is not None or cfg.admin:
         middlewares.append(_auth_middleware(cfg.api_key, cfg.admin, cfg.admin_key))

@@ -13,7 +13,8 @@ answer was buffered whole, 261 MB of RSS; six of 60 MB, 1.59 GB): beyond it
 the answer is a 502 that is not held against the engine (the request asked
 for it). A 200 whose body is not UTF-8 JSON (truncated, or another encoding)
 is a failure of that engine, counted and retried like a 5xx: it is never
-relayed as a 200.
+relayed as a 200. A big answer is parsed in a parse worker, and only what the
+proxy reads of it comes back (:func:`parse_answer`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -28,6 +30,8 @@ from aiohttp import web
 from servekit.proxy import parsepool
 from servekit.proxy.budget import charge, charged, parse_cost
 from servekit.proxy.failures import ProxyError, error_response
+
+T = TypeVar("T")
 
 
 def _too_large(limit: int) -> ProxyError:
@@ -109,18 +113,37 @@ async def read_answer(resp: aiohttp.ClientResponse, limit: int, who: str, stage:
     return await read_capped(resp.content, resp.content_length, limit, too_large)
 
 
-async def check_json(body: bytes, who: str, stage: str) -> None:
-    """A 200's body must be UTF-8 JSON; otherwise the engine failed (retryable 502).
-
-    A body above ``--parse-inline-bytes`` is checked in a parse worker, so the loop
-    serves meanwhile (:mod:`servekit.proxy.parsepool`).
-    """
+async def parse_off_loop(
+    fn: Callable[..., T], raw: bytes, *args: Any, inline_if_worker_dies: bool = False
+) -> T:
+    """``fn(raw, *args)``, its parse charged to ``--memory-budget`` while it runs: in a
+    parse worker when ``raw`` is over ``--parse-inline-bytes``, else on the loop. A
+    worker that died is a 503 ``worker_failed``, or, with ``inline_if_worker_dies``, the
+    parse is done on the loop instead."""
     workers = parsepool.CURRENT.get()
-    with charged(parse_cost(body) - len(body)):
-        if workers is not None and workers.wanted(len(body)):
-            ok = await workers.call(parsepool.is_json, body)
-        else:
-            ok = parsepool.is_json(body)
-    if not ok:
+    cost = parse_cost(raw)
+    with charged(cost - len(raw)):
+        if workers is not None and workers.wanted(len(raw)):
+            try:
+                return await workers.call(fn, raw, *args, cost=cost)
+            except ProxyError:  # worker_failed
+                if not inline_if_worker_dies:
+                    raise
+        return fn(raw, *args)
+
+
+async def parse_answer(
+    body: bytes, who: str, stage: str, keys: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A 200's body must be UTF-8 JSON, otherwise the engine failed (a retryable 502); the
+    members ``keys`` of its top-level object, decoded (:func:`parsepool.answer_fields`).
+
+    The parse is charged to ``--memory-budget`` while it runs; a body above
+    ``--parse-inline-bytes`` is parsed in a parse worker, so the loop serves
+    meanwhile (:mod:`servekit.proxy.parsepool`).
+    """
+    got = await parse_off_loop(parsepool.answer_fields, body, keys)
+    if got is None:
         msg = f"{who} answered 200 with a body that is not UTF-8 JSON (truncated or mis-encoded)"
         raise ProxyError("upstream_error", stage, msg)
+    return got

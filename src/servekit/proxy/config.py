@@ -105,6 +105,10 @@ class ProxyConfig:
     parse_inline_bytes: int = opt(1024 * 1024, "bodies (requests, unstreamed answers) up to "
                                   "this size are parsed on the event loop, larger ones by a "
                                   "--parse-workers process", ge=0)  # fmt: skip
+    parse_worker_rss: int = opt(64 * 1024 * 1024, "a parse worker whose resident memory "
+                                "passes this once it is idle is replaced by a fresh one (about "
+                                "40 MB; CPython keeps much of a big parse's heap; 0: never)",
+                                ge=0)  # fmt: skip
     max_answer_bytes: int = opt(64 * 1024 * 1024, "an engine's unstreamed answer larger than "
                                 "this is a 502", gt=0)  # fmt: skip
     header_timeout_s: float = opt(60.0, "request line and headers must arrive within this "

@@ -22,7 +22,7 @@ except ImportError:  # the zipapp's plain environment
     FAST = False
 
 
-def loads(raw: bytes) -> Any:
+def loads(raw: bytes | str) -> Any:
     """Parse JSON; ValueError (or RecursionError) as :func:`json.loads` raises them."""
     if FAST:
         try:

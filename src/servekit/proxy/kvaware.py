@@ -52,7 +52,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import json
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -63,7 +62,9 @@ import zmq.asyncio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from servekit.proxy.bodies import parse_answer, read_answer
 from servekit.proxy.config import ProxyConfig
+from servekit.proxy.failures import ProxyError
 from servekit.proxy.instances import Instance
 from servekit.proxy.kvevents import Source, Subscriber
 from servekit.proxy.kvindex import EngineIndex, Feed, SentRecord, chain_keys
@@ -177,19 +178,22 @@ class KvRouting:
         inst = min(insts, key=lambda i: (i.requests, i.tokens))
         doc = {k: body[k] for k in TOKENIZE_KEYS if k in body}
         timeout = aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S)
+        who = f"{inst.role} {inst.describe(self.config.debug)}"
         try:
             async with self.session.post(
                 inst.url + "/tokenize", json=doc, headers=self.headers, timeout=timeout
             ) as resp:
                 if resp.status != 200:
                     return None
-                raw = await resp.content.read(MAX_TOKENIZE_BYTES)
+                raw = await read_answer(resp, MAX_TOKENIZE_BYTES, who, "proxy")
+            # big: parsed in a parse worker, only the tokens come back
+            tokens = (await parse_answer(raw, who, "proxy", ("tokens",))).get("tokens")
         except (aiohttp.ClientError, TimeoutError):
             return None
-        try:
-            tokens = json.loads(raw).get("tokens")
-        except (ValueError, AttributeError, RecursionError):
-            return None
+        except ProxyError as err:
+            if err.kind in ("answer_too_large", "upstream_error"):
+                return None  # routed by load alone
+            raise  # the memory budget, or a dead parse worker: the request's own error
         ok = isinstance(tokens, list) and all(type(t) is int for t in tokens)
         return tokens if ok else None
 
@@ -309,8 +313,13 @@ class _KvCollector(Collector):
             "servekit_proxy_kv_events_gaps", "Sequence gaps seen", labels=["engine"]
         )
         bad = CounterMetricFamily(
-            "servekit_proxy_kv_events_bad", "Frames dropped as malformed", labels=["engine"]
-        )
+            "servekit_proxy_kv_events_bad", "Frames dropped (malformed or oversized)",
+            labels=["engine"],
+        )  # fmt: skip
+        oversized = CounterMetricFamily(
+            "servekit_proxy_kv_events_oversized", "Frames dropped for their size (bytes, "
+            "events, blocks or token ids over the caps)", labels=["engine"],
+        )  # fmt: skip
         for url in sorted(set(r.indexes) | set(r.sources)):
             r.live(url)  # moves a gap past its resync window to live
             idx = r.index(url)
@@ -320,6 +329,7 @@ class _KvCollector(Collector):
             batches.add_metric([url], idx.batches)
             gaps.add_metric([url], idx.gaps)
             bad.add_metric([url], idx.bad)
+            oversized.add_metric([url], idx.oversized)
         choices = CounterMetricFamily(
             "servekit_proxy_kv_choices", "Choices of the kv-events policy by how the chosen "
             "engine was scored (precise: from its events; approximate: from what was sent)",
@@ -333,4 +343,4 @@ class _KvCollector(Collector):
             choices.add_metric([stage, "precise"], c.precise)
             choices.add_metric([stage, "approximate"], c.approximate)
             matched.add_metric([stage], c.matched_tokens)
-        yield from (state, blocks, batches, gaps, bad, choices, matched)
+        yield from (state, blocks, batches, gaps, bad, oversized, choices, matched)

@@ -10,8 +10,16 @@ and the engine is scored approximately for ``resync_s`` while the index fills
 again from the live stream (after the gap every block it learns is certain, so
 the rebuilt index is a subset of the engine's cache, never a superset).
 
-A garbled frame is counted and dropped; nothing a publisher sends can stop the
-subscriber. Needs pyzmq (and msgspec, through :mod:`servekit.proxy.kvwire`).
+A frame that cannot be applied (garbled, or over :mod:`servekit.proxy.kvwire`'s
+caps in bytes, events, blocks or token ids: counted apart, as ``oversized``) is
+counted and dropped; its events are lost, so the engine is scored
+approximately for ``resync_s`` from then on, as after a gap (replaying it would
+only bring the same frame). Nothing a publisher sends can stop the subscriber
+or hold the event loop for long: a frame costs at most about 0.1 s (the caps),
+ZMQ itself drops a connection whose frame passes :data:`MAX_FRAME_BYTES`, the
+loop has its turn between frames, and a replay is asked for at most
+:data:`MAX_REPLAY` batches. Needs pyzmq (and msgspec, through
+:mod:`servekit.proxy.kvwire`).
 """
 
 from __future__ import annotations
@@ -27,11 +35,21 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from servekit.proxy.kvindex import EngineIndex, Feed
-from servekit.proxy.kvwire import END_SEQ, Batch, WireError, parse_frames, parse_payload, parse_seq
+from servekit.proxy.kvwire import (
+    END_SEQ,
+    MAX_PAYLOAD,
+    Batch,
+    TooBig,
+    WireError,
+    parse_frames,
+    parse_payload,
+    parse_seq,
+)
 
 log = logging.getLogger("servekit.proxy.kvevents")
 REPLAY_TIMEOUT_S = 2.0
-MAX_FRAME_BYTES = 64 * 1024 * 1024
+MAX_FRAME_BYTES = 2 * MAX_PAYLOAD  # larger: ZMQ drops the connection, nothing is buffered
+MAX_REPLAY = 1024  # batches asked of a replay socket; a wider gap is lost
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,7 @@ class Subscriber:
             while True:
                 frames = await sub.recv_multipart()
                 await self._on_frames(frames)
+                await asyncio.sleep(0)  # a queued frame is read at once: others' turn first
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -101,8 +120,7 @@ class Subscriber:
         try:
             batch = parse_frames(frames)
         except WireError as exc:
-            self.index.bad += 1
-            log.debug("kv events from %s: dropped a frame: %s", self.source.endpoint, exc)
+            self._drop(frames, exc)
             return
         if self.index.feed in (Feed.DOWN, Feed.CONNECTING):
             self.index.feed = Feed.LIVE  # a message is proof of a connection
@@ -112,10 +130,26 @@ class Subscriber:
                 self._lose_sync()
         self.index.apply(batch)
 
+    def _drop(self, frames: list[bytes], exc: WireError) -> None:
+        """A frame not applied: counted, and its batch's events lost (when it has a number)."""
+        self.index.bad += 1
+        if isinstance(exc, TooBig):
+            self.index.oversized += 1
+        log.debug("kv events from %s: dropped a frame: %s", self.source.endpoint, exc)
+        try:
+            seq = parse_seq(frames[1]) if len(frames) == 3 else None
+        except WireError:
+            seq = None
+        if seq is not None:
+            self._lose_sync()
+            self.index.last_seq = seq  # what follows is in order again
+
     def _lose_sync(self) -> None:
         self.index.clear()
-        self.index.feed = Feed.GAP
         self.gap_until = time.monotonic() + self.resync_s
+        if self.index.feed is Feed.GAP:
+            return  # said already
+        self.index.feed = Feed.GAP
         log.warning(
             "kv events from %s: lost batches after %s; scoring it approximately for %.0fs",
             self.source.endpoint, self.index.last_seq, self.resync_s,
@@ -125,11 +159,13 @@ class Subscriber:
         """Fetch batches ``last_seq+1 .. upto-1`` from the replay socket; True when all came."""
         if self.source.replay is None or self.index.last_seq is None:
             return False
+        if upto - self.index.last_seq > MAX_REPLAY:
+            return False
         first = self.index.last_seq + 1
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        got: list[Batch] = []
+        got: dict[int, Batch] = {}
         try:
             sock.connect(self.source.replay)
             await sock.send_multipart([b"", first.to_bytes(8, "big")])
@@ -141,16 +177,17 @@ class Subscriber:
                     seq = parse_seq(frames[2])
                     if seq == END_SEQ:
                         break
-                    if first <= seq < upto:
-                        got.append(parse_payload(seq, frames[3]))
-        except (TimeoutError, WireError, zmq.ZMQError):
+                    if first <= seq < upto and seq not in got:
+                        got[seq] = parse_payload(seq, frames[3])
+                    await asyncio.sleep(0)  # the timeout, and everyone else, get their turn
+        except (TimeoutError, WireError, zmq.ZMQError) as exc:
             self.index.bad += 1
+            self.index.oversized += isinstance(exc, TooBig)
             return False
         finally:
             sock.close(linger=0)
-        got.sort(key=lambda b: b.seq)
-        if [b.seq for b in got] != list(range(first, upto)):
+        if sorted(got) != list(range(first, upto)):
             return False
-        for b in got:
-            self.index.apply(b)
+        for seq in sorted(got):
+            self.index.apply(got[seq])
         return True

@@ -61,7 +61,8 @@ class EngineIndex:
         self._held: Counter[int] = Counter()
         self.batches = 0
         self.gaps = 0
-        self.bad = 0
+        self.bad = 0  # frames dropped
+        self.oversized = 0  # of them, over the caps in bytes, events, blocks or token ids
         self.unanchored = 0  # blocks whose parent the index never saw
 
     @property

@@ -10,10 +10,17 @@ that tag. ``BlockStored`` carries the new blocks' hashes, the hash of the block
 before them (``parent_block_hash``, None at the start of a prompt), the token
 ids of all its blocks and the block size; ``BlockRemoved`` the hashes evicted.
 
-The publisher is another process, so a frame is input, not trust: every field is
-checked and anything else is a :class:`WireError`, never an exception that could
-stop the subscriber. Sizes are bounded (:data:`MAX_PAYLOAD`); msgspec bounds
-nesting depth itself.
+The publisher is another process, so a frame is input, not trust, and it is
+decoded on the proxy's event loop: every field is checked and anything else is
+a :class:`WireError`, never an exception that could stop the subscriber, and
+the work a frame can cost is bounded before it is done. A payload over
+:data:`MAX_PAYLOAD` bytes is refused unread; the rest is decoded against the
+events' own schema (:mod:`servekit.proxy.kvschema`), so a value of the wrong
+shape stops the decode where it stands (a payload of 8 MiB of empty arrays took
+5.5 s and 600 MB as untyped msgpack) and an array longer than its cap (events,
+blocks, token ids per batch) is refused from its header, before its items are
+read. A batch that is too big is a :class:`TooBig`, a :class:`WireError` the
+subscriber counts apart.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-MAX_PAYLOAD = 32 * 1024 * 1024  # one batch; vLLM's are a scheduler step's blocks
+MAX_PAYLOAD = 4 * 1024 * 1024  # one batch (vLLM's: one scheduler step's blocks, < 1 MB)
 MAX_BLOCK_SIZE = 1 << 20
+MAX_EXTRA_MARK = 4096  # bytes of a BlockStored's extra keys kept to set its blocks apart
 END_SEQ = -1  # the replay socket's end marker
 
 Hash = int | bytes
@@ -30,6 +38,10 @@ Hash = int | bytes
 
 class WireError(ValueError):
     """A frame or payload that is not a well-formed KV event batch."""
+
+
+class TooBig(WireError):
+    """A batch over one of the caps (bytes, events, blocks, token ids): refused undone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +80,6 @@ class Batch:
     dp_rank: int | None
 
 
-_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                  "medium", "lora_name", "extra_keys")  # fmt: skip
-_REMOVED_FIELDS = ("block_hashes", "medium")
-
-
 def parse_seq(frame: bytes) -> int:
     """An 8-byte big-endian sequence number (signed: the replay end marker is -1)."""
     if len(frame) != 8:
@@ -87,89 +94,93 @@ def parse_frames(frames: list[bytes]) -> Batch:
     return parse_payload(parse_seq(frames[1]), frames[2])
 
 
-def parse_payload(seq: int, payload: bytes) -> Batch:
-    """The msgpack ``EventBatch`` of message ``seq``."""
-    if len(payload) > MAX_PAYLOAD:
-        raise WireError(f"payload of {len(payload)} bytes is over {MAX_PAYLOAD}")
+def _decode(decoder: Any, raw: Any, what: str) -> Any:
     import msgspec  # here: the zipapp (aiohttp only) imports this module's types
 
     try:
-        doc = msgspec.msgpack.decode(payload)
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        if "length <=" in str(exc):  # an array over its cap, refused from its header
+            raise TooBig(f"{what}: {exc}") from None
+        raise WireError(f"{what} is malformed ({exc})") from None
     except (msgspec.DecodeError, RecursionError, MemoryError) as exc:
-        raise WireError(f"payload is not msgpack ({exc})") from None
-    if not isinstance(doc, list) or not 2 <= len(doc) <= 3:
-        raise WireError("payload is not an EventBatch array [ts, events, dp_rank]")
-    ts, events = doc[0], doc[1]
-    rank = doc[2] if len(doc) == 3 else None
-    if not isinstance(ts, int | float) or isinstance(ts, bool):
-        raise WireError("EventBatch ts is not a number")
-    if not isinstance(events, list):
-        raise WireError("EventBatch events is not an array")
-    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
-        raise WireError("EventBatch data_parallel_rank is not an integer")
-    return Batch(seq, float(ts), tuple(parse_event(e) for e in events), rank)
+        raise WireError(f"{what} is not msgpack ({exc})") from None
 
 
-def _fields(raw: Any, names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    """An event as (tag, fields), from the tagged-map form or the older array form."""
-    if isinstance(raw, dict):
-        tag = raw.get("type")
-        if not isinstance(tag, str):
-            raise WireError("event map without a string 'type'")
-        return tag, raw
-    if isinstance(raw, list) and raw and isinstance(raw[0], str):
-        return raw[0], dict(zip(names, raw[1:], strict=False))
-    raise WireError("event is neither a tagged map nor a tagged array")
+def parse_payload(seq: int, payload: bytes) -> Batch:
+    """The msgpack ``EventBatch`` of message ``seq``, its size and work bounded."""
+    if len(payload) > MAX_PAYLOAD:
+        raise TooBig(f"payload of {len(payload)} bytes is over {MAX_PAYLOAD}")
+    from servekit.proxy import kvschema
+
+    doc = _decode(kvschema.BATCH, payload, "payload")
+    events: list[Event] = []
+    blocks = tokens = 0
+    for raw in doc.events:
+        event = parse_event(raw)
+        if not isinstance(event, Cleared):
+            blocks += len(event.hashes)
+        if isinstance(event, Stored):
+            tokens += len(event.token_ids)
+        if blocks > kvschema.MAX_BLOCKS or tokens > kvschema.MAX_TOKENS:
+            msg = (
+                f"more than {kvschema.MAX_BLOCKS} blocks or {kvschema.MAX_TOKENS} token ids "
+                "in one batch"
+            )
+            raise TooBig(msg)
+        events.append(event)
+    return Batch(seq, doc.ts, tuple(events), doc.data_parallel_rank)
 
 
 def parse_event(raw: Any) -> Event:
-    """One event; unknown tags are refused (a newer engine would need a newer proxy)."""
-    if isinstance(raw, dict):
-        tag = raw.get("type")
-    elif isinstance(raw, list) and raw:
-        tag = raw[0]
+    """One event (its msgpack bytes); unknown tags are refused (a newer engine would need a
+    newer proxy)."""
+    from servekit.proxy import kvschema
+
+    head = memoryview(raw)[:1].tobytes()
+    if _is_map(head):
+        event = _decode(kvschema.AS_MAP, raw, "event")
+    elif _is_array(head):
+        event = _decode(kvschema.AS_ARRAY, raw, "event")
     else:  # a bare number, string or null where an event belongs (hypothesis: [0, [True]])
-        raise WireError(f"event is {type(raw).__name__}, not a tagged map or array")
-    if tag == "BlockStored":
-        _, f = _fields(raw, _STORED_FIELDS)
-        return _stored(f)
-    if tag == "BlockRemoved":
-        _, f = _fields(raw, _REMOVED_FIELDS)
-        return Removed(_hashes(f.get("block_hashes")))
-    if tag == "AllBlocksCleared":
-        _fields(raw, ())
+        raise WireError("event is neither a tagged map nor a tagged array")
+    if isinstance(event, kvschema.REMOVED):
+        return Removed(tuple(event.block_hashes))
+    if not isinstance(event, kvschema.STORED):
         return Cleared()
-    raise WireError(f"unknown event {str(tag)[:40]!r}")
+    return _stored(event)
 
 
-def _hash(value: Any) -> Hash:
-    if isinstance(value, bool) or not isinstance(value, int | bytes):
-        raise WireError("a block hash is neither an integer nor bytes")
-    return value
-
-
-def _hashes(value: Any) -> tuple[Hash, ...]:
-    if not isinstance(value, list):
-        raise WireError("block_hashes is not an array")
-    return tuple(_hash(v) for v in value)
-
-
-def _stored(f: dict[str, Any]) -> Stored:
-    hashes = _hashes(f.get("block_hashes"))
-    parent = f.get("parent_block_hash")
-    tokens = f.get("token_ids")
-    size = f.get("block_size")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_BLOCK_SIZE:
+def _stored(f: Any) -> Stored:
+    hashes, tokens, size = f.block_hashes, f.token_ids, f.block_size
+    if not 0 < size <= MAX_BLOCK_SIZE:
         raise WireError("block_size is not a positive integer")
-    if not isinstance(tokens, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in tokens
-    ):
-        raise WireError("token_ids is not an array of integers")
     if len(tokens) != len(hashes) * size:
         raise WireError(f"{len(tokens)} token ids for {len(hashes)} blocks of {size}")
-    extra = f.get("extra_keys")
-    keys = f.get("lora_name"), f.get("lora_id")
+    keys = f.lora_name, f.lora_id
+    extra = _extra_mark(memoryview(f.extra_keys).tobytes())
     marks: tuple[object, ...] | None = None
-    if any(k is not None for k in keys) or (isinstance(extra, list) and any(extra)):
-        marks = (repr(keys), repr(extra)[:4096])  # any extra key sets the blocks apart
-    return Stored(hashes, None if parent is None else _hash(parent), tuple(tokens), size, marks)
+    if any(k is not None for k in keys) or extra is not None:
+        marks = (repr(keys), extra)  # any extra key sets the blocks apart
+    return Stored(tuple(hashes), f.parent_block_hash, tuple(tokens), size, marks)
+
+
+def _extra_mark(raw: bytes) -> bytes | None:
+    """``extra_keys`` (msgpack) as a mark, or None when it names nothing: nil, or an
+    array of nils (one per block). Read from its bytes, never decoded."""
+    first = raw[:1]
+    if not _is_array(first):
+        return None  # nil, or not an array: no extra keys
+    header = 1 if first[0] <= 0x9F else 3 if first == b"\xdc" else 5
+    if not raw[header:].strip(b"\xc0"):
+        return None
+    return raw[:MAX_EXTRA_MARK]
+
+
+def _is_map(head: bytes) -> bool:
+    """``head`` (a value's first byte) starts a msgpack map."""
+    return bool(head) and (0x80 <= head[0] <= 0x8F or head in (b"\xde", b"\xdf"))
+
+
+def _is_array(head: bytes) -> bool:
+    return bool(head) and (0x90 <= head[0] <= 0x9F or head in (b"\xdc", b"\xdd"))

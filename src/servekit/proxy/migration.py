@@ -95,6 +95,8 @@ class Tape:
     template: dict[str, Any] | None = None  # the first leg's first content chunk
     offset: int = 0  # tokens the current leg's prompt holds beyond the client's
     leg: int = 0
+    max_event_bytes: int = 64 * 1024 * 1024  # the proxy passes --max-answer-bytes
+    oversized: bool = False  # one event outgrew max_event_bytes: the stream is given up
     _buf: bytes = b""
 
     @property
@@ -110,6 +112,10 @@ class Tape:
             if self.failed or self.done:
                 break
             out.append(self._event(event))
+        if len(self._buf) > self.max_event_bytes:
+            # an event that never ends would otherwise be held whole: the stream
+            # fails (the engine's fault) and cannot be carried on, its ids unread
+            self._buf, self.failed, self.oversized = b"", True, True
         return b"".join(out)
 
     def _event(self, event: bytes) -> bytes:
@@ -156,7 +162,7 @@ class Tape:
 
     def continuation(self) -> dict[str, Any] | None:
         """The /v1/completions body that carries on, or None when it cannot."""
-        if self.prompt_ids is None or self.head is None:
+        if self.prompt_ids is None or self.head is None or self.oversized:
             return None
         body: dict[str, Any] = {k: self.body[k] for k in CARRIED if k in self.body}
         limit = token_limit(self.route, self.body)

@@ -22,13 +22,16 @@ proportional to its bytes, not to its values:
 the client's body with a few fields set) by splicing those texts: the bytes
 ``json.dumps`` writes for the parsed body, at the cost of copying them. Replica
 mode sends the client's bytes as they came. Engines' unstreamed answers above
-the same size are checked to be JSON in a worker too (:func:`is_json`).
+the same size are parsed in a worker too, and only the members the proxy reads
+come back (:func:`answer_fields`).
 
-The pool starts with the first big body (spawned processes: the loop's threads
-are not forked) and stops with the proxy. A worker that dies (killed, out of
-memory) fails the bodies it had with a 503 ``worker_failed``, and the next big
-body starts a new pool. The worker runs the proxy's own modules and the
-standard library (orjson when installed), so the zipapp has it too.
+A worker starts with the first big body it gets (spawned processes: the loop's
+threads are not forked) and stops with the proxy. A worker that dies (killed,
+out of memory) fails the bodies it had with a 503 ``worker_failed``, and the
+next big body starts a new one; a worker whose memory passes
+``--parse-worker-rss`` once idle is replaced (:class:`Workers`). The worker
+runs the proxy's own modules and the standard library (orjson when installed),
+so the zipapp has it too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -51,6 +55,7 @@ from servekit.proxy.validation import BY_ROUTE, COMMON, check_request
 
 T = TypeVar("T")
 RAW_ABOVE = 16 << 10
+RSS_CHECK_DELAY_S = 0.05  # after its last call, time for the worker to drop what it sent
 REST = "\x00members"  # the key of the body's Members (never a key the proxy sets)
 # What the proxy reads from a body on the loop (migration's carried fields, the
 # checked ones, the prompt) and every field a stage payload sets.
@@ -153,13 +158,17 @@ def parse_request(route: str, raw: bytes, prefix_chars: int, decoded: bool) -> S
     )
 
 
-def is_json(raw: bytes) -> bool:
-    """``raw`` is UTF-8 JSON (an engine's answer)."""
+def answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """An engine's answer checked to be UTF-8 JSON (None: it is not), and the members
+    ``keys`` of its top-level object, decoded: all the proxy reads of it (the prefill's
+    ``kv_transfer_params``, ``/tokenize``'s ``tokens``); the rest is never sent back."""
     try:
-        json.loads(raw.decode("utf-8"))
+        doc = jsoncodec.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return False
-    return True
+        return None
+    if not isinstance(doc, dict):
+        return {}
+    return {key: doc[key] for key in keys if key in doc}
 
 
 def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
@@ -201,15 +210,49 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class Workers:
-    """The parse processes of one proxy: started with the first big body, replaced when
-    one dies."""
+def rss_bytes(pid: int) -> int | None:
+    """A process's resident memory (``VmRSS``); None where ``/proc`` cannot say."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
-    def __init__(self, count: int, inline_bytes: int) -> None:
+
+class _Slot:
+    """One worker process (a pool of one, so it can be replaced alone) and its calls."""
+
+    def __init__(self, context: Any) -> None:
+        self.pool = ProcessPoolExecutor(1, context, _ignore_interrupts)
+        self.calls = 0
+
+    def pid(self) -> int | None:
+        return next(iter(self.pool._processes or ()), None)
+
+
+class Workers:
+    """The parse processes of one proxy: started with the first big body, replaced when one
+    dies, or when its memory passes ``max_rss`` once it is idle.
+
+    CPython keeps much of the heap a big parse grew (a worker that parsed a 32 MiB
+    body of long strings held 114 MB after, against 38 MB fresh), so a worker whose
+    resident memory passes ``max_rss`` (``--parse-worker-rss``) when it has no call
+    is retired and a fresh one started in its place; it holds no call then, so
+    nothing in flight fails. Where ``/proc`` cannot say, the estimated cost of its
+    last parse stands in for its memory.
+    """
+
+    def __init__(self, count: int, inline_bytes: int, max_rss: int = 0) -> None:
         self.count = count
         self.inline_bytes = inline_bytes
-        self.failures = 0  # pools lost to a dead worker
-        self._pool: ProcessPoolExecutor | None = None
+        self.max_rss = max_rss  # 0: never replaced for its memory
+        self.failures = 0  # workers lost (killed, out of memory)
+        self.recycled = 0  # workers replaced for their memory
+        self._context = multiprocessing.get_context("spawn")
+        self._slots: list[_Slot | None] = [None] * count
 
     def wanted(self, size: int) -> bool:
         """A body of ``size`` bytes is parsed off the loop."""
@@ -217,39 +260,70 @@ class Workers:
 
     def pids(self) -> list[int]:
         """The running workers' process ids (for tests and benchmarks)."""
-        pool = self._pool
-        return [] if pool is None else list(pool._processes or ())
+        return [pid for slot in self._slots if slot is not None and (pid := slot.pid())]
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker; a 503 ``worker_failed`` when the worker died."""
-        pool = self._pool
-        if pool is None:
-            context = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(self.count, context, _ignore_interrupts)
-            self._pool = pool
+    def _calls(self, at: int) -> int:
+        slot = self._slots[at]
+        return 0 if slot is None else slot.calls
+
+    def _pick(self) -> _Slot:
+        """The worker with the fewest calls (started if need be)."""
+        at = min(range(self.count), key=self._calls)
+        slot = self._slots[at]
+        if slot is None:
+            slot = self._slots[at] = _Slot(self._context)
+        return slot
+
+    async def call(self, fn: Callable[..., T], *args: Any, cost: int = 0) -> T:
+        """``fn(*args)`` in a worker; a 503 ``worker_failed`` when the worker died.
+
+        ``cost``: about the memory the call takes there (its parse's estimate).
+        """
+        slot = self._pick()
         try:
-            future = pool.submit(fn, *args)
+            future = slot.pool.submit(fn, *args)
         except RuntimeError:  # broken already, or shut down: BrokenProcessPool is one
-            raise self._lost(pool) from None
+            raise self._lost(slot) from None
+        slot.calls += 1
         try:
             return await asyncio.wrap_future(future)
         except BrokenProcessPool:
-            raise self._lost(pool) from None
+            raise self._lost(slot) from None
+        finally:
+            slot.calls -= 1
+            if self.max_rss and slot.calls == 0 and slot in self._slots:
+                loop = asyncio.get_running_loop()
+                loop.call_later(RSS_CHECK_DELAY_S, self._check, slot, cost)
 
-    def _lost(self, pool: ProcessPoolExecutor) -> ProxyError:
-        """Drop a pool whose worker died (the next big body starts another)."""
-        if self._pool is pool:
+    def _check(self, slot: _Slot, cost: int) -> None:
+        """Replace an idle worker whose memory passed ``max_rss``."""
+        if slot.calls or slot not in self._slots:
+            return
+        pid = slot.pid()
+        rss = None if pid is None else rss_bytes(pid)
+        if (cost if rss is None else rss) <= self.max_rss:
+            return
+        fresh = _Slot(self._context)
+        fresh.pool.submit(os.getpid)  # started now: the next big body does not wait for it
+        self._slots[self._slots.index(slot)] = fresh
+        self.recycled += 1
+        slot.pool.shutdown(wait=False)
+
+    def _lost(self, slot: _Slot) -> ProxyError:
+        """Drop a worker that died (the next big body starts another)."""
+        if slot in self._slots:
             self.failures += 1
-            self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._slots[self._slots.index(slot)] = None
+            slot.pool.shutdown(wait=False, cancel_futures=True)
         msg = "the proxy's parse worker process died (killed, or out of memory); retry"
         return ProxyError("worker_failed", "proxy", msg)
 
     async def close(self) -> None:
         """Stop the workers (a parse under way finishes first)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+        slots, self._slots = self._slots, [None] * self.count
+        for slot in slots:
+            if slot is not None:
+                await asyncio.to_thread(slot.pool.shutdown, True, cancel_futures=True)
 
 
 CURRENT: ContextVar[Workers | None] = ContextVar("servekit_proxy_workers", default=None)

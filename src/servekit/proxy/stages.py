@@ -27,18 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.bodies import check_json, read_answer
+from servekit.proxy.bodies import parse_answer, read_answer
+from servekit.proxy.budget import refund
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
@@ -80,6 +80,16 @@ class Handoff(Protocol):
 
     async def handoff(self, trip: Trip, body: dict[str, Any]) -> dict[str, Any]:
         """Run the prefill for ``body``; the decode request's body (the KV's params in it)."""
+
+
+PREFILL_READS = ("kv_transfer_params",)  # all the proxy reads of a prefill's answer
+
+
+class Whole(NamedTuple):
+    """An unstreamed answer: its bytes, and the members of it that were asked for."""
+
+    body: bytes
+    fields: dict[str, Any]
 
 
 @dataclass
@@ -139,7 +149,7 @@ class Trip:
             and ticket.route in ROUTES
             and ticket.body.get("n", 1) == 1
         ):
-            self.tape = Tape(ticket.route, ticket.body)
+            self.tape = Tape(ticket.route, ticket.body, max_event_bytes=cfg.max_answer_bytes)
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
 
@@ -152,8 +162,11 @@ class Trip:
             total=total, sock_connect=cfg.connect_timeout_s, sock_read=cfg.stream_idle_timeout_s
         )
 
-    async def post_whole(self, stage: str, inst: Instance, data: Body, total: float) -> bytes:
-        """POST and read the whole answer (capped); non-200 and non-JSON answers raise."""
+    async def post_whole(
+        self, stage: str, inst: Instance, data: Body, total: float, keys: tuple[str, ...] = ()
+    ) -> Whole:
+        """POST and read the whole answer (capped) and its members ``keys``; non-200 and
+        non-JSON answers raise. A big answer is parsed in a parse worker."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
         try:
@@ -164,8 +177,7 @@ class Trip:
                 body = await read_answer(resp, self.router.config.max_answer_bytes, who, stage)
                 ctype = resp.headers.get("Content-Type", "application/json")
                 _check_status(who, stage, resp.status, body, ctype)
-                await check_json(body, who, stage)
-                return body
+            return Whole(body, await parse_answer(body, who, stage, keys))
         except aiohttp.ClientError:
             _raise_if_stale(data, stage)
             raise
@@ -181,25 +193,27 @@ class Trip:
         """
         payload = prefill_payload(self.ticket.route, self.ticket.body, with_kv_params, kv_params)
         self.progress.stage = "prefill"
-        body = await self.prefill_on_any(encode_body(payload))
-        try:
-            return kv_params_of(json.loads(body))
-        except ValueError:
-            raise ProxyError("upstream_error", "prefill", "prefill answer is not JSON") from None
+        return kv_params_of(await self.prefill_on_any(encode_body(payload)))
 
-    async def prefill_on_any(self, data: bytes) -> bytes:
-        """POST ``data`` to a prefill (retried on another); its answer, the instance kept."""
+    async def prefill_on_any(self, data: bytes) -> dict[str, Any]:
+        """POST ``data`` to a prefill (retried on another); what the proxy reads of its
+        answer (:data:`PREFILL_READS`), the instance kept. The answer itself is dropped
+        (a big one never left the parse worker but as its bytes) and its bytes given
+        back to the budget."""
         cfg = self.router.config
         t0 = time.perf_counter()
 
-        async def exchange(inst: Instance) -> bytes:
-            body = await self.post_whole("prefill", inst, data, cfg.prefill_timeout_s)
+        async def exchange(inst: Instance) -> dict[str, Any]:
+            whole = await self.post_whole(
+                "prefill", inst, data, cfg.prefill_timeout_s, PREFILL_READS
+            )
             self.prefilled_on = inst
-            return body
+            refund(len(whole.body))
+            return whole.fields
 
-        body = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
+        fields = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
         self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
-        return body
+        return fields
 
     def decode_body(self) -> dict[str, Any]:
         """The client's body, asking for token ids when the stream may migrate."""
@@ -255,7 +269,7 @@ class Trip:
             assert sent is not None
             if self.ticket.stream:
                 return await self.open_stream(stage, inst, sent)
-            return await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)
+            return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
 
         out = await self.router.attempt(
             stage, self.ticket.prefix_key, exchange, tried=tried,

@@ -41,12 +41,11 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from servekit.guard import metaserver_url
-from servekit.proxy.bodies import read_request
-from servekit.proxy.budget import charged, parse_cost
+from servekit.proxy.bodies import parse_off_loop, read_request
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError, error_response
 from servekit.proxy.instances import Instance
-from servekit.proxy.parsepool import encode_body
+from servekit.proxy.parsepool import Raw, encode_body
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.protocols.base import Handler
 from servekit.proxy.router import Router
@@ -103,15 +102,15 @@ class Book:
 
     def __init__(self, body_timeout_s: float = 60.0) -> None:
         self.body_timeout_s = body_timeout_s
-        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[str, asyncio.Future[Raw]] = {}
         self.background: set[asyncio.Task[Any]] = set()
 
-    def expect(self, key: str) -> asyncio.Future[dict[str, Any]]:
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    def expect(self, key: str) -> asyncio.Future[Raw]:
+        future: asyncio.Future[Raw] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
         return future
 
-    def take(self, key: str) -> asyncio.Future[dict[str, Any]] | None:
+    def take(self, key: str) -> asyncio.Future[Raw] | None:
         """The waiting request of that id, removed (a call is honoured once)."""
         future = self._waiting.pop(key, None)
         return None if future is None or future.done() else future
@@ -148,23 +147,36 @@ async def metaserver(request: web.Request) -> web.Response:
         raw = await read_request(request, CALL_MAX_BYTES, book.body_timeout_s, too_large)
     except ProxyError as err:
         return error_response(err)  # 413 or 408, and the connection closed
-    try:
-        with charged(parse_cost(raw) - len(raw)):
-            doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        doc = None
-    key = doc.get("request_id") if isinstance(doc, dict) else None
-    future = book.take(key) if isinstance(key, str) else None
+    key, problem, call = await _read_call(raw)
+    future = book.take(key) if key is not None else None
     if future is None:
         return _refusal(404, "unknown_request", "request_id names no request waiting for its KV")
-    problem = call_problem(doc)
-    if problem is not None:
+    if call is None:
         msg = f"the decoder's metaserver call is malformed: {problem}"
         future.set_exception(ProxyError("upstream_error", "decode", msg))
         return _refusal(400, "bad_request", msg)
-    assert isinstance(doc, dict)
-    future.set_result(doc)
+    future.set_result(call)
     return web.json_response({"status": "accepted"})
+
+
+def read_call(raw: bytes) -> tuple[str | None, str | None, Raw | None]:
+    """A metaserver call's ``request_id``, what is wrong with it, and (when nothing is) the
+    call as the JSON text its prefill payload carries. On the loop, or in a parse worker."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
+    key = doc.get("request_id") if isinstance(doc, dict) else None
+    problem = call_problem(doc)
+    call = None if problem is not None else Raw(json.dumps(doc).encode())
+    return (key if isinstance(key, str) else None), problem, call
+
+
+async def _read_call(raw: bytes) -> tuple[str | None, str | None, Raw | None]:
+    """:func:`read_call`, its parse charged to the budget; a big call (up to
+    :data:`CALL_MAX_BYTES`) in a parse worker, or, when that worker died, on the loop:
+    the request waiting for the call is failed or served now, not at its timeout."""
+    return await parse_off_loop(read_call, raw, inline_if_worker_dies=True)
 
 
 def add_routes(app: web.Application, body_timeout_s: float) -> None:
@@ -233,7 +245,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
     call = book.expect(key)
     data = encode_body(decode_payload(trip.ticket.body, url))
     decode: asyncio.Task[Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
-    prefill: asyncio.Task[bytes] | None = None
+    prefill: asyncio.Task[dict[str, Any]] | None = None
     handed_off = False
     try:
         first: set[asyncio.Future[Any]] = {decode, call}
@@ -278,7 +290,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
         await _stop(decode)
 
 
-async def _drain(task: asyncio.Task[bytes]) -> None:
+async def _drain(task: asyncio.Task[Any]) -> None:
     with contextlib.suppress(Exception):
         await task
 
@@ -287,4 +299,5 @@ async def _decode(trip: Trip, inst: Instance, data: bytes) -> Opened | bytes:
     """The decode exchange: a stream opened (first bytes in) or the whole answer."""
     if trip.ticket.stream:
         return await trip.open_stream("decode", inst, data)
-    return await trip.post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
+    whole = await trip.post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
+    return whole.body
