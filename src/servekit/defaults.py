@@ -35,7 +35,7 @@ class Setting(StrictModel):
 
     key: str
     var: str
-    how: Literal["flag", "bool-flag", "env", "middleware"]
+    how: Literal["flag", "bool-flag", "env", "middleware", "kv-events"]
     target: str  # the CLI flag, the env var name, or the middleware import path
     help: str
     type: Literal["int", "float", "bool", "str"]
@@ -159,7 +159,26 @@ SETTINGS: tuple[Setting, ...] = (
         type="bool",
         example="true",
     ),
+    Setting(
+        key="kv_events",
+        var="KV_EVENTS",
+        how="kv-events",
+        target="--kv-events-config",
+        help="publish KV cache events over ZMQ to the proxy's kv-events policy (1 on); only "
+        "engines a proxy routes to, one API server per DP rank",
+        type="bool",
+        example="true",
+    ),
 )
+
+# Switches: on/off settings that add words to a command (and, for kv_events, to the
+# proxy's) only when on; scripts keep them switchable at launch (VAR=0/1).
+SWITCHES = ("middleware", "kv-events")
+
+# Where vLLM's KV-event publishers listen: the first engine's ranks from vLLM's own
+# default endpoint port (KVEventsConfig.endpoint, tcp://*:5557) on; the Plan places
+# each engine's ports (render/kvevents.py).
+KV_EVENTS_BASE_PORT = 5557
 
 SETTINGS_BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
 _DIGITS = re.compile(r"[+-]?[0-9]{1,19}")
@@ -226,6 +245,7 @@ _ACCEL: dict[str, SettingValue] = {
     "gpu_memory_utilization": 0.9,
     "enable_prefix_caching": True,
     "guard": False,
+    "kv_events": True,
 }
 
 # vLLM CPU engines run eagerly: servekit's CPU layouts serve a tiny model, where
@@ -245,6 +265,7 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
         "cpu_kvcache_gib": 1,
         "enforce_eager": True,
         "guard": False,
+        "kv_events": True,
     },
     ("vllm-cpu", "prefill"): {
         "max_num_seqs": 16,
@@ -252,6 +273,7 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
         "cpu_kvcache_gib": 1,
         "enforce_eager": True,
         "guard": False,
+        "kv_events": True,
     },
     ("vllm-cpu", "decode"): {
         "max_num_seqs": 16,
@@ -259,6 +281,7 @@ _TABLE: dict[tuple[EngineKind, Role], dict[str, SettingValue]] = {
         "cpu_kvcache_gib": 1,
         "enforce_eager": True,
         "guard": True,
+        "kv_events": True,
     },
 }
 
@@ -278,3 +301,42 @@ def format_value(value: SettingValue) -> str:
 def script_defaults(kind: EngineKind = "vllm-ascend", role: Role = "mixed") -> dict[str, str]:
     """Script variable -> default, as rendered scripts write ``VAR=${VAR:-value}``."""
     return {SETTINGS_BY_KEY[k].var: format_value(v) for k, v in defaults_for(kind, role).items()}
+
+
+def prefix_caching(settings: Mapping[str, object], engine_args: Mapping[str, object]) -> bool:
+    """Whether vLLM caches prefixes with these settings and flags (its default: it does).
+
+    An engine's own ``no_enable_prefix_caching`` / ``enable_prefix_caching`` flag
+    comes after the setting's in argv, so it wins, as in vLLM's parser.
+    """
+    if engine_args.get("no_enable_prefix_caching") is True:
+        return False
+    if engine_args.get("enable_prefix_caching") is True:
+        return True
+    return settings.get("enable_prefix_caching") is not False
+
+
+NOT_ROUTED = "no proxy routes to it"  # nothing to explain: no one would read the events
+
+
+def kv_events_unfit(
+    *, routed: bool, launch: str, dp_size: int, caches_prefixes: bool
+) -> str | None:
+    """Why an engine cannot feed the proxy's kv-events policy, or None when it can.
+
+    ``routed``: the layout's proxy routes requests to it. The policy keys what an
+    engine holds by its API URL, so one API server must be one DP rank: a builtin-DP
+    engine's API server spreads requests over its ranks itself (vLLM's own DP
+    balancer, by load), so a prompt sent to it does not reach the rank holding the
+    prefix. Without prefix caching vLLM stores no blocks and publishes nothing.
+    """
+    if not routed:
+        return NOT_ROUTED
+    if launch == "builtin-dp" and dp_size > 1:
+        return (
+            f"its one API server spreads requests over {dp_size} DP ranks itself (vLLM's DP "
+            "balancer, by load), so the proxy cannot send a prompt to the rank that holds it"
+        )
+    if not caches_prefixes:
+        return "prefix caching is off, so vLLM stores no blocks and publishes no events"
+    return None

@@ -55,9 +55,16 @@ def test_every_engine_takes_its_familys_row_plus_its_own_overrides(name: str) ->
         expected = {SETTINGS_BY_KEY[k].var: format_value(v) for k, v in wanted.items()}
         # A headless rank serves no API: it takes everything but the decode guard.
         headless = {k: v for k, v in expected.items() if k != SETTINGS_BY_KEY["guard"].var}
+        # KV_EVENTS only where the process publishes (a proxy routes to it...): elsewhere
+        # the variable would switch nothing (servekit.defaults.kv_events_unfit)
+        events = SETTINGS_BY_KEY["kv_events"].var
         for process in plan.processes:
             if process.engine == engine.name:
-                want = headless if process.headless else expected
+                want = dict(headless if process.headless else expected)
+                if process.kv_events_port is None:
+                    want.pop(events, None)
+                else:
+                    assert want[events] == "1", (name, process.name)
                 assert process.settings == want, (name, process.name)
 
 

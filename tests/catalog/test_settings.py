@@ -37,6 +37,7 @@ GOOD = {
     "cpu_kvcache_gib": [1, 4],
     "guard": [True, False],
     "enforce_eager": [True, False],
+    "kv_events": [True, False],
 }
 BAD = {
     "gpu_memory_utilization": [0, -0.1, 1.01, float("nan"), float("inf"), "abc", True, [0.9]],
@@ -48,6 +49,7 @@ BAD = {
     "cpu_kvcache_gib": [0, "4G"],
     "guard": [1, "1", "on"],
     "enforce_eager": [1, "true", "--enforce-eager", None],
+    "kv_events": [1, "yes", "tcp://*:5557", None],
 }
 
 

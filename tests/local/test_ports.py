@@ -42,9 +42,10 @@ def test_taken_port_is_one_line_naming_port_and_process() -> None:
 def test_layout_port_map_maps_all_planned_ports() -> None:
     layout = load("local/1p1d").layout
     mapping = port_map(layout, free_ports=True)
-    # NIXL's side channels (kv_port 5600/5601) are mapped with the API ports
-    assert sorted(mapping) == ["0:5600", "0:5601", "0:8000", "0:8100", "0:8101"]
-    assert len(set(mapping.values())) == 5
+    # NIXL's side channels (kv_port 5600/5601) and the KV-event publishers (5557/5558)
+    # are mapped with the API ports
+    assert sorted(mapping) == ["0:5557", "0:5558", "0:5600", "0:5601", "0:8000", "0:8100", "0:8101"]
+    assert len(set(mapping.values())) == 7
 
 
 def test_nodes_that_share_ports_are_mapped_without_being_asked() -> None:
@@ -69,5 +70,7 @@ def test_a_single_node_layout_keeps_its_planned_ports(monkeypatch: pytest.Monkey
 
 def test_free_ports_maps_without_a_note() -> None:
     choice = choose(load("local/1p1d").layout, free_ports=True)
-    assert sorted(choice.mapping) == ["0:5600", "0:5601", "0:8000", "0:8100", "0:8101"]
+    assert sorted(choice.mapping) == [
+        "0:5557", "0:5558", "0:5600", "0:5601", "0:8000", "0:8100", "0:8101"
+    ]  # fmt: skip
     assert choice.note is None

@@ -39,7 +39,7 @@ def _argv(p: ProcessPlan) -> list[str]:
             out.append(arg)
         else:
             text = "".join(x if isinstance(x, str) else "${" + x.var + "}" for x in arg.parts)
-            out.append(text if arg.when is None else f"[{arg.when.var}]{text}")
+            out.append(text if arg.when is None else "${" + arg.when.var + ":+" + text + "}")
             assert isinstance(arg, Word)
     return out
 
@@ -238,3 +238,32 @@ def test_pd_layouts_render_as_one_disaggregatedset() -> None:
     for name in PD_LAYOUTS:
         kinds = [o["kind"] for o in objects(name, "disaggregatedset")]
         assert kinds.count("DisaggregatedSet") == 1 and "LeaderWorkerSet" not in kinds, name
+
+
+def test_the_proxy_reaches_every_kv_event_publisher_by_its_pod_name() -> None:
+    """``URL=tcp://HOST:PORT``: both sides name the engine's pod, the KV_EVENTS condition
+    stays, and each pod's ports hold its publishers'."""
+    name = "a3/glm5.1/1x2p1x4d"
+    r = rendering(name)
+    words = [a for a in r.processes["proxy"].command if "=tcp://" in _text(a)]
+    assert len(words) == 2 + 16  # every prefill and decode rank
+    for word in words:
+        assert not isinstance(word, str) and word.when is not None
+        assert word.when.var == "KV_EVENTS_ON"
+        api, _, events = _text(word).removeprefix("http://").partition("=tcp://")
+        assert api.split(":")[0] == events.split(":")[0] and "NODE" not in api
+    # each pod's ports (its containerPorts, and its own Service's where pods get one)
+    # hold its processes' publishers
+    pods = [pod for g in r.groups for pod in g.pods]
+    for p in plan(name).processes:
+        if p.kv_events_port is not None:
+            (pod,) = [pod for pod in pods if p.name in {q.name for q in pod.processes}]
+            assert p.kv_events_port in pod.ports, p.name
+
+
+def _text(arg: object) -> str:
+    from servekit.render import Word
+
+    if isinstance(arg, Word):
+        return "".join(p if isinstance(p, str) else "${" + p.var + "}" for p in arg.parts)
+    return str(arg)

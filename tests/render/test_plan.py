@@ -116,18 +116,22 @@ def test_defaults_table_reaches_argv_unless_the_layout_overrides() -> None:
 def test_port_map_and_hosts_rewrite_every_surface() -> None:
     lay = layout("local/1p1d")
     ports = planned_ports(lay)
-    assert ports == [(0, 5600), (0, 5601), (0, 8000), (0, 8100), (0, 8101)]
+    assert ports == [(0, 5557), (0, 5558), (0, 5600), (0, 5601), (0, 8000), (0, 8100), (0, 8101)]
     mapping = {f"{n}:{p}": 40000 + i for i, (n, p) in enumerate(ports)}
     plan = build_plan(
         lay, PlanOptions(hosts=("127.0.0.1",), bind_host="127.0.0.1", port_map=mapping)
     )
     proxy = list(plan.process("proxy").argv)
-    assert "http://127.0.0.1:40003" in proxy and "http://127.0.0.1:40004" in proxy
-    assert proxy[proxy.index("--port") + 1] == "40002"
-    assert plan.process("decode").api_port == 40004
+    assert "http://127.0.0.1:40005" in proxy and "http://127.0.0.1:40006" in proxy
+    assert proxy[proxy.index("--port") + 1] == "40004"
+    assert plan.process("decode").api_port == 40006
     # NIXL's side channel is the mapped kv_port, through the variable vLLM reads
-    assert plan.process("prefill").env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "40000"
-    assert plan.process("decode").env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "40001"
+    assert plan.process("prefill").env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "40002"
+    assert plan.process("decode").env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "40003"
+    # the KV-event publishers: mapped, in the engines' config and the proxy's --kv-events
+    assert plan.process("decode").kv_events_port == 40001
+    assert '"endpoint":"tcp://*:40001"' in " ".join(plan.process("decode").argv)
+    assert "http://127.0.0.1:40006=tcp://127.0.0.1:40001" in proxy
 
 
 def test_scratch_dir_reaches_example_connector() -> None:

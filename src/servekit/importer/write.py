@@ -22,9 +22,10 @@ import yaml
 
 from servekit import safeyaml
 from servekit.catalog import LAYOUT_FILE, MERGED_MAPPINGS, PROFILES_DIR, RoleProfile
+from servekit.defaults import kv_events_unfit, prefix_caching
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
-from servekit.vocabulary import ROLES, atomic_write_text
+from servekit.vocabulary import PD_ROLES, ROLES, atomic_write_text
 
 SOURCE_FILE = "source.json"
 # What a profile role holds, and the defaults of its fields that are not mappings.
@@ -59,6 +60,15 @@ METASERVER_DEVIATION = {
     "env": "SERVEKIT_GUARD_METASERVER",
     "reason": "a layerwise decoder's guard lets through exactly the proxy's metaserver "
     "callbacks (the source has no guard, so no such variable)",
+}
+KV_EVENTS_DEVIATION = {
+    "what": "the engines the proxy routes to publish their KV cache events (ZMQ, one port per "
+    "API server) and the proxy routes those stages by them (policy kv-events)",
+    "flag": "--kv-events-config",
+    "reason": "the proxy sends a prompt to the engine that already holds its prefix, known "
+    "from the engine's own events rather than guessed; vLLM has published them since 0.9 "
+    "(KV_EVENTS=0 at launch, or the kv_events setting off, turns it off on engines and "
+    "proxy alike)",
 }
 PROXY_DEVIATION = {
     "what": "servekit's PD proxy replaces the vendored proxy script",
@@ -161,15 +171,36 @@ def _new_profile(name: str, source: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _publishes(
+    layout: Mapping[str, Any], engine: Mapping[str, Any], data: Mapping[str, Any]
+) -> bool:
+    """Whether servekit turns KV events on for an imported engine (the Plan's rule:
+    :func:`servekit.defaults.kv_events_unfit`)."""
+    proxy = layout.get("proxy")
+    mode = proxy.get("mode", "pd") if isinstance(proxy, dict) else None
+    role = engine["role"]
+    routed = mode is not None and (role == "mixed" if mode == "replica" else role in PD_ROLES)
+    settings, args = data.get("settings") or {}, data.get("engine_args") or {}
+    reason = kv_events_unfit(
+        routed=routed,
+        launch=str(engine.get("launch", "single")),
+        dp_size=int(engine.get("dp_size", 1)),
+        caches_prefixes=prefix_caching(settings, args),
+    )
+    return reason is None
+
+
 def _engines(
     synth: Synthesis, roles: dict[str, Any]
-) -> tuple[list[dict[str, Any]], bool, dict[str, list[str]]]:
-    """Engines as written (profile role + their own delta), whether decode is guarded, unsets."""
+) -> tuple[list[dict[str, Any]], bool, dict[str, list[str]], list[str]]:
+    """Engines as written (profile role + their own delta), whether decode is guarded, unsets,
+    the engines publishing KV events."""
     layout = synth.layout
     pname = profile_name(str(layout["name"]))
     engines: list[dict[str, Any]] = []
     guarded = False
     unset: dict[str, list[str]] = {}
+    publishing: list[str] = []
     for engine in layout["engines"]:
         e = {k: v for k, v in engine.items() if k != "_role_data"}
         data = dict(engine["_role_data"])
@@ -180,6 +211,9 @@ def _engines(
         if e["role"] == "decode":
             data["settings"] = {**data.get("settings", {}), "guard": True}
             guarded = True
+        if _publishes(layout, e, data):
+            data["settings"] = {**data.get("settings", {}), "kv_events": True}
+            publishing.append(str(e["name"]))
         if e["role"] not in roles:
             roles[e["role"]] = _role_profile(data)
         delta = _diff(roles[e["role"]], data)
@@ -187,7 +221,7 @@ def _engines(
         ordered.update(e)
         ordered.update(delta)
         engines.append(ordered)
-    return engines, guarded, unset
+    return engines, guarded, unset, publishing
 
 
 def build_documents(
@@ -199,13 +233,15 @@ def build_documents(
     meta = dict(doc.get("meta") or {})
     prof = dict(profile) if profile else _new_profile(name, doc["source"])
     roles = dict(prof.get("roles") or {})
-    engines, decode_guard, unset = _engines(synth, roles)
+    engines, decode_guard, unset, publishing = _engines(synth, roles)
     prof["roles"] = {r: roles[r] for r in ROLES if r in roles}
     deviations: list[dict[str, Any]] = []
     if decode_guard:
         deviations.extend(GUARD_DEVIATIONS)
     if decode_guard and (layout.get("proxy") or {}).get("mode") == "layerwise":
         deviations.append(dict(METASERVER_DEVIATION))
+    if publishing:
+        deviations.append({**KV_EVENTS_DEVIATION, "engines": publishing})
     if "proxy" in layout:
         deviations.append(dict(PROXY_DEVIATION))
     for var, names in sorted(unset.items()):

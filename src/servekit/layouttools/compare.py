@@ -57,6 +57,7 @@ FACT_FLAGS = frozenset(
         "--prefill",
         "--decode",
         "--replica",
+        "--kv-events",
     }
 )
 FACT_KEYS = (
@@ -76,6 +77,7 @@ FACT_KEYS = (
     "api_port",
     "kv_port",
     "rpc_port",
+    "kv_events_port",
     "cwd",
 )
 _KV_FACTS = ("engine_id", "kv_port")
@@ -266,6 +268,8 @@ def _fanout(plan: Plan) -> dict[str, str]:
         for role in PROXY_POOLS:
             for url in getattr(p.proxy, role):
                 out[f"{p.name}.{role} {url}"] = "backend"
+        for publisher in p.proxy.kv_events:
+            out[f"{p.name}.kv_events {publisher}"] = "publisher"
         out[f"{p.name}.mode"] = p.proxy.mode
     return out
 

@@ -53,6 +53,10 @@ def _metaservers(proc: ProcessPlan) -> tuple[str, ...]:
     return tuple(value.split()) if isinstance(value, str) else ()
 
 
+def _kv_events(port: int) -> dict[str, object]:
+    return {"endpoint": f"tcp://*:{port}"}
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -73,6 +77,8 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "max_model_len": plan.max_model_len,
         "guard": proc.guard,
         "profile": _profile(proc, plan),
+        # the Plan's publisher port (vLLM's DP-rank offset already in it); * binds the host
+        "kv_events": None if proc.kv_events_port is None else _kv_events(proc.kv_events_port),
     }
 
 

@@ -16,6 +16,7 @@ from servekit.lazyface import lazy_face
 if TYPE_CHECKING:
     from servekit.proxy.bundle import zipapp_bytes as zipapp_bytes
     from servekit.proxy.config import (
+        KV_POLICY as KV_POLICY,
         ProxyConfig as ProxyConfig,
         config_from_values as config_from_values,
         flag_of as flag_of,

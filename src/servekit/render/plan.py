@@ -32,12 +32,16 @@ from servekit.defaults import (
     SettingValue,
     defaults_for,
     format_value,
+    kv_events_unfit,
+    prefix_caching,
 )
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
 from servekit.kvprotocol import guard_mode_of, kv_port_env, lease_source, protocol_of
+from servekit.proxy import KV_POLICY
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
+from servekit.render.kvevents import events_config, place, routed
 from servekit.vocabulary import (
     ENDPOINT_GROUPS,
     PAIRED_PROXY_MODES,
@@ -94,6 +98,10 @@ class ProxyFacts(StrictModel):
     bootstrap: tuple[str, ...] = Field(
         default=(), description="bootstrap mode: ENGINE_ID=URL of each prefill's bootstrap server"
     )
+    kv_events: tuple[str, ...] = Field(
+        default=(),
+        description="kv-events policy: ENGINE_URL=tcp://HOST:PORT of each engine's publisher",
+    )
 
     def backend_counts(self) -> dict[str, int]:
         """``<role>_instances`` -> count, as the proxy's /health reports them."""
@@ -139,6 +147,9 @@ class ProcessPlan(StrictModel):
     api_port: int | None = None
     kv_port: int | None = None
     rpc_port: int | None = None
+    kv_events_port: int | None = Field(
+        default=None, description="port its KV-event publisher listens on (kv_events setting)"
+    )
     cwd: str | None = Field(default=None, description="working directory, created if missing")
     command: tuple[Arg, ...] = Field(
         description="the command as typed words (servekit.render.command); argv derives from it"
@@ -160,8 +171,9 @@ class ProcessPlan(StrictModel):
         return f"http://{self.host}:{self.api_port}"
 
     def bound_ports(self) -> list[int]:
-        """Ports this process listens on (API, DP rpc, KV side channel window)."""
-        return [p for p in (self.api_port, self.rpc_port, self.kv_port) if p is not None]
+        """Ports this process listens on (API, DP rpc, KV side channel window, KV events)."""
+        ports = (self.api_port, self.rpc_port, self.kv_port, self.kv_events_port)
+        return [p for p in ports if p is not None]
 
 
 class NodePlan(StrictModel):
@@ -217,11 +229,13 @@ def build_plan(layout: Layout, options: PlanOptions | None = None) -> Plan:
     opts = options or PlanOptions()
     ctx = _Context(layout, opts)
     per_node: dict[int, list[ProcessPlan]] = {i: [] for i in range(layout.nodes)}
+    engines: list[ProcessPlan] = []
     for engine in layout.engines:
         for proc in _engine_processes(ctx, engine):
             per_node.setdefault(proc.node, []).append(proc)
+            engines.append(proc)
     if layout.proxy is not None:
-        proxy = _proxy_process(ctx)
+        proxy = _proxy_process(ctx, engines)
         per_node.setdefault(proxy.node, []).append(proxy)
         entry = proxy.name
     else:
@@ -254,6 +268,8 @@ class _Context:
             if decoders
             else "params"
         )
+        # engine name -> the base port of its KV-event publishers (render/kvevents.py)
+        self.events_base = place(layout, [e for e in layout.engines if _publishes(self, e)])
 
     def host(self, node: int) -> str:
         """Node ``node``'s address here (a ``${NODE<k>_IP}`` reference when not given)."""
@@ -281,16 +297,54 @@ class _Context:
         return per_node > 0 and devices == tuple(range(per_node))
 
 
-def _settings(ctx: _Context, engine: Engine) -> dict[str, SettingValue]:
+def engine_settings(layout: Layout, engine: Engine) -> dict[str, SettingValue]:
     """The engine's tunables: its profile's (already in ``settings``) or the generic row."""
-    values = {} if engine.profile is not None else defaults_for(ctx.kind, engine.role)
+    values = {} if engine.profile is not None else defaults_for(layout.engine_kind, engine.role)
     values.update(engine.settings)
     return values
 
 
+def _settings(ctx: _Context, engine: Engine) -> dict[str, SettingValue]:
+    return engine_settings(ctx.layout, engine)
+
+
+def kv_events_reason(layout: Layout, engine: Engine) -> str | None:
+    """Why ``engine`` publishes no KV events although its setting is on; None when it does
+    (or when the setting is off: nothing to explain)."""
+    settings = engine_settings(layout, engine)
+    if settings.get("kv_events") is not True:
+        return None
+    return kv_events_unfit(
+        routed=routed(layout, engine),
+        launch=engine.launch,
+        dp_size=engine.dp_size,
+        caches_prefixes=prefix_caching(settings, engine.engine_args),
+    )
+
+
+def _publishes(ctx: _Context, engine: Engine) -> bool:
+    """Whether ``engine``'s API servers publish KV events for the proxy."""
+    on = _settings(ctx, engine).get("kv_events") is True
+    return on and kv_events_reason(ctx.layout, engine) is None
+
+
+KV_EVENTS_SWITCH = SETTINGS_BY_KEY["kv_events"].var + "_ON"  # as the scripts write it
+
+
+def _kv_events_switch() -> Ref:
+    """The condition of every KV-events word: the script's KV_EVENTS=1 (the default)."""
+    return Ref(var=KV_EVENTS_SWITCH, value="1")
+
+
 def _apply_settings(
-    ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], settings: dict[str, SettingValue]
+    ctx: _Context,
+    args: _Args,
+    env: dict[str, PlanEnvValue],
+    settings: dict[str, SettingValue],
+    events_port: int | None = None,
 ) -> dict[str, str]:
+    """Each setting as the defaults table says it reaches vLLM; ``events_port``: the
+    port this process's KV-event publisher is configured with (None: it publishes none)."""
     used: dict[str, str] = {}
     for key, value in settings.items():
         setting = SETTINGS_BY_KEY[key]
@@ -305,6 +359,11 @@ def _apply_settings(
             env[setting.target] = text
         elif setting.how == "middleware":
             _guard(ctx, args, env, bool(value))
+        elif value and events_port is not None:  # kv-events
+            words = (setting.target, events_config(events_port))
+            args.extend(Word(parts=(w,), when=_kv_events_switch()) for w in words)
+        else:  # off, or not a publisher: no words, and no variable that would do nothing
+            del used[setting.var]
     return used
 
 
@@ -499,14 +558,23 @@ def _process(
     dp_rank: int | None,
     dp_local: int = 1,
     headless: bool = False,
+    events_offset: int | None = None,
 ) -> ProcessPlan:
+    """``events_offset``: this process's publisher port from its engine's base, when the
+    engine publishes KV events (its DP rank for external DP, which vLLM adds itself)."""
     env: dict[str, PlanEnvValue] = {**ctx.layout.env, **engine.env}
     kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     _kv_env(ctx, engine, env, kv_port)
     settings = _settings(ctx, engine)
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
-    used = _apply_settings(ctx, args, env, settings)
+    events_port = _events_port(ctx, engine, node, events_offset)
+    configured = None
+    if events_port is not None:  # vLLM publishes on the configured port + its DP rank
+        configured = events_port - (dp_rank or 0)
+        if configured < 1:
+            raise ValueError(f"{name}: KV events port {events_port} is below its DP rank")
+    used = _apply_settings(ctx, args, env, settings, configured)
     _layerwise_guard_env(ctx, engine, env)
     _tail_args(ctx, engine, args, kv_port, leader=not headless)
     device_var = DEVICE_ENV[ctx.kind]
@@ -534,11 +602,20 @@ def _process(
         api_port=None if headless else api_port,
         kv_port=kv_port,
         rpc_port=rpc_port,
+        kv_events_port=events_port,
         cwd=cwd,
         command=tuple(args),
         env=env,
         settings=used,
     )
+
+
+def _events_port(ctx: _Context, engine: Engine, node: int, offset: int | None) -> int | None:
+    """The (mapped) port of a publisher ``offset`` ports above its engine's base."""
+    base = ctx.events_base.get(engine.name)
+    if base is None or offset is None:
+        return None
+    return ctx.port(node, base + offset)
 
 
 def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> ProcessPlan:
@@ -555,6 +632,7 @@ def _one_process(ctx: _Context, engine: Engine, node: int, replica: int) -> Proc
         api_port=port,
         rpc_port=None,
         dp_rank=None,
+        events_offset=replica,
     )
 
 
@@ -606,6 +684,7 @@ def _builtin_dp_process(ctx: _Context, engine: Engine, j: int) -> ProcessPlan:
         dp_rank=start_rank,
         dp_local=engine.dp_size_per_node,
         headless=headless,
+        events_offset=None if headless else 0,
     )
 
 
@@ -627,6 +706,7 @@ def _external_dp_process(ctx: _Context, engine: Engine, j: int, i: int) -> Proce
         api_port=port,
         rpc_port=rpc if rank == 0 else None,
         dp_rank=rank,
+        events_offset=rank,
     )
 
 
@@ -704,7 +784,32 @@ def _kv_lease(ctx: _Context) -> int | None:
     return min(leases, default=None)
 
 
-def _proxy_process(ctx: _Context) -> ProcessPlan:
+def _kv_events_words(
+    ctx: _Context, proxy: Proxy, engines: list[ProcessPlan]
+) -> tuple[list[Arg], tuple[Word, ...]]:
+    """The kv-events policy's words (for the stages whose engines publish) and the
+    ``ENGINE_URL=tcp://HOST:PORT`` of each publishing endpoint, all on KV_EVENTS."""
+    port_of = {(p.node, p.api_port): p.kv_events_port for p in engines if p.kv_events_port}
+    found: dict[EndpointGroup, list[Word]] = {which: [] for which in ENDPOINT_GROUPS}
+    for which in ENDPOINT_GROUPS:
+        for node, planned in proxy.endpoints(which):
+            api = ctx.port(node, planned)
+            events = port_of.get((node, api))
+            if events is None:
+                continue
+            ip = Ref(var=node_var(node), value=ctx.host(node))
+            parts = ("http://", ip, f":{api}=tcp://", ip, f":{events}")
+            found[which].append(Word(parts=parts, when=_kv_events_switch()))
+    stages = (("--prefill-policy", found["prefill"]), ("--decode-policy", found["decode"]),
+              ("--decode-policy", found["replicas"]))  # fmt: skip
+    policy: list[Arg] = []
+    for flag, words in stages:
+        if words:
+            policy += [Word(parts=(w,), when=_kv_events_switch()) for w in (flag, KV_POLICY)]
+    return policy, tuple(w for which in ENDPOINT_GROUPS for w in found[which])
+
+
+def _proxy_process(ctx: _Context, engines: list[ProcessPlan]) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
     port = ctx.port(proxy.node, proxy.port)
@@ -741,12 +846,17 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
     ):
         if words:
             args.extend((flag, *words))
+    policy, kv_events = _kv_events_words(ctx, proxy, engines)
+    if kv_events:
+        listed = Word(parts=("--kv-events",), when=_kv_events_switch())
+        args.extend((*policy, listed, *kv_events))
     facts = ProxyFacts(
         mode=mode,
         prefill=resolved_argv(backends["prefill"]),
         decode=resolved_argv(backends["decode"]),
         replica=resolved_argv(backends["replicas"]),
         bootstrap=resolved_argv(bootstrap),
+        kv_events=resolved_argv(kv_events),
     )
     return ProcessPlan(
         name="proxy",
@@ -758,4 +868,5 @@ def _proxy_process(ctx: _Context) -> ProcessPlan:
         api_port=port,
         command=tuple(args),
         proxy=facts,
+        settings={SETTINGS_BY_KEY["kv_events"].var: "1"} if kv_events else {},
     )

@@ -13,8 +13,15 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from servekit.catalog import Engine, Layout, Proxy, Topology
+from servekit.defaults import NOT_ROUTED
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
-from servekit.render.plan import Plan, PlanOptions, build_plan
+from servekit.render.plan import (
+    Plan,
+    PlanOptions,
+    build_plan,
+    engine_settings,
+    kv_events_reason,
+)
 from servekit.vocabulary import KV_ROLE_OF, PD_PROXY_MODES, PD_ROLES, Role, StrictModel
 
 Level = Literal["error", "warning"]
@@ -157,6 +164,8 @@ def _bindings(layout: Layout, plan: Plan) -> dict[int, list[tuple[int, str]]]:
             by_node[p.node].append((p.api_port, f"{p.name} API"))
         if p.rpc_port is not None:
             by_node[p.node].append((p.rpc_port, f"{p.name} DP rpc"))
+        if p.kv_events_port is not None:
+            by_node[p.node].append((p.kv_events_port, f"{p.name} KV events"))
     for e in layout.engines:
         if e.kv_port is None:
             continue
@@ -380,6 +389,28 @@ def rule_decode_guard(layout: Layout, plan: Plan) -> Iterable[Finding]:
             return
 
 
+def rule_kv_events(layout: Layout, plan: Plan) -> Iterable[Finding]:
+    """An engine whose kv_events setting is on publishes, or says why it cannot."""
+    for e in layout.engines:
+        on = engine_settings(layout, e).get("kv_events") is True
+        if on and "kv_events_config" in e.engine_args:
+            yield _err(
+                layout,
+                _engine_field(layout, e, "engine_args.kv_events_config"),
+                "gives its own --kv-events-config while its kv_events setting is on (the Plan "
+                "writes one and plans its port); drop one of them",
+            )
+            continue
+        reason = kv_events_reason(layout, e)
+        if reason is not None and reason != NOT_ROUTED:
+            yield _warn(
+                layout,
+                _engine_field(layout, e, "settings.kv_events"),
+                f"is on, but this engine publishes no KV events: {reason}; the proxy routes "
+                "it by load (set kv_events: false to say so)",
+            )
+
+
 def rule_provenance(layout: Layout, plan: Plan) -> Iterable[Finding]:
     """Stale verification records and derived layouts are flagged, never counted as verified."""
     v = layout.provenance.verification
@@ -441,6 +472,7 @@ RULES: tuple[Rule, ...] = (
     rule_speculative,
     rule_nodes,
     rule_decode_guard,
+    rule_kv_events,
     rule_provenance,
     rule_topology_name,
 )

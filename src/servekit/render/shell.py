@@ -19,7 +19,7 @@ import jinja2
 
 from servekit import __version__
 from servekit.catalog import NodeValue
-from servekit.defaults import SETTINGS, SETTINGS_BY_KEY
+from servekit.defaults import SETTINGS, SETTINGS_BY_KEY, SWITCHES
 from servekit.fsutil import staged_dir
 from servekit.render.command import references, shell_words
 from servekit.render.envvalues import shell_value
@@ -125,6 +125,7 @@ def process_script(plan: Plan, p: ProcessPlan) -> str:
             argv=shell_words(p.command),
             env_lines=_env_lines(p),
             bool_flags=_bool_flags(p),
+            switches=[s.var for s in SETTINGS if s.how in SWITCHES and s.var in p.settings],
         )
     )
 

@@ -69,10 +69,41 @@ def _backend(groups: tuple[Group, ...], plan: Plan, node: int, port: int, kv: bo
     raise ValueError(f"no engine serves node {node} port {port}")
 
 
+_PORT = re.compile(r"^:(\d+)")
+
+
+def _backend_word(
+    arg: Arg, plan: Plan, groups: tuple[Group, ...], per_pod_services: bool
+) -> Arg | None:
+    """A proxy word naming one engine by ``NODE<k>_IP`` and a port, on the pod's name instead.
+
+    ``http://NODE:PORT`` (an API), ``ID=http://NODE:PORT`` (a bootstrap server: the kv
+    port) or ``http://NODE:PORT=tcp://NODE:EVENTS`` (the same pod's KV-event
+    publisher): the pod is the one the first reference and the port after it name.
+    The word keeps its condition (a KV-events word exists only with KV_EVENTS=1).
+    """
+    if not isinstance(arg, Word) or len(arg.parts) < 3:
+        return None
+    prefix, ref, after = arg.parts[:3]
+    if not (isinstance(prefix, str) and isinstance(ref, Ref) and isinstance(after, str)):
+        return None
+    node, port = _NODE_REF.match(ref.var), _PORT.match(after)
+    if node is None or port is None:
+        return None
+    if any(isinstance(p, Ref) and p.var != ref.var for p in arg.parts):
+        return None
+    pod = _backend(groups, plan, int(node.group(1)), int(port.group(1)), "=" in prefix)
+    name = pod.name if per_pod_services else pod.dns
+    text = "".join(name if isinstance(p, Ref) else p for p in arg.parts)
+    return text if arg.when is None else Word(parts=(text,), when=arg.when)
+
+
 def _word_text(arg: Arg) -> str:
+    """A word as a script says it, unquoted (a conditional one as ``${VAR:+...}``)."""
     if isinstance(arg, str):
         return arg
-    return "".join(p if isinstance(p, str) else "${" + p.var + "}" for p in arg.parts)
+    text = "".join(p if isinstance(p, str) else "${" + p.var + "}" for p in arg.parts)
+    return text if arg.when is None else "${" + arg.when.var + ":+" + text + "}"
 
 
 def _proxy_command(
@@ -93,15 +124,8 @@ def _proxy_command(
             why = "listen"
         elif previous == "--metaserver-url":
             new, why = url, "metaserver"
-        elif isinstance(arg, Word) and len(arg.parts) == 3:
-            prefix, ref, suffix = arg.parts
-            if isinstance(ref, Ref) and isinstance(prefix, str) and isinstance(suffix, str):
-                m = _NODE_REF.match(ref.var)
-                if m and suffix.startswith(":") and suffix[1:].isdigit():
-                    kv = "=" in prefix
-                    pod = _backend(groups, plan, int(m.group(1)), int(suffix[1:]), kv)
-                    name = pod.name if per_pod_services else pod.dns
-                    new, why = prefix + name + suffix, "backend"
+        elif (named := _backend_word(arg, plan, groups, per_pod_services)) is not None:
+            new, why = named, "backend"
         if new != arg:
             changes.append(Change(p.name, "argv", _word_text(arg), _word_text(new), why))
         out.append(new)
