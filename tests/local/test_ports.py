@@ -3,20 +3,52 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
-from servekit.local import portplan
+from servekit.local import portplan, ports as ports_module
 from servekit.local.portplan import PortChoice, choose, port_map
-from servekit.local.ports import free_ports, map_to_free, port_is_free, require_free
+from servekit.local.ports import (
+    LOWEST_FREE_PORT,
+    ephemeral_floor,
+    free_ports,
+    map_to_free,
+    port_is_free,
+    require_free,
+)
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
     ports = free_ports(20)
     assert len(set(ports)) == 20
     assert all(port_is_free(p) for p in ports)
+
+
+def test_free_ports_lie_below_the_ephemeral_range_where_it_leaves_room() -> None:
+    """No auto-bound port (a transfer engine's, a client's) can take them before the
+    engine binds them half a minute later (CI: ``Address already in use``)."""
+    floor = ephemeral_floor()
+    assert floor > LOWEST_FREE_PORT  # this machine leaves room (Linux: 32768)
+    assert all(LOWEST_FREE_PORT <= p < floor for p in free_ports(50))
+
+
+def test_a_taken_candidate_is_skipped_and_no_room_falls_back_to_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(ports_module, "LOWEST_FREE_PORT", taken)
+        monkeypatch.setattr(ports_module, "ephemeral_floor", lambda: taken + 1)
+        got = free_ports(2)  # the one candidate is held: both from the kernel
+        assert taken not in got and len(set(got)) == 2
+    bad = tmp_path / "range"
+    for text in ("", "x y", "\xff"):
+        bad.write_text(text)
+        assert ephemeral_floor(bad) == 32768
 
 
 def test_map_to_free_covers_every_planned_port_once() -> None:
