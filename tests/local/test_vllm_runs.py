@@ -84,14 +84,26 @@ def _wait_up(project: Project, procs: dict[str, subprocess.Popen[str]]) -> None:
     Layouts started side by side load the machine while the first is already up; its
     proxy may have set a slow-probed instance aside meanwhile, and takes it back after
     good probes. Tests start once the entries say so, not on the first request's luck.
+
+    When one fails, every layout it was given is brought down before the error goes
+    up: a module fixture that fails here never reaches its teardown, and in CI the
+    run that had come up (local/single beside a failed local/1p1d-mooncake) kept
+    its engine, 1.8 GB, for over an hour after the session ended.
     """
-    for layout, proc in procs.items():
-        out, _ = proc.communicate(timeout=UP_TIMEOUT_S)
-        assert proc.returncode == 0, f"servekit up {layout} failed:\n{out}"
-        assert project.run_dir(layout).deployment.is_file()
-    for layout in procs:
-        entry = project.deployment(layout).entry_url
-        wait_until(partial(healthy, entry), f"{layout}'s entry {entry} healthy", 300, 0.5)
+    try:
+        for layout, proc in procs.items():
+            out, _ = proc.communicate(timeout=UP_TIMEOUT_S)
+            assert proc.returncode == 0, f"servekit up {layout} failed:\n{out}"
+            assert project.run_dir(layout).deployment.is_file()
+        for layout in procs:
+            entry = project.deployment(layout).entry_url
+            wait_until(partial(healthy, entry), f"{layout}'s entry {entry} healthy", 300, 0.5)
+    except BaseException:
+        for layout, proc in procs.items():
+            if proc.poll() is None:
+                proc.kill()
+            project.servekit("down", layout, timeout=300)
+        raise
 
 
 @pytest.fixture(scope="module")
