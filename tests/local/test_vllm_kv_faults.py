@@ -340,9 +340,10 @@ def test_a_decoder_killed_mid_answer_leaves_every_stream_whole_and_byte_identica
 ) -> None:
     """Greedy streams through a proxy over two decoders, one SIGKILLed once every stream has text.
 
-    The proxy spreads the streams over the spare decoder and the first run's; those on the killed one are carried on by a new prefill and the other
-    decoder (``--migration-limit``), and every client sees one whole answer equal
-    to the single engine's.
+    The proxy spreads the streams over the spare decoder and the first run's; those
+    on the killed one are carried on by a new prefill and the other decoder
+    (``--migration-limit``), and every client sees one whole answer equal to the
+    single engine's.
     """
     urls = _urls(run)
     _wait_up(run, {"local/decode-spare": run.start("local/decode-spare")})

@@ -250,14 +250,15 @@ def test_a_decoder_killed_mid_answer_is_migrated() -> None:
         asyncio.run(scenario())
 
 
-def _texts(raw: bytes) -> tuple[str, list[int]]:
-    """The text and token ids a client reads from relayed events."""
+def texts(raw: bytes) -> tuple[str, list[int]]:
+    """The text and token ids a client reads from completion events (a usage-only
+    event, with no choice, adds nothing)."""
     text, ids = "", []
     for event in raw.split(b"\n\n"):
         if event.startswith(b"data: {"):
-            choice = json.loads(event[6:])["choices"][0]
-            text += choice.get("text", "")
-            ids += choice.get("token_ids", [])
+            for choice in (json.loads(event[6:]).get("choices") or [])[:1]:
+                text += choice.get("text", "")
+                ids += choice.get("token_ids") or []
     return text, ids
 
 
@@ -293,7 +294,7 @@ def test_a_cut_inside_a_character_carries_on_from_where_the_text_is_whole(keep_i
     second = tape.feed(
         _leg([("path", [31]), ("", [32]), ("é", [33]), (" hill", [34])], [1, 2, 3, 30], True)
     )
-    text, ids = _texts(first + second)
+    text, ids = texts(first + second)
     assert text == "odepathé hill"
     assert tape.generated == [30, 31, 32, 33, 34] and tape.done
     assert ids == ([30, 31, 32, 33, 34] if keep_ids else [])
@@ -306,7 +307,7 @@ def test_a_cut_where_the_text_is_whole_regenerates_nothing() -> None:
     cont = tape.continuation()
     assert cont is not None and cont["prompt"] == [1, 2, 3, 30, 31] and tape.skip_text == ""
     second = tape.feed(_leg([("é", [33])], [1, 2, 3, 30, 31], True))
-    assert _texts(first + second)[0] == "odepathé"
+    assert texts(first + second)[0] == "odepathé"
 
 
 def test_a_sampled_leg_that_parts_from_the_text_sent_goes_on_from_there() -> None:
@@ -314,4 +315,4 @@ def test_a_sampled_leg_that_parts_from_the_text_sent_goes_on_from_there() -> Non
     first = tape.feed(_leg([("a", [30]), ("bc", [31, 32])], [1]))
     assert tape.continuation() is not None and tape.skip_text == "bc"
     second = tape.feed(_leg([("bx", [31]), ("y", [40])], [1, 30], True))
-    assert _texts(first + second)[0] == "abcxy"
+    assert texts(first + second)[0] == "abcxy"

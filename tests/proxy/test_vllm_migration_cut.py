@@ -20,6 +20,8 @@ from tests.helpers.http import post_json
 
 from servekit.proxy.migration import Tape
 
+from .test_migration import texts
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 LAYOUT = "local/single"
 TIMEOUT_S = 180
@@ -32,14 +34,6 @@ def _events(url: str, body: dict[str, Any]) -> list[bytes]:
     status, raw = post_json(f"{url}/v1/completions", body, TIMEOUT_S)
     assert status == 200, raw
     return [e + b"\n\n" for e in raw.split(b"\n\n") if e.startswith(b"data: ")]
-
-
-def _text(raw: bytes) -> str:
-    return "".join(
-        json.loads(e[6:])["choices"][0]["text"]
-        for e in raw.split(b"\n\n")
-        if e.startswith(b"data: {") and json.loads(e[6:]).get("choices")
-    )
 
 
 def _cuts_inside_a_character(events: list[bytes]) -> list[int]:
@@ -59,7 +53,7 @@ def _carry_on(url: str, events: list[bytes], cut: int, tape: Tape) -> str:
     assert body is not None
     client += tape.feed(b"".join(_events(url, body)))
     assert tape.done
-    return _text(client)
+    return texts(client)[0]
 
 
 def _naive_text(url: str, body: dict[str, Any], events: list[bytes], cut: int) -> str:
@@ -72,7 +66,7 @@ def _naive_text(url: str, body: dict[str, Any], events: list[bytes], cut: int) -
     assert naive_body is not None
     naive_body["prompt"] = every_id
     naive_body["max_tokens"] = MAX_TOKENS - len(every_id) + len(prompt_ids)
-    return _text(client + b"".join(_events(url, naive_body)))
+    return texts(client + b"".join(_events(url, naive_body)))[0]
 
 
 def test_a_stream_cut_inside_a_character_carries_on_to_the_uncut_answer(
@@ -85,7 +79,7 @@ def test_a_stream_cut_inside_a_character_carries_on_to_the_uncut_answer(
     for n in range(12):
         body = {**BODY, "prompt": f"The river runs north through the valley. Stream {n}."}
         events = _events(url, body)
-        whole = _text(b"".join(events))
+        whole = texts(b"".join(events))[0]
         for cut in _cuts_inside_a_character(events)[:3]:
             cuts += 1
             assert _carry_on(url, events, cut, Tape("/v1/completions", body)) == whole, (n, cut)
