@@ -315,8 +315,10 @@ def summarize(name: str, rows: list[Sample], span: float, hits: float | None,
 
 
 def servekit_argv(name: str, port: int, b: Backends) -> list[str]:
-    """servekit's proxy with policy ``name`` (PREFILL[/DECODE]; replicas: the decode one's)."""
-    pre, _, dec = name.partition("/")
+    """servekit's proxy with policy ``name`` (PREFILL[/DECODE][@WEIGHT]; replicas: the decode
+    one's; ``@WEIGHT``: its ``--kv-overlap-weight``, so weights compare in one run)."""
+    policies, _, weight = name.partition("@")
+    pre, _, dec = policies.partition("/")
     argv = [sys.executable, "-m", "servekit.proxy", "--port", str(port), "--log-level", "warning"]
     if b.replicas:
         argv += ["--replica", *b.replicas, "--decode-policy", dec or pre]
@@ -325,6 +327,8 @@ def servekit_argv(name: str, port: int, b: Backends) -> list[str]:
                  "--decode-policy", dec or pre]  # fmt: skip
     if KV_POLICY in name:
         argv += ["--kv-events", *(f"{u}={e}" for u, e in b.events.items())]
+    if weight:
+        argv += ["--kv-overlap-weight", weight]
     return argv
 
 
@@ -339,6 +343,8 @@ def vllm_router_argv(binary: str, policy: str, port: int, b: Backends) -> list[s
             argv += ["--kv-event-source", f"{u}={e}"]
         if kv_aware and b.block_size is not None:
             argv += ["--kv-event-block-size", str(b.block_size)]
+        if kv_aware and b.events:  # static sources name no model: without it /health never
+            argv += ["--kv-event-model", b.model]  # answered 200 (stop 40's real run)
         return argv
     argv.append("--vllm-pd-disaggregation")
     for u in b.prefill:
@@ -668,7 +674,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
     p.add_argument("--policies", default="round-robin,least-loaded,prefix-affinity,kv-events",
-                   help="servekit's policies, PREFILL[/DECODE] each (replicas: the second)")  # fmt: skip
+                   help="servekit's policies, PREFILL[/DECODE][@KV_OVERLAP_WEIGHT] each "
+                   "(replicas: the second)")  # fmt: skip
     p.add_argument("--vllm-router", default=default_vllm_router())
     p.add_argument("--out", type=Path)
     args = p.parse_args()

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/proxy_compare.py [/tmp/ext/load_balance_proxy_server_example.py \
         --example-python /tmp/exvenv/bin/python] [--vllm-router $(which vllm-router)] \
-        [--backend lean] [--concurrency 1 32]
+        [--backend lean] [--concurrency 1 32] [--servekit-baseline TREE]
 
 vllm-router (PyPI ``vllm-router``, vLLM's Rust PD router; ``pip install
 vllm-router``, found on PATH by default) runs with ``--vllm-pd-disaggregation
@@ -139,9 +139,11 @@ def serve_backend(kind: str, prefill_port: int, decode_port: int, tokens: int) -
 
 
 @contextlib.contextmanager
-def child(argv: list[str], log: Path, cwd: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def child(
+    argv: list[str], log: Path, cwd: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     try:
         yield proc
     finally:
@@ -330,6 +332,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=6.0, help="seconds per rate level")
     p.add_argument("--repeat", type=int, default=3, help="rate runs per level (median kept)")
     p.add_argument("--json", type=Path, help="write the figures here too")
+    p.add_argument("--servekit-baseline", type=Path, metavar="TREE",
+                   help="also run servekit's proxy from this source tree (a git worktree of "
+                   "another commit), so a change is measured before/after in one run")  # fmt: skip
     p.add_argument("--serve-backend", nargs=2, type=int, metavar=("PREFILL", "DECODE"),
                    help=argparse.SUPPRESS)  # fmt: skip
     return p.parse_args()
@@ -374,18 +379,27 @@ def main() -> None:
     if args.example is not None and not args.example.is_file():
         raise SystemExit("give the path of vllm-ascend's load_balance_proxy_server_example.py")
     logs = Path(tempfile.mkdtemp(prefix="proxy-compare-"))
-    pp, dp, sp, ep, rp = (free_port() for _ in range(5))
+    pp, dp, sp, ep, rp, bp = (free_port() for _ in range(6))
     urls = {k: f"http://127.0.0.1:{p}" for k, p in
             {"prefill": pp, "decode": dp, "servekit": sp, "example": ep,
              "vllm-router": rp}.items()}  # fmt: skip
     backend = [sys.executable, __file__, "--backend", args.backend, "--tokens", str(args.tokens),
                "--serve-backend", str(pp), str(dp)]  # fmt: skip
-    servekit = [sys.executable, "-m", "servekit.proxy", "--prefill", urls["prefill"],
-                "--decode", urls["decode"], "--port", str(sp), "--log-level", "warning",
+
+    def servekit(port: int) -> list[str]:
+        return [sys.executable, "-m", "servekit.proxy", "--prefill", urls["prefill"],
+                "--decode", urls["decode"], "--port", str(port), "--log-level", "warning",
                 "--prefill-policy", "round-robin", "--decode-policy", "round-robin"]  # fmt: skip
+
     proxies: dict[str, tuple[list[str], str, str | None]] = {
-        "servekit": (servekit, "/health", None)
+        "servekit": (servekit(sp), "/health", None)
     }
+    envs: dict[str, dict[str, str]] = {}
+    if args.servekit_baseline is not None:  # the same proxy from another tree, same run
+        urls["servekit-baseline"] = f"http://127.0.0.1:{bp}"
+        proxies["servekit-baseline"] = (servekit(bp), "/health", None)
+        src = str((args.servekit_baseline / "src").resolve())
+        envs["servekit-baseline"] = {**os.environ, "PYTHONPATH": src}
     if args.vllm_router:
         proxies["vllm-router"] = (
             [args.vllm_router, "--vllm-pd-disaggregation", "--prefill", urls["prefill"],
@@ -405,7 +419,9 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         stack.enter_context(child(backend, logs / "backend.log"))
         pids = {
-            name: stack.enter_context(child(argv, logs / f"{name}.log", cwd=cwd)).pid
+            name: stack.enter_context(
+                child(argv, logs / f"{name}.log", cwd=cwd, env=envs.get(name))
+            ).pid
             for name, (argv, _, cwd) in proxies.items()
         }
         asyncio.run(wait_ok(urls["decode"] + "/health"))

@@ -210,3 +210,27 @@ def test_decode_timeout_bounds_the_first_byte_not_the_whole_stream() -> None:
             assert s.loads_are_zero()
 
     run(scenario())
+
+
+def test_one_prefill_budget_for_the_whole_request() -> None:
+    """Every decode attempt runs a prefill; they draw on one budget of --max-attempts, and a
+    prefill that failed the request is not chosen again (each decode attempt's prefill had
+    a budget of its own: here 3 decode attempts would have run 6 failing prefills)."""
+
+    async def scenario() -> None:
+        async with stack(prefill=9, decode=3, max_attempts=3, health_interval_s=30,
+                         outlier_after=10, prefill_policy="round-robin") as s:  # fmt: skip
+            for n in s.decode:
+                n.fault(reset_rate=1.0, reset_after_tokens=0)
+            for i, n in enumerate(s.prefill):
+                if i % 3 != 2:  # two of every three fail
+                    n.fault(error_rate=1.0, error_status=500)
+            status, out = await s.post("/v1/completions", STREAM)
+            assert status == 502, out
+            prefills = sum(len(n.gen()) for n in s.prefill)
+            failed = sum(len(n.gen()) for i, n in enumerate(s.prefill) if i % 3 != 2)
+            assert failed == 3 and prefills <= 5, (failed, prefills)
+            assert all(len(n.gen()) <= 1 for n in s.prefill)  # none chosen twice
+            assert s.loads_are_zero()
+
+    run(scenario())

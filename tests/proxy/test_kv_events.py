@@ -317,9 +317,33 @@ def test_cost_weighs_the_matched_prefix_against_load() -> None:
     routing.indexes[b.url].apply(_batch(0, Stored((1, 2, 3, 4), None, tuple(ids[:16]), BS)))
     key = PrefixKey(b"k", ids)
     assert policy.choose([a, b], key) is b  # 16 of 64 tokens cached there
-    b.tokens = 70  # busier than the whole prompt (all of it is now held there: just sent)
+    # all 64 are now held there (just sent): a weighs 3 x 64 uncached tokens against b's load
+    b.tokens = 180
+    assert policy.choose([a, b], key) is b
+    b.tokens = 200  # busier than three times the prompt
     assert policy.choose([a, b], key) is a
-    assert routing.counts["prefill"].precise == 2
+    assert routing.counts["prefill"].precise == 3
+
+
+def test_the_overlap_weight_sets_how_much_load_a_cached_prefix_is_worth() -> None:
+    """Weight 1 weighs this request's own wait alone: a cached prompt leaves an engine
+    busier than the prompt is long; the default 3 keeps it there (the control)."""
+    chosen = {}
+    for weight in (1.0, 3.0):
+        config = ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",),
+                             prefill_policy="kv-events", kv_overlap_weight=weight)  # fmt: skip
+        routing = KvRouting(config, None)  # type: ignore[arg-type]
+        a, b = _inst("http://a:1"), _inst("http://b:1", tokens=100)
+        for url in (a.url, b.url):
+            routing.indexes[url] = EngineIndex(Feed.LIVE)
+            routing.subscribers[url] = Subscriber(None, Source(""), routing.indexes[url], 1.0)  # type: ignore[arg-type]
+            routing.indexes[url].feed = Feed.LIVE
+        ids = list(range(64))
+        routing.indexes[b.url].apply(_batch(0, Stored(tuple(range(1, 17)), None, tuple(ids), BS)))
+        chosen[weight] = KvAware(routing, "prefill").choose([a, b], PrefixKey(b"k", ids)).url
+    assert chosen == {1.0: "http://a:1", 3.0: "http://b:1"}
+    with pytest.raises(UsageError, match="--kv-overlap-weight"):
+        ProxyConfig(prefill=("http://a:1",), decode=("http://d:1",), kv_overlap_weight=0)
 
 
 def test_an_engine_whose_feed_is_down_is_scored_by_what_was_sent_there() -> None:

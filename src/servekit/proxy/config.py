@@ -132,7 +132,8 @@ class ProxyConfig:
     decode_timeout_s: float = opt(3600.0, "first byte of a stream, or a whole unstreamed answer",
                                   gt=0)  # fmt: skip
     stream_idle_timeout_s: float = opt(300.0, "longest gap between chunks", gt=0)
-    max_attempts: int = opt(3, "instances tried per stage (PD decode: prefill re-run each time)",
+    max_attempts: int = opt(3, "tries per stage for the whole request (a PD decode retry "
+                            "re-runs the prefill, from the same prefill budget)",
                             ge=1, le=10)  # fmt: skip
     retry_backoff_s: float = opt(0.05, "first retry delay, then doubled", ge=0)
     kv_lease_s: float | None = opt(None, "seconds a prefill keeps its KV for the decoder (the "
@@ -161,6 +162,10 @@ class ProxyConfig:
     kv_events_resync_s: float = opt(10.0, "kv-events policy: after lost events that could not "
                                     "be replayed, an engine is scored approximately this long "
                                     "while its index fills again", ge=0)  # fmt: skip
+    kv_overlap_weight: float = opt(3.0, "kv-events policy: weight of a prompt's uncached "
+                                   "tokens against an engine's outstanding ones (Dynamo's "
+                                   "overlap_score_weight; 1 weighs this request's wait alone)",
+                                   gt=0, le=100)  # fmt: skip
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:

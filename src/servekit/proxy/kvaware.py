@@ -1,14 +1,13 @@
 """The ``kv-events`` policy: route to the engine that holds the prompt's prefix, against load.
 
-Each candidate is scored in tokens of work the engine would have once it took
-the request::
+Each candidate is scored in tokens of work::
 
-    cost = active_tokens + max(prompt_tokens - matched_blocks * block_size, 0)
+    cost = active_tokens + weight * max(prompt_tokens - matched_blocks * block_size, 0)
 
 and the cheapest wins (ties: the longer match, then fewer requests), among the
-engines whose outstanding tokens are within twice the lightest one's plus 8k
-(prefix-affinity's bound: the cost believes cached tokens are free, and a hot
-prefix would otherwise queue everything on one engine).
+engines whose outstanding tokens are within twice the lightest one's plus
+:data:`SLACK_TOKENS` (a hard stop for a very long hot prefix, which the cost
+would otherwise let queue far behind on one engine).
 ``active_tokens`` is what the proxy itself has placed on the engine and not yet
 seen finish (the prefill pool's is its active prefill, the decode pool's its
 active decode), less the tokens those in-flight requests found cached there
@@ -18,11 +17,20 @@ events (:mod:`servekit.proxy.kvindex`), plus blocks of prompts sent there in
 the last :data:`PENDING_S` seconds, whose ``BlockStored`` may not be in yet (a
 burst of one prefix would otherwise spread before its first request lands).
 
-Against Dynamo's KV router, ``prefill_load_scale * max(active_prefill + prompt -
-overlap, 0) + active_decode``: the same sum with the scale at 1, because here
-each pool is one PD stage, so an engine's outstanding tokens are all of one
-kind and a matched token saves exactly one token of the work it is weighed
-against; there is no weight to tune. Against llm-d's scorers (a prefix score,
+This is Dynamo's KV router cost, ``overlap_score_weight * (prompt - overlap) +
+active``, with each pool one PD stage (an engine's outstanding tokens are all of
+one kind). ``weight`` (``--kv-overlap-weight``, default 3) is why it is not
+simply this request's time to first token (weight 1): a token computed again on
+an engine that lacks the prefix delays this request *and* every request queued
+behind it there, and warms a second copy of a prefix one engine already
+serves, while a token of queue ahead of it delays this request alone. At
+weight 1 a group's requests left its engine whenever that engine was busier
+than the prefix is long: on the trace comparison (docs/proxy.md, 3 seeds) 16-25
+requests a run left the engine holding their prefix, 3-5 points of hit rate;
+at 2, 0-5 requests; at 3 and 4 none, with the hit rate of a perfect cache. 3 is
+the smallest weight that never moved there; a larger one lets a hot prefix
+queue longer on its engine (TTFT p99 at 4 was above 3's in all three seeds).
+Against llm-d's scorers (a prefix score,
 the fraction of blocks matched, added with configured weights to queue and
 KV-utilisation scores): a fraction does not see that 4 matched blocks of a
 40k-token prompt save little while the same fraction of a 400-token one is the
@@ -75,7 +83,7 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's default, for the approximate view before any e
 TOKENIZE_TIMEOUT_S = 5.0
 PENDING_S = 10.0  # a prompt sent this recently counts as held until its events arrive
 MAX_INFLIGHT = 4096
-OVERLOAD, SLACK_TOKENS = 2.0, 8192  # an engine past 2x the lightest one's load + 8k is skipped
+OVERLOAD, SLACK_TOKENS = 2.0, 32768  # an engine past 2x the lightest one's load + 32k is skipped
 MAX_TOKENIZE_BYTES = 16 * 1024 * 1024
 TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
                  "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
@@ -261,17 +269,18 @@ class KvAware:
         ids = prefix_key.token_ids if isinstance(prefix_key, PrefixKey) else ()
         now = time.monotonic()
         keys_by_size: dict[int, list[int]] = {}
-        best: tuple[int, int, int, bytes] | None = None
+        best: tuple[float, int, int, bytes] | None = None
         chosen = candidates[0]
         chosen_view: tuple[int, bool, list[int]] = (0, False, [])
-        # the same bound as prefix-affinity's: a cached prefix never buries one engine
+        # a very long cached prefix never buries one engine
         bound = OVERLOAD * min(i.tokens for i in candidates) + SLACK_TOKENS
+        weight = self.routing.config.kv_overlap_weight
         for inst in candidates:
             if inst.tokens > bound:
                 continue
             view = self._view(inst, keys_by_size, ids, now)
             matched = min(view[0], len(ids))
-            cost = self._load(inst) + max(len(ids) - matched, 0)
+            cost = self._load(inst) + weight * max(len(ids) - matched, 0)
             rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
             if best is None or rank < best:
                 best, chosen, chosen_view = rank, inst, (matched, view[1], view[2])

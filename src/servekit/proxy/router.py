@@ -105,7 +105,7 @@ class Router:
         pool = self.pools[stage]
         tried = set() if tried is None else tried
         last: ProxyError | None = None
-        for n in range(attempts or self.config.max_attempts):
+        for n in range(self.config.max_attempts if attempts is None else attempts):
             if not pool.routable(frozenset(tried)):
                 break  # nothing left: prepare nothing (no prefill KV pinned for nobody)
             if n:

@@ -10,6 +10,11 @@ handler's (servekit.proxy.protocols, one module per protocol). Rules kept here:
 - prefilled KV is consumed once: where the protocol hands over params naming
   it (``fresh_kv``), each decode attempt runs a new prefill for new KV, and
   never resends block ids a decoder may have pulled already;
+- ``--max-attempts`` is one budget per stage for the whole request: the
+  prefills a request's decode retries and migrations run draw on the same
+  prefill budget, and a prefill that failed it is not chosen again (the
+  prefill of every decode attempt once had a budget of its own: 3 decode
+  attempts could run 9 prefills);
 - the KV lease (``--kv-lease``, protocols whose prefill holds the KV): a decode
   body is refused at write time once the lease that started when its prefill
   answered has passed, and a new prefill runs (:meth:`Trip.hand_over`);
@@ -139,6 +144,7 @@ class Trip:
         self.first_byte_at: float | None = None
         self.prefilled_on: Instance | None = None
         self.tried: set[Instance] = set()  # decoders that failed this request
+        self.prefills_tried: set[Instance] = set()  # prefills that failed it
         self.tape: Tape | None = None  # set when a failed stream may migrate
         cfg = router.config
         if (
@@ -211,7 +217,13 @@ class Trip:
             refund(len(whole.body))
             return whole.fields
 
-        fields = await self.router.attempt("prefill", self.ticket.prefix_key, exchange)
+        # one budget for the request: a call never starts with none left, since the
+        # call that failed its last try raised and ended the request
+        left = cfg.max_attempts - len(self.prefills_tried)
+        fields = await self.router.attempt(
+            "prefill", self.ticket.prefix_key, exchange, attempts=left,
+            tried=self.prefills_tried,
+        )  # fmt: skip
         self.router.metrics.stage.labels("prefill").observe(time.perf_counter() - t0)
         return fields
 
