@@ -323,6 +323,7 @@ def test_cost_weighs_the_matched_prefix_against_load() -> None:
     b.tokens = 200  # busier than three times the prompt
     assert policy.choose([a, b], key) is a
     assert routing.counts["prefill"].precise == 3
+    assert routing.counts["prefill"].passed_over == 1  # the last: b held all of it
 
 
 def test_the_overlap_weight_sets_how_much_load_a_cached_prefix_is_worth() -> None:

@@ -120,6 +120,7 @@ class _Counts:
     precise: int = 0
     approximate: int = 0
     matched_tokens: int = 0
+    passed_over: int = 0  # choices that left an engine holding more of the prompt
 
 
 class KvRouting:
@@ -272,14 +273,16 @@ class KvAware:
         best: tuple[float, int, int, bytes] | None = None
         chosen = candidates[0]
         chosen_view: tuple[int, bool, list[int]] = (0, False, [])
+        most = 0  # the longest match among the candidates, bounded out or not
         # a very long cached prefix never buries one engine
         bound = OVERLOAD * min(i.tokens for i in candidates) + SLACK_TOKENS
         weight = self.routing.config.kv_overlap_weight
         for inst in candidates:
-            if inst.tokens > bound:
-                continue
             view = self._view(inst, keys_by_size, ids, now)
             matched = min(view[0], len(ids))
+            most = max(most, matched)
+            if inst.tokens > bound:
+                continue
             cost = self._load(inst) + weight * max(len(ids) - matched, 0)
             rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
             if best is None or rank < best:
@@ -291,6 +294,7 @@ class KvAware:
         else:
             counts.approximate += 1
         counts.matched_tokens += matched
+        counts.passed_over += matched < most
         self.routing.sent.setdefault(chosen.url, SentRecord()).add(keys, now)
         self.inflight.setdefault(chosen.url, deque(maxlen=MAX_INFLIGHT)).append(
             min(matched, len(ids))
@@ -348,8 +352,14 @@ class _KvCollector(Collector):
             "servekit_proxy_kv_matched_tokens", "Prompt tokens the chosen engine held, summed",
             labels=["stage"],
         )  # fmt: skip
+        passed = CounterMetricFamily(
+            "servekit_proxy_kv_passed_over", "Choices where load outweighed the cache: an "
+            "engine holding more of the prompt was a candidate and not chosen",
+            labels=["stage"],
+        )  # fmt: skip
         for stage, c in sorted(r.counts.items()):
             choices.add_metric([stage, "precise"], c.precise)
             choices.add_metric([stage, "approximate"], c.approximate)
             matched.add_metric([stage], c.matched_tokens)
-        yield from (state, blocks, batches, gaps, bad, oversized, choices, matched)
+            passed.add_metric([stage], c.passed_over)
+        yield from (state, blocks, batches, gaps, bad, oversized, choices, matched, passed)
