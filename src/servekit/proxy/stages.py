@@ -10,11 +10,12 @@ handler's (servekit.proxy.protocols, one module per protocol). Rules kept here:
 - prefilled KV is consumed once: where the protocol hands over params naming
   it (``fresh_kv``), each decode attempt runs a new prefill for new KV, and
   never resends block ids a decoder may have pulled already;
-- ``--max-attempts`` is one budget per stage for the whole request: the
-  prefills a request's decode retries and migrations run draw on the same
-  prefill budget, and a prefill that failed it is not chosen again (the
-  prefill of every decode attempt once had a budget of its own: 3 decode
-  attempts could run 9 prefills);
+- ``--max-attempts`` bounds the failed prefills of the whole request: the
+  prefills its decode retries and migrations run draw on one budget, and a
+  prefill that failed the request is not chosen again (each decode attempt's
+  prefill once had a budget of its own: 3 decode attempts could run 9
+  prefills); the decode stage is tried up to ``--max-attempts`` times before
+  its first byte, and carried on at most ``--migration-limit`` times after;
 - the KV lease (``--kv-lease``, protocols whose prefill holds the KV): a decode
   body is refused at write time once the lease that started when its prefill
   answered has passed, and a new prefill runs (:meth:`Trip.hand_over`);
