@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servekit.guard import RENDERED_MODULE, middleware_target
-from servekit.vocabulary import EngineKind, Role, StrictModel
+from servekit.vocabulary import PD_ROLES, EngineKind, Role, StrictModel
 
 SettingValue = int | float | bool | str
 
@@ -320,16 +320,20 @@ NOT_ROUTED = "no proxy routes to it"  # nothing to explain: no one would read th
 
 
 def kv_events_unfit(
-    *, routed: bool, launch: str, dp_size: int, caches_prefixes: bool
+    *, proxy_mode: str | None, role: str, launch: str, dp_size: int, caches_prefixes: bool
 ) -> str | None:
     """Why an engine cannot feed the proxy's kv-events policy, or None when it can.
 
-    ``routed``: the layout's proxy routes requests to it. The policy keys what an
+    ``proxy_mode``: the layout's proxy's (None: no proxy), which routes requests to
+    the PD roles, or to the mixed engines in replica mode. The policy keys what an
     engine holds by its API URL, so one API server must be one DP rank: a builtin-DP
     engine's API server spreads requests over its ranks itself (vLLM's own DP
     balancer, by load), so a prompt sent to it does not reach the rank holding the
     prefix. Without prefix caching vLLM stores no blocks and publishes nothing.
     """
+    routed = proxy_mode is not None and (
+        role == "mixed" if proxy_mode == "replica" else role in PD_ROLES
+    )
     if not routed:
         return NOT_ROUTED
     if launch == "builtin-dp" and dp_size > 1:

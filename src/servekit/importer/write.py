@@ -25,7 +25,7 @@ from servekit.catalog import LAYOUT_FILE, MERGED_MAPPINGS, PROFILES_DIR, RolePro
 from servekit.defaults import kv_events_unfit, prefix_caching
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
-from servekit.vocabulary import PD_ROLES, ROLES, atomic_write_text
+from servekit.vocabulary import ROLES, atomic_write_text
 
 SOURCE_FILE = "source.json"
 # What a profile role holds, and the defaults of its fields that are not mappings.
@@ -177,12 +177,10 @@ def _publishes(
     """Whether servekit turns KV events on for an imported engine (the Plan's rule:
     :func:`servekit.defaults.kv_events_unfit`)."""
     proxy = layout.get("proxy")
-    mode = proxy.get("mode", "pd") if isinstance(proxy, dict) else None
-    role = engine["role"]
-    routed = mode is not None and (role == "mixed" if mode == "replica" else role in PD_ROLES)
     settings, args = data.get("settings") or {}, data.get("engine_args") or {}
     reason = kv_events_unfit(
-        routed=routed,
+        proxy_mode=proxy.get("mode", "pd") if isinstance(proxy, dict) else None,
+        role=str(engine["role"]),
         launch=str(engine.get("launch", "single")),
         dp_size=int(engine.get("dp_size", 1)),
         caches_prefixes=prefix_caching(settings, args),

@@ -25,17 +25,8 @@ from collections.abc import Iterable
 
 from servekit.catalog import Engine, Layout
 from servekit.defaults import KV_EVENTS_BASE_PORT
-from servekit.vocabulary import PD_ROLES
 
 MAX_PORT = 65535
-
-
-def routed(layout: Layout, engine: Engine) -> bool:
-    """Whether the layout's proxy routes requests to ``engine`` (PD roles, or replicas)."""
-    proxy = layout.proxy
-    if proxy is None:
-        return False
-    return engine.role == "mixed" if proxy.mode == "replica" else engine.role in PD_ROLES
 
 
 def events_config(port: int) -> str:

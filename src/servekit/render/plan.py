@@ -41,7 +41,7 @@ from servekit.proxy import KV_POLICY
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
-from servekit.render.kvevents import events_config, place, routed
+from servekit.render.kvevents import events_config, place
 from servekit.vocabulary import (
     ENDPOINT_GROUPS,
     PAIRED_PROXY_MODES,
@@ -304,18 +304,19 @@ def engine_settings(layout: Layout, engine: Engine) -> dict[str, SettingValue]:
     return values
 
 
-def _settings(ctx: _Context, engine: Engine) -> dict[str, SettingValue]:
-    return engine_settings(ctx.layout, engine)
-
-
 def kv_events_reason(layout: Layout, engine: Engine) -> str | None:
     """Why ``engine`` publishes no KV events although its setting is on; None when it does
     (or when the setting is off: nothing to explain)."""
     settings = engine_settings(layout, engine)
     if settings.get("kv_events") is not True:
         return None
+    return _unfit(layout, engine, settings)
+
+
+def _unfit(layout: Layout, engine: Engine, settings: dict[str, SettingValue]) -> str | None:
     return kv_events_unfit(
-        routed=routed(layout, engine),
+        proxy_mode=layout.proxy.mode if layout.proxy is not None else None,
+        role=engine.role,
         launch=engine.launch,
         dp_size=engine.dp_size,
         caches_prefixes=prefix_caching(settings, engine.engine_args),
@@ -324,8 +325,8 @@ def kv_events_reason(layout: Layout, engine: Engine) -> str | None:
 
 def _publishes(ctx: _Context, engine: Engine) -> bool:
     """Whether ``engine``'s API servers publish KV events for the proxy."""
-    on = _settings(ctx, engine).get("kv_events") is True
-    return on and kv_events_reason(ctx.layout, engine) is None
+    settings = engine_settings(ctx.layout, engine)
+    return settings.get("kv_events") is True and _unfit(ctx.layout, engine, settings) is None
 
 
 KV_EVENTS_SWITCH = SETTINGS_BY_KEY["kv_events"].var + "_ON"  # as the scripts write it
@@ -565,7 +566,7 @@ def _process(
     env: dict[str, PlanEnvValue] = {**ctx.layout.env, **engine.env}
     kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
     _kv_env(ctx, engine, env, kv_port)
-    settings = _settings(ctx, engine)
+    settings = engine_settings(ctx.layout, engine)
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
     events_port = _events_port(ctx, engine, node, events_offset)
