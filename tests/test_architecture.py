@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "client",
         "guard",
         "kvprotocol",
+        "kvschema",
         "kvshim",
         "numbers",
         "progress",

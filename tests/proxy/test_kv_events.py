@@ -1,8 +1,9 @@
 """The kv-events policy (issue 33, item 1): vLLM's wire format, the index, feeds, routing.
 
-Publishers are the simulator's own (:mod:`servekit.sim.kvevents`), which write
-vLLM 0.32's structs; the decoder is the proxy's, written separately, so each
-checks the other. Everything runs in one event loop on loopback ZMQ sockets.
+Publishers are the simulator's own (:mod:`servekit.sim.kvevents`); it and the
+proxy's decoder are built from one schema (:mod:`servekit.kvschema`), which
+``tests/test_kvschema.py`` holds to vLLM 0.32's own structs and bytes.
+Everything runs in one event loop on loopback ZMQ sockets.
 """
 
 from __future__ import annotations
@@ -512,7 +513,7 @@ def test_a_huge_frame_is_refused_unread_and_its_engine_falls_back_visibly(
     """The control first: the same 6.5 MB batch with the caps lifted is decoded and applied
     on the loop, and /health waits for it; with the caps it is dropped unread, /health
     does not wait, and the engine is scored approximately (gap), counted in /metrics."""
-    from servekit.proxy import kvschema, kvwire
+    from servekit.proxy import kvdecoder, kvwire
 
     frame = _wide_batch(24)
 
@@ -527,8 +528,8 @@ def test_a_huge_frame_is_refused_unread_and_its_engine_falls_back_visibly(
             idx = kv.indexes[url]
             with monkeypatch.context() as m:
                 m.setattr(kvwire, "MAX_PAYLOAD", 1 << 40)
-                m.setattr(kvschema, "MAX_TOKENS", 1 << 40)
-                m.setattr(kvschema, "MAX_BLOCKS", 1 << 40)
+                m.setattr(kvdecoder, "MAX_TOKENS", 1 << 40)
+                m.setattr(kvdecoder, "MAX_BLOCKS", 1 << 40)
                 applied = idx.batches + 1
                 waited = await _health_while_sent(
                     proxy, c, pub, frame, lambda: idx.batches >= applied

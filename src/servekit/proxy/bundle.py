@@ -38,6 +38,7 @@ SHARED = (
     "errors.py",
     "guard.py",
     "kvprotocol.py",
+    "kvschema.py",
     "lazyface.py",
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",

@@ -34,9 +34,9 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from servekit.kvschema import END_SEQ, seq_frame
 from servekit.proxy.kvindex import EngineIndex, Feed
 from servekit.proxy.kvwire import (
-    END_SEQ,
     MAX_PAYLOAD,
     Batch,
     TooBig,
@@ -168,7 +168,7 @@ class Subscriber:
         got: dict[int, Batch] = {}
         try:
             sock.connect(self.source.replay)
-            await sock.send_multipart([b"", first.to_bytes(8, "big")])
+            await sock.send_multipart([b"", seq_frame(first)])
             async with asyncio.timeout(REPLAY_TIMEOUT_S):
                 while True:
                     frames = await sock.recv_multipart()

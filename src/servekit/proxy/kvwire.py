@@ -1,21 +1,18 @@
 """vLLM's KV-event wire format, read defensively.
 
 An engine started with ``--kv-events-config`` publishes on a ZMQ PUB socket
-three-frame messages ``(topic, seq, payload)``: ``seq`` is an 8-byte big-endian
-counter from 0, ``payload`` a msgpack ``EventBatch``, an array
-``[ts, events, data_parallel_rank]``. Each event is a msgpack map tagged by
-``"type"`` (vLLM 0.11 and later: ``BlockStored``, ``BlockRemoved``,
-``AllBlocksCleared``) or, from older engines, an array whose first element is
-that tag. ``BlockStored`` carries the new blocks' hashes, the hash of the block
-before them (``parent_block_hash``, None at the start of a prompt), the token
-ids of all its blocks and the block size; ``BlockRemoved`` the hashes evicted.
+three-frame messages ``(topic, seq, payload)`` whose schema is written once in
+:mod:`servekit.kvschema` (the simulator publishes from the same module).
+``BlockStored`` carries the new blocks' hashes, the hash of the block before
+them (``parent_block_hash``, None at the start of a prompt), the token ids of
+all its blocks and the block size; ``BlockRemoved`` the hashes evicted.
 
 The publisher is another process, so a frame is input, not trust, and it is
 decoded on the proxy's event loop: every field is checked and anything else is
 a :class:`WireError`, never an exception that could stop the subscriber, and
 the work a frame can cost is bounded before it is done. A payload over
 :data:`MAX_PAYLOAD` bytes is refused unread; the rest is decoded against the
-events' own schema (:mod:`servekit.proxy.kvschema`), so a value of the wrong
+events' own schema (:mod:`servekit.proxy.kvdecoder`), so a value of the wrong
 shape stops the decode where it stands (a payload of 8 MiB of empty arrays took
 5.5 s and 600 MB as untyped msgpack) and an array longer than its cap (events,
 blocks, token ids per batch) is refused from its header, before its items are
@@ -28,10 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from servekit.kvschema import REMOVED, SEQ_BYTES, STORED, read_seq
+
 MAX_PAYLOAD = 4 * 1024 * 1024  # one batch (vLLM's: one scheduler step's blocks, < 1 MB)
 MAX_BLOCK_SIZE = 1 << 20
 MAX_EXTRA_MARK = 4096  # bytes of a BlockStored's extra keys kept to set its blocks apart
-END_SEQ = -1  # the replay socket's end marker
 
 Hash = int | bytes
 
@@ -81,10 +79,11 @@ class Batch:
 
 
 def parse_seq(frame: bytes) -> int:
-    """An 8-byte big-endian sequence number (signed: the replay end marker is -1)."""
-    if len(frame) != 8:
-        raise WireError(f"sequence frame of {len(frame)} bytes, expected 8")
-    return int.from_bytes(frame, "big", signed=True)
+    """A sequence frame's number (:func:`servekit.kvschema.read_seq`); WireError when malformed."""
+    seq = read_seq(frame)
+    if seq is None:
+        raise WireError(f"sequence frame of {len(frame)} bytes, expected {SEQ_BYTES}")
+    return seq
 
 
 def parse_frames(frames: list[bytes]) -> Batch:
@@ -111,9 +110,9 @@ def parse_payload(seq: int, payload: bytes) -> Batch:
     """The msgpack ``EventBatch`` of message ``seq``, its size and work bounded."""
     if len(payload) > MAX_PAYLOAD:
         raise TooBig(f"payload of {len(payload)} bytes is over {MAX_PAYLOAD}")
-    from servekit.proxy import kvschema
+    from servekit.proxy import kvdecoder
 
-    doc = _decode(kvschema.BATCH, payload, "payload")
+    doc = _decode(kvdecoder.BATCH, payload, "payload")
     events: list[Event] = []
     blocks = tokens = 0
     for raw in doc.events:
@@ -122,9 +121,9 @@ def parse_payload(seq: int, payload: bytes) -> Batch:
             blocks += len(event.hashes)
         if isinstance(event, Stored):
             tokens += len(event.token_ids)
-        if blocks > kvschema.MAX_BLOCKS or tokens > kvschema.MAX_TOKENS:
+        if blocks > kvdecoder.MAX_BLOCKS or tokens > kvdecoder.MAX_TOKENS:
             msg = (
-                f"more than {kvschema.MAX_BLOCKS} blocks or {kvschema.MAX_TOKENS} token ids "
+                f"more than {kvdecoder.MAX_BLOCKS} blocks or {kvdecoder.MAX_TOKENS} token ids "
                 "in one batch"
             )
             raise TooBig(msg)
@@ -135,20 +134,22 @@ def parse_payload(seq: int, payload: bytes) -> Batch:
 def parse_event(raw: Any) -> Event:
     """One event (its msgpack bytes); unknown tags are refused (a newer engine would need a
     newer proxy)."""
-    from servekit.proxy import kvschema
+    from servekit.proxy import kvdecoder
 
     head = memoryview(raw)[:1].tobytes()
+    event: Any
     if _is_map(head):
-        event = _decode(kvschema.AS_MAP, raw, "event")
+        event = _decode(kvdecoder.AS_MAP, raw, "event")
     elif _is_array(head):
-        event = _decode(kvschema.AS_ARRAY, raw, "event")
+        event = _decode(kvdecoder.AS_ARRAY, raw, "event")
     else:  # a bare number, string or null where an event belongs (hypothesis: [0, [True]])
         raise WireError("event is neither a tagged map nor a tagged array")
-    if isinstance(event, kvschema.REMOVED):
+    tag = event.__struct_config__.tag  # the schema's event name
+    if tag == REMOVED:
         return Removed(tuple(event.block_hashes))
-    if not isinstance(event, kvschema.STORED):
-        return Cleared()
-    return _stored(event)
+    if tag == STORED:
+        return _stored(event)
+    return Cleared()
 
 
 def _stored(f: Any) -> Stored:

@@ -3,13 +3,14 @@
 A simulated engine started with ``--kv-events-config`` (``sim serve``) or a
 spec's ``kv_events`` publishes what enters and leaves its prefix cache
 (:class:`~servekit.sim.kvcache.KvCache` tells a :class:`Publisher`) exactly as
-vLLM's ``ZmqEventPublisher`` does: PUB frames ``(topic, seq, payload)`` with
-an 8-byte big-endian sequence from 0 and a msgpack ``EventBatch``
-``[ts, events, data_parallel_rank]`` whose events are maps tagged by
-``type``; a ROUTER replay socket answers ``(b"", start_seq)`` with the
-buffered batches from ``start_seq`` on and an end marker of -1. The events
-made in one turn of the event loop go out as one batch, as vLLM sends one per
-scheduler step. The block hashes are the simulator's own (vLLM's are
+vLLM's ``ZmqEventPublisher`` does, in the schema :mod:`servekit.kvschema` writes
+once for the simulator and the proxy: PUB frames ``(topic, seq, payload)``
+with an 8-byte big-endian sequence from 0 and a msgpack ``EventBatch`` whose
+events are maps tagged by ``type``, byte for byte what vLLM's structs encode
+(``tests/test_kvschema.py``); a ROUTER replay socket answers ``(b"",
+start_seq)`` with the buffered batches from ``start_seq`` on and an end
+marker. The events made in one turn of the event loop go out as one batch, as
+vLLM sends one per scheduler step. The block hashes are the simulator's own (vLLM's are
 ``sha256`` or ``xxhash`` digests); consumers key blocks by the token ids the
 events carry, as they must with vLLM too.
 
@@ -31,38 +32,24 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
+from servekit.kvschema import (
+    CLEARED,
+    END_SEQ,
+    MEDIUM_GPU,
+    REMOVED,
+    STORED,
+    read_seq,
+    seq_frame,
+    struct_types,
+)
 
-
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """vLLM's EventBatch: an array ``[ts, events, data_parallel_rank]``."""
-
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
-
-class _Event(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    """vLLM's KVCacheEvent: a map tagged by ``type`` with the class name."""
-
-
-class BlockStored(_Event):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-
-
-class BlockRemoved(_Event):
-    block_hashes: list[int]
-    medium: str | None
-
-
-class AllBlocksCleared(_Event):
-    pass
+# vLLM's structs, from the one schema the proxy reads too (vLLM's fields, in its order,
+# written always or only when set as vLLM writes them: the same bytes)
+STRUCTS = struct_types("write")
+EventBatch: Any = STRUCTS["EventBatch"]
+BlockStored: Any = STRUCTS[STORED]
+BlockRemoved: Any = STRUCTS[REMOVED]
+AllBlocksCleared: Any = STRUCTS[CLEARED]
 
 
 def _bind(sock: zmq.Socket[Any], endpoint: str, host: str) -> str:
@@ -105,7 +92,7 @@ class Publisher:
         self.topic = topic.encode()
         self.seq = 0
         self.buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
-        self._pending: list[_Event] = []
+        self._pending: list[Any] = []
         self._flush: asyncio.Handle | None = None
         self._replay_task: asyncio.Task[None] | None = None
         self._encoder = msgspec.msgpack.Encoder()
@@ -132,18 +119,20 @@ class Publisher:
 
     def stored(self, hashes: Sequence[int], parent: int | None, token_ids: Sequence[int]) -> None:
         self._add(
-            BlockStored(list(hashes), parent, list(token_ids), self.block_size, None, "GPU", None)
+            BlockStored(
+                list(hashes), parent, list(token_ids), self.block_size, None, MEDIUM_GPU, None
+            )
         )
 
     def removed(self, hashes: Sequence[int]) -> None:
-        self._add(BlockRemoved(list(hashes), "GPU"))
+        self._add(BlockRemoved(list(hashes), MEDIUM_GPU))
 
     def cleared(self) -> None:
         self._add(AllBlocksCleared())
 
     # -- sending -------------------------------------------------------------
 
-    def _add(self, event: _Event) -> None:
+    def _add(self, event: Any) -> None:
         self._pending.append(event)
         if self._flush is None:
             with contextlib.suppress(RuntimeError):  # no loop: sent at the next event
@@ -162,19 +151,19 @@ class Publisher:
         if self.paused:
             return
         with contextlib.suppress(zmq.Again):  # PUB drops at its high-water mark, as vLLM's
-            self.pub.send_multipart((self.topic, seq.to_bytes(8, "big"), payload), zmq.NOBLOCK)
+            self.pub.send_multipart((self.topic, seq_frame(seq), payload), zmq.NOBLOCK)
 
     async def _serve_replay(self) -> None:
         assert self.replay is not None
         while True:
             frames = await self.replay.recv_multipart()
-            if len(frames) != 3 or len(frames[2]) != 8:
+            first = read_seq(frames[2]) if len(frames) == 3 else None
+            if first is None:
                 continue
-            client, _, start = frames
-            first = int.from_bytes(start, "big")
+            client = frames[0]
             for seq, payload in list(self.buffer):
                 if seq >= first:
                     await self.replay.send_multipart(
-                        (client, b"", self.topic, seq.to_bytes(8, "big"), payload)
+                        (client, b"", self.topic, seq_frame(seq), payload)
                     )
-            await self.replay.send_multipart((client, b"", b"", END_SEQ, b""))
+            await self.replay.send_multipart((client, b"", b"", seq_frame(END_SEQ), b""))
