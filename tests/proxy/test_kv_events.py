@@ -175,6 +175,109 @@ def test_hostile_frames_never_crash_the_index(frames: list[bytes]) -> None:
     idx.matched(chain_keys(list(range(16)), BS))
 
 
+# -- bounded in bytes (issue 45) ---------------------------------------------------
+
+
+def test_a_block_hash_longer_than_any_digest_is_refused_and_counted() -> None:
+    """120 BlockStored events of one 4 MB bytes hash each grew the proxy by 488-660 MB,
+    none counted bad: such a frame is now over a cap (TooBig), dropped and counted, and
+    the engine is scored approximately; vLLM's 32-byte digests still index."""
+    digest = _stored([], None, [])
+    digest.block_hashes, digest.token_ids = [b"\x01" * 32], [1, 2, 3, 4]
+    assert parse_payload(0, _payload(digest)).events[0] == Stored((b"\x01" * 32,), None,
+                                                                   (1, 2, 3, 4), BS)  # fmt: skip
+    huge = _stored([], None, [1, 2, 3, 4])
+    huge.block_hashes = [b"\x01" * 4_000_000]
+    frames = [b"", (0).to_bytes(8, "big"), _payload(huge)]
+    with pytest.raises(TooBig, match="length <= 64"):
+        parse_frames(frames)
+    idx = EngineIndex()
+    sub = Subscriber(None, Source("tcp://127.0.0.1:1"), idx, 10.0)  # type: ignore[arg-type]
+    asyncio.run(sub._on_frames(frames))
+    assert (idx.bad, idx.oversized, idx.blocks, idx.feed) == (1, 1, 0, Feed.GAP)
+
+
+def _blocks(first: int, count: int, hash_bytes: int) -> Stored:
+    """``count`` blocks from the root, each hashed by ``hash_bytes`` bytes (0: an int)."""
+    hashes = tuple(
+        (first + n).to_bytes(hash_bytes, "big") if hash_bytes else first + n for n in range(count)
+    )
+    return Stored(hashes, None, tuple(range(first, first + count * BS)), BS)
+
+
+def test_the_index_is_bounded_in_bytes_and_says_so() -> None:
+    """The index was capped at 2^21 blocks per engine whatever they weighed. Now each
+    engine's index has its share of --kv-index-bytes: past it the index is emptied (what it
+    learns next is certain, so it never claims a block the engine lacks), counted as an
+    overflow; its accounted bytes are what the blocks take (tracemalloc, within 25%)."""
+    import tracemalloc
+
+    cap = 512 << 10
+    idx = EngineIndex(max_bytes=cap)
+    events = [_blocks(n * 500, 500, 64) for n in range(40)]  # 20k blocks: 8 times the cap
+    tracemalloc.start()
+    for seq, event in enumerate(events):
+        idx.apply(_batch(seq, event))
+        assert idx.nbytes <= cap
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert idx.overflows >= 5 and 0 < idx.blocks < 20_000
+    assert held <= cap * 1.25, (held, cap)
+    assert idx.nbytes >= held * 0.75, (idx.nbytes, held)  # the account is honest, not low
+    idx.clear()
+    assert (idx.nbytes, idx.blocks) == (0, 0)
+
+
+def test_each_engine_gets_its_share_of_the_index_bytes() -> None:
+    kv = [
+        "http://127.0.0.1:8101=tcp://127.0.0.1:5557",
+        "http://127.0.0.1:8102=tcp://127.0.0.1:5558",
+    ]
+    config = ProxyConfig(prefill=("http://127.0.0.1:8101", "http://127.0.0.1:8102"),
+                         decode=("http://127.0.0.1:8103",), prefill_policy="kv-events",
+                         kv_events=tuple(kv), kv_index_bytes=64 << 20)  # fmt: skip
+    routing = KvRouting(config, None)  # type: ignore[arg-type]
+    assert [routing.index(u).max_bytes for u in config.prefill] == [32 << 20, 32 << 20]
+
+
+_hash = st.integers(0, 2**64 - 1) | st.binary(min_size=1, max_size=64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["stored", "removed", "cleared"]),
+            st.lists(_hash, min_size=1, max_size=40),
+            st.booleans(),
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 20_000),
+)
+def test_the_byte_account_matches_the_blocks_held(
+    ops: list[tuple[str, list[int | bytes], bool]], cap: int
+) -> None:
+    """Whatever order blocks come and go in (parents found or not): the account never passes
+    the cap and is always the sum of the blocks held."""
+    from servekit.proxy.kvindex import block_bytes
+
+    idx = EngineIndex(max_bytes=cap)
+    stored: list[int | bytes] = []
+    for seq, (kind, hashes, chained) in enumerate(ops):
+        if kind == "stored":
+            parent = stored[-1] if chained and stored else None
+            event: Stored | Removed | Cleared = Stored(
+                tuple(hashes), parent, tuple(range(len(hashes) * BS)), BS
+            )
+            stored += hashes
+        else:
+            event = Removed(tuple(hashes)) if kind == "removed" else Cleared()
+        idx.apply(_batch(seq, event))
+        assert 0 <= idx.nbytes <= cap
+        assert idx.nbytes == sum(block_bytes(h) for h in idx._key_of)
+
+
 # -- the index ---------------------------------------------------------------------
 
 

@@ -162,6 +162,9 @@ class ProxyConfig:
     kv_events_resync_s: float = opt(10.0, "kv-events policy: after lost events that could not "
                                     "be replayed, an engine is scored approximately this long "
                                     "while its index fills again", ge=0)  # fmt: skip
+    kv_index_bytes: int = opt(512 * 1024 * 1024, "kv-events policy: memory of the engines' "
+                              "block indexes, shared equally; an index that would pass its "
+                              "share is emptied and fills again", ge=1 << 20)  # fmt: skip
     kv_overlap_weight: float = opt(3.0, "kv-events policy: weight of a prompt's uncached "
                                    "tokens against an engine's outstanding ones (Dynamo's "
                                    "overlap_score_weight; 1 weighs this request's wait alone)",

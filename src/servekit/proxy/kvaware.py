@@ -144,7 +144,8 @@ class KvRouting:
     def index(self, url: str) -> EngineIndex:
         found = self.indexes.get(url)
         if found is None:
-            found = self.indexes[url] = EngineIndex()
+            share = self.config.kv_index_bytes // max(len(self.sources), 1)
+            found = self.indexes[url] = EngineIndex(max_bytes=share)
         return found
 
     async def start(self) -> None:
@@ -319,6 +320,14 @@ class _KvCollector(Collector):
             "servekit_proxy_kv_index_blocks", "Prefix blocks the engine holds, per its events",
             labels=["engine"],
         )  # fmt: skip
+        nbytes = GaugeMetricFamily(
+            "servekit_proxy_kv_index_bytes", "Memory of the engine's block index (its share "
+            "of --kv-index-bytes bounds it)", labels=["engine"],
+        )  # fmt: skip
+        overflows = CounterMetricFamily(
+            "servekit_proxy_kv_index_overflows", "Times the engine's index would have passed "
+            "its share of --kv-index-bytes and was emptied", labels=["engine"],
+        )  # fmt: skip
         batches = CounterMetricFamily(
             "servekit_proxy_kv_events_batches", "Event batches applied", labels=["engine"]
         )
@@ -339,6 +348,8 @@ class _KvCollector(Collector):
             for feed in Feed:
                 state.add_metric([url, feed.value], 1.0 if idx.feed is feed else 0.0)
             blocks.add_metric([url], idx.blocks)
+            nbytes.add_metric([url], idx.nbytes)
+            overflows.add_metric([url], idx.overflows)
             batches.add_metric([url], idx.batches)
             gaps.add_metric([url], idx.gaps)
             bad.add_metric([url], idx.bad)
@@ -362,4 +373,5 @@ class _KvCollector(Collector):
             choices.add_metric([stage, "approximate"], c.approximate)
             matched.add_metric([stage], c.matched_tokens)
             passed.add_metric([stage], c.passed_over)
-        yield from (state, blocks, batches, gaps, bad, oversized, choices, matched, passed)
+        yield from (state, blocks, nbytes, overflows, batches, gaps, bad, oversized)
+        yield from (choices, matched, passed)

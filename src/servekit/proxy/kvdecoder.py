@@ -4,8 +4,9 @@ Built from the one schema both sides use (:mod:`servekit.kvschema`), with the
 proxy's caps put on the fields a publisher could make big. Decoding against it
 bounds what a frame can make the proxy do: a value of the wrong type stops the
 decode where it stands, nothing nests deeper than the events' own fields, an
-array longer than its cap is refused from its header before its items are
-read, and ``extra_keys`` is kept as its bytes. Events come in two forms, a map tagged by
+array longer than its cap and a block hash longer than :data:`MAX_HASH_BYTES`
+are refused from their headers before their items are read, and
+``extra_keys`` is kept as its bytes. Events come in two forms, a map tagged by
 ``type`` (vLLM 0.11 and later) and an array whose first item is that tag
 (older engines); a batch keeps its events as raw msgpack, each decoded by the
 decoder of its form.
@@ -27,8 +28,12 @@ from servekit.kvschema import CLEARED, REMOVED, STORED, struct_types
 MAX_EVENTS = 16384
 MAX_BLOCKS = 1 << 15  # blocks stored and removed, per batch
 MAX_TOKENS = 1 << 18  # token ids, per batch
+# vLLM's block hashes are sha256 digests (32 bytes), xxhash ones (8 or 16), or ints
+# (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES): a longer "hash" is refused, never indexed (a 4 MB
+# one per BlockStored used to be kept as it came).
+MAX_HASH_BYTES = 64
 
-Hash = int | bytes
+Hash = int | Annotated[bytes, Meta(max_length=MAX_HASH_BYTES)]
 NIL = Raw(b"\xc0")
 CAPS: dict[str, tuple[Any, Any]] = {
     "events": (Annotated[list[Raw], Meta(max_length=MAX_EVENTS)], None),

@@ -16,8 +16,9 @@ events' own schema (:mod:`servekit.proxy.kvdecoder`), so a value of the wrong
 shape stops the decode where it stands (a payload of 8 MiB of empty arrays took
 5.5 s and 600 MB as untyped msgpack) and an array longer than its cap (events,
 blocks, token ids per batch) is refused from its header, before its items are
-read. A batch that is too big is a :class:`TooBig`, a :class:`WireError` the
-subscriber counts apart.
+read, and so is a block hash over 64 bytes (vLLM's are 32 at most; a 4 MB one
+used to be indexed as it came). A batch that is too big is a :class:`TooBig`, a
+:class:`WireError` the subscriber counts apart.
 """
 
 from __future__ import annotations
