@@ -400,6 +400,86 @@ def test_a_gap_without_replay_falls_back_then_the_dead_publisher_is_seen() -> No
     run(scenario())
 
 
+def test_a_burst_waits_at_the_publisher_not_in_the_proxy() -> None:
+    """A burst of 150 valid 3.8 MB batches peaked the proxy at +391-569 MB: its SUB socket
+    queued up to ZMQ's default 1000 messages. Held subscriber, a publisher that keeps 4
+    (its high-water mark) and drops the rest, 48 frames of 1 MB: what reaches the proxy
+    is bounded by its own high-water mark and receive buffer, not by the burst (before:
+    all 48 were queued in the proxy)."""
+    import zmq
+    import zmq.asyncio
+
+    from servekit.proxy import kvevents
+
+    async def scenario() -> None:
+        sync = zmq.Context()
+        pub = sync.socket(zmq.PUB)
+        pub.setsockopt(zmq.SNDHWM, 4)
+        pub.setsockopt(zmq.SNDBUF, 64 << 10)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        ctx = zmq.asyncio.Context()
+        sub = Subscriber(ctx, Source(f"tcp://127.0.0.1:{port}"), EngineIndex(), 3600.0)
+        gate, seen = asyncio.Event(), []
+
+        async def held(frames: list[bytes]) -> None:
+            seen.append(len(frames[2]))
+            if len(frames[2]) > 100:
+                await gate.wait()
+
+        sub._on_frames = held  # type: ignore[method-assign]
+        task = asyncio.get_running_loop().create_task(sub.run())
+        try:
+            while not seen:  # the subscription takes a moment to reach the publisher
+                pub.send_multipart((b"", (0).to_bytes(8, "big"), b"x"))
+                await asyncio.sleep(0.02)
+            big = b"\0" * (1 << 20)
+            for seq in range(48):
+                pub.send_multipart((b"", (seq + 1).to_bytes(8, "big"), big), zmq.NOBLOCK)
+                await asyncio.sleep(0.005)  # the I/O threads move what they can meanwhile
+            await asyncio.sleep(0.5)
+            gate.set()
+            await asyncio.sleep(0.5)
+            received = sum(1 for n in seen if n > 100)
+            bound = kvevents.RCV_HWM + 4 + 1 + (kvevents.RCV_BUF + (64 << 10)) // (1 << 20) + 2
+            assert 2 <= received <= bound, (received, bound)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            pub.close(linger=0)
+            ctx.term()
+            sync.term()
+
+    run(scenario())
+
+
+def test_a_replay_is_bounded_in_bytes() -> None:
+    """A replay used to gather up to 1,024 batches (4 MiB each, decoded) before applying
+    any; now each is applied as it comes, in order, and one that skips a number, or
+    passes the replay's byte bound, fails the replay (the engine resyncs)."""
+    from servekit.proxy import kvevents
+
+    async def scenario() -> None:
+        async with feed() as (pub, sub):
+            tokens = list(range(12))
+            pub.paused = True
+            for n in range(3):
+                pub.stored([41 + n], 40 + n if n else None, tokens[n * BS : (n + 1) * BS])
+                pub.send_pending()
+            pub.paused = False
+            sizes = [len(p) for s, p in pub.buffer if s >= pub.seq - 3]
+            bound = sum(sizes[:2])
+            kvevents.REPLAY_BYTES, before = bound, kvevents.REPLAY_BYTES
+            try:
+                pub.stored([44], 43, [99] * BS)
+                pub.send_pending()
+                await wait_until(lambda: sub.index.feed is Feed.GAP, "the replay refused")
+            finally:
+                kvevents.REPLAY_BYTES = before
+            assert sub.index.gaps == 1 and sub.index.matched(chain_keys(tokens, BS)) == 0
+
+    run(scenario())
+
+
 # -- routing -------------------------------------------------------------------------
 
 

@@ -18,8 +18,17 @@ only bring the same frame). Nothing a publisher sends can stop the subscriber
 or hold the event loop for long: a frame costs at most about 0.1 s (the caps),
 ZMQ itself drops a connection whose frame passes :data:`MAX_FRAME_BYTES`, the
 loop has its turn between frames, and a replay is asked for at most
-:data:`MAX_REPLAY` batches. Needs pyzmq (and msgspec, through
-:mod:`servekit.proxy.kvwire`).
+:data:`MAX_REPLAY` batches.
+
+Nor can a burst fill the proxy: the subscriber's socket queues at most
+:data:`RCV_HWM` messages and its kernel buffer holds :data:`RCV_BUF` bytes, so
+what waits in the proxy per engine is bounded by ``RCV_HWM x MAX_FRAME_BYTES +
+RCV_BUF`` (ZMQ's default was 1,000 messages: 150 valid 3.8 MB batches peaked
+the proxy at +391-569 MB). The rest of a burst waits at the publisher (vLLM's
+keeps 100,000 messages per subscriber) and comes when the loop reads again; what
+the publisher drops is a gap, replayed or resynced. A replay applies each batch
+as it arrives, in order, and gives up past :data:`REPLAY_BYTES` of payload.
+Needs pyzmq (and msgspec, through :mod:`servekit.proxy.kvwire`).
 """
 
 from __future__ import annotations
@@ -38,7 +47,6 @@ from servekit.kvschema import END_SEQ, seq_frame
 from servekit.proxy.kvindex import EngineIndex, Feed
 from servekit.proxy.kvwire import (
     MAX_PAYLOAD,
-    Batch,
     TooBig,
     WireError,
     parse_frames,
@@ -50,6 +58,9 @@ log = logging.getLogger("servekit.proxy.kvevents")
 REPLAY_TIMEOUT_S = 2.0
 MAX_FRAME_BYTES = 2 * MAX_PAYLOAD  # larger: ZMQ drops the connection, nothing is buffered
 MAX_REPLAY = 1024  # batches asked of a replay socket; a wider gap is lost
+REPLAY_BYTES = 64 * 1024 * 1024  # payload bytes one replay may bring; more: resync instead
+RCV_HWM = 4  # messages the proxy's socket queues per engine (ZMQ's default: 1000)
+RCV_BUF = 1024 * 1024  # the kernel's receive buffer per connection
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ class Subscriber:
     async def run(self) -> None:
         sub = self.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        sub.setsockopt(zmq.RCVHWM, RCV_HWM)
+        sub.setsockopt(zmq.RCVBUF, RCV_BUF)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
         monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
@@ -156,38 +169,42 @@ class Subscriber:
         )  # fmt: skip
 
     async def _replay(self, upto: int) -> bool:
-        """Fetch batches ``last_seq+1 .. upto-1`` from the replay socket; True when all came."""
+        """Apply batches ``last_seq+1 .. upto-1`` from the replay socket as they come;
+        True when all came, in order, within :data:`REPLAY_BYTES`."""
         if self.source.replay is None or self.index.last_seq is None:
             return False
         if upto - self.index.last_seq > MAX_REPLAY:
             return False
-        first = self.index.last_seq + 1
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        got: dict[int, Batch] = {}
+        sock.setsockopt(zmq.RCVHWM, RCV_HWM)
+        sock.setsockopt(zmq.RCVBUF, RCV_BUF)
         try:
             sock.connect(self.source.replay)
-            await sock.send_multipart([b"", seq_frame(first)])
+            await sock.send_multipart([b"", seq_frame(self.index.last_seq + 1)])
             async with asyncio.timeout(REPLAY_TIMEOUT_S):
-                while True:
-                    frames = await sock.recv_multipart()
-                    if len(frames) != 4:
-                        return False
-                    seq = parse_seq(frames[2])
-                    if seq == END_SEQ:
-                        break
-                    if first <= seq < upto and seq not in got:
-                        got[seq] = parse_payload(seq, frames[3])
-                    await asyncio.sleep(0)  # the timeout, and everyone else, get their turn
+                return await self._apply_replayed(sock, upto)
         except (TimeoutError, WireError, zmq.ZMQError) as exc:
             self.index.bad += 1
             self.index.oversized += isinstance(exc, TooBig)
             return False
         finally:
             sock.close(linger=0)
-        if sorted(got) != list(range(first, upto)):
-            return False
-        for seq in sorted(got):
-            self.index.apply(got[seq])
-        return True
+
+    async def _apply_replayed(self, sock: zmq.asyncio.Socket, upto: int) -> bool:
+        taken = 0
+        while True:
+            frames = await sock.recv_multipart()
+            if len(frames) != 4:
+                return False
+            seq = parse_seq(frames[2])
+            if seq == END_SEQ:
+                return self.index.last_seq == upto - 1
+            if seq >= upto or self.index.last_seq is None or seq <= self.index.last_seq:
+                continue  # past the gap (the live batch follows), or seen already
+            taken += len(frames[3])
+            if seq != self.index.last_seq + 1 or taken > REPLAY_BYTES:
+                return False  # a number missing from the publisher's buffer, or too much
+            self.index.apply(parse_payload(seq, frames[3]))
+            await asyncio.sleep(0)  # the timeout, and everyone else, get their turn
