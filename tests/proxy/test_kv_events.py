@@ -510,6 +510,55 @@ def test_cost_weighs_the_matched_prefix_against_load() -> None:
     assert routing.counts["prefill"].passed_over == 1  # the last: b held all of it
 
 
+def test_a_long_token_prompt_is_keyed_off_the_loop_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 5.7 MB token-id prompt held the loop 2.2-4.9 s once the events announced block
+    size 1: every block of it was hashed on the loop, for each stage, and recorded. Now a
+    prompt over INLINE_TOKENS is keyed in the parse worker, at most MAX_PROMPT_BLOCKS
+    blocks per block size; the engine holding its prefix still gets it, scored precisely.
+    Before: chain_keys hashed all 60,000 ids on the loop."""
+    from servekit.proxy import kvaware
+    from servekit.proxy.parsepool import CURRENT, Workers
+    from servekit.proxy.requests import make_ticket
+
+    on_loop: list[int] = []
+    real = kvaware.chain_keys
+
+    def spy(ids: Any, size: int, *rest: Any) -> list[int]:
+        on_loop.append(len(ids))
+        return real(ids, size, *rest)
+
+    monkeypatch.setattr(kvaware, "chain_keys", spy)
+    config = ProxyConfig(prefill=("http://a:1", "http://b:1"), decode=("http://d:1",),
+                         prefill_policy="kv-events")  # fmt: skip
+    routing = KvRouting(config, None)  # type: ignore[arg-type]
+    ids = list(range(1, 60_001))
+    for url in config.prefill:
+        routing.subscribers[url] = Subscriber(None, Source(""), routing.index(url), 1.0)  # type: ignore[arg-type]
+        routing.index(url).feed = Feed.LIVE
+    held = Stored(tuple(range(1, 201)), None, tuple(ids[:200]), 1)  # block size 1
+    routing.index("http://a:1").apply(_batch(0, held))
+    routing.index("http://b:1").apply(_batch(0, Stored((7,), None, (9,), 1)))
+    policy = KvAware(routing, "prefill")
+
+    async def scenario() -> Instance:
+        workers = Workers(1, 1 << 20)
+        token = CURRENT.set(workers)
+        try:
+            ticket = await routing.keyed(make_ticket("/v1/completions", {"prompt": ids}, 512), [])
+            return policy.choose([_inst("http://b:1"), _inst("http://a:1")], ticket.prefix_key)
+        finally:
+            CURRENT.reset(token)
+            await workers.close()
+
+    assert run(scenario()).url == "http://a:1"
+    assert routing.counts["prefill"].precise == 1
+    assert routing.counts["prefill"].matched_tokens == 200
+    assert all(n <= kvaware.INLINE_TOKENS for n in on_loop), on_loop
+    assert len(routing.sent["http://a:1"]._keys) <= kvaware.MAX_PROMPT_BLOCKS
+
+
 def test_the_overlap_weight_sets_how_much_load_a_cached_prefix_is_worth() -> None:
     """Weight 1 weighs this request's own wait alone: a cached prompt leaves an engine
     busier than the prompt is long; the default 3 keeps it there (the control)."""
@@ -621,6 +670,54 @@ def test_the_engine_holding_the_prefix_gets_the_request(parse: dict[str, int]) -
             assert f'servekit_proxy_kv_events_state{{engine="{url}",state="live"}} 1.0' in text
             assert 'servekit_proxy_kv_choices_total{score="precise",stage="prefill"}' in text
             assert bool(proxy.runner.app[WORKERS].pids()) == bool(parse)
+
+    run(scenario())
+
+
+def test_a_token_id_prompt_is_keyed_with_its_parse_and_lands_on_its_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every body to the parse worker (``--parse-inline-bytes 0``): a token-id prompt's
+    block keys come back with its parse, for the engines' announced block size, and
+    neither its ids nor their hashing reach the loop; follow-ups sharing its prefix land
+    on the engine holding it."""
+    from servekit.proxy import kvaware
+
+    on_loop: list[int] = []
+    real = kvaware.prompt_keys
+
+    def spy(ids: Any, *rest: Any) -> Any:
+        on_loop.append(len(ids))
+        return real(ids, *rest)
+
+    monkeypatch.setattr(kvaware, "prompt_keys", spy)
+
+    async def scenario() -> None:
+        async with kv_stack(parse_inline_bytes=0) as (sim, proxy), aiohttp.ClientSession() as c:
+            kv = proxy.router.kv
+            assert kv is not None
+            await wait_until(lambda: all(kv.live(u) for u in kv.sources), "feeds live")
+            system = list(range(1000, 1000 + 40 * BS))
+
+            async def ask(tail: list[int]) -> None:
+                body = {"model": "sim-model", "prompt": system + tail, "max_tokens": 2}
+                async with c.post(proxy.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+
+            await ask([1, 2, 3])
+            held = {n: sim.endpoints[n].kv.used_blocks + len(sim.endpoints[n].kv._evictable)
+                    for n in ("p0", "p1")}  # fmt: skip
+            warm = max(held, key=lambda n: held[n])
+            url = sim.urls[warm]
+            await wait_until(lambda: kv.indexes[url].blocks > 0, "the stored blocks arrived")
+            assert kv.block_sizes() == sorted({kv.indexes[url].block_size or 16, 16})
+            served = {n: sim.endpoints[n].engine.steps for n in ("p0", "p1")}
+            for i in range(4):
+                await ask([7, i])
+            cold = "p1" if warm == "p0" else "p0"
+            assert sim.endpoints[cold].engine.steps == served[cold]  # nothing went there
+            assert kv.counts["prefill"].matched_tokens >= 4 * 40 * BS - 4 * BS
+            assert on_loop == []  # keyed in the worker, every time
 
     run(scenario())
 

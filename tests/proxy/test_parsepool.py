@@ -25,6 +25,7 @@ from hypothesis import given, settings, strategies as st
 from servekit.proxy import parsepool
 from servekit.proxy.app import WORKERS
 from servekit.proxy.budget import parse_cost
+from servekit.proxy.kvindex import chain_keys
 from servekit.proxy.parsepool import (
     KEPT,
     REST,
@@ -113,15 +114,21 @@ def test_only_the_text_of_a_big_value_crosses_and_the_loop_copies_it() -> None:
     many = [{"role": "user", "content": "x"}] * 20_000
     body = {"model": MODEL, "messages": many, "max_tokens": 2, "extra": [1] * 9000, "x": 1}
     raw = json.dumps(body).encode()
-    got = parsepool.parse_request("/v1/chat/completions", raw, 512, False)
+    got = parsepool.parse_request("/v1/chat/completions", raw, 512)
     assert isinstance(got, parsepool.Summary)
     assert isinstance(got.body["messages"], Raw)
     assert got.body["model"] == MODEL and got.body["max_tokens"] == 2
     assert isinstance(got.body[REST], Members)  # "extra" and "x", together
     assert got.prompt_tokens == 20_000 // 4 + 1 and got.prompts == 1 and not got.stream
     assert encode_body(got.body) == raw
-    decoded = parsepool.parse_request("/v1/chat/completions", raw, 512, True)
-    assert isinstance(decoded, parsepool.Summary) and decoded.body == body  # kv-events
+    keyed = parsepool.parse_request("/v1/chat/completions", raw, 512, (1, 16))
+    assert isinstance(keyed, parsepool.Summary) and encode_body(keyed.body) == raw  # as text
+    assert keyed.keys is None  # a chat prompt: its ids come from the engine's /tokenize
+    ids = list(range(1, 40_001))
+    raw = json.dumps({"model": MODEL, "prompt": ids, "max_tokens": 2}).encode()
+    keyed = parsepool.parse_request("/v1/completions", raw, 512, (1, 16))
+    assert isinstance(keyed, parsepool.Summary) and isinstance(keyed.body["prompt"], Raw)
+    assert keyed.keys == {size: chain_keys(ids[: size << 15], size) for size in (1, 16)}
 
 
 def test_a_field_the_members_hold_is_written_once_when_a_payload_sets_it() -> None:

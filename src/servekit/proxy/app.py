@@ -64,24 +64,27 @@ def _too_costly(raw: bytes, limit: int) -> int:
     return cost
 
 
-async def _read_ticket(request: web.Request, router: Router) -> Ticket:
+async def _read_ticket(
+    request: web.Request, router: Router
+) -> tuple[Ticket, dict[int, list[int]] | None]:
     """The request's body read, parsed and checked: on the loop, or in a parse worker when
-    it is big (:mod:`servekit.proxy.parsepool`); the same refusals either way."""
+    it is big (:mod:`servekit.proxy.parsepool`); the same refusals either way. With the
+    kv-events policy, the worker also keys a token-id prompt's blocks (second item)."""
     cfg = router.config
     raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
     cost = _too_costly(raw, cfg.max_parse_bytes)
     charge(cost - len(raw))  # the parsed body lives as long as the request
     workers = request.app[WORKERS]
     if workers.wanted(len(raw)):
-        route, decoded = request.path, router.kv is not None  # kv-events reads the prompt
+        route = request.path
+        sizes = tuple(router.kv.block_sizes()) if router.kv is not None else ()
         got = await workers.call(
-            parsepool.parse_request, route, raw, cfg.prefix_chars, decoded, cost=cost
+            parsepool.parse_request, route, raw, cfg.prefix_chars, sizes, cost=cost
         )
         if isinstance(got, parsepool.Refusal):
             raise ProxyError(got.kind, "proxy", got.message)
-        if not decoded:  # the values stayed in the worker: only their text is held
-            refund(max(0, cost - len(raw) - got.text_bytes))
-        return Ticket(route, got.body, raw, *got[1:5])
+        refund(max(0, cost - len(raw) - got.text_bytes))  # only the values' text is held
+        return Ticket(route, got.body, raw, *got[1:5]), got.keys
     try:
         body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
@@ -89,17 +92,17 @@ async def _read_ticket(request: web.Request, router: Router) -> Ticket:
     if not isinstance(body, dict):
         raise ProxyError("bad_request", "proxy", "request body must be a JSON object")
     check_request(request.path, body)
-    return make_ticket(request.path, body, cfg.prefix_chars, raw)
+    return make_ticket(request.path, body, cfg.prefix_chars, raw), None
 
 
 async def _run_trip(
     router: Router, request: web.Request, progress: Progress
 ) -> tuple[web.StreamResponse, Trip]:
-    ticket = await _read_ticket(request, router)
+    ticket, keys = await _read_ticket(request, router)
     handler = handler_for(router.config.mode)  # None: replica mode
     if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
         pool = router.pools["replica" if handler is None else "prefill"]
-        ticket = await router.kv.keyed(ticket, pool.routable())
+        ticket = await router.kv.keyed(ticket, pool.routable(), keys)
     trip = Trip(router, request, ticket, progress, handler)
     if handler is None:
         return await trip.generate("replica", ticket.raw), trip

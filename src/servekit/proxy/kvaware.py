@@ -52,6 +52,16 @@ to one engine's ``/tokenize`` (the engine's own tokenizer and chat template,
 which is what produced the blocks' token ids; the proxy ships no tokenizer and
 no model files). That is one extra local request per generation, before
 routing; when it fails the request is routed by load alone.
+
+The prompt's block keys are computed once per request (:meth:`KvRouting.keyed`),
+for every block size the engines announced, at most
+:data:`~servekit.proxy.kvindex.MAX_PROMPT_BLOCKS` blocks of each (the match of
+a longer prompt is read on its leading blocks), and off the loop when the
+prompt is long: a token-id prompt in a body big enough for the parse worker is
+keyed there, with its parse, and its ids never reach the loop; ids from
+``/tokenize`` over :data:`INLINE_TOKENS` are keyed in the worker too. A 5.7 MB
+token-id prompt held the loop 2.2-4.9 s at block size 1, hashed on it once per
+stage and every block recorded as sent.
 """
 
 from __future__ import annotations
@@ -70,12 +80,20 @@ import zmq.asyncio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from servekit.proxy import parsepool
 from servekit.proxy.bodies import parse_answer, read_answer
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.instances import Instance
 from servekit.proxy.kvevents import Source, Subscriber
-from servekit.proxy.kvindex import EngineIndex, Feed, SentRecord, chain_keys
+from servekit.proxy.kvindex import (
+    MAX_PROMPT_BLOCKS,
+    EngineIndex,
+    Feed,
+    SentRecord,
+    chain_keys,
+    prompt_keys,
+)
 from servekit.proxy.requests import Ticket
 from servekit.vocabulary import check_url
 
@@ -85,23 +103,28 @@ PENDING_S = 10.0  # a prompt sent this recently counts as held until its events 
 MAX_INFLIGHT = 4096
 OVERLOAD, SLACK_TOKENS = 2.0, 32768  # an engine past 2x the lightest one's load + 32k is skipped
 MAX_TOKENIZE_BYTES = 16 * 1024 * 1024
-TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
-                 "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
-                 "mm_processor_kwargs")  # fmt: skip
+INLINE_TOKENS = 16384  # a longer prompt is keyed in a parse worker, off the event loop
 
 
 class PrefixKey(bytes):
-    """The request's prefix key (as every policy reads it) carrying its token ids.
+    """The request's prefix key (as every policy reads it) carrying its prompt's length in
+    tokens, its block keys per block size and, when the loop has them, its token ids.
 
     It travels through the stages unchanged as ``Ticket.prefix_key``, so the
-    policy gets the ids without any stage knowing about them.
+    policy gets them without any stage knowing about them.
     """
 
-    token_ids: tuple[int, ...]
+    tokens: int
+    token_ids: Sequence[int]  # empty when keyed in the parse worker
+    keys: dict[int, list[int]]
 
-    def __new__(cls, key: bytes, token_ids: Sequence[int]) -> PrefixKey:
+    def __new__(cls, key: bytes, token_ids: Sequence[int],
+                keys: dict[int, list[int]] | None = None, tokens: int | None = None,
+                ) -> PrefixKey:  # fmt: skip
         obj = super().__new__(cls, key)
-        obj.token_ids = tuple(token_ids)
+        obj.token_ids = token_ids
+        obj.keys = keys or {}  # none given: each block size keyed when first read
+        obj.tokens = len(token_ids) if tokens is None else tokens
         return obj
 
 
@@ -172,26 +195,54 @@ class KvRouting:
         sub = self.subscribers.get(url)
         return sub is not None and sub.live()
 
-    async def keyed(self, ticket: Ticket, tokenizers: Sequence[Instance]) -> Ticket:
-        """``ticket`` with a :class:`PrefixKey` holding its token ids (when they can be had)."""
+    async def keyed(
+        self, ticket: Ticket, tokenizers: Sequence[Instance],
+        keys: dict[int, list[int]] | None = None,
+    ) -> Ticket:  # fmt: skip
+        """``ticket`` with a :class:`PrefixKey` holding its token ids and block keys (when
+        they can be had); ``keys``: the parse worker keyed its token-id prompt already."""
+        if keys is not None:
+            key = PrefixKey(ticket.prefix_key, (), keys, ticket.prompt_tokens)
+            return dataclasses.replace(ticket, prefix_key=key)
         ids = _ids_of(ticket.body)
-        if ids is None and ticket.route != "/v1/responses":
+        keys = None if ids is None else await self._keys(ids)  # None: not token ids
+        if keys is None and ticket.route != "/v1/responses":
             ids = await self._tokenize(ticket.body, tokenizers)
-        if not ids:
+            keys = None if ids is None else await self._keys(ids)
+        if ids is None or keys is None:
             return ticket
-        key = PrefixKey(ticket.prefix_key, ids)
+        key = PrefixKey(ticket.prefix_key, ids, keys)
         return dataclasses.replace(ticket, prefix_key=key, prompt_tokens=len(ids))
 
-    async def _tokenize(self, body: dict[str, Any], insts: Sequence[Instance]) -> list[int] | None:
+    def block_sizes(self) -> list[int]:
+        """The block sizes a prompt is keyed for: each engine's, and the default."""
+        found = {i.block_size for i in self.indexes.values() if i.block_size}
+        return sorted(found | {DEFAULT_BLOCK_SIZE})
+
+    async def _keys(self, ids: list[Any]) -> dict[int, list[int]] | None:
+        """The prompt's block keys per block size (None: the ids are not all ints); in a
+        parse worker when the prompt is long. A worker that died: routed by load."""
+        sizes = self.block_sizes()
+        workers = parsepool.CURRENT.get()
+        if len(ids) > INLINE_TOKENS and workers is not None and workers.count:
+            try:
+                return await workers.call(prompt_keys, ids, sizes, MAX_PROMPT_BLOCKS)
+            except ProxyError:
+                return None
+        return prompt_keys(ids, sizes, MAX_PROMPT_BLOCKS)
+
+    async def _tokenize(self, body: dict[str, Any], insts: Sequence[Instance]) -> list[Any] | None:
         if not insts:
             return None
         inst = min(insts, key=lambda i: (i.requests, i.tokens))
-        doc = {k: body[k] for k in TOKENIZE_KEYS if k in body}
+        # a big body's values may be their JSON text (parsepool.Raw): spliced as they are
+        doc = parsepool.encode_body({k: body[k] for k in parsepool.TOKENIZE_KEYS if k in body})
         timeout = aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S)
         who = f"{inst.role} {inst.describe(self.config.debug)}"
+        headers = {**self.headers, "Content-Type": "application/json"}
         try:
             async with self.session.post(
-                inst.url + "/tokenize", json=doc, headers=self.headers, timeout=timeout
+                inst.url + "/tokenize", data=doc, headers=headers, timeout=timeout
             ) as resp:
                 if resp.status != 200:
                     return None
@@ -204,18 +255,16 @@ class KvRouting:
             if err.kind in ("answer_too_large", "upstream_error"):
                 return None  # routed by load alone
             raise  # the memory budget, or a dead parse worker: the request's own error
-        ok = isinstance(tokens, list) and all(type(t) is int for t in tokens)
-        return tokens if ok else None
+        return tokens if isinstance(tokens, list) and tokens else None  # ints: _keys checks
 
     def collector(self) -> Collector:
         return _KvCollector(self)
 
 
-def _ids_of(body: dict[str, Any]) -> list[int] | None:
+def _ids_of(body: dict[str, Any]) -> list[Any] | None:
+    """The prompt when it is a list (token ids if all are ints: :func:`prompt_keys` says)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-        return prompt
-    return None
+    return prompt if isinstance(prompt, list) and prompt else None
 
 
 def _tiebreak(key: bytes, inst: Instance) -> bytes:
@@ -243,8 +292,9 @@ class KvAware:
         index = routing.index(url)
         size = (index.block_size if precise else None) or DEFAULT_BLOCK_SIZE
         keys = keys_by_size.get(size)
-        if keys is None:
-            keys = keys_by_size[size] = chain_keys(ids, size)
+        if keys is None:  # a block size announced since the request was keyed: on the loop,
+            head = ids[: min(size * MAX_PROMPT_BLOCKS, INLINE_TOKENS)]  # so its head only
+            keys = keys_by_size[size] = chain_keys(head, size)
         sent = routing.sent.get(url)
         if not precise:
             if index.feed is Feed.OFF:  # no events asked for: nothing claimed, load decides
@@ -268,9 +318,13 @@ class KvAware:
         return max(inst.tokens - sum(done), 0)
 
     def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
-        ids = prefix_key.token_ids if isinstance(prefix_key, PrefixKey) else ()
-        now = time.monotonic()
+        ids: Sequence[int] = ()
+        tokens = 0
         keys_by_size: dict[int, list[int]] = {}
+        if isinstance(prefix_key, PrefixKey):
+            ids, keys_by_size = prefix_key.token_ids, dict(prefix_key.keys)
+            tokens = prefix_key.tokens
+        now = time.monotonic()
         best: tuple[float, int, int, bytes] | None = None
         chosen = candidates[0]
         chosen_view: tuple[int, bool, list[int]] = (0, False, [])
@@ -280,11 +334,11 @@ class KvAware:
         weight = self.routing.config.kv_overlap_weight
         for inst in candidates:
             view = self._view(inst, keys_by_size, ids, now)
-            matched = min(view[0], len(ids))
+            matched = min(view[0], tokens)
             most = max(most, matched)
             if inst.tokens > bound:
                 continue
-            cost = self._load(inst) + weight * max(len(ids) - matched, 0)
+            cost = self._load(inst) + weight * max(tokens - matched, 0)
             rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
             if best is None or rank < best:
                 best, chosen, chosen_view = rank, inst, (matched, view[1], view[2])
@@ -298,7 +352,7 @@ class KvAware:
         counts.passed_over += matched < most
         self.routing.sent.setdefault(chosen.url, SentRecord()).add(keys, now)
         self.inflight.setdefault(chosen.url, deque(maxlen=MAX_INFLIGHT)).append(
-            min(matched, len(ids))
+            min(matched, tokens)
         )
         return chosen
 

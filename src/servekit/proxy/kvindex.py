@@ -33,6 +33,9 @@ from servekit.proxy.kvwire import Batch, Cleared, Hash, Removed, Stored
 ROOT = 0
 INDEX_BYTES = 512 << 20  # the default of --kv-index-bytes, all engines together
 APPROX_BLOCKS = 1 << 17  # per engine: the proxy's own record of what it sent there
+# A prompt's blocks keyed per block size: 512k tokens at vLLM's default 16, 32k at 1;
+# the match of a longer prompt is read on its leading blocks.
+MAX_PROMPT_BLOCKS = 1 << 15
 # What one block holds besides its hash: its entries in ``_key_of`` and ``_held`` (each
 # dict's share of its table, resized as it grows) and its chain key, an int. Measured
 # with tracemalloc on CPython 3.11 at 70-110 bytes; tests/proxy/test_kv_events.py
@@ -56,6 +59,18 @@ def chain_keys(token_ids: Sequence[int], block_size: int, parent: int = ROOT) ->
         parent = hash((parent, tuple(token_ids[start : start + block_size])))
         out.append(parent)
     return out
+
+
+def prompt_keys(
+    token_ids: Sequence[object], sizes: Sequence[int], max_blocks: int = MAX_PROMPT_BLOCKS
+) -> dict[int, list[int]] | None:
+    """Keys of the leading ``max_blocks`` blocks of a prompt, per block size; None when
+    ``token_ids`` are not all ints (not a token-id prompt). Run in a parse worker for a
+    long prompt (:mod:`servekit.proxy.parsepool`), so it takes only picklable values."""
+    if not all(type(t) is int for t in token_ids):
+        return None
+    ids: Sequence[int] = token_ids  # type: ignore[assignment]  # checked just above
+    return {size: chain_keys(ids[: size * max_blocks], size) for size in sizes}
 
 
 class Feed(enum.Enum):

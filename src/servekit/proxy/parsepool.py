@@ -49,6 +49,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from servekit.proxy import jsoncodec
 from servekit.proxy.failures import ProxyError
+from servekit.proxy.kvindex import prompt_keys
 from servekit.proxy.migration import CARRIED
 from servekit.proxy.requests import make_ticket
 from servekit.proxy.validation import BY_ROUTE, COMMON, check_request
@@ -57,10 +58,14 @@ T = TypeVar("T")
 RAW_ABOVE = 16 << 10
 RSS_CHECK_DELAY_S = 0.05  # after its last call, time for the worker to drop what it sent
 REST = "\x00members"  # the key of the body's Members (never a key the proxy sets)
+# What the kv-events policy sends an engine's /tokenize of a text or chat prompt.
+TOKENIZE_KEYS = ("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
+                 "continue_final_message", "chat_template", "chat_template_kwargs", "tools",
+                 "mm_processor_kwargs")  # fmt: skip
 # What the proxy reads from a body on the loop (migration's carried fields, the
-# checked ones, the prompt) and every field a stage payload sets.
+# checked ones, the prompt, what /tokenize is sent) and every field a stage payload sets.
 KEPT = frozenset(
-    {*COMMON, *CARRIED, "prompt", "messages", "input", "instructions", "return_token_ids"}
+    {*COMMON, *CARRIED, *TOKENIZE_KEYS, "input", "instructions", "return_token_ids"}
     | {name for rules in BY_ROUTE.values() for name in rules}
 )
 
@@ -102,6 +107,7 @@ class Summary(NamedTuple):
     stream: bool
     prompts: int
     text_bytes: int  # bytes of Raw and Members texts in ``body``
+    keys: dict[int, list[int]] | None = None  # kv-events: a token-id prompt's block keys
 
 
 class Refusal(NamedTuple):
@@ -138,9 +144,13 @@ def travelling(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return out, size
 
 
-def parse_request(route: str, raw: bytes, prefix_chars: int, decoded: bool) -> Summary | Refusal:
+def parse_request(
+    route: str, raw: bytes, prefix_chars: int, key_sizes: tuple[int, ...] = ()
+) -> Summary | Refusal:
     """In a worker: what the loop does with a request body, in the same order and with the
-    same refusals (``decoded``: every value decoded, for the kv-events policy)."""
+    same refusals; and, for the kv-events policy (``key_sizes``, the engines' block
+    sizes), a token-id prompt's block keys (:func:`~servekit.proxy.kvindex.prompt_keys`),
+    so neither its ids nor their hashing reach the loop."""
     try:
         body = jsoncodec.loads(raw)
     except (ValueError, RecursionError):
@@ -152,10 +162,15 @@ def parse_request(route: str, raw: bytes, prefix_chars: int, decoded: bool) -> S
         ticket = make_ticket(route, body, prefix_chars)
     except ProxyError as err:
         return Refusal(err.kind, err.message)
-    shipped, size = (body, 0) if decoded else travelling(body)
+    keys = None
+    prompt = body.get("prompt")
+    if key_sizes and isinstance(prompt, list) and prompt:
+        keys = prompt_keys(prompt, key_sizes)
+    shipped, size = travelling(body)
     return Summary(
-        shipped, ticket.prompt_tokens, ticket.prefix_key, ticket.stream, ticket.prompts, size
-    )
+        shipped, ticket.prompt_tokens, ticket.prefix_key, ticket.stream, ticket.prompts, size,
+        keys,
+    )  # fmt: skip
 
 
 def answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
