@@ -151,3 +151,81 @@ def test_the_relay_merges_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) ->
             assert threads and threads[0] != threading.get_ident()
 
     run(scenario())
+
+
+# -- the relay, bounded (issue 45) ---------------------------------------------------
+
+
+def _scrapes(s: Any) -> int:
+    nodes = [*s.prefill, *s.decode, *s.replica]
+    return sum(1 for n in nodes for seen in n.spy.seen if seen.path == "/metrics")
+
+
+def test_concurrent_relay_gets_share_one_scrape_of_each_engine() -> None:
+    """40 concurrent GETs over 4 engines made /health wait 1.1-2.7 s: each GET scraped
+    every engine and merged in a thread of its own (before: 160 scrapes). Now GETs that
+    arrive while a page is made wait for one made after they arrived, one at a time:
+    at most two rounds of scrapes, every answer the same fresh page."""
+
+    async def scenario() -> None:
+        async with stack(prefill=2, decode=2) as s:
+            answers = await asyncio.gather(*(s.get("/metrics/engines") for _ in range(40)))
+            assert {status for status, _ in answers} == {200}
+            assert 4 <= _scrapes(s) <= 8, _scrapes(s)
+            assert len({raw for _, raw in answers}) <= 2
+
+    run(scenario())
+
+
+def test_a_relay_page_is_never_older_than_its_request_unless_a_ttl_allows() -> None:
+    """The benchmark's last sample after a run must see the run's last counts: a GET is
+    answered by a scrape that started after it arrived (a second GET scrapes again), or,
+    with --engine-metrics-ttl, by a page younger than that."""
+
+    async def scenario() -> None:
+        async with stack(prefill=1, decode=1) as s:
+            await s.get("/metrics/engines")
+            await s.post("/v1/completions", {"prompt": "hello there", "max_tokens": 3})
+            _, raw = await s.get("/metrics/engines")
+            assert _scrapes(s) == 4
+            gen = "vllm:generation_tokens_total"
+            assert tokens_of(raw.decode(), gen, s.decode[0].url) > 0  # the request's tokens
+        async with stack(prefill=1, decode=1, engine_metrics_ttl_s=60.0) as s:
+            first = await s.get("/metrics/engines")
+            assert await s.get("/metrics/engines") == first and _scrapes(s) == 2
+
+    run(scenario())
+
+
+def test_an_engine_page_over_the_cap_is_refused_not_merged() -> None:
+    """2 GETs over one engine's 10 MB page grew the proxy by 317-405 MB (the page read
+    whole up to --max-answer-bytes and parsed per GET). A page over
+    --max-engine-metrics-bytes is reported (scrape_ok 0), never parsed; the rest are."""
+
+    async def scenario() -> None:
+        async with stack(prefill=1, decode=1, max_engine_metrics_bytes=64 << 10) as s:
+            s.decode[0].spy.rewrite["/metrics"] = lambda raw: raw + b"# pad\n" * 20_000
+            status, raw = await s.get("/metrics/engines")
+            assert status == 200
+            ok, text = "servekit_proxy_engine_scrape_ok", raw.decode()
+            assert value(text, ok, engine_url=s.decode[0].url, engine_role="decode") == 0
+            assert value(text, ok, engine_url=s.prefill[0].url, engine_role="prefill") == 1
+
+    run(scenario())
+
+
+def test_the_merge_is_charged_to_the_memory_budget() -> None:
+    """The page's parse (about 16x its text) is charged to --memory-budget while it runs:
+    a budget too small for it is a 503 overloaded, never an unbounded parse."""
+
+    async def scenario() -> None:
+        async with stack(prefill=1, decode=1, memory_budget=64 << 10) as s:
+            status, _ = await s.get("/metrics/engines")
+            budget = s.proxy.router.budget
+            assert status == 503 and budget.refused == 1
+            assert budget.used == 0  # given back
+        async with stack(prefill=1, decode=1) as s:
+            status, _ = await s.get("/metrics/engines")
+            assert status == 200
+
+    run(scenario())

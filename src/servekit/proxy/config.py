@@ -152,6 +152,11 @@ class ProxyConfig:
     outlier_eject_s: float = opt(10.0, "least time an outlier stays out (times its ejections, "
                                  "at most 30x)", ge=0)  # fmt: skip
     engine_metrics_timeout_s: float = opt(5.0, "per engine, for GET /metrics/engines", gt=0)
+    engine_metrics_ttl_s: float = opt(0.0, "GET /metrics/engines: a page made this recently "
+                                      "is served again (0: each GET gets a page scraped "
+                                      "after it arrived; GETs meanwhile share one)", ge=0)  # fmt: skip
+    max_engine_metrics_bytes: int = opt(4 * 1024 * 1024, "an engine's /metrics page larger "
+                                        "than this is not relayed (scrape_ok 0)", gt=0)  # fmt: skip
     prefix_chars: int = opt(512, "prompt prefix keyed by prefix-affinity", ge=1)
     kv_events: tuple[str, ...] = opt(
         (), "kv-events policy: ENGINE_URL=tcp://HOST:PORT[,tcp://HOST:REPLAY_PORT] of each "
