@@ -346,6 +346,9 @@ def test_health_answers_while_a_big_body_is_parsed_and_waits_without_the_worker(
     run(scenario())
 
 
+CHAT = "/v1/chat/completions"
+
+
 def long_strings(mib: int) -> bytes:
     """A chat body of ``mib`` MiB of 700-character messages: each string is malloc'd, and
     glibc keeps the heap they grew (freeing the 16 MiB text raised its trim threshold)."""
@@ -364,7 +367,8 @@ async def _after_a_big_parse(raw: bytes, over_fresh: int | None) -> tuple[int, i
     assert fresh is not None
     if over_fresh is not None:
         workers.max_rss = fresh + over_fresh
-    assert await workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) == {}
+    got = await workers.call(parsepool.parse_request, CHAT, raw, 512, cost=parse_cost(raw))
+    assert isinstance(got, parsepool.Summary)
     if over_fresh is not None:
         await wait_until(lambda: workers.pids() not in ([], [pid]), "a fresh worker started")
         await wait_until(lambda: rss_bytes(pid) is None, "the old worker left")
@@ -392,9 +396,10 @@ def test_a_worker_grown_by_a_big_parse_is_replaced_and_nothing_in_flight_fails()
         assert workers.recycled == 1 and workers.failures == 0
         # two parses queued on one worker: it is not replaced under the second one
         both = [
-            workers.call(parsepool.answer_fields, raw, (), cost=parse_cost(raw)) for _ in range(2)
+            workers.call(parsepool.parse_request, CHAT, raw, 512, cost=parse_cost(raw))
+            for _ in range(2)
         ]
-        assert await asyncio.gather(*both) == [{}, {}]  # both parsed as JSON
+        assert all(isinstance(g, parsepool.Summary) for g in await asyncio.gather(*both))
         await wait_until(lambda: workers.recycled == 2, "replaced once idle")
         assert workers.failures == 0
         await workers.close()
@@ -429,6 +434,63 @@ def test_only_the_members_the_proxy_reads_come_back_from_an_answer() -> None:
         "kv_transfer_params": params
     }
     assert parsepool.answer_fields(b"[1]", ("kv_transfer_params",)) == {}
+    for bad in (answer[:-1], answer.decode().encode("utf-16"), b""):
+        assert parsepool.answer_fields(bad, ()) is None
+
+
+def test_an_answer_is_read_for_its_members_without_building_the_rest() -> None:
+    """An answer of many small values cost about 36x its size to parse whole (a 48 MB one
+    raised the parse worker by 1.7 GB). With msgspec, only the members the proxy reads
+    are built: the parse of a 4 MiB answer peaks under 1.5x its size (tracemalloc; a
+    whole parse is 10x and more), and what is refused or accepted is the standard
+    library's (NaN, lone surrogates, bad UTF-8 where nothing is built)."""
+    import tracemalloc
+
+    params = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
+    answer = json.dumps({"id": "x", "kv_transfer_params": params, "choices": [{}]}).encode()
+    answer = with_logprobs(prompt_logprobs(4))(answer)
+    tracemalloc.start()
+    got = parsepool.answer_fields(answer, ("kv_transfer_params",))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert got == {"kv_transfer_params": params}
+    assert peak < 1.5 * len(answer), (peak, len(answer))
+    for raw, keys, want in [
+        (b'{"tokens": [1, 2], "x": NaN}', ("tokens",), {"tokens": [1, 2]}),
+        (b'{"a": "\\ud800", "tokens": []}', ("tokens",), {"tokens": []}),
+        (b'{"a": 1, "a": 2}', ("a",), {"a": 2}),
+        (b'{"a": null}', ("a", "b"), {"a": None}),
+        (b'{"x": "\xff", "a": 1}', ("a",), None),  # not UTF-8, in a member never built
+        (b'{"a": 1', ("a",), None),
+        (b'"text"', ("a",), {}),
+    ]:
+        assert parsepool.answer_fields(raw, keys) == want, raw
+        assert parsepool.answer_fields(raw, keys) == json_answer_fields(raw, keys), raw
+
+
+def json_answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """What the standard library alone makes of an answer (the zipapp's way)."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return None
+    return {k: doc[k] for k in keys if k in doc} if isinstance(doc, dict) else {}
+
+
+def test_without_msgspec_an_answer_is_parsed_whole_and_held_to_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The zipapp carries aiohttp only: there the answer is parsed whole by the standard
+    library, its parse still charged to --memory-budget (parse_cost: at least what
+    json.loads takes) and capped by --max-answer-bytes; same members, same refusals."""
+    from servekit.proxy import jsoncodec
+
+    monkeypatch.setattr(jsoncodec, "msgspec", None)
+    params = {"do_remote_prefill": True}
+    answer = with_logprobs(prompt_logprobs(1))(json.dumps({"kv_transfer_params": params}).encode())
+    assert parsepool.answer_fields(answer, ("kv_transfer_params",)) == {
+        "kv_transfer_params": params
+    }
     for bad in (answer[:-1], answer.decode().encode("utf-16"), b""):
         assert parsepool.answer_fields(bad, ()) is None
 

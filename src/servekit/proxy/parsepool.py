@@ -23,15 +23,16 @@ the client's body with a few fields set) by splicing those texts: the bytes
 ``json.dumps`` writes for the parsed body, at the cost of copying them. Replica
 mode sends the client's bytes as they came. Engines' unstreamed answers above
 the same size are parsed in a worker too, and only the members the proxy reads
-come back (:func:`answer_fields`).
+come back (:func:`answer_fields`); with msgspec, only those members are even
+built (an answer of many small values cost about 36x its size parsed whole).
 
 A worker starts with the first big body it gets (spawned processes: the loop's
 threads are not forked) and stops with the proxy. A worker that dies (killed,
 out of memory) fails the bodies it had with a 503 ``worker_failed``, and the
 next big body starts a new one; a worker whose memory passes
 ``--parse-worker-rss`` once idle is replaced (:class:`Workers`). The worker
-runs the proxy's own modules and the standard library (orjson when installed),
-so the zipapp has it too.
+runs the proxy's own modules and the standard library (orjson and msgspec when
+installed), so the zipapp has it too.
 """
 
 from __future__ import annotations
@@ -176,14 +177,9 @@ def parse_request(
 def answer_fields(raw: bytes, keys: tuple[str, ...]) -> dict[str, Any] | None:
     """An engine's answer checked to be UTF-8 JSON (None: it is not), and the members
     ``keys`` of its top-level object, decoded: all the proxy reads of it (the prefill's
-    ``kv_transfer_params``, ``/tokenize``'s ``tokens``); the rest is never sent back."""
-    try:
-        doc = jsoncodec.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-    if not isinstance(doc, dict):
-        return {}
-    return {key: doc[key] for key in keys if key in doc}
+    ``kv_transfer_params``, ``/tokenize``'s ``tokens``); the rest is never sent back,
+    and with msgspec never even built (:func:`~servekit.proxy.jsoncodec.members`)."""
+    return jsoncodec.members(raw, keys)
 
 
 def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
