@@ -29,6 +29,14 @@ worker replaced once idle (the default): the slowest and median /health, the
 proxy's peak RSS, the workers' peak and their RSS a second after the answer.
 ``--shape strings`` makes each logprob's token 700 characters: strings malloc'd
 one by one, whose heap the worker keeps after the parse (what replacing it is for).
+
+Issue 45's probes (:mod:`proxy_hardening_feeds`: the KV-event feed, the
+engine-metrics relay), each against the tree of ``--proxy-src``:
+
+    .venv/bin/python benchmarks/proxy_hardening.py kv-hashes
+    .venv/bin/python benchmarks/proxy_hardening.py kv-burst
+    .venv/bin/python benchmarks/proxy_hardening.py kv-prompt [--block-size 1]
+    .venv/bin/python benchmarks/proxy_hardening.py engine-metrics [--proxy-flag=--FLAG=VALUE]
 """
 
 from __future__ import annotations
@@ -434,7 +442,14 @@ def established(port: int) -> int:
     return sum(1 for r in rows if r.split()[1].endswith(":" + mine) and r.split()[3] == "01")
 
 
+FEEDS = ("kv-hashes", "kv-burst", "kv-prompt", "engine-metrics")
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
+    if args.attack in FEEDS:
+        from proxy_hardening_feeds import probe
+
+        return await probe(args.attack, args.proxy_src, args.block_size, args.proxy_flag)
     if args.attack == "parse":
         return await parse_compare(args)
     if args.attack == "answers":
@@ -475,7 +490,11 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("attack", choices=["deaf", "deaf-stream", "metaserver", "small-values",
-                                           "nested", "parse", "answers"])  # fmt: skip
+                                           "nested", "parse", "answers", *FEEDS])  # fmt: skip
+    parser.add_argument("--block-size", type=int, default=1,
+                        help="kv-prompt: the block size the events announce")  # fmt: skip
+    parser.add_argument("--proxy-flag", action="append", default=[],
+                        help="engine-metrics: one more flag for its proxies")  # fmt: skip
     parser.add_argument(
         "--sizes",
         type=int,
