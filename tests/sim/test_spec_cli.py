@@ -156,6 +156,7 @@ def test_sim_imports_only_bottom_level_servekit_modules() -> None:
         "servekit.errors",
         "servekit.guard",
         "servekit.kvprotocol",
+        "servekit.kvschema",  # vLLM's KV-event schema, shared with the proxy (issue 46)
         "servekit.lazyface",
         "servekit.safeyaml",
         "servekit.textcontract",
