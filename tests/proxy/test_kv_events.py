@@ -243,7 +243,7 @@ def test_each_engine_gets_its_share_of_the_index_bytes() -> None:
 _hash = st.integers(0, 2**64 - 1) | st.binary(min_size=1, max_size=64)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.tuples(
