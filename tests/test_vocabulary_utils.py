@@ -139,6 +139,9 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
             # Copied unchanged into a fake platform's bin/ and run by whatever python3
             # a script finds, without servekit: it cannot import the vocabulary.
             "importer/platform/recorder.py": "standalone file, runs without servekit",
+            # Shipped in a ConfigMap and run by the engine image's python3 in a Kubernetes
+            # init container, without servekit.
+            "platforms/k8s/fetchmodel.py": "standalone file, runs without servekit",
         },
     ),
     "URL check": (url_check, "vocabulary/urls.py", {}),

@@ -9,6 +9,9 @@ against their CRD's ``openAPIV3Schema`` (kubernetes-sigs/lws v0.9.0, in
 tests/fixtures/k8s), made strict the way the API server prunes (an object with
 ``properties`` and no ``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields``
 takes no other field), plus the rules LWS's webhook enforces beyond the schema.
+LeaderWorkerSet and DisaggregatedSet are checked against both v0.9.0's and v0.10.0's
+CRDs (a cluster may run either); PodMonitor (Prometheus Operator) and Volcano's
+PodGroup against theirs (/work/shared/reference/k8s, copied here).
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from kubernetes_validate.utils import schema_contents
 
 KUBERNETES = "1.34.0"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
-CRDS = {
-    "LeaderWorkerSet": "leaderworkerset-v1.schema.json",
-    "DisaggregatedSet": "disaggregatedset-v1.schema.json",
+CRDS: dict[str, tuple[str, ...]] = {
+    "LeaderWorkerSet": ("leaderworkerset-v1.schema.json", "leaderworkerset-v0.10.schema.json"),
+    "DisaggregatedSet": ("disaggregatedset-v1.schema.json", "disaggregatedset-v0.10.schema.json"),
+    "PodMonitor": ("prometheus-podmonitor.schema.json",),
+    "PodGroup": ("volcano-podgroup.schema.json",),
 }
+"""Kind -> its CRD schemas (LWS: v0.9.0's, named v1, and v0.10.0's); an object passes all."""
 
 Problem = tuple[str, str]
 """(where, what): the path of the refused field and the validator's message."""
@@ -63,8 +69,8 @@ def _strict(node: Any) -> Any:
 
 
 @functools.cache
-def crd_validator(kind: str) -> jsonschema.protocols.Validator:
-    schema = json.loads((FIXTURES / CRDS[kind]).read_text())["openAPIV3Schema"]
+def crd_validator(file: str) -> jsonschema.protocols.Validator:
+    schema = json.loads((FIXTURES / file).read_text())["openAPIV3Schema"]
     return jsonschema.Draft202012Validator(_strict(schema))
 
 
@@ -116,8 +122,14 @@ def pod_templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def problems(obj: dict[str, Any]) -> list[Problem]:
     """Every refusal of one rendered object (empty: it passes)."""
     kind = obj.get("kind", "")
+    if kind in ("PodMonitor", "PodGroup"):
+        return [p for file in CRDS[kind] for p in _errors(crd_validator(file), obj, "")]
     if kind in CRDS:
-        found = _errors(crd_validator(kind), obj, "")
+        found = [
+            (at, f"{file}: {what}")
+            for file in CRDS[kind]
+            for at, what in _errors(crd_validator(file), obj, "")
+        ]
         found += webhook_problems(obj)
         for at, template in pod_templates(obj):
             wrapped = {

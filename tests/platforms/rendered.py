@@ -9,8 +9,9 @@ import yaml
 
 from servekit.catalog import load_all
 from servekit.platforms import PLATFORMS, RenderRequest
-from servekit.platforms.k8s.build import K8sOptions, K8sRendering, decide
+from servekit.platforms.k8s.build import K8sRendering, decide
 from servekit.platforms.k8s.groups import engine_groups
+from servekit.platforms.k8s.settings import parse_settings
 from servekit.render import Plan, build_plan
 
 CATALOG = {loaded.layout.name: loaded.layout for loaded in load_all()}
@@ -21,11 +22,13 @@ PD_LAYOUTS = tuple(
 
 
 @functools.cache
-def files(name: str, kind: str = "leaderworkerset") -> dict[str, str | bytes]:
+def files(
+    name: str, kind: str = "leaderworkerset", settings: tuple[tuple[str, str], ...] = ()
+) -> dict[str, str | bytes]:
     """The platform table's k8s renderer on the catalog read once (the CLI path is
-    tests/platforms/test_k8s_render.py's)."""
+    tests/platforms/test_k8s_render.py's); ``settings``: ``k8s.*`` options as pairs."""
     layout = CATALOG[name]
-    req = RenderRequest(plan=plan(name), layout=layout, settings={"kind": kind})
+    req = RenderRequest(plan=plan(name), layout=layout, settings={"kind": kind, **dict(settings)})
     return PLATFORMS["k8s"].render(req)
 
 
@@ -35,18 +38,24 @@ def plan(name: str) -> Plan:
 
 
 @functools.cache
-def _objects(name: str, kind: str) -> tuple[dict[str, Any], ...]:
-    return tuple(_parse(name, kind))
+def _objects(
+    name: str, kind: str, settings: tuple[tuple[str, str], ...]
+) -> tuple[dict[str, Any], ...]:
+    return tuple(_parse(name, kind, settings))
 
 
-def objects(name: str, kind: str = "leaderworkerset") -> list[dict[str, Any]]:
+def objects(
+    name: str, kind: str = "leaderworkerset", settings: tuple[tuple[str, str], ...] = ()
+) -> list[dict[str, Any]]:
     """The rendered objects (parsed once; callers that change one deep-copy it first)."""
-    return list(_objects(name, kind))
+    return list(_objects(name, kind, settings))
 
 
-def _parse(name: str, kind: str = "leaderworkerset") -> list[dict[str, Any]]:
+def _parse(
+    name: str, kind: str = "leaderworkerset", settings: tuple[tuple[str, str], ...] = ()
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for path, text in files(name, kind).items():
+    for path, text in files(name, kind, settings).items():
         if path.endswith(".yaml") and path != "kustomization.yaml":
             assert isinstance(text, str)
             out += [o for o in yaml.load_all(text, Loader=yaml.CSafeLoader) if o]
@@ -55,7 +64,8 @@ def _parse(name: str, kind: str = "leaderworkerset") -> list[dict[str, Any]]:
 
 @functools.cache
 def rendering(name: str) -> K8sRendering:
-    return decide(plan(name), CATALOG[name], K8sOptions(accelerator="x.io/dev"))
+    layout = CATALOG[name]
+    return decide(plan(name), layout, parse_settings({"accelerator": "x.io/dev"}, layout))
 
 
 __all__ = ["LAYOUTS", "PD_LAYOUTS", "engine_groups", "files", "objects", "plan", "rendering"]

@@ -2,10 +2,15 @@
 
 Each pod of the rendered LeaderWorkerSets and the proxy's Deployment runs as
 processes on its own loopback address with the environment LWS and the kubelet
-inject, Service and pod names resolving to the pods
+inject, Service and pod names resolving to the pods, its volumes made as the kubelet
+makes them (the model from the node's folder by default, on the pod network)
 (:mod:`servekit.platforms.k8s.fake`), ``servekit sim serve`` as ``vllm``. Then
 ``servekit verify NAME --target URL --pods POD=IP,...`` must pass, the engines
-reached at their pods' addresses, and teardown leaves nothing.
+reached at their pods' addresses, and teardown leaves nothing. One case first re-renders
+with a changed decode script: the decode group is recreated (its template's hash
+changed), the prefill group and the proxy keep running, and verify passes on the
+rolled cluster. The model's download by the init container (a token from a Secret)
+and a node without the model are the other two.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ from tests.helpers.cli import own_homes
 
 from servekit.errors import UsageError
 from servekit.platforms import k8s_dry_cluster, leftovers
+from servekit.platforms.k8s.fake import K8sDryCluster, PodFailed
 from servekit.verify.adapters import real_components
 from servekit.verify.options import VerifyOptions
 from servekit.verify.run import verify
 
 LAYOUTS = {"a3/glm5.1/1x2p1x4d": 6, "a2/glm5.2/1x4p1x4d": 8}
+ROLL = ["engines.decode0.settings.gpu_memory_utilization=0.9"]  # the catalog's: 0.92
+ROLLED = "--gpu-memory-utilization 0.9 "
 CASES = [
-    ("a3/glm5.1/1x2p1x4d", "leaderworkerset"),
+    ("a3/glm5.1/1x2p1x4d", "leaderworkerset"),  # with a rollout of the decode group first
     ("a2/glm5.2/1x4p1x4d", "leaderworkerset"),
     # the child LeaderWorkerSets named with a revision, as the controller does: the
     # proxy finds the pods through their own headless Services
@@ -45,6 +53,8 @@ def test_the_fake_cluster_passes_verify_with_pods(
     with k8s_dry_cluster(name, speed=10.0, kind=kind) as cluster:
         engine_pods = cluster.pods_arg.split(",")
         assert len(engine_pods) == LAYOUTS[name]
+        if name == CASES[0][0] and kind == CASES[0][1]:
+            _roll_the_decode_group(cluster)
         opts = VerifyOptions(
             name=name,
             target=cluster.entry_url,
@@ -59,7 +69,13 @@ def test_the_fake_cluster_passes_verify_with_pods(
         ready_s = cluster.started_s
     took = time.perf_counter() - started
     failed = [s for s in outcome.run.steps if s.status != "ok"]
-    assert outcome.exit_code == 0, failed
+    result = out / "accept" / "result.json"
+    checks_failed = (
+        [c for c in json.loads(result.read_text())["checks"] if c["verdict"] == "fail"]
+        if result.exists()
+        else []
+    )
+    assert outcome.exit_code == 0, (failed, checks_failed)
     checks = json.loads((out / "accept" / "result.json").read_text())["checks"]
     verdicts = {c["verdict"] for c in checks}
     assert "fail" not in verdicts and "pass" in verdicts
@@ -73,6 +89,104 @@ def test_the_fake_cluster_passes_verify_with_pods(
     print(
         f"{name} ({kind}): {len(engine_pods)} pods ready in {ready_s:.1f} s, {passed}/{ran} checks, {took:.0f} s in all"
     )
+
+
+def _group_cmdlines(pid: int) -> list[str]:
+    """The command lines of a pod's entry and every process under it (pod.sh starts each
+    process in a session of its own)."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    family, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in family} - family
+        family |= more
+        grew = bool(more)
+    found = []
+    for member in family:
+        try:
+            found.append(Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+def _roll_the_decode_group(cluster: K8sDryCluster) -> None:
+    before = {n.pod: n.popen.pid for n in cluster.nodes if n.popen is not None}
+    recreated = cluster.apply(ROLL)
+    after = {n.pod: n.popen.pid for n in cluster.nodes if n.popen is not None}
+    assert sorted(recreated) == [f"sk-decode-0{s}" for s in ("", "-1", "-2", "-3")]
+    for pod, pid in after.items():
+        assert (pid != before[pod]) == pod.startswith("sk-decode"), pod
+    decode = [n for n in cluster.nodes if n.pod.startswith("sk-decode")]
+    assert all(
+        any(ROLLED in line for line in _group_cmdlines(n.popen.pid))
+        for n in decode
+        if n.popen is not None
+    )
+    prefill = next(n for n in cluster.nodes if n.pod == "sk-prefill-0")
+    assert prefill.popen is not None
+    assert not any(ROLLED in line for line in _group_cmdlines(prefill.popen.pid))
+
+
+@pytest.mark.slow
+def test_the_model_is_downloaded_before_the_engines_start_with_the_secrets_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``k8s.model=hf:...``: every engine pod's init container downloads into its model
+    volume with the token from the Secret and the mirror, then the engine finds it."""
+    for key, value in own_homes(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    sets = [
+        "k8s.model=hf:zai-org/GLM-5.2@v1",
+        "k8s.model_secret=hf-token:token",
+        "k8s.model_endpoint=https://hf-mirror.example.com",
+    ]
+    with k8s_dry_cluster(
+        "a3/glm5.2/2nodes",
+        speed=10.0,
+        reference=False,
+        sets=sets,
+        secrets={"hf-token": {"token": "t0"}},
+    ) as cluster:
+        records = [json.loads(p.read_text()) for p in cluster.root.rglob("fake-hub-download.json")]
+        engine_pods = len(cluster.pods_arg.split(","))
+    assert len(records) == engine_pods == 2
+    assert all(
+        r
+        == {
+            "repo": "zai-org/GLM-5.2",
+            "revision": "v1",
+            "token": True,
+            "endpoint": "https://hf-mirror.example.com",
+        }
+        for r in records
+    )
+    # control: without the Secret the pod cannot start, as its env names a missing key
+    with (
+        pytest.raises(PodFailed, match="secret 'hf-token'"),
+        k8s_dry_cluster("a3/glm5.2/2nodes", speed=10.0, reference=False, sets=sets),
+    ):
+        pass
+
+
+def test_a_node_without_the_model_fails_the_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default model volume is the node's folder: a node without it fails the pod
+    (the kubelet's hostPath type check), before any engine starts."""
+    for key, value in own_homes(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    with (
+        pytest.raises(PodFailed, match="hostPath /root/model: type check failed"),
+        k8s_dry_cluster("a3/glm5.2/2nodes", speed=10.0, reference=False, host_paths={}),
+    ):
+        pass
 
 
 def test_pods_must_name_every_engine_pod(tmp_path: Path) -> None:

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.helpers.cli import servekit_inproc
-from tests.platforms.rendered import LAYOUTS, PD_LAYOUTS, files, objects, plan, rendering
+from tests.platforms.rendered import (
+    CATALOG,
+    LAYOUTS,
+    PD_LAYOUTS,
+    files,
+    objects,
+    plan,
+    rendering,
+)
 
 from servekit.platforms import render_files
 from servekit.platforms.k8s.wiring import REASONS
@@ -69,27 +77,26 @@ def test_groups_are_the_plans_topology() -> None:
             assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
             container = spec["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
             devices = len(g.leader().devices)
-            resources = container.get("resources", {})
-            if devices:
-                (resource,) = resources["limits"]
-                assert resources["limits"] == resources["requests"] == {resource: str(devices)}
-            else:
-                assert not resources
+            resources = container["resources"]
+            assert resources["limits"] == resources["requests"]
+            assert {"cpu", "memory", "ephemeral-storage"} <= set(resources["limits"])
+            accel = {k: v for k, v in resources["limits"].items() if k not in BASE}
+            want = ACCELERATOR.get(CATALOG[name].hardware.accelerator)
+            assert accel == ({want: str(devices)} if devices and want else {}), name
 
 
 ACCELERATOR = {"ascend-a3": "huawei.com/ascend-1980", "ascend-a2": "huawei.com/Ascend910"}
+BASE = {"cpu", "memory", "ephemeral-storage"}
 
 
 @pytest.mark.parametrize("name", ["a3/glm5.1/1x2p1x4d", "a2/glm5.2/1x4p1x4d", "local/1p1d"])
 def test_accelerator_per_hardware(name: str) -> None:
-    from tests.platforms.rendered import CATALOG
-
     hw = CATALOG[name].hardware.accelerator
     for obj in objects(name):
         if obj["kind"] == "LeaderWorkerSet":
             c = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
-            assert list(c.get("resources", {}).get("limits", {})) == (
-                [ACCELERATOR[hw]] if hw in ACCELERATOR else []
+            assert set(c["resources"]["limits"]) - BASE == (
+                {ACCELERATOR[hw]} if hw in ACCELERATOR else set()
             )
 
 
@@ -141,15 +148,21 @@ def test_pods_under_bash_print_the_modelarts_commands(tmp_path: Path) -> None:
     k8s, ma = tmp_path / "k8s", tmp_path / "ma"
     k8s.mkdir()
     ma.mkdir()
-    cm = yaml.load(files(name)["configmap.yaml"], Loader=yaml.CSafeLoader)
-    for key, text in cm["data"].items():
-        (k8s / key).write_text(text)
+    cms = {
+        o["metadata"]["name"]: o
+        for o in yaml.load_all(files(name)["configmaps.yaml"], Loader=yaml.CSafeLoader)
+    }
     for key, text in render_files(plan(name), "modelarts").items():
         if key.endswith(".sh"):
             (ma / key).write_text(str(text))
     r = rendering(name)
     ips = {node: f"10.0.0.{node + 2}" for node in range(6)}
     for g in r.groups:
+        folder = k8s / g.name
+        folder.mkdir()
+        for cm in (cms[f"{g.name}-scripts"], cms["sk-bundle"]):
+            for key, text in cm["data"].items():
+                (folder / key).write_text(text)
         for pod in g.pods:
             leader = g.pod(pod.instance, 0).node
             env = {
@@ -161,7 +174,7 @@ def test_pods_under_bash_print_the_modelarts_commands(tmp_path: Path) -> None:
                 "NODE_NIC": "eth0",
                 "ARGS": g.name,
             }
-            got = _dry(k8s / "pod.sh", env).split("\n# ")
+            got = _dry(folder / "pod.sh", env).split("\n# ")
             for proc, block in zip(pod.processes, got[1:], strict=True):
                 want = subprocess.run(
                     ["sh", str(ma / f"{proc.name}.sh")],
@@ -171,7 +184,7 @@ def test_pods_under_bash_print_the_modelarts_commands(tmp_path: Path) -> None:
                         "NODE_IP": ips[pod.node],
                         "NODE_NIC": "eth0",
                         f"NODE{leader}_IP": ips[leader],
-                        "BUNDLE_DIR": str(k8s),
+                        "BUNDLE_DIR": str(folder),
                     },
                     capture_output=True,
                     text=True,
@@ -195,12 +208,17 @@ def test_cli_renders_k8s_with_a_resource_name_and_kind(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout
     assert (
-        "requirement hostNetwork" in done.stdout and "Differences from the ModelArts" in done.stdout
+        "Pod Security Standards" in done.stdout and "Differences from the ModelArts" in done.stdout
     )
     text = (out / "decode.yaml").read_text()
     assert "example.com/npu: '8'" in text and "size: 4" in text
     kust = yaml.safe_load((out / "kustomization.yaml").read_text())
-    assert set(kust["resources"]) == {"configmap.yaml", "prefill.yaml", "decode.yaml", "proxy.yaml"}
+    assert set(kust["resources"]) == {
+        "configmaps.yaml",
+        "prefill.yaml",
+        "decode.yaml",
+        "proxy.yaml",
+    }
     done = servekit_inproc(
         "render",
         "a3/glm5.1/1x2p1x4d",

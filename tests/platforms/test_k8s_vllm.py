@@ -4,7 +4,9 @@ The same manifests as any layout (a prefill LeaderWorkerSet, a decode one, the
 proxy's Deployment and Service) started by :mod:`servekit.platforms.k8s.fake`:
 each pod on its own loopback address, the prefill's NIXL side channel on its pod
 IP (the rendering's loopback change), the proxy finding both engines by their
-pod names. Answers come through the proxy, as from ``servekit up local/1p1d``.
+pod names, the tiny model mounted from the node's folder at
+``/workspace/.servekit/models/tiny`` (the container's working folder, as the layout's
+relative model path needs). Answers come through the proxy, as from ``servekit up local/1p1d``.
 One real-engine start (about two minutes on two cores); marker ``vllm``.
 """
 
@@ -34,8 +36,13 @@ async def _complete(url: str, prompt: str) -> tuple[str, int | None]:
 def test_local_1p1d_on_the_fake_cluster_answers_through_its_proxy(tmp_path: Path) -> None:
     build_tiny_model(tmp_path / ".servekit/models/tiny")
     started = time.perf_counter()
+    model = {"/workspace/.servekit/models/tiny": tmp_path / ".servekit/models/tiny"}
     with k8s_dry_cluster(
-        "local/1p1d", engine="vllm", reference=False, cwd=tmp_path, ready_timeout_s=READY_TIMEOUT_S
+        "local/1p1d",
+        engine="vllm",
+        reference=False,
+        host_paths=model,
+        ready_timeout_s=READY_TIMEOUT_S,
     ) as cluster:
         assert len(cluster.pods_arg.split(",")) == 2  # a prefill pod and a decode pod
         prompt = "The quick brown fox jumps over the lazy dog " * 8

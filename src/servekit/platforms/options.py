@@ -27,12 +27,13 @@ class RenderOptions(StrictModel):
     k8s_kind: Literal["leaderworkerset", "disaggregatedset"] = Field(
         "leaderworkerset",
         description="k8s: one LeaderWorkerSet per engine group, or one DisaggregatedSet "
-        "(LWS v0.9) with a role per group",
+        "(LWS v0.9 or v0.10) with a role per group",
     )
     set: tuple[str, ...] = Field(
         (),
         description="override a field, e.g. engines.decode0.settings.max_num_seqs=64; "
-        "k8s.accelerator=RESOURCE or k8s.prefix=NAME for --target k8s (repeatable)",
+        "k8s.KEY=VALUE for --target k8s, e.g. k8s.model=pvc:CLAIM or k8s.network=host "
+        "(docs/kubernetes.md lists them) (repeatable)",
     )
     force: bool = Field(False, description="replace an --out folder that holds other files")
     catalog: Path | None = Field(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from servekit.catalog import Layout
+from servekit.platforms.k8s.settings import NAMES as K8S_SETTINGS
 from servekit.platforms.request import Files, RenderRequest
 from servekit.render import Plan
 
@@ -51,7 +52,7 @@ PLATFORMS: dict[TargetName, Platform] = {
         "Kubernetes manifests: a LeaderWorkerSet per engine group, the proxy's Deployment "
         "and Service, kustomization.yaml",
         _k8s,
-        settings=("accelerator", "kind", "prefix"),
+        settings=K8S_SETTINGS,
     ),
 }
 TARGETS: tuple[TargetName, ...] = get_args(TargetName)

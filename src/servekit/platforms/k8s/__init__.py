@@ -7,7 +7,7 @@ dry-run cluster is :mod:`servekit.platforms.k8s.fake`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING
 
 from servekit.errors import UsageError
 from servekit.vocabulary import PD_ROLES
@@ -17,22 +17,15 @@ if TYPE_CHECKING:
 
 
 def render(req: RenderRequest) -> Files:
-    from servekit.platforms.k8s.build import ACCELERATORS, K8sKind, K8sOptions, render_k8s
+    from servekit.platforms.k8s.build import render_k8s
+    from servekit.platforms.k8s.settings import parse_settings
     from servekit.render import bundle_files
 
     if req.layout is None:
         raise ValueError("a Kubernetes rendering needs the layout (its hardware)")
-    kind = req.settings.get("kind", "leaderworkerset")
-    kinds: tuple[K8sKind, ...] = get_args(K8sKind)
-    chosen = next((k for k in kinds if k == kind), None)
-    if chosen is None:
-        raise UsageError(f"--k8s-kind {kind!r}: choose one of {', '.join(kinds)}")
-    accelerator = req.settings.get("accelerator", ACCELERATORS[req.layout.hardware.accelerator])
-    opts = K8sOptions(
-        accelerator=accelerator or None, kind=chosen, prefix=req.settings.get("prefix", "sk")
-    )
+    opts = parse_settings(req.settings, req.layout)
     roles = {p.role for p in req.plan.processes}
-    if chosen == "disaggregatedset" and not set(PD_ROLES) <= roles:
+    if opts.kind == "disaggregatedset" and not set(PD_ROLES) <= roles:
         raise UsageError(
             f"--k8s-kind disaggregatedset: {req.layout.name} has no prefill/decode proxy; "
             "render it as leaderworkerset"
@@ -43,20 +36,20 @@ def render(req: RenderRequest) -> Files:
 
 
 def k8s_requirements(name: str, catalog: Path | None = None) -> list[str]:
-    """What a layout's pods need from a Kubernetes cluster, one line each with its reason."""
+    """What a layout's pods need from a Kubernetes cluster by default, one line each with its reason."""
     from servekit.catalog import load
-    from servekit.platforms.k8s.build import ACCELERATORS, K8sOptions, decide
+    from servekit.platforms.k8s.build import decide
+    from servekit.platforms.k8s.settings import parse_settings
     from servekit.render import build_plan
 
     layout = load(name, catalog).layout
-    opts = K8sOptions(accelerator=ACCELERATORS[layout.hardware.accelerator])
+    opts = parse_settings({}, layout)
     r = decide(build_plan(layout), layout, opts)
     lines = [
         f"kubernetes: {g.name} replicas {g.replicas} x size {g.size}, "
         f"{len(g.leader().devices)} x {opts.accelerator or 'no accelerator'} per pod"
         for g in r.groups
     ]
+    lines.append(f"kubernetes pod security: the {r.level} level (with the default k8s settings)")
     lines += [f"kubernetes requirement {req.line()}" for req in r.requirements]
-    if not r.requirements:
-        lines.append("kubernetes requirement: none (no hostNetwork, hostIPC or privileges)")
     return lines

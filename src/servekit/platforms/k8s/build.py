@@ -1,132 +1,160 @@
-"""A Plan as Kubernetes manifests: LeaderWorkerSets, the proxy, one ConfigMap, kustomize.
+"""A Plan as Kubernetes manifests: LeaderWorkerSets, the proxy, ConfigMaps, kustomize.
 
 Files (``servekit render NAME --target k8s --out DIR``):
 
-- ``configmap.yaml``: every process script (the same ``process_script`` the other
-  targets write, on :mod:`.wiring`'s processes), ``pod.sh`` (each pod's entry) and
-  servekit's bundled files (guard, KV shim, proxy zipapp), mounted at ``/servekit``;
+- ``configmaps.yaml``: every process script (the same ``process_script`` the other
+  targets write, on :mod:`.wiring`'s processes), each pod's entry ``pod.sh`` and
+  servekit's bundled files, as ConfigMaps each under ``kubectl apply``'s annotation cap
+  (:mod:`.configmaps`): one set per engine group (its ``pod.sh`` and scripts), one for
+  the bundle every engine mounts (guard, KV shim, the model downloader), one for the
+  proxy (its script and zipapp); a pod mounts its sets as one projected volume;
 - ``<group>.yaml``: one LeaderWorkerSet per engine group (:mod:`.groups`), or with
-  ``kind="disaggregatedset"`` one ``disaggregatedset.yaml`` holding every group as a role;
+  ``kind=disaggregatedset`` one ``disaggregatedset.yaml`` holding every group as a role;
 - ``proxy.yaml``: the proxy's Deployment and Service (or, without a proxy, a
-  Service on the entry engine's leader pods);
+  Service on the entry engine's leader pods); ``podmonitor.yaml`` on request;
 - ``kustomization.yaml``: the resources, and the image under one name
-  (``servekit-engine``) so an overlay sets it, with namespace and replicas.
+  (``servekit-engine``) so an overlay sets it.
 
-Pod templates: the accelerator (requests = limits), ``/dev/shm`` as a memory
-``emptyDir``, readiness on ``/health`` of the pod's first API port, a startup probe
-long enough for a large model's load, ``RecreateGroupOnPodRestart``; host access
-only where :func:`requirements` finds the layout needs it.
+Pod templates are :mod:`.podspec`'s; what the cluster must allow (the Pod Security
+Standards level, and each reason it is above baseline) is :func:`requirements`'.
 """
 
 from __future__ import annotations
 
-import base64
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from fractions import Fraction
+from typing import Any
 
 import jinja2
 import yaml
 
 from servekit import __version__
 from servekit.catalog import Layout, NodeValue
+from servekit.platforms.k8s.configmaps import (
+    ANNOTATION_CAP,
+    BUDGET,
+    Split,
+    content_hash,
+    last_applied_bytes,
+    pack,
+)
+from servekit.platforms.k8s.fetchmodel import FILE as FETCH_FILE, source_bytes as fetch_source
 from servekit.platforms.k8s.groups import Group, Pod, engine_groups
+from servekit.platforms.k8s.podspec import (
+    GROUP_INDEX_LABEL,
+    GROUP_LABEL,
+    IMAGE_NAME,
+    MOUNT,
+    engine_resources,
+    engine_template,
+    model_mount,
+    proxy_template,
+)
+from servekit.platforms.k8s.rendering import K8sRendering, Level, Requirement
+from servekit.platforms.k8s.settings import (
+    ACCELERATORS,
+    ASCEND_HOST_FILES,
+    NODE_SHARES,
+    K8sKind,
+    K8sSettings,
+)
 from servekit.platforms.k8s.wiring import Change, pod_processes, proxy_service
 from servekit.render import Plan, ProcessPlan, process_script, references
 
-K8sKind = Literal["leaderworkerset", "disaggregatedset"]
-IMAGE_NAME = "servekit-engine"
-MOUNT = "/servekit"
-SCRIPTS = "scripts"
+__all__ = [
+    "ACCELERATORS",
+    "GROUP_INDEX_LABEL",
+    "GROUP_LABEL",
+    "IMAGE_NAME",
+    "MOUNT",
+    "K8sKind",
+    "K8sOptions",
+    "K8sRendering",
+    "Level",
+    "Requirement",
+]
+
+K8sOptions = K8sSettings
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
-GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-STARTUP_PERIOD_S = 10
-STARTUP_FAILURES = 360  # one hour for a large model's load and graph capture
-ACCELERATORS: dict[str, str | None] = {
-    "ascend-a3": "huawei.com/ascend-1980",
-    "ascend-a2": "huawei.com/Ascend910",
-    "nvidia": "nvidia.com/gpu",
-    "cpu": None,
-}
-"""Device-plugin resource per hardware: Huawei CCE names A3 NPUs ``ascend-1980``,
-MindCluster ``Ascend910``; clusters differ, so ``--set k8s.accelerator=NAME`` overrides."""
+PODMONITOR_API = "monitoring.coreos.com/v1"
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
 
-@dataclass(frozen=True)
-class K8sOptions:
-    """What a Kubernetes rendering is asked besides the Plan."""
-
-    accelerator: str | None
-    kind: K8sKind = "leaderworkerset"
-    prefix: str = "sk"
+def _crosses_pods(group: Group) -> bool:
+    """HCCL between pods (an instance spans several) or a KV connector moving KV between pods."""
+    return group.size > 1 or any(p.kv_connector for pod in group.pods for p in pod.processes)
 
 
-@dataclass(frozen=True)
-class Requirement:
-    """Host access a layout's pods need, and why."""
+def requirements(r: K8sRendering) -> list[Requirement]:
+    """What the rendering asks of the hosts, each with its reason and the option that avoids it.
 
-    field: str
-    groups: tuple[str, ...]
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.field}: true on {', '.join(self.groups)}: {self.reason}"
-
-
-@dataclass
-class K8sRendering:
-    """Everything one rendering decided, for the files and the summary."""
-
-    plan: Plan
-    options: K8sOptions
-    groups: tuple[Group, ...]
-    processes: dict[str, ProcessPlan]
-    changes: list[Change]
-    requirements: list[Requirement] = field(default_factory=list)
-
-
-def requirements(layout: Layout, groups: tuple[Group, ...]) -> list[Requirement]:
-    """hostNetwork where the layout's collective or KV traffic uses the host's RoCE/RDMA NICs.
-
-    An Ascend instance spanning several pods runs HCCL between NPUs over the hosts'
-    RoCE network, and the catalog's Ascend KV connectors (Mooncake / LLMDataDist)
-    move KV between NPUs the same way; HCCL's and Gloo's host sockets are bound to the
-    node's interface (``HCCL_SOCKET_IFNAME``), which a pod network does not have.
-    Nothing in the catalog needs hostIPC or privileges (``/dev/shm`` is an emptyDir,
-    devices come from the device plugin), so none is set.
+    Engines run as root (vLLM images do) and so never meet ``restricted``; everything
+    here is ``baseline`` but these: the host network, hostPath volumes and capabilities
+    outside baseline's list.
     """
-    if not layout.hardware.is_ascend:
-        return []
-    names = tuple(
-        g.name
-        for g in groups
-        if g.size > 1 or any(p.kv_connector for pod in g.pods for p in pod.processes)
-    )
-    if not names:
-        return []
-    return [
-        Requirement(
-            "hostNetwork",
-            names,
-            "HCCL (multi-node instances) and the Ascend KV connectors use the hosts' RoCE "
-            "NICs and bind HCCL/Gloo sockets to the node's interface (HCCL_SOCKET_IFNAME)",
+    engines = tuple(g.name for g in r.groups)
+    out: list[Requirement] = []
+    if r.host_network_groups:
+        out.append(
+            Requirement(
+                "hostNetwork",
+                r.host_network_groups,
+                "k8s.network=host: HCCL and the KV connectors use the hosts' interfaces",
+                "privileged",
+                "k8s.network=pod (HCCL_IF_IP is the pod IP, the socket NIC the pod's)",
+            )
         )
-    ]
+    if r.options.model.kind == "host":
+        path = r.options.model.path or model_mount(r.plan.model_path)
+        out.append(
+            Requirement(
+                f"hostPath {path}",
+                engines,
+                "the model on every node (k8s.model=host, as vllm-ascend's own LWS)",
+                "privileged",
+                "k8s.model=pvc:CLAIM[/SUB] or k8s.model=hf:REPO",
+            )
+        )
+    if r.options.host_files:
+        out.append(
+            Requirement(
+                "hostPath " + ", ".join(p for _, p, _ in ASCEND_HOST_FILES),
+                engines,
+                "the NPUs' RoCE addresses (hccn.conf, read by HCCL) and the driver's tools, "
+                "as vllm-ascend's manifests mount them",
+                "privileged",
+                "k8s.host_files=off where the image or the device plugin provides them",
+            )
+        )
+    if r.rdma_groups and r.options.rdma is not None:
+        out.append(
+            Requirement(
+                f"capability IPC_LOCK, resource {r.options.rdma[0]}",
+                r.rdma_groups,
+                "RDMA pins the KV buffers it registers (llm-d's PD and wide-EP pods add IPC_LOCK)",
+                "privileged",
+                "k8s.rdma=none (KV over TCP)",
+            )
+        )
+    return out
 
 
-def decide(plan: Plan, layout: Layout, options: K8sOptions) -> K8sRendering:
+def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
     groups = engine_groups(plan, options.prefix)
     per_pod_services = options.kind == "disaggregatedset"
     processes, changes = pod_processes(plan, groups, options.prefix, per_pod_services)
-    return K8sRendering(plan, options, groups, processes, changes, requirements(layout, groups))
-
-
-def _labels(r: K8sRendering, role: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "servekit",
-        "app.kubernetes.io/instance": r.options.prefix,
-        "app.kubernetes.io/component": role,
-    }
+    r = K8sRendering(plan, layout, options, groups, processes, changes)
+    if options.network == "host":
+        r.host_network_groups = tuple(g.name for g in groups if _crosses_pods(g))
+    if options.rdma is not None:
+        r.rdma_groups = tuple(
+            g.name for g in groups if any(p.kv_connector for pod in g.pods for p in pod.processes)
+        )
+    r.requirements = requirements(r)
+    return r
 
 
 def _entry_row(r: K8sRendering, pod: Pod, group: Group) -> dict[str, Any]:
@@ -148,181 +176,134 @@ def _entry_row(r: K8sRendering, pod: Pod, group: Group) -> dict[str, Any]:
     }
 
 
-def _pod_script(r: K8sRendering) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader(
-            [
-                jinja2.PackageLoader("servekit.platforms.k8s", "templates"),
-                jinja2.PackageLoader("servekit.render", "templates"),
-            ]
-        ),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-    )
-    rows = [_entry_row(r, pod, g) for g in r.groups for pod in g.pods]
-    proxy = next((p for p in r.plan.processes if p.kind == "proxy"), None)
-    if proxy is not None:
-        rows.append(
-            {
-                "group": "proxy",
-                "instance": 0,
-                "worker": 0,
-                "node": proxy.node,
-                "size": 1,
-                "leader": "",
-                "nic": 0,
-                "procs": proxy.name,
-            }
-        )
-    return env.get_template("pod.sh.j2").render(
-        layout=r.plan.layout, version=__version__, pods=rows
-    )
-
-
-def _configmap(r: K8sRendering, bundled: dict[str, bytes]) -> dict[str, Any]:
-    data = {f"{name}.sh": process_script(r.plan, p) for name, p in r.processes.items()}
-    data["pod.sh"] = _pod_script(r)
-    binary = {}
-    for name, content in bundled.items():
-        try:
-            data[name] = content.decode("utf-8")
-        except UnicodeDecodeError:
-            binary[name] = base64.b64encode(content).decode("ascii")
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{r.options.prefix}-{SCRIPTS}", "labels": _labels(r, SCRIPTS)},
-        "data": dict(sorted(data.items())),
-    }
-    if binary:
-        obj["binaryData"] = binary
-    return obj
-
-
-def _probe(port: int, failures: int, period: int) -> dict[str, Any]:
+def _proxy_row(proxy: ProcessPlan) -> dict[str, Any]:
     return {
-        "httpGet": {"path": "/health", "port": port},
-        "periodSeconds": period,
-        "failureThreshold": failures,
+        "group": "proxy",
+        "instance": 0,
+        "worker": 0,
+        "node": proxy.node,
+        "size": 1,
+        "leader": "",
+        "nic": 0,
+        "procs": proxy.name,
     }
 
 
-def _container(
-    r: K8sRendering, group: str, pod: Pod | None, api_port: int | None
-) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-    ]
-    if pod is not None:
-        path = f"metadata.labels['{GROUP_INDEX_LABEL}']"
-        env.append({"name": "SERVEKIT_GROUP_INDEX", "valueFrom": {"fieldRef": {"fieldPath": path}}})
-    container: dict[str, Any] = {
-        "name": "engine" if pod is not None else "proxy",
-        "image": IMAGE_NAME,
-        "command": ["/bin/bash", f"{MOUNT}/pod.sh", group],
-        "env": env,
-        "volumeMounts": [{"name": SCRIPTS, "mountPath": MOUNT, "readOnly": True}],
-    }
-    ports = pod.ports if pod is not None else ((api_port,) if api_port else ())
-    if ports:
-        container["ports"] = [{"containerPort": p, "protocol": "TCP"} for p in ports]
-    if pod is not None:
-        container["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
-        if r.options.accelerator and pod.devices:
-            count = {r.options.accelerator: str(len(pod.devices))}
-            container["resources"] = {"requests": dict(count), "limits": dict(count)}
-    if api_port is not None:
-        container["readinessProbe"] = _probe(api_port, 3, 5)
-        container["startupProbe"] = _probe(
-            api_port, STARTUP_FAILURES if pod is not None else 30, STARTUP_PERIOD_S
-        )
-    return container
+_ENV = jinja2.Environment(
+    loader=jinja2.ChoiceLoader(
+        [
+            jinja2.PackageLoader("servekit.platforms.k8s", "templates"),
+            jinja2.PackageLoader("servekit.render", "templates"),
+        ]
+    ),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+)
 
 
-def _pod_spec(r: K8sRendering, group: Group | None, pod: Pod | None) -> dict[str, Any]:
-    api = pod.api_ports[0] if pod is not None and pod.api_ports else None
-    if pod is None:
-        proxy = next(p for p in r.plan.processes if p.kind == "proxy")
-        api = proxy.api_port
-    name = group.name if group is not None else "proxy"
-    volumes: list[dict[str, Any]] = [
-        {
-            "name": SCRIPTS,
-            "configMap": {"name": f"{r.options.prefix}-{SCRIPTS}", "defaultMode": 0o755},
-        }
-    ]
-    spec: dict[str, Any] = {"containers": [_container(r, name, pod, api)], "volumes": volumes}
-    if pod is not None:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
-        for req in r.requirements:
-            if group is not None and group.name in req.groups:
-                spec[req.field] = True
-                if req.field == "hostNetwork":
-                    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return spec
+def pod_script(r: K8sRendering, rows: list[dict[str, Any]], joins: list[Split]) -> str:
+    """``pod.sh`` of one group (or the proxy): its rows of the pod table, and the files it joins."""
+    return _ENV.get_template("pod.sh.j2").render(
+        layout=r.plan.layout, version=__version__, pods=rows, joins=joins
+    )
 
 
-GROUP_LABEL = "servekit.io/group"
+@dataclass
+class Mounted:
+    """The ConfigMaps one kind of pod mounts, the files cut into parts among them, their hash."""
+
+    objects: list[dict[str, Any]]
+    splits: list[Split]
+    digest: str = ""
+    shared: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [str(o["metadata"]["name"]) for o in (*self.objects, *self.shared)]
 
 
-def _template(r: K8sRendering, group: Group, pod: Pod) -> dict[str, Any]:
-    labels = {**_labels(r, group.role), GROUP_LABEL: group.name}
-    return {"metadata": {"labels": labels}, "spec": _pod_spec(r, group, pod)}
+def _packed(r: K8sRendering, base: str, files: dict[str, bytes], role: str, budget: int) -> Mounted:
+    objects, splits = pack(base, files, r.labels(role), budget)
+    return Mounted(objects, splits)
 
 
-def pod_services(r: K8sRendering) -> list[dict[str, Any]]:
-    """A headless Service per engine pod, for a DisaggregatedSet.
+def configmaps(
+    r: K8sRendering, bundled: dict[str, bytes], budget: int = BUDGET
+) -> tuple[dict[str, Mounted], Mounted | None, Mounted | None]:
+    """Per group its scripts' ConfigMaps, the engines' bundle and the proxy's ones.
 
-    Its controller names the child LeaderWorkerSets ``<set>-<slice>-<revision>-<role>``
-    (kubernetes-sigs/lws ``GenerateName``), so the pods' LWS names are not known when
-    rendering; a Service selecting one pod by its group and LWS indexes is. During a
-    rollout both revisions' pods match, and the name answers with both.
+    ``pod.sh`` names the parts it must join, so a group's set is packed once without it
+    to learn them, then again with it.
     """
-    out = []
+    engine_bundle = {n: c for n, c in bundled.items() if not n.endswith(".pyz")}
+    engine_bundle[FETCH_FILE] = fetch_source()
+    bundle = _packed(r, f"{r.options.prefix}-bundle", engine_bundle, "scripts", budget)
+    groups: dict[str, Mounted] = {}
     for g in r.groups:
-        for pod in g.pods:
-            selector = {
-                GROUP_LABEL: g.name,
-                "leaderworkerset.sigs.k8s.io/group-index": str(pod.instance),
-                "leaderworkerset.sigs.k8s.io/worker-index": str(pod.worker),
-            }
-            out.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Service",
-                    "metadata": {"name": pod.name, "labels": _labels(r, g.role)},
-                    "spec": {
-                        "clusterIP": "None",
-                        "publishNotReadyAddresses": True,
-                        "selector": selector,
-                        "ports": [
-                            {
-                                "name": f"p{port}",
-                                "port": port,
-                                "targetPort": port,
-                                "protocol": "TCP",
-                            }
-                            for port in pod.ports
-                        ],
-                    },
-                }
-            )
-    return out
+        scripts = {
+            f"{p.name}.sh": process_script(r.plan, r.processes[p.name]).encode()
+            for pod in g.pods
+            for p in pod.processes
+        }
+        rows = [_entry_row(r, pod, g) for pod in g.pods]
+        base = f"{g.name}-scripts"
+        first = _packed(r, base, {**scripts, "pod.sh": b""}, g.role, budget)
+        joins = first.splits + bundle.splits
+        files = {**scripts, "pod.sh": pod_script(r, rows, joins).encode()}
+        mounted = _packed(r, base, files, g.role, budget)
+        mounted.shared = bundle.objects
+        mounted.splits = joins
+        mounted.digest = content_hash([*mounted.objects, *bundle.objects])
+        groups[g.name] = mounted
+    proxy = None
+    if r.proxy is not None:
+        files = {
+            f"{r.proxy.name}.sh": process_script(r.plan, r.processes[r.proxy.name]).encode(),
+            **{n: c for n, c in bundled.items() if n.endswith(".pyz")},
+            "pod.sh": b"",
+        }
+        base = f"{r.options.prefix}-proxy-scripts"
+        first = _packed(r, base, files, "proxy", budget)
+        files["pod.sh"] = pod_script(r, [_proxy_row(r.proxy)], first.splits).encode()
+        proxy = _packed(r, base, files, "proxy", budget)
+        proxy.digest = content_hash(proxy.objects)
+    return groups, (bundle if r.groups else None), proxy
 
 
-def lws_spec(r: K8sRendering, group: Group) -> dict[str, Any]:
+def _templates(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
+    """``leaderTemplate`` (when workers differ) and ``workerTemplate`` of a group."""
+    leaders = [p for p in group.pods if p.worker == 0]
+    workers = [p for p in group.pods if p.worker > 0]
+
+    def make(pods: list[Pod]) -> dict[str, Any]:
+        return engine_template(
+            r,
+            group,
+            pods,
+            configmaps=mounted.names,
+            joins=bool(mounted.splits),
+            digest=mounted.digest,
+        )
+
+    if not workers:
+        return {"workerTemplate": make(leaders)}
+    return {"leaderTemplate": make(leaders), "workerTemplate": make(workers)}
+
+
+def lws_spec(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
     """The LeaderWorkerSet spec of one group (also a DisaggregatedSet role's spec)."""
-    worker = group.worker()
+    templates = _templates(r, group, mounted)
     template: dict[str, Any] = {
+        **(
+            {"leaderTemplate": templates["leaderTemplate"]} if "leaderTemplate" in templates else {}
+        ),
         "size": group.size,
         "restartPolicy": "RecreateGroupOnPodRestart",
-        "workerTemplate": _template(r, group, worker if worker is not None else group.leader()),
+        "workerTemplate": templates["workerTemplate"],
     }
-    if worker is not None:
-        template = {"leaderTemplate": _template(r, group, group.leader()), **template}
     return {
         "replicas": group.replicas,
         "startupPolicy": "LeaderCreated",
@@ -330,17 +311,72 @@ def lws_spec(r: K8sRendering, group: Group) -> dict[str, Any]:
     }
 
 
-def leaderworkerset(r: K8sRendering, group: Group) -> dict[str, Any]:
+def leaderworkerset(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": group.name, "labels": r.labels(group.role)}
+    annotations = {}
+    if r.options.exclusive_topology:
+        annotations[EXCLUSIVE_TOPOLOGY] = r.options.exclusive_topology
+    if r.options.volcano_queue:
+        annotations[VOLCANO_QUEUE] = r.options.volcano_queue
+    if annotations:
+        meta["annotations"] = annotations
     return {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": group.name, "labels": _labels(r, group.role)},
-        "spec": lws_spec(r, group),
+        "metadata": meta,
+        "spec": lws_spec(r, group, mounted),
     }
 
 
-def disaggregatedset(r: K8sRendering) -> dict[str, Any]:
-    """Every group as a role of one DisaggregatedSet (LWS v0.9: rolled out in ratio).
+def pod_services(r: K8sRendering) -> list[dict[str, Any]]:
+    """A headless Service per engine pod, for a DisaggregatedSet.
+
+    Its controller names the child LeaderWorkerSets ``<set>-<revision>-<role>`` (LWS
+    v0.9) or ``<set>-<slice>-<revision>-<role>`` (v0.10), so the pods' LWS names are not
+    known when rendering; a Service selecting one pod by its group and LWS indexes is.
+    During a rollout both revisions' pods match, and the name answers with both.
+    """
+    out = []
+    for g in r.groups:
+        for pod in g.pods:
+            selector = {
+                GROUP_LABEL: g.name,
+                GROUP_INDEX_LABEL: str(pod.instance),
+                "leaderworkerset.sigs.k8s.io/worker-index": str(pod.worker),
+            }
+            ports = [
+                {
+                    "name": p["name"],
+                    "port": p["containerPort"],
+                    "targetPort": p["containerPort"],
+                    "protocol": "TCP",
+                }
+                for p in _pod_ports(pod)
+            ]
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": pod.name, "labels": r.labels(g.role)},
+                    "spec": {
+                        "clusterIP": "None",
+                        "publishNotReadyAddresses": True,
+                        "selector": selector,
+                        "ports": ports,
+                    },
+                }
+            )
+    return out
+
+
+def _pod_ports(pod: Pod) -> list[dict[str, Any]]:
+    from servekit.platforms.k8s.podspec import named_ports
+
+    return named_ports([pod])
+
+
+def disaggregatedset(r: K8sRendering, mounted: dict[str, Mounted]) -> dict[str, Any]:
+    """Every group as a role of one DisaggregatedSet (rolled out in ratio by its controller).
 
     The proxy reaches its pods through :func:`pod_services` (the child LWS names
     carry a revision hash); ``LWS_LEADER_ADDRESS`` is injected by LWS as ever.
@@ -348,19 +384,22 @@ def disaggregatedset(r: K8sRendering) -> dict[str, Any]:
     return {
         "apiVersion": DS_API,
         "kind": "DisaggregatedSet",
-        "metadata": {"name": r.options.prefix, "labels": _labels(r, "engines")},
+        "metadata": {"name": r.options.prefix, "labels": r.labels("engines")},
         "spec": {
             "roles": [
-                {"name": g.name.removeprefix(r.options.prefix + "-"), "spec": lws_spec(r, g)}
+                {
+                    "name": g.name.removeprefix(r.options.prefix + "-"),
+                    "spec": lws_spec(r, g, mounted[g.name]),
+                }
                 for g in r.groups
             ]
         },
     }
 
 
-def _proxy_objects(r: K8sRendering) -> list[dict[str, Any]]:
-    proxy = next((p for p in r.plan.processes if p.kind == "proxy"), None)
-    labels = _labels(r, "proxy")
+def _proxy_objects(r: K8sRendering, mounted: Mounted | None) -> list[dict[str, Any]]:
+    proxy = r.proxy
+    labels = r.labels("proxy")
     if proxy is None:
         entry = r.plan.process(r.plan.entry)
         group = next(g for g in r.groups if any(p.name == entry.name for p in g.leader().processes))
@@ -382,7 +421,7 @@ def _proxy_objects(r: K8sRendering) -> list[dict[str, Any]]:
             "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }
-    if proxy is None:
+    if proxy is None or mounted is None:
         return [service]
     deployment = {
         "apiVersion": "apps/v1",
@@ -391,10 +430,183 @@ def _proxy_objects(r: K8sRendering) -> list[dict[str, Any]]:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(r, None, None)},
+            "template": proxy_template(
+                r, port, mounted.names, bool(mounted.splits), mounted.digest
+            ),
         },
     }
     return [deployment, service]
+
+
+def podmonitor(r: K8sRendering) -> dict[str, Any]:
+    """One PodMonitor scraping ``/metrics`` on every API port of the engines and the proxy."""
+    from servekit.platforms.k8s.podspec import named_ports
+
+    ports = sorted(
+        {
+            p["name"]
+            for g in r.groups
+            for p in named_ports(list(g.pods))
+            if str(p["name"]).startswith("api-")
+        }
+    )
+    if r.proxy is not None:
+        ports.append("http")
+    return {
+        "apiVersion": PODMONITOR_API,
+        "kind": "PodMonitor",
+        "metadata": {"name": r.options.prefix, "labels": r.labels("monitoring")},
+        "spec": {
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "servekit",
+                    "app.kubernetes.io/instance": r.options.prefix,
+                }
+            },
+            "podMetricsEndpoints": [{"port": name, "path": "/metrics"} for name in ports],
+        },
+    }
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL: dict[str, Fraction] = {
+    "m": Fraction(1, 1000),
+    **{suffix: Fraction(1000**i) for i, suffix in enumerate("kMGTPE", start=1)},
+}
+
+
+def quantity_value(text: str) -> Fraction:
+    """A Kubernetes quantity as a number (``500m`` -> 1/2, ``2Gi`` -> 2147483648)."""
+    for suffix, factor in _BINARY.items():
+        if text.endswith(suffix):
+            return Fraction(text[: -len(suffix)]) * factor
+    exp = re.search(r"[eE]([+-]?[0-9]+)$", text)
+    if exp is not None:
+        power = int(exp.group(1))
+        scale = Fraction(10) ** power
+        return Fraction(text[: exp.start()]) * scale
+    if text[-1:] in _DECIMAL:
+        return Fraction(text[:-1]) * _DECIMAL[text[-1]]
+    return Fraction(text)
+
+
+def _quantity_text(value: Fraction, memory: bool) -> str:
+    if memory:
+        for suffix in ("Ti", "Gi", "Mi", "Ki"):
+            if value % _BINARY[suffix] == 0:
+                return f"{value // _BINARY[suffix]}{suffix}"
+        return str(int(value))
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{int(value * 1000)}m"
+
+
+def pod_requests(template: dict[str, Any]) -> dict[str, Fraction]:
+    """A pod template's effective requests: the containers' sum, or an init container's larger one."""
+    total: dict[str, Fraction] = {}
+    for c in template["spec"]["containers"]:
+        for k, v in c.get("resources", {}).get("requests", {}).items():
+            total[k] = total.get(k, Fraction(0)) + quantity_value(str(v))
+    for c in template["spec"].get("initContainers", []):
+        for k, v in c.get("resources", {}).get("requests", {}).items():
+            total[k] = max(total.get(k, Fraction(0)), quantity_value(str(v)))
+    return total
+
+
+def volcano_podgroups(r: K8sRendering, lws: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PodGroups LWS's Volcano provider makes for each group (``<lws>-<index>-<revision>``,
+    ``minMember`` = size, ``minResources`` = a leader's and its workers' requests), with
+    ``REVISION`` for the hash the controller chooses. Shown in the summary, checked
+    against Volcano's schema in the tests."""
+    out = []
+    for obj in lws:
+        tmpl = obj["spec"]["leaderWorkerTemplate"]
+        size = tmpl["size"]
+        leader = pod_requests(tmpl.get("leaderTemplate", tmpl["workerTemplate"]))
+        worker = pod_requests(tmpl["workerTemplate"])
+        total = {
+            k: leader.get(k, Fraction(0)) + worker.get(k, Fraction(0)) * (size - 1)
+            for k in {*leader, *worker}
+        }
+        resources = {
+            k: _quantity_text(v, k in ("memory", "ephemeral-storage"))
+            for k, v in sorted(total.items())
+        }
+        for i in range(obj["spec"]["replicas"]):
+            spec: dict[str, Any] = {"minMember": size, "minResources": resources}
+            if r.options.volcano_queue:
+                spec["queue"] = r.options.volcano_queue
+            out.append(
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "PodGroup",
+                    "metadata": {"name": f"{obj['metadata']['name']}-{i}-REVISION"},
+                    "spec": spec,
+                }
+            )
+    return out
+
+
+@dataclass
+class Manifests:
+    """The rendering's objects by file, and what the summary reports about them."""
+
+    files: dict[str, list[dict[str, Any]]]
+    podgroups: list[dict[str, Any]] = field(default_factory=list)
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [o for objs in self.files.values() for o in objs]
+
+
+def manifests(r: K8sRendering, bundled: dict[str, bytes], budget: int = BUDGET) -> Manifests:
+    """File name -> the objects it holds."""
+    groups, bundle, proxy = configmaps(r, bundled, budget)
+    cms = [o for m in groups.values() for o in m.objects]
+    if bundle is not None:
+        cms += bundle.objects
+    if proxy is not None:
+        cms += proxy.objects
+    files: dict[str, list[dict[str, Any]]] = {"configmaps.yaml": cms}
+    lws: list[dict[str, Any]] = []
+    if r.options.kind == "disaggregatedset":
+        files["disaggregatedset.yaml"] = [disaggregatedset(r, groups)]
+        files["pod-services.yaml"] = pod_services(r)
+    else:
+        for g in r.groups:
+            obj = leaderworkerset(r, g, groups[g.name])
+            lws.append(obj)
+            files[f"{g.name.removeprefix(r.options.prefix + '-')}.yaml"] = [obj]
+    files["proxy.yaml"] = _proxy_objects(r, proxy)
+    if r.options.podmonitor:
+        files["podmonitor.yaml"] = [podmonitor(r)]
+    return Manifests(files, volcano_podgroups(r, lws) if r.options.gang == "volcano" else [])
+
+
+def image_of(r: K8sRendering) -> str:
+    """The engine image: ``k8s.image``, else the layout's when it names one ("" if not)."""
+    if r.options.image:
+        return r.options.image
+    image = r.plan.image.strip()
+    return image if image and " " not in image else ""
+
+
+def kustomization(r: K8sRendering, resources: list[str]) -> dict[str, Any]:
+    image = image_of(r)
+    image, _, digest = image.partition("@")
+    new_name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    entry: dict[str, str] = {"name": IMAGE_NAME}
+    if new_name:
+        entry["newName"] = new_name
+        if digest:
+            entry["digest"] = digest
+        elif tag:
+            entry["newTag"] = tag
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": resources,
+        "images": [entry],
+    }
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
@@ -412,78 +624,145 @@ def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _text)
 
 
-def _dump(*objects: dict[str, Any]) -> str:
+def dump(*objects: dict[str, Any]) -> str:
     return "---\n".join(
         yaml.dump(o, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
         for o in objects
     )
 
 
-def manifests(r: K8sRendering, bundled: dict[str, bytes]) -> dict[str, list[dict[str, Any]]]:
-    """File name -> the objects it holds."""
-    files: dict[str, list[dict[str, Any]]] = {"configmap.yaml": [_configmap(r, bundled)]}
-    if r.options.kind == "disaggregatedset":
-        files["disaggregatedset.yaml"] = [disaggregatedset(r)]
-        files["pod-services.yaml"] = pod_services(r)
-    else:
-        for g in r.groups:
-            files[f"{g.name.removeprefix(r.options.prefix + '-')}.yaml"] = [leaderworkerset(r, g)]
-    files["proxy.yaml"] = _proxy_objects(r)
-    return files
+def _chosen(r: K8sRendering, name: str, default: str) -> str:
+    return f"k8s.{name}" if name in r.options.given else f"default ({default})"
 
 
-def kustomization(r: K8sRendering, resources: list[str]) -> dict[str, Any]:
-    image = r.plan.image.split(" ")[0] if r.plan.image and " " not in r.plan.image.strip() else ""
-    new_name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
-    entry: dict[str, str] = {"name": IMAGE_NAME}
-    if new_name:
-        entry["newName"] = new_name
-        if tag:
-            entry["newTag"] = tag
-    return {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": resources,
-        "images": [entry],
-    }
-
-
-def summary(r: K8sRendering) -> str:
-    """What the rendering holds and what differs from ModelArts, for plan.md and the console."""
-    lines = [f"Kubernetes ({r.options.kind}, accelerator {r.options.accelerator or 'none'}):"]
+def _group_lines(r: K8sRendering) -> list[str]:
+    lines = []
+    image = image_of(r)
+    lines.append(
+        f"- image ({_chosen(r, 'image', 'the layout')}): {image}"
+        if image
+        else f"- image: the layout names none; give --set k8s.image=IMAGE (pods run {IMAGE_NAME})"
+    )
     for g in r.groups:
         devices = len(g.leader().devices)
+        res = engine_resources(r, g.leader())
         lines.append(
             f"- {g.name}: {g.role}, replicas {g.replicas} x size {g.size} "
-            f"({', '.join(g.engines)}), {devices} devices per pod"
+            f"({', '.join(g.engines)}), {devices} devices per pod; per pod cpu {res['cpu']}, "
+            f"memory {res['memory']}, ephemeral-storage {res['ephemeral-storage']}, "
+            f"/dev/shm {res['shm']} (requests = limits: Guaranteed)"
         )
-    if not r.requirements:
-        lines.append("- host access: none (no hostNetwork, hostIPC or privileges needed)")
-    lines += [f"- requirement {req.line()}" for req in r.requirements]
+    share = NODE_SHARES[r.layout.hardware.accelerator]
+    lines.append(
+        f"- resources: {_chosen(r, 'cpu', 'the node share')}: a whole node asks cpu {share.cpu}, "
+        f"memory {share.memory_gi}Gi, ephemeral-storage {share.ephemeral_gi}Gi, shm "
+        f"{share.shm_gi}Gi ({share.source}), scaled to a pod's devices"
+    )
+    return lines
+
+
+def _host_lines(r: K8sRendering) -> list[str]:
+    o = r.options
+    mount = model_mount(r.plan.model_path)
+    lines = [f"- model ({_chosen(r, 'model', 'host')}): {o.model.describe(mount)}"]
+    if o.network == "pod":
+        lines.append(
+            "- network (k8s.network=pod): every pod on the pod network; NODE_IP (and "
+            "HCCL_IF_IP where the scripts set it) is the pod IP (downward API), NODE_NIC "
+            "(and the *_SOCKET_IFNAME) the interface holding it"
+        )
+    else:
+        groups = ", ".join(r.host_network_groups) or "no group (none crosses pods)"
+        lines.append(f"- network (k8s.network=host): hostNetwork on {groups}")
+    if o.host_files:
+        files = ", ".join(p for _, p, _ in ASCEND_HOST_FILES)
+        lines.append(f"- host files (k8s.host_files=on): {files} mounted read-only")
+    if r.rdma_groups and o.rdma is not None:
+        lines.append(
+            f"- RDMA ({_chosen(r, 'rdma', 'on for GPU KV')}): {o.rdma[0]}: {o.rdma[1]} and "
+            f"IPC_LOCK on {', '.join(r.rdma_groups)}"
+        )
+    return lines
+
+
+def _placement_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
+    o = r.options
+    placement = []
+    if o.gang == "volcano":
+        placement.append(
+            "schedulerName volcano (LWS must run with gangSchedulingManagement volcano)"
+        )
+    if o.exclusive_topology:
+        placement.append(f"one group per {o.exclusive_topology}")
+    if o.node_selector:
+        placement.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in o.node_selector))
+    if o.tolerations:
+        placement.append(f"{len(o.tolerations)} tolerations")
+    lines = [f"- placement: {'; '.join(placement) or 'the default scheduler, no constraint'}"]
+    for pg in made.podgroups if made is not None else []:
+        amounts = ", ".join(f"{k} {v}" for k, v in pg["spec"]["minResources"].items())
+        lines.append(
+            f"- gang: LWS makes PodGroup {pg['metadata']['name']}: minMember "
+            f"{pg['spec']['minMember']}, minResources {amounts}"
+        )
+    return lines
+
+
+def _object_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
+    lines = [f"- Pod Security Standards: the pods need the {r.level} level"]
+    lines += [f"  - {q.line()}" for q in r.requirements]
+    if made is not None:
+        sizes = [
+            (str(obj["metadata"]["name"]), last_applied_bytes(obj))
+            for obj in made.objects()
+            if obj["kind"] == "ConfigMap"
+        ]
+        biggest = max(sizes, key=lambda s: s[1])
+        lines.append(
+            f"- ConfigMaps: {len(sizes)}, the largest {biggest[0]} at {biggest[1]} of "
+            f"kubectl apply's {ANNOTATION_CAP} annotation bytes"
+        )
+    return lines
+
+
+def _change_lines(r: K8sRendering) -> list[str]:
     from servekit.platforms.k8s.wiring import REASONS
 
     by_reason: dict[str, list[Change]] = {}
     for c in r.changes:
         by_reason.setdefault(c.reason, []).append(c)
-    lines.append(f"Differences from the ModelArts rendering ({len(r.changes)} values):")
+    lines = [f"Differences from the ModelArts rendering ({len(r.changes)} values):"]
     for reason, items in by_reason.items():
         lines.append(f"- {len(items)} x {reason}: {REASONS[reason]}; e.g. {items[0].line()}")
     lines.append(
         "- address-derived: NODE<k>_IP of a DP master is the leader pod's IP "
         "(LWS_LEADER_ADDRESS on workers), NODE_IP the pod IP, NODE_NIC its interface"
     )
+    return lines
+
+
+def summary(r: K8sRendering, made: Manifests | None = None) -> str:
+    """What the rendering holds and what differs from ModelArts, for k8s.md and the console."""
+    o = r.options
+    lines = [f"Kubernetes ({o.kind}, accelerator {o.accelerator or 'none'}):"]
+    lines += _group_lines(r) + _host_lines(r) + _placement_lines(r, made)
+    lines += _object_lines(r, made) + _change_lines(r)
     return "\n".join(lines) + "\n"
 
 
 def render_k8s(
-    plan: Plan, layout: Layout, options: K8sOptions, bundled: dict[str, bytes]
+    plan: Plan,
+    layout: Layout,
+    options: K8sSettings,
+    bundled: dict[str, bytes],
+    budget: int = BUDGET,
 ) -> dict[str, str | bytes]:
     """Every file of a Kubernetes rendering, by relative path."""
     r = decide(plan, layout, options)
     out: dict[str, str | bytes] = {}
-    objects = manifests(r, bundled)
-    for name, objs in objects.items():
-        out[name] = _dump(*objs)
-    out["kustomization.yaml"] = _dump(kustomization(r, list(objects)))
-    out["k8s.md"] = summary(r)
+    made = manifests(r, bundled, budget)
+    for name, objs in made.files.items():
+        out[name] = dump(*objs)
+    out["kustomization.yaml"] = dump(kustomization(r, list(made.files)))
+    out["k8s.md"] = summary(r, made)
     return out

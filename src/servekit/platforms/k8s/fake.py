@@ -1,30 +1,41 @@
 """A Kubernetes dry run on this machine: the rendered manifests, each pod as processes.
 
-What the cluster does, done here with nothing faked but the engine and the network:
+What the cluster does, done here with nothing faked but the engine, the hub and the network:
 
 1. render the layout for Kubernetes (``servekit render NAME --target k8s``) and read
-   its manifests back (the ConfigMap, each LeaderWorkerSet or the DisaggregatedSet's
+   its manifests back (the ConfigMaps, each LeaderWorkerSet or the DisaggregatedSet's
    roles, the proxy's Deployment and Service);
 2. expand them the way the controllers do: ``replicas`` groups of ``size`` pods per
    LeaderWorkerSet (named ``<lws>-<i>`` and ``<lws>-<i>-<w>``), one pod per
    Deployment replica; each pod gets its own loopback address (127.0.0.2, ...);
 3. give each pod the environment LWS and the kubelet inject: its template's ``env``
-   with the downward API resolved (``status.podIP``, the group-index label),
-   ``LWS_LEADER_ADDRESS`` (``<lws>-<i>.<lws>.<namespace>``), ``LWS_GROUP_SIZE``,
-   ``LWS_WORKER_INDEX``, ``HOSTNAME``; the ConfigMap's files in a folder standing in
-   for the volume (its mount path rewritten in the command);
-4. DNS: every pod's name through its LWS's headless Service and every Service name
+   with the downward API and Secrets resolved (``status.podIP``, the group-index
+   label, ``secretKeyRef`` from ``secrets``), ``LWS_LEADER_ADDRESS``
+   (``<lws>-<i>.<lws>.<namespace>``), ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX``, ``HOSTNAME``;
+4. its volumes, as the kubelet makes them, in a folder per pod: a ConfigMap or a
+   projected volume of ConfigMaps as their files (mode 0755), an emptyDir empty, a
+   hostPath the node's folder (under ``hostfs/``: what ``host_paths`` provides, else
+   a placeholder; a missing ``Directory``/``File`` fails the pod as the kubelet's type
+   check does), a claim a folder per claim (``subPath`` honoured); each mount path is
+   a link in the pod's root folder (``SERVEKIT_FAKE_ROOTFS``), and a command word under a
+   mount path is rewritten to the volume's folder; ``workingDir`` is the pod's root
+   folder's; the simulated ``vllm`` refuses to start unless the model it is given
+   resolves through the pod's mounts to a folder holding ``config.json``;
+5. init containers run first, in order, each to its exit (a failure fails the pod);
+   ``huggingface_hub`` is a stand-in on their ``PYTHONPATH`` that writes a model and
+   records the token and mirror it was given (the hub itself cannot be reached);
+6. DNS: every pod's name through its LWS's headless Service and every Service name
    (short and qualified) resolve to the pod's address through a hosts table that a
    ``sitecustomize`` on ``PYTHONPATH`` serves to ``socket.getaddrinfo`` and
-   ``gethostbyname`` (every process of a pod is Python or asks ``python3``); a
-   Service resolves straight to its one ready pod (no virtual IP, no kube-proxy);
-5. a pod's own network namespace is played by ``BIND_HOST`` (its address) and its
-   filesystem by ``WORK_DIR`` (a folder per pod); ``/dev/shm``, accelerators,
-   probes and ``hostNetwork`` are not emulated; ``servekit sim serve`` is ``vllm``
-   unless ``engine="vllm"`` (the real engine on the CPU, for ``local/*``).
+   ``gethostbyname``; a Service resolves straight to its one ready pod;
+7. probes: every pod's readiness and liveness probes (``httpGet`` or ``exec``) must
+   pass before the cluster is ready;
+8. :meth:`K8sDryCluster.apply` renders again and recreates the pods of every
+   workload whose pod template changed (the ConfigMaps' hash is in it), as LWS's
+   rolling update does; pods of unchanged workloads keep running.
 
-Then every API server answers ``/health`` and the proxy sees every backend;
-``servekit verify NAME --target URL --pods POD=IP,...`` checks it as a real one.
+``/dev/shm``, accelerators, resources, ``hostNetwork`` and schedulers are not emulated;
+``servekit sim serve`` is ``vllm`` unless ``engine="vllm"`` (the real engine on the CPU).
 """
 
 from __future__ import annotations
@@ -32,17 +43,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+import servekit
 from servekit.catalog import load
 from servekit.local import engine_env, find_broken, port_is_free
 from servekit.platforms.api import render_target
@@ -51,15 +66,17 @@ from servekit.platforms.fake import (
     Node,
     loopback_block,
     node_env,
-    simulated_vllm,
     stop_nodes,
     wait_ready,
 )
 from servekit.platforms.k8s.attach import process_hosts
-from servekit.platforms.k8s.build import GROUP_INDEX_LABEL, GROUP_LABEL
+from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
 from servekit.render import build_plan
 
 NAMESPACE = "default"
+INIT_TIMEOUT_S = 120.0
+SETTLE_S = 10.0
+PROBE_TIMEOUT_S = 10.0
 DNS_SHIM = '''"""servekit's fake cluster DNS: names in SERVEKIT_FAKE_HOSTS (JSON name -> address)."""
 import json
 import os
@@ -105,25 +122,77 @@ if uvloop is not None:
 
     uvloop.Loop = _Loop
 '''
+HUB_STUB = '''"""The fake cluster's huggingface_hub: no hub is reachable here, so a download writes a
+small model and records what the init container passed (the repository, the revision,
+whether a token came, the mirror)."""
+import json
+import os
+
+
+def snapshot_download(repo_id, revision=None, local_dir=None, token=None, **kwargs):
+    os.makedirs(local_dir, exist_ok=True)
+    with open(os.path.join(local_dir, "config.json"), "w") as f:
+        json.dump({"model_type": "servekit-fake", "repo": repo_id}, f)
+    record = {
+        "repo": repo_id,
+        "revision": revision,
+        "token": bool(token),
+        "endpoint": os.environ.get("HF_ENDPOINT", ""),
+    }
+    with open(os.path.join(local_dir, "fake-hub-download.json"), "w") as f:
+        json.dump(record, f)
+    return local_dir
+'''
+VLLM_WRAPPER = """#!/bin/sh
+# The fake cluster's vllm: the model must be where the pod's mounts put it, then the simulator.
+[ "$1" = serve ] && shift
+model=$1
+case "$model" in
+  /*) where="${{SERVEKIT_FAKE_ROOTFS:-}}$model" ;;
+  *) where="$PWD/$model" ;;
+esac
+if [ ! -f "$where/config.json" ]; then
+  echo "vllm (fake cluster): no model at $model: config.json is not in the pod's mounts" >&2
+  exit 1
+fi
+PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}
+export PYTHONPATH
+exec {python} -m servekit.sim serve "$@"
+"""
+
+
+def _fake_vllm(bin_dir: Path) -> None:
+    code = shlex.quote(str(Path(servekit.__file__).resolve().parent.parent))
+    (bin_dir / "vllm").write_text(
+        VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code)
+    )
+    (bin_dir / "vllm").chmod(0o755)
 
 
 @dataclass
 class FakePod:
-    """One pod: its name, address, container command, environment and labels.
+    """One pod: its name, address, template, the env LWS injects, its names and labels.
 
     ``key`` is the name servekit gives it (``<group>-<i>[-<w>]``, what ``--pods``
     takes); it equals ``name`` but for a DisaggregatedSet's pods, whose
-    LeaderWorkerSets the controller names with a revision.
+    LeaderWorkerSets the controller names with a revision. ``workload`` is the
+    LeaderWorkerSet or Deployment it belongs to.
     """
 
     name: str
     address: str
-    command: list[str]
-    env: dict[str, str]
+    template: dict[str, Any]
+    injected: dict[str, str]
     dns: tuple[str, ...]
-    ports: tuple[int, ...]
     labels: dict[str, str]
     key: str
+    workload: str
+    group_index: int = 0
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        container = self.template["spec"]["containers"][0]
+        return tuple(p["containerPort"] for p in container.get("ports", []))
 
 
 def _names(short: str) -> tuple[str, ...]:
@@ -135,47 +204,7 @@ def _names(short: str) -> tuple[str, ...]:
     )
 
 
-def _container_env(template: dict[str, Any], pod_ip: str, group: int) -> dict[str, str]:
-    """The container's env with the downward API resolved (what the kubelet injects)."""
-    out: dict[str, str] = {}
-    for item in template["spec"]["containers"][0].get("env", []):
-        if "value" in item:
-            out[item["name"]] = str(item["value"])
-            continue
-        path = item["valueFrom"]["fieldRef"]["fieldPath"]
-        if path == "status.podIP":
-            out[item["name"]] = pod_ip
-        elif path == f"metadata.labels['{GROUP_INDEX_LABEL}']":
-            out[item["name"]] = str(group)
-        else:
-            raise ValueError(f"the fake cluster does not know fieldRef {path}")
-    return out
-
-
-def _command(template: dict[str, Any], volumes: dict[str, Path]) -> list[str]:
-    container = template["spec"]["containers"][0]
-    mounts = {
-        m["mountPath"]: volumes[m["name"]]
-        for m in container.get("volumeMounts", [])
-        if m["name"] in volumes
-    }
-    out = []
-    for word in container["command"]:
-        here = word
-        for path, local in mounts.items():
-            if word == path or word.startswith(path + "/"):
-                here = str(local) + word[len(path) :]
-        out.append(here)
-    return out
-
-
-def _ports(template: dict[str, Any]) -> tuple[int, ...]:
-    return tuple(p["containerPort"] for p in template["spec"]["containers"][0].get("ports", []))
-
-
-def _lws_pods(
-    name: str, spec: dict[str, Any], volumes: dict[str, Path], ips: Iterator[str]
-) -> list[FakePod]:
+def _lws_pods(name: str, spec: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
     """The pods LWS creates for one LeaderWorkerSet (names, env and labels as LWS sets them)."""
     tmpl = spec["leaderWorkerTemplate"]
     size = tmpl.get("size", 1)
@@ -188,14 +217,12 @@ def _lws_pods(
                 else tmpl["workerTemplate"]
             )
             pod = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
-            ip = next(ips)
-            env = _container_env(template, ip, g)
-            env.update(
-                LWS_LEADER_ADDRESS=f"{name}-{g}.{name}.{NAMESPACE}",
-                LWS_GROUP_SIZE=str(size),
-                LWS_WORKER_INDEX=str(w),
-                HOSTNAME=pod,
-            )
+            injected = {
+                "LWS_LEADER_ADDRESS": f"{name}-{g}.{name}.{NAMESPACE}",
+                "LWS_GROUP_SIZE": str(size),
+                "LWS_WORKER_INDEX": str(w),
+                "HOSTNAME": pod,
+            }
             labels = {
                 **template["metadata"].get("labels", {}),
                 "leaderworkerset.sigs.k8s.io/name": name,
@@ -204,48 +231,41 @@ def _lws_pods(
             }
             group = labels.get(GROUP_LABEL, name)
             key = f"{group}-{g}" if w == 0 else f"{group}-{g}-{w}"
-            command = _command(template, volumes)
             dns = _names(f"{pod}.{name}")
-            pods.append(FakePod(pod, ip, command, env, dns, _ports(template), labels, key))
+            pods.append(FakePod(pod, next(ips), template, injected, dns, labels, key, name, g))
     return pods
 
 
-def _deployment_pods(
-    obj: dict[str, Any], volumes: dict[str, Path], ips: Iterator[str]
-) -> list[FakePod]:
+def _deployment_pods(obj: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
     template = obj["spec"]["template"]
+    name = obj["metadata"]["name"]
     pods = []
     for r in range(obj["spec"].get("replicas", 1)):
-        ip = next(ips)
-        pod = f"{obj['metadata']['name']}-fake{r}"
-        env = {**_container_env(template, ip, 0), "HOSTNAME": pod}
+        pod = f"{name}-fake{r}"
         labels = dict(template["metadata"]["labels"])
-        pods.append(
-            FakePod(pod, ip, _command(template, volumes), env, (), _ports(template), labels, pod)
-        )
+        pods.append(FakePod(pod, next(ips), template, {"HOSTNAME": pod}, (), labels, pod, name))
     return pods
 
 
-def _workload_pods(
-    objects: list[dict[str, Any]], volumes: dict[str, Path], ips: Iterator[str]
-) -> list[FakePod]:
+def _workload_pods(objects: list[dict[str, Any]], ips: Iterator[str]) -> list[FakePod]:
     """Every pod the controllers would create, in manifest order (the proxy last).
 
-    A DisaggregatedSet's child LeaderWorkerSets are named as its controller names them,
-    ``<set>-<slice>-<revision>-<role>`` (revision ``rev0`` here), so nothing may rely on
-    those names. Each Service's names resolve to the first pod its selector matches.
+    A DisaggregatedSet's child LeaderWorkerSets are named as LWS v0.10's controller
+    names them, ``<set>-<slice>-<revision>-<role>`` (revision ``rev0`` here), so nothing
+    may rely on those names. Each Service's names resolve to the first pod its selector
+    matches.
     """
     pods: list[FakePod] = []
     for obj in objects:
         kind, name = obj["kind"], obj["metadata"]["name"]
         if kind == "LeaderWorkerSet":
-            pods += _lws_pods(name, obj["spec"], volumes, ips)
+            pods += _lws_pods(name, obj["spec"], ips)
         elif kind == "DisaggregatedSet":
             for role in obj["spec"]["roles"]:
-                pods += _lws_pods(f"{name}-0-rev0-{role['name']}", role["spec"], volumes, ips)
+                pods += _lws_pods(f"{name}-0-rev0-{role['name']}", role["spec"], ips)
     for obj in objects:
         if obj["kind"] == "Deployment":
-            pods += _deployment_pods(obj, volumes, ips)
+            pods += _deployment_pods(obj, ips)
     for obj in objects:
         if obj["kind"] != "Service":
             continue
@@ -256,14 +276,19 @@ def _workload_pods(
     return pods
 
 
-def _write_configmap(obj: dict[str, Any], folder: Path) -> None:
-    folder.mkdir(parents=True)
-    for key, text in obj.get("data", {}).items():
-        (folder / key).write_text(text)
-    for key, blob in obj.get("binaryData", {}).items():
-        (folder / key).write_bytes(base64.b64decode(blob))
-    for path in folder.iterdir():
-        path.chmod(0o755)
+def _workloads(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """Workload name -> its pod templates as one text (what a rollout compares)."""
+    out = {}
+    for obj in objects:
+        if obj["kind"] == "LeaderWorkerSet":
+            out[obj["metadata"]["name"]] = json.dumps(obj["spec"], sort_keys=True)
+        elif obj["kind"] == "DisaggregatedSet":
+            for role in obj["spec"]["roles"]:
+                name = f"{obj['metadata']['name']}-0-rev0-{role['name']}"
+                out[name] = json.dumps(role["spec"], sort_keys=True)
+        elif obj["kind"] == "Deployment":
+            out[obj["metadata"]["name"]] = json.dumps(obj["spec"], sort_keys=True)
+    return out
 
 
 def _pods_are_free(count: int, ports: list[tuple[int, int]]) -> Callable[[str], bool]:
@@ -277,6 +302,265 @@ def _pods_are_free(count: int, ports: list[tuple[int, int]]) -> Callable[[str], 
     return check
 
 
+class PodFailed(RuntimeError):
+    """A pod could not start, for the reason a kubelet would give."""
+
+
+@dataclass
+class _Cluster:
+    """What the fake cluster holds while it runs: the nodes' folders and each pod's state."""
+
+    root: Path
+    bin_dir: Path
+    speed: float | None
+    extra_env: dict[str, str]
+    cwd: Path | None
+    host_paths: dict[str, Path] | None
+    secrets: dict[str, dict[str, str]]
+    configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    env_of: dict[str, dict[str, str]] = field(default_factory=dict)
+    generation: int = 0
+
+    def _host_path(self, path: str, kind: str, volume: str) -> Path:
+        local = self.root / "hostfs" / path.lstrip("/")
+        if self.host_paths is not None:
+            if path in self.host_paths:
+                local.parent.mkdir(parents=True, exist_ok=True)
+                if not local.exists() and not local.is_symlink():
+                    local.symlink_to(self.host_paths[path])
+        elif not local.exists():
+            # the operator's provisioning: the model on every node, the host's files
+            if kind == "File":
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_text("# placeholder written by servekit's fake cluster\n")
+            else:
+                local.mkdir(parents=True, exist_ok=True)
+                if volume == MODEL_VOLUME:
+                    (local / "config.json").write_text('{"model_type": "servekit-fake"}\n')
+        if kind == "File" and not local.is_file():
+            raise PodFailed(f"hostPath {path}: type check failed: not a file on the node")
+        if kind == "Directory" and not local.is_dir():
+            raise PodFailed(f"hostPath {path}: type check failed: no such directory on the node")
+        return local
+
+    def _claim(self, claim: str, filled_by_init: bool, model: bool) -> Path:
+        local = self.root / "claims" / claim
+        if not local.exists():
+            local.mkdir(parents=True)
+            if model and not filled_by_init and self.host_paths is None:
+                (local / "config.json").write_text('{"model_type": "servekit-fake"}\n')
+        return local
+
+    def _volumes(self, pod: FakePod, folder: Path) -> dict[str, Path]:
+        spec = pod.template["spec"]
+        init_mounts = {
+            m["name"] for c in spec.get("initContainers", []) for m in c.get("volumeMounts", [])
+        }
+        out: dict[str, Path] = {}
+        for vol in spec.get("volumes", []):
+            name = vol["name"]
+            local = folder / "volumes" / name
+            if "configMap" in vol or "projected" in vol:
+                sources = (
+                    [s["configMap"]["name"] for s in vol["projected"]["sources"]]
+                    if "projected" in vol
+                    else [vol["configMap"]["name"]]
+                )
+                local.mkdir(parents=True)
+                for cm_name in sources:
+                    cm = self.configmaps.get(cm_name)
+                    if cm is None:
+                        raise PodFailed(f"volume {name}: configmap {cm_name!r} not found")
+                    for key, text in cm.get("data", {}).items():
+                        (local / key).write_text(text)
+                    for key, blob in cm.get("binaryData", {}).items():
+                        (local / key).write_bytes(base64.b64decode(blob))
+                for path in local.iterdir():
+                    path.chmod(0o755)
+            elif "emptyDir" in vol:
+                local.mkdir(parents=True)
+            elif "hostPath" in vol:
+                hp = vol["hostPath"]
+                local = self._host_path(hp["path"], hp.get("type", ""), name)
+            elif "persistentVolumeClaim" in vol:
+                claim = vol["persistentVolumeClaim"]["claimName"]
+                local = self._claim(claim, name in init_mounts, name == MODEL_VOLUME)
+            else:
+                raise PodFailed(f"volume {name}: the fake cluster does not know {sorted(vol)}")
+            out[name] = local
+        return out
+
+    def _mounts(self, container: dict[str, Any], volumes: dict[str, Path]) -> dict[str, Path]:
+        out = {}
+        for m in container.get("volumeMounts", []):
+            local = volumes[m["name"]]
+            if m.get("subPath"):
+                local = local / m["subPath"]
+                local.mkdir(parents=True, exist_ok=True)
+            out[m["mountPath"]] = local
+        return out
+
+    def _rootfs(self, folder: Path, mounts: dict[str, Path], workdir: str | None) -> Path:
+        rootfs = folder / "rootfs"
+        rootfs.mkdir(parents=True, exist_ok=True)
+        for path, local in mounts.items():
+            link = rootfs / path.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(local)
+        if workdir:
+            (rootfs / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        return rootfs
+
+    def _env(
+        self, pod: FakePod, container: dict[str, Any], rootfs: Path, init: bool
+    ) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in container.get("env", []):
+            if "value" in item:
+                out[item["name"]] = str(item["value"])
+                continue
+            ref = item["valueFrom"]
+            if "secretKeyRef" in ref:
+                sec = ref["secretKeyRef"]
+                value = self.secrets.get(sec["name"], {}).get(sec["key"])
+                if value is None:
+                    raise PodFailed(
+                        f"env {item['name']}: secret {sec['name']!r} key {sec['key']!r} not found"
+                    )
+                out[item["name"]] = value
+                continue
+            path = ref["fieldRef"]["fieldPath"]
+            if path == "status.podIP":
+                out[item["name"]] = pod.address
+            elif path == f"metadata.labels['{GROUP_INDEX_LABEL}']":
+                out[item["name"]] = str(pod.group_index)
+            else:
+                raise PodFailed(f"the fake cluster does not know fieldRef {path}")
+        python_path = [str(self.root / "dns")]
+        if init:
+            python_path.insert(0, str(self.root / "hub"))
+        injected = {
+            "PYTHONPATH": ":".join(python_path),
+            "SERVEKIT_FAKE_HOSTS": str(self.root / "dns" / "hosts.json"),
+            "SERVEKIT_FAKE_ROOTFS": str(rootfs),
+            "LEADER_RESOLVE_TIMEOUT": "60",
+            **pod.injected,
+            **out,
+        }
+        env = node_env(
+            self.root,
+            pod.name,
+            pod.address,
+            speed=self.speed,
+            bin_dir=self.bin_dir,
+            platform=injected,
+        )
+        if not init:
+            env.update(self.extra_env)
+        return env
+
+    def _command(self, container: dict[str, Any], mounts: dict[str, Path]) -> list[str]:
+        out = []
+        for word in container["command"]:
+            here = word
+            for path, local in mounts.items():
+                if word == path or word.startswith(path + "/"):
+                    here = str(local) + word[len(path) :]
+            out.append(here)
+        return out
+
+    def _cwd(self, container: dict[str, Any], rootfs: Path) -> Path:
+        workdir = str(container.get("workingDir") or "")
+        if workdir:
+            return rootfs / workdir.lstrip("/")
+        return self.cwd or self.root
+
+    def start(self, pod: FakePod) -> Node:
+        """Make the pod's volumes, run its init containers, start its container."""
+        self.generation += 1
+        folder = self.root / "pods" / f"{pod.name}.{self.generation}"
+        volumes = self._volumes(pod, folder)
+        spec = pod.template["spec"]
+        for init in spec.get("initContainers", []):
+            mounts = self._mounts(init, volumes)
+            rootfs = self._rootfs(folder / init["name"], mounts, init.get("workingDir"))
+            done = subprocess.run(
+                self._command(init, mounts),
+                env=self._env(pod, init, rootfs, init=True),
+                cwd=self._cwd(init, rootfs),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=INIT_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr)[-1500:].decode(errors="replace")
+                raise PodFailed(
+                    f"{pod.name}: init container {init['name']} exited {done.returncode}:\n{tail}"
+                )
+        container = spec["containers"][0]
+        mounts = self._mounts(container, volumes)
+        rootfs = self._rootfs(folder / "main", mounts, container.get("workingDir"))
+        command = self._command(container, mounts)
+        node = Node(pod.name, pod.address, folder / "main" / "entry" / Path(command[-2]).name)
+        node.entry.parent.mkdir(parents=True, exist_ok=True)
+        env = self._env(pod, container, rootfs, init=False)
+        self.env_of[pod.name] = env
+        with node.output.open("wb") as out:
+            node.popen = subprocess.Popen(
+                command,
+                env=env,
+                cwd=self._cwd(container, rootfs),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return node
+
+
+def _probe_passes(pod: FakePod, probe: dict[str, Any], env: dict[str, str]) -> bool:
+    if "httpGet" in probe:
+        get = probe["httpGet"]
+        url = f"http://{pod.address}:{get['port']}{get.get('path', '/')}"
+        try:
+            with urllib.request.urlopen(url, timeout=probe.get("timeoutSeconds", 1)) as r:
+                status: int = r.status
+                return 200 <= status < 400
+        except OSError:
+            return False
+    done = subprocess.run(
+        probe["exec"]["command"],
+        env=env,
+        capture_output=True,
+        timeout=probe.get("timeoutSeconds", 1) + 5,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def _wait_probes(pods: list[FakePod], env_of: dict[str, dict[str, str]], timeout_s: float) -> None:
+    """Until every pod's readiness and liveness probes pass, as the kubelet runs them."""
+    deadline = time.monotonic() + timeout_s
+    pending = [
+        (pod, kind, c[kind])
+        for pod in pods
+        for c in pod.template["spec"]["containers"][:1]
+        for kind in ("readinessProbe", "livenessProbe")
+        if kind in c
+    ]
+    while pending:
+        pending = [(p, k, pr) for p, k, pr in pending if not _probe_passes(p, pr, env_of[p.name])]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            pod, kind, _ = pending[0]
+            raise RuntimeError(f"{pod.name}: {kind} does not pass after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 @dataclass
 class K8sDryCluster(DryCluster):
     """A running fake Kubernetes cluster: the proxy Service's endpoint and each pod's address."""
@@ -284,6 +568,10 @@ class K8sDryCluster(DryCluster):
     pods: dict[str, str] | None = None
     pods_arg: str = ""
     reference_pods: str = ""
+    fake_pods: list[FakePod] = field(default_factory=list)
+    apply: Callable[[list[str]], list[str]] = field(default=lambda sets: [])
+    """Render the layout again with these ``--set``s and roll out what changed (the
+    workloads whose pod template differs); returns the recreated pods' names."""
 
     def verify_args(self) -> list[str]:
         """``servekit verify NAME --target URL --pods POD=IP,... --logs DIR``."""
@@ -299,23 +587,16 @@ class K8sDryCluster(DryCluster):
         return args + (["--reference", self.reference_url] if self.reference_url else [])
 
 
-def _layout_pods(
-    name: str, root: Path, tag: str, kind: str, catalog: str | None
-) -> tuple[list[dict[str, Any]], Path]:
-    _, files = render_target(name, "k8s", [], catalog, {"kind": kind, "prefix": tag})
-    folder = root / tag
+def _render(
+    name: str, tag: str, kind: str, catalog: str | None, sets: list[str]
+) -> list[dict[str, Any]]:
+    _, files = render_target(name, "k8s", sets, catalog, {"kind": kind, "prefix": tag})
     objects: list[dict[str, Any]] = []
     for rel, text in files.items():
         if rel.endswith(".yaml") and rel != "kustomization.yaml" and isinstance(text, str):
-            objects += [
-                o
-                for o in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-                if o
-            ]
-    for obj in objects:
-        if obj["kind"] == "ConfigMap":
-            _write_configmap(obj, folder / "configmap")
-    return objects, folder / "configmap"
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            objects += [o for o in yaml.load_all(text, Loader=loader) if o]
+    return objects
 
 
 def _real_engine_env(root: Path) -> dict[str, str]:
@@ -327,53 +608,140 @@ def _real_engine_env(root: Path) -> dict[str, str]:
     return engine_env(find_broken(), pythonpath=str(root / "dns"))
 
 
-def _env(root: Path, pod: FakePod, speed: float | None, bin_dir: Path) -> dict[str, str]:
-    injected = {
-        "PYTHONPATH": str(root / "dns"),
-        "SERVEKIT_FAKE_HOSTS": str(root / "dns" / "hosts.json"),
-        "LEADER_RESOLVE_TIMEOUT": "60",
-        **pod.env,
-    }
-    return node_env(root, pod.name, pod.address, speed=speed, bin_dir=bin_dir, platform=injected)
+def _targets(
+    plan_name: str, tag: str, pods: list[FakePod], catalog: str | None
+) -> tuple[list[tuple[str, dict[str, int]]], str, str, dict[str, str], FakePod | None]:
+    plan = build_plan(load(plan_name, catalog).layout)
+    addresses = {p.key: p.address for p in pods}
+    by_process = process_hosts(plan, addresses, tag)
+    proxy_pod = next((p for p in pods if p.name.startswith(f"{tag}-proxy")), None)
+    targets = []
+    for proc in plan.api_processes():
+        host = proxy_pod.address if proc.kind == "proxy" and proxy_pod else by_process[proc.name]
+        counts = proc.proxy.backend_counts() if proc.proxy else {}
+        targets.append((f"http://{host}:{proc.api_port}", counts))
+    entry = plan.process(plan.entry)
+    entry_host = proxy_pod.address if proxy_pod else by_process[entry.name]
+    url = f"http://{entry_host}:{entry.api_port}"
+    engine_pods = ",".join(f"{p.key}={p.address}" for p in pods if p is not proxy_pod)
+    return targets, url, engine_pods, addresses, proxy_pod
+
+
+@dataclass
+class _Running:
+    """The fake cluster's pods while it runs: start them all, or roll out a new rendering."""
+
+    name: str
+    kind: str
+    catalog: str | None
+    fake: _Cluster
+    cluster: K8sDryCluster
+    rendered: dict[str, tuple[str, list[dict[str, Any]]]]
+    pods_of: dict[str, list[FakePod]]
+    targets: list[tuple[str, dict[str, int]]]
+    ready_timeout_s: float
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    def running(self) -> list[Node]:
+        return list(self.nodes.values())
+
+    def _sync(self) -> None:
+        self.cluster.nodes = [self.nodes[p.name] for p in self.pods_of["sk"]]
+        self.cluster.reference = [self.nodes[p.name] for p in self.pods_of.get("ref", [])]
+        self.cluster.fake_pods = self.pods_of["sk"]
+
+    def _ready(self, pods: list[FakePod]) -> None:
+        wait_ready(self.targets, self.running(), self.ready_timeout_s, self.fake.root / "logs")
+        _wait_probes(pods, self.fake.env_of, self.ready_timeout_s)
+
+    def start_all(self) -> None:
+        every = [p for pods in self.pods_of.values() for p in pods]
+        for pod in every:
+            self.nodes[pod.name] = self.fake.start(pod)
+        self._sync()
+        self._ready(every)
+
+    def apply(self, sets: list[str]) -> list[str]:
+        """Render again with ``sets``; recreate the pods of each workload whose template
+        changed, as LWS's rolling update does; the recreated pods' names."""
+        old = _workloads(self.rendered["sk"][1])
+        objects = _render(self.name, "sk", self.kind, self.catalog, sets)
+        new = _workloads(objects)
+        if set(old) != set(new):
+            raise RuntimeError("the fake cluster rolls out changed templates, not new workloads")
+        changed = {w for w in new if new[w] != old[w]}
+        current = self.pods_of["sk"]
+        fresh = _workload_pods(objects, iter(p.address for p in current))
+        if [p.name for p in fresh] != [p.name for p in current]:
+            raise RuntimeError("the fake cluster rolls out templates, not a changed pod count")
+        for pod, before in zip(fresh, current, strict=True):
+            pod.dns = before.dns
+        self.fake.configmaps.update(_configmaps(objects))
+        gone = [p for p in current if p.workload in changed]
+        stop_nodes([self.nodes[p.name] for p in gone])
+        self.rendered["sk"] = (self.name, objects)
+        self.pods_of["sk"] = fresh
+        for pod in fresh:
+            if pod.workload in changed:
+                self.nodes[pod.name] = self.fake.start(pod)
+        self._sync()
+        self._ready(fresh)
+        self._settle()
+        return [p.name for p in gone]
+
+    def _settle(self) -> None:
+        """Until the proxy has counted every backend healthy for :data:`SETTLE_S` in a row.
+
+        A proxy finds a recreated pod's engines gone only after its ejection window (3
+        failed probes 2 s apart) and takes them back a probe later, so right after a
+        rollout its health may still count the old pods; an operator waits the same way.
+        """
+        proxies = [(url, counts) for url, counts in self.targets if counts]
+        deadline = time.monotonic() + self.ready_timeout_s
+        steady_since = time.monotonic()
+        while time.monotonic() - steady_since < SETTLE_S:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the proxy did not settle after {self.ready_timeout_s:.0f} s")
+            if not all(_counts_ok(url, counts) for url, counts in proxies):
+                steady_since = time.monotonic()
+            time.sleep(0.5)
+
+
+def _counts_ok(url: str, counts: dict[str, int]) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            doc = json.loads(r.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and all(doc.get(k) == v for k, v in counts.items())
+
+
+def _configmaps(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+
+
+def _prepare(root: Path, engine: str) -> Path:
+    for sub in ("bin", "dns", "home", "tmp", "logs", "work", "hub/huggingface_hub"):
+        (root / sub).mkdir(parents=True)
+    if engine == "sim":
+        _fake_vllm(root / "bin")
+    (root / "dns" / "sitecustomize.py").write_text(DNS_SHIM)
+    (root / "hub" / "huggingface_hub" / "__init__.py").write_text(HUB_STUB)
+    return root / "bin"
 
 
 def _place(
-    cluster: K8sDryCluster,
-    rendered: list[tuple[str, str, list[dict[str, Any]], Path]],
-    pods_of: dict[str, list[FakePod]],
-    catalog: str | None,
-) -> list[tuple[str, dict[str, int]]]:
-    """Fill in where each layout's pods are; the URLs to wait for, with the proxy's counts."""
-    targets: list[tuple[str, dict[str, int]]] = []
-    for tag, layout_name, _, _ in rendered:
-        plan = build_plan(load(layout_name, catalog).layout)
-        addresses = {p.key: p.address for p in pods_of[tag]}
-        by_process = process_hosts(plan, addresses, tag)
-        proxy_pod = next((p for p in pods_of[tag] if p.name.startswith(f"{tag}-proxy")), None)
-        for proc in plan.api_processes():
-            host = (
-                proxy_pod.address if proc.kind == "proxy" and proxy_pod else by_process[proc.name]
-            )
-            counts = proc.proxy.backend_counts() if proc.proxy else {}
-            targets.append((f"http://{host}:{proc.api_port}", counts))
-        entry = plan.process(plan.entry)
-        entry_host = proxy_pod.address if proxy_pod else by_process[entry.name]
-        url = f"http://{entry_host}:{entry.api_port}"
-        engine_pods = ",".join(f"{p.key}={p.address}" for p in pods_of[tag] if p is not proxy_pod)
-        nodes = [
-            Node(p.name, p.address, cluster.root / tag / "configmap" / "pod.sh")
-            for p in pods_of[tag]
-        ]
-        if tag == "sk":
-            cluster.entry_url, cluster.pods_arg, cluster.nodes = url, engine_pods, nodes
-            cluster.pods = addresses
-        else:
-            cluster.reference_url, cluster.reference_pods, cluster.reference = (
-                url,
-                engine_pods,
-                nodes,
-            )
-    return targets
+    held: contextlib.ExitStack, rendered: dict[str, tuple[str, list[dict[str, Any]]]]
+) -> dict[str, list[FakePod]]:
+    """Each layout's pods on a loopback block held for the cluster's life."""
+    probe = iter(f"127.0.0.{i}" for i in range(2, 255))
+    trial = [pod for _, objects in rendered.values() for pod in _workload_pods(objects, probe)]
+    ports = [(i, p) for i, pod in enumerate(trial) for p in pod.ports]
+    prefix = held.enter_context(
+        loopback_block(_pods_are_free(len(trial), ports), "the pods' ports")
+    )
+    ips = iter(f"{prefix}.{i}" for i in range(2, 255))
+    return {tag: _workload_pods(objects, ips) for tag, (_, objects) in rendered.items()}
 
 
 @contextlib.contextmanager
@@ -388,70 +756,56 @@ def k8s_dry_cluster(
     engine: str = "sim",
     cwd: Path | None = None,
     keep: bool = False,
+    sets: list[str] | None = None,
+    host_paths: dict[str, Path] | None = None,
+    secrets: dict[str, dict[str, str]] | None = None,
 ) -> Iterator[K8sDryCluster]:
     """Render for Kubernetes, start every pod of the manifests, wait; tear down on exit.
 
     ``engine="vllm"``: the pods' ``vllm`` is the real one on this machine's PATH (a
     ``local/*`` layout: real vLLM on the CPU); else ``servekit sim serve``. ``cwd``:
-    the pods' working folder (an image's WORKDIR; where a relative model path is).
+    the pods' working folder when their template names none. ``sets``: ``--set``s of
+    the rendering (``k8s.model=...``). ``host_paths``: what the nodes hold (host path
+    -> a folder or file here); None: every hostPath exists, a model volume's with a
+    placeholder model. ``secrets``: the namespace's Secrets (name -> key -> value).
     """
     layout = load(name, catalog).layout
     ref_name = layout.verify.reference if reference else None
     root = Path(tempfile.mkdtemp(prefix="servekit-k8s-"))
     held = contextlib.ExitStack()
     try:
-        for sub in ("bin", "dns", "home", "tmp", "logs", "work"):
-            (root / sub).mkdir()
-        bin_dir = root / "bin"
-        if engine == "sim":
-            simulated_vllm(bin_dir)
-        (root / "dns" / "sitecustomize.py").write_text(DNS_SHIM)
-        tags = [("sk", name), *([("ref", ref_name)] if ref_name else [])]
-        rendered = [(tag, n, *_layout_pods(n, root, tag, kind, catalog)) for tag, n in tags]
-        probe = iter(f"127.0.0.{i}" for i in range(2, 255))
-        trial = [
-            pod
-            for _, _, objects, volume in rendered
-            for pod in _workload_pods(objects, {"scripts": volume}, probe)
-        ]
-        ports = [(i, p) for i, pod in enumerate(trial) for p in pod.ports]
-        prefix = held.enter_context(
-            loopback_block(_pods_are_free(len(trial), ports), "the pods' ports")
-        )
-        ips = iter(f"{prefix}.{i}" for i in range(2, 255))
-        pods_of: dict[str, list[FakePod]] = {}
-        for tag, _, objects, volume in rendered:
-            pods_of[tag] = _workload_pods(objects, {"scripts": volume}, ips)
+        bin_dir = _prepare(root, engine)
+        tags = [("sk", name, list(sets or [])), *([("ref", ref_name, [])] if ref_name else [])]
+        rendered = {tag: (n, _render(n, tag, kind, catalog, s)) for tag, n, s in tags}
+        pods_of = _place(held, rendered)
         hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
         (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
-        cluster = K8sDryCluster(name, root, [], "", root / "logs")
-        targets = _place(cluster, rendered, pods_of, catalog)
-        started = time.perf_counter()
-        all_nodes = [*cluster.nodes, *cluster.reference]
         extra = _real_engine_env(root) if engine == "vllm" else {}
-        env_of = {
-            p.name: (p, {**_env(root, p, speed, bin_dir), **extra})
-            for pods in pods_of.values()
-            for p in pods
-        }
+        fake = _Cluster(root, bin_dir, speed, extra, cwd, host_paths, secrets or {})
+        for _, objects in rendered.values():
+            fake.configmaps.update(_configmaps(objects))
+        cluster = K8sDryCluster(name, root, [], "", root / "logs")
+        all_targets: list[tuple[str, dict[str, int]]] = []
+        for tag, (layout_name, _) in rendered.items():
+            targets, url, engine_pods, addresses, _ = _targets(
+                layout_name, tag, pods_of[tag], catalog
+            )
+            all_targets += targets
+            if tag == "sk":
+                cluster.entry_url, cluster.pods_arg, cluster.pods = url, engine_pods, addresses
+            else:
+                cluster.reference_url, cluster.reference_pods = url, engine_pods
+        run = _Running(
+            name, kind, catalog, fake, cluster, rendered, pods_of, all_targets, ready_timeout_s
+        )
+        cluster.apply = run.apply
+        started = time.perf_counter()
         try:
-            for node in all_nodes:
-                pod, env = env_of[node.pod]
-                with node.output.open("wb") as out:
-                    node.popen = subprocess.Popen(
-                        pod.command,
-                        env=env,
-                        cwd=cwd or root,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-            wait_ready(targets, all_nodes, ready_timeout_s, root / "logs")
+            run.start_all()
             cluster.started_s = time.perf_counter() - started
             yield cluster
         finally:
-            stop_nodes(all_nodes)
+            stop_nodes(run.running())
     finally:
         held.close()
         if not keep:
