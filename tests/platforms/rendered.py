@@ -21,6 +21,27 @@ PD_LAYOUTS = tuple(
 )
 
 
+EVERYTHING: tuple[tuple[str, str], ...] = (
+    ("model", "hf:zai-org/GLM-5.1@main"),
+    ("model_cache", "pvc:models/glm"),
+    ("model_secret", "hf-token"),
+    ("model_endpoint", "https://hf-mirror.example.com"),
+    ("network", "host"),
+    ("host_files", "off"),
+    ("gang", "volcano"),
+    ("volcano_queue", "serving"),
+    ("exclusive_topology", "kubernetes.io/hostname"),
+    ("node_selector", "node.kubernetes.io/instance-type=a3"),
+    ("tolerations", "huawei.com/ascend-1980:NoSchedule,dedicated=serving:NoExecute"),
+    ("image_pull_secrets", "registry"),
+    ("podmonitor", "on"),
+    ("cpu", "96"),
+    ("memory", "800Gi"),
+    ("shm", "64Gi"),
+)
+"""Every k8s option at once, away from its default (for the Ascend layouts)."""
+
+
 @functools.cache
 def files(
     name: str, kind: str = "leaderworkerset", settings: tuple[tuple[str, str], ...] = ()
@@ -68,4 +89,13 @@ def rendering(name: str) -> K8sRendering:
     return decide(plan(name), layout, parse_settings({"accelerator": "x.io/dev"}, layout))
 
 
-__all__ = ["LAYOUTS", "PD_LAYOUTS", "engine_groups", "files", "objects", "plan", "rendering"]
+__all__ = [
+    "EVERYTHING",
+    "LAYOUTS",
+    "PD_LAYOUTS",
+    "engine_groups",
+    "files",
+    "objects",
+    "plan",
+    "rendering",
+]

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 from tests.platforms.kubectl_stub import api_server, applied_objects, kubectl, run_kubectl
-from tests.platforms.rendered import CATALOG, LAYOUTS, PD_LAYOUTS, files, objects
+from tests.platforms.rendered import CATALOG, EVERYTHING, LAYOUTS, PD_LAYOUTS, files, objects
 
 from servekit.platforms.k8s.configmaps import (
     ANNOTATION_CAP,
@@ -35,15 +35,7 @@ from servekit.platforms.k8s.configmaps import (
     pack,
 )
 
-ALL_ON = (
-    ("model", "hf:zai-org/GLM-5.1"),
-    ("model_secret", "hf-token"),
-    ("gang", "volcano"),
-    ("volcano_queue", "serving"),
-    ("exclusive_topology", "kubernetes.io/hostname"),
-    ("tolerations", "huawei.com/ascend-1980:NoSchedule"),
-    ("podmonitor", "on"),
-)
+ALL_ON = EVERYTHING  # every option at once (tests/platforms/rendered.py), rendered once
 
 
 def _write(folder: Path, rendered: dict[str, str | bytes]) -> Path:
@@ -55,6 +47,7 @@ def _write(folder: Path, rendered: dict[str, str | bytes]) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_every_object_of_every_layout_fits_kubectl_applys_caps() -> None:
     over = {}
     biggest = (0, "")
@@ -92,6 +85,7 @@ def _built_with_namespace(folder: Path) -> dict[tuple[str, str], int]:
     return mine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "kind"),
     [("a3/glm5.1/1x2p1x4d", "leaderworkerset"), ("a3/deepseekv4-flash/1p3d", "disaggregatedset")],
@@ -252,6 +246,7 @@ def test_a_file_larger_than_a_configmap_is_cut_and_joined_by_pod_sh(tmp_path: Pa
         _join_with_pod_sh(folder, tmp_path / "run2", "proxy")
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     st.dictionaries(

@@ -80,6 +80,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
 PODMONITOR_API = "monitoring.coreos.com/v1"
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+REVISION = "revision"
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
 
@@ -516,7 +517,7 @@ def pod_requests(template: dict[str, Any]) -> dict[str, Fraction]:
 def volcano_podgroups(r: K8sRendering, lws: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The PodGroups LWS's Volcano provider makes for each group (``<lws>-<index>-<revision>``,
     ``minMember`` = size, ``minResources`` = a leader's and its workers' requests), with
-    ``REVISION`` for the hash the controller chooses. Shown in the summary, checked
+    :data:`REVISION` standing for the template hash the controller chooses. Shown in the summary, checked
     against Volcano's schema in the tests."""
     out = []
     for obj in lws:
@@ -540,7 +541,7 @@ def volcano_podgroups(r: K8sRendering, lws: list[dict[str, Any]]) -> list[dict[s
                 {
                     "apiVersion": "scheduling.volcano.sh/v1beta1",
                     "kind": "PodGroup",
-                    "metadata": {"name": f"{obj['metadata']['name']}-{i}-REVISION"},
+                    "metadata": {"name": f"{obj['metadata']['name']}-{i}-{REVISION}"},
                     "spec": spec,
                 }
             )
@@ -702,7 +703,7 @@ def _placement_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
     for pg in made.podgroups if made is not None else []:
         amounts = ", ".join(f"{k} {v}" for k, v in pg["spec"]["minResources"].items())
         lines.append(
-            f"- gang: LWS makes PodGroup {pg['metadata']['name']}: minMember "
+            f"- gang: LWS makes PodGroup {pg['metadata']['name'].removesuffix(REVISION)}<revision>: minMember "
             f"{pg['spec']['minMember']}, minResources {amounts}"
         )
     return lines
