@@ -57,6 +57,10 @@ def _kv_events(port: int) -> dict[str, object]:
     return {"endpoint": f"tcp://*:{port}"}
 
 
+def _has_flag(proc: ProcessPlan, flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in proc.argv)
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -76,6 +80,11 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "served_model_name": plan.served_model_name,
         "max_model_len": plan.max_model_len,
         "guard": proc.guard,
+        # the engine's parsers, as its vllm command has them
+        "reasoning_parser": _has_flag(proc, "--reasoning-parser"),
+        "tool_call_parser": _has_flag(proc, "--tool-call-parser")
+        and _has_flag(proc, "--enable-auto-tool-choice"),
+        "node": str(proc.node),
         "profile": _profile(proc, plan),
         # the Plan's publisher port (vLLM's DP-rank offset already in it); * binds the host
         "kv_events": None if proc.kv_events_port is None else _kv_events(proc.kv_events_port),

@@ -131,6 +131,7 @@ class SimEndpoint:
         self.engine.fail_all(EngineDeadError(reason))
         if self.producer is not None:
             self.kvreg.drop_producer(self.producer)
+            self.kvreg.down.add(self.producer)
         self._notify()
 
     def restart(self, slow_start_s: float | None = None) -> None:
@@ -139,7 +140,11 @@ class SimEndpoint:
         self._halt("restarted")
         if slow_start_s is not None:
             self.faults = patch_faults(self.faults, {"slow_start_s": slow_start_s})
-        self.faults = patch_faults(self.faults, {"dead": False, "hang": False})
+        self.faults = patch_faults(
+            self.faults, {"dead": False, "hang": False, "unreachable": False}
+        )
+        if self.producer is not None:
+            self.kvreg.down.discard(self.producer)
         self.kv.reset()
         self.stats = EngineStats()
         self.engine.stats = self.stats
@@ -158,9 +163,10 @@ class SimEndpoint:
                 raise ApiError(400, "disagree_seed: expected an integer or null")
             self.disagree_seed = seed
         self.faults = patch_faults(self.faults, patch)
-        if self.faults.dead and not self.dead:
-            self.kill("fault injected")
-        elif not self.faults.dead and self.dead:
+        gone = self.faults.dead or self.faults.unreachable
+        if gone and not self.dead:
+            self.kill("node lost" if self.faults.unreachable else "fault injected")
+        elif not gone and self.dead:
             self.restart()
         self._notify()
         self.log.warning("faults set: %s", self.faults.model_dump(exclude_defaults=True))
@@ -224,6 +230,7 @@ class SimEndpoint:
             raise ApiError(400, "the request needs more KV blocks than the engine has")
         await self.clock.sleep(delay)
         self.check_serving()
+        self._check_pulled(rid)
         seq = Seq(
             prompt_len,
             hashes,
@@ -242,6 +249,19 @@ class SimEndpoint:
         self.engine.submit(seq)
         return admitted
 
+    def _check_pulled(self, rid: str) -> None:
+        """A prefill lost while this decoder pulled its KV: the load fails (vLLM's
+        kv_load_failure_policy "fail": the request ends in an internal error)."""
+        source = self.kvreg.pulling.pop((self.spec.name, rid), None)
+        if source is not None and source in self.kvreg.down:
+            self.log.error("KV load failed for %s: engine %s is gone", rid, source.engine_id)
+            raise ApiError(500, "Internal server error (KV load failed)", "InternalServerError")
+
+    async def unheard(self) -> None:
+        """While the node is lost (``unreachable``), nothing goes out: wait it out."""
+        while self.faults.unreachable:
+            await self._changed.wait()
+
     async def wait_done(self, seq: Seq) -> None:
         try:
             await asyncio.shield(seq.done)
@@ -256,6 +276,7 @@ class SimEndpoint:
 
     async def _faults_before(self) -> None:
         f = self.faults
+        await self.unheard()
         if self.dice.hit(f.error_rate):
             raise ApiError(f.error_status, "injected fault", "InjectedFaultError")
         if self.faults.hang and not self.dead:
@@ -283,6 +304,8 @@ class SimEndpoint:
 
     def _resume(self, req: GenRequest, limit: int, voice: Voice) -> tuple[list[str], str] | None:
         """The rest of an answer whose prompt and first tokens this token-id prompt is."""
+        if req.structured or req.sampling.penalty:
+            return None  # a new grammar, penalties counting from zero: not the first answer
         origin = TRANSCRIPTS.origin(req)
         if origin is None:
             return None

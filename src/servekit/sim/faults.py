@@ -6,8 +6,10 @@ one of these fields):
 - what real clusters met: errors at a rate, latency spikes, a wedged engine
   that never answers (while /health still says 200), a connection reset in the
   middle of a stream, a 200 with an empty body (what a failing decoder looked
-  like through the vendored proxy), a slow start (503 while loading weights)
-  and death (500 until restarted);
+  like through the vendored proxy), a slow start (503 while loading weights),
+  death (500 until restarted), a lost node (nothing answers, open streams go
+  silent: a power cut or a partition) and a stream cut right after its
+  ``finish_reason``;
 - the engine bugs each acceptance check exists to catch: wrong retrieval
   answers (``misbehave``), a stream that differs from the plain answer or
   never says ``[DONE]``, answers that change in a crowd, a prefix cache that
@@ -67,6 +69,16 @@ class FaultSpec(StrictModel):
     )
     merge_frames: bool = Field(
         default=False, description="a stream's events arrive in one write at its end"
+    )
+    die_after_finish: bool = Field(
+        default=False,
+        description="a stream's finish_reason goes out, then the connection drops (no usage, "
+        "no [DONE])",
+    )
+    unreachable: bool = Field(
+        default=False,
+        description="the node is lost: its engine dies and nothing it serves answers again "
+        "(requests and probes hang, open streams go silent) until the fault is cleared",
     )
 
 

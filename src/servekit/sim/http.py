@@ -25,8 +25,7 @@ from servekit.sim.engine import EngineDeadError, Seq
 from servekit.sim.metrics import SIM_VERSION, render
 from servekit.sim.openai import ApiError, Kind, dumps, load_json, parse_generation, parse_tokenize
 from servekit.sim.protocols.base import Admitted
-from servekit.sim.shapes import ChunkWriter, final_body
-from servekit.textcontract import piece_ids
+from servekit.sim.shapes import ChunkWriter, channels, final_body
 
 ENDPOINT = web.AppKey("endpoint", SimEndpoint)
 JSON = "application/json"
@@ -72,9 +71,11 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         ep.log.warning("decode guard: refused %s without kv_transfer_params", request.path)
         return web.Response(status=400, body=guard_error_body(request.path), content_type=JSON)
     try:
+        await ep.unheard()
         req = parse_generation(kind, load_json(body))
         adm = await ep.admit(req, request.headers.get("X-Request-Id"))
     except ApiError as exc:
+        await ep.unheard()
         return error_response(exc)
     if ep.empty_due():
         ep.engine.abort(adm.seq)
@@ -86,25 +87,35 @@ async def generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     try:
         await ep.wait_done(adm.seq)
     except ApiError as exc:
+        await ep.unheard()
         return error_response(exc)
     except asyncio.CancelledError:
         ep.engine.abort(adm.seq)
         raise
     if reset:
         _reset(request)
-    return web.Response(body=final_body(adm, ep.spec.served_model_name), content_type=JSON)
+    await ep.unheard()
+    parsers = channels(adm, ep.spec.reasoning_parser, ep.spec.tool_call_parser)
+    body = final_body(adm, ep.spec.served_model_name, parsers)
+    return web.Response(body=body, content_type=JSON)
 
 
 async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.StreamResponse:
-    """SSE: one event per engine step; steps already waiting go out in one write."""
+    """SSE: one event per engine step; steps already waiting go out in one write.
+
+    An endpoint whose node is lost (``unreachable``) goes silent: what it has not
+    written yet is never written, and the connection stays open, as a peer that
+    vanished leaves it.
+    """
     seq = adm.seq
     queue = seq.chunks
     if queue is None:
         raise RuntimeError("a streamed sequence has no chunk queue")
     f = ep.faults
     writer = ChunkWriter(
-        adm, ep.spec.served_model_name, mismatch=f.stream_mismatch, done=not f.stream_no_done
-    )
+        adm, ep.spec.served_model_name, mismatch=f.stream_mismatch, done=not f.stream_no_done,
+        parsers=channels(adm, ep.spec.reasoning_parser, ep.spec.tool_call_parser),
+    )  # fmt: skip
     reset_at = ep.faults.reset_after_tokens if ep.reset_due() else None
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -120,6 +131,7 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
             for item in batch:
                 if item is None:
                     out.append(_stream_end(writer, seq))
+                    await ep.unheard()
                     await resp.write(b"".join(out))
                     return resp
                 if reset_at is not None and sent + len(item) > reset_at:
@@ -129,9 +141,13 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
                     return resp
                 sent += len(item)
                 finish = seq.finish_reason if sent >= len(seq.output) else None
-                ids = piece_ids(item) if adm.request.return_token_ids else None
-                out.append(writer.text("".join(item), finish, ids))
+                out.append(writer.step(item, finish))
+                if finish is not None and ep.faults.die_after_finish:
+                    await resp.write(b"".join(out))  # the finish went out; usage, [DONE] never
+                    _reset(request)
+                    return resp
             if not ep.faults.merge_frames:  # a starved server writes it all at the end
+                await ep.unheard()
                 await resp.write(b"".join(out))
                 out = []
     except (ConnectionError, asyncio.CancelledError):
@@ -159,6 +175,7 @@ def _reset(request: web.Request) -> None:
 
 
 async def models(request: web.Request) -> web.Response:
+    await request.app[ENDPOINT].unheard()
     spec = request.app[ENDPOINT].spec
     name = spec.served_model_name
     card = {
@@ -174,7 +191,9 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=request.app[ENDPOINT].health_status())
+    ep = request.app[ENDPOINT]
+    await ep.unheard()
+    return web.Response(status=ep.health_status())
 
 
 async def version(request: web.Request) -> web.Response:

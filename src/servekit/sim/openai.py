@@ -52,6 +52,11 @@ class GenRequest:
     stop: tuple[str, ...] = ()
     images: int = 0
     return_token_ids: bool = False
+    include_stop: bool = False  # include_stop_str_in_output
+    logprobs: int | None = None  # top logprobs per token (chat: top_logprobs when logprobs)
+    structured: bool = False  # a JSON schema/object, grammar, regex or choice constrains it
+    thinking: bool = False  # the chat template asks the model to think first
+    tool: str | None = None  # the function the model calls (chat, tools offered)
 
 
 def dumps(doc: Any) -> bytes:
@@ -74,8 +79,8 @@ def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
     if kind == "completion":
         text, ids, question = _completion_prompt(doc.get("prompt"))
         max_tokens = _opt_int(doc, "max_tokens", 1)
-        if "max_tokens" not in doc:
-            max_tokens = 16
+        if max_tokens is None:
+            max_tokens = 16  # vLLM's default, a null too (normalize_null_max_tokens)
     elif kind == "chat":
         text, question, images = _chat_prompt(doc.get("messages"))
         ids = encode(text)
@@ -109,12 +114,76 @@ def parse_generation(kind: Kind, doc: dict[str, Any]) -> GenRequest:
             temperature=_opt_float(doc, "temperature", 1.0),
             top_p=_opt_float(doc, "top_p", 1.0),
             seed=_opt_int(doc, "seed", None),
+            penalty=_opt_float(doc, "frequency_penalty", 0.0)
+            + _opt_float(doc, "presence_penalty", 0.0),
+            repetition=_opt_float(doc, "repetition_penalty", 1.0),
         ),
         kv_transfer_params=kv or None,
         stop=_stop(doc.get("stop")),
         images=images,
         return_token_ids=doc.get("return_token_ids") is True,
+        include_stop=doc.get("include_stop_str_in_output") is True,
+        logprobs=_logprobs(kind, doc),
+        structured=_structured(doc),
+        thinking=kind == "chat" and _thinking(doc.get("chat_template_kwargs")),
+        tool=_tool(doc) if kind == "chat" else None,
     )
+
+
+STRUCTURED_FIELDS = (
+    "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "structural_tag",
+)  # fmt: skip
+
+
+def _structured(doc: dict[str, Any]) -> bool:
+    """A constraint on the answer's form (vLLM's structured outputs)."""
+    fmt = doc.get("response_format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise ApiError(400, "response_format: expected an object")
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        return True
+    return any(doc.get(name) is not None for name in STRUCTURED_FIELDS)
+
+
+def _logprobs(kind: Kind, doc: dict[str, Any]) -> int | None:
+    """How many top logprobs each token carries (None: no logprobs)."""
+    if kind == "chat":
+        if doc.get("logprobs") is not True:
+            return None
+        return _opt_int(doc, "top_logprobs", 0) or 0
+    return _opt_int(doc, "logprobs", 0)
+
+
+def _thinking(kwargs: Any) -> bool:
+    """DeepSeek's and Qwen's template switches: the model thinks before answering."""
+    if kwargs is None:
+        return False
+    if not isinstance(kwargs, dict):
+        raise ApiError(400, "chat_template_kwargs: expected an object")
+    return kwargs.get("thinking") is True or kwargs.get("enable_thinking") is True
+
+
+def _tool(doc: dict[str, Any]) -> str | None:
+    """The function the model calls: the named one, else the first offered (tool_choice
+    none: no call)."""
+    tools = doc.get("tools")
+    if not tools:
+        return None
+    if not isinstance(tools, list):
+        raise ApiError(400, "tools: expected a list of {type, function}")
+    choice = doc.get("tool_choice", "auto")
+    if choice == "none":
+        return None
+    if isinstance(choice, dict):
+        named = (choice.get("function") or {}).get("name")
+        if isinstance(named, str) and named:
+            return named
+    first = tools[0] if isinstance(tools[0], dict) else {}
+    name = (first.get("function") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, "tools: each tool needs function.name")
+    return name
 
 
 def _stop(value: Any) -> tuple[str, ...]:

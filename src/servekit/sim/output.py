@@ -8,7 +8,8 @@ strings and ``max_tokens``, with vLLM's finish reason.
 from __future__ import annotations
 
 from servekit.sim.openai import ApiError, GenRequest
-from servekit.sim.textgen import Voice, answer_pieces, continuation
+from servekit.sim.shaping import shape
+from servekit.sim.textgen import Voice, answer_pieces, continuation, stable_seed
 
 
 def token_budget(max_tokens: int | None, prompt_len: int, max_model_len: int) -> int:
@@ -38,10 +39,13 @@ def plan_output(
         voice=voice,
         natural=natural,
     )
+    if req.thinking or req.tool is not None or req.structured:
+        seed = stable_seed(digest, "shape")
+        out = shape(out, thinking=req.thinking, tool=req.tool, structured=req.structured, seed=seed)
     want = limit if req.ignore_eos else min(max(req.min_tokens, len(out)), limit)
     if len(out) < want:
         out.extend(continuation(digest, req.sampling, voice, want - len(out)))
-    stopped = apply_stop(out, req.stop)
+    stopped = apply_stop(out, req.stop, req.include_stop)
     if stopped is not None and len(stopped) <= limit:
         return stopped, "stop"
     if len(out) >= limit:
@@ -49,7 +53,7 @@ def plan_output(
     return out, "stop"
 
 
-def apply_stop(out: list[str], stops: tuple[str, ...]) -> list[str] | None:
+def apply_stop(out: list[str], stops: tuple[str, ...], include: bool = False) -> list[str] | None:
     """The tokens up to the one that completes the first stop string, text cut before it.
 
     As in vLLM: the text ends exactly where the stop string starts (inside a token
@@ -64,6 +68,8 @@ def apply_stop(out: list[str], stops: tuple[str, ...]) -> list[str] | None:
         return None
     at, stop = min(found)
     end = at + len(stop)
+    if include:  # include_stop_str_in_output: the text ends after the stop string
+        at = end
     result: list[str] = []
     pos = 0
     for piece in out:

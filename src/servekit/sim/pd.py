@@ -184,6 +184,8 @@ class KvRegistry:
         self._block_ids = itertools.count(1)
         self._by_prompt: OrderedDict[int, int] = OrderedDict()
         self.pushes = PushBoard()  # the layerwise connector's pushes (sim.protocols.layerwise)
+        self.down: set[Producer] = set()  # producers dead or unreachable: their KV is gone
+        self.pulling: dict[tuple[str, str], Producer] = {}  # (decoder, request) -> source
 
     def add_producer(self, producer: Producer) -> None:
         self._producers.setdefault(producer.engine_id, []).append(producer)

@@ -9,6 +9,12 @@ process (every endpoint of one simulator shares it, as replicas share weights),
 the text of the prompts it answered, keyed by their token ids; a token-id prompt
 that is such a prompt followed by the start of its planned answer is answered
 with the rest of that plan. Bounded: the last :data:`CAPACITY` prompts.
+
+What the prompt held (thinking asked, tools offered) carries over; what acts at
+sampling time on the tokens generated so far does not: a continuation under
+structured outputs starts a new grammar, and frequency or presence penalties
+count only its own output, so a real engine would not write the rest of the
+first answer there and neither does the simulator (it answers afresh).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ class _Seen:
     digest: int
     prompt_text: str
     question_text: str | None
+    thinking: bool  # the template asked for thinking (part of the prompt)
+    tool: str | None  # the tools the template offered, as the function called
 
 
 class Transcripts:
@@ -44,7 +52,9 @@ class Transcripts:
         if req.prompt_text is None or not req.prompt_ids:
             return
         key = (tuple(req.prompt_ids[:_HEAD]), len(req.prompt_ids))
-        self._seen[key] = _Seen(len(req.prompt_ids), digest, req.prompt_text, req.question_text)
+        self._seen[key] = _Seen(
+            len(req.prompt_ids), digest, req.prompt_text, req.question_text, req.thinking, req.tool
+        )
         self._seen.move_to_end(key)
         while len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
@@ -65,6 +75,8 @@ class Transcripts:
                 prompt_text=seen.prompt_text,
                 question_text=seen.question_text,
                 prompt_ids=ids[:length],
+                thinking=seen.thinking,
+                tool=seen.tool,
             )
             return base, seen.digest, ids[length:]
         return None

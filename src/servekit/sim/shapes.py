@@ -7,7 +7,17 @@ from typing import Any
 
 from servekit.sim.openai import ApiError, dumps
 from servekit.sim.protocols.base import Admitted
+from servekit.sim.shaping import ChatChannels, logprob_entries
 from servekit.textcontract import piece_ids
+
+
+def channels(adm: Admitted, reasoning: bool, tools: bool) -> ChatChannels | None:
+    """The chat parsers an answer goes through (None: none, or not a chat answer)."""
+    req = adm.request
+    reasoning, tools = reasoning and req.thinking, tools and req.tool is not None
+    if req.kind != "chat" or not (reasoning or tools):
+        return None
+    return ChatChannels(reasoning=reasoning, tools=tools, call_id=f"chatcmpl-tool-{adm.request_id}")
 
 
 def usage(adm: Admitted) -> dict[str, Any]:
@@ -21,7 +31,7 @@ def usage(adm: Admitted) -> dict[str, Any]:
     }
 
 
-def final_body(adm: Admitted, model: str) -> bytes:
+def final_body(adm: Admitted, model: str, parsers: ChatChannels | None = None) -> bytes:
     """The non-streaming answer of a completion, chat or responses request."""
     kind = adm.request.kind
     if kind == "responses":
@@ -29,11 +39,20 @@ def final_body(adm: Admitted, model: str) -> bytes:
     seq = adm.seq
     text = seq.text
     if kind == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+        finish = seq.finish_reason
+        if parsers is not None:
+            delta = parsers.delta(seq.output[: seq.emitted])
+            message["content"] = delta.get("content", "")
+            if "reasoning" in delta:
+                message["reasoning"] = delta["reasoning"]
+            message["tool_calls"] = delta.get("tool_calls", [])
+            finish = "tool_calls" if parsers.called and finish == "stop" else finish
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "message": message,
             "logprobs": None,
-            "finish_reason": seq.finish_reason,
+            "finish_reason": finish,
             "stop_reason": None,
         }
         obj, prefix = "chat.completion", "chatcmpl-"
@@ -97,18 +116,28 @@ def _responses_body(adm: Admitted, model: str) -> bytes:
 
 
 class ChunkWriter:
-    """SSE events of one streamed answer."""
+    """SSE events of one streamed answer, as vLLM's OpenAI server writes them."""
 
     def __init__(
-        self, adm: Admitted, model: str, *, mismatch: bool = False, done: bool = True
-    ) -> None:
+        self, adm: Admitted, model: str, *, mismatch: bool = False, done: bool = True,
+        parsers: ChatChannels | None = None,
+    ) -> None:  # fmt: skip
         self.adm = adm
         self._mismatch = mismatch
         self._done = done
-        chat = adm.request.kind == "chat"
+        req = adm.request
+        chat = req.kind == "chat"
         self._chat = chat
-        self._ids = adm.request.return_token_ids
+        self._ids = req.return_token_ids
         self._prompt_ids_sent = False
+        self._parsers = parsers
+        # vLLM holds back what may be the start of a stop string (its detokenizer's
+        # stop buffer); not modelled under a parser
+        stops = [len(s) for s in req.stop]
+        self._lag = max(stops) - 1 if stops and not req.include_stop and parsers is None else 0
+        self._held = ""
+        self._made = 0  # tokens written so far
+        self._offset = 0  # their text's length (completions' text_offset)
         self._head = {
             "id": ("chatcmpl-" if chat else "cmpl-") + adm.request_id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -123,28 +152,51 @@ class ChunkWriter:
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
         return self._event([{**choice, "finish_reason": None}])
 
-    def text(self, text: str, finish: str | None, ids: list[int] | None = None) -> bytes:
-        """One step's text; with ``return_token_ids``, its token ids as vLLM sends them
-        (``token_ids`` in the choice; ``prompt_token_ids`` once, in the first chunk:
-        in the choice for completions, at the top for chat)."""
+    def step(self, step: list[str], finish: str | None) -> bytes:
+        """One engine step's tokens (``finish``: the answer's finish reason when it ends
+        here); with ``return_token_ids``, their ids as vLLM sends them (``token_ids`` in
+        the choice; ``prompt_token_ids`` once, in the first event: in the choice for
+        completions, at the top for chat)."""
+        req = self.adm.request
+        text = "".join(step)
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = logprob_entries(step, self._made, self._offset, req.logprobs, self._chat)
+        self._made += len(step)
+        self._offset += len(text)
+        if self._lag:
+            text, self._held = self._release(self._held + text, finish is not None)
         if self._mismatch and finish is not None:
             text = text[:-1] + "~"
-        if self._chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None}
+        if self._parsers is not None:
+            delta = self._parsers.delta(step)
+            if finish == "stop" and self._parsers.called:
+                finish = "tool_calls"
+            if not delta and finish is None and logprobs is None and not self._ids:
+                return b""  # vLLM sends nothing for tokens a parser swallowed
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": logprobs}
+        elif self._chat:
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": logprobs}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None}
+            choice = {"index": 0, "text": text, "logprobs": logprobs}
         choice["finish_reason"] = finish
         choice["stop_reason"] = None
         if not self._ids:
             return self._event([choice])
         first = not self._prompt_ids_sent
         self._prompt_ids_sent = True
-        prompt = self.adm.request.prompt_ids
+        prompt = req.prompt_ids
         if first and not self._chat:
             choice["prompt_token_ids"] = prompt
-        choice["token_ids"] = ids or []
+        choice["token_ids"] = piece_ids(step)
         extra = {"prompt_token_ids": prompt} if first and self._chat else {}
         return self._event([choice], extra)
+
+    def _release(self, text: str, finished: bool) -> tuple[str, str]:
+        """What goes out of ``text`` now, and what is held back for a stop string."""
+        if finished or len(text) <= self._lag:
+            return (text, "") if finished else ("", text)
+        return text[: -self._lag], text[-self._lag :]
 
     def closing(self) -> bytes:
         out = b""

@@ -97,6 +97,17 @@ class EndpointSpec(StrictModel):
         default=True, description="read images (their colours); false: images get 400"
     )
     responses_api: bool = Field(default=True, description="serve /v1/responses; false: 404")
+    reasoning_parser: bool = Field(
+        default=False, description="chat streams thinking as delta.reasoning "
+        "(vLLM's --reasoning-parser; the request asks with chat_template_kwargs.thinking)",
+    )  # fmt: skip
+    tool_call_parser: bool = Field(
+        default=False, description="chat streams a tool call as delta.tool_calls "
+        "(vLLM's --tool-call-parser with --enable-auto-tool-choice)",
+    )  # fmt: skip
+    node: str | None = Field(
+        default=None, description="the node it runs on (a lost node takes all its endpoints)"
+    )
     faults: FaultSpec = FaultSpec()
     kv_events: KvEventsSpec | None = Field(
         default=None, description="publish KV events (vLLM's --kv-events-config)"

@@ -64,13 +64,25 @@ _LONG_ANSWER_WORDS = 60
 _TEXT_PIECES = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Sampling:
     """The sampling parameters that change what is generated."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    penalty: float = 0.0  # frequency + presence: counts of the tokens generated so far
+    repetition: float = 1.0  # the repetition penalty: prompt and output tokens alike
+
+    def __repr__(self) -> str:
+        """Part of every answer's seed: the penalties appear only when set, so the
+        answers of requests without them stay what they always were."""
+        base = (
+            f"Sampling(temperature={self.temperature!r}, top_p={self.top_p!r}, seed={self.seed!r}"
+        )
+        if (self.penalty, self.repetition) != (0.0, 1.0):
+            base += f", penalty={self.penalty!r}, repetition={self.repetition!r}"
+        return base + ")"
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,10 +86,12 @@ def claim(ep: Endpoint, req: GenRequest, rid: str, digest: int, prompt_len: int)
     """Take the KV that params asking for a remote prefill name (pull or bootstrap shape)."""
     params = req.kv_transfer_params or {}
     try:
-        ep.kvreg.claim(params, digest, ep.clock.now(), trust_remote=ep.any_peer)
+        offer = ep.kvreg.claim(params, digest, ep.clock.now(), trust_remote=ep.any_peer)
     except KvTransferError as exc:
         ep.log.error("KV transfer failed for %s: %s", rid, exc)
         raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
+    if offer is not None:  # the pull runs while the decoder waits its transfer time
+        ep.kvreg.pulling[(ep.spec.name, rid)] = offer.producer
     return handed(ep, prompt_len)
 
 
