@@ -58,8 +58,8 @@ class Spy:
         await self._session.close()
 
     def gen(self) -> list[Seen]:
-        """The generation requests seen (not probes or other endpoints)."""
-        return [s for s in self.seen if s.path.startswith("/v1/")]
+        """The generation requests seen (not probes, the model card or other endpoints)."""
+        return [s for s in self.seen if s.path.startswith("/v1/") and s.path != "/v1/models"]
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()

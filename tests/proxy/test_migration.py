@@ -199,11 +199,11 @@ def test_the_tape_reads_the_same_events_however_the_stream_is_cut() -> None:
     whole = Tape("/v1/completions", {})
     expected = whole.feed(raw)
     assert b"token_ids" not in expected.replace(b'\\"token_ids\\"', b"")  # text kept as is
-    assert (whole.prompt_ids, whole.generated, whole.done) == ([5, 6, 7], [11, 12, 13], True)
+    assert (whole.prompt, whole.sent.ids, whole.done) == (b"5,6,7", [11, 12, 13], True)
     for cut in range(1, len(raw)):
         tape = Tape("/v1/completions", {})
         got = tape.feed(raw[:cut]) + tape.feed(raw[cut:])
-        assert got == expected and tape.generated == [11, 12, 13]
+        assert got == expected and tape.sent.ids == [11, 12, 13]
 
 
 def test_an_event_that_never_ends_is_not_held_past_the_answer_cap() -> None:
@@ -219,8 +219,8 @@ def test_an_event_that_never_ends_is_not_held_past_the_answer_cap() -> None:
             out += tape.feed(b"x" * 4096)
         assert out.startswith(b"data: ") and b" a" in out and b"xxxx" not in out
         assert (tape.failed, tape.oversized) == (gives_up, gives_up)
-        assert len(tape._buf) <= (0 if gives_up else 5 * 4096 + len(endless))
-        assert (tape.continuation() is None) == gives_up
+        assert tape.splitter.held <= (0 if gives_up else 5 * 4096 + len(endless))
+        assert (tape.carry().how == "refused") == gives_up
 
 
 @pytest.mark.slow
@@ -275,6 +275,15 @@ def _leg(events: list[tuple[str, list[int]]], prompt: list[int], done: bool = Fa
     return b"".join(out) + (b"data: [DONE]\n\n" if done else b"")
 
 
+def _carried(tape: Tape) -> tuple[list[int], int]:
+    """The prefix continuation's token-id prompt and max_tokens."""
+    carry = tape.carry()
+    assert carry.how == "prefix", carry
+    made = tape.continuation(carry)
+    assert made is not None and made.prompt is not None
+    return json.loads(made.prompt), made.body["max_tokens"]
+
+
 @pytest.mark.parametrize("keep_ids", [False, True])
 def test_a_cut_inside_a_character_carries_on_from_where_the_text_is_whole(keep_ids: bool) -> None:
     """vLLM 0.32 sends a token that ends inside a character with no text, and started a
@@ -286,17 +295,15 @@ def test_a_cut_inside_a_character_carries_on_from_where_the_text_is_whole(keep_i
     # one token "ode", then "path" and the first byte of "é" in one event, then the
     # second byte alone (no text yet): settled after "ode" only
     first = tape.feed(_leg([("ode", [30]), ("path", [31, 32]), ("", [33])], [1, 2, 3]))
-    assert tape.settled == 1 and tape.after_settled == "path"
-    cont = tape.continuation()
-    assert cont is not None
-    assert cont["prompt"] == [1, 2, 3, 30] and cont["max_tokens"] == 9
+    assert tape._cut() == (1, 3)
+    assert _carried(tape) == ([1, 2, 3, 30], 9)
     # the new leg regenerates "path" and the character's bytes, then carries on
     second = tape.feed(
         _leg([("path", [31]), ("", [32]), ("é", [33]), (" hill", [34])], [1, 2, 3, 30], True)
     )
     text, ids = texts(first + second)
     assert text == "odepathé hill"
-    assert tape.generated == [30, 31, 32, 33, 34] and tape.done
+    assert tape.sent.ids == [30, 31, 32, 33, 34] and tape.done
     assert ids == ([30, 31, 32, 33, 34] if keep_ids else [])
 
 
@@ -304,15 +311,18 @@ def test_a_cut_where_the_text_is_whole_regenerates_nothing() -> None:
     """The control: every event one token with text, so the new leg starts at the cut."""
     tape = Tape("/v1/completions", {"max_tokens": 10})
     first = tape.feed(_leg([("ode", [30]), ("path", [31])], [1, 2, 3]))
-    cont = tape.continuation()
-    assert cont is not None and cont["prompt"] == [1, 2, 3, 30, 31] and tape.skip_text == ""
+    assert _carried(tape) == ([1, 2, 3, 30, 31], 8)
     second = tape.feed(_leg([("é", [33])], [1, 2, 3, 30, 31], True))
     assert texts(first + second)[0] == "odepathé"
 
 
-def test_a_sampled_leg_that_parts_from_the_text_sent_goes_on_from_there() -> None:
-    tape = Tape("/v1/completions", {"max_tokens": 10})
+def test_a_new_leg_that_parts_from_the_text_sent_ends_the_stream_unchanged() -> None:
+    """A sampled leg regenerating "bc" said "bx": the client keeps "abc" and the stream
+    ends (the proxy's error event), never "abc" + what followed "abx"."""
+    tape = Tape("/v1/completions", {"max_tokens": 10, "temperature": 0.8})
     first = tape.feed(_leg([("a", [30]), ("bc", [31, 32])], [1]))
-    assert tape.continuation() is not None and tape.skip_text == "bc"
+    assert _carried(tape) == ([1, 30], 9)
     second = tape.feed(_leg([("bx", [31]), ("y", [40])], [1, 30], True))
-    assert texts(first + second)[0] == "abcxy"
+    assert texts(first + second)[0] == "abc" and tape.failed and not tape.done
+    carry = tape.carry()
+    assert carry.how == "refused" and "differ" in carry.reason

@@ -136,6 +136,12 @@ class ProxyConfig:
                             "re-runs the prefill, from the same prefill budget)",
                             ge=1, le=10)  # fmt: skip
     retry_backoff_s: float = opt(0.05, "first retry delay, then doubled", ge=0)
+    failure_domains: tuple[str, ...] = opt(
+        (), "URL=ENGINE@NODE of each backend: the engine whose DP rank it is and its node "
+        "(processes of one engine, and of one node, fail together: after a failure their "
+        "siblings take no retry or migration until probed alive; the Plan sets it)",
+        metavar="URL=ENGINE@NODE", nargs="+",
+    )  # fmt: skip
     kv_lease_s: float | None = opt(None, "seconds a prefill keeps its KV for the decoder (the "
                                    "connector's abort timeout; the Plan sets it): decode params "
                                    "older than this less a margin are never sent, a new prefill "
@@ -185,6 +191,24 @@ class ProxyConfig:
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)
         _check_kv_events(self)
+        self.domains()  # refused here, not when the router starts
+
+    def domains(self) -> dict[str, tuple[str, str]]:
+        """Backend URL -> (engine, node), from ``--failure-domains``."""
+        known = {*self.prefill, *self.decode, *self.replica}
+        out: dict[str, tuple[str, str]] = {}
+        for value in self.failure_domains:
+            url, sep, where = value.rpartition("=")
+            engine, at, node = where.rpartition("@")
+            if not sep or not at or not engine.strip() or not node.strip():
+                _bad("failure_domains", f"{value!r}: expected URL=ENGINE@NODE (the backend, "
+                     "its engine's name and its node's)")  # fmt: skip
+            url = check_url(url, "--failure-domains")
+            if url not in known:
+                _bad("failure_domains", f"{url!r} is none of --prefill/--decode/--replica; "
+                     "name each backend as it is given there")  # fmt: skip
+            out[url] = (engine.strip(), node.strip())
+        return out
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
@@ -351,7 +375,7 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"
-    for name in ("prefill_bootstrap", "kv_events"):
+    for name in ("prefill_bootstrap", "kv_events", "failure_domains"):
         if name in ns:  # typer gives lists
             ns[name] = tuple(ns[name])
     _check_bootstrap(ns.get("mode", "pd"), ns["prefill"], tuple(ns.get("prefill_bootstrap", ())))

@@ -5,13 +5,23 @@ requests) and the state the health checker writes. Load is only ever changed
 through a :class:`Lease`, whose ``release`` is idempotent and called from a
 ``finally``: accounting cannot leak on any exit path (error, retry, client
 disconnect).
+
+An instance may name its failure domain (``--failure-domains``): the engine
+whose DP rank it is and the node it runs on. Processes of one engine, and of
+one node, fail together, so after one of them fails its siblings are
+*suspect* (the health checker's rule): the pools offer them only when nothing
+else is left, until a probe sent after the failure shows each alive. Work in
+flight on an instance the checker finds gone is cut (:meth:`Instance.cut`), so
+a stream on a node that went silent is carried on at once rather than after
+``--stream-idle-timeout``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -41,10 +51,38 @@ class Instance:
     request_fails: int = 0  # consecutive failed requests (5xx, empty 200, connection errors)
     ejections: int = 0  # outlier ejections since the last good request
     ejected_until: float = 0.0  # probes may not re-admit an outlier before this (monotonic)
+    engine: str | None = None  # the engine whose DP rank this is (--failure-domains)
+    node: str | None = None  # the node it runs on
+    suspect_since: float | None = None  # a sibling (or itself) failed then (monotonic)
+    max_model_len: int | None = None  # its model's length, from /v1/models (decoders)
+    _cuts: set[Callable[[], None]] = field(default_factory=set, repr=False)
 
     @property
     def routable(self) -> bool:
         return self.state is State.HEALTHY
+
+    def siblings(self, other: Instance) -> bool:
+        """``other`` shares this instance's engine or node (itself included)."""
+        if other is self:
+            return True
+        same_engine = self.engine is not None and other.engine == self.engine
+        return same_engine or (self.node is not None and other.node == self.node)
+
+    @contextlib.contextmanager
+    def cuttable(self, cut: Callable[[], None]) -> Iterator[None]:
+        """Work in flight here that :meth:`cut` ends (``cut`` closes or times it out)."""
+        self._cuts.add(cut)
+        try:
+            yield
+        finally:
+            self._cuts.discard(cut)
+
+    def cut(self) -> int:
+        """End every exchange in flight here (the instance is gone); how many there were."""
+        cuts, self._cuts = self._cuts, set()
+        for cut in cuts:
+            cut()
+        return len(cuts)
 
     def describe(self, show_url: bool) -> str:
         """How errors name this instance: the URL only in --debug."""
@@ -59,6 +97,9 @@ class Instance:
             "outstanding_tokens": self.tokens,
             "outstanding_requests": self.requests,
             "served": self.served,
+            "engine": self.engine,
+            "node": self.node,
+            "suspect": self.suspect_since is not None,
         }
 
 
@@ -109,7 +150,11 @@ class Pool:
         return next((i for i in self.members if i.url == url), None)
 
     def routable(self, exclude: frozenset[Instance] = frozenset()) -> list[Instance]:
-        return [i for i in self.members if i.routable and i not in exclude]
+        """The healthy members not in ``exclude``: the unsuspected ones, or, when every
+        one left is suspect, those (never an empty pool for a suspicion alone)."""
+        found = [i for i in self.members if i.routable and i not in exclude]
+        clear = [i for i in found if i.suspect_since is None]
+        return clear if clear or not found else found
 
     def healthy_count(self) -> int:
         return sum(1 for i in self.members if i.routable)

@@ -105,9 +105,17 @@ class ProxyMetrics:
             "where the request stood", ["stage"], registry=r,
         )  # fmt: skip
         self.migrations = Counter(
-            "servekit_proxy_migrations", "Streams carried on by another prefill/decode pair "
-            "after their decoder failed mid-answer, by outcome (ok: the new decoder streamed; "
-            "failed: it could not start)", ["outcome"], registry=r,
+            "servekit_proxy_migrations", "Streams whose decoder failed mid-answer, by outcome "
+            "(ok: a new decoder carried it on; failed: none could start; refused: it could not "
+            "be carried on unchanged, an error event ended it; diverged: the new decoder's "
+            "answer parted from what was sent, an error event ended it; finished: the decoder "
+            "had finished the answer, the proxy ended the stream)", ["outcome"], registry=r,
+        )  # fmt: skip
+        self.failures = Counter(
+            "servekit_proxy_backend_failures", "Failed requests and probes by what the probes "
+            "that followed found down (request: the instance answers; instance: it alone; "
+            "engine: every rank of its engine; node: every backend of its node)", ["scope"],
+            registry=r,
         )  # fmt: skip
         self.lease_expired = Counter(
             "servekit_proxy_kv_lease_expired", "Decode requests not sent because the prefill's "

@@ -38,16 +38,18 @@ class Router:
         self.config = config
         self.session = session
         self.pools = {role: Pool(role) for role in config.stage_roles}
+        domains = config.domains()
         for role in config.stage_roles:
             for url in getattr(config, role):
-                self.pools[role].add(url)
+                inst = self.pools[role].add(url)
+                inst.engine, inst.node = domains.get(url, (None, None))
         self.kv = kv_routing(config, session)  # the kv-events policy's indexes, if used
         self.policies: dict[str, Policy] = {
             "prefill": make_policy(config.prefill_policy, self.kv, "prefill"),
             "decode": make_policy(config.decode_policy, self.kv, "decode"),
             "replica": make_policy(config.decode_policy, self.kv, "replica"),
         }
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[bool | None]] = set()
         self.budget = Budget(config.memory_budget)
         self.headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.metrics = ProxyMetrics(self.instances)
@@ -55,6 +57,7 @@ class Router:
         self.metrics.watch_budget(lambda: budget.used, lambda: budget.refused)
         self.health = HealthChecker(session, self.instances, config, self.headers)
         self.health.on_outlier = lambda inst: self.metrics.ejections.labels(inst.role).inc()
+        self.health.on_failure = lambda scope: self.metrics.failures.labels(scope).inc()
         if self.kv is not None:
             self.kv.headers = self.headers
             self.metrics.registry.register(self.kv.collector())

@@ -23,7 +23,14 @@ handler's (servekit.proxy.protocols, one module per protocol). Rules kept here:
   first byte, so anything that fails before that can still be retried or
   reported with a proper status; after it, failures end the stream with an
   error event, or (``--migration-limit``) the stream carries on through a new
-  handoff to another decoder;
+  handoff to another decoder, as :mod:`servekit.proxy.carry` says: never with a
+  changed answer, never after a ``finish_reason`` (the proxy ends that stream);
+- a decode that fails before its first byte may be its KV's fault (the prefill
+  that made it is gone, mid-transfer): that prefill is suspect too, so the
+  retry's new prefill runs elsewhere unless a probe finds it alive;
+- work in flight on an instance the health checker finds gone is cut
+  (:meth:`Instance.cut`): a prefill or a decode's first byte is retried
+  elsewhere, a stream carried on, rather than waiting out the timeouts;
 - every lease is released in a ``finally``, and a cancelled handler (client
   disconnect) closes the backend connection so the engine aborts the request.
 """
@@ -35,7 +42,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, Protocol
@@ -43,16 +50,18 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 from aiohttp import web
 
-from servekit.proxy.bodies import parse_answer, read_answer
+from servekit.proxy.bodies import parse_answer, parse_off_loop, read_answer
 from servekit.proxy.budget import refund
+from servekit.proxy.carry import ROUTES
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
-from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
-from servekit.proxy.parsepool import encode_body
+from servekit.proxy.migration import Carry, Tape
+from servekit.proxy.parsepool import Raw, encode_body
 from servekit.proxy.payloads import kv_params_of, prefill_payload
 from servekit.proxy.requests import Ticket
-from servekit.proxy.router import Router
+from servekit.proxy.router import RETRYABLE, Router
+from servekit.proxy.sse import read_event
 
 
 class _ClientGone(Exception):
@@ -147,6 +156,8 @@ class Trip:
         self.tried: set[Instance] = set()  # decoders that failed this request
         self.prefills_tried: set[Instance] = set()  # prefills that failed it
         self.tape: Tape | None = None  # set when a failed stream may migrate
+        self.original = ticket  # the client's request (a migration replaces self.ticket)
+        self.model_len: int | None = None  # the first leg's decoder's max_model_len
         cfg = router.config
         if (
             handoff is not None
@@ -176,17 +187,25 @@ class Trip:
         non-JSON answers raise. A big answer is parsed in a parse worker."""
         lease = acquire(inst, self.ticket.prompt_tokens)
         who = self._who(stage, inst)
+        gone = Gone(inst)
         try:
-            async with self.router.session.post(
-                inst.url + self.ticket.route, data=data, headers=self.headers,
-                timeout=self._timeout(total),
-            ) as resp:  # fmt: skip
-                body = await read_answer(resp, self.router.config.max_answer_bytes, who, stage)
-                ctype = resp.headers.get("Content-Type", "application/json")
-                _check_status(who, stage, resp.status, body, ctype)
+            async with asyncio.timeout(None) as scope:
+                with gone.cutting(scope):
+                    async with self.router.session.post(
+                        inst.url + self.ticket.route, data=data, headers=self.headers,
+                        timeout=self._timeout(total),
+                    ) as resp:  # fmt: skip
+                        body = await read_answer(
+                            resp, self.router.config.max_answer_bytes, who, stage
+                        )
+                        ctype = resp.headers.get("Content-Type", "application/json")
+                        _check_status(who, stage, resp.status, body, ctype)
             return Whole(body, await parse_answer(body, who, stage, keys))
         except aiohttp.ClientError:
             _raise_if_stale(data, stage)
+            raise
+        except TimeoutError:
+            gone.reraise()
             raise
         finally:
             self.router.release(lease)
@@ -280,9 +299,14 @@ class Trip:
 
         async def exchange(inst: Instance) -> Opened | bytes:
             assert sent is not None
-            if self.ticket.stream:
-                return await self.open_stream(stage, inst, sent)
-            return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+            try:
+                if self.ticket.stream:
+                    return await self.open_stream(stage, inst, sent)
+                return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+            except (*RETRYABLE, ProxyError) as exc:
+                if not isinstance(exc, ProxyError) or exc.retryable:
+                    self._suspect_prefill("a decode of its KV failed before its first byte")
+                raise
 
         out = await self.router.attempt(
             stage, self.ticket.prefix_key, exchange, tried=tried,
@@ -309,17 +333,19 @@ class Trip:
         """
         lease = acquire(inst, self.ticket.prompt_tokens)
         resp: aiohttp.ClientResponse | None = None
+        gone = Gone(inst)
         try:
-            async with asyncio.timeout(self.router.config.decode_timeout_s):
-                resp = await self.router.session.post(
-                    inst.url + self.ticket.route, data=data, headers=self.headers,
-                    timeout=self._timeout(None),
-                )  # fmt: skip
-                if resp.status != 200:
-                    body = await resp.read()
-                    ctype = resp.headers.get("Content-Type", "application/json")
-                    _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
-                first = await resp.content.readany()
+            async with asyncio.timeout(self.router.config.decode_timeout_s) as scope:
+                with gone.cutting(scope):
+                    resp = await self.router.session.post(
+                        inst.url + self.ticket.route, data=data, headers=self.headers,
+                        timeout=self._timeout(None),
+                    )  # fmt: skip
+                    if resp.status != 200:
+                        body = await resp.read()
+                        ctype = resp.headers.get("Content-Type", "application/json")
+                        _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+                    first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
             return Opened(lease, resp, first, inst)
         except BaseException as exc:
@@ -328,6 +354,8 @@ class Trip:
             self.router.release(lease)
             if isinstance(exc, aiohttp.ClientError):
                 _raise_if_stale(data, stage)
+            if isinstance(exc, TimeoutError):
+                gone.reraise()
             raise
 
     async def relay(self, stage: str, opened: Opened) -> web.StreamResponse:
@@ -346,7 +374,8 @@ class Trip:
         try:
             await out.prepare(self.request)
             self.first_byte_at = time.perf_counter()
-            tail = await self._pump(out, resp, lease, opened.first)
+            with _cuttable(opened.inst, resp.close):
+                tail = await self._pump(out, resp, lease, opened.first)
             complete = True
             if b"[DONE]" not in tail:
                 await self._end_with_error(out, stage, f"{stage} stream ended without [DONE]")
@@ -389,9 +418,15 @@ class Trip:
 
     # -- migration ---------------------------------------------------------
 
+    def _suspect_prefill(self, reason: str) -> None:
+        """The prefill whose KV a failed decode was to read may be gone (mid-transfer)."""
+        if self.prefilled_on is not None:
+            self.router.health.suspect(self.prefilled_on, reason)
+
     async def _relay_migrating(self, stage: str, opened: Opened, tape: Tape) -> web.StreamResponse:
         """Relay event by event; a decoder that fails mid-answer is replaced by another
-        prefill/decode pair that carries on from the tokens sent (``--migration-limit``)."""
+        prefill/decode pair that carries the answer on (``--migration-limit``), as
+        :meth:`Tape.carry` says, or the stream is ended as the answer allows."""
         out = web.StreamResponse(
             headers={
                 "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
@@ -400,6 +435,7 @@ class Trip:
         )
         self.progress.stage = "stream"
         limit = self.router.config.migration_limit
+        outcomes = self.router.metrics.migrations
         current: Opened | None = opened
         try:
             await out.prepare(self.request)
@@ -409,9 +445,19 @@ class Trip:
                 leg, current = current, None  # _pump_leg releases it, whatever happens
                 if await self._pump_leg(out, leg, tape):
                     break
+                carry = tape.carry(self.model_len)
+                if carry.how == "finished":  # nothing after a finish: the answer is whole
+                    outcomes.labels("finished").inc()
+                    await _write(out, tape.completion())
+                    break
+                if carry.how == "refused":
+                    outcomes.labels("diverged" if tape.diverged else "refused").inc()
+                    msg = f"{stage} stream interrupted and not carried on: {carry.reason}"
+                    await self._end_with_error(out, stage, msg)
+                    break
                 while current is None and moved < limit:
                     moved += 1
-                    current = await self._migrate(tape)
+                    current = await self._migrate(tape, carry)
                 if current is None:
                     await self._end_with_error(out, stage, f"{stage} stream interrupted")
         except _ClientGone:
@@ -428,19 +474,22 @@ class Trip:
 
     async def _pump_leg(self, out: web.StreamResponse, opened: Opened, tape: Tape) -> bool:
         """Relay one decoder's events; True when its stream ended with ``[DONE]``."""
-        resp, lease, chunk = opened.resp, opened.lease, opened.first
+        resp, lease, chunk, inst = opened.resp, opened.lease, opened.first, opened.inst
+        if inst is not None and inst.max_model_len is not None and self.model_len is None:
+            self.model_len = inst.max_model_len
         try:
-            while chunk:
-                data = tape.feed(chunk)
-                if data:
-                    try:
-                        await out.write(data)
-                    except ConnectionResetError as exc:
-                        raise _ClientGone from exc
-                lease.grow(chunk.count(b"data:"))
-                if tape.done or tape.failed:
-                    break
-                chunk = await resp.content.readany()
+            with _cuttable(inst, resp.close):
+                while chunk:
+                    data = await self._feed(tape, chunk)
+                    if data:
+                        try:
+                            await out.write(data)
+                        except ConnectionResetError as exc:
+                            raise _ClientGone from exc
+                    lease.grow(chunk.count(b"data:"))
+                    if tape.stopped:
+                        break
+                    chunk = await resp.content.readany()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
             pass
         finally:
@@ -449,22 +498,45 @@ class Trip:
             else:
                 resp.close()
             self.router.release(lease)
-        if not tape.done and opened.inst is not None:
-            pool = self.router.pools[opened.inst.role].members
-            self.router.health.request_failed(opened.inst, "stream_interrupted", pool)
-            self.tried.add(opened.inst)
+        if not tape.done and not tape.diverged and inst is not None:
+            pool = self.router.pools[inst.role].members
+            self.router.health.request_failed(inst, "stream_interrupted", pool)
+            self.tried.add(inst)
+            if tape.sent.empty:
+                self._suspect_prefill("a decode of its KV failed before its first token")
         return tape.done
 
-    async def _migrate(self, tape: Tape) -> Opened | None:
-        """One try at carrying the stream on: a new prefill and another decoder for
-        prompt + tokens so far; None when it could not start (or cannot be done)."""
-        body = tape.continuation()
-        if body is None:
-            return None
-        self.ticket = dataclasses.replace(
-            self.ticket, route=COMPLETIONS, body=body, prompt_tokens=len(body["prompt"])
-        )
+    async def _feed(self, tape: Tape, chunk: bytes) -> bytes:
+        """The events ``chunk`` completes, as the client gets them; an event larger than
+        ``--parse-inline-bytes`` is read in a parse worker, so the loop only splits it."""
+        inline = self.router.config.parse_inline_bytes
+        out: list[bytes] = []
+        for raw in tape.split(chunk):
+            if tape.stopped:
+                break
+            if len(raw) <= inline:
+                event = read_event(raw, tape.strips)
+            else:
+                event = await parse_off_loop(
+                    read_event, raw, tape.strips, inline_if_worker_dies=True
+                )
+            out.append(tape.take(raw, event))
+        tape.chunk_done()
+        return b"".join(out)
+
+    async def _migrate(self, tape: Tape, carry: Carry) -> Opened | None:
+        """One try at carrying the stream on: a new prefill and another decoder for the
+        continuation ``carry`` names; None when it could not start."""
         metrics = self.router.metrics.migrations
+        made = tape.continuation(carry, self.model_len)
+        if made is None:
+            metrics.labels("failed").inc()
+            return None
+        body = made.body if made.prompt is None else {**made.body, "prompt": Raw(made.prompt)}
+        tokens = made.prompt_tokens or self.original.prompt_tokens
+        self.ticket = dataclasses.replace(
+            self.original, route=made.route, body=body, prompt_tokens=tokens
+        )
         if not self.router.pools["decode"].routable(frozenset(self.tried)):
             metrics.labels("failed").inc()  # no decoder left: pin no prefill KV for nobody
             return None
@@ -481,3 +553,38 @@ class Trip:
         metrics.labels("ok").inc()
         self.progress.stage = "stream"
         return opened
+
+
+class Gone:
+    """Cuts an exchange whose instance the health checker found gone: its timeout scope
+    fires at once, and the timeout becomes a connection failure (retried elsewhere)."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+        self.cut = False
+
+    @contextlib.contextmanager
+    def cutting(self, scope: asyncio.Timeout) -> Iterator[None]:
+        def fire() -> None:
+            self.cut = True
+            scope.reschedule(asyncio.get_running_loop().time())
+
+        with self.inst.cuttable(fire):
+            yield
+
+    def reraise(self) -> None:
+        """Called on a TimeoutError: a cut one is the instance's death, not a timeout."""
+        if self.cut:
+            msg = f"{self.inst.name} is gone (its probes fail)"
+            raise aiohttp.ServerDisconnectedError(msg) from None
+
+
+def _cuttable(
+    inst: Instance | None, cut: Callable[[], None]
+) -> contextlib.AbstractContextManager[None]:
+    return inst.cuttable(cut) if inst is not None else contextlib.nullcontext()
+
+
+async def _write(out: web.StreamResponse, data: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await out.write(data)

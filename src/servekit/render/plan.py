@@ -766,6 +766,19 @@ def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
     return tuple(found)
 
 
+def _failure_domains(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
+    """URL=ENGINE@NODE of each backend the proxy routes to: its engine's DP ranks and its
+    node's processes fail together (the proxy's failure domains)."""
+    found = []
+    for which in ENDPOINT_GROUPS:
+        for node, planned in proxy.endpoints(which):
+            engine = _serving_engine(ctx, node, planned)
+            if engine is not None:
+                suffix = f":{ctx.port(node, planned)}={engine.name}@{node}"
+                found.append(_node_address(ctx, node, "http://", suffix))
+    return tuple(found)
+
+
 def _kv_lease(ctx: _Context) -> int | None:
     """The shortest KV lease of the prefills: what their connector reads it from (its
     extra config or its variable, when a positive number), else the connector's default."""
@@ -844,6 +857,7 @@ def _proxy_process(ctx: _Context, engines: list[ProcessPlan]) -> ProcessPlan:
         ("--decode", backends["decode"]),
         ("--replica", backends["replicas"]),
         ("--prefill-bootstrap", bootstrap),
+        ("--failure-domains", _failure_domains(ctx, proxy)),
     ):
         if words:
             args.extend((flag, *words))
