@@ -46,12 +46,19 @@ def _cuts_inside_a_character(events: list[bytes]) -> list[int]:
     return cuts
 
 
+def _continuation(tape: Tape) -> dict[str, Any]:
+    """The body the proxy sends to carry the stream on (a token-id prompt)."""
+    carry = tape.carry()
+    assert carry.how == "prefix", carry
+    made = tape.continuation(carry)
+    assert made is not None and made.prompt is not None
+    return {**made.body, "prompt": json.loads(made.prompt)}
+
+
 def _carry_on(url: str, events: list[bytes], cut: int, tape: Tape) -> str:
     """Feed the events up to ``cut`` (included), then the continuation's; the client's text."""
     client = tape.feed(b"".join(events[: cut + 1]))
-    body = tape.continuation()
-    assert body is not None
-    client += tape.feed(b"".join(_events(url, body)))
+    client += tape.feed(b"".join(_events(url, _continuation(tape))))
     assert tape.done
     return texts(client)[0]
 
@@ -60,10 +67,9 @@ def _naive_text(url: str, body: dict[str, Any], events: list[bytes], cut: int) -
     """The control: the continuation starts at the cut itself (the proxy before the fix)."""
     naive = Tape("/v1/completions", body)
     client = naive.feed(b"".join(events[: cut + 1]))
-    prompt_ids = naive.prompt_ids or []
-    every_id = [*prompt_ids, *naive.generated]
-    naive_body = naive.continuation()
-    assert naive_body is not None
+    prompt_ids = json.loads(b"[" + (naive.prompt or b"") + b"]")
+    every_id = [*prompt_ids, *naive.sent.ids]
+    naive_body = _continuation(naive)
     naive_body["prompt"] = every_id
     naive_body["max_tokens"] = MAX_TOKENS - len(every_id) + len(prompt_ids)
     return texts(client + b"".join(_events(url, naive_body)))[0]

@@ -225,10 +225,11 @@ class Tape:
 
     def _read_first(self, choice: dict[str, Any], ids: list[int] | None) -> None:
         sent = self.sent
-        if ids is None:
-            self.ids_hidden = True
-        else:
+        delta = choice.get("delta")
+        if ids is not None:
             sent.ids.extend(ids)
+        elif not (isinstance(delta, dict) and "role" in delta):  # the role chunk has none
+            self.ids_hidden = True
         if self.route == COMPLETIONS:
             text = choice.get("text")
             piece = text if isinstance(text, str) else ""
@@ -297,6 +298,8 @@ class Tape:
         choices = [out] if out is not None else []
         if leg.how == PREFIX and self.route != COMPLETIONS:
             new: dict[str, Any] = {**self.head, "choices": choices}
+            if "system_fingerprint" in doc:  # vLLM stamps the last event with it
+                new["system_fingerprint"] = doc["system_fingerprint"]
         else:
             new = {**doc, **self.head, "choices": choices}
             if self.keep_ids and not self.sent.prompt_sent and event.prompt is not None:
@@ -479,7 +482,11 @@ class Tape:
         if self.leg is not None and self.leg.how == REPLAY and not self._caught_up():
             out.append("the answer was being replayed")
         limit = self._limit(model_len)
-        if limit is None:
+        if self.route != COMPLETIONS and _unlimited(self.body) and reproducible(self.body):
+            # vLLM's chat limit is what fits, or less where the model's generation config
+            # sets max_new_tokens, which the proxy cannot see; a replay keeps either
+            out.append("no max_tokens (the engine's own default limit is not visible)")
+        elif limit is None:
             out.append("no max_tokens and the engine's max_model_len unknown")
         elif limit - self._cut()[0] < 1:
             out.append("the answer's limit was reached without a finish_reason")
@@ -545,6 +552,10 @@ class Tape:
         return out + b"data: [DONE]\n\n"
 
 
+def _unlimited(body: dict[str, Any]) -> bool:
+    return body.get("max_completion_tokens") is None and body.get("max_tokens") is None
+
+
 def _first_choice(doc: dict[str, Any]) -> dict[str, Any] | None:
     choices = doc.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -601,10 +612,13 @@ def _merge_logprobs(logprobs: Any, skip: int) -> tuple[Any, int]:
 
 
 def _chat_choice(choice: dict[str, Any], text: str) -> dict[str, Any]:
-    """A /v1/completions choice as a chat chunk's."""
+    """A /v1/completions choice as vLLM writes a chat chunk's (``stop_reason`` at the end
+    only)."""
     out: dict[str, Any] = {"index": choice.get("index", 0), "delta": {"content": text}}
-    for key in ("logprobs", "finish_reason", "stop_reason"):
-        out[key] = choice.get(key)
+    out["logprobs"] = choice.get("logprobs")
+    out["finish_reason"] = choice.get("finish_reason")
+    if out["finish_reason"] is not None:
+        out["stop_reason"] = choice.get("stop_reason")
     return out
 
 

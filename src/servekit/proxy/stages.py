@@ -168,8 +168,12 @@ class Trip:
             and ticket.body.get("n", 1) == 1
         ):
             self.tape = Tape(ticket.route, ticket.body, max_event_bytes=cfg.max_answer_bytes)
-        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        self.headers = {"Content-Type": "application/json", "X-Request-Id": rid, **router.headers}
+        self.rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        self.headers = {
+            "Content-Type": "application/json",
+            "X-Request-Id": self.rid,
+            **router.headers,
+        }
 
     def _who(self, stage: str, inst: Instance) -> str:
         return f"{stage} {self.router.describe(inst)}"
@@ -320,9 +324,8 @@ class Trip:
     def whole_answer(self, body: bytes) -> web.Response:
         """An unstreamed answer to the client (its first byte is now)."""
         self.first_byte_at = time.perf_counter()
-        rid = self.headers["X-Request-Id"]
         return web.Response(
-            body=body, headers={"Content-Type": "application/json", "X-Request-Id": rid}
+            body=body, headers={"Content-Type": "application/json", "X-Request-Id": self.rid}
         )
 
     async def open_stream(self, stage: str, inst: Instance, data: Body) -> Opened:
@@ -366,7 +369,7 @@ class Trip:
         out = web.StreamResponse(
             headers={
                 "Content-Type": resp.headers.get("Content-Type", "text/event-stream"),
-                "X-Request-Id": self.headers["X-Request-Id"],
+                "X-Request-Id": self.rid,
             }
         )
         complete = False
@@ -430,7 +433,7 @@ class Trip:
         out = web.StreamResponse(
             headers={
                 "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
-                "X-Request-Id": self.headers["X-Request-Id"],
+                "X-Request-Id": self.rid,
             }
         )
         self.progress.stage = "stream"
@@ -534,6 +537,10 @@ class Trip:
             return None
         body = made.body if made.prompt is None else {**made.body, "prompt": Raw(made.prompt)}
         tokens = made.prompt_tokens or self.original.prompt_tokens
+        # each leg is a request of its own to the engines (vLLM takes X-Request-Id as its
+        # request id: a replay on the same API server while the cut leg is still being
+        # aborted there would collide); the client's stream keeps the first leg's id
+        self.headers = {**self.headers, "X-Request-Id": f"{self.rid}-leg{tape.legs}"}
         self.ticket = dataclasses.replace(
             self.original, route=made.route, body=body, prompt_tokens=tokens
         )

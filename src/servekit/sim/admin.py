@@ -2,8 +2,8 @@
 
 Per endpoint: ``/sim/endpoints/{name}/faults|kill|restart|state``. By group:
 ``POST /sim/group/faults|kill|restart`` with ``{"select": {"names": [...],
-"role": ..., "engine_id": ...}, ...}``, e.g. kill every DP rank of engine 3 at
-once, as a node failure would.
+"role": ..., "engine_id": ..., "node": ...}, ...}``, e.g. kill every DP rank of
+engine 3 at once, or lose node 2 (``faults: {"unreachable": true}``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from servekit.sim.faults import patch_faults
 from servekit.sim.http import add_admin_routes, admin_handler, json_response, slow_start
 from servekit.sim.openai import ApiError, load_json
 
-SELECT_KEYS = frozenset({"names", "role", "engine_id"})
+SELECT_KEYS = frozenset({"names", "role", "engine_id", "node"})
 GroupAction = Callable[[list[SimEndpoint], dict[str, Any]], None]
 
 
@@ -60,19 +60,20 @@ def build_admin_app(endpoints: Mapping[str, SimEndpoint]) -> web.Application:
 def select(endpoints: Mapping[str, SimEndpoint], sel: Any) -> list[SimEndpoint]:
     """Endpoints matching every given key of ``sel``; 400/404 when it is wrong or empty."""
     if not isinstance(sel, dict) or not sel or set(sel) - SELECT_KEYS:
-        raise ApiError(400, "select: expected an object with names, role and/or engine_id")
+        raise ApiError(400, "select: expected an object with names, role, engine_id and/or node")
     names = sel.get("names")
     if names is not None and not (
         isinstance(names, list) and all(isinstance(n, str) for n in names)
     ):
         raise ApiError(400, "select.names: expected a list of endpoint names")
-    role, engine = sel.get("role"), sel.get("engine_id")
+    role, engine, node = sel.get("role"), sel.get("engine_id"), sel.get("node")
     chosen = [
         ep
         for ep in endpoints.values()
         if (names is None or ep.spec.name in names)
         and (role is None or ep.spec.role == role)
         and (engine is None or ep.spec.engine == str(engine))
+        and (node is None or ep.spec.node == str(node))
     ]
     if not chosen:
         raise ApiError(404, f"select {sel}: matched no endpoint", "NotFoundError")

@@ -215,6 +215,8 @@ class SimEndpoint:
         rid = request_id or f"{_PREFIX}-{next(_IDS)}"
         prompt_len = len(req.prompt_ids)
         limit = token_budget(req.max_tokens, prompt_len, spec.max_model_len)
+        if req.max_tokens is None and spec.default_max_tokens is not None:
+            limit = min(limit, spec.default_max_tokens)  # vLLM's get_max_tokens
         digest = hash(tuple(req.prompt_ids))
         delay = self.faults.spike_s if self.dice.hit(self.faults.spike_rate) else 0.0
         on_finish = self.handoff.begin(self, req)

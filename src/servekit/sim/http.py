@@ -144,7 +144,9 @@ async def _stream(request: web.Request, ep: SimEndpoint, adm: Admitted) -> web.S
                 out.append(writer.step(item, finish))
                 if finish is not None and ep.faults.die_after_finish:
                     await resp.write(b"".join(out))  # the finish went out; usage, [DONE] never
-                    _reset(request)
+                    if request.transport is not None:  # a dying process's kernel closes it
+                        request.transport.close()
+                    ep.engine.abort(seq)
                     return resp
             if not ep.faults.merge_frames:  # a starved server writes it all at the end
                 await ep.unheard()

@@ -180,7 +180,8 @@ class ChunkWriter:
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs}
         choice["finish_reason"] = finish
-        choice["stop_reason"] = None
+        if finish is not None or not self._chat:  # vLLM's chat chunks: at the end only
+            choice["stop_reason"] = None
         if not self._ids:
             return self._event([choice])
         first = not self._prompt_ids_sent

@@ -108,6 +108,10 @@ class EndpointSpec(StrictModel):
     node: str | None = Field(
         default=None, description="the node it runs on (a lost node takes all its endpoints)"
     )
+    default_max_tokens: int | None = Field(
+        default=None, ge=1, description="the model's generation config max_new_tokens: the "
+        "limit of a chat request that sets none (vLLM's default_sampling_params)",
+    )  # fmt: skip
     faults: FaultSpec = FaultSpec()
     kv_events: KvEventsSpec | None = Field(
         default=None, description="publish KV events (vLLM's --kv-events-config)"
