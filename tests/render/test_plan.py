@@ -92,7 +92,9 @@ def test_builtin_dp_headless_rank_points_at_the_master() -> None:
     assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.3"
     assert head.engine_id == plan.process("decode0.n2").engine_id == "2"
     proxy = list(plan.process("proxy").argv)
-    assert proxy[proxy.index("--decode") + 1 :] == ["http://10.0.0.3:7100"]
+    assert proxy[proxy.index("--decode") + 1 : proxy.index("--failure-domains")] == [
+        "http://10.0.0.3:7100"
+    ]
     assert proxy[proxy.index("--prefill") + 1 : proxy.index("--decode")] == [
         "http://10.0.0.1:7100",
         "http://10.0.0.2:7100",

@@ -147,7 +147,8 @@ class ProxyConfig:
                                    "older than this less a margin are never sent, a new prefill "
                                    "runs", gt=0, metavar="SECONDS")  # fmt: skip
     migration_limit: int = opt(3, "times a stream whose decoder fails mid-answer is carried on "
-                               "by another prefill/decode pair (prompt + tokens so far; 0: off)",
+                               "by another prefill/decode pair, as the answer would have been "
+                               "or not at all (an error event says why); 0: off",
                                ge=0, le=10)  # fmt: skip
     health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
     health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
