@@ -22,7 +22,10 @@ were cut. So one failed request (or failed probe) makes the instance and every
 sibling *suspect* at once: the pools offer them only when nothing else is left
 (:meth:`~servekit.proxy.instances.Pool.routable`) until a probe sent after the
 failure shows each alive, and they are probed now, not at the next round. The
-round's probes then say what failed, logged and counted by scope: ``request``
+round's probes then say what failed (a failure of an instance that a round
+found alive less than ``--health-interval`` ago starts no new round: a flood of
+5xx answers from a live engine is not made a flood of probes), logged and
+counted by scope: ``request``
 (the instance answers its probe: its request failed, not it), ``instance`` (it
 is down, its siblings answer), ``engine`` (every rank of its engine is down) or
 ``node`` (every backend of its node is). An instance found down is ejected at
@@ -164,9 +167,12 @@ class HealthChecker:
     def suspect(self, inst: Instance, reason: str) -> None:
         """``inst`` failed (``reason``): it and its siblings take no new work while
         another is left, and are probed now; a round already under way for them stands."""
-        if inst.suspect_since is not None:
-            return
         now = time.monotonic()
+        if (
+            inst.suspect_since is not None
+            or now - inst.probed_alive_at < self._cfg.health_interval_s
+        ):
+            return  # a round is under way, or one just found it alive: no probe storm
         domain = [i for i in self._instances() if inst.siblings(i)]
         fresh = [i for i in domain if i.suspect_since is None and i.state is not State.DRAINING]
         for member in fresh:
@@ -184,6 +190,8 @@ class HealthChecker:
         verdicts = await asyncio.gather(*(self.probe(i) for i in members))
         down = {i: v for i, v in zip(members, verdicts, strict=True) if v is not True}
         scope = self._scope(origin, set(down))
+        if scope == "request":
+            origin.probed_alive_at = time.monotonic()
         for inst, verdict in down.items():
             if verdict is False or scope in ("engine", "node"):
                 self._down(inst, f"its probe after a failure ({reason}) found it down")

@@ -54,6 +54,7 @@ class Instance:
     engine: str | None = None  # the engine whose DP rank this is (--failure-domains)
     node: str | None = None  # the node it runs on
     suspect_since: float | None = None  # a sibling (or itself) failed then (monotonic)
+    probed_alive_at: float = float("-inf")  # a round after its failure found it alive
     max_model_len: int | None = None  # its model's length, from /v1/models (decoders)
     _cuts: set[Callable[[], None]] = field(default_factory=set, repr=False)
 
