@@ -51,6 +51,9 @@ def _line(scenario: str, group: int, runs: list[Outcome]) -> str:
         parts.append(f"{name} " + (" ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "-"))
     if scenario.startswith("prefill"):
         parts.append(f"loss met work {sum(r.met for r in runs)}/{len(runs)}")
+    else:
+        cut = sum(sum(r.migrations.values()) > 0 for r in runs)
+        parts.append(f"runs whose loss cut a stream {cut}/{len(runs)}")
     return "; ".join(parts)
 
 

@@ -93,6 +93,14 @@ def test_a_replay_that_ends_short_of_what_was_sent_ends_the_stream() -> None:
     assert tape.failed and "ended before" in tape.carry().reason
 
 
+def test_a_new_leg_that_says_done_without_a_finish_ends_the_stream() -> None:
+    tape = Tape(CHAT, {"messages": [], "temperature": 0})
+    tape.feed(role("a") + chunk("a", {"content": " hi"}, [5]))
+    assert tape.continuation(tape.carry()) is not None
+    out = tape.feed(role("b") + chunk("b", {"content": " hi"}, [5]) + b"data: [DONE]\n\n")
+    assert out == b"" and not tape.done and "without a finish_reason" in tape.carry().reason
+
+
 def test_nothing_follows_a_finish_the_stream_is_ended_with_the_usage_asked_for() -> None:
     body = {"messages": [], "stream_options": {"include_usage": True}}
     tape = Tape(CHAT, body)

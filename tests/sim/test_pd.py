@@ -300,3 +300,17 @@ def test_responses_api_through_pd(pd: RunningSim) -> None:
     assert status == 200
     text = decoded["output"][0]["content"][0]["text"]
     assert text == single["output"][0]["content"][0]["text"]
+
+
+def test_kv_of_a_prefill_that_is_gone_fails_the_decode_as_vllm_does(pd: RunningSim) -> None:
+    """The pull fails (vLLM's kv_load_failure_policy "fail": a 500), rather than the
+    params being refused (400, which a proxy would hand the client as the answer);
+    the control: the same prompt's params from a prefill alive, answered."""
+    params = _prefill(pd)
+    pd.set_faults("p0", unreachable=True)
+    try:
+        status, doc = _decode(pd, params)
+    finally:
+        pd.set_faults("p0", unreachable=False)
+    assert status == 500 and "KV load failed" in doc["error"]["message"]
+    assert _decode(pd, _prefill(pd))[0] == 200

@@ -191,6 +191,10 @@ class Tape:
             return b""
         first = self.leg is None or self.leg.how == FIRST
         if event.kind == "done":
+            if not first and self.sent.finish is None:  # a new leg must end the answer
+                self.failed = True
+                self.diverged = "the new decoder's answer ended without a finish_reason"
+                return b""
             self.done = True
             return raw
         if event.kind == "error":

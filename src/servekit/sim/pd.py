@@ -43,6 +43,10 @@ class KvTransferError(Exception):
     """kv_transfer_params the connector cannot honour."""
 
 
+class KvSourceLost(KvTransferError):
+    """The prefill the params name is dead or unreachable: its KV cannot be read."""
+
+
 @dataclass(frozen=True, slots=True)
 class Producer:
     """A prefill endpoint as the transfer layer sees it."""
@@ -80,6 +84,14 @@ def _flat_blocks(value: object) -> list[int] | None:
     if all(isinstance(v, list) for v in value):
         return [b for group in value for b in group]
     return list(value)
+
+
+def _names(params: dict[str, Any], producer: Producer) -> bool:
+    """The params point at ``producer`` (its KV port, or its bootstrap server)."""
+    address = (params.get("remote_host"), params.get("remote_port"))
+    return address == (producer.host, producer.port) or (
+        params.get("remote_bootstrap_addr") == producer.bootstrap_addr
+    )
 
 
 def pull_params(
@@ -241,7 +253,13 @@ class KvRegistry:
             return None
         if not producers:
             raise KvTransferError(f"remote_engine_id {engine!r} names no prefill engine")
-        offer = self._find(params, engine, producers)
+        try:
+            offer = self._find(params, engine, producers)
+        except KvTransferError as exc:
+            lost = [p for p in producers if p in self.down and _names(params, p)]
+            if lost:  # its offers went with it: the pull fails, not the params
+                raise KvSourceLost(f"engine {engine} is gone ({exc})") from exc
+            raise
         if offer.consumed:
             raise KvTransferError("remote_block_ids were already consumed by another request")
         if offer.expires < now:

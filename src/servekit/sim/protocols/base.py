@@ -24,7 +24,7 @@ from servekit.sim.faults import FaultSpec
 from servekit.sim.kvcache import KvCache
 from servekit.sim.metrics import EngineStats
 from servekit.sim.openai import ApiError, GenRequest
-from servekit.sim.pd import KvRegistry, KvTransferError, Producer
+from servekit.sim.pd import KvRegistry, KvSourceLost, KvTransferError, Producer
 from servekit.sim.profile import Profile
 from servekit.sim.spec import EndpointSpec
 from servekit.vocabulary import KvProtocol
@@ -87,6 +87,11 @@ def claim(ep: Endpoint, req: GenRequest, rid: str, digest: int, prompt_len: int)
     params = req.kv_transfer_params or {}
     try:
         offer = ep.kvreg.claim(params, digest, ep.clock.now(), trust_remote=ep.any_peer)
+    except KvSourceLost as exc:  # vLLM's kv_load_failure_policy "fail": an internal error
+        ep.log.error("KV load failed for %s: %s", rid, exc)
+        raise ApiError(
+            500, "Internal server error (KV load failed)", "InternalServerError"
+        ) from exc
     except KvTransferError as exc:
         ep.log.error("KV transfer failed for %s: %s", rid, exc)
         raise ApiError(400, f"kv_transfer_params: {exc}", "KVTransferError") from exc
