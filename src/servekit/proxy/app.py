@@ -104,9 +104,12 @@ async def _run_trip(
         pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable(), keys)
     trip = Trip(router, request, ticket, progress, handler)
-    if handler is None:
-        return await trip.generate("replica", ticket.raw), trip
-    return await handler.serve(trip), trip
+    try:
+        if handler is None:
+            return await trip.generate("replica", ticket.raw), trip
+        return await handler.serve(trip), trip
+    finally:
+        trip.pulled()  # a prefill kept for a decode that never came is let go
 
 
 async def generation(request: web.Request) -> web.StreamResponse:

@@ -43,6 +43,7 @@ SHARED = (
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",
     "vocabulary/modes.py",
+    "vocabulary/reading.py",
     "vocabulary/roles.py",
     "vocabulary/urls.py",
 )

@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
 from servekit.kvprotocol import handoff_of_mode
+from servekit.proxy.discovery_spec import DiscoverySpec, load_spec
 from servekit.vocabulary import (
     PD_ROLES,
     PROXY_MODES,
@@ -46,6 +47,8 @@ KV_POLICY = "kv-events"
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity", KV_POLICY)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
+DISCOVERY_SOURCES = ("off", "kubernetes")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,9 @@ class ProxyConfig:
     migration_limit: int = opt(3, "times a stream whose decoder fails mid-answer is carried on "
                                "by another prefill/decode pair (prompt + tokens so far; 0: off)",
                                ge=0, le=10)  # fmt: skip
+    drain_grace_s: float = opt(30.0, "a leaving engine's streams run on it at most this long; "
+                               "then those that can migrate (--migration-limit) are carried on "
+                               "elsewhere, the rest finish there", ge=0, le=86400)  # fmt: skip
     health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
     health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
     eject_after: int = opt(3, "failed probes before ejection", ge=1)
@@ -174,6 +180,24 @@ class ProxyConfig:
                                    "tokens against an engine's outstanding ones (Dynamo's "
                                    "overlap_score_weight; 1 weighs this request's wait alone)",
                                    gt=0, le=100)  # fmt: skip
+    discovery: str = opt("off", "where engines come from besides --prefill/--decode/--replica "
+                         "(kubernetes: the pods of each role of --discovery-spec, listed and "
+                         "watched through the API)", choices=DISCOVERY_SOURCES)  # fmt: skip
+    discovery_spec: str | None = opt(
+        None, "discovery: JSON file naming each role's pod labels and, per LeaderWorkerSet "
+        "worker index, the API ports its pods serve with their KV-event and bootstrap ports",
+        metavar="PATH",
+    )  # fmt: skip
+    discovered: DiscoverySpec | None = opt(None, "the spec, read", flag=False)  # noqa: RUF009 (frozen)
+    kube_api: str | None = opt(None, "discovery: the API server (default: in the cluster, "
+                               "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+                               metavar="URL")  # fmt: skip
+    kube_token_file: str = opt(SA_DIR + "/token", "discovery: the service account's token "
+                               "(read again at each reconnect: it rotates)", metavar="PATH")  # fmt: skip
+    kube_ca_file: str = opt(SA_DIR + "/ca.crt", "discovery: the CA of the API server's "
+                            "certificate (for https)", metavar="PATH")  # fmt: skip
+    kube_namespace: str | None = opt(None, "discovery: the pods' namespace (default: the spec's, "
+                                     "else the service account's)", metavar="NAME")  # fmt: skip
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:
@@ -185,6 +209,7 @@ class ProxyConfig:
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)
         _check_kv_events(self)
+        _check_discovery(self)
 
     @property
     def stage_roles(self) -> tuple[str, ...]:
@@ -224,6 +249,23 @@ def _check_kv_events(config: ProxyConfig) -> None:
         _bad("prefill_policy" if config.prefill_policy == KV_POLICY else "decode_policy",
              f"kv-events needs {' and '.join(missing)} (pip install pyzmq msgspec); the "
              "zipapp carries aiohttp only: run servekit's proxy, or pick another policy")  # fmt: skip
+
+
+def _check_discovery(config: ProxyConfig) -> None:
+    """Discovery needs its spec; the spec's roles are the mode's."""
+    if config.discovery == "off":
+        for name in ("discovery_spec", "kube_api", "kube_namespace"):
+            if getattr(config, name) is not None:
+                _bad(name, "applies to --discovery kubernetes; drop it or turn discovery on")
+        return
+    if config.discovery_spec is None:
+        _bad("discovery_spec", "discovery needs the roles' spec: give --discovery-spec PATH")
+    if config.kube_api is not None:
+        check_url(config.kube_api, "--kube-api")
+    spec = config.discovered
+    if spec is not None and set(spec.role_names()) - set(config.stage_roles):
+        _bad("discovery_spec", f"roles {sorted(spec.role_names())} do not fit --mode "
+             f"{config.mode} (PD: prefill and decode; replica: replica only)")  # fmt: skip
 
 
 def flag_of(name: str) -> str:
@@ -271,11 +313,16 @@ def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, 
         parse_bootstrap(value)
 
 
-def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -> None:
+def _check_topology(
+    prefill: list[str], decode: list[str], replica: list[str], discovered: bool = False
+) -> None:
     if replica and (prefill or decode):
         raise UsageError("--replica cannot be combined with --prefill/--decode; pick one topology")
-    if not replica and not (prefill and decode):
-        raise UsageError("give --prefill URL... and --decode URL... (PD) or --replica URL...")
+    if not replica and not (prefill and decode) and not discovered:
+        raise UsageError(
+            "give --prefill URL... and --decode URL... (PD) or --replica URL..., "
+            "or --discovery kubernetes --discovery-spec PATH"
+        )
 
 
 def refuse_keys_in_argv(argv: list[str]) -> None:
@@ -346,8 +393,14 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
     _check_choices(ns)
     for role in PROXY_POOLS:
         ns[role] = tuple(check_url(u, f"--{role}") for u in ns.get(role, ()))
-    _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))
-    if ns["replica"]:
+    discovering = ns.get("discovery", "off") != "off"
+    _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]), discovering)
+    if discovering and read_keys and ns.get("discovery_spec"):
+        ns["discovered"] = load_spec(ns["discovery_spec"])
+    replica = ns["replica"] or (
+        ns.get("discovered") is not None and ns["discovered"].role_names() == ("replica",)
+    )
+    if replica:
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"

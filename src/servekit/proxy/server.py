@@ -22,6 +22,9 @@ from servekit.proxy import fds
 from servekit.proxy.app import BAD_REQUESTS, CONNS, build_app
 from servekit.proxy.config import ProxyConfig, parse_args
 from servekit.proxy.conns import Connections, ConnectionSite
+from servekit.proxy.discovery import Discovery, start_discovery
+from servekit.proxy.discovery_spec import load_spec
+from servekit.proxy.kube import KubeError
 from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handler
 from servekit.proxy.router import Router
 
@@ -40,6 +43,7 @@ class RunningProxy:
     runner: web.AppRunner
     probes: asyncio.Task[None]
     port: int
+    discovery: Discovery | None = None
 
     @property
     def connections(self) -> Connections:
@@ -57,6 +61,8 @@ class RunningProxy:
         self.probes.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.probes
+        if self.discovery is not None:
+            await self.discovery.stop()
         await self.runner.cleanup()
         await self.router.session.close()
 
@@ -89,7 +95,29 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     sockets = runner.addresses
     port = int(sockets[0][1]) if sockets else config.port
     probes = asyncio.get_running_loop().create_task(router.health.run())
-    return RunningProxy(router, runner, probes, port)
+    running = RunningProxy(router, runner, probes, port)
+    try:
+        running.discovery = _discover(router)
+    except UsageError:
+        await running.stop()
+        raise
+    return running
+
+
+def _discover(router: Router) -> Discovery | None:
+    """Start discovery when asked (its spec read now if the config was built in-process)."""
+    cfg = router.config
+    if cfg.discovery == "off":
+        return None
+    assert cfg.discovery_spec is not None or cfg.discovered is not None
+    spec = cfg.discovered or load_spec(str(cfg.discovery_spec))
+    try:
+        return start_discovery(
+            spec, router.members, cfg.kube_api, cfg.kube_token_file, ca_file=cfg.kube_ca_file,
+            namespace=cfg.kube_namespace,
+        )  # fmt: skip
+    except KubeError as exc:
+        raise UsageError(f"--discovery kubernetes: {exc}") from None
 
 
 def server_log(config: ProxyConfig, bad: RateLimited) -> ServerLog:

@@ -46,7 +46,7 @@ from aiohttp import web
 from servekit.proxy.bodies import parse_answer, read_answer
 from servekit.proxy.budget import refund
 from servekit.proxy.failures import Answer, ProxyError
-from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.instances import Hold, Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import COMPLETIONS, ROUTES, Tape
 from servekit.proxy.parsepool import encode_body
@@ -118,6 +118,12 @@ def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) ->
         raise ProxyError("upstream_error", stage, f"{who} answered 200 with an empty body")
 
 
+def cut_stream(resp: aiohttp.ClientResponse) -> None:
+    """End a relayed stream from the proxy's side: its reader sees a broken stream."""
+    resp.content.set_exception(aiohttp.ClientConnectionError("the decoder is leaving"))
+    resp.close()
+
+
 def _raise_if_stale(data: bytes | LeasedBody, stage: str) -> None:
     """A request that failed because its body outlived the KV lease (nothing was sent)."""
     if isinstance(data, LeasedBody) and data.stale:
@@ -147,6 +153,7 @@ class Trip:
         self.tried: set[Instance] = set()  # decoders that failed this request
         self.prefills_tried: set[Instance] = set()  # prefills that failed it
         self.tape: Tape | None = None  # set when a failed stream may migrate
+        self.pull: Hold | None = None  # the prefill kept until its KV is pulled (drain)
         cfg = router.config
         if (
             handoff is not None
@@ -243,10 +250,19 @@ class Trip:
         """
         assert self.handoff is not None
         data = encode_body(await self.handoff.handoff(self, body))
+        self.pulled()
+        if self.handoff.holds_lease and self.prefilled_on is not None:
+            self.pull = self.router.hold_pull(self.prefilled_on)
         lease_s = self.router.config.kv_lease_s
         if lease_s is None or not self.handoff.holds_lease:
             return data
         return LeasedBody(data, time.monotonic() + lease_s - margin(lease_s))
+
+    def pulled(self) -> None:
+        """The decode leg started, failed or ended: its prefill's KV is no longer awaited."""
+        if self.pull is not None:
+            self.pull.release()
+            self.pull = None
 
     async def prefill_then_decode(self) -> web.StreamResponse:
         """The protocol's prefill, then decode: one prefill for every decode attempt, or
@@ -282,7 +298,10 @@ class Trip:
             assert sent is not None
             if self.ticket.stream:
                 return await self.open_stream(stage, inst, sent)
-            return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+            try:
+                return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+            finally:
+                self.pulled()
 
         out = await self.router.attempt(
             stage, self.ticket.prefix_key, exchange, tried=tried,
@@ -321,8 +340,10 @@ class Trip:
                     _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
                 first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
+            self.pulled()  # a decoder's first byte comes after it pulled the KV
             return Opened(lease, resp, first, inst)
         except BaseException as exc:
+            self.pulled()
             if resp is not None:
                 resp.close()
             self.router.release(lease)
@@ -429,6 +450,7 @@ class Trip:
     async def _pump_leg(self, out: web.StreamResponse, opened: Opened, tape: Tape) -> bool:
         """Relay one decoder's events; True when its stream ended with ``[DONE]``."""
         resp, lease, chunk = opened.resp, opened.lease, opened.first
+        lease.cuttable(partial(cut_stream, resp))  # a leaving decoder's grace end migrates it
         try:
             while chunk:
                 data = tape.feed(chunk)
