@@ -69,8 +69,9 @@ class Deployment:
 
 @asynccontextmanager
 async def deployment(prefill: int, decode: int, decode_profile: Any = SLOW,
-                     **cfg: Any) -> AsyncIterator[Deployment]:  # fmt: skip
-    eps = [{"name": f"p{i}", "port": 0, "role": "prefill"} for i in range(prefill)]
+                     prefill_profile: Any = "zero", **cfg: Any) -> AsyncIterator[Deployment]:  # fmt: skip
+    eps = [{"name": f"p{i}", "port": 0, "role": "prefill", "profile": prefill_profile}
+           for i in range(prefill)]  # fmt: skip
     eps += [{"name": f"d{i}", "port": 0, "role": "decode", "profile": decode_profile}
             for i in range(decode)]  # fmt: skip
     sim = await serve(spec_from_mapping({"endpoints": eps}))

@@ -121,6 +121,8 @@ async def generation(request: web.Request) -> web.StreamResponse:
         resp, trip = await _run_trip(router, request, progress)
         if trip.first_byte_at is not None:
             router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
+            if router.autoscaler is not None:
+                router.autoscaler.sampler.first_byte(trip.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
         log_refusal(request, err)

@@ -42,6 +42,7 @@ SHARED = (
     "lazyface.py",
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",
+    "vocabulary/metrics.py",
     "vocabulary/modes.py",
     "vocabulary/reading.py",
     "vocabulary/roles.py",

@@ -198,6 +198,36 @@ class ProxyConfig:
                             "certificate (for https)", metavar="PATH")  # fmt: skip
     kube_namespace: str | None = opt(None, "discovery: the pods' namespace (default: the spec's, "
                                      "else the service account's)", metavar="NAME")  # fmt: skip
+    workers: int = opt(1, "proxy processes sharing --port (SO_REUSEPORT), each with its own "
+                       "event loop, routing and migration; one per core", ge=1, le=64)  # fmt: skip
+    autoscale: bool = opt(False, "compute the engines each role needs and export them as "
+                          "servekit_desired_replicas{role} for KEDA or an HPA")  # fmt: skip
+    autoscale_interval_s: float = opt(5.0, "autoscale: between computations", gt=0, le=3600)
+    slo_ttft_s: float = opt(2.0, "autoscale: time to first token the prefill role is sized for "
+                            "(p90)", gt=0)  # fmt: skip
+    slo_tpot_s: float = opt(0.1, "autoscale: time per output token the decode role is sized "
+                            "for (p90)", gt=0)  # fmt: skip
+    autoscale_target: float = opt(0.8, "autoscale: the share of an engine's measured capacity "
+                                  "planned to be used", gt=0, le=1)  # fmt: skip
+    min_replicas: int = opt(1, "autoscale: fewest engines of a role", ge=1, le=10000)
+    max_replicas: int = opt(16, "autoscale: most engines of a role", ge=1, le=10000)
+    scale_up_window_s: float = opt(15.0, "autoscale: a scale-up takes the lowest need of this "
+                                   "window (a shorter spike adds nothing)", ge=0,
+                                   le=3600)  # fmt: skip
+    scale_down_window_s: float = opt(300.0, "autoscale: a scale-down takes the highest need of "
+                                     "this window", ge=0, le=86400)  # fmt: skip
+    scale_up_period_s: float = opt(30.0, "autoscale: a scale-up adds at most --scale-up-step "
+                                   "of the engines (at least one) per period", gt=0,
+                                   le=3600)  # fmt: skip
+    scale_up_step: float = opt(1.0, "autoscale: the share of the engines one period may add",
+                               gt=0, le=10)  # fmt: skip
+    scale_down_period_s: float = opt(60.0, "autoscale: a scale-down removes at most one engine "
+                                     "per period", gt=0, le=86400)  # fmt: skip
+    decode_capacity: int = opt(0, "autoscale: streams one decoder serves within --slo-tpot, to "
+                               "start from (0: learned from what the proxy measures)", ge=0,
+                               le=1_000_000)  # fmt: skip
+    prefill_capacity: float = opt(0.0, "autoscale: prompt tokens a second one prefill serves "
+                                  "within --slo-ttft, to start from (0: learned)", ge=0)  # fmt: skip
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:
@@ -210,6 +240,9 @@ class ProxyConfig:
             parse_bootstrap(value)
         _check_kv_events(self)
         _check_discovery(self)
+        if self.min_replicas > self.max_replicas:
+            _bad("min_replicas", f"{self.min_replicas} is above --max-replicas "
+                 f"{self.max_replicas}; lower it or raise --max-replicas")  # fmt: skip
 
     @property
     def stage_roles(self) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ import aiohttp
 
 from servekit.proxy.budget import Budget
 from servekit.proxy.config import ProxyConfig, parse_bootstrap
+from servekit.proxy.demand import Autoscaler
 from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError
 from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Hold, Instance, Lease, Pool, hold
@@ -63,6 +64,10 @@ class Router:
         if self.kv is not None:
             self.kv.headers = self.headers
             self.metrics.registry.register(self.kv.collector())
+        self.autoscaler: Autoscaler | None = None  # --autoscale: desired engines per role
+        if config.autoscale:
+            self.autoscaler = Autoscaler(config, self.pools, session, self.headers)
+            self.metrics.registry.register(self.autoscaler.collector())
         # joins and leaves at run time, and drains
         self.members = Membership(
             self.pools, self.kv, self.probe_soon, config.drain_grace_s, self.metrics

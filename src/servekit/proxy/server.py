@@ -44,6 +44,7 @@ class RunningProxy:
     probes: asyncio.Task[None]
     port: int
     discovery: Discovery | None = None
+    scaling: asyncio.Task[None] | None = None
 
     @property
     def connections(self) -> Connections:
@@ -58,9 +59,11 @@ class RunningProxy:
     async def stop(self) -> None:
         for limiter in (self.runner.app[BAD_REQUESTS], self.connections.shed_log):
             limiter.flush()  # what was suppressed is still reported
-        self.probes.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.probes
+        for task in (self.probes, self.scaling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.discovery is not None:
             await self.discovery.stop()
         await self.runner.cleanup()
@@ -96,6 +99,8 @@ async def start_proxy(config: ProxyConfig) -> RunningProxy:
     port = int(sockets[0][1]) if sockets else config.port
     probes = asyncio.get_running_loop().create_task(router.health.run())
     running = RunningProxy(router, runner, probes, port)
+    if router.autoscaler is not None:
+        running.scaling = asyncio.get_running_loop().create_task(router.autoscaler.run())
     try:
         running.discovery = _discover(router)
     except UsageError:
