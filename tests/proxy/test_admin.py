@@ -181,3 +181,25 @@ def test_bad_admin_bodies_are_400_naming_the_field() -> None:
             assert status == 400 and "not in the pools" in out["error"]["message"]
 
     run(scenario())
+
+
+def test_kv_event_subscriptions_follow_admin_adds_and_removals() -> None:
+    async def scenario() -> None:
+        sim = {"kv_events": {"endpoint": "tcp://*:0"}}
+        async with stack(prefill=2, admin=True, prefill_policy="kv-events", sim=sim) as s:
+            kv = s.proxy.router.kv
+            assert kv is not None
+            url, publisher = s.prefill[1].url, s.prefill[1].ep.kv_events.endpoint  # type: ignore[union-attr]
+            assert url not in kv.sources  # started without --kv-events for it
+            await admin(s, "/admin/instances/remove", {"urls": [url]})
+            status, _ = await admin(s, "/admin/instances/add", {
+                "role": "prefill", "urls": [url], "kv_events": {url: publisher}})  # fmt: skip
+            assert status == 200 and kv.sources[url].endpoint == publisher
+            await wait_until(lambda: kv.live(url), "the added engine's feed is live")
+            status, out = await admin(s, "/admin/instances/add", {
+                "role": "prefill", "urls": [url], "kv_events": {"http://x:1": publisher}})  # fmt: skip
+            assert status == 400 and "not one of urls" in out["error"]["message"]
+            await admin(s, "/admin/instances/remove", {"urls": [url]})
+            assert url not in kv.sources and url not in kv.subscribers and url not in kv.indexes
+
+    run(scenario())

@@ -190,10 +190,12 @@ def test_prefill_keeps_up_with_arrivals_and_clears_the_backlog_within_the_ttft()
     assert backlog.engines == pytest.approx(3.0)  # 48,000 tokens cleared in 2 s at 8,000/s
 
 
+@pytest.mark.slow
 def test_the_proxy_exports_desired_replicas_from_its_own_traffic_on_the_simulator() -> None:
     """Six slow streams on one decoder sized for two: the proxy asks for more decoders,
     then, the streams done, for one again; the measured capacities are exported."""
     import asyncio
+    from functools import partial
 
     import aiohttp
 
@@ -213,18 +215,14 @@ def test_the_proxy_exports_desired_replicas_from_its_own_traffic_on_the_simulato
         prefill = {"name": "prefill-30ms", "prefill_overhead_s": 0.03}
         async with deployment(1, 1, decode_profile=SLOW, prefill_profile=prefill, **fast) as d:
             assert await desired(d.client, d.proxy.url) == {"decode": 1.0, "prefill": 1.0}
-            running = [asyncio.ensure_future(d.ask(i, f"a{i}", max_tokens=24)) for i in range(6)]
-            seen: list[float] = []
-
-            async def busy() -> None:
-                seen.append((await desired(d.client, d.proxy.url))["decode"])
-
-            while not all(r.done() for r in running):
-                await busy()
-                await asyncio.sleep(0.1)
+            d0 = d.sim.endpoints["d0"]
+            d0.set_faults({"hang": True})  # six streams held in flight on the one decoder
+            running = [asyncio.ensure_future(d.ask(i, f"a{i}", max_tokens=8)) for i in range(6)]
+            read = partial(desired, d.client, d.proxy.url)
+            await wait_until_async(read, {"decode": 4.0})  # 6 streams / (2 x 0.8) engines
+            d0.set_faults({"hang": False})
             await asyncio.gather(*running)
-            assert max(seen) >= 3  # 6 streams / (2 x 0.8) engines
-            await wait_until_async(lambda: desired(d.client, d.proxy.url), {"decode": 1.0})
+            await wait_until_async(read, {"decode": 1.0})  # done: one again
             async with d.client.get(d.proxy.url + "/metrics") as r:
                 text = await r.text()
             assert 'servekit_autoscale_capacity{role="prefill"}' in text  # measured

@@ -202,3 +202,40 @@ def test_leave_of_an_engine_already_gone_is_done_and_other_actions_still_refuse_
                 assert r.status == 200 and (await r.json())["drained"] is True
 
     run(scenario())
+
+
+@pytest.mark.slow
+def test_the_prestop_hook_asks_every_proxy_and_returns_once_drained(tmp_path: Any) -> None:
+    """The hook as a pod runs it: from the zipapp, with only the standard library."""
+    import os
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    from servekit.proxy.bundle import build_zipapp
+
+    pyz = build_zipapp(tmp_path / "servekit-proxy.pyz")
+
+    async def scenario() -> None:
+        async with deployment(1, 2, admin_key="k3y", drain_grace_s=0.1) as d:
+            port = str(urlsplit(d.proxy.url).port)
+            running = asyncio.ensure_future(d.ask(1, "hook", max_tokens=12))
+            await wait_until(lambda: any(d.sim.endpoints[n].engine.running for n in ("d0", "d1")),
+                             "a stream running")  # fmt: skip
+            busy = next(n for n in ("d0", "d1") if d.sim.endpoints[n].engine.running)
+            argv = [sys.executable, "-m", "servekit.proxy.prestop", "--proxies", "127.0.0.1",
+                    "--port", port, "--urls", d.url(busy), "--wait", "10", "--key-env", "KEY"]  # fmt: skip
+            env = {**os.environ, "PYTHONPATH": str(pyz), "KEY": "k3y"}
+            done = await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True,
+                                           text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert "127.0.0.1:" in done.stderr and "drained" in done.stderr
+            assert d.url(busy) not in [i.url for i in d.proxy.router.pools["decode"].members]
+            assert done_cleanly(await running)  # migrated at the grace end, not cut
+            bad = {**env, "KEY": "wrong"}
+            argv[-5] = d.url("d0" if busy == "d1" else "d1")
+            refused = await asyncio.to_thread(subprocess.run, argv, env=bad, capture_output=True,
+                                              text=True, timeout=60)  # fmt: skip
+            assert refused.returncode == 1 and "401" in refused.stderr
+
+    run(scenario())

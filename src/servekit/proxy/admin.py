@@ -163,9 +163,12 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response(ProxyError(code, "proxy", message).payload(), status=status)
 
 
+def _bad_doc(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": "bad_request"}}
+
+
 def _bad(message: str) -> web.Response:
-    doc = {"error": {"message": message, "type": "invalid_request_error", "code": "bad_request"}}
-    return web.json_response(doc, status=400)
+    return web.json_response(_bad_doc(message), status=400)
 
 
 def _listing(router: Router, **extra: Any) -> web.Response:
@@ -243,6 +246,40 @@ async def _json(request: web.Request, router: Router) -> Any:
         return None
 
 
+async def perform(router: Router, action: str, doc: Any) -> tuple[int, dict[str, Any]]:
+    """Apply one admin change here (and wait, ``wait_s``): the status and the answer."""
+    try:
+        change = Change.parse(doc)
+        drains = _apply(router, action, change)
+    except UsageError as exc:
+        return 400, _bad_doc(exc.message)
+    drained = await wait_drained(drains, change.wait_s)
+    out: dict[str, Any] = {"action": action}
+    if action in WAITING:
+        out.update(drained=drained, drains=[d.status() for d in drains])
+    out["instances"] = [i.snapshot() for i in router.instances()]
+    return 200, out
+
+
+async def _everywhere(router: Router, action: str, doc: Any) -> tuple[int, dict[str, Any]]:
+    """:func:`perform` here, then on every sibling worker (``--workers``): one answer, whose
+    ``drained`` holds only when every worker's drains are done."""
+    status, out = await perform(router, action, doc)
+    if status != 200 or router.siblings is None:
+        return status, out
+    wait_s = doc.get("wait_s", 0.0) if isinstance(doc, dict) else 0.0
+    others = await router.siblings.fan_out(action, doc, float(wait_s))
+    out["workers"] = {"answered": len(others), "of": router.siblings.plan.count - 1}
+    if "drained" in out:
+        out["drained"] = out["drained"] and all(
+            isinstance(o, dict) and o.get("drained") is True for o in others.values()
+        )
+        for other in others.values():
+            if isinstance(other, dict) and isinstance(other.get("drains"), list):
+                out["drains"] += other["drains"]
+    return status, out
+
+
 def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
     """Register the admin routes on ``app``; ``key`` finds the router."""
 
@@ -263,16 +300,8 @@ def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
                 items = [items] if isinstance(items, str) else items
                 urls = [u if "://" in u else f"http://{u}" for u in items if isinstance(u, str)]
                 doc = {"role": doc.get("type"), "urls": urls}
-            try:
-                change = Change.parse(doc)
-                drains = _apply(router, action, change)
-            except UsageError as exc:
-                return _bad(exc.message)
-            drained = await wait_drained(drains, change.wait_s)
-            extra: dict[str, Any] = {"action": action}
-            if action in WAITING:
-                extra.update(drained=drained, drains=[d.status() for d in drains])
-            return _listing(router, **extra)
+            status, out = await _everywhere(router, action, doc)
+            return web.json_response(out, status=status)
 
         return handle
 

@@ -28,6 +28,7 @@ from servekit.proxy.requests import Ticket, make_ticket
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
+from servekit.proxy.workers import every_workers_metrics
 
 ROUTER = web.AppKey("router", Router)
 CONNS = web.AppKey("connections", Connections)
@@ -157,7 +158,11 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[ROUTER].metrics.render()
+    router = request.app[ROUTER]
+    if router.siblings is not None:  # --workers: every worker's series, labelled
+        body = await every_workers_metrics(router, router.siblings)
+    else:
+        body = router.metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import aiohttp
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,6 +39,7 @@ from prometheus_client.registry import Collector
 from servekit.proxy.autoscale import Limits, Need, Objectives, RoleScaler, RoleSignals
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.instances import Instance, Lease, Pool
+from servekit.proxy.siblings import Siblings
 from servekit.vocabulary import KV_CACHE_USAGE_PERC, NUM_REQUESTS_RUNNING
 
 log = logging.getLogger("servekit.proxy.autoscale")
@@ -301,3 +304,33 @@ class _AutoscaleCollector(Collector):
             if role in s.totals:
                 total.add_metric([role], s.totals[role])
         yield from (desired, need, total, cap)
+
+
+def need_of(doc: object) -> Need | None:
+    """A sibling worker's :class:`Need`, as it sent it (None when it is not one)."""
+    if not isinstance(doc, dict):
+        return None
+    engines, capacity, pressure, why = (
+        doc.get(k) for k in ("engines", "capacity", "pressure", "why")
+    )
+    if not (_number(engines) and _number(pressure)) or why not in ("load", "slo", "hold"):
+        return None
+    if capacity is not None and not _number(capacity):
+        return None
+    return Need(engines, capacity, pressure, why)
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool)
+        and math.isfinite(value) and value >= 0
+    )  # fmt: skip
+
+
+async def peer_needs(siblings: Siblings) -> list[dict[str, Need]]:
+    """Every sibling worker's needs, by role (what does not parse is left out)."""
+    out = []
+    for doc in await siblings.needs():
+        needs = {role: need_of(v) for role, v in doc.items()}
+        out.append({role: n for role, n in needs.items() if n is not None})
+    return out

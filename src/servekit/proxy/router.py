@@ -25,6 +25,7 @@ from servekit.proxy.instances import Hold, Instance, Lease, Pool, hold
 from servekit.proxy.membership import Membership
 from servekit.proxy.metrics import ProxyMetrics
 from servekit.proxy.policies import Policy, kv_routing, make_policy
+from servekit.proxy.siblings import Siblings
 
 T = TypeVar("T")
 
@@ -64,6 +65,7 @@ class Router:
         if self.kv is not None:
             self.kv.headers = self.headers
             self.metrics.registry.register(self.kv.collector())
+        self.siblings: Siblings | None = None  # --workers: the other processes of this proxy
         self.autoscaler: Autoscaler | None = None  # --autoscale: desired engines per role
         if config.autoscale:
             self.autoscaler = Autoscaler(config, self.pools, session, self.headers)
