@@ -117,6 +117,12 @@ def summary(rows: list[dict[str, float]], role: str) -> dict[str, Any]:
     peak = math.ceil(max(r["load"] for r in rows) / per_engine)
     trough = math.ceil(min(r["load"] for r in rows) / per_engine)
     span = len(rows) * TICK_S
+
+    def met_with(engines: int) -> float:  # the share of the run a static deployment meets it
+        if role == "decode":
+            return sum(tpot(r["load"] / engines) <= OBJ.tpot_s for r in rows) / len(rows)
+        return sum(r["load"] <= PREFILL_RATE * engines for r in rows) / len(rows)
+
     return {
         "engine_seconds": used,
         "static_peak_engines": peak,
@@ -124,6 +130,8 @@ def summary(rows: list[dict[str, float]], role: str) -> dict[str, Any]:
         "static_trough_engines": trough,
         "vs_static_trough": used / (trough * span),
         "objective_met_share": sum(r["met"] for r in rows) / len(rows),
+        "static_peak_met_share": met_with(peak),
+        "static_trough_met_share": met_with(trough),
         "desired_min_max": (min(r["desired"] for r in rows), max(r["desired"] for r in rows)),
     }
 

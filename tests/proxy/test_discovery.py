@@ -352,3 +352,55 @@ def test_a_pods_prestop_call_names_it_and_joins_the_drain_its_deletion_started(
             assert (await c.ask())[0] == 200
 
     run(scenario())
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    import subprocess
+
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _certificates(tmp: Path) -> None:
+    """A CA, and a server certificate for 127.0.0.1 it signed (what a cluster's API has)."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=fake-ca",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=tmp)  # fmt: skip
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kubernetes", "-keyout",
+             "api.key", "-out", "api.csr", cwd=tmp)  # fmt: skip
+    (tmp / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", "api.crt", cwd=tmp)  # fmt: skip
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+             "/CN=other-ca", "-keyout", "other.key", "-out", "other.crt", cwd=tmp)  # fmt: skip
+
+
+@pytest.mark.tools
+def test_the_api_servers_certificate_is_checked_against_the_service_accounts_ca(
+    tmp_path: Path,
+) -> None:
+    import ssl
+
+    from servekit.proxy.kube import KubeApi, KubeError
+
+    _certificates(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("token-0")
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(tmp_path / "api.crt", tmp_path / "api.key")
+        await kube.start(tls=tls)
+        kube.add("sk-decode-0", role_labels("decode"), "10.0.0.1", ready=True)
+        try:
+            api = KubeApi(kube.url, str(token), str(tmp_path / "ca.crt"))
+            pods, _ = await api.list_pods("serving", "app.kubernetes.io/component=decode")
+            await api.close()
+            assert [p.name for p in pods] == ["sk-decode-0"]
+            other = KubeApi(kube.url, str(token), str(tmp_path / "other.crt"))  # the control
+            with pytest.raises(KubeError, match="ClientConnectorCertificateError"):
+                await other.list_pods("serving", "app.kubernetes.io/component=decode")
+            await other.close()
+        finally:
+            await kube.stop()
+
+    run(scenario())

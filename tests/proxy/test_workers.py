@@ -77,10 +77,11 @@ async def until_healthy(c: aiohttp.ClientSession, url: str) -> None:
     raise AssertionError("the proxy never became healthy")
 
 
-async def stream(url: str) -> bytes | BaseException:
+async def stream(url: str, tokens: int = 30) -> bytes | BaseException:
     """One stream on its own connection (so the kernel may hand it to either worker)."""
+    body = {**BODY, "max_tokens": tokens}
     try:
-        async with aiohttp.ClientSession() as s, s.post(url + "/v1/completions", json=BODY) as r:
+        async with aiohttp.ClientSession() as s, s.post(url + "/v1/completions", json=body) as r:
             return await r.read()
     except (TimeoutError, aiohttp.ClientError) as exc:
         return exc
@@ -135,7 +136,7 @@ def test_a_worker_killed_mid_stream_costs_only_its_own_streams() -> None:
                         if name == "servekit_proxy_instance_healthy"
                         and labels["proxy_worker"] == victim}  # fmt: skip
                 assert seen == {"prefill-0", "decode-0", "decode-1"}  # caught up: d2 stays out
-                for _ in range(4):
-                    assert (await stream(url)).endswith(b"[DONE]\n\n")  # type: ignore[union-attr]
+                after = await asyncio.gather(*(stream(url, tokens=4) for _ in range(8)))
+                assert all(isinstance(a, bytes) and a.endswith(b"[DONE]\n\n") for a in after)
 
         asyncio.run(scenario())

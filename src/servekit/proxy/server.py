@@ -84,7 +84,7 @@ async def start_proxy(config: ProxyConfig, reuse_port: bool = False) -> RunningP
     router = Router(config, session)
     app = build_app(router)
     table = app[CONNS]
-    engines = len(list(router.instances()))
+    engines = len(list(router.instances())) + _discoverable(config)
     table.cap, backlog, warning = fds.connection_cap(config.max_connections, engines)
     if warning:
         log.warning("%s", warning)
@@ -116,6 +116,16 @@ async def start_proxy(config: ProxyConfig, reuse_port: bool = False) -> RunningP
         await running.stop()
         raise
     return running
+
+
+def _discoverable(config: ProxyConfig) -> int:
+    """The engines discovery may bring (each keeps fds for probes): every endpoint of every
+    worker index, --max-replicas times per role."""
+    spec = config.discovered
+    if config.discovery == "off" or spec is None:
+        return 0
+    per_instance = sum(len(w.endpoints) for role in spec.roles for w in role.workers)
+    return per_instance * config.max_replicas
 
 
 def _discover(router: Router) -> Discovery | None:
