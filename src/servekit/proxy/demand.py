@@ -229,9 +229,8 @@ class Autoscaler:
         engines' own ``vllm:num_requests_running`` / ``vllm:kv_cache_usage_perc``
         (the median engine's; none when the KV is too empty to say)."""
         out: dict[str, float] = {}
-        for role in ("decode", "replica"):
-            pool = self.pools.get(role)
-            if pool is None:
+        for role, pool in self.pools.items():
+            if role == "prefill":  # a prefill holds no streams
                 continue
             found = await asyncio.gather(*(self._kv_limit(i) for i in pool.routable()))
             limits = sorted(v for v in found if v is not None)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit.errors import UsageError
-from servekit.vocabulary import PROXY_POOLS, read_at_most
+from servekit.vocabulary import PD_ROLES, PROXY_POOLS, read_at_most
 
 VERSION = 1
 MAX_SPEC_BYTES = 1 << 20
@@ -226,7 +226,7 @@ def spec_from_doc(doc: Any) -> DiscoverySpec:
     items = _list(d["roles"], "discovery spec.roles", MAX_ROLES)
     roles = tuple(_role(r, f"discovery spec.roles[{i}]") for i, r in enumerate(items))
     names = {r.role for r in roles}
-    if names not in ({"replica"}, {"prefill", "decode"}):
+    if names not in (set(PD_ROLES), set(PROXY_POOLS) - set(PD_ROLES)):
         raise UsageError("discovery spec.roles: give prefill and decode roles (PD) or replica only")
     return DiscoverySpec(roles, namespace)
 

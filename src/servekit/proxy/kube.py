@@ -135,8 +135,8 @@ class KubeApi:
     def __init__(self, base: str, token_file: str, ca_file: str) -> None:
         self.base = base.rstrip("/")
         self.token_file = token_file
-        ctx: ssl.SSLContext | bool = True
-        if self.base.startswith("https://") and Path(ca_file).is_file():
+        ctx: ssl.SSLContext | bool = True  # the system's CAs (https only: http ignores it)
+        if Path(ca_file).is_file():
             ctx = ssl.create_default_context(cafile=ca_file)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx))
 

@@ -17,12 +17,12 @@ never fails the pod's termination: an unreachable proxy is reported and the
 others are still waited for; the exit code says whether every proxy answered
 drained (0) or not (1), which the kubelet only logs.
 
-Standard library only: the engine's image has Python, not servekit.
+Standard library only (and the modules the zipapp carries): the engine's image has
+Python, not servekit.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -30,7 +30,17 @@ import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
+
+from servekit.errors import UsageError
+from servekit.vocabulary import (
+    build_parser,
+    check_fields,
+    dataclass_options,
+    option as opt,
+    parse_values,
+)
 
 MAX_ANSWER_BYTES = 4 << 20
 SLACK_S = 5.0  # beyond --wait: the answer's own way back
@@ -73,25 +83,44 @@ def leave(address: str, body: dict[str, Any], key: str | None, wait_s: float) ->
     return drained
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="servekit.proxy.prestop", description=__doc__.split("\n")[0])
-    p.add_argument("--proxies", nargs="+", required=True, metavar="NAME",
-                   help="host names or addresses of the proxies (a headless Service's name)")  # fmt: skip
-    p.add_argument("--port", type=int, required=True, help="the proxies' port")
-    who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--pod", help="this pod's name (the proxies discovered it)")
-    who.add_argument("--urls", nargs="+", metavar="URL", help="this engine's API URLs")
-    p.add_argument("--wait", type=float, default=60.0, help="seconds each proxy may take")
-    p.add_argument("--key-env", metavar="NAME", help="environment variable holding the admin key")
-    return p.parse_args(argv)
+@dataclass(frozen=True)
+class PrestopOptions:
+    """The hook's flags (one field each, as every standalone parser of servekit)."""
+
+    proxies: tuple[str, ...] = opt((), "host names or addresses of the proxies (a headless "
+                                   "Service's name: every proxy pod)", metavar="NAME",
+                                   nargs="+")  # fmt: skip
+    port: int = opt(8000, "the proxies' port", ge=1, le=65535)
+    pod: str | None = opt(None, "this pod's name (the proxies discovered it)", metavar="NAME")
+    urls: tuple[str, ...] = opt((), "this engine's API URLs (instead of --pod)", metavar="URL",
+                                nargs="+")  # fmt: skip
+    wait: float = opt(60.0, "seconds each proxy may take to drain the engine", ge=0, le=3600)
+    key_env: str | None = opt(None, "environment variable holding the admin key", metavar="NAME")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.proxies:
+            raise UsageError("--proxies: name the proxies (a headless Service's name)")
+        if (self.pod is None) == (not self.urls):
+            raise UsageError("--pod, --urls: give one of them")
+
+
+def parse(argv: list[str]) -> PrestopOptions:
+    parser = build_parser(dataclass_options(PrestopOptions), prog="servekit.proxy.prestop",
+                          who="prestop", description=__doc__.split("\n")[0])  # fmt: skip
+    return PrestopOptions(**parse_values(parser, argv))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     key = os.environ.get(args.key_env, "").strip() if args.key_env else None
     body: dict[str, Any] = {"wait_s": args.wait}
-    body.update({"pod": args.pod} if args.pod else {"urls": args.urls})
-    found = addresses(args.proxies, args.port)
+    body.update({"pod": args.pod} if args.pod else {"urls": list(args.urls)})
+    found = addresses(list(args.proxies), args.port)
     if not found:
         return 1
     with ThreadPoolExecutor(max_workers=min(32, len(found))) as pool:
