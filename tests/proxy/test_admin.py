@@ -196,6 +196,8 @@ def test_kv_event_subscriptions_follow_admin_adds_and_removals() -> None:
                 "role": "prefill", "urls": [url], "kv_events": {url: publisher}})  # fmt: skip
             assert status == 200 and kv.sources[url].endpoint == publisher
             await wait_until(lambda: kv.live(url), "the added engine's feed is live")
+            budget = s.proxy.router.config.kv_index_bytes
+            assert kv.indexes[url].max_bytes == budget // len(kv.sources)  # shared again
             status, out = await admin(s, "/admin/instances/add", {
                 "role": "prefill", "urls": [url], "kv_events": {"http://x:1": publisher}})  # fmt: skip
             assert status == 400 and "not one of urls" in out["error"]["message"]

@@ -194,8 +194,16 @@ class KvRouting:
             return
         self.unsubscribe(url)
         self.sources[url] = source
+        self._reshare()
         if self._ctx is not None:
             self._follow(url, source)
+
+    def _reshare(self) -> None:
+        """``--kv-index-bytes`` split equally again over the engines followed now (an
+        index past its new share is emptied at its next store and fills again)."""
+        share = self.config.kv_index_bytes // max(len(self.sources), 1)
+        for index in self.indexes.values():
+            index.max_bytes = share
 
     def unsubscribe(self, url: str) -> None:
         """An engine left: its subscriber stops and what was known of it goes."""
@@ -208,6 +216,7 @@ class KvRouting:
             table.pop(url, None)
         for policy in self._policies:
             policy.inflight.pop(url, None)
+        self._reshare()
 
     async def stop(self) -> None:
         tasks = [*self._tasks.values(), *self._stopping]
