@@ -164,6 +164,7 @@ class Autoscaler:
             for role, pool in pools.items()
         }  # fmt: skip
         self.previous: dict[str, Previous] = {}
+        self.since = time.monotonic()  # the first window starts here: its work counts
         self.needs: dict[str, Need] = {}  # this worker's, last tick
         self.totals: dict[str, float] = {}  # every worker's, summed
         self.desired: dict[str, int] = {r: s.stable.desired for r, s in self.scalers.items()}
@@ -200,7 +201,7 @@ class Autoscaler:
         pool = self.pools[role]
         tally = self.sampler.roles.setdefault(role, RoleTally())
         busy = tally.busy_now(now)
-        prev = self.previous.get(role, Previous(now, tally.arrived, tally.finished, busy))
+        prev = self.previous.get(role, Previous(self.since, 0.0, 0.0, 0.0))  # from the start
         self.previous[role] = Previous(now, tally.arrived, tally.finished, busy)
         span = max(now - prev.at, 1e-9)
         if role == "prefill":
