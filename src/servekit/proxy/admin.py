@@ -94,11 +94,11 @@ class Change:
         ):
             raise UsageError(f"wait_s: give seconds, 0 to {MAX_WAIT_S:.0f}")
         publishers = tuple(
-            (_listed(url, urls, "kv_events"), Publisher.parse(value, f"kv_events[{url}]"))
+            (_listed(url, urls, "kv_events"), Publisher.parse(value, f"kv_events[{url!r}]"))
             for url, value in _text_map(doc, "kv_events").items()
         )
         bootstraps = tuple(
-            (_listed(url, urls, "bootstrap"), parse_bootstrap(value))
+            (_listed(url, urls, "bootstrap"), _bootstrap(url, value))
             for url, value in _text_map(doc, "bootstrap").items()
         )
         return cls(role, tuple(urls), pod, publishers, bootstraps, float(wait))
@@ -106,8 +106,16 @@ class Change:
 
 def _listed(url: str, urls: list[str], key: str) -> str:
     if url not in urls:
-        raise UsageError(f"{key}: {url} is not one of urls")
+        raise UsageError(f"{key}: {url[:200]!r} is not one of urls")
     return url
+
+
+def _bootstrap(url: str, value: str) -> tuple[str, str]:
+    try:
+        return parse_bootstrap(value)
+    except UsageError:
+        msg = f"bootstrap[{url[:200]!r}]: {value[:200]!r}: expected ENGINE_ID=http://HOST:PORT"
+        raise UsageError(msg) from None
 
 
 def is_admin_path(path: str) -> bool:

@@ -40,7 +40,7 @@ class Publisher:
         """``tcp://HOST:PORT[,tcp://HOST:REPLAY_PORT]``; UsageError naming ``field``."""
         ends = text.split(",")
         if len(ends) > 2 or not all(e.startswith(ENDPOINT_SCHEMES) and len(e) > 6 for e in ends):
-            raise UsageError(f"{field}: {text!r}: expected tcp://HOST:PORT[,tcp://HOST:PORT]")
+            raise UsageError(f"{field}: {text[:200]!r}: expected tcp://HOST:PORT[,tcp://HOST:PORT]")
         return cls(ends[0], ends[1] if len(ends) == 2 else None)
 
 
