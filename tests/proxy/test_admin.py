@@ -233,7 +233,7 @@ def listed_maps(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(KEYS, JSONISH, max_size=6) | JSONISH | listed_maps())
 def test_any_admin_body_is_read_or_refused_in_one_line_naming_the_field(doc: Any) -> None:
     try:

@@ -374,6 +374,7 @@ def _certificates(tmp: Path) -> None:
 
 
 @pytest.mark.tools
+@pytest.mark.slow
 def test_the_api_servers_certificate_is_checked_against_the_service_accounts_ca(
     tmp_path: Path,
 ) -> None:
