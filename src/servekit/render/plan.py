@@ -52,6 +52,7 @@ from servekit.vocabulary import (
     ProcessRole,
     ProxyMode,
     StrictModel,
+    http_url,
 )
 
 ProcessKind = Literal["engine", "proxy"]
@@ -168,7 +169,7 @@ class ProcessPlan(StrictModel):
     def url(self) -> str | None:
         if self.api_port is None:
             return None
-        return f"http://{self.host}:{self.api_port}"
+        return http_url(self.host, self.api_port)
 
     def bound_ports(self) -> list[int]:
         """Ports this process listens on (API, DP rpc, KV side channel window, KV events)."""
