@@ -158,15 +158,20 @@ def import_layout(opts: LayoutsImportOptions) -> tuple[str, list[Path], list[str
         if facts is not None
         else run_folder(folder, opts.repo, opts.commit, nodes=opts.nodes, entry=opts.entry)
     )
+    where = facts if facts is not None else folder
+    kinds = sorted({str(p.get("kind")) for p in doc["processes"] if isinstance(p, dict)})
+    if "engine" not in kinds:
+        raise UsageError(
+            f"{where}: the facts hold no vllm process (only: {', '.join(kinds) or 'nothing'}); "
+            "a layout needs an engine: import the folder itself to see why none started"
+        )
     try:
         synth = synthesize(doc, chosen)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        where = facts if facts is not None else folder
         raise UsageError(
             f"{where}: the facts are not in the recorded format ({type(exc).__name__}: "
             f"{str(exc)[:80]}); give --facts a source.json an import wrote"
         ) from exc
-    where = facts if facts is not None else folder
     staged = _staged_check(root, synth, doc, where)
     if not (root / chosen / LAYOUT_FILE).is_file() and (twin := twin_of(root, staged)):
         raise UsageError(
