@@ -441,7 +441,9 @@ def _common_model(groups: list[list[_Proc]], path: str) -> dict[str, Any]:
     if len(quant) == 1 and None not in quant:
         model["quantization"] = quant.pop()
     lens = [_int(g[0].one("--max-model-len")) for g in groups]
-    model["max_model_len"] = max((n for n in lens if n is not None), default=0)
+    # An engine passing no --max-model-len runs at the engine's default (null): the model
+    # states a length only when every engine passes one; an engine's own differs from it.
+    model["max_model_len"] = None if None in lens else max(n for n in lens if n is not None)
     if all(g[0].has("--trust-remote-code") for g in groups):
         model["trust_remote_code"] = True
     return model
