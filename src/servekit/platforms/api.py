@@ -91,7 +91,7 @@ def render_layout(
     written = write_files(files, out, force=force)
     con.print(f"rendered {layout_name} for {target}: {len(written)} files in {out}")
     for line in notes:
-        con.print(line, markup=False, highlight=False, soft_wrap=True)
+        con.print(line, markup=False, highlight=False)
     summary = files.get("k8s.md")
     if isinstance(summary, str):
         con.print(summary, markup=False, highlight=False)

@@ -208,7 +208,7 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     for d in prov.source_deviations:
         out.print(f"source's own deviation from upstream: {d.what} - because {d.reason}")
     for c in prov.caveats:
-        out.print(f"caveat: {c}", markup=False, highlight=False, soft_wrap=True)
+        out.print(f"caveat: {c}", markup=False, highlight=False)
     plan = build_plan(lay)
     rows = [
         [
