@@ -52,6 +52,7 @@ from servekit.vocabulary import (
     ProcessRole,
     ProxyMode,
     StrictModel,
+    http_url,
 )
 
 ProcessKind = Literal["engine", "proxy"]
@@ -168,7 +169,7 @@ class ProcessPlan(StrictModel):
     def url(self) -> str | None:
         if self.api_port is None:
             return None
-        return f"http://{self.host}:{self.api_port}"
+        return http_url(self.host, self.api_port)
 
     def bound_ports(self) -> list[int]:
         """Ports this process listens on (API, DP rpc, KV side channel window, KV events)."""
@@ -187,7 +188,9 @@ class Plan(StrictModel):
     engine_kind: EngineKind
     served_model_name: str
     model_path: str
-    max_model_len: int
+    max_model_len: int | None = Field(
+        description="the model's --max-model-len; None: the engine's default (no flag)"
+    )
     image: str
     nodes: tuple[NodePlan, ...]
     entry: str = Field(description="name of the process clients talk to (proxy or an engine)")
@@ -491,7 +494,9 @@ def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
         _bind(ctx, engine, args)
         args.lit("--port", str(port))
     args.lit("--served-model-name", layout.model.served_name)
-    args.lit("--max-model-len", str(engine.max_model_len or layout.model.max_model_len))
+    context = engine.max_model_len or layout.model.max_model_len
+    if context is not None:  # None: the engine's default, as a source passing no flag
+        args.lit("--max-model-len", str(context))
     if engine.tp > 1 or ctx.kind != "vllm-cpu":
         args.lit("--tensor-parallel-size", str(engine.tp))
     if engine.expert_parallel:
