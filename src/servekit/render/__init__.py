@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from servekit.render.rules import (
         Finding as Finding,
         check_layout as check_layout,
+        port_bindings as port_bindings,
+        reserved_ports as reserved_ports,
         source_caveat as source_caveat,
         topology_of as topology_of,
     )
