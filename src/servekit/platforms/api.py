@@ -42,6 +42,7 @@ def render_target(
     extra: dict[str, str] | None = None,
     *,
     notes: list[str] | None = None,
+    preflight: bool = True,
 ) -> tuple[str, Files]:
     """The files of one layout for one platform (pure but for reading the catalog).
 
@@ -61,7 +62,9 @@ def render_target(
         raise UsageError(
             f"{errors[0].text()} (fix it or drop the --set; 'servekit layouts check' lists all)"
         )
-    req = RenderRequest(plan=build_plan(layout), layout=layout, settings=settings)
+    req = RenderRequest(
+        plan=build_plan(layout), layout=layout, settings=settings, preflight=preflight
+    )
     return layout.name, PLATFORMS[target].render(req)
 
 
@@ -75,6 +78,7 @@ def render_layout(
     target: TargetName = "modelarts",
     force: bool = False,
     k8s_kind: str = "leaderworkerset",
+    preflight: bool = True,
 ) -> list[Path]:
     """Render one layout; refuses (exit 2) a layout whose overrides break a rule."""
     con = console or Console()
@@ -87,9 +91,13 @@ def render_layout(
     if target != "k8s" and k8s_kind != "leaderworkerset":
         raise UsageError("--k8s-kind is for --target k8s")
     notes: list[str] = []
-    layout_name, files = render_target(name, target, sets, catalog, extra, notes=notes)
+    layout_name, files = render_target(
+        name, target, sets, catalog, extra, notes=notes, preflight=preflight
+    )
     written = write_files(files, out, force=force)
     con.print(f"rendered {layout_name} for {target}: {len(written)} files in {out}")
+    if not preflight:
+        con.print("without the preflight (--no-preflight): nothing is checked before launch")
     for line in notes:
         con.print(line, markup=False, highlight=False)
     summary = files.get("k8s.md")

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from servekit.catalog import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
+from servekit.catalog import ArgValue, Engine, EnvValue, Hardware, Layout, NodeValue, Proxy
 from servekit.defaults import (
     GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,
@@ -194,6 +194,10 @@ class Plan(StrictModel):
     image: str
     nodes: tuple[NodePlan, ...]
     entry: str = Field(description="name of the process clients talk to (proxy or an engine)")
+    hardware: Hardware | None = Field(
+        default=None,
+        description="the nodes' accelerator and devices per node (what the preflight checks)",
+    )
 
     @property
     def processes(self) -> tuple[ProcessPlan, ...]:
@@ -255,6 +259,7 @@ def build_plan(layout: Layout, options: PlanOptions | None = None) -> Plan:
         image=layout.image,
         nodes=nodes,
         entry=entry,
+        hardware=layout.hardware,
     )
 
 
