@@ -76,6 +76,9 @@ def test_the_fake_cluster_passes_verify_with_pods(
         else []
     )
     assert outcome.exit_code == 0, (failed, checks_failed)
+    # every engine pod's initContainer ran the preflight; verify read its report (--logs)
+    preflight = (outcome.run.observed or {})["preflight"]
+    assert preflight.startswith(f"passed on {LAYOUTS[name]} units"), preflight
     checks = json.loads((out / "accept" / "result.json").read_text())["checks"]
     verdicts = {c["verdict"] for c in checks}
     assert "fail" not in verdicts and "pass" in verdicts
