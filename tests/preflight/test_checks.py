@@ -133,6 +133,7 @@ def test_a_port_taken_on_the_node_is_named_with_its_owner(
         loopback_block(layouts_are_free([plan_of(A2)]), "the layout's ports") as prefix,
         socket.socket() as held,
     ):
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as any server would
         held.bind((f"{prefix}.2", port))
         held.listen(1)
         node = probe.Node(env["PREFLIGHT_ROOT"])
@@ -350,3 +351,53 @@ def test_one_units_fault_stops_both(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [r["verdict"] for r in report["units"]] == ["fail", "ok"]
     assert all(f.startswith("node 0 (") and ": peers: NPU" in f for f in report["failures"])
     assert "cannot reach node 1 NPU 0 at 10.20.1.1" in report["failures"][0]
+
+
+@pytest.mark.slow
+def test_a_unit_restarted_alone_does_not_wait_for_peers_already_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod recreated alone (a rollout): its peer runs its engines and checks nothing; the
+    peer's API answering /health is enough, said as a warning; a silent peer still fails."""
+    import http.server
+
+    fabric = fabric_for(A3, tmp_path / "npu")
+    env = fabric.add(1)
+    monkeypatch.setenv("FAKEPLATFORM_NPU", env["FAKEPLATFORM_NPU"])
+    spec = spec_of(A3)
+    port = next(p for p, owner in spec["units"][0]["ports"] if owner.endswith(" API"))
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    with loopback_block(layouts_are_free([plan_of(A3)]), "the layout's ports") as prefix:
+        ip = [f"{prefix}.2", f"{prefix}.3"]
+        with socket.socket() as s:
+            s.bind((ip[1], 0))
+            exchange = s.getsockname()[1]
+        how = {"listen": ip[1], "bind_ports": ip[1], "port": exchange, "timeout": 3.0,
+               "node": probe.Node(env["PREFLIGHT_ROOT"]), "log_dir": str(tmp_path / "logs")}  # fmt: skip
+        silent = entry.run_unit(spec, "node1", " ".join(ip), **how)
+        server = http.server.HTTPServer((ip[0], port), Health)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            served = entry.run_unit(spec, "node1", " ".join(ip), **how)
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert silent == 1  # nobody there: "did not report"
+    assert served == 0
+    doc = share.read_doc(
+        (tmp_path / "logs" / "preflight" / share.slug(A3) / "node1.json").read_bytes(),
+        "node1",
+        "final",
+    )
+    assert doc is not None
+    assert "node0 (KV prefill0 -> decode0) is already serving: not pinged" in [
+        c["detail"] for c in doc["checks"] if c["level"] == "warn"
+    ]

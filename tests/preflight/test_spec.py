@@ -93,9 +93,10 @@ def test_kubernetes_units_are_the_engine_pods_reached_by_name() -> None:
         ("disaggregatedset", "sk-prefill-0"),
     ):
         _, files = render_target("a3/deepseekv4-flash/1p1d", "k8s", [], None, {"kind": kind})
-        configmap = files["configmap.yaml"]
-        assert isinstance(configmap, str)
-        data = yaml.safe_load(configmap)["data"]
+        configmaps = files["configmaps.yaml"]
+        assert isinstance(configmaps, str)
+        bundle = [o for o in yaml.safe_load_all(configmaps) if o["metadata"]["name"] == "sk-bundle"]
+        data = bundle[0]["data"]  # the engines' bundle, mounted by every engine pod
         spec = entry.parse_spec(data["servekit_preflight.json"].encode())
         units = {u["name"]: u for u in spec["units"]}
         assert set(units) == {"sk-prefill-0", "sk-decode-0"}  # no unit for the proxy's pod

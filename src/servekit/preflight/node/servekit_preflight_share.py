@@ -264,6 +264,7 @@ class Exchange:
         self.board: Board | None = None
         self.units = {u["name"]: u for u in spec["units"]}
         self.serving: set[str] = set()
+        self.reported: set[str] = set()
         units = [u["name"] for u in spec["units"]]
         if self.shared is None and len(units) > 1:
             self.board = Board(how["listen"], self.port, units)
@@ -304,15 +305,18 @@ class Exchange:
         while True:
             for u in [u for u, d in found.items() if d is None]:
                 found[u] = self._one(u, phase) or self._serving(u, phase)
+                if found[u] is not None and u not in self.serving:
+                    self.reported.add(u)
             if all(d is not None for d in found.values()) or time.monotonic() >= self.deadline:
                 return found
             time.sleep(delay)
             delay = min(POLL_S, delay * 2)
 
     def finish(self, others: Sequence[str]) -> None:
-        """Serve until the others (those checking now) have this unit's final result."""
+        """Serve until the others that are checking now (they reported) have this unit's
+        final result; not for one that never reported or is already serving."""
         if self.board is not None:
-            self.board.wait_fetched([u for u in others if u not in self.serving], LINGER_S)
+            self.board.wait_fetched([u for u in others if u in self.reported], LINGER_S)
             self.close()
 
     def close(self) -> None:
