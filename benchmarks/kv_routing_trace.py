@@ -204,16 +204,35 @@ async def wait_ready(url: str, path: str = "/health", bound_s: float = 120.0) ->
     raise RuntimeError(f"{url}{path} never answered 200")
 
 
+_STATE = re.compile(r"^servekit_proxy_kv_events_state\{([^}]*)\} ([0-9.]+)$")
+
+
+def feeds_live(text: str, engines: Sequence[str]) -> bool:
+    """Every engine's feed is live in every proxy process of the page (``--workers``: each
+    worker's series carry ``proxy_worker``)."""
+    live: dict[str, set[str]] = {}
+    workers: set[str] = set()
+    for line in text.splitlines():
+        m = _STATE.match(line)
+        if m is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        worker = labels.get("proxy_worker", "")
+        workers.add(worker)
+        if labels.get("state") == "live" and float(m.group(2)) == 1.0:
+            live.setdefault(labels.get("engine", ""), set()).add(worker)
+    return bool(workers) and all(live.get(u, set()) >= workers for u in engines)
+
+
 async def wait_feeds_live(proxy: str, engines: Sequence[str]) -> None:
     """Until servekit's proxy reports every engine's KV-event feed ``live`` (subscribed and
     connected): a kv-events row measured before that would be routed by load alone."""
-    wanted = [f'servekit_proxy_kv_events_state{{engine="{u}",state="live"}} 1.0' for u in engines]
     deadline = time.monotonic() + LIVE_BOUND_S
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
             async with s.get(proxy + "/metrics") as r:
                 text = await r.text()
-            if all(line in text for line in wanted):
+            if feeds_live(text, engines):
                 return
             await asyncio.sleep(0.5)
     raise RuntimeError(f"the proxy's KV-event feeds were not all live after {LIVE_BOUND_S:.0f} s")
@@ -315,8 +334,10 @@ def summarize(name: str, rows: list[Sample], span: float, hits: float | None,
 
 
 def servekit_argv(name: str, port: int, b: Backends) -> list[str]:
-    """servekit's proxy with policy ``name`` (PREFILL[/DECODE][@WEIGHT]; replicas: the decode
-    one's; ``@WEIGHT``: its ``--kv-overlap-weight``, so weights compare in one run)."""
+    """servekit's proxy with policy ``name`` (PREFILL[/DECODE][@WEIGHT][*WORKERS]; replicas:
+    the decode one's; ``@WEIGHT``: its ``--kv-overlap-weight``, so weights compare in one run;
+    ``*WORKERS``: its ``--workers``, each worker routing on its own view)."""
+    name, _, workers = name.partition("*")
     policies, _, weight = name.partition("@")
     pre, _, dec = policies.partition("/")
     argv = [sys.executable, "-m", "servekit.proxy", "--port", str(port), "--log-level", "warning"]
@@ -329,6 +350,8 @@ def servekit_argv(name: str, port: int, b: Backends) -> list[str]:
         argv += ["--kv-events", *(f"{u}={e}" for u, e in b.events.items())]
     if weight:
         argv += ["--kv-overlap-weight", weight]
+    if workers:
+        argv += ["--workers", workers]
     return argv
 
 
@@ -382,6 +405,15 @@ class Setup:
     engines_cpu_s: Callable[[], float]
 
 
+def router_cpu_s(pid: int) -> float:
+    """CPU seconds of the router and every process below it (``--workers``) so far."""
+    total = 0.0
+    for p in members({pid}):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds_of(p)
+    return total
+
+
 async def measure(name: str, setup: Setup) -> Result:
     """Router ``name`` started in front of the engines, fed the trace, read, and stopped."""
     args, b = setup.args, setup.backends
@@ -394,9 +426,9 @@ async def measure(name: str, setup: Setup) -> Result:
         await asyncio.sleep(2.0)  # subscribers connect; health probes admit every engine
         if KV_POLICY in name and not name.startswith(VLLM_ROUTER):
             await wait_feeds_live(target, list(b.events))
-        cpu0 = cpu_seconds_of(router.pid), setup.engines_cpu_s()
+        cpu0 = router_cpu_s(router.pid), setup.engines_cpu_s()
         rows, span = await replay(target, b.model, setup.trace, args.trace_speed, setup.words_of)
-        cpu1 = cpu_seconds_of(router.pid), setup.engines_cpu_s()
+        cpu1 = router_cpu_s(router.pid), setup.engines_cpu_s()
     after = await prefix_counts(b.first_stage)
     queries = after[1] - before[1]
     res = summarize(name, rows, span, (after[0] - before[0]) / queries if queries else None,
@@ -674,7 +706,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
     p.add_argument("--policies", default="round-robin,least-loaded,prefix-affinity,kv-events",
-                   help="servekit's policies, PREFILL[/DECODE][@KV_OVERLAP_WEIGHT] each "
+                   help="servekit's policies, PREFILL[/DECODE][@KV_OVERLAP_WEIGHT][*WORKERS] each "
                    "(replicas: the second)")  # fmt: skip
     p.add_argument("--vllm-router", default=default_vllm_router())
     p.add_argument("--out", type=Path)

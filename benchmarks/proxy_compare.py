@@ -2,13 +2,14 @@
 
     .venv/bin/python benchmarks/proxy_compare.py [/tmp/ext/load_balance_proxy_server_example.py \
         --example-python /tmp/exvenv/bin/python] [--vllm-router $(which vllm-router)] \
-        [--backend lean] [--concurrency 1 32] [--servekit-baseline TREE]
+        [--backend lean] [--concurrency 1 32] [--servekit-baseline TREE] [--servekit-workers 2]
 
 vllm-router (PyPI ``vllm-router``, vLLM's Rust PD router; ``pip install
 vllm-router``, found on PATH by default) runs with ``--vllm-pd-disaggregation
 --policy round_robin``, and servekit's proxy with round-robin, on one prefill
 and one decode. Each proxy's CPU time (user + system, from ``/proc/PID/stat``)
-over a rate run, divided by the requests it completed, is its CPU per request.
+over a rate run, divided by the requests it completed, is its CPU per request
+(summed over the processes below it: a ``--workers`` proxy's workers).
 
 The example proxy is read from outside the repository (never vendored) and run
 with its own interpreter (fastapi, uvicorn, httpx installed there). Both proxies
@@ -179,12 +180,27 @@ class Target:
     cpu_ms: dict[int, float] = field(default_factory=dict)  # CPU per request, per level
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (a --workers proxy's workers, parse workers)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 def cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of ``pid`` so far (0 without one)."""
+    """User + system CPU seconds of ``pid`` and the processes below it so far (0 without one)."""
     if pid is None:
         return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(f) for f in fields[11:13])  # utime stime
+    ticks = 0
+    for p in _tree(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(f) for f in fields[11:13])  # utime stime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -286,7 +302,10 @@ def table(targets: list[Target]) -> str:
     names = [t.name for t in targets]
     by = {t.name: t for t in targets}
     ours, ref = by["servekit"], by.get("vllm-router")
-    rows: list[tuple[str, ...]] = [("", *names, "ratio")]
+    best = [t for t in targets if t.name.startswith("servekit-w")]
+    if best:  # the ratio is the multi-process proxy's: the one that uses the host's cores
+        ours = best[-1]
+    rows: list[tuple[str, ...]] = [("", *names, f"ratio ({ours.name})")]
     base = by["direct"]
     for q in (50, 99):
         vals = [pct(t.ttft_ms, q) for t in targets]
@@ -335,6 +354,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--servekit-baseline", type=Path, metavar="TREE",
                    help="also run servekit's proxy from this source tree (a git worktree of "
                    "another commit), so a change is measured before/after in one run")  # fmt: skip
+    p.add_argument("--servekit-workers", type=int, nargs="*", default=[], metavar="N",
+                   help="also run servekit's proxy with --workers N (one column each), e.g. 2 "
+                   "to use both cores of a 2-core host")  # fmt: skip
     p.add_argument("--serve-backend", nargs=2, type=int, metavar=("PREFILL", "DECODE"),
                    help=argparse.SUPPRESS)  # fmt: skip
     return p.parse_args()
@@ -400,6 +422,11 @@ def main() -> None:
         proxies["servekit-baseline"] = (servekit(bp), "/health", None)
         src = str((args.servekit_baseline / "src").resolve())
         envs["servekit-baseline"] = {**os.environ, "PYTHONPATH": src}
+    for n in args.servekit_workers:  # the same proxy in N processes on one port
+        name = f"servekit-w{n}"
+        urls[name] = f"http://127.0.0.1:{free_port()}"
+        proxies[name] = ([*servekit(int(urls[name].rsplit(":", 1)[1])), "--workers", str(n)],
+                         "/health", None)  # fmt: skip
     if args.vllm_router:
         proxies["vllm-router"] = (
             [args.vllm_router, "--vllm-pd-disaggregation", "--prefill", urls["prefill"],

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("commands",),
     ("verify", "layouttools"),
     ("platforms",),
-    ("report", "local", "importer"),
+    ("report", "local", "importer", "preflight"),
     ("accept", "render"),
     ("bench", "kit", "sim", "catalog"),
     ("deployment", "fsutil", "cliopts", "proxy", "defaults"),

@@ -35,6 +35,7 @@ PAGES = {
     "layouts drift": "layouts.md",
     "defaults": "layouts.md",
     "render": "layouts.md",
+    "preflight": "preflight.md",
     "up": "local.md",
     "down": "local.md",
     "status": "local.md",

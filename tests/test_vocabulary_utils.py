@@ -142,6 +142,9 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
             # Shipped in a ConfigMap and run by the engine image's python3 in a Kubernetes
             # init container, without servekit.
             "platforms/k8s/fetchmodel.py": "standalone file, runs without servekit",
+            # Shipped beside the rendered scripts and run by the engine image's python3,
+            # where servekit is not installed: it cannot import the vocabulary either.
+            "preflight/node/servekit_preflight_share.py": "shipped, runs without servekit",
         },
     ),
     "URL check": (url_check, "vocabulary/urls.py", {}),

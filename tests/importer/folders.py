@@ -68,6 +68,39 @@ children = [
 raise SystemExit(max(child.wait() for child in children))
 """
 
+# A DP launcher that crashes on the platform: each DP rank is a multiprocessing child that
+# dies with a TypeError inside subprocess (an int in the environment it passes), while the
+# launcher itself exits 0: its node starts no engine and says why only on stderr.
+LAUNCH_DP_CRASHING = """\
+# servekit test DP launcher whose children die inside subprocess.
+import argparse
+import multiprocessing
+import os
+import subprocess
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--template", required=True)
+parser.add_argument("--dp-size-local", type=int, required=True)
+parser.add_argument("--dp-rank-start", type=int, required=True)
+parser.add_argument("--port-start", type=int, required=True)
+args = parser.parse_args()
+
+
+def rank(index):
+    env = dict(os.environ, DP_RANK=index)
+    subprocess.run(["sh", args.template, str(index), str(args.port_start + index)], env=env)
+
+
+children = [
+    multiprocessing.Process(target=rank, args=(args.dp_rank_start + i,))
+    for i in range(args.dp_size_local)
+]
+for child in children:
+    child.start()
+for child in children:
+    child.join()
+"""
+
 META = """\
 source: https://example.invalid/tutorials/{model}.html
 derived: 2026-06-01
@@ -327,5 +360,35 @@ def tuned_single(parent: Path) -> Path:
         {
             "run.sh": run,
             "meta.yaml": meta("tunedmodel-a3", image="TODO  # no tag upstream", verified="true"),
+        },
+    )
+
+
+def crashing_launcher(parent: Path, *, proxy: bool) -> Path:
+    """One node: (with ``proxy``) the proxy in the background, then a prefill and a decode
+    launcher whose DP children all die with a TypeError inside subprocess."""
+    run = (
+        '#!/bin/sh\nset -e\nhere=$(cd "$(dirname "$0")" && pwd)\n. "$here/setup_rank_env.sh"\n'
+        "export PREFILL_MASTER=127.0.0.1 DECODE_MASTER=127.0.0.1 FIRST=0\n"
+        + ('(sleep 1; sh "$here/run_proxy.sh") &\n' if proxy else "")
+        + 'sh "$here/run_prefill.sh" &\nexec sh "$here/run_decode.sh"\n'
+    )
+    proxy_sh = (
+        "#!/bin/sh\nexec python3 /opt/official/pd_proxy.py --host 0.0.0.0 --port 8080 "
+        "--prefiller-hosts 127.0.0.1 --prefiller-ports 7100 "
+        "--decoder-hosts 127.0.0.1 --decoder-ports 7200\n"
+    )
+    return write(
+        parent / "testmodel-a3" / "1node",
+        {
+            "run.sh": run,
+            "setup_rank_env.sh": SPINE,
+            "run_proxy.sh": proxy_sh,
+            "run_prefill.sh": _launcher("prefill", 1, 7100),
+            "run_decode.sh": _launcher("decode", 1, 7200),
+            "run_dp_template_prefill.sh": _dp_template("prefill", "kv_producer", 30000, 1, 8),
+            "run_dp_template_decode.sh": _dp_template("decode", "kv_consumer", 30100, 1, 8),
+            "launch_online_dp.py": LAUNCH_DP_CRASHING,
+            "meta.yaml": meta("testmodel-a3"),
         },
     )

@@ -98,6 +98,7 @@ def test_model_directory_without_config(tmp_path: Path) -> None:
         preflight.check_model_dir(tmp_path)
 
 
+@pytest.mark.vllm  # the tiny model's tokenizer is trained with `tokenizers` (servekit[local])
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder; permissions cannot bite")
 def test_unreadable_model_directory(tmp_path: Path) -> None:
     build_tiny_model(tmp_path / "m")
@@ -256,11 +257,17 @@ def test_model_tiny_refuses_the_current_folder_and_above(tmp_path: Path, out: st
     assert (here / "keep.txt").read_text() == "keep me"
 
 
-def test_model_tiny_out_check_refuses_the_root_and_allows_a_rebuild(tmp_path: Path) -> None:
+def test_model_tiny_out_check_refuses_the_root() -> None:
     from servekit.local.tinymodel.ondemand import check_out
 
     with pytest.raises(UsageError, match="holds the current folder"):
         check_out(Path("/"))
+
+
+@pytest.mark.vllm  # the tiny model's tokenizer is trained with `tokenizers` (servekit[local])
+def test_model_tiny_out_check_allows_a_rebuild(tmp_path: Path) -> None:
+    from servekit.local.tinymodel.ondemand import check_out
+
     build_tiny_model(tmp_path / "m")
     assert check_out(tmp_path / "m") == tmp_path / "m"
     result = servekit_inproc("model", "tiny", "--out", "m", cwd=tmp_path, env=runs_env(tmp_path))

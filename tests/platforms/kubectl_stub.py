@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,14 +135,18 @@ def api_server() -> Iterator[tuple[str, list[tuple[str, int]]]]:
 
 
 def run_kubectl(server: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [kubectl(), f"--server={server}", "--namespace=default", *args],
-        env={"KUBECONFIG": "/dev/null", "HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """kubectl with a HOME of its own: it writes its discovery cache under ``$HOME/.kube``
+    (a HOME of ``/nonexistent`` made it create that folder, which other tests rely on
+    not existing)."""
+    with tempfile.TemporaryDirectory(prefix="servekit-kubectl-") as home:
+        return subprocess.run(
+            [kubectl(), f"--server={server}", "--namespace=default", *args],
+            env={"KUBECONFIG": "/dev/null", "HOME": home, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def applied_objects(text: str) -> list[dict[str, Any]]:

@@ -76,6 +76,9 @@ def test_the_fake_cluster_passes_verify_with_pods(
         else []
     )
     assert outcome.exit_code == 0, (failed, checks_failed)
+    # every engine pod's initContainer ran the preflight; verify read its report (--logs)
+    preflight = (outcome.run.observed or {})["preflight"]
+    assert preflight.startswith(f"passed on {LAYOUTS[name]} units"), preflight
     checks = json.loads((out / "accept" / "result.json").read_text())["checks"]
     verdicts = {c["verdict"] for c in checks}
     assert "fail" not in verdicts and "pass" in verdicts
@@ -245,3 +248,77 @@ def test_deployment_json_from_pods(tmp_path: Path) -> None:
     assert "--entry" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def _lws_pod_names(prefix: str) -> list[str]:
+    """The pods LWS creates from the rendered LeaderWorkerSets: <lws>-<group>[-<worker>]."""
+    import yaml
+
+    from servekit.platforms import render_target
+
+    _, files = render_target("a3/glm5.1/1x2p1x4d", "k8s", [f"k8s.prefix={prefix}"])
+    names = []
+    for text in files.values():
+        for obj in yaml.safe_load_all(text) if isinstance(text, str) and "kind:" in text else ():
+            if obj and obj["kind"] == "LeaderWorkerSet":
+                lws, spec = obj["metadata"]["name"], obj["spec"]
+                for group in range(spec["replicas"]):
+                    for worker in range(spec["leaderWorkerTemplate"]["size"]):
+                        names.append(f"{lws}-{group}" + (f"-{worker}" if worker else ""))
+    return names
+
+
+def test_pods_of_a_prefixed_rendering_are_taken_by_their_real_names(tmp_path: Path) -> None:
+    """Rendered with k8s.prefix=prod, the pods LWS makes are prod-*: they are accepted
+    (before: only sk-* was), and a name of another rendering among them is refused."""
+    from tests.helpers.cli import servekit_inproc
+
+    names = _lws_pod_names("prod")
+    assert len(names) == 6 and all(n.startswith("prod-") for n in names)
+    pods = ",".join(f"{n}=10.2.0.{i + 2}" for i, n in enumerate(names))
+    out = tmp_path / "deployment.json"
+    done = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(out), "--pods", pods,
+        "--entry", "http://10.2.0.100:8080",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    urls = {e["name"]: e["url"] for e in json.loads(out.read_text())["endpoints"]}
+    assert urls["prefill0.dp1"] == "http://10.2.0.3:9081"  # prod-prefill-0-1
+    mixed = pods.replace("prod-decode-0-3=", "sk-decode-0-3=")
+    refused = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(tmp_path / "x.json"), "--pods", mixed,
+        "--entry", "http://10.2.0.100:8080",
+    )  # fmt: skip
+    assert refused.returncode == 2 and "k8s.prefix" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_ipv6_pod_addresses_make_urls_that_parse(tmp_path: Path) -> None:
+    """``--pods`` with IPv6 pod IPs: every endpoint URL has its address in brackets
+    (before: http://fd00::1:8100, whose port does not parse), and each one passes the
+    URL check deployment.json is read back with."""
+    from urllib.parse import urlsplit
+
+    from tests.helpers.cli import servekit_inproc
+
+    from servekit.vocabulary import check_url
+
+    names = _lws_pod_names("sk")
+    pods = {n: f"fd00::{i + 2:x}" for i, n in enumerate(names)}
+    out = tmp_path / "deployment.json"
+    done = servekit_inproc(
+        "deployment", "a3/glm5.1/1x2p1x4d", "--out", str(out),
+        "--pods", ",".join(f"{k}={v}" for k, v in pods.items()),
+        "--entry", "http://[fd00::100]:8080",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    endpoints = json.loads(out.read_text())["endpoints"]
+    seen = set()
+    for e in endpoints:
+        parts = urlsplit(e["url"])
+        assert parts.port is not None and check_url(e["url"]) == e["url"], e["url"]
+        seen.add(parts.hostname)
+    assert set(pods.values()) <= seen
+    assert (
+        next(e for e in endpoints if e["name"] == "prefill0.dp1")["url"] == "http://[fd00::3]:9081"
+    )

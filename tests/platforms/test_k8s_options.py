@@ -197,8 +197,9 @@ def test_the_model_is_mounted_at_the_model_path_from_each_source() -> None:
     }
     assert _mount(spec["containers"][0], "model")["subPath"] == "glm/5.1"
     spec = _first_engine(objects(name, settings=EVERYTHING))
-    (fetch,) = spec["initContainers"]
+    fetch, preflight = spec["initContainers"]  # the preflight after: it checks the model
     assert fetch["command"][-3:] == ["zai-org/GLM-5.1", "main", "/root/model"]
+    assert preflight["name"] == "preflight" and preflight["command"][-1] == "preflight"
     assert {
         "name": "HF_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}},

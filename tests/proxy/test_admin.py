@@ -8,8 +8,10 @@ from typing import Any
 from unittest import mock
 
 from aiohttp.test_utils import make_mocked_request
+from hypothesis import given, settings, strategies as st
 
-from servekit.proxy.admin import admin_refusal, bearer_matches
+from servekit.errors import UsageError
+from servekit.proxy.admin import Change, admin_refusal, bearer_matches
 
 from .backends import Spy
 from .harness import SLOW_DECODE, Stack, run, stack, wait_until
@@ -181,3 +183,62 @@ def test_bad_admin_bodies_are_400_naming_the_field() -> None:
             assert status == 400 and "not in the pools" in out["error"]["message"]
 
     run(scenario())
+
+
+def test_kv_event_subscriptions_follow_admin_adds_and_removals() -> None:
+    async def scenario() -> None:
+        sim = {"kv_events": {"endpoint": "tcp://*:0"}}
+        async with stack(prefill=2, admin=True, prefill_policy="kv-events", sim=sim) as s:
+            kv = s.proxy.router.kv
+            assert kv is not None
+            url, publisher = s.prefill[1].url, s.prefill[1].ep.kv_events.endpoint  # type: ignore[union-attr]
+            assert url not in kv.sources  # started without --kv-events for it
+            await admin(s, "/admin/instances/remove", {"urls": [url]})
+            status, _ = await admin(s, "/admin/instances/add", {
+                "role": "prefill", "urls": [url], "kv_events": {url: publisher}})  # fmt: skip
+            assert status == 200 and kv.sources[url].endpoint == publisher
+            await wait_until(lambda: kv.live(url), "the added engine's feed is live")
+            budget = s.proxy.router.config.kv_index_bytes
+            assert kv.indexes[url].max_bytes == budget // len(kv.sources)  # shared again
+            status, out = await admin(s, "/admin/instances/add", {
+                "role": "prefill", "urls": [url], "kv_events": {"http://x:1": publisher}})  # fmt: skip
+            assert status == 400 and "not one of urls" in out["error"]["message"]
+            await admin(s, "/admin/instances/remove", {"urls": [url]})
+            assert url not in kv.sources and url not in kv.subscribers and url not in kv.indexes
+
+    run(scenario())
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5000) | st.floats() | st.text(max_size=12),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=10), kids,
+                                                              max_size=4),
+    max_leaves=16,
+)  # fmt: skip
+KEYS = st.sampled_from(["role", "urls", "pod", "kv_events", "bootstrap", "wait_s", "other"])
+
+
+URLS = st.lists(st.sampled_from(["http://a:1", "http://b:2", "x\ny", "http://c:3\n"]),
+                min_size=1, max_size=3)  # fmt: skip
+
+
+@st.composite
+def listed_maps(draw: st.DrawFn) -> dict[str, Any]:
+    """Bodies whose kv_events and bootstrap name listed URLs (so their values are read)."""
+    urls = draw(URLS)
+    values = st.text(max_size=30) | st.sampled_from(["tcp://h:1", "e=http://h:1", "tcp://h:1,x"])
+    body: dict[str, Any] = {"role": "prefill", "urls": urls}
+    for key in ("kv_events", "bootstrap"):
+        body[key] = draw(st.dictionaries(st.sampled_from(urls), values, max_size=2))
+    return body
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(KEYS, JSONISH, max_size=6) | JSONISH | listed_maps())
+def test_any_admin_body_is_read_or_refused_in_one_line_naming_the_field(doc: Any) -> None:
+    try:
+        change = Change.parse(doc)
+    except UsageError as exc:
+        assert "\n" not in exc.message and ":" in exc.message
+        return
+    assert 0 <= change.wait_s <= 3600 and (change.urls or change.pod)

@@ -102,6 +102,7 @@ def test_each_connectors_prefill_answer_passes_and_each_field_matters() -> None:
         assert not kv_params_pass({**answer, "do_remote_prefill": False})
 
 
+@pytest.mark.vllm  # reads the installed vLLM's router source: needs the engine, starts none
 def test_every_route_of_the_installed_vllm_is_classified_by_the_spec() -> None:
     """The spec's paths come from vLLM's own router source, as the guard's list did."""
     if importlib.util.find_spec("vllm") is None:

@@ -267,6 +267,8 @@ def _leg(events: list[tuple[str, list[int]]], prompt: list[int], done: bool = Fa
     out = []
     for n, (text, ids) in enumerate(events):
         choice: dict[str, Any] = {"index": 0, "text": text, "token_ids": ids}
+        if done and n == len(events) - 1:
+            choice["finish_reason"] = "stop"
         if n == 0:
             choice["prompt_token_ids"] = prompt
         doc = {"id": "c", "object": "text_completion", "created": 1, "model": "m",

@@ -101,7 +101,7 @@ def test_leases_always_return_load_to_zero(work: list[tuple[int, int, bool]]) ->
     assert (inst.tokens, inst.requests) == (0, 0)
 
 
-def test_pool_add_is_idempotent_and_reap_drops_only_idle_removed() -> None:
+def test_pool_add_is_idempotent_and_discard_drops_one() -> None:
     pool = Pool("prefill")
     a, b = pool.add("http://a:1"), pool.add("http://b:1")
     assert pool.add("http://a:1") is a and [i.name for i in pool.members] == [
@@ -109,9 +109,9 @@ def test_pool_add_is_idempotent_and_reap_drops_only_idle_removed() -> None:
         "prefill-1",
     ]
     lease = acquire(b, 10)
-    a.remove_when_idle = b.remove_when_idle = True
-    pool.reap()
-    assert pool.members == [b]
+    assert not b.idle() and b.leases == {lease}
     lease.release()
-    pool.reap()
-    assert pool.members == []
+    assert b.idle() and not b.leases
+    pool.discard(a)
+    assert pool.members == [b]
+    assert pool.add("http://a:1").name == "prefill-2"  # a new engine, a new name

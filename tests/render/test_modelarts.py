@@ -5,7 +5,9 @@ on the fake platform (a real rank table, a fake NIC, a recording ``vllm`` on
 PATH and a recording stand-in for the bundled proxy); the argv, environment and
 working directory of every process each node starts must equal the Plan's. The
 entry's own checks (rank table wait, node count, group 0, hostile values, a
-rank dying) are driven the same way.
+rank dying) are driven the same way. The entry's preflight, servekit's recorded
+addition, is turned off at launch here (``PREFLIGHT=0``): what is compared is
+what the source starts (the preflight on a fake NPU fabric is tests/preflight).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from servekit.render.plan import Plan, PlanOptions, build_plan
 
 A3 = ("1node", "2nodes", "1p1d", "2p1x2d", "2p2d", "3p1d", "1p3d")
 IMPORTED = [n for n in layout_names(packaged_catalog()) if n.count("/") == 2]
+NO_PREFLIGHT = {"PREFLIGHT": "0"}
 
 
 def render(name: str, tmp_path: Path) -> Path:
@@ -95,7 +98,12 @@ def _every_node_starts_the_plans_processes(name: str, tmp_path: Path) -> None:
     entry = render(name, tmp_path)
     bundle, work = fake_bundle(tmp_path), tmp_path / "kernel_cache"
     plan = plan_for(name, platform, bundle, work)
-    extra = {"BUNDLE_DIR": str(bundle), "WORK_DIR": str(work), "FAKEPLATFORM_STAY": "1"}
+    extra = {
+        "BUNDLE_DIR": str(bundle),
+        "WORK_DIR": str(work),
+        "FAKEPLATFORM_STAY": "1",
+        **NO_PREFLIGHT,
+    }
     nodes = range(layout.nodes)
     running = [start_node(platform, node, entry, extra_env=extra) for node in nodes]
     for node in nodes:
@@ -131,6 +139,7 @@ def test_a_dying_rank_stops_the_nodes_other_processes(tmp_path: Path) -> None:
         "WORK_DIR": str(tmp_path / "work"),
         "FAKEPLATFORM_STAY": "1",
         "FAKEPLATFORM_FAIL_PORT": "7102",
+        **NO_PREFLIGHT,
     }
     run = run_node(platform, 0, entry, extra_env=extra, timeout=60)
     assert run.returncode == 3, run.stderr

@@ -23,6 +23,7 @@ from servekit.errors import UsageError
 from servekit.guard import source_bytes
 from servekit.platforms import render_files, write_rendering
 from servekit.platforms.modelarts import ranktable
+from servekit.preflight import checker_files
 from servekit.proxy.bundle import zipapp_bytes
 from servekit.render.envvalues import resolve_env
 from servekit.render.plan import Plan, PlanOptions, build_plan
@@ -168,6 +169,9 @@ def _shown(content: str | bytes) -> str:
         return "(servekit's proxy zipapp)\n"
     if content == ranktable.source_bytes():
         return "(servekit's render/ranktable.py, byte for byte)\n"
+    for name, data in checker_files().items():
+        if content == data:
+            return f"(servekit's preflight/node/{name}, byte for byte)\n"
     return content.decode("utf-8")
 
 

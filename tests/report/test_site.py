@@ -140,6 +140,11 @@ def test_pages_are_self_contained(site: Path) -> None:
     for path in site.rglob("*.html"):
         html = path.read_text()
         assert "<link" not in html and " src=" not in html
+        # "How to use it" shows commands as text (a curl to the entry): never a link
+        usage = re.search(r'<ol id="usage">.*?</ol>', html, re.S)
+        if usage is not None:
+            assert "href=" not in usage.group(0)
+            html = html.replace(usage.group(0), "")
         urls = set(re.findall(r"https?://[^\s\"'<]+", html))
         # An imported layout names its upstream tutorial (meta.yaml's source) as text.
         cited = set(re.findall(r"<th>source</th><td>(https?://[^<\s]+)</td>", html))
@@ -202,3 +207,14 @@ def test_a_folder_of_other_files_is_never_replaced(catalog: Path, tmp_path: Path
     with pytest.raises(UsageError, match="did not write"):
         build_site(out, str(catalog))
     assert (out / "notes.txt").read_text() == "precious"
+
+
+def test_each_layout_page_says_how_to_run_it(site: Path) -> None:
+    """The report's "how to use it" (report/usage.py; its paths are checked per target in
+    tests/platforms/test_start.py) is on each layout's page too."""
+    pages = sorted((site / "layouts").glob("*.html"))
+    assert pages
+    for page in pages:
+        html = page.read_text()
+        assert '<ol id="usage">' in html, page
+        assert "servekit up " in html or "--target modelarts --out " in html, page

@@ -136,8 +136,12 @@ def test_usage_for_a_cluster_layout_renders_and_names_the_entry(catalog: Path) -
     lines = [line for s in steps for line in s.lines]
     # a3/1p1d is an alias: the usage names the layout it loads
     out = "out/a3-deepseekv4-flash-1p1d"
-    assert f"servekit render a3/deepseekv4-flash/1p1d --out {out}" in lines
-    assert f"bash {out}/node1/run.sh   # on node 1" in lines
+    assert f"servekit render a3/deepseekv4-flash/1p1d --target modelarts --out {out}" in lines
+    assert any(x.startswith("sh /root/script/run.sh") for x in lines)  # ModelArts: one entry
+    # node folders only where the nodes target wrote them (tests/platforms/test_start.py)
+    assert f"servekit render a3/deepseekv4-flash/1p1d --target nodes --out {out}-nodes" in lines
+    assert f"bash {out}-nodes/node1/run.sh   # on node 1" in lines
+    assert not any(f"{out}/node" in x for x in lines)
     assert any(
         "http://${NODE0_IP}:8080/v1/chat/completions" in x and "deepseek_v4" in x for x in lines
     )

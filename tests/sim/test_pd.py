@@ -226,7 +226,7 @@ def test_a_dead_prefill_rank_loses_only_its_own_offers(tmp_path: Path) -> None:
         assert lost["remote_port"] == 36008 and keep["remote_port"] == 36004
         assert post(f"{sim.urls['p1']}/sim/kill", {})[0] == 200
         status, err = _decode(sim, lost, prompt=PROMPT + " other")
-        assert status == 400 and "never produced" in err["error"]["message"]
+        assert status == 500 and "KV load failed" in err["error"]["message"]
         assert _decode(sim, keep)[0] == 200
 
 

@@ -133,6 +133,9 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert record.image == NOT_OBSERVED and record.versions == {}
     assert record.observed is not None
     assert record.observed["engine"] == "20/20 engines answered as servekit's simulator"
+    # the preflight the nodes ran before their engines, as they reported it (--logs)
+    assert record.observed["preflight"].startswith("passed on 2 units at ")
+    assert "(32 NPU IPs, 32 peer pings, TLS switch [0]; " in record.observed["preflight"]
     after = verification_status(loaded)
     assert after.state == before.state != "verified"
     # layouts list: model, name, hardware, nodes, topology, source says, status, derived
@@ -144,6 +147,12 @@ def test_verify_with_nodes_equals_the_local_simulated_run(
     assert got["figures"] == want["figures"]
     run = json.loads((out / "run.json").read_text())
     assert run["accept_speed"] == SPEED and run["target"] == cluster.entry_url
+    assert run["files"]["preflight"] == "preflight.json"
+    preflight = json.loads((out / "preflight.json").read_text())
+    assert preflight["verdict"] == "pass" and [u["npu_ips"] for u in preflight["units"]] == [16, 16]
+    assert "- Preflight: [passed on 2 units" in (out / "report.md").read_text()
+    local = json.loads((local_run / "run.json").read_text())
+    assert local["observed"]["preflight"].startswith("not observed: started on this machine")
     assert {s["name"]: s["status"] for s in run["steps"]}["down"] == "skipped"
     dep = json.loads((out / "deployment.json").read_text())
     assert dep["engine_access"] == "direct" and len(dep["endpoints"]) == 21

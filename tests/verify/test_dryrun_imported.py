@@ -56,5 +56,7 @@ def test_the_simulated_cluster_passes_verify_with_nodes(
     dep = json.loads((out / "deployment.json").read_text())
     addresses = {e["url"].rsplit(":", 1)[0].removeprefix("http://") for e in dep["endpoints"]}
     assert addresses <= set(cluster.addresses) and addresses
+    run = json.loads((out / "run.json").read_text())  # the nodes' preflight, recorded
+    assert run["observed"]["preflight"].startswith(f"passed on {len(cluster.addresses)} units")
     assert leftovers(cluster) == []
     assert not cluster.root.exists()

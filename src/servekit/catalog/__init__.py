@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         ArgValue as ArgValue,
         Engine as Engine,
         EnvValue as EnvValue,
+        Hardware as Hardware,
         Layout as Layout,
         NodeValue as NodeValue,
         Prepend as Prepend,

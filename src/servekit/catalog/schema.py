@@ -128,7 +128,12 @@ class Model(StrictModel):
     path: str = Field(description="model directory on every node")
     served_name: str
     quantization: str | None = None
-    max_model_len: int = Field(gt=0, le=MAX_MODEL_LEN)
+    max_model_len: int | None = Field(
+        gt=0,
+        le=MAX_MODEL_LEN,
+        description="every engine's --max-model-len; null: the engine's default (no flag is "
+        "passed, so vLLM takes the model's own context length, as a source that passes none)",
+    )
     capabilities: tuple[Capability, ...] = ()
     trust_remote_code: bool = False
 

@@ -14,6 +14,7 @@ import typer
 GROUPS = (
     "catalog",
     "render",
+    "preflight",
     "local",
     "sim",
     "proxy",

@@ -19,6 +19,7 @@ def _run(opts: RenderOptions) -> int:
         target=opts.target,
         force=opts.force,
         k8s_kind=opts.k8s_kind,
+        preflight=opts.preflight,
     )
     return 0
 

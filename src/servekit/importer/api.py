@@ -91,6 +91,19 @@ def run_folder(
     return extract_folder(folder, source=ref, nodes=nodes, entry=entry).document()
 
 
+def _load_staged(name: str, scratch: Path, where: Path) -> Layout:
+    """The layout written into the scratch catalog; a refusal names the folder imported
+    and the file as it would be in the catalog, never the scratch copy (gone by then)."""
+    try:
+        return load(name, scratch).layout
+    except UsageError as exc:
+        said = str(exc).replace(f"{scratch}/", "")
+        raise UsageError(
+            f"{where}: the imported layout would not load ({said}); servekit cannot hold the "
+            "folder as it is"
+        ) from None
+
+
 def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any], where: Path) -> Layout:
     """Write into a scratch copy first: a layout that would not load, or that render
     would refuse, is never written.
@@ -107,18 +120,20 @@ def _staged_check(catalog: Path, synth: Synthesis, doc: dict[str, Any], where: P
             copy.parent.mkdir(parents=True)
             shutil.copy2(profile, copy)
         write_layout(scratch, synth, doc)
-        errors = [f for f in check_layout(load(name, scratch).layout) if f.level == "error"]
+        errors = [f for f in check_layout(_load_staged(name, scratch, where)) if f.level == "error"]
         kept = [source_caveat(f.field, f.message) for f in errors if f.source_value]
         if kept:
             synth.caveats.extend(c for c in kept if c not in synth.caveats)
             write_layout(scratch, synth, doc)
-            errors = [f for f in check_layout(load(name, scratch).layout) if f.level == "error"]
+            errors = [
+                f for f in check_layout(_load_staged(name, scratch, where)) if f.level == "error"
+            ]
         if errors:
             raise UsageError(
                 f"{where}: the imported layout breaks a rule render enforces ({errors[0].text()}); "
                 "it cannot be rendered as the folder is"
             )
-        return load(name, scratch).layout
+        return _load_staged(name, scratch, where)
 
 
 def plan_signature(layout: Layout) -> list[tuple[Any, ...]]:
@@ -158,15 +173,20 @@ def import_layout(opts: LayoutsImportOptions) -> tuple[str, list[Path], list[str
         if facts is not None
         else run_folder(folder, opts.repo, opts.commit, nodes=opts.nodes, entry=opts.entry)
     )
+    where = facts if facts is not None else folder
+    kinds = sorted({str(p.get("kind")) for p in doc["processes"] if isinstance(p, dict)})
+    if "engine" not in kinds:
+        raise UsageError(
+            f"{where}: the facts hold no vllm process (only: {', '.join(kinds) or 'nothing'}); "
+            "a layout needs an engine: import the folder itself to see why none started"
+        )
     try:
         synth = synthesize(doc, chosen)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        where = facts if facts is not None else folder
         raise UsageError(
             f"{where}: the facts are not in the recorded format ({type(exc).__name__}: "
             f"{str(exc)[:80]}); give --facts a source.json an import wrote"
         ) from exc
-    where = facts if facts is not None else folder
     staged = _staged_check(root, synth, doc, where)
     if not (root / chosen / LAYOUT_FILE).is_file() and (twin := twin_of(root, staged)):
         raise UsageError(

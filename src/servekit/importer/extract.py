@@ -48,9 +48,11 @@ from servekit.importer.contain import (
     status_breach,
     writes,
 )
+from servekit.importer.failures import last_error
 from servekit.importer.meta import SourceMeta, read_meta
 from servekit.importer.platform import fixture
 from servekit.importer.platform.harness import (
+    INHERITED,
     FakePlatform,
     NodeProcess,
     NodeRun,
@@ -261,7 +263,20 @@ def _replace_helpers(copy: Path, python: str) -> list[str]:
     return replaced
 
 
-def _check(name: str, entry: str, runs: Sequence[NodeRun], limit: float) -> None:
+def _failure(run: NodeRun, noise: Sequence[str]) -> str:
+    """The last error the node's own processes printed, as the refusal quotes it."""
+    found = last_error(run.stderr, noise)
+    return found.text() if found is not None else "it printed nothing on stderr"
+
+
+def _check(
+    name: str, entry: str, runs: Sequence[NodeRun], limit: float, noise: Sequence[str] = ()
+) -> None:
+    """Refuse a run whose nodes failed, each refusal in the folder's own words.
+
+    ``noise``: the fake platform's own values (its inherited ``LD_PRELOAD``), whose
+    complaints are not the folder's errors.
+    """
     for run in runs:
         where = f"{name}: node {run.node}"
         if run.stopped is not None:
@@ -285,10 +300,18 @@ def _check(name: str, entry: str, runs: Sequence[NodeRun], limit: float) -> None
         if (stopped := status_breach(run.returncode)) is not None:
             raise ImportRefused(f"{where} {stopped} ({entry} exited {run.returncode}, SIGXFSZ)")
         if run.returncode != 0:
-            last = shown((run.stderr.strip().splitlines() or ["(no output)"])[-1])
-            raise ImportRefused(f"{where}: {entry} exited {run.returncode}: {last}")
+            raise ImportRefused(f"{where}: {entry} exited {run.returncode}: {_failure(run, noise)}")
         if not run.records:
-            raise ImportRefused(f"{where}: {entry} ended without starting vllm or a proxy")
+            raise ImportRefused(
+                f"{where}: {entry} ended without starting vllm or a proxy: {_failure(run, noise)}"
+            )
+    if not any(r.kind == "engine" for run in runs for r in run.records):
+        started = sorted({f"node {r.node}: {r.kind}" for run in runs for r in run.records})
+        failed = next((run for run in runs if last_error(run.stderr, noise)), runs[0])
+        raise ImportRefused(
+            f"{name}: no node started vllm ({', '.join(started)}); node {failed.node}: "
+            f"{_failure(failed, noise)}"
+        )
 
 
 def _run_watched(
@@ -390,7 +413,7 @@ def _contained(
             platform, folder, entry, shell=shell, limit=time_limit_s, sandbox=sandbox
         )
         if check:
-            _check(str(folder), entry, runs, time_limit_s)
+            _check(str(folder), entry, runs, time_limit_s, tuple(platform.inherited.values()))
         processes = [facts for run in runs for facts in run_facts(platform, run)]
         found = [w for node, tree in enumerate(trees) for w in writes(tree, node)]
         return runs, processes, found, replaced, platform.group_sizes[0]
@@ -415,10 +438,11 @@ def probe_nodes(
     count = started.index(False) if False in started else PROBE_NODES
     if count in {0, PROBE_NODES} or any(started[count:]):
         seen = ", ".join(str(k) for k, ok in enumerate(started) if ok) or "none"
+        why = f"; node 0: {_failure(runs[0], tuple(INHERITED.values()))}" if count == 0 else ""
         raise ImportRefused(
             f"{folder}: cannot tell its node count: run on {PROBE_NODES} nodes, ranks {seen} "
             f"started something (nothing in {entry}, meta.yaml or the folder name says it); "
-            "give --nodes N"
+            f"give --nodes N{why}"
         )
     return count, f"ran {entry} on {PROBE_NODES} nodes: ranks 0..{count - 1} start processes"
 

@@ -69,6 +69,8 @@ _NODE_IP = re.compile(r"^\{NODE(\d+)_IP\}$")
 _NODE_NIC = re.compile(r"^\{NODE(\d+)_NIC\}$")
 
 
+NOT_EXPRESSED = "not expressed: "
+"""How a caveat of the layout starts that records a difference the import could not express."""
 UNSET = "\x00unset"  # a variable the source unsets (recorded as a deviation: env cannot unset)
 
 
@@ -441,7 +443,9 @@ def _common_model(groups: list[list[_Proc]], path: str) -> dict[str, Any]:
     if len(quant) == 1 and None not in quant:
         model["quantization"] = quant.pop()
     lens = [_int(g[0].one("--max-model-len")) for g in groups]
-    model["max_model_len"] = max((n for n in lens if n is not None), default=0)
+    # An engine passing no --max-model-len runs at the engine's default (null): the model
+    # states a length only when every engine passes one; an engine's own differs from it.
+    model["max_model_len"] = None if None in lens else max(n for n in lens if n is not None)
     if all(g[0].has("--trust-remote-code") for g in groups):
         model["trust_remote_code"] = True
     return model
@@ -461,8 +465,16 @@ def _typed_engine(
         engine["speculative"] = spec
     elif lead.has("--speculative-config"):
         out.append(Unexpressed(where, None, "--speculative-config without a method"))
-    if lead.one("--served-model-name") != model["served_name"]:
-        out.append(Unexpressed(where, None, "a served model name of its own"))
+    own_name = lead.one("--served-model-name")
+    if own_name != model["served_name"]:
+        out.append(
+            Unexpressed(
+                where,
+                None,
+                f"a served model name of its own ({own_name!r}); rendered with the model's "
+                f"{model['served_name']!r}",
+            )
+        )
     own_len = _int(lead.one("--max-model-len"))
     if own_len is not None and own_len != model["max_model_len"]:
         engine["max_model_len"] = own_len
@@ -554,4 +566,6 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     if proxy is not None:
         layout["proxy"] = proxy
     caveats = [f"{u.text()} (the layout holds that value)" for u in twice]
+    # What the layout cannot say stays in it, so layouts show and render name it too.
+    caveats += [f"{NOT_EXPRESSED}{u.text()}" for u in out]
     return Synthesis(layout=layout, unexpressed=out, caveats=caveats)

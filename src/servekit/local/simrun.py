@@ -61,6 +61,14 @@ def _has_flag(proc: ProcessPlan, flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in proc.argv)
 
 
+def _context(proc: ProcessPlan) -> int | None:
+    """The process's ``--max-model-len``; None where it passes none (the engine's default)."""
+    argv = list(proc.argv)
+    if "--max-model-len" in argv[:-1]:
+        return int(argv[argv.index("--max-model-len") + 1])
+    return None
+
+
 def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
     return {
         "name": proc.name,
@@ -78,7 +86,8 @@ def _endpoint(proc: ProcessPlan, plan: Plan) -> dict[str, object]:
         "tp": proc.tp,
         "kv_port": proc.kv_port or 0,
         "served_model_name": plan.served_model_name,
-        "max_model_len": plan.max_model_len,
+        # what the engine was told (its --max-model-len), else the simulator's own default
+        **({"max_model_len": context} if (context := _context(proc)) is not None else {}),
         "guard": proc.guard,
         # the engine's parsers, as its vllm command has them
         "reasoning_parser": _has_flag(proc, "--reasoning-parser"),

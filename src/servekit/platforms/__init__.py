@@ -15,16 +15,25 @@ if TYPE_CHECKING:
         render_layout as render_layout,
         render_target as render_target,
     )
-    from servekit.platforms.fake import DryCluster as DryCluster, leftovers as leftovers
+    from servekit.platforms.fake import (
+        DryCluster as DryCluster,
+        NodeOutcome as NodeOutcome,
+        leftovers as leftovers,
+    )
+    from servekit.platforms.fakenpu import Faults as Faults
     from servekit.platforms.k8s import k8s_requirements as k8s_requirements
     from servekit.platforms.k8s.attach import (
         parse_pods as parse_pods,
         process_hosts as process_hosts,
     )
-    from servekit.platforms.k8s.fake import k8s_dry_cluster as k8s_dry_cluster
+    from servekit.platforms.k8s.fake import (
+        k8s_dry_cluster as k8s_dry_cluster,
+        k8s_refused as k8s_refused,
+    )
     from servekit.platforms.modelarts.fake import (
         dry_cluster as dry_cluster,
         rank_table as rank_table,
+        refused_cluster as refused_cluster,
     )
     from servekit.platforms.options import RenderOptions as RenderOptions
     from servekit.platforms.request import RenderRequest as RenderRequest

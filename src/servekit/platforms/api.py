@@ -40,17 +40,31 @@ def render_target(
     sets: list[str],
     catalog: Path | str | None = None,
     extra: dict[str, str] | None = None,
+    *,
+    notes: list[str] | None = None,
+    preflight: bool = True,
 ) -> tuple[str, Files]:
-    """The files of one layout for one platform (pure but for reading the catalog)."""
+    """The files of one layout for one platform (pure but for reading the catalog).
+
+    ``notes`` gets what the render summary must say besides the files: each warning of
+    render's rules and each caveat the layout records (a difference its import could
+    not express renders otherwise than the source, and says so here).
+    """
     settings, layout_sets = _platform_settings(target, sets)
     settings.update(extra or {})
     layout = apply_overrides(load(name, catalog).layout, layout_sets)
-    errors = [f for f in check_layout(layout) if f.level == "error"]
+    findings = check_layout(layout)
+    if notes is not None:
+        notes += [f.line() for f in findings if f.level == "warning"]
+        notes += [f"caveat: {c}" for c in layout.provenance.caveats]
+    errors = [f for f in findings if f.level == "error"]
     if errors:
         raise UsageError(
             f"{errors[0].text()} (fix it or drop the --set; 'servekit layouts check' lists all)"
         )
-    req = RenderRequest(plan=build_plan(layout), layout=layout, settings=settings)
+    req = RenderRequest(
+        plan=build_plan(layout), layout=layout, settings=settings, preflight=preflight
+    )
     return layout.name, PLATFORMS[target].render(req)
 
 
@@ -64,6 +78,7 @@ def render_layout(
     target: TargetName = "modelarts",
     force: bool = False,
     k8s_kind: str = "leaderworkerset",
+    preflight: bool = True,
 ) -> list[Path]:
     """Render one layout; refuses (exit 2) a layout whose overrides break a rule."""
     con = console or Console()
@@ -75,9 +90,16 @@ def render_layout(
     extra = {"kind": k8s_kind} if target == "k8s" else None
     if target != "k8s" and k8s_kind != "leaderworkerset":
         raise UsageError("--k8s-kind is for --target k8s")
-    layout_name, files = render_target(name, target, sets, catalog, extra)
+    notes: list[str] = []
+    layout_name, files = render_target(
+        name, target, sets, catalog, extra, notes=notes, preflight=preflight
+    )
     written = write_files(files, out, force=force)
     con.print(f"rendered {layout_name} for {target}: {len(written)} files in {out}")
+    if not preflight:
+        con.print("without the preflight (--no-preflight): nothing is checked before launch")
+    for line in notes:
+        con.print(line, markup=False, highlight=False)
     summary = files.get("k8s.md")
     if isinstance(summary, str):
         con.print(summary, markup=False, highlight=False)

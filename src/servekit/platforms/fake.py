@@ -43,12 +43,14 @@ POLL_S = 0.25
 
 @dataclass
 class Node:
-    """One dry-run node (or pod): its name, loopback address and running entry."""
+    """One dry-run node (or pod): its name, loopback address, running entry, and what its
+    platform adds to its environment (its filesystem and NPU fabric: ``fakenpu``)."""
 
     pod: str
     address: str
     entry: Path
     popen: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def output(self) -> Path:
@@ -163,8 +165,11 @@ def loopback_block(is_free: Callable[[str], bool], what: str) -> Iterator[str]:
     raise UsageError(f"no loopback block 127.0.0-{BLOCKS - 1}.x has {what} free")
 
 
-def layouts_are_free(layouts: Sequence[Layout], first: int = 2) -> Callable[[str], bool]:
-    """Whether every planned (address, port) of ``layouts`` is free under a prefix.
+def layouts_are_free(
+    layouts: Sequence[Layout], first: int = 2, extra_ports: Sequence[int] = ()
+) -> Callable[[str], bool]:
+    """Whether every planned (address, port) of ``layouts`` is free under a prefix, and
+    ``extra_ports`` (the preflight's exchange) on every node.
 
     The nodes take 127.0.N.2, 127.0.N.3, ... in the order of ``layouts``.
     """
@@ -180,6 +185,11 @@ def layouts_are_free(layouts: Sequence[Layout], first: int = 2) -> Callable[[str
                 for port in proc.bound_ports():
                     if not port_is_free(port, f"{prefix}.{rank + proc.node}", reuse=True):
                         return False
+            for node in range(nodes):
+                if not all(
+                    port_is_free(p, f"{prefix}.{rank + node}", reuse=True) for p in extra_ports
+                ):
+                    return False
             rank += nodes
         return True
 
@@ -223,6 +233,43 @@ def wait_ready(
     if pending:
         names = ", ".join(t.url for t, _ in pending[:5])
         raise RuntimeError(f"not ready after {timeout_s:.0f} s: {names}")
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """How a dry-run node's entry ended: its exit status, its output, the process logs it
+    left (each process it started writes one) and whether it stopped by itself."""
+
+    pod: str
+    address: str
+    returncode: int | None
+    output: str
+    started: tuple[str, ...]
+
+    @property
+    def refused(self) -> bool:
+        """It stopped by itself with a failure, having started no process."""
+        return self.returncode not in (None, 0) and not self.started
+
+
+def wait_exits(nodes: Sequence[Node], timeout_s: float, logs: Path) -> list[NodeOutcome]:
+    """Wait until every node's entry has stopped (or ``timeout_s``); what each one did."""
+    deadline = time.monotonic() + timeout_s
+    for node in nodes:
+        if node.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.popen.wait(max(0.1, deadline - time.monotonic()))
+    started = tuple(sorted(f.stem for f in logs.glob("*.log"))) if logs.is_dir() else ()
+    return [
+        NodeOutcome(
+            node.pod,
+            node.address,
+            node.popen.poll() if node.popen is not None else None,
+            node.output.read_text(errors="replace") if node.output.is_file() else "",
+            started,
+        )
+        for node in nodes
+    ]
 
 
 def _group_alive(pgid: int) -> bool:

@@ -35,6 +35,11 @@ class RenderOptions(StrictModel):
         "k8s.KEY=VALUE for --target k8s, e.g. k8s.model=pvc:CLAIM or k8s.network=host "
         "(docs/kubernetes.md lists them) (repeatable)",
     )
+    preflight: bool = Field(
+        True,
+        description="run the preflight on every node (pod) before the engines start: devices, "
+        "NPU links, ports and model checked, the nodes compared (PREFLIGHT=0 skips it at launch)",
+    )
     force: bool = Field(False, description="replace an --out folder that holds other files")
     catalog: Path | None = Field(
         None, description="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"

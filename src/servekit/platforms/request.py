@@ -14,8 +14,11 @@ Files = dict[str, str | bytes]
 @dataclass(frozen=True)
 class RenderRequest:
     """What a platform's renderer gets: the Plan, its layout (where the platform needs
-    more than the Plan: Kubernetes, the hardware), and the platform's settings."""
+    more than the Plan: Kubernetes, the hardware), the platform's settings, and
+    whether the entries run the preflight first."""
 
     plan: Plan
     layout: Layout | None = None
     settings: dict[str, str] = field(default_factory=dict)
+    preflight: bool = True
+    """Ship the preflight and run it before the engines (servekit.preflight)."""

@@ -63,15 +63,22 @@ def render_files(
     target: TargetName = "modelarts",
     layout: Layout | None = None,
     settings: dict[str, str] | None = None,
+    *,
+    preflight: bool = True,
 ) -> Files:
     """Every rendered file of a Plan for one platform, by relative path (pure)."""
-    return PLATFORMS[target].render(RenderRequest(plan, layout, settings or {}))
+    return PLATFORMS[target].render(RenderRequest(plan, layout, settings or {}, preflight))
 
 
 def write_rendering(
-    plan: Plan, out: Path, target: TargetName = "modelarts", *, force: bool = False
+    plan: Plan,
+    out: Path,
+    target: TargetName = "modelarts",
+    *,
+    force: bool = False,
+    preflight: bool = True,
 ) -> list[Path]:
     """Write one platform's rendering to ``out`` atomically (whole or not at all)."""
     from servekit.render import write_files
 
-    return write_files(render_files(plan, target), out, force=force)
+    return write_files(render_files(plan, target, preflight=preflight), out, force=force)

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
         flag_of as flag_of,
         refuse_keys_in_argv as refuse_keys_in_argv,
     )
+    from servekit.proxy.discovery_spec import (
+        DiscoverySpec as DiscoverySpec,
+        Endpoint as Endpoint,
+        RoleSpec as RoleSpec,
+        WorkerPorts as WorkerPorts,
+        spec_from_doc as spec_from_doc,
+    )
     from servekit.proxy.server import run as run
 
 __getattr__, __dir__ = lazy_face(__name__)

@@ -28,6 +28,7 @@ from servekit.proxy.requests import Ticket, make_ticket
 from servekit.proxy.router import Router
 from servekit.proxy.stages import Progress, Trip
 from servekit.proxy.validation import check_request
+from servekit.proxy.workers import every_workers_metrics
 
 ROUTER = web.AppKey("router", Router)
 CONNS = web.AppKey("connections", Connections)
@@ -104,9 +105,12 @@ async def _run_trip(
         pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable(), keys)
     trip = Trip(router, request, ticket, progress, handler)
-    if handler is None:
-        return await trip.generate("replica", ticket.raw), trip
-    return await handler.serve(trip), trip
+    try:
+        if handler is None:
+            return await trip.generate("replica", ticket.raw), trip
+        return await handler.serve(trip), trip
+    finally:
+        trip.pulled()  # a prefill kept for a decode that never came is let go
 
 
 async def generation(request: web.Request) -> web.StreamResponse:
@@ -118,6 +122,8 @@ async def generation(request: web.Request) -> web.StreamResponse:
         resp, trip = await _run_trip(router, request, progress)
         if trip.first_byte_at is not None:
             router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
+            if router.autoscaler is not None:
+                router.autoscaler.sampler.first_byte(trip.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
         log_refusal(request, err)
@@ -152,7 +158,11 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[ROUTER].metrics.render()
+    router = request.app[ROUTER]
+    if router.siblings is not None:  # --workers: every worker's series, labelled
+        body = await every_workers_metrics(router, router.siblings)
+    else:
+        body = router.metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 

@@ -42,7 +42,9 @@ SHARED = (
     "lazyface.py",
     "vocabulary/__init__.py",
     "vocabulary/cliargs.py",
+    "vocabulary/metrics.py",
     "vocabulary/modes.py",
+    "vocabulary/reading.py",
     "vocabulary/roles.py",
     "vocabulary/urls.py",
 )

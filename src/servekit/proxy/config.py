@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from servekit.errors import UsageError
 from servekit.guard import metaserver_key
 from servekit.kvprotocol import handoff_of_mode
+from servekit.proxy.discovery_spec import DiscoverySpec, load_spec
 from servekit.vocabulary import (
     PD_ROLES,
     PROXY_MODES,
@@ -46,6 +47,8 @@ KV_POLICY = "kv-events"
 POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity", KV_POLICY)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
+DISCOVERY_SOURCES = ("off", "kubernetes")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,9 @@ class ProxyConfig:
                                "by another prefill/decode pair, as the answer would have been "
                                "or not at all (an error event says why); 0: off",
                                ge=0, le=10)  # fmt: skip
+    drain_grace_s: float = opt(30.0, "a leaving engine's streams run on it at most this long; "
+                               "then those that can migrate (--migration-limit) are carried on "
+                               "elsewhere, the rest finish there", ge=0, le=86400)  # fmt: skip
     health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
     health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
     eject_after: int = opt(3, "failed probes before ejection", ge=1)
@@ -181,6 +187,54 @@ class ProxyConfig:
                                    "tokens against an engine's outstanding ones (Dynamo's "
                                    "overlap_score_weight; 1 weighs this request's wait alone)",
                                    gt=0, le=100)  # fmt: skip
+    discovery: str = opt("off", "where engines come from besides --prefill/--decode/--replica "
+                         "(kubernetes: the pods of each role of --discovery-spec, listed and "
+                         "watched through the API)", choices=DISCOVERY_SOURCES)  # fmt: skip
+    discovery_spec: str | None = opt(
+        None, "discovery: JSON file naming each role's pod labels and, per LeaderWorkerSet "
+        "worker index, the API ports its pods serve with their KV-event and bootstrap ports",
+        metavar="PATH",
+    )  # fmt: skip
+    discovered: DiscoverySpec | None = opt(None, "the spec, read", flag=False)  # noqa: RUF009 (frozen)
+    kube_api: str | None = opt(None, "discovery: the API server (default: in the cluster, "
+                               "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+                               metavar="URL")  # fmt: skip
+    kube_token_file: str = opt(SA_DIR + "/token", "discovery: the service account's token "
+                               "(read again at each reconnect: it rotates)", metavar="PATH")  # fmt: skip
+    kube_ca_file: str = opt(SA_DIR + "/ca.crt", "discovery: the CA of the API server's "
+                            "certificate (for https)", metavar="PATH")  # fmt: skip
+    kube_namespace: str | None = opt(None, "discovery: the pods' namespace (default: the spec's, "
+                                     "else the service account's)", metavar="NAME")  # fmt: skip
+    workers: int = opt(1, "proxy processes sharing --port (SO_REUSEPORT), each with its own "
+                       "event loop, routing and migration; one per core", ge=1, le=64)  # fmt: skip
+    autoscale: bool = opt(False, "compute the engines each role needs and export them as "
+                          "servekit_desired_replicas{role} for KEDA or an HPA")  # fmt: skip
+    autoscale_interval_s: float = opt(5.0, "autoscale: between computations", gt=0, le=3600)
+    slo_ttft_s: float = opt(2.0, "autoscale: time to first token the prefill role is sized for "
+                            "(p90)", gt=0)  # fmt: skip
+    slo_tpot_s: float = opt(0.1, "autoscale: time per output token the decode role is sized "
+                            "for (p90)", gt=0)  # fmt: skip
+    autoscale_target: float = opt(0.8, "autoscale: the share of an engine's measured capacity "
+                                  "planned to be used", gt=0, le=1)  # fmt: skip
+    min_replicas: int = opt(1, "autoscale: fewest engines of a role", ge=1, le=10000)
+    max_replicas: int = opt(16, "autoscale: most engines of a role", ge=1, le=10000)
+    scale_up_window_s: float = opt(15.0, "autoscale: a scale-up takes the lowest need of this "
+                                   "window (a shorter spike adds nothing)", ge=0,
+                                   le=3600)  # fmt: skip
+    scale_down_window_s: float = opt(300.0, "autoscale: a scale-down takes the highest need of "
+                                     "this window", ge=0, le=86400)  # fmt: skip
+    scale_up_period_s: float = opt(30.0, "autoscale: a scale-up adds at most --scale-up-step "
+                                   "of the engines (at least one) per period", gt=0,
+                                   le=3600)  # fmt: skip
+    scale_up_step: float = opt(1.0, "autoscale: the share of the engines one period may add",
+                               gt=0, le=10)  # fmt: skip
+    scale_down_period_s: float = opt(60.0, "autoscale: a scale-down removes at most one engine "
+                                     "per period", gt=0, le=86400)  # fmt: skip
+    decode_capacity: int = opt(0, "autoscale: streams one decoder serves within --slo-tpot, to "
+                               "start from (0: learned from what the proxy measures)", ge=0,
+                               le=1_000_000)  # fmt: skip
+    prefill_capacity: float = opt(0.0, "autoscale: prompt tokens a second one prefill serves "
+                                  "within --slo-ttft, to start from (0: learned)", ge=0)  # fmt: skip
     log_level: str = opt("info", "log verbosity", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:
@@ -192,6 +246,10 @@ class ProxyConfig:
         for value in self.prefill_bootstrap:  # refused here, not as a 500 per request
             parse_bootstrap(value)
         _check_kv_events(self)
+        _check_discovery(self)
+        if self.min_replicas > self.max_replicas:
+            _bad("min_replicas", f"{self.min_replicas} is above --max-replicas "
+                 f"{self.max_replicas}; lower it or raise --max-replicas")  # fmt: skip
         self.domains()  # refused here, not when the router starts
 
     def domains(self) -> dict[str, tuple[str, str]]:
@@ -251,6 +309,23 @@ def _check_kv_events(config: ProxyConfig) -> None:
              "zipapp carries aiohttp only: run servekit's proxy, or pick another policy")  # fmt: skip
 
 
+def _check_discovery(config: ProxyConfig) -> None:
+    """Discovery needs its spec; the spec's roles are the mode's."""
+    if config.discovery == "off":
+        for name in ("discovery_spec", "kube_api", "kube_namespace"):
+            if getattr(config, name) is not None:
+                _bad(name, "applies to --discovery kubernetes; drop it or turn discovery on")
+        return
+    if config.discovery_spec is None:
+        _bad("discovery_spec", "discovery needs the roles' spec: give --discovery-spec PATH")
+    if config.kube_api is not None:
+        check_url(config.kube_api, "--kube-api")
+    spec = config.discovered
+    if spec is not None and set(spec.role_names()) - set(config.stage_roles):
+        _bad("discovery_spec", f"roles {sorted(spec.role_names())} do not fit --mode "
+             f"{config.mode} (PD: prefill and decode; replica: replica only)")  # fmt: skip
+
+
 def flag_of(name: str) -> str:
     """A config field's flag: ``--`` + its name in kebab case, ``_s`` dropped."""
     return "--" + name.removesuffix("_s").replace("_", "-")
@@ -296,11 +371,16 @@ def _check_bootstrap(mode: str, prefill: tuple[str, ...], bootstrap: tuple[str, 
         parse_bootstrap(value)
 
 
-def _check_topology(prefill: list[str], decode: list[str], replica: list[str]) -> None:
+def _check_topology(
+    prefill: list[str], decode: list[str], replica: list[str], discovered: bool = False
+) -> None:
     if replica and (prefill or decode):
         raise UsageError("--replica cannot be combined with --prefill/--decode; pick one topology")
-    if not replica and not (prefill and decode):
-        raise UsageError("give --prefill URL... and --decode URL... (PD) or --replica URL...")
+    if not replica and not (prefill and decode) and not discovered:
+        raise UsageError(
+            "give --prefill URL... and --decode URL... (PD) or --replica URL..., "
+            "or --discovery kubernetes --discovery-spec PATH"
+        )
 
 
 def refuse_keys_in_argv(argv: list[str]) -> None:
@@ -371,8 +451,14 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
     _check_choices(ns)
     for role in PROXY_POOLS:
         ns[role] = tuple(check_url(u, f"--{role}") for u in ns.get(role, ()))
-    _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]))
-    if ns["replica"]:
+    discovering = ns.get("discovery", "off") != "off"
+    _check_topology(list(ns["prefill"]), list(ns["decode"]), list(ns["replica"]), discovering)
+    if discovering and read_keys and ns.get("discovery_spec"):
+        ns["discovered"] = load_spec(ns["discovery_spec"])
+    replica = ns["replica"] or (
+        ns.get("discovered") is not None and ns["discovered"].role_names() == ("replica",)
+    )
+    if replica:
         if "mode" in ns:
             raise UsageError("--mode applies to PD (--prefill/--decode); drop it with --replica")
         ns["mode"] = "replica"

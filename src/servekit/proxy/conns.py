@@ -252,15 +252,17 @@ def track(table: Connections) -> Middleware:
 class ConnectionSite(web.BaseSite):
     """aiohttp's TCP site with every accepted socket wrapped in a :class:`Conn`."""
 
-    __slots__ = ("_host", "_port", "_table")
+    __slots__ = ("_host", "_port", "_reuse_port", "_table")
 
     def __init__(
-        self, runner: web.BaseRunner, table: Connections, host: str, port: int, backlog: int
-    ) -> None:
+        self, runner: web.BaseRunner, table: Connections, host: str, port: int, *,
+        backlog: int, reuse_port: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(runner, backlog=backlog)
         self._table = table
         self._host = host
         self._port = port
+        self._reuse_port = reuse_port  # --workers: the processes share the port
 
     @property
     def name(self) -> str:
@@ -272,5 +274,6 @@ class ConnectionSite(web.BaseSite):
         assert server is not None
         table = self._table
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: Conn(table, server), self._host, self._port, backlog=self._backlog
-        )
+            lambda: Conn(table, server), self._host, self._port, backlog=self._backlog,
+            reuse_port=self._reuse_port or None,
+        )  # fmt: skip

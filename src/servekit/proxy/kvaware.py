@@ -157,12 +157,16 @@ class KvRouting:
         self.sent: dict[str, SentRecord] = {}
         self.subscribers: dict[str, Subscriber] = {}
         self.counts: dict[str, _Counts] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self._ctx: zmq.asyncio.Context | None = None
         self.headers: dict[str, str] = {}
+        self._policies: list[KvAware] = []
 
     def policy(self, stage: str) -> KvAware:
-        return KvAware(self, stage)
+        found = KvAware(self, stage)
+        self._policies.append(found)
+        return found
 
     def index(self, url: str) -> EngineIndex:
         found = self.indexes.get(url)
@@ -174,16 +178,51 @@ class KvRouting:
     async def start(self) -> None:
         """Subscribe to every engine's events (on the proxy's loop)."""
         self._ctx = zmq.asyncio.Context()
-        loop = asyncio.get_running_loop()
         for url, source in self.sources.items():
-            sub = Subscriber(self._ctx, source, self.index(url), self.config.kv_events_resync_s)
-            self.subscribers[url] = sub
-            self._tasks.append(loop.create_task(sub.run()))
+            self._follow(url, source)
+
+    def _follow(self, url: str, source: Source) -> None:
+        assert self._ctx is not None
+        sub = Subscriber(self._ctx, source, self.index(url), self.config.kv_events_resync_s)
+        self.subscribers[url] = sub
+        self._tasks[url] = asyncio.get_running_loop().create_task(sub.run())
+
+    def subscribe(self, url: str, endpoint: str, replay: str | None) -> None:
+        """Follow the events of an engine that joined at run time (admin API, discovery)."""
+        source = Source(endpoint, replay, self.config.kv_events_topic)
+        if self.sources.get(url) == source:
+            return
+        self.unsubscribe(url)
+        self.sources[url] = source
+        self._reshare()
+        if self._ctx is not None:
+            self._follow(url, source)
+
+    def _reshare(self) -> None:
+        """``--kv-index-bytes`` split equally again over the engines followed now (an
+        index past its new share is emptied at its next store and fills again)."""
+        share = self.config.kv_index_bytes // max(len(self.sources), 1)
+        for index in self.indexes.values():
+            index.max_bytes = share
+
+    def unsubscribe(self, url: str) -> None:
+        """An engine left: its subscriber stops and what was known of it goes."""
+        task = self._tasks.pop(url, None)
+        if task is not None:
+            task.cancel()  # its socket closes as it ends; stop() waits for the rest
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        for table in (self.sources, self.subscribers, self.indexes, self.sent):
+            table.pop(url, None)
+        for policy in self._policies:
+            policy.inflight.pop(url, None)
+        self._reshare()
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks.values(), *self._stopping]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()

@@ -39,12 +39,22 @@ class _PoolCollector(Collector):
         up = GaugeMetricFamily(
             "servekit_proxy_instance_healthy", "1 when the instance takes new work", labels=labels
         )
+        leaving = GaugeMetricFamily(
+            "servekit_proxy_instance_draining", "1 while the instance leaves (no new work; its "
+            "streams finish or migrate)", labels=labels,
+        )  # fmt: skip
+        pulls = GaugeMetricFamily(
+            "servekit_proxy_pending_pulls", "Prefilled KV on the instance that a decoder has not "
+            "pulled yet (a leaving prefill waits for them)", labels=labels,
+        )  # fmt: skip
         for inst in self._instances():
             key = [inst.role, inst.name]
             reqs.add_metric(key, inst.requests)
             toks.add_metric(key, inst.tokens)
             up.add_metric(key, 1.0 if inst.state is State.HEALTHY else 0.0)
-        yield from (reqs, toks, up)
+            leaving.add_metric(key, 1.0 if inst.state is State.DRAINING else 0.0)
+            pulls.add_metric(key, inst.pending_pulls())
+        yield from (reqs, toks, up, leaving, pulls)
 
 
 class ConnectionSource(Protocol):
@@ -123,6 +133,20 @@ class ProxyMetrics:
         )  # fmt: skip
         self.ejections = Counter(
             "servekit_proxy_outlier_ejections", "Instances ejected for failing requests in a row",
+            ["role"], registry=r,
+        )  # fmt: skip
+        self.drains = Counter(
+            "servekit_proxy_drains", "Instances asked to leave, by role and why (admin-drain, "
+            "admin-remove, leave: the engine's own call, discovery-deleted, discovery-gone, "
+            "discovery-unready)", ["role", "reason"], registry=r,
+        )  # fmt: skip
+        self.drain_seconds = Histogram(
+            "servekit_proxy_drain_seconds", "From an instance's drain start to its last request "
+            "and held KV done", ["role"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.drain_migrated = Counter(
+            "servekit_proxy_drain_migrated_streams", "Streams still running on a leaving "
+            "instance at --drain-grace's end, cut there and carried on by another engine",
             ["role"], registry=r,
         )  # fmt: skip
         self.latency = Histogram(

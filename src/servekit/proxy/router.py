@@ -17,12 +17,15 @@ from typing import TypeVar
 import aiohttp
 
 from servekit.proxy.budget import Budget
-from servekit.proxy.config import ProxyConfig
+from servekit.proxy.config import ProxyConfig, parse_bootstrap
+from servekit.proxy.demand import Autoscaler
 from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError
 from servekit.proxy.health import HealthChecker
-from servekit.proxy.instances import Instance, Lease, Pool
+from servekit.proxy.instances import Hold, Instance, Lease, Pool, hold
+from servekit.proxy.membership import Membership
 from servekit.proxy.metrics import ProxyMetrics
 from servekit.proxy.policies import Policy, kv_routing, make_policy
+from servekit.proxy.siblings import Siblings
 
 T = TypeVar("T")
 
@@ -43,6 +46,10 @@ class Router:
             for url in getattr(config, role):
                 inst = self.pools[role].add(url)
                 inst.engine, inst.node = domains.get(url, (None, None))
+        if "prefill" in self.pools:
+            for inst, value in zip(self.pools["prefill"].members, config.prefill_bootstrap,
+                                   strict=False):  # fmt: skip
+                inst.bootstrap = parse_bootstrap(value)
         self.kv = kv_routing(config, session)  # the kv-events policy's indexes, if used
         self.policies: dict[str, Policy] = {
             "prefill": make_policy(config.prefill_policy, self.kv, "prefill"),
@@ -61,6 +68,15 @@ class Router:
         if self.kv is not None:
             self.kv.headers = self.headers
             self.metrics.registry.register(self.kv.collector())
+        self.siblings: Siblings | None = None  # --workers: the other processes of this proxy
+        self.autoscaler: Autoscaler | None = None  # --autoscale: desired engines per role
+        if config.autoscale:
+            self.autoscaler = Autoscaler(config, self.pools, session, self.headers)
+            self.metrics.registry.register(self.autoscaler.collector())
+        # joins and leaves at run time, and drains
+        self.members = Membership(
+            self.pools, self.kv, self.probe_soon, config.drain_grace_s, self.metrics
+        )
 
     def probe_soon(self, inst: Instance) -> None:
         """Probe an added or undrained instance now rather than at the next round."""
@@ -73,10 +89,14 @@ class Router:
             yield from pool.members
 
     def release(self, lease: Lease) -> None:
-        """Release a lease and drop its instance if it was drained for removal."""
+        """Release a lease (a leaving instance's drain then looks at it again)."""
         lease.release()
-        if lease.instance.remove_when_idle:
-            self.pools[lease.instance.role].reap()
+
+    def hold_pull(self, inst: Instance) -> Hold:
+        """Keep prefill ``inst`` until a decoder pulled its KV: at most the KV lease
+        (``--kv-lease``; without one, ``--decode-timeout``, the longest a decoder may
+        take to start)."""
+        return hold(inst, self.config.kv_lease_s or self.config.decode_timeout_s)
 
     async def backoff(self, stage: str, attempt: int) -> None:
         """Before retry ``attempt`` (1, 2, ...) of ``stage``: count it, then wait

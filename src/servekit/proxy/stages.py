@@ -54,7 +54,7 @@ from servekit.proxy.bodies import parse_answer, parse_off_loop, read_answer
 from servekit.proxy.budget import refund
 from servekit.proxy.carry import ROUTES
 from servekit.proxy.failures import Answer, ProxyError
-from servekit.proxy.instances import Instance, Lease, acquire
+from servekit.proxy.instances import Hold, Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
 from servekit.proxy.migration import Carry, Tape
 from servekit.proxy.parsepool import Raw, encode_body
@@ -127,6 +127,12 @@ def _check_status(who: str, stage: str, status: int, body: bytes, ctype: str) ->
         raise ProxyError("upstream_error", stage, f"{who} answered 200 with an empty body")
 
 
+def cut_stream(resp: aiohttp.ClientResponse) -> None:
+    """End a relayed stream from the proxy's side: its reader sees a broken stream."""
+    resp.content.set_exception(aiohttp.ClientConnectionError("the decoder is leaving"))
+    resp.close()
+
+
 def _raise_if_stale(data: bytes | LeasedBody, stage: str) -> None:
     """A request that failed because its body outlived the KV lease (nothing was sent)."""
     if isinstance(data, LeasedBody) and data.stale:
@@ -156,6 +162,7 @@ class Trip:
         self.tried: set[Instance] = set()  # decoders that failed this request
         self.prefills_tried: set[Instance] = set()  # prefills that failed it
         self.tape: Tape | None = None  # set when a failed stream may migrate
+        self.pull: Hold | None = None  # the prefill kept until its KV is pulled (drain)
         self.original = ticket  # the client's request (a migration replaces self.ticket)
         self.model_len: int | None = None  # the first leg's decoder's max_model_len
         cfg = router.config
@@ -266,10 +273,19 @@ class Trip:
         """
         assert self.handoff is not None
         data = encode_body(await self.handoff.handoff(self, body))
+        self.pulled()
+        if self.handoff.holds_lease and self.prefilled_on is not None:
+            self.pull = self.router.hold_pull(self.prefilled_on)
         lease_s = self.router.config.kv_lease_s
         if lease_s is None or not self.handoff.holds_lease:
             return data
         return LeasedBody(data, time.monotonic() + lease_s - margin(lease_s))
+
+    def pulled(self) -> None:
+        """The decode leg started, failed or ended: its prefill's KV is no longer awaited."""
+        if self.pull is not None:
+            self.pull.release()
+            self.pull = None
 
     async def prefill_then_decode(self) -> web.StreamResponse:
         """The protocol's prefill, then decode: one prefill for every decode attempt, or
@@ -306,7 +322,10 @@ class Trip:
             try:
                 if self.ticket.stream:
                     return await self.open_stream(stage, inst, sent)
-                return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+                try:
+                    return (await self.post_whole(stage, inst, sent, cfg.decode_timeout_s)).body
+                finally:
+                    self.pulled()
             except (*RETRYABLE, ProxyError) as exc:
                 if not isinstance(exc, ProxyError) or exc.retryable:
                     self._suspect_prefill("a decode of its KV failed before its first byte")
@@ -350,8 +369,10 @@ class Trip:
                         _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
                     first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
+            self.pulled()  # a decoder's first byte comes after it pulled the KV
             return Opened(lease, resp, first, inst)
         except BaseException as exc:
+            self.pulled()
             if resp is not None:
                 resp.close()
             self.router.release(lease)
@@ -478,21 +499,21 @@ class Trip:
     async def _pump_leg(self, out: web.StreamResponse, opened: Opened, tape: Tape) -> bool:
         """Relay one decoder's events; True when its stream ended with ``[DONE]``."""
         resp, lease, chunk, inst = opened.resp, opened.lease, opened.first, opened.inst
+        lease.cuttable(partial(cut_stream, resp))  # a leaving (or lost) decoder migrates it
         if inst is not None and inst.max_model_len is not None and self.model_len is None:
             self.model_len = inst.max_model_len
         try:
-            with _cuttable(inst, resp.close):
-                while chunk:
-                    data = await self._feed(tape, chunk)
-                    if data:
-                        try:
-                            await out.write(data)
-                        except ConnectionResetError as exc:
-                            raise _ClientGone from exc
-                    lease.grow(chunk.count(b"data:"))
-                    if tape.stopped:
-                        break
-                    chunk = await resp.content.readany()
+            while chunk:
+                data = await self._feed(tape, chunk)
+                if data:
+                    try:
+                        await out.write(data)
+                    except ConnectionResetError as exc:
+                        raise _ClientGone from exc
+                lease.grow(chunk.count(b"data:"))
+                if tape.stopped:
+                    break
+                chunk = await resp.content.readany()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
             pass
         finally:
@@ -502,9 +523,10 @@ class Trip:
                 resp.close()
             self.router.release(lease)
         if not tape.done and not tape.diverged and inst is not None:
-            pool = self.router.pools[inst.role].members
-            self.router.health.request_failed(inst, "stream_interrupted", pool)
             self.tried.add(inst)
+            if inst.drain is None:  # a leaving decoder's cut is its drain's, not a failure
+                pool = self.router.pools[inst.role].members
+                self.router.health.request_failed(inst, "stream_interrupted", pool)
             if tape.sent.empty:
                 self._suspect_prefill("a decode of its KV failed before its first token")
         return tape.done

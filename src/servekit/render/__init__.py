@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from servekit.render.rules import (
         Finding as Finding,
         check_layout as check_layout,
+        port_bindings as port_bindings,
+        reserved_ports as reserved_ports,
         source_caveat as source_caveat,
         topology_of as topology_of,
     )
@@ -47,6 +49,12 @@ if TYPE_CHECKING:
         script_environment as script_environment,
         uses_nic as uses_nic,
         write_files as write_files,
+    )
+    from servekit.render.start import (
+        START_TARGETS as START_TARGETS,
+        Start as Start,
+        StartTarget as StartTarget,
+        start_steps as start_steps,
     )
     from servekit.render.views import (
         list_json as list_json,

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from servekit.catalog import ArgValue, Engine, EnvValue, Layout, NodeValue, Proxy
+from servekit.catalog import ArgValue, Engine, EnvValue, Hardware, Layout, NodeValue, Proxy
 from servekit.defaults import (
     GUARD_MIDDLEWARE,
     SETTINGS_BY_KEY,
@@ -52,6 +52,7 @@ from servekit.vocabulary import (
     ProcessRole,
     ProxyMode,
     StrictModel,
+    http_url,
 )
 
 ProcessKind = Literal["engine", "proxy"]
@@ -168,7 +169,7 @@ class ProcessPlan(StrictModel):
     def url(self) -> str | None:
         if self.api_port is None:
             return None
-        return f"http://{self.host}:{self.api_port}"
+        return http_url(self.host, self.api_port)
 
     def bound_ports(self) -> list[int]:
         """Ports this process listens on (API, DP rpc, KV side channel window, KV events)."""
@@ -187,10 +188,16 @@ class Plan(StrictModel):
     engine_kind: EngineKind
     served_model_name: str
     model_path: str
-    max_model_len: int
+    max_model_len: int | None = Field(
+        description="the model's --max-model-len; None: the engine's default (no flag)"
+    )
     image: str
     nodes: tuple[NodePlan, ...]
     entry: str = Field(description="name of the process clients talk to (proxy or an engine)")
+    hardware: Hardware | None = Field(
+        default=None,
+        description="the nodes' accelerator and devices per node (what the preflight checks)",
+    )
 
     @property
     def processes(self) -> tuple[ProcessPlan, ...]:
@@ -252,6 +259,7 @@ def build_plan(layout: Layout, options: PlanOptions | None = None) -> Plan:
         image=layout.image,
         nodes=nodes,
         entry=entry,
+        hardware=layout.hardware,
     )
 
 
@@ -491,7 +499,9 @@ def _base_args(ctx: _Context, engine: Engine, port: int | None) -> _Args:
         _bind(ctx, engine, args)
         args.lit("--port", str(port))
     args.lit("--served-model-name", layout.model.served_name)
-    args.lit("--max-model-len", str(engine.max_model_len or layout.model.max_model_len))
+    context = engine.max_model_len or layout.model.max_model_len
+    if context is not None:  # None: the engine's default, as a source passing no flag
+        args.lit("--max-model-len", str(context))
     if engine.tp > 1 or ctx.kind != "vllm-cpu":
         args.lit("--tensor-parallel-size", str(engine.tp))
     if engine.expert_parallel:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from servekit.catalog import Engine, Layout, Proxy, Topology
+from servekit.catalog import Engine, Hardware, Layout, Proxy, Topology
 from servekit.defaults import NOT_ROUTED
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import (
@@ -141,23 +141,36 @@ def rule_engine_ids(layout: Layout, plan: Plan) -> Iterable[Finding]:
             yield _err(layout, f"engines ({name})", "ranks of one engine disagree on engine_id")
 
 
+def reserved_ports(hardware: Hardware) -> tuple[int, int] | None:
+    """``[low, high)``: where Ascend's direct transport takes random ports on a node of
+    this hardware (1000 per device from 20000); None off Ascend. ``layouts check`` warns
+    for a kv_port in it, the preflight for any port a node binds in it."""
+    if not hardware.is_ascend:
+        return None
+    top = ASCEND_RESERVED_BASE + ASCEND_RESERVED_PER_DEVICE * hardware.devices_per_node
+    return ASCEND_RESERVED_BASE, top
+
+
 def rule_kv_port_reserved(layout: Layout, plan: Plan) -> Iterable[Finding]:
     """Ascend's direct transport takes random ports in [20000, 20000 + 1000 x devices)."""
-    if not layout.hardware.is_ascend:
+    span = reserved_ports(layout.hardware)
+    if span is None:
         return
-    top = ASCEND_RESERVED_BASE + ASCEND_RESERVED_PER_DEVICE * layout.hardware.devices_per_node
+    low, top = span
     for e in layout.engines:
-        if e.kv_port is not None and ASCEND_RESERVED_BASE <= e.kv_port < top:
+        if e.kv_port is not None and low <= e.kv_port < top:
             yield _warn(
                 layout,
                 _engine_field(layout, e, "kv_port"),
-                f"kv_port {e.kv_port} lies in [{ASCEND_RESERVED_BASE}, {top}), which AscendDirectTransport "
+                f"kv_port {e.kv_port} lies in [{low}, {top}), which AscendDirectTransport "
                 f"reserves on {layout.hardware.devices_per_node}-device nodes: expect random "
                 f"'ZMQError: Address already in use'; move it to >= {top}",
             )
 
 
-def _bindings(layout: Layout, plan: Plan) -> dict[int, list[tuple[int, str]]]:
+def port_bindings(plan: Plan) -> dict[int, list[tuple[int, str]]]:
+    """Node -> every (port, what binds it) of the Plan: API, DP rpc, KV events, and the
+    KV side channel of each DP rank (its engine's kv_port + rank x tp)."""
     by_node: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for p in plan.processes:
         if p.api_port is not None:
@@ -166,21 +179,20 @@ def _bindings(layout: Layout, plan: Plan) -> dict[int, list[tuple[int, str]]]:
             by_node[p.node].append((p.rpc_port, f"{p.name} DP rpc"))
         if p.kv_events_port is not None:
             by_node[p.node].append((p.kv_events_port, f"{p.name} KV events"))
-    for e in layout.engines:
-        if e.kv_port is None:
+    for p in plan.processes:
+        if p.kv_port is None or p.engine is None:
             continue
-        for node_index, node in enumerate(e.nodes):
-            first = node_index * e.dp_size_per_node
-            for rank in range(first, first + e.dp_size_per_node):
-                by_node[node].append(
-                    (e.kv_port + rank * e.tp, f"{e.name} kv side channel (dp rank {rank})")
-                )
+        first = p.dp_rank or 0
+        for rank in range(first, first + p.dp_local):
+            side = (p.kv_port + rank * p.tp, f"{p.engine} kv side channel (dp rank {rank})")
+            if side not in by_node[p.node]:
+                by_node[p.node].append(side)
     return by_node
 
 
 def rule_port_collisions(layout: Layout, plan: Plan) -> Iterable[Finding]:
     """No two listeners on one node share a port (API, rpc, proxy, KV windows)."""
-    for node, bindings in sorted(_bindings(layout, plan).items()):
+    for node, bindings in sorted(port_bindings(plan).items()):
         owners: dict[int, str] = {}
         for port, owner in bindings:
             if port in owners and owners[port] != owner:

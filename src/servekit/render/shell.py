@@ -24,6 +24,7 @@ from servekit.fsutil import staged_dir
 from servekit.render.command import references, shell_words
 from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
+from servekit.render.start import StartTarget, start_steps
 
 
 def device_span(devices: tuple[int, ...], shortest: int = 2) -> str:
@@ -139,9 +140,14 @@ def _bool_flags(p: ProcessPlan) -> list[tuple[str, str, str]]:
     ]
 
 
-def plan_page(plan: Plan, target: str) -> str:
-    """``plan.md``: the Plan as a table, and how the target starts it."""
-    return script_environment().get_template("plan.md.j2").render(plan=plan, target=target)
+def plan_page(plan: Plan, target: StartTarget) -> str:
+    """``plan.md``: the Plan as a table, and how the target starts it (this folder: ``.``)."""
+    steps = start_steps(plan, target, ".")
+    return (
+        script_environment()
+        .get_template("plan.md.j2")
+        .render(plan=plan, target=target, start=steps)
+    )
 
 
 def write_files(files: dict[str, str | bytes], out: Path, *, force: bool = False) -> list[Path]:

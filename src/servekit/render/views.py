@@ -61,6 +61,14 @@ LIST_HEADER = (
 )
 
 
+ENGINE_DEFAULT = "the engine's default"
+
+
+def context_shown(value: int | None) -> str:
+    """A max_model_len as the user reads it: the number, or the engine's default (null)."""
+    return ENGINE_DEFAULT if value is None else str(value)
+
+
 def model_of(layout: Layout) -> str:
     """The model a layout serves, as the catalog groups it (the source's model folder)."""
     parts = layout.name.split("/")
@@ -179,7 +187,8 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
         out.print(f"{loaded.alias} is an alias of {lay.name} (layouts/aliases.yaml)", markup=False)
     out.print(lay.summary)
     out.print(
-        f"model {lay.model.served_name} at {lay.model.path} (max_model_len {lay.model.max_model_len})"
+        f"model {lay.model.served_name} at {lay.model.path} "
+        f"(max_model_len {context_shown(lay.model.max_model_len)})"
     )
     out.print(f"hardware {lay.hardware.accelerator} x {lay.nodes} node(s); image {lay.image}")
     out.print(f"status: {status.state}: {status.reason}", markup=False)
@@ -199,7 +208,7 @@ def print_show(name: str, catalog: Path | None, console: Console | None = None) 
     for d in prov.source_deviations:
         out.print(f"source's own deviation from upstream: {d.what} - because {d.reason}")
     for c in prov.caveats:
-        out.print(f"caveat: {c}")
+        out.print(f"caveat: {c}", markup=False, highlight=False)
     plan = build_plan(lay)
     rows = [
         [

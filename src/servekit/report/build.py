@@ -126,6 +126,12 @@ def _facts(run: VerifyRun) -> tuple[Row, ...]:
     ]
     if run.target:
         rows.append(Row("Target", (Part(run.target),)))
+    preflight = (run.observed or {}).get("preflight")
+    if preflight:
+        mark: Mark = (
+            "ok" if preflight.startswith("passed") else "fail" if "FAILED" in preflight else "none"
+        )
+        rows.append(Row("Preflight", (Part(preflight, run.files.preflight),), mark))
     speed = speeds(run)
     if speed:
         rows.append(Row("Simulated speed", (Part(speed),)))

@@ -51,6 +51,7 @@ class Files(StrictModel):
     bench: str | None = None
     baseline: str | None = None
     kit: str | None = None
+    preflight: str | None = None
 
 
 class Interruption(StrictModel):

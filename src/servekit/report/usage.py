@@ -1,15 +1,17 @@
 """'How to use it': the commands that start this layout, derived from its Plan.
 
 The seeds' release pages spell out unpack, apply, start. Here every line comes
-from the Plan (entry node and port, served model name, the node folders the
-renderer writes), so the instructions cannot drift from what was verified.
+from the Plan (entry node and port, served model name) and, for a cluster, from
+each render target's own start commands (:mod:`servekit.render.start`, which the
+target's plan.md prints too), so the instructions name only files the renderer
+writes and cannot drift from what was verified.
 """
 
 from __future__ import annotations
 
 import json
 
-from servekit.render import Plan
+from servekit.render import Plan, StartTarget, start_steps
 from servekit.report.view import Command
 
 
@@ -25,13 +27,6 @@ def _request(plan: Plan, host: str, port: int | None) -> str:
     )
 
 
-def _node_line(plan: Plan, index: int) -> str:
-    node = plan.nodes[index]
-    names = [p.name for p in node.processes]
-    shown = ", ".join(names[:4]) + (f", ... ({len(names)} processes)" if len(names) > 4 else "")
-    return f"# node {index}: {shown}"
-
-
 def local_usage(plan: Plan) -> tuple[Command, ...]:
     """A layout that runs on this machine: up, request, down."""
     entry = plan.process(plan.entry)
@@ -44,23 +39,21 @@ def local_usage(plan: Plan) -> tuple[Command, ...]:
     )
 
 
+def _started(plan: Plan, target: StartTarget, out: str, title: str) -> Command:
+    """Render for one target and start it: the target's own commands (render.start)."""
+    steps = start_steps(plan, target, out)
+    return Command(f"{title}: {steps.title}", (steps.render, *steps.lines))
+
+
 def cluster_usage(plan: Plan) -> tuple[Command, ...]:
-    """A multi-node layout: render, start every node, request the entry."""
+    """A multi-node layout: render for a platform and start it there, request the entry."""
     out = f"out/{plan.layout.replace('/', '-')}"
     entry = plan.process(plan.entry)
-    starts = [_node_line(plan, n.index) for n in plan.nodes]
-    for n in plan.nodes:
-        starts.append(f"bash {out}/node{n.index}/run.sh   # on node {n.index}")
     host = "${NODE" + str(entry.node) + "_IP}"
     return (
-        Command(
-            f"Render the launch scripts ({len(plan.nodes)} node folders)",
-            (f"servekit render {plan.layout} --out {out}",),
-        ),
-        Command(
-            f"Start every node (image {plan.image}; NODE<i>_IP set per env.sh)",
-            tuple(starts),
-        ),
+        _started(plan, "modelarts", out, f"Render and start it (image {plan.image})"),
+        _started(plan, "nodes", f"{out}-nodes", "Or on plain nodes"),
+        _started(plan, "k8s", f"{out}-k8s", "Or on Kubernetes"),
         Command(
             f"Send a request to the entry ({entry.name} on node {entry.node})",
             (_request(plan, host, entry.api_port),),

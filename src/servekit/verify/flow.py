@@ -24,6 +24,7 @@ from servekit.bench import BenchResult, Point
 from servekit.catalog import LoadedLayout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
+from servekit.preflight import PreflightRecord, read_preflight
 from servekit.report import Files, Interruption, KitCheck
 from servekit.verify.attach import attach_deployment, check_engine_flag, describe, with_identity
 from servekit.verify.components import Components
@@ -55,6 +56,8 @@ class Flow:
     restarted: bool = False
     identity: Identity | None = None
     made_run_dir: bool = False
+    preflight: PreflightRecord | None = None
+    preflight_why: str = "not observed: started on this machine (no rendered entry ran it)"
 
     def up(self) -> None:
         if self.opts.attached:
@@ -77,6 +80,7 @@ class Flow:
             if refused:
                 self._unwrite()
                 raise refused[0]  # --engine contradicting the engines: exit 2, no report
+            self._read_preflight()
             return
         self.started_here = True
         start = self.steps.begin("up")
@@ -94,6 +98,20 @@ class Flow:
         self.steps.mark(
             "up", True, f"{len(dep.endpoints)} endpoints ready, entry {dep.entry_url}", start
         )
+
+    def _read_preflight(self) -> None:
+        """The preflight the cluster's nodes ran before its engines, as they reported it
+        (``--logs``), kept in the run folder."""
+        if self.opts.logs is None:
+            self.preflight_why = "not observed: no --logs to read the nodes' report from"
+            return
+        self.preflight, why = read_preflight(self.opts.logs, self.loaded.layout.name)
+        if self.preflight is None:
+            self.preflight_why = f"not observed: {why}"
+            return
+        out = self.run_dir / "preflight.json"
+        atomic_write_text(out, self.preflight.model_dump_json(indent=2) + "\n")
+        self.files = self.files.model_copy(update={"preflight": out.name})
 
     def _unwrite(self) -> None:
         """A refused run leaves nothing: what it wrote, and its folder if it made it."""

@@ -28,9 +28,14 @@ def engine_of(flow: Flow) -> RunEngine:
 
 
 def _observed(flow: Flow) -> dict[str, str]:
+    preflight = flow.preflight.line() if flow.preflight is not None else flow.preflight_why
     if flow.identity is not None:
-        return {"image": NOT_OBSERVED, **flow.identity.observed}
-    return {"engine": "not asked (the deployment did not come up)", "image": NOT_OBSERVED}
+        return {"image": NOT_OBSERVED, **flow.identity.observed, "preflight": preflight}
+    return {
+        "engine": "not asked (the deployment did not come up)",
+        "image": NOT_OBSERVED,
+        "preflight": preflight,
+    }
 
 
 def run_record(

@@ -70,5 +70,9 @@ def contexts_for(layout: Layout, quick: bool) -> tuple[str, ...]:
         return tuple(layout.verify.contexts)
     if quick:
         return QUICK_CONTEXTS
-    fits = tuple(label for size, label in FULL_CONTEXTS if size <= layout.model.max_model_len)
+    limit = layout.model.max_model_len
+    if limit is None:  # the engine's default: each context is tried, and skipped by the
+        # acceptance check, naming it, where the engine's /v1/models says it does not fit
+        return (*QUICK_CONTEXTS, *(label for _, label in FULL_CONTEXTS))
+    fits = tuple(label for size, label in FULL_CONTEXTS if size <= limit)
     return fits or QUICK_CONTEXTS

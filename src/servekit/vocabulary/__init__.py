@@ -118,6 +118,7 @@ if TYPE_CHECKING:
         MAX_HOST as MAX_HOST,
         SCHEMES as SCHEMES,
         check_url as check_url,
+        http_url as http_url,
         is_url as is_url,
     )
 

@@ -19,6 +19,13 @@ SCHEMES = ("http://", "https://")
 MAX_HOST = 253
 
 
+def http_url(host: str, port: int | None, scheme: str = "http") -> str:
+    """A server's root URL from its address and port; an IPv6 literal goes in brackets
+    (RFC 3986), so ``fd00::1`` on 8100 is ``http://[fd00::1]:8100``, which parses."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"{scheme}://{shown}:{port}"
+
+
 def is_url(text: str | None) -> bool:
     """Whether ``text`` names a server by URL (rather than a layout name or a file)."""
     return text is not None and text.startswith(SCHEMES)

@@ -6,6 +6,7 @@ dry-run cluster is :mod:`servekit.platforms.k8s.fake`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,12 +19,15 @@ if TYPE_CHECKING:
 
 def render(req: RenderRequest) -> Files:
     from servekit.platforms.k8s.build import render_k8s
+    from servekit.platforms.k8s.groups import engine_groups
+    from servekit.platforms.k8s.names import check_names
     from servekit.platforms.k8s.settings import parse_settings
     from servekit.render import bundle_files
 
     if req.layout is None:
         raise ValueError("a Kubernetes rendering needs the layout (its hardware)")
-    opts = parse_settings(req.settings, req.layout)
+    opts = replace(parse_settings(req.settings, req.layout), preflight=req.preflight)
+    check_names(engine_groups(req.plan, opts.prefix), opts.prefix, opts.kind)
     roles = {p.role for p in req.plan.processes}
     if opts.kind == "disaggregatedset" and not set(PD_ROLES) <= roles:
         raise UsageError(

@@ -16,7 +16,10 @@ Files (``servekit render NAME --target k8s --out DIR``):
   (``servekit-engine``) so an overlay sets it.
 
 Pod templates are :mod:`.podspec`'s; what the cluster must allow (the Pod Security
-Standards level, and each reason it is above baseline) is :func:`requirements`'.
+Standards level, and each reason it is above baseline) is :func:`requirements`'. Each
+engine pod's ``preflight`` initContainer runs ``pod.sh GROUP preflight``: the pod
+checked and compared with every engine pod (:mod:`servekit.preflight`; its units are
+:func:`preflight_units`, its files in the engines' bundle).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from servekit.platforms.k8s.settings import (
     K8sSettings,
 )
 from servekit.platforms.k8s.wiring import Change, pod_processes, proxy_service
+from servekit.preflight import ENTRY_FILE, SPEC_FILE, Unit, preflight_files
 from servekit.render import Plan, ProcessPlan, process_script, references
 
 __all__ = [
@@ -174,6 +178,7 @@ def _entry_row(r: K8sRendering, pod: Pod, group: Group) -> dict[str, Any]:
         "leader": leaders[0] if leaders else "",
         "nic": 1 if nic else 0,
         "procs": " ".join(p.name for p in procs),
+        "unit": pod.name,
     }
 
 
@@ -187,7 +192,27 @@ def _proxy_row(proxy: ProcessPlan) -> dict[str, Any]:
         "leader": "",
         "nic": 0,
         "procs": proxy.name,
+        "unit": "",
     }
+
+
+def preflight_units(r: K8sRendering) -> list[Unit]:
+    """The preflight's units: one per engine pod, reached by its name (its headless
+    Service's), holding the devices the device plugin gives it (by count)."""
+    per_pod = r.options.kind == "disaggregatedset"
+    return [
+        Unit(
+            name=pod.name,
+            label=f"pod {pod.name}",
+            node=pod.node,
+            processes=pod.processes,
+            devices=tuple(range(len(pod.devices))),
+            device_ids="visible",
+            address=pod.name if per_pod else pod.dns,
+        )
+        for g in r.groups
+        for pod in g.pods
+    ]
 
 
 _ENV = jinja2.Environment(
@@ -208,7 +233,13 @@ _ENV = jinja2.Environment(
 def pod_script(r: K8sRendering, rows: list[dict[str, Any]], joins: list[Split]) -> str:
     """``pod.sh`` of one group (or the proxy): its rows of the pod table, and the files it joins."""
     return _ENV.get_template("pod.sh.j2").render(
-        layout=r.plan.layout, version=__version__, pods=rows, joins=joins
+        layout=r.plan.layout,
+        version=__version__,
+        pods=rows,
+        joins=joins,
+        preflight=r.options.preflight,
+        preflight_entry=ENTRY_FILE,
+        preflight_spec=SPEC_FILE,
     )
 
 
@@ -241,6 +272,9 @@ def configmaps(
     """
     engine_bundle = {n: c for n, c in bundled.items() if not n.endswith(".pyz")}
     engine_bundle[FETCH_FILE] = fetch_source()
+    if r.options.preflight:
+        for name, content in preflight_files(r.plan, preflight_units(r)).items():
+            engine_bundle[name] = content.encode() if isinstance(content, str) else content
     bundle = _packed(r, f"{r.options.prefix}-bundle", engine_bundle, "scripts", budget)
     groups: dict[str, Mounted] = {}
     for g in r.groups:

@@ -21,9 +21,13 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
    mount path is rewritten to the volume's folder; ``workingDir`` is the pod's root
    folder's; the simulated ``vllm`` refuses to start unless the model it is given
    resolves through the pod's mounts to a folder holding ``config.json``;
-5. init containers run first, in order, each to its exit (a failure fails the pod);
-   ``huggingface_hub`` is a stand-in on their ``PYTHONPATH`` that writes a model and
-   records the token and mirror it was given (the hub itself cannot be reached);
+5. init containers run first, in order, each to its exit (a failure fails the pod),
+   every pod's at once (as the kubelets of a cluster do: the preflight's initContainers
+   wait for each other); ``huggingface_hub`` is a stand-in on their ``PYTHONPATH``
+   that writes a model and records the token and mirror it was given (the hub itself
+   cannot be reached); the engine pods' preflight sees the node filesystem and NPU
+   fabric of :mod:`servekit.platforms.fakenpu` (``faults`` injected), and
+   :func:`k8s_refused` runs only the init containers, to see them refuse;
 6. DNS: every pod's name through its LWS's headless Service and every Service name
    (short and qualified) resolve to the pod's address through a hosts table that a
    ``sitecustomize`` on ``PYTHONPATH`` serves to ``socket.getaddrinfo`` and
@@ -41,6 +45,7 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import shlex
@@ -64,13 +69,16 @@ from servekit.platforms.api import render_target
 from servekit.platforms.fake import (
     DryCluster,
     Node,
+    NodeOutcome,
     loopback_block,
     node_env,
     stop_nodes,
     wait_ready,
 )
+from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
 from servekit.platforms.k8s.attach import process_hosts
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
+from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
 from servekit.render import build_plan
 
 NAMESPACE = "default"
@@ -320,6 +328,8 @@ class _Cluster:
     configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     env_of: dict[str, dict[str, str]] = field(default_factory=dict)
     generation: int = 0
+    fabric_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """pod name -> its node's filesystem and NPU fabric (fakenpu), for its init containers"""
 
     def _host_path(self, path: str, kind: str, volume: str) -> Path:
         local = self.root / "hostfs" / path.lstrip("/")
@@ -446,6 +456,8 @@ class _Cluster:
             "SERVEKIT_FAKE_HOSTS": str(self.root / "dns" / "hosts.json"),
             "SERVEKIT_FAKE_ROOTFS": str(rootfs),
             "LEADER_RESOLVE_TIMEOUT": "60",
+            "PREFLIGHT_TIMEOUT": "60",
+            **(self.fabric_env.get(pod.name, {}) if init else {}),
             **pod.injected,
             **out,
         }
@@ -477,31 +489,46 @@ class _Cluster:
             return rootfs / workdir.lstrip("/")
         return self.cwd or self.root
 
-    def start(self, pod: FakePod) -> Node:
-        """Make the pod's volumes, run its init containers, start its container."""
+    def prepare(self, pod: FakePod) -> _Pending:
+        """Make the pod's volumes; what its init containers and its container will run."""
         self.generation += 1
         folder = self.root / "pods" / f"{pod.name}.{self.generation}"
         volumes = self._volumes(pod, folder)
-        spec = pod.template["spec"]
-        for init in spec.get("initContainers", []):
+        inits = []
+        for init in pod.template["spec"].get("initContainers", []):
             mounts = self._mounts(init, volumes)
             rootfs = self._rootfs(folder / init["name"], mounts, init.get("workingDir"))
-            done = subprocess.run(
-                self._command(init, mounts),
-                env=self._env(pod, init, rootfs, init=True),
-                cwd=self._cwd(init, rootfs),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=INIT_TIMEOUT_S,
-                check=False,
-            )
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr)[-1500:].decode(errors="replace")
-                raise PodFailed(
-                    f"{pod.name}: init container {init['name']} exited {done.returncode}:\n{tail}"
+            env = self._env(pod, init, rootfs, init=True)
+            inits.append((init["name"], self._command(init, mounts), env, self._cwd(init, rootfs)))
+        return _Pending(pod, folder, volumes, inits)
+
+    def run_inits(self, pending: _Pending) -> tuple[int | None, str]:
+        """A pod's init containers in order, each to its exit: the first failing status
+        (None: it ran past its time) and the output, or 0."""
+        output = ""
+        for name, command, env, cwd in pending.inits:
+            try:
+                done = subprocess.run(
+                    command,
+                    env=env,
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=INIT_TIMEOUT_S,
+                    check=False,
                 )
-        container = spec["containers"][0]
-        mounts = self._mounts(container, volumes)
+            except subprocess.TimeoutExpired:
+                return None, f"{output}init container {name} ran past {INIT_TIMEOUT_S:g} s\n"
+            output += (done.stdout + done.stderr).decode(errors="replace")
+            if done.returncode != 0:
+                return done.returncode, output
+        return 0, output
+
+    def launch(self, pending: _Pending) -> Node:
+        """Start the pod's container (its init containers have passed)."""
+        pod, folder = pending.pod, pending.folder
+        container = pod.template["spec"]["containers"][0]
+        mounts = self._mounts(container, pending.volumes)
         rootfs = self._rootfs(folder / "main", mounts, container.get("workingDir"))
         command = self._command(container, mounts)
         node = Node(pod.name, pod.address, folder / "main" / "entry" / Path(command[-2]).name)
@@ -519,6 +546,40 @@ class _Cluster:
                 start_new_session=True,
             )
         return node
+
+    def init_all(self, pods: list[FakePod]) -> list[tuple[_Pending, NodeOutcome]]:
+        """Every pod's init containers at once, as a cluster's kubelets run them."""
+        pending = [self.prepare(pod) for pod in pods]
+
+        def one(p: _Pending) -> NodeOutcome:
+            status, output = self.run_inits(p)
+            return NodeOutcome(p.pod.name, p.pod.address, status, output, ())
+
+        if not pending:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(len(pending)) as pool:
+            return list(zip(pending, pool.map(one, pending), strict=True))
+
+    def start(self, pods: list[FakePod]) -> dict[str, Node]:
+        """Make the pods' volumes, run their init containers, start their containers."""
+        ran = self.init_all(pods)
+        for pending, outcome in ran:
+            if outcome.returncode != 0:
+                raise PodFailed(
+                    f"{pending.pod.name}: an init container exited {outcome.returncode}:\n"
+                    + outcome.output[-1500:]
+                )
+        return {pending.pod.name: self.launch(pending) for pending, _ in ran}
+
+
+@dataclass
+class _Pending:
+    """A pod whose volumes are made: its init containers (name, argv, env, cwd) to run."""
+
+    pod: FakePod
+    folder: Path
+    volumes: dict[str, Path]
+    inits: list[tuple[str, list[str], dict[str, str], Path]]
 
 
 def _probe_passes(pod: FakePod, probe: dict[str, Any], env: dict[str, str]) -> bool:
@@ -656,8 +717,7 @@ class _Running:
 
     def start_all(self) -> None:
         every = [p for pods in self.pods_of.values() for p in pods]
-        for pod in every:
-            self.nodes[pod.name] = self.fake.start(pod)
+        self.nodes.update(self.fake.start(every))
         self._sync()
         self._ready(every)
 
@@ -681,9 +741,7 @@ class _Running:
         stop_nodes([self.nodes[p.name] for p in gone])
         self.rendered["sk"] = (self.name, objects)
         self.pods_of["sk"] = fresh
-        for pod in fresh:
-            if pod.workload in changed:
-                self.nodes[pod.name] = self.fake.start(pod)
+        self.nodes.update(self.fake.start([p for p in fresh if p.workload in changed]))
         self._sync()
         self._ready(fresh)
         self._settle()
@@ -736,12 +794,109 @@ def _place(
     """Each layout's pods on a loopback block held for the cluster's life."""
     probe = iter(f"127.0.0.{i}" for i in range(2, 255))
     trial = [pod for _, objects in rendered.values() for pod in _workload_pods(objects, probe)]
-    ports = [(i, p) for i, pod in enumerate(trial) for p in pod.ports]
+    ports = [(i, p) for i, pod in enumerate(trial) for p in (*pod.ports, PREFLIGHT_PORT)]
     prefix = held.enter_context(
         loopback_block(_pods_are_free(len(trial), ports), "the pods' ports")
     )
     ips = iter(f"{prefix}.{i}" for i in range(2, 255))
     return {tag: _workload_pods(objects, ips) for tag, (_, objects) in rendered.items()}
+
+
+def _spec_units(fake: _Cluster, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The preflight's units of a rendering (its spec, in the engines' bundle ConfigMap)."""
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and SPEC_FILE in obj.get("data", {}):
+            units: list[dict[str, Any]] = json.loads(obj["data"][SPEC_FILE])["units"]
+            return units
+    return []
+
+
+def _fabric(
+    fake: _Cluster,
+    rendered: dict[str, tuple[str, list[dict[str, Any]]]],
+    pods_of: dict[str, list[FakePod]],
+    *,
+    faults: Faults,
+    catalog: str | None,
+    held: contextlib.ExitStack,
+) -> None:
+    """Each engine pod's node filesystem and NPU fabric (by its preflight unit, in the
+    spec's order, which ``faults`` index), and the ports the faults hold."""
+    for tag, (layout_name, objects) in rendered.items():
+        units = _spec_units(fake, objects)
+        if not units:
+            continue
+        hardware = load(layout_name, catalog).layout.hardware
+        platform = PLATFORM_OF.get(hardware.accelerator, "cpu")
+        fault = faults if tag == "sk" else HEALTHY
+        fabric = Fabric(fake.root / "npu" / tag, platform, hardware.devices_per_node, fault)
+        by_key = {p.key: p for p in pods_of[tag]}
+        for i, unit in enumerate(units):
+            pod = by_key.get(unit["name"])
+            if pod is not None:
+                fake.fabric_env[pod.name] = fabric.add(i, len(unit["devices"]))
+        addresses = [by_key[u["name"]].address for u in units if u["name"] in by_key]
+        held.enter_context(taken_ports(fault, addresses))
+
+
+@dataclass
+class _Setup:
+    fake: _Cluster
+    cluster: K8sDryCluster
+    rendered: dict[str, tuple[str, list[dict[str, Any]]]]
+    pods_of: dict[str, list[FakePod]]
+    targets: list[tuple[str, dict[str, int]]]
+
+
+@contextlib.contextmanager
+def _setup(
+    name: str,
+    *,
+    speed: float | None,
+    catalog: str | None,
+    reference: bool,
+    kind: str,
+    engine: str,
+    cwd: Path | None,
+    keep: bool,
+    sets: list[str] | None,
+    host_paths: dict[str, Path] | None,
+    secrets: dict[str, dict[str, str]] | None,
+    faults: Faults,
+) -> Iterator[_Setup]:
+    """Render, place every pod on a loopback block, lay out the nodes; remove it all after."""
+    layout = load(name, catalog).layout
+    ref_name = layout.verify.reference if reference else None
+    root = Path(tempfile.mkdtemp(prefix="servekit-k8s-"))
+    held = contextlib.ExitStack()
+    try:
+        bin_dir = _prepare(root, engine)
+        tags = [("sk", name, list(sets or [])), *([("ref", ref_name, [])] if ref_name else [])]
+        rendered = {tag: (n, _render(n, tag, kind, catalog, s)) for tag, n, s in tags}
+        pods_of = _place(held, rendered)
+        hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
+        (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
+        extra = _real_engine_env(root) if engine == "vllm" else {}
+        fake = _Cluster(root, bin_dir, speed, extra, cwd, host_paths, secrets or {})
+        for _, objects in rendered.values():
+            fake.configmaps.update(_configmaps(objects))
+        _fabric(fake, rendered, pods_of, faults=faults, catalog=catalog, held=held)
+        cluster = K8sDryCluster(name, root, [], "", root / "logs")
+        all_targets: list[tuple[str, dict[str, int]]] = []
+        for tag, (layout_name, _) in rendered.items():
+            targets, url, engine_pods, addresses, _ = _targets(
+                layout_name, tag, pods_of[tag], catalog
+            )
+            all_targets += targets
+            if tag == "sk":
+                cluster.entry_url, cluster.pods_arg, cluster.pods = url, engine_pods, addresses
+            else:
+                cluster.reference_url, cluster.reference_pods = url, engine_pods
+        yield _Setup(fake, cluster, rendered, pods_of, all_targets)
+    finally:
+        held.close()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -759,6 +914,7 @@ def k8s_dry_cluster(
     sets: list[str] | None = None,
     host_paths: dict[str, Path] | None = None,
     secrets: dict[str, dict[str, str]] | None = None,
+    faults: Faults = HEALTHY,
 ) -> Iterator[K8sDryCluster]:
     """Render for Kubernetes, start every pod of the manifests, wait; tear down on exit.
 
@@ -768,45 +924,46 @@ def k8s_dry_cluster(
     the rendering (``k8s.model=...``). ``host_paths``: what the nodes hold (host path
     -> a folder or file here); None: every hostPath exists, a model volume's with a
     placeholder model. ``secrets``: the namespace's Secrets (name -> key -> value).
+    ``faults``: what the engine pods' preflight finds wrong (it then fails their init
+    containers: :func:`k8s_refused` shows them).
     """
-    layout = load(name, catalog).layout
-    ref_name = layout.verify.reference if reference else None
-    root = Path(tempfile.mkdtemp(prefix="servekit-k8s-"))
-    held = contextlib.ExitStack()
-    try:
-        bin_dir = _prepare(root, engine)
-        tags = [("sk", name, list(sets or [])), *([("ref", ref_name, [])] if ref_name else [])]
-        rendered = {tag: (n, _render(n, tag, kind, catalog, s)) for tag, n, s in tags}
-        pods_of = _place(held, rendered)
-        hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
-        (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
-        extra = _real_engine_env(root) if engine == "vllm" else {}
-        fake = _Cluster(root, bin_dir, speed, extra, cwd, host_paths, secrets or {})
-        for _, objects in rendered.values():
-            fake.configmaps.update(_configmaps(objects))
-        cluster = K8sDryCluster(name, root, [], "", root / "logs")
-        all_targets: list[tuple[str, dict[str, int]]] = []
-        for tag, (layout_name, _) in rendered.items():
-            targets, url, engine_pods, addresses, _ = _targets(
-                layout_name, tag, pods_of[tag], catalog
-            )
-            all_targets += targets
-            if tag == "sk":
-                cluster.entry_url, cluster.pods_arg, cluster.pods = url, engine_pods, addresses
-            else:
-                cluster.reference_url, cluster.reference_pods = url, engine_pods
+    with _setup(
+        name, speed=speed, catalog=catalog, reference=reference, kind=kind, engine=engine,
+        cwd=cwd, keep=keep, sets=sets, host_paths=host_paths, secrets=secrets, faults=faults,
+    ) as ready:  # fmt: skip
         run = _Running(
-            name, kind, catalog, fake, cluster, rendered, pods_of, all_targets, ready_timeout_s
+            name,
+            kind,
+            catalog,
+            ready.fake,
+            ready.cluster,
+            ready.rendered,
+            ready.pods_of,
+            ready.targets,
+            ready_timeout_s,
         )
-        cluster.apply = run.apply
+        ready.cluster.apply = run.apply
         started = time.perf_counter()
         try:
             run.start_all()
-            cluster.started_s = time.perf_counter() - started
-            yield cluster
+            ready.cluster.started_s = time.perf_counter() - started
+            yield ready.cluster
         finally:
             stop_nodes(run.running())
-    finally:
-        held.close()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+
+
+def k8s_refused(
+    name: str,
+    faults: Faults,
+    *,
+    catalog: str | None = None,
+    kind: str = "leaderworkerset",
+) -> list[NodeOutcome]:
+    """Run every engine pod's init containers with ``faults`` injected, start nothing else:
+    each pod's exit status and output (a pod whose init fails never starts its engine)."""
+    with _setup(
+        name, speed=None, catalog=catalog, reference=False, kind=kind, engine="sim",
+        cwd=None, keep=False, sets=None, host_paths=None, secrets=None, faults=faults,
+    ) as ready:  # fmt: skip
+        pods = [p for p in ready.pods_of["sk"] if p.template["spec"].get("initContainers")]
+        return [outcome for _, outcome in ready.fake.init_all(pods)]

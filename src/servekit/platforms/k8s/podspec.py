@@ -277,6 +277,8 @@ def engine_template(
         if not r.plan.model_path.startswith("/"):
             fetch["workingDir"] = WORKDIR
         spec["initContainers"] = [fetch]
+    if r.options.preflight:  # after the model's download: it checks the model too
+        spec.setdefault("initContainers", []).append(preflight_container(container, group.name))
     if group.name in r.host_network_groups:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -292,6 +294,18 @@ def engine_template(
         "metadata": {"labels": labels, "annotations": {HASH_ANNOTATION: digest}},
         "spec": spec,
     }
+
+
+def preflight_container(engine: dict[str, Any], group: str) -> dict[str, Any]:
+    """The engine container as the ``preflight`` initContainer: the same image,
+    environment, mounts, resources and devices (the kubelet hands an init container's
+    devices on to the pod's containers), no ports or probes; it runs ``pod.sh GROUP
+    preflight`` (servekit.preflight) and ends."""
+    left_out = ("ports", "readinessProbe", "startupProbe", "livenessProbe")
+    init = {k: v for k, v in engine.items() if k not in left_out}
+    init["name"] = "preflight"
+    init["command"] = ["/bin/bash", f"{MOUNT}/pod.sh", group, "preflight"]
+    return init
 
 
 def _pull_secrets(r: K8sRendering, spec: dict[str, Any]) -> None:

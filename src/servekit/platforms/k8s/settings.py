@@ -178,6 +178,8 @@ class K8sSettings:
     podmonitor: bool = False
     given: frozenset[str] = field(default_factory=frozenset)
     """The options the operator set (the rest are defaults), for the summary."""
+    preflight: bool = True
+    """Each engine pod's preflight initContainer (``render --no-preflight``: none)."""
 
 
 def _refuse(name: str, value: str, why: str) -> UsageError:

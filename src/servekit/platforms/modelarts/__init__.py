@@ -12,7 +12,7 @@ def render(req: RenderRequest) -> Files:
     from servekit.platforms.modelarts.scripts import modelarts_files
     from servekit.render import plan_page
 
-    files = modelarts_files(req.plan)
+    files = modelarts_files(req.plan, preflight=req.preflight)
     files["plan.md"] = plan_page(req.plan, "modelarts")
     files["plan.json"] = req.plan.model_dump_json(indent=2) + "\n"
     return files

@@ -1,7 +1,9 @@
 """The ModelArts rendering: one flat folder the platform copies to every node.
 
 ``run.sh`` (POSIX sh) waits for the platform's rank table, finds its node, checks
-the node count and group 0, resolves the node's address and NIC, then starts and
+the node count and group 0, resolves the node's address and NIC, runs the
+preflight (:mod:`servekit.preflight`: this node checked, the nodes compared
+over the rank table's addresses; ``PREFLIGHT=0`` skips it), then starts and
 supervises the node's processes (the per-process scripts every target shares,
 :func:`servekit.render.process_script`). The rank table is read by
 :mod:`.ranktable`, shipped beside it as ``servekit_rank_table.py``.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from servekit import __version__
 from servekit.errors import UsageError
+from servekit.preflight import ENTRY_FILE, SPEC_FILE, preflight_files
 from servekit.render import Plan, bundle_files, process_script, script_environment, uses_nic
 
 RANK_TABLE_FILE = "servekit_rank_table.py"
@@ -35,8 +38,9 @@ def _group0_rule(plan: Plan) -> tuple[bool, str]:
     return False, ""
 
 
-def modelarts_files(plan: Plan) -> dict[str, str | bytes]:
-    """``run.sh``, every process script, the bundled files and the rank-table reader."""
+def modelarts_files(plan: Plan, *, preflight: bool = True) -> dict[str, str | bytes]:
+    """``run.sh``, every process script, the bundled files, the rank-table reader and
+    (unless ``preflight`` is False) the preflight's spec and program."""
     env = script_environment("servekit.platforms.modelarts")
     proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
     if proxy is not None and proxy.node != 0:
@@ -55,10 +59,15 @@ def modelarts_files(plan: Plan) -> dict[str, str | bytes]:
             proxy_node=None if proxy is None else proxy.node,
             group0_single=single and len(plan.nodes) > 1,
             group0_why=why,
+            preflight=preflight,
+            preflight_entry=ENTRY_FILE,
+            preflight_spec=SPEC_FILE,
         )
     }
     for p in plan.processes:
         files[f"{p.name}.sh"] = process_script(plan, p)
     files.update(bundle_files())
     files.update(entry_files())
+    if preflight:
+        files.update(preflight_files(plan))
     return files

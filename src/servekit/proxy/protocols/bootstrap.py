@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from servekit.proxy.config import ProxyConfig, parse_bootstrap
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.payloads import (
     bootstrap_decode_params,
@@ -23,14 +22,6 @@ from servekit.proxy.protocols.base import Handler
 from servekit.proxy.stages import Trip
 
 
-def bootstrap_of(config: ProxyConfig, url: str) -> tuple[str, str] | None:
-    """(engine id, bootstrap URL) of the prefill instance at ``url``."""
-    for prefill, value in zip(config.prefill, config.prefill_bootstrap, strict=False):
-        if prefill == url:
-            return parse_bootstrap(value)
-    return None
-
-
 class Bootstrap(Handler):
     protocol = "bootstrap"
     one_prompt = True
@@ -39,7 +30,7 @@ class Bootstrap(Handler):
         transfer_id = uuid.uuid4().hex
         await trip.prefill(with_kv_params=True, kv_params=bootstrap_prefill_params(transfer_id))
         inst = trip.prefilled_on
-        server = bootstrap_of(trip.router.config, inst.url) if inst is not None else None
+        server = inst.bootstrap if inst is not None else None  # flags, admin or discovery
         if server is None:
             who = "?" if inst is None else trip.router.describe(inst)
             msg = f"prefill {who} has no known bootstrap server (--prefill-bootstrap)"

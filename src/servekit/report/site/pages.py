@@ -24,6 +24,8 @@ from servekit.render import (
     source_claim,
 )
 from servekit.report.site.topology import Topology, classify, svg
+from servekit.report.usage import usage
+from servekit.report.view import Command
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Entry:
     page: str
     model: str = ""
     source_claim: str = "-"
+    usage: tuple[Command, ...] = ()
+    """How to run it: the report's own steps (report/usage.py), from the Plan."""
 
     @property
     def name(self) -> str:
@@ -128,4 +132,5 @@ def entry_for(loaded: LoadedLayout, out: Path) -> Entry:
         page=f"layouts/{slug}.html",
         model=model_of(layout),
         source_claim=source_claim(layout),
+        usage=usage(plan),
     )
