@@ -1,0 +1,302 @@
+"""Calibration: measure one engine of each role (or read what was measured) and fit it.
+
+Three sources, all measurements: a short calibration run against a live engine
+(``--target``: ``servekit bench`` workloads chosen to span batch sizes, prompt
+lengths and prefix hits, plus a probe that reads how many sequences the engine
+runs at once), ``servekit bench`` results already on disk (``--from-bench``),
+or the bench results of a layout's ledger record (``--from-ledger``). A PD pair
+behind servekit's proxy (``--pair``) adds the KV hand-off. Each run adds or
+replaces one engine's fit in ``DIR/calibration.json``, so a prefill engine, a
+decode engine and a pair can be calibrated one after another into one folder;
+the bench results it fitted on are kept beside it, and every fit names them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+from servekit.advise.fit import (
+    fit_decode,
+    fit_prefill,
+    fit_transfer,
+    prefill_seconds,
+    running_limit,
+)
+from servekit.advise.model import (
+    CALIBRATION_FILE,
+    Calibration,
+    EngineFit,
+    EngineKind,
+    TransferFit,
+    read_calibration,
+)
+from servekit.advise.observe import Observations, PrefillObs, observations_of, read_bench_dir
+from servekit.advise.options import AdviseCalibrateOptions
+from servekit.advise.shapes import parse_shape
+from servekit.errors import UsageError
+
+SAMPLE_S = 0.05
+PROBE_STEPS = 40
+PROBE_MAX_TOKENS = 4096
+DEFAULT_BLOCK = 16
+
+
+def _stamp() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _engine_kind(engines: set[str]) -> EngineKind:
+    if engines == {"sim"}:
+        return "sim"
+    if engines == {"vllm"}:
+        return "vllm"
+    return "external"
+
+
+def ladder(top: int, steps: int = 5) -> tuple[int, ...]:
+    """Prompt lengths for the prefill fit: ``top``, ``top/4``, ... (at least 64)."""
+    return tuple(sorted({max(64, top >> (2 * k)) for k in range(steps)}))
+
+
+def engine_workloads(opts: AdviseCalibrateOptions, max_prompt: int) -> list[object]:
+    """What one engine is measured with: decode batches, a second context, prefill lengths."""
+    from servekit.bench import KVCapacity, MultiStream, Prefill
+
+    batches = tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= opts.max_batch)
+    lengths = ladder(max_prompt)
+    return [
+        KVCapacity(),
+        MultiStream(streams=batches, input_tokens=opts.decode_isl, output_tokens=opts.decode_osl),
+        # the context slope from one stream: several streams at a long prompt would
+        # decode beside each other's prefill chunks, which is not a context effect
+        MultiStream(streams=(1,), input_tokens=max_prompt, output_tokens=opts.decode_osl),
+        *(Prefill(streams=(1,), prompt_tokens=n) for n in lengths),
+        Prefill(streams=(4,), prompt_tokens=lengths[len(lengths) // 2]),
+    ]
+
+
+def prefix_trace(path: Path, max_prompt: int, gap_s: float, requests: int = 12) -> Path:
+    """A sequential trace whose prompts share 0-100% of their leading 512-token blocks."""
+    block = 512
+    blocks = max(2, min(16, max_prompt // block))
+    rows: list[dict[str, int | list[int]]] = []
+    fresh = 1000
+    for i in range(requests):
+        shared = (i * blocks) // requests if i % 2 else 0
+        ids = list(range(shared)) + list(range(fresh, fresh + blocks - shared))
+        fresh += blocks - shared
+        rows.append(
+            {
+                "timestamp": round(i * gap_s * 1000),
+                "input_length": blocks * block,
+                "output_length": 2,
+                "hash_ids": ids,
+            }
+        )
+    rows.insert(1, {**rows[0], "timestamp": round(0.5 * gap_s * 1000)})  # a 100% hit
+    rows.sort(key=lambda r: int(r["timestamp"]))  # type: ignore[arg-type]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+async def _max_model_len(url: str) -> int | None:
+    """The served model's context length as /v1/models reports it (vLLM and the simulator do)."""
+    from servekit.client import OpenAIClient
+
+    async with OpenAIClient(url, timeout_s=30) as client:
+        rec = await client.request("GET", "/v1/models")
+    body = rec.json_body() if rec.ok else None
+    data = body.get("data") if isinstance(body, dict) else None
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    value = first.get("max_model_len")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+async def _probe(url: str, model: str, n: int, osl: int) -> tuple[int, int | None]:
+    """(most sequences seen running at once, block size) while ``n`` requests run."""
+    from servekit.client import OpenAIClient
+    from servekit.vocabulary import CACHE_CONFIG_INFO, NUM_REQUESTS_RUNNING
+
+    async with OpenAIClient(url, model=model, timeout_s=600) as client:
+        snap = await client.metrics()
+        block = None
+        for labels in snap.info.get(CACHE_CONFIG_INFO, ()):
+            if str(labels.get("block_size", "")).isdigit():
+                block = int(labels["block_size"])
+        body = {"max_tokens": osl, "min_tokens": osl, "ignore_eos": True, "temperature": 0}
+        sends = [
+            asyncio.create_task(client.completion({**body, "prompt": f"[probe-{i}] the the the"}))
+            for i in range(n)
+        ]
+        peak = 0
+        while not all(t.done() for t in sends):
+            peak = max(peak, int((await client.metrics()).gauge(NUM_REQUESTS_RUNNING) or 0))
+            await asyncio.sleep(SAMPLE_S)
+        await asyncio.gather(*sends)
+    return peak, block
+
+
+def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], int, int | None]:
+    """Run the calibration workloads against ``--target``; (bench folders, peak, block)."""
+    from servekit.bench import RunSettings, TraceReplay, run_workloads, write_outputs
+    from servekit.deployment import load_deployment
+
+    assert opts.target is not None
+    dep = load_deployment(opts.target)
+    settings = RunSettings(runs=opts.runs, warmup=1)
+    served = asyncio.run(_max_model_len(dep.entry_url))
+    max_prompt = opts.max_prompt
+    if served is not None:
+        max_prompt = max(64, min(max_prompt, served - opts.decode_osl - 16))
+    first = run_workloads(dep, engine_workloads(opts, max_prompt), settings, target=opts.target)  # type: ignore[arg-type]
+    out = [folder / "engine"]
+    write_outputs(first, out[0])
+    seen = observations_of(first, list(first.requests), str(out[0]))
+    prefill, decode = fit_prefill(seen.prefill), fit_decode(seen.decode, None)
+    scale = first.inputs.sim_speed or 1.0  # engine seconds per wall second
+    # requests of the prefix trace must run alone: a gap of three times the longest one
+    longest = max(o.prompts[0] for o in seen.prefill)
+    alone = prefill_seconds(prefill, PrefillObs((longest,), (0,), 0.0, "")) + 2 * decode.step_s(1)
+    trace = prefix_trace(folder / "prefix-trace.jsonl", max_prompt, (3 * alone + 0.02) / scale)
+    second = run_workloads(dep, [TraceReplay(path=str(trace))], settings, target=opts.target)
+    out.append(folder / "prefix")
+    write_outputs(second, out[1])
+    # the probe's requests last PROBE_STEPS steps: many samples of a steady batch
+    tokens = PROBE_STEPS * decode.acceptance_length
+    osl = int(min(max(opts.decode_osl, tokens), PROBE_MAX_TOKENS))
+    if served is not None:
+        osl = max(2, min(osl, served - 64))
+    model = first.inputs.model or ""
+    peak, block = asyncio.run(_probe(dep.entry_url, model, opts.max_batch, osl))
+    return out, peak, block
+
+
+def _observations(folders: list[Path], flag: str) -> Observations:
+    obs = Observations()
+    for path in folders:
+        result, rows = read_bench_dir(path, flag)
+        obs.extend(observations_of(result, rows, str(path)))
+    return obs
+
+
+def ledger_folders(layout: str, catalog: Path | None) -> list[Path]:
+    """The bench results of the layout's newest ledger record that still has them."""
+    from servekit.catalog import ledger_records, load
+
+    records = ledger_records(load(layout, catalog))
+    for record in reversed(records):
+        bench = Path(record.report) / "bench"
+        if (bench / "bench.json").is_file():
+            return [bench]
+    raise UsageError(
+        f"--from-ledger {layout}: no ledger record whose report still holds bench/bench.json; "
+        "run 'servekit verify' or pass --from-bench"
+    )
+
+
+def fit_engine(
+    name: str,
+    shapes: tuple[str, ...],
+    obs: Observations,
+    peak: int | None = None,
+    block: int | None = None,
+) -> EngineFit:
+    """One engine's fit from its observations."""
+    for text in shapes:
+        parse_shape(text)
+    if not obs.kv_tokens:
+        raise UsageError(
+            "calibration: no KV capacity measured; include the kv workload "
+            "(servekit bench --workload kv)"
+        )
+    return EngineFit(
+        name=name,
+        shapes=shapes,
+        engine=_engine_kind(obs.engines),
+        sources=tuple(dict.fromkeys(obs.sources)),
+        block_size=block or DEFAULT_BLOCK,
+        kv_capacity_tokens=max(obs.kv_tokens),
+        prefill=fit_prefill(obs.prefill),
+        decode=fit_decode(obs.decode, running_limit(peak, obs.decode)),
+    )
+
+
+def _existing(out: Path) -> Calibration | None:
+    return read_calibration(out, "--out") if (out / CALIBRATION_FILE).is_file() else None
+
+
+def run_calibrate(opts: AdviseCalibrateOptions) -> Calibration:
+    """``servekit advise calibrate``: measure or read, fit, and merge into ``--out``."""
+    out = opts.out
+    old = _existing(out)
+    engines = list(old.engines) if old else []
+    transfer = old.transfer if old else None
+    notes = list(old.notes) if old else []
+    name = opts.name or opts.target or opts.from_ledger or "engine"
+    if opts.target or opts.from_bench or opts.from_ledger:
+        folder = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-{_slug(name)}"
+        peak = block = None
+        if opts.target:
+            folder.mkdir(parents=True, exist_ok=True)
+            folders, peak, block = _measure(opts, folder)
+        elif opts.from_ledger:
+            folders = ledger_folders(opts.from_ledger, opts.catalog)
+        else:
+            folders = list(opts.from_bench)
+        fit = fit_engine(name, opts.shape, _observations(folders, "--from-bench"), peak, block)
+        engines = [e for e in engines if e.name != fit.name] + [fit]
+    if opts.pair or opts.pair_bench:
+        pair_folders = list(opts.pair_bench)
+        if opts.pair:
+            pair_folders.append(_measure_pair(opts, out))
+        transfer = _transfer(engines, _observations(pair_folders, "--pair-bench"))
+    if not engines:
+        raise UsageError("--out: no engine calibrated yet; calibrate an engine (--target) first")
+    cal = Calibration(
+        created=_stamp(),
+        engines=tuple(engines),
+        notes=tuple(notes),
+        **({"transfer": transfer} if transfer is not None else {}),
+    )
+    cal.write(out)
+    return cal
+
+
+def _measure_pair(opts: AdviseCalibrateOptions, out: Path) -> Path:
+    """Single prefills through a PD pair behind the proxy, at the ladder's lengths."""
+    from servekit.bench import Prefill, RunSettings, run_workloads, write_outputs
+    from servekit.deployment import load_deployment
+
+    assert opts.pair is not None
+    dep = load_deployment(opts.pair)
+    specs = [Prefill(streams=(1,), prompt_tokens=n) for n in ladder(opts.max_prompt)]
+    result = run_workloads(dep, specs, RunSettings(runs=opts.runs, warmup=1), target=opts.pair)
+    folder = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-pair-{_slug(opts.pair)}"
+    write_outputs(result, folder)
+    return folder
+
+
+def _transfer(engines: list[EngineFit], pair: Observations) -> TransferFit:
+    """The hand-off from the pair's TTFTs, less the prefill and decode fits of its roles."""
+
+    def standing(*roles: str) -> EngineFit:
+        for role in roles:
+            for fit in engines:
+                if any(s.startswith(f"{role}:") for s in fit.shapes):
+                    return fit
+        raise UsageError(
+            "--pair: calibrate the pair's engines first (--target with --shape prefill:... "
+            "and decode:..., or one mixed engine)"
+        )
+
+    prefill = standing("prefill", "mixed")
+    decode = standing("decode", "mixed")
+    return fit_transfer(pair.prefill, prefill.prefill, decode.decode)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text)[:60].strip("-") or "engine"

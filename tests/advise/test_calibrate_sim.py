@@ -1,0 +1,98 @@
+"""A small calibration and ranking on the simulator, and proof the fit reads only measurements.
+
+A simulated engine is started with a profile made up here (inline in the spec,
+no file the advisor could find), calibrated through ``servekit advise
+calibrate``'s own run (bench workloads over HTTP and the running-sequences
+probe) with every way of loading a simulator profile made to fail in this
+process, and the fit is held to the made-up profile. A second engine twice as
+slow to decode is the control: its fit moves with it, so the numbers come from
+the engine, not from anywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servekit.advise import (
+    AdviseCalibrateOptions,
+    AdviseOptions,
+    Calibration,
+    run_advise,
+    run_calibrate,
+)
+from servekit.sim.testing import running_sim
+
+pytestmark = pytest.mark.slow
+
+
+def hidden(decode_scale: float = 1.0) -> dict[str, Any]:
+    """An engine nobody ships: fast enough for a test, shaped like a real one."""
+    return {
+        "name": "hidden",
+        "block_size": 16,
+        "kv_capacity_tokens": 262144,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 1024,
+        "prefill_overhead_s": 0.005,
+        "prefill_per_token_s": 2e-5,
+        "decode_step_s": [[1, 0.004 * decode_scale], [8, 0.010 * decode_scale]],
+        "answer_tokens": [12, 40],
+    }
+
+
+def calibrate(url: str, out: Path, max_batch: int = 16, max_prompt: int = 2048) -> Calibration:
+    opts = AdviseCalibrateOptions(
+        out=out, target=url, shape=("mixed:tp1:dp1",), name="hidden", max_batch=max_batch,
+        max_prompt=max_prompt, decode_isl=32, decode_osl=24,
+    )  # fmt: skip
+    return run_calibrate(opts)
+
+
+def serve(profile: dict[str, Any]) -> Any:
+    spec = {"endpoints": [{"name": "e", "port": 0, "max_model_len": 4096, "profile": profile}]}
+    return running_sim(spec)
+
+
+def test_calibration_fits_the_hidden_engine_and_ranks_layouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serve(hidden()) as sim:
+        import servekit.sim.profile as prof
+
+        def refuse(*_a: object, **_k: object) -> None:
+            raise AssertionError("the advisor read a simulator profile")
+
+        with monkeypatch.context() as m:
+            m.setattr(prof, "load_profile", refuse)
+            m.setattr(prof, "profile_from_mapping", refuse)
+            m.setattr(prof, "builtin_profile_names", refuse)
+            cal = calibrate(sim.url, tmp_path / "cal")
+    (fit,) = cal.engines
+    assert fit.engine == "sim" and fit.kv_capacity_tokens == 262144 and fit.block_size == 16
+    assert fit.decode.max_running == 8  # the probe saw the engine's own limit
+    assert fit.decode.step_s(1) == pytest.approx(0.004, rel=0.15)
+    assert fit.decode.step_s(8) == pytest.approx(0.010, rel=0.15)
+    assert fit.prefill.per_token_s == pytest.approx(2e-5, rel=0.25)
+    assert fit.prefill.rms_error_pct < 20
+    assert all(Path(s).is_dir() for s in fit.sources)  # the bench results it fitted on
+
+    with serve(hidden(decode_scale=2.0)) as slow:  # the control: the fit follows the engine
+        slower = calibrate(slow.url, tmp_path / "cal-slow", max_batch=4, max_prompt=512).engines[0]
+    assert slower.decode.step_s(1) == pytest.approx(2 * fit.decode.step_s(1), rel=0.2)
+
+    opts = AdviseOptions(
+        family="local", nodes=1, calibration=tmp_path / "cal", isl="uniform:200,600",
+        osl="16", rate=40.0, requests=60, slo=("ttft=200,tpot=20",), derive=False,
+    )  # fmt: skip
+    advice = run_advise(opts)
+    names = [r.cand.name for r in advice.predicted]
+    assert {"local/single", "local/dp2", "local/1p1d"} <= set(names)
+    single = next(r.pred for r in advice.predicted if r.cand.name == "local/single")
+    dp2 = next(r.pred for r in advice.predicted if r.cand.name == "local/dp2")
+    assert single is not None and dp2 is not None
+    assert dp2.goodput >= single.goodput  # two engines never serve less than one
+    assert names.index("local/dp2") < names.index("local/single")
+    assert advice.band_line  # the band's source is always named
