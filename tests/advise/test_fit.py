@@ -122,3 +122,15 @@ def test_nnls_never_returns_a_negative_coefficient() -> None:
     y = np.array([3.0, 2.0, 1.0])  # a falling line: the slope would be -1
     coef = nnls(x, y)
     assert (coef >= 0).all() and coef[1] == 0.0
+
+
+def test_the_chunk_is_read_off_a_decoding_streams_gaps() -> None:
+    from servekit.advise.calibrate import chunk_from_gaps
+
+    prefill = PrefillFit(overhead_s=0.02, per_token_s=1.38e-4, quadratic_s=0.0, chunk_tokens=65536,
+                         max_prompt_measured=32768, observations=5, rms_error_pct=1.0)  # fmt: skip
+    chunk_s = 0.02 + 8192 * 1.38e-4 + 0.025  # one 8192-token chunk beside one decode step
+    gaps = [0.025, 0.03, chunk_s, chunk_s, chunk_s, 0.6]  # the last chunk is partial
+    assert chunk_from_gaps(gaps, 4.6, 32768, prefill, 0.025) == 8192
+    assert chunk_from_gaps([0.025, 4.6], 4.6, 32768, prefill, 0.025) is None  # one chunk
+    assert chunk_from_gaps([], 0.0, 32768, prefill, 0.025) is None

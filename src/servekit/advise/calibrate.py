@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
+import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.advise.fit import (
+    CHUNKS,
     fit_decode,
     fit_prefill,
     fit_transfer,
@@ -31,6 +35,7 @@ from servekit.advise.model import (
     Calibration,
     EngineFit,
     EngineKind,
+    PrefillFit,
     TransferFit,
     read_calibration,
 )
@@ -116,6 +121,49 @@ async def _max_model_len(url: str) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+async def _chunk_probe(
+    url: str, model: str, prompt_tokens: int, stream_tokens: int, pause_s: float
+) -> tuple[list[float], float]:
+    """(gaps between a decoding stream's frames while a long prompt is prefilled beside it,
+    the long prompt's TTFT), in the client's seconds.
+
+    A chunked-prefill engine runs the long prompt in steps of its token budget, each
+    also carrying the stream's decode step, so the stream's longest gaps are whole
+    chunks: how large a chunk is follows from the prefill fit.
+    """
+    from servekit.client import OpenAIClient
+
+    common = {"ignore_eos": True, "temperature": 0}
+    stream = {**common, "max_tokens": stream_tokens, "min_tokens": stream_tokens, "stream": True}
+    async with OpenAIClient(url, model=model, timeout_s=600) as client:
+        first = asyncio.create_task(client.completion({**stream, "prompt": "[chunk-probe] the"}))
+        await asyncio.sleep(pause_s)
+        long = {**common, "max_tokens": 1, "stream": True}
+        long["prompt"] = "[chunk-probe-long]" + " the" * prompt_tokens
+        second = await client.completion(long)
+        ran = await first
+    if not second.ok or not ran.ok or not second.token_times_ns:
+        return [], 0.0
+    start, end = second.t_start_ns, second.token_times_ns[0]
+    times = [t for t in ran.token_times_ns if start <= t <= end + 1]
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times)]
+    return gaps, (end - start) / 1e9
+
+
+def chunk_from_gaps(
+    gaps: list[float], ttft_s: float, prompt_tokens: int, prefill: PrefillFit, step_s: float
+) -> int | None:
+    """The chunk size the stream's gaps show (None: one chunk, or nothing to read)."""
+    long = sorted(g for g in gaps if g > 2 * step_s + prefill.overhead_s)
+    if len(long) < 2 or prefill.per_token_s <= 0 or ttft_s <= 0:
+        return None
+    full = long[len(long) // 2 :]  # the full chunks; the last one may be partial
+    chunk = (sum(full) / len(full) - step_s - prefill.overhead_s) / prefill.per_token_s
+    if chunk <= 0 or chunk >= prompt_tokens:
+        return None
+    return min(CHUNKS, key=lambda c: abs(math.log(c / chunk)))
+
+
 async def _probe(url: str, model: str, n: int, osl: int) -> tuple[int, int | None]:
     """(most sequences seen running at once, block size) while ``n`` requests run."""
     from servekit.client import OpenAIClient
@@ -140,8 +188,17 @@ async def _probe(url: str, model: str, n: int, osl: int) -> tuple[int, int | Non
     return peak, block
 
 
-def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], int, int | None]:
-    """Run the calibration workloads against ``--target``; (bench folders, peak, block)."""
+@dataclass(frozen=True)
+class Probed:
+    """What the probes read off the live engine: most sequences at once, block, chunk."""
+
+    peak: int | None = None
+    block: int | None = None
+    chunk: int | None = None
+
+
+def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], Probed]:
+    """Run the calibration workloads and probes against ``--target``."""
     from servekit.bench import RunSettings, TraceReplay, run_workloads, write_outputs
     from servekit.deployment import load_deployment
 
@@ -165,6 +222,17 @@ def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], in
     second = run_workloads(dep, [TraceReplay(path=str(trace))], settings, target=opts.target)
     out.append(folder / "prefix")
     write_outputs(second, out[1])
+    pause = max(0.2, 5 * decode.step_s(1))
+    stream = (pause + 3 * alone + 0.5) / decode.step_s(1) * decode.acceptance_length + 8
+    stream = min(stream, PROBE_MAX_TOKENS, (served or PROBE_MAX_TOKENS) - 64)
+    gaps, long_ttft = asyncio.run(
+        _chunk_probe(
+            dep.entry_url, first.inputs.model or "", max_prompt, int(stream), pause / scale
+        )
+    )
+    chunk = chunk_from_gaps(
+        [g * scale for g in gaps], long_ttft * scale, max_prompt, prefill, decode.step_s(1)
+    )
     # the probe's requests last PROBE_STEPS steps: many samples of a steady batch
     tokens = PROBE_STEPS * decode.acceptance_length
     osl = int(min(max(opts.decode_osl, tokens), PROBE_MAX_TOKENS))
@@ -172,7 +240,7 @@ def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], in
         osl = max(2, min(osl, served - 64))
     model = first.inputs.model or ""
     peak, block = asyncio.run(_probe(dep.entry_url, model, opts.max_batch, osl))
-    return out, peak, block
+    return out, Probed(peak, block, chunk)
 
 
 def _observations(folders: list[Path], flag: str) -> Observations:
@@ -199,11 +267,7 @@ def ledger_folders(layout: str, catalog: Path | None) -> list[Path]:
 
 
 def fit_engine(
-    name: str,
-    shapes: tuple[str, ...],
-    obs: Observations,
-    peak: int | None = None,
-    block: int | None = None,
+    name: str, shapes: tuple[str, ...], obs: Observations, probed: Probed | None = None
 ) -> EngineFit:
     """One engine's fit from its observations."""
     for text in shapes:
@@ -213,15 +277,16 @@ def fit_engine(
             "calibration: no KV capacity measured; include the kv workload "
             "(servekit bench --workload kv)"
         )
+    probed = probed or Probed()
     return EngineFit(
         name=name,
         shapes=shapes,
         engine=_engine_kind(obs.engines),
         sources=tuple(dict.fromkeys(obs.sources)),
-        block_size=block or DEFAULT_BLOCK,
+        block_size=probed.block or DEFAULT_BLOCK,
         kv_capacity_tokens=max(obs.kv_tokens),
-        prefill=fit_prefill(obs.prefill),
-        decode=fit_decode(obs.decode, running_limit(peak, obs.decode)),
+        prefill=fit_prefill(obs.prefill, probed.chunk),
+        decode=fit_decode(obs.decode, running_limit(probed.peak, obs.decode)),
     )
 
 
@@ -239,15 +304,15 @@ def run_calibrate(opts: AdviseCalibrateOptions) -> Calibration:
     name = opts.name or opts.target or opts.from_ledger or "engine"
     if opts.target or opts.from_bench or opts.from_ledger:
         folder = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-{_slug(name)}"
-        peak = block = None
+        probed = Probed()
         if opts.target:
             folder.mkdir(parents=True, exist_ok=True)
-            folders, peak, block = _measure(opts, folder)
+            folders, probed = _measure(opts, folder)
         elif opts.from_ledger:
             folders = ledger_folders(opts.from_ledger, opts.catalog)
         else:
             folders = list(opts.from_bench)
-        fit = fit_engine(name, opts.shape, _observations(folders, "--from-bench"), peak, block)
+        fit = fit_engine(name, opts.shape, _observations(folders, "--from-bench"), probed)
         engines = [e for e in engines if e.name != fit.name] + [fit]
     if opts.pair or opts.pair_bench:
         pair_folders = list(opts.pair_bench)

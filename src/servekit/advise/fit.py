@@ -110,13 +110,16 @@ def _rms_pct(pred: Sequence[float], meas: Sequence[float]) -> float:
     return 100.0 * math.sqrt(sum(r * r for r in rel) / len(rel)) if rel else 0.0
 
 
-def _best_chunk(good: Sequence[PrefillObs]) -> tuple[float, int, np.ndarray]:
-    """(rms %, chunk, coefficients) of the chunk size that fits best (a tie: the larger)."""
+def _best_chunk(
+    good: Sequence[PrefillObs], known: int | None = None
+) -> tuple[float, int, np.ndarray]:
+    """(rms %, chunk, coefficients) of the chunk size that fits best (a tie: the larger),
+    or of the ``known`` one (a probe read it off the engine)."""
     y = np.array([o.ttft_s for o in good])
     longest = max(max(o.prompts) for o in good)
     widest = longest * max(len(o.prompts) for o in good)
     best: tuple[float, int, np.ndarray] | None = None
-    for chunk in CHUNKS:
+    for chunk in (known,) if known else CHUNKS:
         x = np.array([median_features(o, chunk) for o in good])
         w = 1.0 / y
         coef = nnls(x * w[:, None], y * w)
@@ -139,7 +142,7 @@ def _outliers(good: Sequence[PrefillObs], chunk: int, coef: np.ndarray) -> list[
     return list(np.abs(rel) > max(OUTLIER_FLOOR, OUTLIER_SIGMAS * scale))
 
 
-def fit_prefill(obs: Sequence[PrefillObs]) -> PrefillFit:
+def fit_prefill(obs: Sequence[PrefillObs], chunk: int | None = None) -> PrefillFit:
     """The prefill model with the smallest relative residual over the chunk sizes tried.
 
     One pass of outlier rejection: an observation whose relative error exceeds
@@ -156,11 +159,12 @@ def fit_prefill(obs: Sequence[PrefillObs]) -> PrefillFit:
             "calibration: fewer than 2 prefill observations (prefill or single-stream TTFTs); "
             "measure prefill at two or more prompt lengths"
         )
-    rms, chunk, coef = _best_chunk(good)
+    known = chunk
+    rms, chunk, coef = _best_chunk(good, known)
     out = _outliers(good, chunk, coef)
     kept = [o for o, bad in zip(good, out, strict=True) if not bad]
     if len(kept) >= 3 and len(kept) < len(good):
-        rms, chunk, coef = _best_chunk(kept)
+        rms, chunk, coef = _best_chunk(kept, known)
     else:
         kept = good
     return PrefillFit(
@@ -168,6 +172,7 @@ def fit_prefill(obs: Sequence[PrefillObs]) -> PrefillFit:
         per_token_s=float(coef[1]),
         quadratic_s=float(coef[2]),
         chunk_tokens=chunk,
+        chunk_source="probe" if known else "fit",
         max_prompt_measured=max(max(o.prompts) for o in good),
         observations=len(kept),
         rejected=len(good) - len(kept),

@@ -32,6 +32,9 @@ class PrefillFit(StrictModel):
     per_token_s: float = Field(ge=0)
     quadratic_s: float = Field(ge=0)
     chunk_tokens: int = Field(ge=1, description="tokens per engine step (max_num_batched_tokens)")
+    chunk_source: Literal["probe", "fit"] = Field(
+        "fit", description="probe: read off a decoding stream's gaps; fit: the best residual"
+    )
     max_prompt_measured: int = Field(ge=1)
     observations: int = Field(ge=1)
     rejected: int = Field(0, ge=0, description="observations left out as outliers")

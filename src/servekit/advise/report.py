@@ -81,7 +81,7 @@ def print_advice(advice: Advice, top: int, console: Console | None = None) -> No
             f"TPOT p50 ±{band.tpot_p50_pct:.0f}% ({advice.band_line}); docs/advise.md#error"
         )
     else:
-        console.print(f"error band: {advice.band_line}")
+        console.print(f"error band: {advice.band_line} (docs/advise.md#error)")
     for i, r in enumerate(advice.predicted[:top], 1):
         assert r.pred is not None
         for flag in r.pred.flags:

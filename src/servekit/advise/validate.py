@@ -133,6 +133,7 @@ def measure_layout(
     work: Path,
 ) -> Measured:
     """Start ``name``, replay ``trace`` with bench, stop it; the measured figures."""
+    work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SERVEKIT_RUNS": str(work / "runs")}
     where = ["--catalog", str(catalog)] if catalog is not None else []
     up = ["up", name, "--engine", engine, "--detach", "--free-ports", *where]
