@@ -104,11 +104,12 @@ def advise_json(args: list[str], out: Path) -> dict[str, Any]:
 
 
 def measure(
-    layout: str, catalog: Path | None, trace: Path, slo: Slo, *, engine: str, speed: float,
-    work: Path,
-) -> tuple[Measured, float]:  # fmt: skip
+    layout: str, catalog: Path | None, traces: list[Path], slo: Slo, *, engine: str,
+    speed: float, work: Path,
+) -> tuple[list[Measured], float]:  # fmt: skip
+    """One start of the layout, every trace replayed on it; (figures, wall seconds)."""
     t0 = time.monotonic()
-    m = measure_layout(layout, catalog, trace, slo, engine=engine, speed=speed, work=work)
+    m = measure_layout(layout, catalog, traces, slo, engine=engine, speed=speed, work=work)
     return m, time.monotonic() - t0
 
 

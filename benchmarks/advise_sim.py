@@ -191,31 +191,35 @@ def main() -> None:
         calibrate(out, cal)
         print(f"calibration: {time.monotonic() - t0:.0f} s", flush=True)
     layouts = [f"{FAMILY}/{n}" for n in args.layouts.split(",")]
-    cells: list[Cell] = []
-    ranking: dict[float, list[str]] = {}
-    for rate in (float(r) for r in args.rates.split(",")):
+    rates = [float(r) for r in args.rates.split(",")]
+    traces, preds, ranking = [], {}, {}
+    for rate in rates:
         n = max(args.min_requests, round(rate * args.seconds))
         trace = out / f"workload-{rate:g}.jsonl"
-        w = workload(
-            rate, n, isl=args.isl, osl=args.osl, share=args.prefix_share, seed=args.seed, path=trace
-        )
+        w = workload(rate, n, isl=args.isl, osl=args.osl, share=args.prefix_share,
+                     seed=args.seed, path=trace)  # fmt: skip
         print(w.summary(), flush=True)
         common = ["--family", FAMILY, "--nodes", "4", "--devices-per-node", "16",
                   "--calibration", str(cal), "--trace", str(trace), "--slo", args.slo,
                   "--no-derive"]  # fmt: skip
         doc = advise_json(common, out / f"advise-{rate:g}.json")
-        preds = {r["layout"]: r for r in doc["ranking"] if "prediction" in r}
+        preds[rate] = {r["layout"]: r for r in doc["ranking"] if "prediction" in r}
         ranking[rate] = [r["layout"] for r in doc["ranking"] if "prediction" in r]
-        slo = slo_of(AdviseOptions(family=FAMILY, calibration=cal, trace=trace, slo=(args.slo,)))
-        for layout in layouts:
-            m, wall = measure(layout, None, trace, slo, engine="sim", speed=1.0, work=out / "work")
-            cell = Cell(layout, rate, predicted_of(preds[layout]), measured_of(m), m.errors,
-                        m.requests, wall)  # fmt: skip
+        traces.append(trace)
+    slo = slo_of(AdviseOptions(family=FAMILY, calibration=cal, trace=traces[0], slo=(args.slo,)))
+    cells: list[Cell] = []
+    for layout in layouts:
+        found, wall = measure(layout, None, traces, slo, engine="sim", speed=1.0,
+                              work=out / "work")  # fmt: skip
+        for rate, m in zip(rates, found, strict=True):
+            cell = Cell(layout, rate, predicted_of(preds[rate][layout]), measured_of(m),
+                        m.errors, m.requests, wall / len(rates))  # fmt: skip
             cells.append(cell)
             print(f"  {layout} @ {rate:g}/s: pred {cell.predicted} meas {cell.measured} "
-                  f"({m.errors} failed, {wall:.0f} s)", flush=True)  # fmt: skip
-            save(results, cells, {"ranking": ranking, "args": vars(args) | {"out": str(out),
-                 "calibration": str(cal)}, "summary": summary(cells)})  # fmt: skip
+                  f"({m.errors} failed)", flush=True)  # fmt: skip
+        print(f"  ({layout}: {wall:.0f} s)", flush=True)
+        save(results, cells, {"ranking": ranking, "args": vars(args) | {"out": str(out),
+             "calibration": str(cal)}, "summary": summary(cells)})  # fmt: skip
     table = markdown(cells, first_choices(cells, ranking))
     (out / "results.md").write_text(table + "\n")
     print(table)

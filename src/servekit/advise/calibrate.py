@@ -46,6 +46,7 @@ from servekit.errors import UsageError
 
 SAMPLE_S = 0.05
 PROBE_STEPS = 40
+PAIR_RUNS = 3
 PROBE_MAX_TOKENS = 4096
 DEFAULT_BLOCK = 16
 
@@ -133,7 +134,7 @@ async def _chunk_probe(
     """
     from servekit.client import OpenAIClient
 
-    common = {"ignore_eos": True, "temperature": 0}
+    common: dict[str, object] = {"ignore_eos": True, "temperature": 0}
     stream = {**common, "max_tokens": stream_tokens, "min_tokens": stream_tokens, "stream": True}
     async with OpenAIClient(url, model=model, timeout_s=600) as client:
         first = asyncio.create_task(client.completion({**stream, "prompt": "[chunk-probe] the"}))
@@ -339,7 +340,9 @@ def _measure_pair(opts: AdviseCalibrateOptions, out: Path) -> Path:
     assert opts.pair is not None
     dep = load_deployment(opts.pair)
     specs = [Prefill(streams=(1,), prompt_tokens=n) for n in ladder(opts.max_prompt)]
-    result = run_workloads(dep, specs, RunSettings(runs=opts.runs, warmup=1), target=opts.pair)
+    # three runs a point: the pair is cheap, and its difference from the fits is small
+    runs = max(opts.runs, PAIR_RUNS)
+    result = run_workloads(dep, specs, RunSettings(runs=runs, warmup=1), target=opts.pair)
     folder = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-pair-{_slug(opts.pair)}"
     write_outputs(result, folder)
     return folder

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,28 +126,33 @@ def scratch_catalog(cand: Candidate, source: Path, into: Path) -> Path:
 def measure_layout(
     name: str,
     catalog: Path | None,
-    trace: Path,
+    traces: Sequence[Path],
     slo: Slo,
     *,
     engine: str = "sim",
     speed: float = 1.0,
     work: Path,
-) -> Measured:
-    """Start ``name``, replay ``trace`` with bench, stop it; the measured figures."""
+) -> list[Measured]:
+    """Start ``name`` once, replay each trace in turn with bench, stop it; their figures."""
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SERVEKIT_RUNS": str(work / "runs")}
     where = ["--catalog", str(catalog)] if catalog is not None else []
     up = ["up", name, "--engine", engine, "--detach", "--free-ports", *where]
     if engine == "sim":
         up += ["--speed", f"{speed:g}"]
-    out = work / "bench" / name.replace("/", "__")
+    clock = speed if engine == "sim" else 1.0
+    found: list[Measured] = []
     try:
         _servekit(up, env, UP_TIMEOUT_S, work)
-        bench = ["bench", "--target", name, "--trace", str(trace), "--runs", "1", "--warmup", "0"]
-        _servekit([*bench, *slo_args(slo, speed), "--out", str(out)], env, BENCH_TIMEOUT_S, work)
+        for i, trace in enumerate(traces):
+            out = work / "bench" / f"{name.replace('/', '__')}-{i}-{trace.stem}"
+            bench = ["bench", "--target", name, "--trace", str(trace), "--runs", "1"]
+            bench += ["--warmup", "0", *slo_args(slo, clock), "--out", str(out)]
+            _servekit(bench, env, BENCH_TIMEOUT_S, work)
+            found.append(read_measured(out, slo, clock))
     finally:
         _servekit(["down", name], env, UP_TIMEOUT_S, work)
-    return read_measured(out, slo, speed if engine == "sim" else 1.0)
+    return found
 
 
 @dataclass(frozen=True)
@@ -172,8 +178,8 @@ def run_validation(
             where: Path | None = catalog
             if r.cand.derive is not None:
                 where = scratch_catalog(r.cand, source, work / f"catalog-{i}")
-            measured = measure_layout(
-                r.cand.name, where, trace, advice.slo, engine=engine, speed=speed, work=work
+            (measured,) = measure_layout(
+                r.cand.name, where, [trace], advice.slo, engine=engine, speed=speed, work=work
             )
             out.append(Validation(r.cand.name, r.pred, measured))
     return out
