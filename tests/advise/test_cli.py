@@ -144,3 +144,28 @@ def test_calibrate_from_a_folder_bench_did_not_write(tmp_path: Path) -> None:
     )  # fmt: skip
     one_line_error(done, "no bench.json")
     assert not (tmp_path / "cal" / "calibration.json").exists()  # nothing half-written
+
+
+@pytest.mark.slow
+def test_write_puts_the_best_derived_layout_into_the_catalog(cal: Path, tmp_path: Path) -> None:
+    """Prefill-heavy traffic on 3 nodes: 2p1d (derived from 1p1d) beats 1p1d and 1p2d."""
+    import shutil
+
+    from servekit.catalog import load, packaged_catalog
+
+    src, mine = packaged_catalog(), tmp_path / "catalog"
+    for part in ("a3/profiles", "a3/deepseekv4-flash/1p1d"):
+        shutil.copytree(src / part, mine / part)
+    done = servekit_inproc(
+        "advise", "--family", "a3/deepseekv4-flash", "--nodes", "3", "--devices-per-node", "16",
+        "--calibration", str(cal), "--isl", "8000", "--osl", "16", "--rate", "12",
+        "--requests", "60", "--slo", "ttft=3000", "--catalog", str(mine), "--write",
+        env={"COLUMNS": "220"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "best: a3/deepseekv4-flash/2p1d" in done.stdout
+    written = mine / "a3/deepseekv4-flash/2p1d/layout.yaml"
+    assert f"wrote {written}" in done.stdout.replace("\n", "")
+    layout = load("a3/deepseekv4-flash/2p1d", mine).layout
+    assert layout.provenance.derived_from and "1p1d" in layout.provenance.derived_from
+    assert [e.role for e in layout.engines] == ["prefill", "prefill", "decode"]

@@ -90,20 +90,37 @@ def _percentiles(
     return {f"p{p:g}": float(np.percentile(values, p)) for p in pcts}
 
 
+def _good(rows: list[dict[str, object]], slo: Slo, scale: float) -> int:
+    """Requests meeting every limit, as bench counts them (a 1-token output has TPOT 0)."""
+    good = 0
+    for r in rows:
+        ttft, lat, out = r.get("ttft_ns"), r.get("latency_ns"), r.get("output_tokens")
+        if r.get("error") or not isinstance(ttft, int) or not isinstance(lat, int):
+            continue
+        tpot = (lat - ttft) / (out - 1) if isinstance(out, int) and out > 1 else 0.0
+        good += slo.met(ttft / 1e9 * scale, tpot / 1e9 * scale, lat / 1e9 * scale)
+    return good
+
+
 def read_measured(folder: Path, slo: Slo, speed: float) -> Measured:
-    """The trace point of a bench folder, on the engine's clock."""
+    """The trace point of a bench folder, on the engine's clock, from its per-request rows."""
     doc = json.loads((folder / "bench.json").read_text())
     point = next(p for p in doc["points"] if p["workload"] == "trace")
-    figs = {k: v["median"] for k, v in point["figures"].items()}
     rows = [
         json.loads(line)
         for line in (folder / "requests.jsonl").read_text().splitlines()
         if line.strip()
     ]
+    duration = max((float(r["run_duration_s"]) for r in rows), default=0.0) * speed
+    tokens = sum(
+        int(r["output_tokens"])
+        for r in rows
+        if not r.get("error") and isinstance(r.get("output_tokens"), int)
+    )
     pcts = sorted({50.0, 90.0, 99.0, slo.ttft_pct, slo.tpot_pct})
     return Measured(
-        goodput=(figs.get("goodput") or figs.get("request_throughput") or 0.0) / speed,
-        output_throughput=(figs.get("output_throughput") or 0.0) / speed,
+        goodput=_good(rows, slo, speed) / duration if duration > 0 else 0.0,
+        output_throughput=tokens / duration if duration > 0 else 0.0,
         ttft_ms=_percentiles(rows, "ttft", pcts, speed),
         tpot_ms=_percentiles(rows, "tpot", pcts, speed),
         errors=int(point.get("errors", 0)),
