@@ -50,9 +50,13 @@ class Cell:
     wall_s: float
 
     def ape(self, name: str) -> float | None:
+        """|predicted - measured| / measured in percent; both 0 (a goodput nobody meets) is
+        exact, a prediction above a measured 0 is an infinite error (it counts as a miss)."""
         p, m = self.predicted.get(name), self.measured.get(name)
-        if p is None or m is None or not m or math.isnan(m) or math.isnan(p):
+        if p is None or m is None or math.isnan(m) or math.isnan(p):
             return None
+        if m == 0:
+            return 0.0 if p == 0 else math.inf
         return abs(p - m) / abs(m) * 100
 
 
@@ -167,7 +171,7 @@ def markdown(cells: list[Cell], choices: list[dict[str, Any]]) -> str:
 
         def err(name: str, c: Cell = c) -> str:
             if not c.measured.get(name):
-                return "-"
+                return "exact" if c.predicted.get(name) == 0 else "-"
             return _pct(100 * (c.predicted[name] - c.measured[name]) / c.measured[name])
 
         lines.append(
@@ -204,3 +208,35 @@ def save(path: Path, cells: list[Cell], extra: dict[str, Any]) -> None:
 def load_cells(path: Path) -> tuple[list[Cell], dict[str, Any]]:
     doc = json.loads(path.read_text())
     return [Cell(**c) for c in doc.pop("cells")], doc
+
+
+BANDS = Path(__file__).resolve().parents[1] / "src" / "servekit" / "advise" / "bands.json"
+
+
+def write_band(kind: str, cells: list[Cell], campaign: str, command: str) -> None:
+    """Publish a campaign's error as the band ``servekit advise`` shows for ``kind``.
+
+    The band is the 90th percentile of the absolute errors over the campaign's
+    cells per figure (nine predictions in ten fell within it), beside the medians.
+    """
+    import datetime as dt
+
+    s = summary(cells)
+    zeros = sum(c.measured["goodput"] == 0 == c.predicted["goodput"] for c in cells)
+    doc = json.loads(BANDS.read_text()) if BANDS.is_file() else {}
+    doc[kind] = {
+        "campaign": campaign,
+        "statistic": f"90th percentile of |predicted - measured| / measured over {len(cells)} "
+        f"cells (layout x rate; {zeros} where no request met the SLO, predicted and measured, "
+        "count as exact)",
+        "goodput_pct": round(s["goodput"]["p90_ape"], 1),
+        "ttft_p90_pct": round(s["ttft_p90"]["p90_ape"], 1),
+        "tpot_p50_pct": round(s["tpot_p50"]["p90_ape"], 1),
+        "median_goodput_pct": round(s["goodput"]["median_ape"], 1),
+        "median_ttft_p90_pct": round(s["ttft_p90"]["median_ape"], 1),
+        "median_tpot_p50_pct": round(s["tpot_p50"]["median_ape"], 1),
+        "cells": len(cells),
+        "command": command,
+        "measured": dt.datetime.now(dt.UTC).date().isoformat(),
+    }
+    BANDS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -50,11 +50,15 @@ from advise_common import (
     servekit,
     summary,
     workload,
+    write_band,
 )
 
 from servekit.advise import AdviseOptions, slo_of
 from servekit.deployment import Deployment, Endpoint
 
+KIND = "sim"
+CAMPAIGN = "the simulator campaign (a3/deepseekv4-flash, engines calibrated by bench only)"
+COMMAND = ".venv/bin/python benchmarks/advise_sim.py --out DIR --write-band"
 FAMILY = "a3/deepseekv4-flash"
 PROFILE = "a3-dsv4-flash"
 SHAPES = {
@@ -173,12 +177,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--calibration", type=Path, help="reuse a calibration folder")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument(
+        "--write-band", action="store_true", help="publish the error as servekit advise's band"
+    )
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     if args.report_only:
         cells, extra = load_cells(results)
+        if args.write_band:
+            write_band(KIND, cells, CAMPAIGN, COMMAND)
         print(
             markdown(
                 cells, first_choices(cells, {float(k): v for k, v in extra["ranking"].items()})
@@ -222,6 +231,8 @@ def main() -> None:
              "calibration": str(cal)}, "summary": summary(cells)})  # fmt: skip
     table = markdown(cells, first_choices(cells, ranking))
     (out / "results.md").write_text(table + "\n")
+    if args.write_band:
+        write_band(KIND, cells, CAMPAIGN, COMMAND)
     print(table)
 
 

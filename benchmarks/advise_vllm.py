@@ -45,10 +45,14 @@ from advise_common import (
     servekit,
     summary,
     workload,
+    write_band,
 )
 
 from servekit.advise import AdviseOptions, slo_of
 
+KIND = "vllm"
+CAMPAIGN = "the real-vLLM campaign (CPU engines, calibrated on local/single, two shared cores)"
+COMMAND = "flock /tmp/servekit-vllm.lock .venv/bin/python benchmarks/advise_vllm.py --out DIR --write-band"
 FAMILY = "local"
 
 
@@ -86,12 +90,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--calibration", type=Path)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument(
+        "--write-band", action="store_true", help="publish the error as servekit advise's band"
+    )
     args = ap.parse_args()
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     if args.report_only:
         cells, extra = load_cells(results)
+        if args.write_band:
+            write_band(KIND, cells, CAMPAIGN, COMMAND)
         ranking = {float(k): v for k, v in extra["ranking"].items()}
         print(markdown(cells, first_choices(cells, ranking)))
         return
@@ -131,6 +140,8 @@ def main() -> None:
              "calibration": str(cal)}, "summary": summary(cells)})  # fmt: skip
     table = markdown(cells, first_choices(cells, ranking))
     (out / "results.md").write_text(table + "\n")
+    if args.write_band:
+        write_band(KIND, cells, CAMPAIGN, COMMAND)
     print(table)
 
 
