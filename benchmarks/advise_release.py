@@ -64,6 +64,11 @@ def main() -> None:
         label = "decode N=" + ",".join(map(str, fitted))
         for n in (m for m in DECODE if m not in fitted):
             lines.append(row(f"decode N={n}", label, n * ACCEPT / fit.step_s(n), DECODE[n]))
+    line = fit_decode(decode_obs([1, 4]), max_running=32)
+    (b0, s0), (b1, s1) = line.points
+    for n in (8, 16):  # what a straight line through N=1 and 4 would say, for comparison
+        step = s0 + (s1 - s0) * (n - b0) / (b1 - b0)
+        lines.append(row(f"decode N={n}", "N=1,4, a straight line", n * ACCEPT / step, DECODE[n]))
     fit = fit_decode(decode_obs([1]), max_running=32)
     lines.append(
         row("1024/256 single stream", "decode N=1", ACCEPT / fit.step_s(1), COMPARISON_1024_256)

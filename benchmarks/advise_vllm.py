@@ -91,6 +91,11 @@ def main() -> None:
     ap.add_argument("--calibration", type=Path)
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument(
+        "--repredict",
+        action="store_true",
+        help="keep the measured cells of --out, predict them again with --calibration",
+    )
+    ap.add_argument(
         "--write-band", action="store_true", help="publish the error as servekit advise's band"
     )
     args = ap.parse_args()
@@ -102,6 +107,23 @@ def main() -> None:
         if args.write_band:
             write_band(KIND, cells, CAMPAIGN, COMMAND)
         ranking = {float(k): v for k, v in extra["ranking"].items()}
+        print(markdown(cells, first_choices(cells, ranking)))
+        return
+    if args.repredict:
+        cells, extra = load_cells(results)
+        cal = args.calibration or Path(extra["args"]["calibration"])
+        ranking = {}
+        for rate in sorted({c.rate for c in cells}):
+            trace = out / f"workload-{rate:g}.jsonl"
+            common = ["--family", FAMILY, "--nodes", "1", "--calibration", str(cal),
+                      "--trace", str(trace), "--slo", args.slo]  # fmt: skip
+            doc = advise_json(common, out / f"advise-{rate:g}.json")
+            preds = {r["layout"]: r for r in doc["ranking"] if "prediction" in r}
+            ranking[rate] = [r["layout"] for r in doc["ranking"] if "prediction" in r]
+            for c in (c for c in cells if c.rate == rate):
+                c.predicted = predicted_of(preds[c.layout])
+        extra["args"]["calibration"] = str(cal)
+        save(results, cells, {**extra, "ranking": ranking, "summary": summary(cells)})
         print(markdown(cells, first_choices(cells, ranking)))
         return
     work = out / "work"

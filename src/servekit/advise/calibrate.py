@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from servekit.advise.fit import (
@@ -43,10 +43,12 @@ from servekit.advise.observe import Observations, PrefillObs, observations_of, r
 from servekit.advise.options import AdviseCalibrateOptions
 from servekit.advise.shapes import parse_shape
 from servekit.errors import UsageError
+from servekit.vocabulary import atomic_write_text
 
 SAMPLE_S = 0.05
 PROBE_STEPS = 40
 PAIR_RUNS = 3
+PROBES_FILE = "probes.json"
 PROBE_MAX_TOKENS = 4096
 DEFAULT_BLOCK = 16
 
@@ -241,7 +243,28 @@ def _measure(opts: AdviseCalibrateOptions, folder: Path) -> tuple[list[Path], Pr
         osl = max(2, min(osl, served - 64))
     model = first.inputs.model or ""
     peak, block = asyncio.run(_probe(dep.entry_url, model, opts.max_batch, osl))
-    return out, Probed(peak, block, chunk)
+    probed = Probed(peak, block, chunk)
+    atomic_write_text(
+        folder / PROBES_FILE,
+        json.dumps({**asdict(probed), "chunk_gaps_s": gaps, "probe_tokens": osl}, indent=1),
+    )
+    return out, probed
+
+
+def read_probes(folders: list[Path]) -> Probed:
+    """The probes a calibration run wrote beside its bench folders (none: nothing probed)."""
+    for folder in folders:
+        path = folder.parent / PROBES_FILE
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text()[:100_000])
+                return Probed(
+                    *(doc.get(k) if isinstance(doc.get(k), int) else None
+                      for k in ("peak", "block", "chunk"))
+                )  # fmt: skip
+            except ValueError:
+                return Probed()
+    return Probed()
 
 
 def _observations(folders: list[Path], flag: str) -> Observations:
@@ -313,6 +336,7 @@ def run_calibrate(opts: AdviseCalibrateOptions) -> Calibration:
             folders = ledger_folders(opts.from_ledger, opts.catalog)
         else:
             folders = list(opts.from_bench)
+            probed = read_probes(folders)
         fit = fit_engine(name, opts.shape, _observations(folders, "--from-bench"), probed)
         engines = [e for e in engines if e.name != fit.name] + [fit]
     if opts.pair or opts.pair_bench:

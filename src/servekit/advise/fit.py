@@ -35,6 +35,7 @@ from servekit.errors import UsageError
 CHUNKS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 OUTLIER_FLOOR = 0.15
 OUTLIER_SIGMAS = 3.0
+SATURATED = 0.25
 
 
 def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -182,25 +183,28 @@ def fit_prefill(obs: Sequence[PrefillObs], chunk: int | None = None) -> PrefillF
 
 def saturation(obs: Sequence[DecodeObs]) -> int | None:
     """The batch the engine stopped growing at, read from multi-stream points: a point
-    whose median TTFT exceeds half its streams' decode time had streams waiting for a
-    slot, so the engine ran at most the largest batch below it."""
+    whose median TTFT exceeds a quarter of its streams' decode time had streams waiting
+    for a slot (at twice the limit half of them wait a whole decode, so the median is
+    about half of it), so the engine ran at most the largest batch below it."""
     ran: list[int] = []
     for o in sorted(obs, key=lambda o: o.batch):
         decode_s = o.step_s * max(1, o.output_tokens - 1) / (o.acceptance or 1.0)
-        if o.ttft_s is not None and o.batch > 1 and o.ttft_s > 0.5 * decode_s:
+        if o.ttft_s is not None and o.batch > 1 and o.ttft_s > SATURATED * decode_s:
             return max(ran) if ran else None
         ran.append(o.batch)
     return None
 
 
 def running_limit(peak: int | None, obs: Sequence[DecodeObs]) -> int | None:
-    """The most sequences the engine runs at once: the probe's peak, or more when a
-    multi-stream point ran more without any stream waiting (a probe samples; it can miss)."""
-    if not obs:
+    """The most sequences the engine runs at once: what the probe saw running when it ran
+    (``vllm:num_requests_running`` sampled under a full batch: an observation), else read
+    from the multi-stream points (:func:`saturation`), else the largest batch measured."""
+    if peak:
         return peak
+    if not obs:
+        return None
     sat = saturation(obs)
-    lower = sat if sat is not None else max(o.batch for o in obs)
-    return max(peak or 0, lower)
+    return sat if sat is not None else max(o.batch for o in obs)
 
 
 def fit_decode(obs: Sequence[DecodeObs], max_running: int | None) -> DecodeFit:
