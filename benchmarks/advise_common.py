@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -111,9 +112,15 @@ def measure(
     layout: str, catalog: Path | None, traces: list[Path], slo: Slo, *, engine: str,
     speed: float, work: Path,
 ) -> tuple[list[Measured], float]:  # fmt: skip
-    """One start of the layout, every trace replayed on it; (figures, wall seconds)."""
+    """One start of the layout, every trace replayed on it; (figures, wall seconds).
+
+    The host's load average before and after is printed: on a shared machine it is
+    part of what was measured.
+    """
     t0 = time.monotonic()
+    before = os.getloadavg()[0]
     m = measure_layout(layout, catalog, traces, slo, engine=engine, speed=speed, work=work)
+    print(f"  (load average {before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
     return m, time.monotonic() - t0
 
 

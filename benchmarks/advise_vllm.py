@@ -124,7 +124,11 @@ def main() -> None:
                 c.predicted = predicted_of(preds[c.layout])
         extra["args"]["calibration"] = str(cal)
         save(results, cells, {**extra, "ranking": ranking, "summary": summary(cells)})
-        print(markdown(cells, first_choices(cells, ranking)))
+        table = markdown(cells, first_choices(cells, ranking))
+        (out / "results.md").write_text(table + "\n")
+        print(table)
+        if args.write_band:
+            write_band(KIND, cells, CAMPAIGN, COMMAND)
         return
     work = out / "work"
     work.mkdir(exist_ok=True)

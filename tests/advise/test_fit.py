@@ -134,3 +134,12 @@ def test_the_chunk_is_read_off_a_decoding_streams_gaps() -> None:
     assert chunk_from_gaps(gaps, 4.6, 32768, prefill, 0.025) == 8192
     assert chunk_from_gaps([0.025, 4.6], 4.6, 32768, prefill, 0.025) is None  # one chunk
     assert chunk_from_gaps([], 0.0, 32768, prefill, 0.025) is None
+
+
+def test_a_step_measured_while_the_host_was_busy_does_not_bend_the_curve_down() -> None:
+    from servekit.advise.fit import monotone
+
+    assert monotone([9.4, 100.9, 45.6, 85.5, 66.0, 52.4]) == pytest.approx(
+        [9.4, 70.08, 70.08, 70.08, 70.08, 70.08]
+    )
+    assert monotone([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]

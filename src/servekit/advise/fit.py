@@ -195,6 +195,20 @@ def saturation(obs: Sequence[DecodeObs]) -> int | None:
     return None
 
 
+def monotone(values: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence (pool adjacent violators): a larger batch never
+    makes a step shorter, so a point measured while the host was busy is averaged with
+    its neighbours instead of bending the curve down after it."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+
+
 def running_limit(peak: int | None, obs: Sequence[DecodeObs]) -> int | None:
     """The most sequences the engine runs at once: what the probe saw running when it ran
     (``vllm:num_requests_running`` sampled under a full batch: an observation), else read
@@ -227,10 +241,11 @@ def fit_decode(obs: Sequence[DecodeObs], max_running: int | None) -> DecodeFit:
         num += sum(b * (c - cm) * (s - sm) for c, s in members)
         den += sum((b * (c - cm)) ** 2 for c, _ in members)
     slope = max(0.0, num / den) if den > 0 else 0.0
-    curve = []
-    for b in sorted(groups):
-        base = sum(s - slope * b * c for c, s in groups[b]) / len(groups[b])
-        curve.append((b, max(base, 1e-9)))
+    bases = [
+        (b, max(sum(s - slope * b * c for c, s in groups[b]) / len(groups[b]), 1e-9))
+        for b in sorted(groups)
+    ]
+    curve = list(zip([b for b, _ in bases], monotone([v for _, v in bases]), strict=True))
     accepts = [o.acceptance for o in good if o.acceptance]
     fit = DecodeFit(
         points=tuple(curve),
