@@ -110,7 +110,7 @@ def advise_json(args: list[str], out: Path) -> dict[str, Any]:
 
 def measure(
     layout: str, catalog: Path | None, traces: list[Path], slo: Slo, *, engine: str,
-    speed: float, work: Path,
+    speed: float, work: Path, warmup: Path | None = None,
 ) -> tuple[list[Measured], float]:  # fmt: skip
     """One start of the layout, every trace replayed on it; (figures, wall seconds).
 
@@ -119,7 +119,9 @@ def measure(
     """
     t0 = time.monotonic()
     before = os.getloadavg()[0]
-    m = measure_layout(layout, catalog, traces, slo, engine=engine, speed=speed, work=work)
+    m = measure_layout(
+        layout, catalog, traces, slo, engine=engine, speed=speed, work=work, warmup=warmup
+    )
     print(f"  (load average {before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
     return m, time.monotonic() - t0
 

@@ -14,7 +14,10 @@ local layouts, whatever their role, and no PD pair is calibrated, so the
 prediction of ``local/1p1d`` takes its KV hand-off (NIXL over loopback) as no
 time and says so. Then, per request rate, the workload is drawn (seeded),
 ``servekit advise --family local`` predicts, and each layout is started once
-and measured at every rate by ``servekit bench --trace``.
+and measured at every rate by ``servekit bench --trace``, after one
+discarded replay of the busiest trace (a fresh CPU engine's first requests of
+each shape are slow: without it the p90 TTFT of the first rate replayed was 20
+times the warm one).
 
 The machine has two cores shared by every process on it: two engines
 (``local/dp2``, ``local/1p1d``) share them with each other and with the
@@ -154,7 +157,10 @@ def main() -> None:
     slo = slo_of(AdviseOptions(family=FAMILY, calibration=cal, trace=traces[0], slo=(args.slo,)))
     cells: list[Cell] = []
     for layout in layouts:
-        found, wall = measure(layout, None, traces, slo, engine="vllm", speed=1.0, work=work)
+        # a fresh engine is warmed by the busiest trace first, as the calibration's was
+        found, wall = measure(
+            layout, None, traces, slo, engine="vllm", speed=1.0, work=work, warmup=traces[-1]
+        )
         for rate, m in zip(rates, found, strict=True):
             cell = Cell(layout, rate, predicted_of(preds[rate][layout]), measured_of(m),
                         m.errors, m.requests, wall / len(rates))  # fmt: skip
