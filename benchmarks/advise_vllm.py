@@ -15,9 +15,8 @@ prediction of ``local/1p1d`` takes its KV hand-off (NIXL over loopback) as no
 time and says so. Then, per request rate, the workload is drawn (seeded),
 ``servekit advise --family local`` predicts, and each layout is started once
 and measured at every rate by ``servekit bench --trace``, after one
-discarded replay of the busiest trace (a fresh CPU engine's first requests of
-each shape are slow: without it the p90 TTFT of the first rate replayed was 20
-times the warm one).
+discarded replay of the busiest trace (a fresh engine's first requests pay
+one-time costs; the calibration measured a warmed engine).
 
 The machine has two cores shared by every process on it: two engines
 (``local/dp2``, ``local/1p1d``) share them with each other and with the

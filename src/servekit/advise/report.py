@@ -36,7 +36,8 @@ def _slo_cell(advice: Advice, pred: Prediction) -> str:
 
 def ranking_table(advice: Advice, top: int) -> Table:
     slo, band = advice.slo, advice.band
-    tp, dp = f"p{slo.ttft_pct:g}", f"p{slo.tpot_pct:g}"
+    # beside p50: the percentile the SLO is judged at (p90 when that is p50 itself)
+    tp, dp = (f"p{p:g}" if p != 50 else "p90" for p in (slo.ttft_pct, slo.tpot_pct))
     table = Table(title="layouts ranked (predicted)", show_lines=False)
     for col in (
         "#", "layout", "nodes", "endpoints", "goodput req/s", "out tok/s",

@@ -153,9 +153,9 @@ def measure_layout(
 ) -> list[Measured]:
     """Start ``name`` once, replay each trace in turn with bench, stop it; their figures.
 
-    ``warmup``: a trace replayed first and discarded. A fresh engine's first requests
-    of each shape are slow (a real vLLM CPU engine's p90 TTFT was 20 times its warm
-    one on the first replay), and a calibration measures a warmed engine.
+    ``warmup``: a trace replayed first and discarded: a fresh engine's first requests
+    pay one-time costs (the seed's "must warm up first"), and a calibration measures
+    an engine its warm-up requests have warmed.
     """
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SERVEKIT_RUNS": str(work / "runs")}
