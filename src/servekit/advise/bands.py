@@ -16,8 +16,7 @@ from importlib import resources
 
 from pydantic import Field
 
-from servekit.advise.model import EngineKind
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import ServedBy, StrictModel
 
 BANDS_FILE = "bands.json"
 
@@ -45,7 +44,7 @@ def bands() -> dict[str, Band]:
     return {k: Band.model_validate(v) for k, v in json.loads(text).items()}
 
 
-def band_for(kind: EngineKind) -> tuple[Band | None, str]:
+def band_for(kind: ServedBy) -> tuple[Band | None, str]:
     """The band for a calibration kind, and a line saying which one and why."""
     table = bands()
     if kind in table:

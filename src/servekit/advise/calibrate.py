@@ -34,7 +34,6 @@ from servekit.advise.model import (
     CALIBRATION_FILE,
     Calibration,
     EngineFit,
-    EngineKind,
     PrefillFit,
     TransferFit,
     read_calibration,
@@ -43,7 +42,7 @@ from servekit.advise.observe import Observations, PrefillObs, observations_of, r
 from servekit.advise.options import AdviseCalibrateOptions
 from servekit.advise.shapes import parse_shape
 from servekit.errors import UsageError
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import ServedBy, atomic_write_text
 
 SAMPLE_S = 0.05
 PROBE_STEPS = 40
@@ -57,7 +56,7 @@ def _stamp() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _engine_kind(engines: set[str]) -> EngineKind:
+def _engine_kind(engines: set[str]) -> ServedBy:
     if engines == {"sim"}:
         return "sim"
     if engines == {"vllm"}:

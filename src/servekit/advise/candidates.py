@@ -30,9 +30,11 @@ from servekit.catalog import (
     resolve_catalog,
 )
 from servekit.errors import UsageError
-from servekit.render import Plan, PlanOptions, build_plan
+from servekit.render import Plan, PlanOptions, ProcessPlan, build_plan
+from servekit.vocabulary import PD_ROLES
 
 NO_PREFIX_FLAG = "--no-enable-prefix-caching"
+CONTEXT_FLAG = "--max-model-len"
 MAX_DERIVED = 400
 
 
@@ -54,12 +56,12 @@ class Candidate:
     nodes: int
     pools: tuple[Pool, ...]
     prefix_caching: bool
-    max_model_len: int
+    max_model_len: int | None
     derive: LayoutsNewOptions | None = None
 
     @property
     def pd(self) -> bool:
-        return any(p.role in ("prefill", "decode") for p in self.pools)
+        return any(p.role in PD_ROLES for p in self.pools)
 
     @property
     def signature(self) -> tuple[int, tuple[tuple[str, str, int], ...]]:
@@ -78,7 +80,7 @@ def pools_of(plan: Plan) -> tuple[Pool, ...]:
     shapes: Counter[tuple[str, Shape]] = Counter()
     for p in apis:
         ranks = max(1, (p.dp_size or 1) // per_engine[p.engine])
-        role = p.role if p.role in ("prefill", "decode") else "mixed"
+        role = p.role if p.role in PD_ROLES else "mixed"
         shapes[(role, Shape(role, p.tp, ranks))] += 1
     order = {"prefill": 0, "decode": 1, "mixed": 2}
     return tuple(
@@ -97,9 +99,22 @@ def candidate_of(layout: Layout, origin: str, derive: LayoutsNewOptions | None =
         nodes=layout.nodes,
         pools=pools_of(plan),
         prefix_caching=prefix,
-        max_model_len=layout.model.max_model_len,
+        max_model_len=context_of(engines),
         derive=derive,
     )
+
+
+def context_of(engines: list[ProcessPlan]) -> int | None:
+    """The shortest ``--max-model-len`` the engines are told (None: every engine takes its
+    model's default, which the layout does not say)."""
+    found = []
+    for proc in engines:
+        argv = list(proc.argv)
+        if CONTEXT_FLAG in argv[:-1]:
+            value = argv[argv.index(CONTEXT_FLAG) + 1]
+            if value.isdigit():
+                found.append(int(value))
+    return min(found) if found else None
 
 
 def _fits(layout: Layout, nodes: int, devices: int | None) -> bool:
@@ -195,14 +210,14 @@ def derived_candidates(
     for base in (b for b in bases if b.pd):
         layout = load(base.name, catalog).layout
         per_node = devices if devices else layout.hardware.devices_per_node
-        templates = {r: _template(layout, r) for r in ("prefill", "decode")}
+        templates = {r: _template(layout, r) for r in PD_ROLES}
         options = splits(per_node) if per_node else [(0, 0)]
         for topo in sorted(
             topologies(nodes), key=lambda t: (t.nodes, t.prefill_nodes + t.decode_nodes, t.name)
         ):
             for split in itertools.product(options, repeat=2):
                 pools, sets = [], []
-                for role, chosen in zip(("prefill", "decode"), split, strict=True):
+                for role, chosen in zip(PD_ROLES, split, strict=True):
                     launch, base_dp, base_tp = templates[role]  # type: ignore[misc]
                     dp_local, tp = chosen if per_node else (base_dp, base_tp)
                     if per_node:

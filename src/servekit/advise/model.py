@@ -17,11 +17,10 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from servekit.errors import UsageError, first_error
-from servekit.vocabulary import StrictModel, atomic_write_text
+from servekit.vocabulary import ServedBy, StrictModel, atomic_write_text
 
 CALIBRATION_FILE = "calibration.json"
 CalibrationSchema = Literal["servekit.advise.calibration/1"]
-EngineKind = Literal["sim", "vllm", "external"]
 
 
 class PrefillFit(StrictModel):
@@ -90,7 +89,7 @@ class EngineFit(StrictModel):
 
     name: str = Field(description="a label for this engine, e.g. 'prefill' or 'local/single'")
     shapes: tuple[str, ...] = Field(min_length=1, description="shapes it stands for (ROLE:tpN:dpM)")
-    engine: EngineKind = Field(description="what answered the calibration: sim, vllm or external")
+    engine: ServedBy = Field(description="what answered the calibration: sim, vllm or external")
     sources: tuple[str, ...] = Field(description="the bench results it was fitted on")
     block_size: int = Field(ge=1)
     kv_capacity_tokens: int = Field(ge=1)
@@ -108,7 +107,7 @@ class Calibration(StrictModel):
     notes: tuple[str, ...] = ()
 
     @property
-    def engine_kind(self) -> EngineKind:
+    def engine_kind(self) -> ServedBy:
         """sim when every engine was simulated, vllm when every one was real vLLM."""
         kinds = {e.engine for e in self.engines}
         return kinds.pop() if len(kinds) == 1 else "external"

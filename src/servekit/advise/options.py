@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Self
+from typing import Self
 
 from pydantic import Field, model_validator
 
 from servekit.errors import UsageError
-from servekit.vocabulary import StrictModel
+from servekit.vocabulary import Startable, StrictModel
 
 _PERCENTILE_NAMES = ("ttft", "tpot")
 
@@ -89,7 +89,7 @@ class AdviseOptions(StrictModel):
         description="run the top K here and print predicted against measured",
         json_schema_extra={"flag": "--validate"},
     )
-    validate_engine: Literal["sim", "vllm"] = Field(
+    validate_engine: Startable = Field(
         "sim", description="what --validate runs: sim (the simulator) or vllm (real engines)"
     )
     validate_speed: float = Field(

@@ -257,7 +257,8 @@ class Cluster:
         start = self.clock.now()
         key = str(req.hash_ids[0] if req.hash_ids else f"own-{index}").encode()
         fail = Outcome(None, None, req.output_tokens, req.input_tokens, start)
-        if req.input_tokens + req.output_tokens > self.cand.max_model_len:
+        limit = self.cand.max_model_len
+        if limit is not None and req.input_tokens + req.output_tokens > limit:
             return fail
         if "mixed" in self.pools:
             member = choose(self.pools["mixed"], key)
