@@ -2,7 +2,7 @@
 
 The ranking puts first the layouts whose predicted TTFT and TPOT percentiles
 meet the SLO, then by predicted goodput, then by fewer nodes (the same goodput
-for less hardware). A candidate needing an endpoint shape the calibration does
+for less hardware), then by lower TTFT p90. A candidate needing an endpoint shape the calibration does
 not cover is listed with the shape it lacks, never predicted from another one.
 A derived candidate is derived for real (``layouts new``'s rules) before it is
 shown, and dropped when a rule refuses it or its Plan differs from what was
@@ -98,10 +98,12 @@ def covered(cal: Calibration) -> set[str]:
     return keys
 
 
-def order_key(r: Ranked) -> tuple[bool, float, int, str]:
+def order_key(r: Ranked) -> tuple[bool, float, int, float, str]:
+    """Meets the SLO, then goodput (to 0.01 req/s), fewer nodes, lower judged TTFT."""
     pred = r.pred
     assert pred is not None
-    return (not pred.meets_slo, -pred.goodput, r.cand.nodes, r.cand.name)
+    ttft = pred.ttft_ms.get("p90", 0.0)
+    return (not pred.meets_slo, -round(pred.goodput, 2), r.cand.nodes, ttft, r.cand.name)
 
 
 def rank(
