@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli",),
     ("commands",),
+    ("advise",),
     ("verify", "layouttools"),
     ("platforms",),
     ("report", "local", "importer", "preflight"),

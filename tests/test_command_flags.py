@@ -43,6 +43,8 @@ MINE = (
     "layouts drift",
     "defaults",
     "catalog site",
+    "advise",
+    "advise calibrate",
 )
 
 

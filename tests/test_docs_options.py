@@ -46,6 +46,8 @@ PAGES = {
     "proxy": "proxy.md",
     "accept": "accept.md",
     "bench": "bench.md",
+    "advise": "advise.md",
+    "advise calibrate": "advise.md",
     "kit build": "kit.md",
     "kit verify": "kit.md",
     "kit rebuild": "kit.md",

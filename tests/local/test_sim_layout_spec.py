@@ -21,3 +21,14 @@ def test_a3_1p3d_becomes_52_endpoints_on_distinct_ports(tmp_path: Path) -> None:
     kv_ports = {e["kv_port"] for e in eps}
     assert 0 not in kv_ports and not kv_ports & {e["port"] for e in eps}  # mapped, no clash
     assert {e["tp"] for e in eps if e["role"] == "prefill"} == {4}
+
+
+def test_a_layout_whose_command_turns_prefix_caching_off_gets_a_simulator_without_it(
+    tmp_path: Path,
+) -> None:
+    """a3/deepseekv4-flash/1p1d runs --no-enable-prefix-caching (its verified command)."""
+    doc = json.loads(layout_sim_spec("a3/deepseekv4-flash/1p1d", tmp_path / "s.json").read_text())
+    profiles = [e["profile"] for e in doc["endpoints"]]
+    assert all(isinstance(p, dict) and p["enable_prefix_caching"] is False for p in profiles)
+    on = json.loads(layout_sim_spec("a3/deepseekv4-flash/1node", tmp_path / "m.json").read_text())
+    assert on["endpoints"][0]["profile"] == "a3-dsv4-flash"  # its command leaves caching on

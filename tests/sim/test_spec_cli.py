@@ -125,6 +125,7 @@ def test_running_sim_reports_bad_specs_and_busy_ports() -> None:
 def test_public_api_is_pinned() -> None:
     assert servekit.sim.__all__ == isort_order(servekit.sim.__all__)
     assert set(servekit.sim.__all__) == {
+        "Engine",
         "EndpointSpec",
         "FaultSpec",
         "Profile",
@@ -134,15 +135,20 @@ def test_public_api_is_pinned() -> None:
         "SimOptions",
         "SimServer",
         "SimSpec",
+        "Seq",
+        "VirtualClock",
+        "VirtualStall",
         "load_profile",
         "load_spec",
         "quick_spec",
         "run",
         "run_options",
+        "run_virtual",
         "running_sim",
         "serve",
         "serve_main",
         "spec_from_mapping",
+        "virtual_engine",
     }
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         default_workloads as default_workloads,
     )
     from servekit.bench.foreign import read_baseline as read_baseline
-    from servekit.bench.options import BenchOptions as BenchOptions
+    from servekit.bench.options import BenchOptions as BenchOptions, parse_slos as parse_slos
     from servekit.bench.output import write_outputs as write_outputs
     from servekit.bench.plots import write_plots as write_plots
     from servekit.bench.progress import planned_runs as planned_runs
@@ -57,6 +57,12 @@ if TYPE_CHECKING:
         BenchResult as BenchResult,
         Figure as Figure,
         Point as Point,
+    )
+    from servekit.bench.trace import (
+        MOONCAKE_BLOCK as MOONCAKE_BLOCK,
+        Trace as Trace,
+        TraceRequest as TraceRequest,
+        read_trace as read_trace,
     )
 
 __getattr__, __dir__ = lazy_face(__name__)

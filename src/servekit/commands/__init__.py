@@ -20,6 +20,7 @@ GROUPS = (
     "proxy",
     "accept",
     "bench",
+    "advise",
     "kit",
     "report",
     "deployment",

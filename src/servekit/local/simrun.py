@@ -19,6 +19,7 @@ from servekit.render import Plan, ProcessPlan
 from servekit.vocabulary import atomic_write_text
 
 SIM_PROCESS = "sim"
+NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 # The simulator's latency profile per engine kind of the Plan; "zero" elsewhere.
 SIM_PROFILES = {"vllm-ascend": "a3-dsv4-flash", "vllm-cpu": "cpu-tiny"}
 
@@ -35,12 +36,13 @@ def require_sim() -> None:
 def _profile(proc: ProcessPlan, plan: Plan) -> object:
     """The profile's name, or the profile inline when the Plan turns prefix caching off.
 
-    A layout that runs with ``--no-enable-prefix-caching`` (PREFIX=0) gets a
+    A layout that runs with ``--no-enable-prefix-caching`` (PREFIX=0, or the flag
+    in its verified command, as the A3 DeepSeek layouts have it) gets a
     simulator without prefix caching too, as ``servekit sim serve`` does for
     the rendered scripts, so a dry run sees what the cluster will do.
     """
     name = SIM_PROFILES.get(plan.engine_kind, "zero")
-    if proc.settings.get("PREFIX") != "0":
+    if proc.settings.get("PREFIX") != "0" and NO_PREFIX_CACHING not in proc.argv:
         return name
     from servekit.sim import load_profile
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from servekit.lazyface import lazy_face
 
 if TYPE_CHECKING:
+    from servekit.sim.engine import Engine as Engine, Seq as Seq
     from servekit.sim.faults import FaultSpec as FaultSpec
     from servekit.sim.metrics import SIM_INFO as SIM_INFO, SIM_VERSION as SIM_VERSION
     from servekit.sim.options import (
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
         spec_from_mapping as spec_from_mapping,
     )
     from servekit.sim.testing import RunningSim as RunningSim, running_sim as running_sim
+    from servekit.sim.virtual import (
+        VirtualClock as VirtualClock,
+        VirtualStall as VirtualStall,
+        run_virtual as run_virtual,
+        virtual_engine as virtual_engine,
+    )
     from servekit.sim.vllmserve import serve_main as serve_main
 
 __getattr__, __dir__ = lazy_face(__name__)
