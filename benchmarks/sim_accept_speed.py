@@ -29,6 +29,7 @@ from typing import Any
 from servekit.accept.simstack import running_proxy
 from servekit.catalog.loader import load
 from servekit.deployment import Deployment, Endpoint, run_dir_for
+from servekit.proxy import ProxyConfig
 
 READY_TIMEOUT_S = 60.0
 
@@ -43,13 +44,13 @@ def _wait_ready(path: Path, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     return info
 
 
-def _proxy_argv(endpoints: list[dict[str, Any]]) -> list[str]:
+def _proxy_config(endpoints: list[dict[str, Any]]) -> ProxyConfig:
     by_role: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
     for ep in endpoints:
         by_role[ep["role"]].append(ep["url"])
     if by_role["prefill"]:
-        return ["--prefill", *by_role["prefill"], "--decode", *by_role["decode"]]
-    return ["--replica", *by_role["mixed"]]
+        return ProxyConfig(prefill=tuple(by_role["prefill"]), decode=tuple(by_role["decode"]))
+    return ProxyConfig(replica=tuple(by_role["mixed"]), mode="replica")
 
 
 def _deployment(
@@ -104,7 +105,7 @@ def main() -> int:
         sim = subprocess.Popen(sim_cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
         endpoints = _wait_ready(ready, sim)["endpoints"]
-        with running_proxy(_proxy_argv(endpoints), work / "proxy.log") as proxy:
+        with running_proxy(_proxy_config(endpoints), work / "proxy.log") as proxy:
             dep = _deployment(args.layout, endpoints, proxy, log, args.speed)
             os.environ["SERVEKIT_RUNS"] = str(work / "runs")  # where --target NAME looks
             env = {**os.environ, "COLUMNS": "200"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,6 +101,19 @@ def url_check(tree: ast.AST) -> Iterator[int]:
             yield call.lineno
 
 
+URL_SHAPE = re.compile(r"(?:[a-z]+|\{\})://[^/\s{}]*(?:\{\})?[^/\s{}]*:\{\}")
+
+
+def url_build(tree: ast.AST) -> Iterator[int]:
+    """``f"http://{host}:{port}"``: a URL built from a host and a port, again (an IPv6
+    literal needs brackets; the one builder adds them)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            shape = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            if URL_SHAPE.search(shape):
+                yield node.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -148,6 +162,15 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
         },
     ),
     "URL check": (url_check, "vocabulary/urls.py", {}),
+    "URL build": (
+        url_build,
+        "vocabulary/urls.py",
+        {
+            # Copied byte for byte beside the engines and imported by vLLM's api
+            # server, without servekit: it cannot import the vocabulary.
+            "guard.py": "standalone file, runs without servekit",
+        },
+    ),
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
     "pydantic error reading": (error_reading, "errors.py", {}),
     "file sha256": (file_hash, "vocabulary/reading.py", {}),
@@ -204,6 +227,13 @@ CAUGHT = {
         "def c(u):\n    try:\n        port = urlparse(u).port\n    except ValueError:\n        raise\n",
         'def is_url(t):\n    return t.startswith(("http://", "https://"))\n',
     ],
+    "URL build": [
+        'url = f"http://{self.host}:{self.api_port}"\n',
+        'endpoint = f"tcp://{where}:{port}"\n',
+        'doc = {"endpoint": f"tcp://*:{port}"}\n',
+        "return f\"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}\"\n",
+        'line = f"curl -s http://{host}:{port}/v1/chat/completions"\n',
+    ],
     "Markdown cell": ['def cell(t):\n    return t.replace("|", "\\\\|")\n'],
     "pydantic error reading": [
         'try:\n    M()\nexcept ValidationError as exc:\n    msg = exc.errors()[0]["msg"]\n'
@@ -225,6 +255,11 @@ KEPT = {
     "URL check": [
         "def host(u):\n    return urlsplit(u).hostname\n",
         "def same(a, b):\n    return urlsplit(a).port == urlsplit(b).port\n",
+    ],
+    "URL build": [
+        'url = url_for(host, port, "/v1/models")\n',
+        'shown = f"{url}/metrics"\n',
+        'key = f"{node}:{port}"\n',
     ],
     "Markdown cell": ['t.replace("-", "_")\n'],
     "pydantic error reading": ["errors = exc.errors()\nn = len(errors)\n"],

@@ -53,7 +53,7 @@ def test_a_taken_candidate_is_skipped_and_no_room_falls_back_to_the_kernel(
 
 def test_map_to_free_covers_every_planned_port_once() -> None:
     mapping = map_to_free([(0, 8100), (0, 8101), (0, 8100), (1, 8100)])
-    assert sorted(mapping) == ["0:8100", "0:8101", "1:8100"]
+    assert sorted(mapping) == [(0, 8100), (0, 8101), (1, 8100)]
     assert len(set(mapping.values())) == 3
 
 
@@ -76,14 +76,14 @@ def test_layout_port_map_maps_all_planned_ports() -> None:
     mapping = port_map(layout, free_ports=True)
     # NIXL's side channels (kv_port 5600/5601) and the KV-event publishers (5557/5558)
     # are mapped with the API ports
-    assert sorted(mapping) == ["0:5557", "0:5558", "0:5600", "0:5601", "0:8000", "0:8100", "0:8101"]
+    assert sorted(mapping) == [(0, p) for p in (5557, 5558, 5600, 5601, 8000, 8100, 8101)]
     assert len(set(mapping.values())) == 7
 
 
 def test_nodes_that_share_ports_are_mapped_without_being_asked() -> None:
     layout = load("a3/1p3d").layout
     choice = choose(layout, free_ports=False)
-    planned = {f"{node}:{port}" for node, port, _ in portplan.planned(layout)}
+    planned = {(node, port) for node, port, _ in portplan.planned(layout)}
     assert set(choice.mapping) == planned
     assert len(set(choice.mapping.values())) == len(planned)
     assert choice.note is not None and "\n" not in choice.note
@@ -102,7 +102,5 @@ def test_a_single_node_layout_keeps_its_planned_ports(monkeypatch: pytest.Monkey
 
 def test_free_ports_maps_without_a_note() -> None:
     choice = choose(load("local/1p1d").layout, free_ports=True)
-    assert sorted(choice.mapping) == [
-        "0:5557", "0:5558", "0:5600", "0:5601", "0:8000", "0:8100", "0:8101"
-    ]  # fmt: skip
+    assert sorted(choice.mapping) == [(0, p) for p in (5557, 5558, 5600, 5601, 8000, 8100, 8101)]
     assert choice.note is None

@@ -15,7 +15,7 @@ from servekit.local.runspec import vllm_run_spec
 from servekit.render.plan import Plan, PlanOptions, build_plan, planned_ports
 
 
-def _plan(name: str, tmp: Path) -> tuple[Plan, dict[str, int]]:
+def _plan(name: str, tmp: Path) -> tuple[Plan, dict[tuple[int, int], int]]:
     layout = load(name).layout
     mapping = map_to_free(planned_ports(layout))
     options = PlanOptions(
@@ -33,17 +33,17 @@ def test_1p1d_launches_use_the_mapped_ports(tmp_path: Path) -> None:
     spec = vllm_run_spec(plan, run_dir=tmp_path, scratch=tmp_path / "scratch", cwd=tmp_path)
     prefill, decode, proxy = (spec.launch(n) for n in ("prefill", "decode", "proxy"))
     assert prefill.argv == plan.process("prefill").argv  # used exactly as planned
-    assert str(mapping["0:8100"]) in prefill.argv
-    assert str(mapping["0:8101"]) in decode.argv
-    assert f"http://127.0.0.1:{mapping['0:8101']}" in proxy.argv
-    assert spec.entry_url == f"http://127.0.0.1:{mapping['0:8000']}"
+    assert str(mapping[0, 8100]) in prefill.argv
+    assert str(mapping[0, 8101]) in decode.argv
+    assert f"http://127.0.0.1:{mapping[0, 8101]}" in proxy.argv
+    assert spec.entry_url == f"http://127.0.0.1:{mapping[0, 8000]}"
     assert {e.role for e in spec.endpoints} == {"prefill", "decode", "proxy"}
     assert prefill.ready_model == plan.served_model_name
     assert proxy.ready_model is None  # the proxy is ready on /health alone
     kv = json.loads(prefill.argv[prefill.argv.index("--kv-transfer-config") + 1])
     assert kv["kv_connector"] == "NixlConnector" and kv["kv_buffer_device"] == "cpu"
     assert kv["kv_connector_module_path"] == "servekit_kv_cpu"  # the shim in the bundle
-    assert prefill.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(mapping["0:5600"])
+    assert prefill.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(mapping[0, 5600])
     assert decode.log == tmp_path / "logs" / "decode.log"
 
 
@@ -98,7 +98,7 @@ def test_sim_spec_from_the_plan(tmp_path: Path) -> None:
     spec = spec_from_mapping(sim_spec_doc(plan))
     by_name = {e.name: e for e in spec.endpoints}
     assert set(by_name) == {"prefill", "decode"}
-    assert by_name["decode"].port == mapping["0:8101"]
+    assert by_name["decode"].port == mapping[0, 8101]
     assert by_name["decode"].role == "decode"
     assert by_name["prefill"].kv_mode == "params"  # NIXL pulls
     assert by_name["decode"].guard_mode == "strict"

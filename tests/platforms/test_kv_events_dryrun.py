@@ -18,7 +18,7 @@ import pytest
 
 from servekit.catalog import load
 from servekit.platforms import dry_cluster
-from servekit.render import PlanOptions, build_plan
+from servekit.render import PlanOptions, build_plan, url
 
 NAME = "a3/glm5.2/1x2p1x2d"
 
@@ -36,7 +36,7 @@ def test_every_rank_of_a_rendered_external_dp_layout_feeds_the_proxy() -> None:
         proxy = plan.process("proxy").proxy
         assert proxy is not None and len(proxy.kv_events) == 2 + 8
         live = [
-            f'servekit_proxy_kv_events_state{{engine="{e.split("=", 1)[0]}",state="live"}} 1.0'
+            f'servekit_proxy_kv_events_state{{engine="{url(e.engine, plan.host_of)}",state="live"}} 1.0'
             for e in proxy.kv_events
         ]
         deadline = time.monotonic() + 60

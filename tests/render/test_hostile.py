@@ -169,13 +169,21 @@ def _run(shell: str, script: Path, env: dict[str, str], cwd: Path) -> str:
     return out.stdout.decode("utf-8")
 
 
+def _proxy_value(argv: list[str], flag: str) -> str:
+    """A proxy flag's value: the word after it, or joined to it (``--x=-y``, for a value
+    that starts with ``-``, which the proxy's parser would take for a flag)."""
+    if flag in argv:
+        return argv[argv.index(flag) + 1]
+    return next(a for a in argv if a.startswith(flag + "=")).removeprefix(flag + "=")
+
+
 def _literal_everywhere(plan: Plan, h: dict[str, str]) -> None:
     """Each hostile value is in the Plan as it was given (what the scripts must print)."""
     for p in plan.processes:
         argv = list(p.argv)
         if p.kind == "proxy":
-            assert argv[argv.index("--host") + 1] == h["host"]
-            assert argv[argv.index("--api-key-file") + 1] == h["file"]
+            assert _proxy_value(argv, "--host") == h["host"]
+            assert _proxy_value(argv, "--api-key-file") == h["file"]
             continue
         assert h["path"] in argv and h["served"] in argv and h["quant"] in argv
         assert argv[argv.index("--hostile-arg") + 1] == h["arg"]

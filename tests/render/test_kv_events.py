@@ -49,8 +49,7 @@ def _routed(plan: Plan) -> list[ProcessPlan]:
     """The API processes the proxy routes to, in its --prefill/--decode/--replica order."""
     proxy = plan.process("proxy").proxy
     assert proxy is not None
-    by_url = {p.url: p for p in plan.api_processes() if p.kind == "engine"}
-    return [by_url[url] for url in (*proxy.prefill, *proxy.decode, *proxy.replica)]
+    return [plan.process(address.process) for address in proxy.backends()]
 
 
 def _config(p: ProcessPlan) -> dict[str, object] | None:
@@ -92,7 +91,9 @@ def test_every_routed_engine_publishes_on_its_own_port_and_the_proxy_lists_it(na
         }, p.name
     proxy = plan.process("proxy")
     listed = [f"{p.url}=tcp://{p.host}:{p.kv_events_port}" for p in routed]
-    assert proxy.proxy is not None and list(proxy.proxy.kv_events) == listed
+    assert proxy.proxy is not None
+    publishers = [(x.engine, x.events) for x in proxy.proxy.kv_events]
+    assert publishers == [(p.address(), p.address("kv-events")) for p in routed]
     argv = list(proxy.argv)
     start = argv.index("--kv-events") + 1
     assert argv[start : start + len(listed)] == listed
@@ -141,7 +142,8 @@ def test_publisher_ports_collide_with_no_other_planned_port(name: str) -> None:
 
 def test_a_planned_port_in_the_way_moves_the_publishers_up() -> None:
     """Positive control of the placement: an API port on 5557 pushes the events to 5558+."""
-    layout = apply_overrides(load("local/1p1d").layout, ["engines.prefill.api_port=5557"])
+    moved = ["engines.prefill.api_port=5557", "proxy.prefill=[{node: 0, ports: 5557}]"]
+    layout = apply_overrides(load("local/1p1d").layout, moved)
     plan = build_plan(layout)
     assert (plan.process("prefill").kv_events_port, plan.process("decode").kv_events_port) == (
         5558,
@@ -152,7 +154,7 @@ def test_a_planned_port_in_the_way_moves_the_publishers_up() -> None:
 def test_a_port_map_reaches_config_and_proxy_less_the_rank() -> None:
     layout = load("a3/glm5.1/1x2p1x4d").layout
     plan = build_plan(layout)
-    mapping = {f"{p.node}:{p.kv_events_port}": 41000 + i for i, p in enumerate(plan.processes)
+    mapping = {(p.node, p.kv_events_port): 41000 + i for i, p in enumerate(plan.processes)
                if p.kv_events_port}  # fmt: skip
     mapped = build_plan(layout, PlanOptions(port_map=mapping))
     for p in mapped.processes:

@@ -16,9 +16,10 @@ from servekit.catalog.schema import Layout
 from servekit.guard import METASERVER_ENV, metaserver_key
 from servekit.kvprotocol import LAYERWISE_CONNECTOR
 from servekit.render.command import shell_words
-from servekit.render.envvalues import NodeUrl, resolve_value
+from servekit.render.envvalues import AddressUrl, resolve_value
 from servekit.render.plan import PlanOptions, build_plan
 from servekit.render.rules import check_layout
+from servekit.render.wiring import Address
 
 
 def _layerwise(data: dict[str, Any], connector: bool = True, mode: bool = True) -> Layout:
@@ -62,7 +63,9 @@ def test_without_known_addresses_the_url_is_built_at_launch_on_the_proxy_node(
     proxy = plan.process("proxy")
     node = proxy.node
     port = proxy.api_port
-    want = NodeUrl(node=node, prefix="http://", suffix=f":{port}/v1/metaserver")
+    assert port is not None
+    at = Address(process="proxy", node=node, port=port, role="proxy")
+    want = AddressUrl(address=at, path="/v1/metaserver")
     decoders = [p for p in plan.processes if p.role == "decode" and not p.headless]
     assert decoders and all(p.env[METASERVER_ENV] == want for p in decoders)
     script = shell_words(proxy.command)

@@ -119,7 +119,7 @@ def test_port_map_and_hosts_rewrite_every_surface() -> None:
     lay = layout("local/1p1d")
     ports = planned_ports(lay)
     assert ports == [(0, 5557), (0, 5558), (0, 5600), (0, 5601), (0, 8000), (0, 8100), (0, 8101)]
-    mapping = {f"{n}:{p}": 40000 + i for i, (n, p) in enumerate(ports)}
+    mapping = {(n, p): 40000 + i for i, (n, p) in enumerate(ports)}
     plan = build_plan(
         lay, PlanOptions(hosts=("127.0.0.1",), bind_host="127.0.0.1", port_map=mapping)
     )

@@ -188,6 +188,7 @@ def test_prefill_and_decode_processes_hand_kv_over_through_the_real_proxy(
     tmp_path: Path, wrapper_path: str, procs: list[subprocess.Popen[str]]
 ) -> None:
     from servekit.accept.simstack import running_proxy
+    from servekit.proxy import ProxyConfig
 
     p_port, d_port = free_port(), free_port()
     common = ["--served-model-name", "m", "--host", "127.0.0.1"]
@@ -200,8 +201,8 @@ def test_prefill_and_decode_processes_hand_kv_over_through_the_real_proxy(
     p_url, d_url = f"http://127.0.0.1:{p_port}", f"http://127.0.0.1:{d_port}"
     wait_healthy(p_url, p)
     wait_healthy(d_url, d)
-    argv = ["--prefill", p_url, "--decode", d_url]
-    with running_proxy(argv, tmp_path / "proxy.log") as proxy:
+    config = ProxyConfig(prefill=(p_url,), decode=(d_url,))
+    with running_proxy(config, tmp_path / "proxy.log") as proxy:
         body = {"model": "m", "prompt": "Tell me about the river. " * 40, "max_tokens": 8}
         status, doc = post(f"{proxy}/v1/completions", body)
     assert status == 200, doc

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from servekit.catalog.loader import load
 from servekit.errors import UsageError
 from servekit.render.plan import PlanOptions, build_plan
+from servekit.render.wiring import url
 from servekit.verify.cluster import (
     RelayMismatch,
     cluster_deployment,
@@ -30,8 +31,8 @@ def relay_page(layout_name: str, nodes: tuple[str, ...], order: str = "plan") ->
     plan = build_plan(layout, PlanOptions(hosts=nodes))
     proxy = plan.process(plan.entry).proxy
     assert proxy is not None
-    pairs = [(u, "prefill") for u in proxy.prefill] + [(u, "decode") for u in proxy.decode]
-    pairs += [(u, "replica") for u in proxy.replica]
+    pools = (("prefill", proxy.prefill), ("decode", proxy.decode), ("replica", proxy.replica))
+    pairs = [(url(a, plan.host_of), role) for role, addresses in pools for a in addresses]
     if order == "reversed":
         pairs.reverse()
     lines = [

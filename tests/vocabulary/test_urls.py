@@ -6,12 +6,14 @@ it now uses this one, so those are refused there too.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from hypothesis import given, strategies as st
 
 from servekit.errors import UsageError
 from servekit.proxy.config import parse_args, parse_bootstrap
-from servekit.vocabulary import check_url, is_url
+from servekit.vocabulary import check_url, is_url, url_for
 
 
 @pytest.mark.parametrize(
@@ -74,3 +76,32 @@ def test_any_text_is_a_url_or_one_usage_error_naming_the_flag(text: str) -> None
         assert str(exc).startswith("--replica ") and "\n" not in str(exc)
     else:
         assert is_url(got) and not got.endswith("/")
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "path", "scheme", "url"),
+    [
+        ("10.0.0.1", 8000, "", "http", "http://10.0.0.1:8000"),
+        ("fd00::1", 7100, "/v1/metaserver", "http", "http://[fd00::1]:7100/v1/metaserver"),
+        ("[::1]", 5557, "", "tcp", "tcp://[::1]:5557"),
+        ("*", 5557, "", "tcp", "tcp://*:5557"),
+        ("sk-prefill-0.sk-prefill", "7100-7115", "", "http", "http://sk-prefill-0.sk-prefill:7100-7115"),
+    ],
+)  # fmt: skip
+def test_the_one_url_builder_brackets_ipv6_literals(
+    host: str, port: int | str, path: str, scheme: str, url: str
+) -> None:
+    assert url_for(host, port, path, scheme=scheme) == url
+
+
+@given(
+    st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str),
+    st.integers(1, 65535),
+)
+def test_every_built_url_passes_the_check_and_gives_its_host_and_port_back(
+    host: str, port: int
+) -> None:
+    built = url_for(host, port)
+    assert check_url(built) == built
+    parts = urlsplit(built)
+    assert (parts.hostname, parts.port) == (host.lower(), port)

@@ -179,7 +179,7 @@ async def run_selfcheck_async(
         stack_spec(),
         out_dir / "logs",
         reference="reference",
-        proxy_flags=("--migration-limit", "0"),
+        proxy_options={"migration_limit": 0},
     ) as stack:
         rows += await _judged(stack, RIGHT, matrix, seed, out_dir)
         for control in controls:

@@ -1,9 +1,10 @@
 """Simulated deployments: simulator endpoints behind servekit's real proxy process.
 
 The self-check and the acceptance tests judge the checks against this stack, so
-the proxy in front is the one users run (``python -m servekit.proxy``, started
-with its documented flags only) and the engines are the simulator, whose faults
-are the negative controls. One simulator thread serves every engine endpoint;
+the proxy in front is the one users run (``python -m servekit.proxy``, given a
+:class:`~servekit.proxy.ProxyConfig` turned into flags by the proxy's own
+``to_argv``, so no flag is spelled here) and the engines are the simulator, whose
+faults are the negative controls. One simulator thread serves every engine endpoint;
 an endpoint named as the ``reference`` stays outside the proxy (the single
 instance that PD answers are compared with).
 """
@@ -11,6 +12,7 @@ instance that PD answers are compared with).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -21,7 +23,9 @@ from typing import Any
 
 from servekit.client import ReadyTarget, poll_ready
 from servekit.deployment import Deployment, Endpoint
+from servekit.proxy import ProxyConfig, to_argv
 from servekit.sim import RunningSim, SimSpec, running_sim, spec_from_mapping
+from servekit.vocabulary import url_for
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -51,8 +55,11 @@ def _with_logs(spec: Mapping[str, Any], log_dir: Path) -> SimSpec:
     return spec_from_mapping({**spec, "endpoints": endpoints}, where="sim stack")
 
 
-def proxy_argv(spec: SimSpec, urls: Mapping[str, str], reference: str | None) -> list[str]:
-    """``python -m servekit.proxy`` flags for the spec's engines (the reference left out)."""
+def proxy_config(
+    spec: SimSpec, urls: Mapping[str, str], reference: str | None, **options: Any
+) -> ProxyConfig:
+    """The proxy in front of the spec's engines (the reference left out); ``options``:
+    more of its config's fields (``migration_limit=0``...)."""
     by_role: dict[str, list[str]] = {"prefill": [], "decode": [], "mixed": []}
     modes: set[str] = set()
     bootstraps: list[str] = []
@@ -61,16 +68,17 @@ def proxy_argv(spec: SimSpec, urls: Mapping[str, str], reference: str | None) ->
             by_role[ep.role].append(urls[ep.name])
             modes.add(ep.kv_mode)
             if ep.role == "prefill":
-                host = urls[ep.name].rsplit(":", 1)[0]
-                bootstraps.append(f"{ep.engine}={host}:{ep.side_port}")
-    if by_role["prefill"] or by_role["decode"]:
-        argv = ["--prefill", *by_role["prefill"], "--decode", *by_role["decode"]]
-        if "prompt" in modes:
-            return [*argv, "--mode", "prompt-keyed"]
-        if "bootstrap" in modes:
-            return [*argv, "--mode", "bootstrap", "--prefill-bootstrap", *bootstraps]
-        return argv
-    return ["--replica", *by_role["mixed"]]
+                bootstraps.append(f"{ep.engine}={url_for(ep.host, ep.side_port)}")
+    if not (by_role["prefill"] or by_role["decode"]):
+        return ProxyConfig(replica=tuple(by_role["mixed"]), mode="replica", **options)
+    mode = "prompt-keyed" if "prompt" in modes else "bootstrap" if "bootstrap" in modes else "pd"
+    return ProxyConfig(
+        prefill=tuple(by_role["prefill"]),
+        decode=tuple(by_role["decode"]),
+        mode=mode,
+        prefill_bootstrap=tuple(bootstraps) if mode == "bootstrap" else (),
+        **options,
+    )
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -84,20 +92,11 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_proxy(argv: list[str], log: Path, *, wait_healthy: bool = True) -> Iterator[str]:
+def running_proxy(config: ProxyConfig, log: Path, *, wait_healthy: bool = True) -> Iterator[str]:
     """The proxy as its own process on a free loopback port; yields its URL."""
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "servekit.proxy",
-        *argv,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    url = f"http://127.0.0.1:{port}"
+    here = dataclasses.replace(config, host="127.0.0.1", port=_free_port())
+    cmd = [sys.executable, "-m", "servekit.proxy", *to_argv(here)]
+    url = url_for(here.host, here.port)
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -144,19 +143,19 @@ def sim_stack(
     reference: str | None = None,
     capabilities: tuple[str, ...] = ("retrieval",),
     wait_healthy: bool = True,
-    proxy_flags: tuple[str, ...] = (),
+    proxy_options: Mapping[str, Any] | None = None,
 ) -> Iterator[SimStack]:
     """Serve ``spec`` (a SimSpec mapping) with the real proxy in front; yield the stack.
 
     Prefill and decode endpoints go behind a PD proxy (prompt-keyed when their
     ``kv_mode`` is ``prompt``), mixed ones behind a replica proxy. Every
     endpoint logs to ``log_dir``, and the proxy to ``log_dir/proxy.log``.
-    ``proxy_flags`` go on the proxy's command line after the pools.
+    ``proxy_options``: more fields of the proxy's config (field name -> value).
     """
     checked = _with_logs(spec, log_dir)
     log = log_dir / "proxy.log"
     with running_sim(checked) as sim:
-        argv = [*proxy_argv(checked, sim.urls, reference), *proxy_flags]
-        with running_proxy(argv, log, wait_healthy=wait_healthy) as url:
+        config = proxy_config(checked, sim.urls, reference, **(proxy_options or {}))
+        with running_proxy(config, log, wait_healthy=wait_healthy) as url:
             deployment = _deployment(checked, sim, url, reference, capabilities)
             yield SimStack(deployment, sim, log)

@@ -11,13 +11,16 @@ read in the Plan's own terms:
 - **processes** added and removed, and for each process on both sides where it
   runs (node) and its typed facts;
 - **flags** added, removed and changed per process, with JSON flags
-  (``--kv-transfer-config``) compared key by key. Node addresses are compared
-  placement-free (``${NODE<k>_IP}`` reads as ``${NODE_IP}``) and the flags that
-  only restate typed facts (ports, DP rank and sizes, TP, the engine id and kv
-  port inside the KV config, the proxy's backend lists) are left to those facts,
-  so moving an engine to another node is a placement change, not a flag change;
+  (``--kv-transfer-config``) compared key by key: an engine's from its command's
+  words, the proxy's from its wiring (each word with the config field it comes
+  from). Node addresses are compared placement-free (a node's address reads as
+  ``${NODE_IP}``) and the flags that only restate typed facts (ports, DP rank and
+  sizes, TP, the engine id and kv port inside the KV config, the proxy's backend
+  lists) are left to those facts, so moving an engine to another node is a
+  placement change, not a flag change;
 - **env** added, removed and changed per process;
-- **fan-out**: the proxy's prefill, decode and replica backends added and removed.
+- **fan-out**: the proxy's prefill, decode and replica backends added and removed,
+  read from its references (process, node, port), shown at the Plan's addresses.
 """
 
 from __future__ import annotations
@@ -37,13 +40,22 @@ from rich.console import Console
 from servekit.catalog import load
 from servekit.errors import UsageError, first_error
 from servekit.importer import SOURCE_FILE, port_runs
-from servekit.render import Plan, ProcessPlan, build_plan
+from servekit.render import (
+    Address,
+    Plan,
+    ProcessPlan,
+    ProxyWiring,
+    build_plan,
+    proxy_words,
+    resolved_argv,
+    url,
+)
 from servekit.termtable import fit_tables
-from servekit.vocabulary import PROXY_POOLS, read_at_most
+from servekit.vocabulary import PROXY_POOLS, read_at_most, url_for
 
 PLAN_FILE = "plan.json"
 MAX_PLAN_BYTES = 16 * 1024 * 1024
-_NODE_IP = re.compile(r"\$\{NODE\d+_(IP|NIC)\}")
+NEUTRAL_NODE = "${NODE_IP}"
 # Flags whose value restates a typed fact of the process (compared as that fact).
 FACT_FLAGS = frozenset(
     {
@@ -54,12 +66,10 @@ FACT_FLAGS = frozenset(
         "--data-parallel-start-rank",
         "--data-parallel-rpc-port",
         "--tensor-parallel-size",
-        "--prefill",
-        "--decode",
-        "--replica",
-        "--kv-events",
     }
 )
+# The proxy's config fields that restate its typed facts (its port, its backends).
+PROXY_FACT_FIELDS = frozenset({"port", "prefill", "decode", "replica", "kv_events"})
 FACT_KEYS = (
     "node",
     "engine",
@@ -81,10 +91,6 @@ FACT_KEYS = (
     "cwd",
 )
 _KV_FACTS = ("engine_id", "kv_port")
-
-
-def _neutral(text: str) -> str:
-    return _NODE_IP.sub(lambda m: "${NODE_" + m.group(1) + "}", text)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -133,10 +139,13 @@ def put_flag(out: dict[str, str], name: str, value: str, *, strip: bool = False)
 def flags_of(p: ProcessPlan) -> dict[str, str]:
     """``--flag`` -> value (JSON flags flattened key by key), placement-free.
 
-    Read from the concrete ``argv`` (tunables resolved), node addresses neutral.
+    An engine's from its command (tunables resolved, node addresses neutral), the
+    proxy's from its wiring.
     """
+    if p.proxy is not None:
+        return _proxy_flags(p.proxy)
     out: dict[str, str] = {}
-    for name, value in flag_words([_neutral(a) for a in p.argv]):
+    for name, value in flag_words(resolved_argv(p.command, node_text=NEUTRAL_NODE)):
         if name is None:
             out["(args)"] = f"{out.get('(args)', '')} {value}".strip()
         elif name not in FACT_FLAGS:
@@ -144,12 +153,26 @@ def flags_of(p: ProcessPlan) -> dict[str, str]:
     return out
 
 
-def env_of(p: ProcessPlan) -> dict[str, str]:
-    out = {}
-    for k, v in p.env.items():
-        dumped = v if isinstance(v, str) else json.dumps(v.model_dump(mode="json"), sort_keys=True)
-        out[k] = _neutral(str(dumped))
+def _proxy_flags(proxy: ProxyWiring) -> dict[str, str]:
+    """The proxy's flags, each from the words of its config field (facts left out)."""
+    words: dict[str | None, list[str]] = defaultdict(list)
+    for name, word in proxy_words(proxy, lambda _: NEUTRAL_NODE):
+        words[name] += resolved_argv((word,), node_text=NEUTRAL_NODE)
+    out: dict[str, str] = {}
+    for name, texts in words.items():
+        if name is None:
+            out["(args)"] = " ".join(texts)
+        elif name not in PROXY_FACT_FIELDS and texts:
+            flag, values = texts[0], texts[1:]
+            put_flag(out, flag, " ".join(values) if values else "(set)")
     return out
+
+
+def env_of(p: ProcessPlan) -> dict[str, str]:
+    return {
+        k: v if isinstance(v, str) else json.dumps(v.model_dump(mode="json"), sort_keys=True)
+        for k, v in p.env.items()
+    }
 
 
 def facts_of(p: ProcessPlan) -> dict[str, str]:
@@ -202,6 +225,7 @@ class PlanDiff:
     removed: list[str] = field(default_factory=list)
     processes: list[ProcessDiff] = field(default_factory=list)
     fanout: list[Change] = field(default_factory=list)
+    places: dict[str, Place] = field(default_factory=dict)
 
     def flag_changes(self) -> int:
         return sum(len(p.flags) for p in self.processes)
@@ -260,18 +284,32 @@ def _engines(plan: Plan) -> dict[str, dict[str, str]]:
     return out
 
 
-def _fanout(plan: Plan) -> dict[str, str]:
+PUBLISHER = "publisher"
+Place = tuple[str, str, str, int]
+"""Where a backend is, for the fan-out lines: (list, scheme, host, port)."""
+
+
+def _fanout(plan: Plan) -> tuple[dict[str, str], dict[str, Place]]:
+    """The proxy's backends and publishers by key (the Plan's URL), and each backend's place."""
     out: dict[str, str] = {}
+    places: dict[str, Place] = {}
     for p in plan.processes:
         if p.proxy is None:
             continue
         for role in PROXY_POOLS:
-            for url in getattr(p.proxy, role):
-                out[f"{p.name}.{role} {url}"] = "backend"
+            for address in getattr(p.proxy, role):
+                key = f"{p.name}.{role} {url(address, plan.host_of)}"
+                out[key] = "backend"
+                places[key] = (f"{p.name}.{role}", "http", plan.host_of(address), address.port)
         for publisher in p.proxy.kv_events:
-            out[f"{p.name}.kv_events {publisher}"] = "publisher"
+            shown = f"{_url(publisher.engine, plan)}={_url(publisher.events, plan)}"
+            out[f"{p.name}.kv_events {shown}"] = PUBLISHER
         out[f"{p.name}.mode"] = p.proxy.mode
-    return out
+    return out, places
+
+
+def _url(address: Address, plan: Plan) -> str:
+    return url(address, plan.host_of)
 
 
 def _top(plan: Plan) -> dict[str, str]:
@@ -307,7 +345,9 @@ def diff_plans(a: Plan, b: Plan, a_name: str, b_name: str) -> PlanDiff:
                 changes(env_of(x), env_of(y)),
             )
         )
-    out.fanout = changes(_fanout(a), _fanout(b))
+    (fa, places_a), (fb, places_b) = _fanout(a), _fanout(b)
+    out.fanout = changes(fa, fb)
+    out.places = {**places_a, **places_b}
     return out
 
 
@@ -380,22 +420,28 @@ def _by_role(diff: PlanDiff, kind: str) -> list[list[str]]:
     return rows
 
 
-_URL = re.compile(r"^(?P<key>\S+) (?P<base>.*):(?P<port>\d+)$")
-
-
-def fanout_lines(fanout: list[Change]) -> list[str]:
-    """Backends added/removed, one line per proxy role and host with its port runs."""
-    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+def fanout_lines(fanout: list[Change], places: dict[str, Place]) -> list[str]:
+    """Backends added/removed, one line per proxy list and host with its port runs
+    (a publisher on its own line); any other change as itself, first."""
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     lines: list[str] = []
     for c in fanout:
-        m = _URL.match(c.key)
-        if m is None or (c.a is not None and c.b is not None):
-            lines.append(c.text())
-            continue
+        place = places.get(c.key)
+        added_or_removed = c.a is None or c.b is None
         sign = "+" if c.a is None else "-"
-        groups[(sign, m.group("key"), m.group("base"))].append(int(m.group("port")))
-    for (sign, key, base), ports in groups.items():
-        lines.append(f"{sign} {key} {base}:{','.join(port_runs(sorted(ports)))}")
+        if added_or_removed and place is not None:
+            key, scheme, host, port = place
+            groups[(sign, key, scheme, host)].append(port)
+        elif added_or_removed and PUBLISHER in (c.a, c.b):
+            groups[(sign, c.key, "", "")] = []
+        else:
+            lines.append(c.text())
+    for (sign, key, scheme, host), ports in groups.items():
+        if not scheme:  # a publisher
+            lines.append(f"{sign} {key}")
+            continue
+        runs = ",".join(port_runs(sorted(ports)))
+        lines.append(f"{sign} {key} {url_for(host, runs, scheme=scheme)}")
     return lines
 
 
@@ -420,7 +466,7 @@ def print_diff(diff: PlanDiff, console: Console | None = None) -> None:
                 out, ["role", kind[:-1] if kind != "env" else "var", "A", "B", "where"], rows, title
             ):
                 out.print(t)
-    for line in fanout_lines(diff.fanout):
+    for line in fanout_lines(diff.fanout, diff.places):
         out.print(line, highlight=False)
     counts = diff.as_json()["counts"]
     out.print("differences: " + ", ".join(f"{k} {v}" for k, v in counts.items()), highlight=False)

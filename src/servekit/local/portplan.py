@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from servekit.catalog import Layout
 from servekit.local import ports
-from servekit.render import PlanOptions, build_plan
+from servekit.render import PlanOptions, PortMap, build_plan
 
 LOOPBACK = ports.LOOPBACK
 SHOWN = 4
@@ -25,7 +25,7 @@ SHOWN = 4
 class PortChoice:
     """The Plan's port map (empty: planned ports as they are) and the line that explains it."""
 
-    mapping: dict[str, int]
+    mapping: PortMap
     note: str | None = None
 
 
@@ -66,6 +66,6 @@ def choose(layout: Layout, free_ports: bool) -> PortChoice:
     return PortChoice({})
 
 
-def port_map(layout: Layout, free_ports: bool) -> dict[str, int]:
+def port_map(layout: Layout, free_ports: bool) -> PortMap:
     """The Plan port map :func:`choose` settles on."""
     return choose(layout, free_ports).mapping

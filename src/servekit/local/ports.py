@@ -76,9 +76,9 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
         return ports
 
 
-def map_to_free(planned: Iterable[tuple[int, int]]) -> dict[str, int]:
-    """A Plan port map ``'node:planned' -> free port`` for every planned (node, port)."""
-    keys = sorted({f"{node}:{port}" for node, port in planned})
+def map_to_free(planned: Iterable[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """A Plan port map ``(node, planned) -> free port`` for every planned (node, port)."""
+    keys = sorted(set(planned))
     return dict(zip(keys, free_ports(len(keys)), strict=True))
 
 

@@ -16,7 +16,7 @@ from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV
 from servekit.local.rundir import RunDir
 from servekit.local.runspec import Launch, RunSpec
 from servekit.render import Plan, ProcessPlan
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import atomic_write_text, url_for
 
 SIM_PROCESS = "sim"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
@@ -56,7 +56,7 @@ def _metaservers(proc: ProcessPlan) -> tuple[str, ...]:
 
 
 def _kv_events(port: int) -> dict[str, object]:
-    return {"endpoint": f"tcp://*:{port}"}
+    return {"endpoint": url_for("*", port, scheme="tcp")}
 
 
 def _has_flag(proc: ProcessPlan, flag: str) -> bool:

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
         ProxyConfig as ProxyConfig,
         config_from_values as config_from_values,
         flag_of as flag_of,
+        option_words as option_words,
         refuse_keys_in_argv as refuse_keys_in_argv,
+        to_argv as to_argv,
     )
     from servekit.proxy.discovery_spec import (
         DiscoverySpec as DiscoverySpec,

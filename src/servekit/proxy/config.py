@@ -470,6 +470,35 @@ def config_from_values(values: dict[str, Any], read_keys: bool = True) -> ProxyC
     return with_keys(config) if read_keys else config
 
 
+def option_words(name: str, value: object) -> list[object]:
+    """One field's words on the proxy's command line, spelled by its field table.
+
+    Its flag, then its value(s): a switch that is on is the flag alone; off, None
+    or an empty tuple is nothing; a number is written as text; any other value (a
+    string, or a launcher's own word type such as a Plan's typed word) is passed
+    through as a word. A lone text value starting with ``-`` joins its flag with
+    ``=`` (``--x=-y``), so the parser cannot take it for a flag. Every launcher
+    (:func:`to_argv`, the Plan's proxy command) emits the proxy's flags through
+    this, so none spells one.
+    """
+    spec = _specs().get(name)
+    if spec is None:
+        raise ValueError(f"{name}: not a command-line field of the proxy's config")
+    if value is None or value is False or value == ():
+        return []
+    if value is True:
+        return [spec.flag]
+    values = value if isinstance(value, tuple) else (value,)
+    words = [str(v) if isinstance(v, int | float) else v for v in values]
+    if len(words) == 1 and isinstance(words[0], str) and words[0].startswith("-"):
+        return [f"{spec.flag}={words[0]}"]
+    return [spec.flag, *words]
+
+
+def _specs() -> dict[str, OptionSpec]:
+    return {f.name: f for f in cli_fields()}
+
+
 def to_argv(config: ProxyConfig) -> list[str]:
     """The flags that reproduce ``config`` (defaults left out), for launchers.
 
@@ -487,11 +516,5 @@ def to_argv(config: ProxyConfig) -> list[str]:
         value = getattr(config, f.name)
         if (f.name == "mode" and value == "replica") or value == f.default:
             continue  # mode follows from --replica
-        flag = f.flag
-        if isinstance(value, bool):
-            argv.append(flag)
-        elif isinstance(value, tuple | list):
-            argv += [flag, *value]
-        else:
-            argv.append(f"{flag}={value}")  # "=" keeps values such as "-x" values
+        argv += [str(word) for word in option_words(f.name, value)]
     return argv

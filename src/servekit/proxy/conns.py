@@ -44,6 +44,7 @@ from aiohttp.typedefs import Middleware
 
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.ratelog import RateLimited
+from servekit.vocabulary import url_for
 
 log = logging.getLogger("servekit.proxy")
 CLOSE_GRACE_S = 1.0  # a peer that does not take the short answer is then reset
@@ -266,7 +267,7 @@ class ConnectionSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        return url_for(self._host, self._port)
 
     async def start(self) -> None:
         await super().start()

@@ -33,6 +33,7 @@ from servekit.proxy.ratelog import RateLimited, ServerLog, loop_exception_handle
 from servekit.proxy.router import Router
 from servekit.proxy.siblings import Siblings, WorkerPlan
 from servekit.proxy.workers import catch_up, sibling_app, supervise
+from servekit.vocabulary import url_for
 
 log = logging.getLogger("servekit.proxy")
 # After an answer that leaves a body unread (413, 408, a 404 with a body), aiohttp reads
@@ -60,7 +61,7 @@ class RunningProxy:
     @property
     def url(self) -> str:
         host = self.router.config.host
-        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}"
+        return url_for("127.0.0.1" if host == "0.0.0.0" else host, self.port)
 
     async def stop(self) -> None:
         for limiter in (self.runner.app[BAD_REQUESTS], self.connections.shed_log):

@@ -14,11 +14,14 @@ if TYPE_CHECKING:
     from servekit.render.bundle import bundle_files as bundle_files, write_bundle as write_bundle
     from servekit.render.command import (
         Arg as Arg,
+        NodeRef as NodeRef,
         Ref as Ref,
         Word as Word,
+        referenced_nodes as referenced_nodes,
         references as references,
+        resolved_argv as resolved_argv,
     )
-    from servekit.render.envvalues import NodeUrl as NodeUrl, resolve_env as resolve_env
+    from servekit.render.envvalues import AddressUrl as AddressUrl, resolve_env as resolve_env
     from servekit.render.overrides import (
         apply_overrides as apply_overrides,
         assign_path as assign_path,
@@ -28,8 +31,8 @@ if TYPE_CHECKING:
         NodePlan as NodePlan,
         Plan as Plan,
         PlanOptions as PlanOptions,
+        PortMap as PortMap,
         ProcessPlan as ProcessPlan,
-        ProxyFacts as ProxyFacts,
         build_plan as build_plan,
         planned_ports as planned_ports,
     )
@@ -64,6 +67,15 @@ if TYPE_CHECKING:
         print_show as print_show,
         run_check as run_check,
         source_claim as source_claim,
+    )
+    from servekit.render.wiring import (
+        Address as Address,
+        HostOf as HostOf,
+        ProxyWiring as ProxyWiring,
+        proxy_words as proxy_words,
+        script_host as script_host,
+        url as url,
+        url_word as url_word,
     )
 
 __getattr__, __dir__ = lazy_face(__name__)

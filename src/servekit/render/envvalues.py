@@ -1,9 +1,9 @@
 """Environment values a node resolves when it starts, and their two renderings.
 
 The catalog's typed values (:class:`~servekit.catalog.schema.NodeValue`,
-:class:`~servekit.catalog.schema.Prepend`) plus one the Plan adds itself
-(:class:`BundlePrepend`, the folder of servekit's bundled files on PYTHONPATH)
-become either a shell word for rendered scripts (only servekit's own variable
+:class:`~servekit.catalog.schema.Prepend`) plus two the Plan adds itself
+(:class:`BundlePrepend`, the folder of servekit's bundled files on PYTHONPATH;
+:class:`AddressUrl`, a URL on another process's address) become either a shell word for rendered scripts (only servekit's own variable
 references are ever left unquoted: a value from a layout is always quoted, so no
 value can run a command) or a concrete string for a process started here.
 """
@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pydantic import Field
 
 from servekit.catalog import EnvValue, NodeValue, Prepend
-from servekit.render.command import Ref, Word, node_var
+from servekit.render.command import shell_word
+from servekit.render.wiring import Address, script_host, url, url_word
 from servekit.vocabulary import StrictModel
 
 BUNDLE_REF = "${BUNDLE_DIR}"
@@ -29,32 +30,27 @@ class BundlePrepend(StrictModel):
     sep: str = ":"
 
 
-class NodeUrl(StrictModel):
-    """A URL naming node ``node``'s address, which only that node's rank table tells.
+class AddressUrl(StrictModel):
+    """A URL on another process's address, which only its node's rank table tells.
 
     A layerwise decoder's guard must trust its proxy's metaserver; where the proxy
-    listens on every address, the URL is built on the proxy node's own IP, which a
-    rendered script knows only at launch (``${NODE<k>_IP}``).
+    listens on every address, the URL is built on the proxy's own address (in a
+    rendered script ``${NODE<k>_IP}``, filled in at launch).
     """
 
-    node: int = Field(ge=0)
-    prefix: str
-    suffix: str
+    address: Address
+    path: str = ""
 
-    @property
-    def reference(self) -> str:
-        return "${" + node_var(self.node) + "}"
+    def text(self, node_ips: Mapping[int, str]) -> str:
+        """The URL with node ``k`` at ``node_ips[k]``."""
+        return url(self.address, lambda a: node_ips[a.node], self.path)
 
-    def with_host(self, host: str) -> str:
-        """The URL on ``host``: the node's address here, or :attr:`reference` in scripts."""
-        return self.prefix + host + self.suffix
-
-    def word(self, host: str) -> Word:
-        """The URL as one command word; ``host`` is the node's address here."""
-        return Word(parts=(self.prefix, Ref(var=node_var(self.node), value=host), self.suffix))
+    def template(self) -> str:
+        """The URL as a script's expansion would print it, ``${NODE<k>_IP}`` unexpanded."""
+        return url(self.address, script_host, self.path)
 
 
-AnyEnvValue = EnvValue | BundlePrepend | NodeUrl
+AnyEnvValue = EnvValue | BundlePrepend | AddressUrl
 
 
 def shell_value(name: str, value: AnyEnvValue) -> str:
@@ -63,8 +59,8 @@ def shell_value(name: str, value: AnyEnvValue) -> str:
         return shlex.quote(value)
     if isinstance(value, NodeValue):
         return '"$NODE_IP"' if value.node == "ip" else '"$NODE_NIC"'
-    if isinstance(value, NodeUrl):
-        return shlex.quote(value.prefix) + '"' + value.reference + '"' + shlex.quote(value.suffix)
+    if isinstance(value, AddressUrl):
+        return shell_word(url_word(value.address, script_host, value.path))
     inherited = '"${' + name + ':-}"'
     if isinstance(value, Prepend):
         return shlex.quote(value.prepend + value.sep) + inherited
@@ -85,10 +81,10 @@ def resolve_value(
         return value
     if isinstance(value, NodeValue):
         return node_ip if value.node == "ip" else node_nic
-    if isinstance(value, NodeUrl):
-        if node_ips is None or value.node not in node_ips:
-            raise ValueError(f"{name}: node {value.node}'s address is not known here")
-        return value.with_host(node_ips[value.node])
+    if isinstance(value, AddressUrl):
+        if node_ips is None or value.address.node not in node_ips:
+            raise ValueError(f"{name}: node {value.address.node}'s address is not known here")
+        return value.text(node_ips)
     before = inherited.get(name, "")
     if isinstance(value, Prepend):
         return value.prepend + value.sep + before
@@ -124,5 +120,12 @@ def template_value(name: str, value: AnyEnvValue) -> str:
         node_ip="${NODE_IP}",
         node_nic="${NODE_NIC}",
         inherited={name: "${" + name + ":-}"},
-        node_ips={value.node: value.reference} if isinstance(value, NodeUrl) else None,
+        node_ips=_references(value),
     )
+
+
+def _references(value: AnyEnvValue) -> dict[int, str] | None:
+    """The node addresses of a value as script references (``${NODE<k>_IP}``)."""
+    if not isinstance(value, AddressUrl):
+        return None
+    return {value.address.node: str(script_host(value.address).value)}

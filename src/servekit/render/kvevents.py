@@ -25,13 +25,18 @@ from collections.abc import Iterable
 
 from servekit.catalog import Engine, Layout
 from servekit.defaults import KV_EVENTS_BASE_PORT
+from servekit.vocabulary import url_for
 
 MAX_PORT = 65535
 
 
 def events_config(port: int) -> str:
     """vLLM's ``--kv-events-config`` publishing on every address of the node at ``port``."""
-    doc = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{port}"}
+    doc = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": url_for("*", port, scheme="tcp"),
+    }
     return json.dumps(doc, separators=(",", ":"))
 
 

@@ -16,6 +16,11 @@ those by one function. Environment values are typed
 to the inherited value. Rendered scripts let operators tune at launch while the
 defaults stay those of the catalog; tests run the rendered scripts and require
 them to expand to exactly the Plan.
+
+Every address one process calls another at (the proxy's backends, bootstrap
+servers and KV-event publishers, a layerwise decoder's metaserver) is a reference
+(:mod:`servekit.render.wiring`: process, node, port, role); the proxy's command is
+emitted from its references by the proxy's own option table.
 """
 
 from __future__ import annotations
@@ -35,13 +40,24 @@ from servekit.defaults import (
     kv_events_unfit,
     prefix_caching,
 )
+from servekit.errors import UsageError
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
 from servekit.kvprotocol import guard_mode_of, kv_port_env, lease_source, protocol_of
-from servekit.proxy import KV_POLICY
 from servekit.render.bundle import PROXY_FILE
-from servekit.render.command import Arg, Ref, Word, node_var, resolved_argv, var
-from servekit.render.envvalues import BUNDLE_REF, BundlePrepend, NodeUrl
+from servekit.render.command import Arg, NodeRef, Ref, Word, node_var, resolved_argv, var
+from servekit.render.envvalues import BUNDLE_REF, AddressUrl, BundlePrepend
 from servekit.render.kvevents import events_config, place
+from servekit.render.wiring import (
+    METASERVER_PATH,
+    Address,
+    Bootstrap,
+    FailureDomain,
+    Listener,
+    ProxyWiring,
+    Publisher,
+    kv_events_switch,
+    proxy_command,
+)
 from servekit.vocabulary import (
     ENDPOINT_GROUPS,
     PAIRED_PROXY_MODES,
@@ -52,11 +68,13 @@ from servekit.vocabulary import (
     ProcessRole,
     ProxyMode,
     StrictModel,
-    http_url,
+    url_for,
 )
 
 ProcessKind = Literal["engine", "proxy"]
-PlanEnvValue = EnvValue | BundlePrepend | NodeUrl
+PlanEnvValue = EnvValue | BundlePrepend | AddressUrl
+PortMap = dict[tuple[int, int], int]
+"""(node, planned port) -> the port actually used there."""
 
 DEVICE_ENV: dict[EngineKind, str | None] = {
     "vllm-ascend": "ASCEND_RT_VISIBLE_DEVICES",
@@ -74,8 +92,8 @@ class PlanOptions(StrictModel):
     bind_host: str | None = Field(
         default=None, description="address every API server listens on (default: the layout's)"
     )
-    port_map: dict[str, int] = Field(
-        default_factory=dict, description="'node:planned_port' -> port actually used"
+    port_map: PortMap = Field(
+        default_factory=dict, description="(node, planned port) -> port actually used"
     )
     python: str = Field(default="python3", description="interpreter for python -m entry points")
     scratch_dir: str = Field(
@@ -89,37 +107,13 @@ class PlanOptions(StrictModel):
     )
 
 
-class ProxyFacts(StrictModel):
-    """What the proxy process routes to, as typed facts (resolved from its command's words)."""
-
-    mode: ProxyMode
-    prefill: tuple[str, ...] = ()
-    decode: tuple[str, ...] = ()
-    replica: tuple[str, ...] = ()
-    bootstrap: tuple[str, ...] = Field(
-        default=(), description="bootstrap mode: ENGINE_ID=URL of each prefill's bootstrap server"
-    )
-    kv_events: tuple[str, ...] = Field(
-        default=(),
-        description="kv-events policy: ENGINE_URL=tcp://HOST:PORT of each engine's publisher",
-    )
-
-    def backend_counts(self) -> dict[str, int]:
-        """``<role>_instances`` -> count, as the proxy's /health reports them."""
-        counts = {
-            "prefill": len(self.prefill),
-            "decode": len(self.decode),
-            "replica": len(self.replica),
-        }
-        return {f"{role}_instances": n for role, n in counts.items() if n}
-
-
 class ProcessPlan(StrictModel):
     """One process on one node, fully resolved.
 
     Besides its command, it carries the facts consumers need as typed fields
-    (role, tp, DP ranks, guard, KV mode, the proxy's backends), so nothing
-    downstream reads them back out of argv.
+    (role, tp, DP ranks, guard, KV mode, the proxy's wiring: every backend an
+    :class:`~servekit.render.wiring.Address`), so nothing downstream reads them
+    back out of argv.
     """
 
     name: str
@@ -139,7 +133,7 @@ class ProcessPlan(StrictModel):
         description="how KV reaches decode: kv_transfer_params (pull), bootstrap or prompt-keyed",
     )
     kv_connector: str | None = Field(default=None, description="the KV connector's name")
-    proxy: ProxyFacts | None = None
+    proxy: ProxyWiring | None = None
     devices: tuple[int, ...] = ()
     host: str = Field(description="address other nodes reach this process at")
     bind_host: str | None = Field(
@@ -169,7 +163,16 @@ class ProcessPlan(StrictModel):
     def url(self) -> str | None:
         if self.api_port is None:
             return None
-        return http_url(self.host, self.api_port)
+        return url_for(self.host, self.api_port)
+
+    def address(self, listener: Listener = "api") -> Address:
+        """This process's listener as a reference (its API, bootstrap server or publisher)."""
+        port = {"api": self.api_port, "bootstrap": self.kv_port, "kv-events": self.kv_events_port}
+        found = port[listener]
+        if found is None:
+            raise ValueError(f"{self.name} has no {listener} port")
+        return Address(process=self.name, node=self.node, port=found, role=self.role,
+                       listener=listener)  # fmt: skip
 
     def bound_ports(self) -> list[int]:
         """Ports this process listens on (API, DP rpc, KV side channel window, KV events)."""
@@ -208,6 +211,10 @@ class Plan(StrictModel):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def host_of(self, address: Address) -> str:
+        """The Plan's own address map: the host its process was planned at."""
+        return self.process(address.process).host
 
     def api_processes(self, role: ProcessRole | None = None) -> tuple[ProcessPlan, ...]:
         """Processes that serve HTTP (headless ranks excluded), optionally of one role."""
@@ -288,7 +295,15 @@ class _Context:
         return node_ref(node)
 
     def port(self, node: int, planned: int) -> int:
-        return self.opts.port_map.get(f"{node}:{planned}", planned)
+        return self.opts.port_map.get((node, planned), planned)
+
+    def host_ref(self, node: int) -> NodeRef:
+        """Node ``node``'s address as a word part: ``NODE<k>_IP``, its value here."""
+        return NodeRef.of(node, self.host(node))
+
+    def host_of(self, address: Address) -> NodeRef:
+        """The Plan's address map for commands: every process at its node's address."""
+        return self.host_ref(address.node)
 
     def take_devices(self, engine: Engine, node: int, count: int) -> tuple[int, ...]:
         if self.kind == "vllm-cpu":
@@ -337,14 +352,6 @@ def _publishes(ctx: _Context, engine: Engine) -> bool:
     return settings.get("kv_events") is True and _unfit(ctx.layout, engine, settings) is None
 
 
-KV_EVENTS_SWITCH = SETTINGS_BY_KEY["kv_events"].var + "_ON"  # as the scripts write it
-
-
-def _kv_events_switch() -> Ref:
-    """The condition of every KV-events word: the script's KV_EVENTS=1 (the default)."""
-    return Ref(var=KV_EVENTS_SWITCH, value="1")
-
-
 def _apply_settings(
     ctx: _Context,
     args: _Args,
@@ -370,7 +377,7 @@ def _apply_settings(
             _guard(ctx, args, env, bool(value))
         elif value and events_port is not None:  # kv-events
             words = (setting.target, events_config(events_port))
-            args.extend(Word(parts=(w,), when=_kv_events_switch()) for w in words)
+            args.extend(Word(parts=(w,), when=kv_events_switch()) for w in words)
         else:  # off, or not a publisher: no words, and no variable that would do nothing
             del used[setting.var]
     return used
@@ -422,7 +429,7 @@ def _layerwise_guard_env(ctx: _Context, engine: Engine, env: dict[str, PlanEnvVa
 WILDCARDS = ("0.0.0.0", "::")
 
 
-def _metaserver(ctx: _Context) -> str | NodeUrl:
+def _metaserver(ctx: _Context) -> str | AddressUrl:
     """Where decoders call the proxy back: its listen address, or its node's own IP
     when it listens on every address (a wildcard is no address to call)."""
     proxy = ctx.layout.proxy
@@ -430,13 +437,20 @@ def _metaserver(ctx: _Context) -> str | NodeUrl:
     port = ctx.port(proxy.node, proxy.port)
     if isinstance(proxy.host, str) and proxy.host not in WILDCARDS:
         return metaserver_url(proxy.host, port)
-    host = ctx.opts.bind_host if not isinstance(proxy.host, str) else None
-    host = host or ctx.host(proxy.node)
-    if "$" not in host:
-        return metaserver_url(host, port)
-    return NodeUrl(
-        node=proxy.node, prefix="http://", suffix=metaserver_url("", port).removeprefix("http://")
-    )
+    known = ctx.opts.bind_host if not isinstance(proxy.host, str) else None
+    if known is None and ctx.opts.hosts is not None:
+        known = ctx.host(proxy.node)
+    if known is not None:
+        return metaserver_url(known, port)
+    return AddressUrl(address=_proxy_address(ctx), path=METASERVER_PATH)
+
+
+def _proxy_address(ctx: _Context) -> Address:
+    """The proxy's own API listener."""
+    proxy = ctx.layout.proxy
+    assert proxy is not None
+    port = ctx.port(proxy.node, proxy.port)
+    return Address(process=PROXY_NAME, node=proxy.node, port=port, role="proxy")
 
 
 def _json(value: Any) -> str:
@@ -652,15 +666,9 @@ def node_ref(node: int) -> str:
     return "${" + node_var(node) + "}"
 
 
-def _node_address(ctx: _Context, node: int, prefix: str = "", suffix: str = "") -> Word:
-    """A word on node ``node``'s address: its value here, ``NODE<k>_IP`` in scripts."""
-    parts = (prefix, Ref(var=node_var(node), value=ctx.host(node)), suffix)
-    return Word(parts=tuple(p for p in parts if p))
-
-
 def _dp_common(ctx: _Context, engine: Engine, args: _Args, rpc: int | None) -> None:
     args.lit("--data-parallel-size", str(engine.dp_size))
-    args.extend(("--data-parallel-address", _node_address(ctx, engine.nodes[0])))
+    args.extend(("--data-parallel-address", Word(parts=(ctx.host_ref(engine.nodes[0]),))))
     if rpc is not None:
         args.lit("--data-parallel-rpc-port", str(rpc))
 
@@ -734,59 +742,50 @@ def _proxy_host(ctx: _Context, host: str | NodeValue, node: int) -> Arg:
         if host in WILDCARDS:
             return Word(parts=(Ref(var="BIND_HOST", value=ctx.opts.bind_host or host),))
         return host
-    return var(node_var(node), ctx.opts.bind_host or ctx.host(node))
+    return Word(parts=(NodeRef.of(node, ctx.opts.bind_host or ctx.host(node)),))
 
 
-def _proxy_access(args: _Args, proxy: Proxy) -> None:
-    """Where the proxy reads its keys (names and paths only: a key is never in argv)."""
-    if proxy.admin:
-        args.lit("--admin")
-    for flag, value in (
-        ("--admin-key-env", proxy.admin_key_env),
-        ("--admin-key-file", proxy.admin_key_file),
-        ("--api-key-env", proxy.api_key_env),
-        ("--api-key-file", proxy.api_key_file),
-    ):
-        if value is not None:
-            args.lit(flag, value)
+class UnroutedEndpoint(UsageError):
+    """The layout's proxy lists an endpoint no engine API listens at: the Plan has no
+    process to refer to (``layouts check`` names each such endpoint)."""
 
 
-def _serving_engine(ctx: _Context, node: int, planned: int) -> Engine | None:
-    """The engine whose API a proxy endpoint (node, planned port) names."""
-    for e in ctx.layout.engines:
-        if e.api_port is not None and node in e.nodes:
-            span = max(e.replicas, e.dp_size_per_node if e.launch == "external-dp" else 1)
-            if e.api_port <= planned < e.api_port + span:
-                return e
-    return None
-
-
-def _bootstraps(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
-    """ENGINE_ID=http://HOST:PORT of each prefill endpoint's bootstrap server (its kv_port)."""
+def _backends(
+    ctx: _Context, proxy: Proxy, which: EndpointGroup, engines: dict[tuple[int, int], ProcessPlan]
+) -> tuple[ProcessPlan, ...]:
+    """The API processes a proxy endpoint list names (node, planned port), in its order."""
     found = []
-    for node, planned in proxy.endpoints("prefill"):
-        engine = _serving_engine(ctx, node, planned)
-        if engine is None or engine.kv_port is None or engine.engine_id is None:
+    for node, planned in proxy.endpoints(which):
+        process = engines.get((node, ctx.port(node, planned)))
+        if process is None:
+            raise UnroutedEndpoint(
+                f"{ctx.layout.name}: proxy.{which} lists node {node}:{planned}, where no engine "
+                "API listens; list the engines' API endpoints ('servekit layouts check' "
+                "shows each)"
+            )
+        found.append(process)
+    return tuple(found)
+
+
+def _bootstraps(ctx: _Context, prefills: tuple[ProcessPlan, ...]) -> tuple[Bootstrap, ...]:
+    """Each prefill endpoint's bootstrap server (its kv port), by its engine id."""
+    found = []
+    for p in prefills:
+        if p.kv_port is None or p.engine_id is None:
             raise ValueError(
-                f"proxy.prefill {node}:{planned}: a bootstrap connector needs the prefill "
+                f"proxy.prefill {p.name}: a bootstrap connector needs the prefill "
                 "engine's engine_id and kv_port (its bootstrap server)"
             )
-        port = ctx.port(node, engine.kv_port)
-        found.append(_node_address(ctx, node, f"{engine.engine_id}=http://", f":{port}"))
+        found.append(Bootstrap(engine_id=p.engine_id, server=p.address("bootstrap")))
     return tuple(found)
 
 
-def _failure_domains(ctx: _Context, proxy: Proxy) -> tuple[Word, ...]:
-    """URL=ENGINE@NODE of each backend the proxy routes to: its engine's DP ranks and its
-    node's processes fail together (the proxy's failure domains)."""
-    found = []
-    for which in ENDPOINT_GROUPS:
-        for node, planned in proxy.endpoints(which):
-            engine = _serving_engine(ctx, node, planned)
-            if engine is not None:
-                suffix = f":{ctx.port(node, planned)}={engine.name}@{node}"
-                found.append(_node_address(ctx, node, "http://", suffix))
-    return tuple(found)
+def _failure_domains(routed: tuple[ProcessPlan, ...]) -> tuple[FailureDomain, ...]:
+    """Each backend the proxy routes to, with what fails with it: its engine's DP ranks
+    and its node's processes (the proxy's failure domains)."""
+    return tuple(
+        FailureDomain(backend=p.address(), engine=p.engine) for p in routed if p.engine is not None
+    )
 
 
 def _kv_lease(ctx: _Context) -> int | None:
@@ -808,90 +807,55 @@ def _kv_lease(ctx: _Context) -> int | None:
     return min(leases, default=None)
 
 
-def _kv_events_words(
-    ctx: _Context, proxy: Proxy, engines: list[ProcessPlan]
-) -> tuple[list[Arg], tuple[Word, ...]]:
-    """The kv-events policy's words (for the stages whose engines publish) and the
-    ``ENGINE_URL=tcp://HOST:PORT`` of each publishing endpoint, all on KV_EVENTS."""
-    port_of = {(p.node, p.api_port): p.kv_events_port for p in engines if p.kv_events_port}
-    found: dict[EndpointGroup, list[Word]] = {which: [] for which in ENDPOINT_GROUPS}
-    for which in ENDPOINT_GROUPS:
-        for node, planned in proxy.endpoints(which):
-            api = ctx.port(node, planned)
-            events = port_of.get((node, api))
-            if events is None:
-                continue
-            ip = Ref(var=node_var(node), value=ctx.host(node))
-            parts = ("http://", ip, f":{api}=tcp://", ip, f":{events}")
-            found[which].append(Word(parts=parts, when=_kv_events_switch()))
-    stages = (("--prefill-policy", found["prefill"]), ("--decode-policy", found["decode"]),
-              ("--decode-policy", found["replicas"]))  # fmt: skip
-    policy: list[Arg] = []
-    for flag, words in stages:
-        if words:
-            policy += [Word(parts=(w,), when=_kv_events_switch()) for w in (flag, KV_POLICY)]
-    return policy, tuple(w for which in ENDPOINT_GROUPS for w in found[which])
+def _publishers(routed: tuple[ProcessPlan, ...]) -> tuple[Publisher, ...]:
+    """The KV-event publisher of each routed engine that has one."""
+    return tuple(
+        Publisher(engine=p.address(), events=p.address("kv-events"))
+        for p in routed
+        if p.kv_events_port is not None
+    )
+
+
+PROXY_NAME = "proxy"
 
 
 def _proxy_process(ctx: _Context, engines: list[ProcessPlan]) -> ProcessPlan:
     proxy = ctx.layout.proxy
     assert proxy is not None
     port = ctx.port(proxy.node, proxy.port)
-    args = _Args()
-    args.lit(ctx.opts.python)
-    args.append(Word(parts=(Ref(var="BUNDLE_DIR", value=ctx.opts.bundle_dir), "/" + PROXY_FILE)))
-    args.extend(("--host", _proxy_host(ctx, proxy.host, proxy.node)))
-    args.lit("--port", str(port))
     mode: ProxyMode = "replica" if proxy.mode == "replica" else PROXY_MODE_OF[ctx.kv_mode]
-    if mode != "replica":
-        args.lit("--mode", mode)
-    if mode == "layerwise":
-        callback = _metaserver(ctx)
-        word = callback.word(ctx.host(proxy.node)) if isinstance(callback, NodeUrl) else callback
-        args.extend(("--metaserver-url", word))
-    _proxy_access(args, proxy)
-    lease = _kv_lease(ctx) if mode in PAIRED_PROXY_MODES else None
-    if lease is not None:
-        args.lit("--kv-lease", str(lease))
-
-    def urls(which: EndpointGroup) -> tuple[Word, ...]:
-        return tuple(
-            _node_address(ctx, node, "http://", f":{ctx.port(node, planned)}")
-            for node, planned in proxy.endpoints(which)
-        )
-
-    backends = {which: urls(which) for which in ENDPOINT_GROUPS}
-    bootstrap = _bootstraps(ctx, proxy) if mode == "bootstrap" else ()
-    for flag, words in (
-        ("--prefill", backends["prefill"]),
-        ("--decode", backends["decode"]),
-        ("--replica", backends["replicas"]),
-        ("--prefill-bootstrap", bootstrap),
-        ("--failure-domains", _failure_domains(ctx, proxy)),
-    ):
-        if words:
-            args.extend((flag, *words))
-    policy, kv_events = _kv_events_words(ctx, proxy, engines)
-    if kv_events:
-        listed = Word(parts=("--kv-events",), when=_kv_events_switch())
-        args.extend((*policy, listed, *kv_events))
-    facts = ProxyFacts(
+    apis = {(p.node, p.api_port): p for p in engines if p.api_port is not None}
+    routed = {which: _backends(ctx, proxy, which, apis) for which in ENDPOINT_GROUPS}
+    metaserver = _metaserver(ctx) if mode == "layerwise" else None
+    launcher = Word(parts=(Ref(var="BUNDLE_DIR", value=ctx.opts.bundle_dir), "/" + PROXY_FILE))
+    wiring = ProxyWiring(
         mode=mode,
-        prefill=resolved_argv(backends["prefill"]),
-        decode=resolved_argv(backends["decode"]),
-        replica=resolved_argv(backends["replicas"]),
-        bootstrap=resolved_argv(bootstrap),
-        kv_events=resolved_argv(kv_events),
+        launcher=(ctx.opts.python, launcher),
+        listen=_proxy_host(ctx, proxy.host, proxy.node),
+        port=port,
+        metaserver=metaserver.address if isinstance(metaserver, AddressUrl) else metaserver,
+        admin=proxy.admin,
+        admin_key_env=proxy.admin_key_env,
+        admin_key_file=proxy.admin_key_file,
+        api_key_env=proxy.api_key_env,
+        api_key_file=proxy.api_key_file,
+        kv_lease=_kv_lease(ctx) if mode in PAIRED_PROXY_MODES else None,
+        prefill=tuple(p.address() for p in routed["prefill"]),
+        decode=tuple(p.address() for p in routed["decode"]),
+        replica=tuple(p.address() for p in routed["replicas"]),
+        bootstrap=_bootstraps(ctx, routed["prefill"]) if mode == "bootstrap" else (),
+        failure_domains=_failure_domains(tuple(p for w in ENDPOINT_GROUPS for p in routed[w])),
+        kv_events=_publishers(tuple(p for which in ENDPOINT_GROUPS for p in routed[which])),
     )
     return ProcessPlan(
-        name="proxy",
+        name=PROXY_NAME,
         node=proxy.node,
         kind="proxy",
         role="proxy",
         host=ctx.host(proxy.node),
         bind_host=proxy.host if isinstance(proxy.host, str) else node_ref(proxy.node),
         api_port=port,
-        command=tuple(args),
-        proxy=facts,
-        settings={SETTINGS_BY_KEY["kv_events"].var: "1"} if kv_events else {},
+        command=proxy_command(wiring, ctx.host_of),
+        proxy=wiring,
+        settings={SETTINGS_BY_KEY["kv_events"].var: "1"} if wiring.kv_events else {},
     )

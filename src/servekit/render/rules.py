@@ -18,6 +18,7 @@ from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import (
     Plan,
     PlanOptions,
+    UnroutedEndpoint,
     build_plan,
     engine_settings,
     kv_events_reason,
@@ -493,7 +494,10 @@ RULES: tuple[Rule, ...] = (
 def check_layout(layout: Layout) -> list[Finding]:
     """Run every rule on one layout."""
     try:
-        plan = build_plan(layout, PlanOptions())
+        try:
+            plan = build_plan(layout, PlanOptions())
+        except UnroutedEndpoint:  # rule_proxy_fanout names each endpoint; judge the engines
+            plan = build_plan(layout.model_copy(update={"proxy": None}), PlanOptions())
     except (ValueError, KeyError, StopIteration) as exc:
         return [_err(layout, "engines", f"cannot build a plan: {exc}")]
     findings: list[Finding] = []

@@ -21,7 +21,7 @@ from servekit import __version__
 from servekit.catalog import NodeValue
 from servekit.defaults import SETTINGS, SETTINGS_BY_KEY, SWITCHES
 from servekit.fsutil import staged_dir
-from servekit.render.command import references, shell_words
+from servekit.render.command import node_var, referenced_nodes, references, shell_words
 from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
 from servekit.render.start import StartTarget, start_steps
@@ -91,19 +91,12 @@ def describe(p: ProcessPlan) -> str:
 
 def process_needs(p: ProcessPlan) -> dict[str, str]:
     """Variables the node must provide, with what each one is."""
-    names = references(p.command)
+    needs = {node_var(k): f"the address of node {k}" for k in referenced_nodes(p.command)}
     for value in p.env.values():
         if isinstance(value, NodeValue):
-            names.add("NODE_IP" if value.node == "ip" else "NODE_NIC")
-    wanted = {}
-    for name in sorted(names):
-        if name in ("NODE_IP", "NODE_NIC"):
-            wanted[name] = (
-                "the " + ("address" if name == "NODE_IP" else "interface") + " of this node"
-            )
-        elif name.startswith("NODE") and name.endswith("_IP"):
-            wanted[name] = f"the address of node {name[4:-3]}"
-    return wanted
+            what = "address" if value.node == "ip" else "interface"
+            needs["NODE_IP" if value.node == "ip" else "NODE_NIC"] = f"the {what} of this node"
+    return dict(sorted(needs.items()))
 
 
 def uses_nic(node: NodePlan) -> bool:

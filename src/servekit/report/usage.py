@@ -13,6 +13,7 @@ import json
 
 from servekit.render import Plan, StartTarget, start_steps
 from servekit.report.view import Command
+from servekit.vocabulary import url_for
 
 
 def _request(plan: Plan, host: str, port: int | None) -> str:
@@ -22,7 +23,7 @@ def _request(plan: Plan, host: str, port: int | None) -> str:
         "max_tokens": 32,
     }
     return (
-        f"curl -s http://{host}:{port}/v1/chat/completions "
+        f"curl -s {url_for(host, str(port), '/v1/chat/completions')} "
         f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'"
     )
 

@@ -42,6 +42,7 @@ from servekit.kvschema import (
     seq_frame,
     struct_types,
 )
+from servekit.vocabulary import url_for
 
 # vLLM's structs, from the one schema the proxy reads too (vLLM's fields, in its order,
 # written always or only when set as vLLM writes them: the same bytes)
@@ -57,7 +58,7 @@ def _bind(sock: zmq.Socket[Any], endpoint: str, host: str) -> str:
     if endpoint.startswith("tcp://"):
         where, _, port = endpoint[len("tcp://") :].rpartition(":")
         where = host if where in ("*", "", "0.0.0.0") else where
-        endpoint = f"tcp://{where}:{'*' if port == '0' else port}"
+        endpoint = url_for(where, "*" if port == "0" else port, scheme="tcp")
     sock.bind(endpoint)
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from servekit.guard import asks_remote_prefill
 from servekit.sim.openai import ApiError
+from servekit.vocabulary import url_for
 
 PROMPT_KEYED_MAX = 4096
 TRANSFER_KEY = "transfer:"
@@ -61,7 +62,7 @@ class Producer:
     @property
     def bootstrap_addr(self) -> str:
         """The URL of this producer's bootstrap server (vLLM's MooncakeConnector)."""
-        return f"http://{self.host}:{self.port}"
+        return url_for(self.host, self.port)
 
 
 @dataclass(slots=True)

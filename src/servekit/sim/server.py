@@ -23,7 +23,7 @@ from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.http import build_app
 from servekit.sim.pd import KvRegistry
 from servekit.sim.spec import SimSpec
-from servekit.vocabulary import atomic_write_text
+from servekit.vocabulary import atomic_write_text, url_for
 
 log = logging.getLogger("servekit.sim")
 
@@ -85,7 +85,7 @@ class SimServer:
                 f"port {host}:{port}: cannot listen ({exc.strerror}); pick another"
             ) from exc
         bound = runner.addresses[0][1] if runner.addresses else port
-        return f"http://{host}:{bound}"
+        return url_for(host, bound)
 
     def describe(self) -> dict[str, Any]:
         """Where everything listens (written to ``--ready-file``)."""

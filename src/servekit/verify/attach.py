@@ -30,7 +30,7 @@ from typing import Any
 from servekit.catalog import NOT_OBSERVED, Layout
 from servekit.deployment import Deployment
 from servekit.errors import UsageError
-from servekit.render import build_plan
+from servekit.render import Plan, build_plan
 from servekit.verify.cluster import (
     Fetch,
     RelayMismatch,
@@ -99,48 +99,52 @@ def attach_deployment(
     written under one of them is a deployment of this layout.
     """
     engine: Any = "external"  # what they are is asked of the engines, never assumed
+    plan = build_plan(layout)
     if opts.pods is not None:
-        hosts = pod_hosts(opts.pods, layout)
+        hosts = pod_hosts(opts.pods, layout, plan)
         dep = cluster_deployment(
-            layout, (), entry=opts.target, logs=opts.logs, engine=engine, process_hosts=hosts
-        )
+            layout, (), entry=opts.target, logs=opts.logs, engine=engine, process_hosts=hosts,
+            plan=plan,
+        )  # fmt: skip
     elif opts.nodes is not None:
         nodes = parse_nodes(opts.nodes, layout)
-        dep = cluster_deployment(layout, nodes, entry=opts.target, logs=opts.logs, engine=engine)
+        dep = cluster_deployment(
+            layout, nodes, entry=opts.target, logs=opts.logs, engine=engine, plan=plan
+        )
     else:
         assert opts.target is not None
         dep = attach(opts.target)
         if is_url(opts.target) and not dep.endpoints:
-            dep = _behind_url(layout, opts.target, fetch, opts.logs, engine)
+            dep = _behind_url(layout, plan, opts.target, fetch, logs=opts.logs, engine=engine)
         else:
-            dep = _filled(dep, layout, opts.logs, old_names)
+            dep = _filled(dep, layout, plan, opts.logs, old_names)
     if opts.reference is not None:
         dep = dep.model_copy(update={"reference_url": opts.reference.rstrip("/")})
     return dep
 
 
 def _behind_url(
-    layout: Layout, target: str, fetch: Fetch, logs: Path | None, engine: Any
+    layout: Layout, plan: Plan, target: str, fetch: Fetch, *, logs: Path | None, engine: Any
 ) -> Deployment:
     if layout.proxy is not None:
         try:
-            return relay_deployment(layout, target, fetch, logs=logs, engine=engine)
+            return relay_deployment(layout, target, fetch, logs=logs, engine=engine, plan=plan)
         except RelayMismatch as exc:
             raise RelayMismatch(
                 f"{exc}; the engines behind {target} are unknown: pass --nodes IP,... "
                 "(the nodes' addresses in rank order)"
             ) from None
-    nodes = single_entry_nodes(layout, target)
+    nodes = single_entry_nodes(layout, target, plan)
     if nodes is None:
         raise RelayMismatch(
             f"{layout.name} has API servers on several nodes and no proxy to list them: "
             "pass --nodes IP,... (the nodes' addresses in rank order)"
         )
-    return cluster_deployment(layout, nodes, entry=target, logs=logs, engine=engine)
+    return cluster_deployment(layout, nodes, entry=target, logs=logs, engine=engine, plan=plan)
 
 
 def _filled(
-    dep: Deployment, layout: Layout, logs: Path | None, old_names: Sequence[str] = ()
+    dep: Deployment, layout: Layout, plan: Plan, logs: Path | None, old_names: Sequence[str] = ()
 ) -> Deployment:
     """A deployment.json (or a bare URL) with what the layout knows and it lacks."""
     if dep.layout is not None and dep.layout not in (layout.name, *old_names):
@@ -154,7 +158,7 @@ def _filled(
     if dep.model is None:
         update["model"] = layout.model.served_name
     if logs is not None:
-        names = [p.name for p in build_plan(layout).processes]
+        names = [p.name for p in plan.processes]
         update["process_logs"] = {n: logs / f"{n}.log" for n in names}
         update["endpoints"] = tuple(
             e.model_copy(update={"log": logs / f"{e.name}.log"}) for e in dep.endpoints

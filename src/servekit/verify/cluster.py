@@ -9,9 +9,14 @@ role, engine id and DP rank, the proxy, and (with ``--logs DIR``, the folder
 Without the addresses, a proxy in front still knows them: its
 ``/metrics/engines`` page lists every backend it was given, in the order the
 Plan gave them (``servekit_proxy_engine_scrape_ok{engine_url, engine_role}``).
-Zipping that list with the Plan's own proxy backends recovers each node's
+Zipping that list with the Plan's own references to the proxy's backends (each
+an :class:`~servekit.render.Address`: process, node, port) recovers each node's
 address; the deployment is then ``engine_access: relay`` (only the proxy is
 reached, the engines' metrics come through it).
+
+Every URL is made by :func:`servekit.render.url` from a process's reference and
+an address map (process -> the host it is reached at): the nodes' addresses, or
+each pod's. The Plan is built once per deployment.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from servekit.deployment import (
     EngineAccess,
 )
 from servekit.errors import UsageError
-from servekit.render import Plan, PlanOptions, ProcessPlan, build_plan
+from servekit.render import Address, Plan, ProcessPlan, build_plan, url
 from servekit.verify.options import DeploymentOptions
-from servekit.vocabulary import ServedBy
+from servekit.vocabulary import ServedBy, check_url
 
 LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(\.{LABEL})*")
@@ -50,12 +55,17 @@ class RelayMismatch(Exception):
     """The proxy's backends do not fit the layout's Plan (a verify failure with the reason)."""
 
 
-def pod_hosts(text: str, layout: Layout) -> dict[str, str]:
+def pod_hosts(text: str, layout: Layout, plan: Plan | None = None) -> dict[str, str]:
     """``--pods POD=IP,...`` of a Kubernetes rendering -> process name -> its pod's address."""
     from servekit.platforms import parse_pods, process_hosts
 
-    plan = build_plan(layout)
+    plan = plan or build_plan(layout)
     return process_hosts(plan, parse_pods(text, plan))
+
+
+def node_hosts(plan: Plan, nodes: Sequence[str]) -> dict[str, str]:
+    """Process name -> the address of its node (``nodes`` in rank order)."""
+    return {p.name: nodes[p.node] for p in plan.processes}
 
 
 def parse_nodes(text: str, layout: Layout) -> tuple[str, ...]:
@@ -108,43 +118,34 @@ def cluster_deployment(
     engine: ServedBy = "vllm",
     access: EngineAccess = "direct",
     process_hosts: Mapping[str, str] | None = None,
+    plan: Plan | None = None,
 ) -> Deployment:
     """The deployment of ``layout`` running on ``nodes`` (addresses in rank order).
 
     ``entry`` overrides the Plan's entry URL (a load balancer in front of the
     proxy, say); the proxy endpoint then has that URL too. ``process_hosts``
     (process -> address) places each process itself, where a platform runs a
-    node's processes apart (Kubernetes: a pod per engine; ``nodes`` then unused).
+    node's processes apart (Kubernetes: a pod per engine; ``nodes`` then unused,
+    a process it leaves out at its node's wildcard). ``plan``: the layout's Plan,
+    when the caller built it already.
     """
+    plan = plan or build_plan(layout)
     if process_hosts is not None:
-        nodes = ("0.0.0.0",) * layout.nodes
-    plan = build_plan(layout, PlanOptions(hosts=tuple(nodes)))
-    if process_hosts is not None:
-        procs = {p.name: p for p in plan.processes}
-        hosts = {**{n: procs[n].host for n in procs}, **process_hosts}
-        plan = plan.model_copy(
-            update={
-                "nodes": tuple(
-                    n.model_copy(
-                        update={
-                            "processes": tuple(
-                                p.model_copy(update={"host": hosts[p.name]}) for p in n.processes
-                            )
-                        }
-                    )
-                    for n in plan.nodes
-                )
-            }
-        )
+        hosts = {**node_hosts(plan, ("0.0.0.0",) * layout.nodes), **process_hosts}
+    else:
+        hosts = node_hosts(plan, nodes)
+
+    def url_of(proc: ProcessPlan) -> str:
+        return url(proc.address(), lambda a: hosts[a.process])
+
     entry_proc = plan.process(plan.entry)
-    entry_url = (entry or entry_proc.url or "").rstrip("/")
+    entry_url = (entry or url_of(entry_proc)).rstrip("/")
     has_proxy = entry_proc.kind == "proxy"
     relay = f"{entry_url}{RELAY_PATH}" if has_proxy else None
     endpoints = []
     for proc in plan.api_processes():
-        url = entry_url if proc.name == plan.entry and entry else proc.url
-        assert url is not None
-        endpoints.append(_endpoint(proc, url, logs, relay if access == "relay" else None))
+        address = entry_url if proc.name == plan.entry and entry else url_of(proc)
+        endpoints.append(_endpoint(proc, address, logs, relay if access == "relay" else None))
     return Deployment(
         layout=layout.name,
         engine=engine,
@@ -183,14 +184,15 @@ def relay_backends(page: str) -> list[tuple[str, str]]:
     return found
 
 
-def nodes_from_relay(layout: Layout, page: str) -> tuple[str, ...]:
+def nodes_from_relay(layout: Layout, page: str, plan: Plan | None = None) -> tuple[str, ...]:
     """Each node's address, recovered by zipping the relay's backends with the Plan's.
 
-    Raises :class:`RelayMismatch` naming the first disagreement (counts per
-    role, a port, a node seen at two addresses).
+    The Plan's side is its references (node and port of each backend, in the
+    proxy's order); the relay's side is what the running proxy reports. Raises
+    :class:`RelayMismatch` naming the first disagreement (counts per role, a
+    port, a node seen at two addresses).
     """
-    sentinels = tuple(f"node{i}.servekit.invalid" for i in range(layout.nodes))
-    plan = build_plan(layout, PlanOptions(hosts=sentinels))
+    plan = plan or build_plan(layout)
     proxy = plan.process(plan.entry).proxy
     if proxy is None:
         raise RelayMismatch(f"{layout.name} has no proxy, so there is no relay to read")
@@ -198,26 +200,29 @@ def nodes_from_relay(layout: Layout, page: str) -> tuple[str, ...]:
     hosts: dict[int, str] = {}
     roles = (("prefill", proxy.prefill), ("decode", proxy.decode), ("replica", proxy.replica))
     for role, planned in roles:
-        given = [url for url, r in seen if r == role]
+        given = [address for address, r in seen if r == role]
         if len(given) != len(planned):
             raise RelayMismatch(
                 f"the proxy fronts {len(given)} {role} instance(s), {layout.name}'s Plan "
                 f"has {len(planned)}"
             )
         for want, got in zip(planned, given, strict=True):
-            _match(want, got, sentinels, hosts)
+            _match(want, got, hosts)
     return tuple(hosts.get(i, UNKNOWN_HOST.format(i)) for i in range(layout.nodes))
 
 
-def _match(want: str, got: str, sentinels: tuple[str, ...], hosts: dict[int, str]) -> None:
-    planned, actual = urlsplit(want), urlsplit(got)
-    if planned.port != actual.port or not actual.hostname:
-        raise RelayMismatch(f"the proxy's backend {got} is where the Plan has port {planned.port}")
-    node = sentinels.index(planned.hostname or "")
-    known = hosts.setdefault(node, actual.hostname)
+def _match(want: Address, got: str, hosts: dict[int, str]) -> None:
+    """The relay's URL ``got`` for the Plan's backend ``want``: its port, its node's host."""
+    try:
+        actual = urlsplit(check_url(got, "the relay's engine_url"))
+    except UsageError as exc:
+        raise RelayMismatch(str(exc)) from None
+    if actual.port != want.port or not actual.hostname:
+        raise RelayMismatch(f"the proxy's backend {got} is where the Plan has port {want.port}")
+    known = hosts.setdefault(want.node, actual.hostname)
     if known != actual.hostname:
         raise RelayMismatch(
-            f"node {node} appears at two addresses among the proxy's backends: "
+            f"node {want.node} appears at two addresses among the proxy's backends: "
             f"{known} and {actual.hostname}"
         )
 
@@ -229,6 +234,7 @@ def relay_deployment(
     *,
     logs: Path | None = None,
     engine: ServedBy = "vllm",
+    plan: Plan | None = None,
 ) -> Deployment:
     """The deployment behind a proxy at ``entry``, learnt from its ``/metrics/engines``."""
     url = entry.rstrip("/")
@@ -236,13 +242,18 @@ def relay_deployment(
         page = fetch(f"{url}{RELAY_PATH}")
     except OSError as exc:
         raise RelayMismatch(f"cannot read {url}{RELAY_PATH}: {exc}") from None
-    nodes = nodes_from_relay(layout, page)
-    return cluster_deployment(layout, nodes, entry=url, logs=logs, engine=engine, access="relay")
+    plan = plan or build_plan(layout)
+    nodes = nodes_from_relay(layout, page, plan)
+    return cluster_deployment(
+        layout, nodes, entry=url, logs=logs, engine=engine, access="relay", plan=plan
+    )
 
 
-def single_entry_nodes(layout: Layout, entry: str) -> tuple[str, ...] | None:
+def single_entry_nodes(
+    layout: Layout, entry: str, plan: Plan | None = None
+) -> tuple[str, ...] | None:
     """Node addresses of a layout without a proxy whose only API node is the entry's."""
-    plan = build_plan(layout)
+    plan = plan or build_plan(layout)
     api_nodes = {p.node for p in plan.api_processes()}
     host = urlsplit(entry).hostname
     if len(api_nodes) != 1 or host is None:
@@ -257,7 +268,8 @@ def write_deployment(opts: DeploymentOptions) -> Deployment:
     from servekit.vocabulary import atomic_write_text
 
     layout = load(opts.name, opts.catalog).layout
-    hosts = pod_hosts(opts.pods, layout) if opts.pods is not None else None
+    plan = build_plan(layout)
+    hosts = pod_hosts(opts.pods, layout, plan) if opts.pods is not None else None
     dep = cluster_deployment(
         layout,
         parse_nodes(opts.nodes, layout) if opts.nodes is not None else (),
@@ -266,6 +278,7 @@ def write_deployment(opts: DeploymentOptions) -> Deployment:
         logs=opts.logs,
         engine=opts.engine,
         access="relay" if opts.through_proxy else "direct",
+        plan=plan,
     )
     if opts.speed is not None:
         dep = Deployment.model_validate({**dep.model_dump(), "sim_speed": opts.speed})

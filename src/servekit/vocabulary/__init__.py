@@ -118,8 +118,9 @@ if TYPE_CHECKING:
         MAX_HOST as MAX_HOST,
         SCHEMES as SCHEMES,
         check_url as check_url,
-        http_url as http_url,
         is_url as is_url,
+        url_for as url_for,
+        url_host as url_host,
     )
 
 

@@ -1,11 +1,17 @@
-"""The one URL check: a server's root URL as a person types it, or one line saying why not.
+"""The one URL check and the one URL builder.
+
+:func:`check_url`: a server's root URL as a person types it, or one line saying why not.
 
 The CLI (``--target``, ``--entry``, ``--reference``), deployment.json and the proxy's
 backends (``--prefill``/``--decode``/``--replica`` and the admin API) all take
 ``http://HOST:PORT``; one strict check keeps them agreeing on what that means.
 Caught here, a typo (``http://x:99999``, ``http://x:0``, ``http://[::1``) is one
-line and exit 2, not a run of requests that all fail against nothing. Standard
-library only: the proxy's zipapp carries this module.
+line and exit 2, not a run of requests that all fail against nothing.
+
+:func:`url_for`: every URL servekit writes from a host and a port (an engine's
+API, a bootstrap server, a KV-event publisher, a server's own address) is built
+by it, so an IPv6 literal is bracketed everywhere or nowhere. Standard library
+only: the proxy's zipapp carries this module.
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ SCHEMES = ("http://", "https://")
 MAX_HOST = 253
 
 
-def http_url(host: str, port: int | None, scheme: str = "http") -> str:
-    """A server's root URL from its address and port; an IPv6 literal goes in brackets
-    (RFC 3986), so ``fd00::1`` on 8100 is ``http://[fd00::1]:8100``, which parses."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"{scheme}://{shown}:{port}"
+def url_host(host: str) -> str:
+    """``host`` as it stands in a URL: an IPv6 literal in brackets (``[::1]``), else as is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def url_for(host: str, port: int | str, path: str = "", *, scheme: str = "http") -> str:
+    """``scheme://HOST:PORT/path`` of a server at ``host:port`` (IPv6 literals bracketed)."""
+    return f"{scheme}://{url_host(host)}:{port}{path}"
 
 
 def is_url(text: str | None) -> bool:

@@ -64,7 +64,7 @@ from servekit.platforms.k8s.settings import (
 )
 from servekit.platforms.k8s.wiring import Change, pod_processes, proxy_service
 from servekit.preflight import ENTRY_FILE, SPEC_FILE, Unit, preflight_files
-from servekit.render import Plan, ProcessPlan, process_script, references
+from servekit.render import Plan, ProcessPlan, process_script, referenced_nodes
 
 __all__ = [
     "ACCELERATORS",
@@ -164,8 +164,7 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
 
 def _entry_row(r: K8sRendering, pod: Pod, group: Group) -> dict[str, Any]:
     procs = [r.processes[p.name] for p in pod.processes]
-    refs = {v for p in procs for v in references(p.command) if v.startswith("NODE")}
-    leaders = sorted(int(v[4:-3]) for v in refs if v[4:-3].isdigit())
+    leaders = sorted({n for p in procs for n in referenced_nodes(p.command)})
     if len(leaders) > 1 or (leaders and leaders[0] != group.pod(pod.instance, 0).node):
         raise ValueError(f"{pod.name}: refers to nodes {leaders}, not its instance's leader")
     nic = any(isinstance(v, NodeValue) and v.node == "nic" for p in procs for v in p.env.values())

@@ -80,6 +80,7 @@ from servekit.platforms.k8s.attach import process_hosts
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
 from servekit.render import build_plan
+from servekit.vocabulary import url_for
 
 NAMESPACE = "default"
 INIT_TIMEOUT_S = 120.0
@@ -585,7 +586,7 @@ class _Pending:
 def _probe_passes(pod: FakePod, probe: dict[str, Any], env: dict[str, str]) -> bool:
     if "httpGet" in probe:
         get = probe["httpGet"]
-        url = f"http://{pod.address}:{get['port']}{get.get('path', '/')}"
+        url = url_for(pod.address, get["port"], get.get("path", "/"))
         try:
             with urllib.request.urlopen(url, timeout=probe.get("timeoutSeconds", 1)) as r:
                 status: int = r.status
@@ -680,10 +681,10 @@ def _targets(
     for proc in plan.api_processes():
         host = proxy_pod.address if proc.kind == "proxy" and proxy_pod else by_process[proc.name]
         counts = proc.proxy.backend_counts() if proc.proxy else {}
-        targets.append((f"http://{host}:{proc.api_port}", counts))
+        targets.append((url_for(host, str(proc.api_port)), counts))
     entry = plan.process(plan.entry)
     entry_host = proxy_pod.address if proxy_pod else by_process[entry.name]
-    url = f"http://{entry_host}:{entry.api_port}"
+    url = url_for(entry_host, str(entry.api_port))
     engine_pods = ",".join(f"{p.key}={p.address}" for p in pods if p is not proxy_pod)
     return targets, url, engine_pods, addresses, proxy_pod
 

@@ -1,7 +1,9 @@
 """The Plan's processes as a Kubernetes pod runs them: only addresses change.
 
 Each process keeps its command and environment from the Plan; what a ModelArts
-node learns from the rank table, a pod learns from what LWS and the kubelet inject:
+node learns from the rank table, a pod learns from what LWS and the kubelet inject,
+and the proxy's command is emitted again from its references (the Plan's
+:class:`~servekit.render.ProxyWiring`) with the pods' address map:
 
 - ``NODE<k>_IP`` of an instance's DP master: the pod's own IP on the leader,
   ``LWS_LEADER_ADDRESS`` (resolved to an address) on the workers (``pod.sh``);
@@ -19,18 +21,26 @@ summary and the tests can say exactly what differs from the ModelArts rendering.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from servekit.catalog import NodeValue
-from servekit.guard import metaserver_url
 from servekit.platforms.k8s.groups import Group, Pod, pod_of
-from servekit.render import Arg, NodeUrl, Plan, ProcessPlan, Ref, Word
+from servekit.render import (
+    Address,
+    AddressUrl,
+    Arg,
+    HostOf,
+    Plan,
+    ProcessPlan,
+    Ref,
+    Word,
+    proxy_words,
+    url,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost")
 DEVICE_VARS = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 POD_IP = "POD_IP"
-_NODE_REF = re.compile(r"^NODE(\d+)_IP$")
 
 REASONS = {
     "backend": "the proxy reaches each engine pod by its name through the LeaderWorkerSet's "
@@ -61,41 +71,26 @@ def proxy_service(prefix: str) -> str:
     return f"{prefix}-proxy"
 
 
-def _backend(groups: tuple[Group, ...], plan: Plan, node: int, port: int, kv: bool) -> Pod:
-    """The engine pod serving (node, port): its API, or its bootstrap (kv) port."""
-    for p in plan.processes:
-        if p.kind == "engine" and p.node == node and (p.kv_port if kv else p.api_port) == port:
-            return pod_of(groups, p.name)
-    raise ValueError(f"no engine serves node {node} port {port}")
+# The proxy's config fields whose words name another process, and why they change.
+FIELD_REASONS = {
+    "host": "listen",
+    "metaserver_url": "metaserver",
+    **{name: "backend" for name in ("prefill", "decode", "replica", "prefill_bootstrap",
+                                    "failure_domains", "kv_events")},
+}  # fmt: skip
 
 
-_PORT = re.compile(r"^:(\d+)")
+def pod_hosts(groups: tuple[Group, ...], prefix: str, per_pod_services: bool) -> HostOf:
+    """The address map of the pods: an engine pod by its name through its
+    LeaderWorkerSet's headless Service (or its own Service), the proxy by its Service."""
 
+    def host_of(address: Address) -> str:
+        if address.role == "proxy":
+            return proxy_service(prefix)
+        pod = pod_of(groups, address.process)
+        return pod.name if per_pod_services else pod.dns
 
-def _backend_word(
-    arg: Arg, plan: Plan, groups: tuple[Group, ...], per_pod_services: bool
-) -> Arg | None:
-    """A proxy word naming one engine by ``NODE<k>_IP`` and a port, on the pod's name instead.
-
-    ``http://NODE:PORT`` (an API), ``ID=http://NODE:PORT`` (a bootstrap server: the kv
-    port) or ``http://NODE:PORT=tcp://NODE:EVENTS`` (the same pod's KV-event
-    publisher): the pod is the one the first reference and the port after it name.
-    The word keeps its condition (a KV-events word exists only with KV_EVENTS=1).
-    """
-    if not isinstance(arg, Word) or len(arg.parts) < 3:
-        return None
-    prefix, ref, after = arg.parts[:3]
-    if not (isinstance(prefix, str) and isinstance(ref, Ref) and isinstance(after, str)):
-        return None
-    node, port = _NODE_REF.match(ref.var), _PORT.match(after)
-    if node is None or port is None:
-        return None
-    if any(isinstance(p, Ref) and p.var != ref.var for p in arg.parts):
-        return None
-    pod = _backend(groups, plan, int(node.group(1)), int(port.group(1)), "=" in prefix)
-    name = pod.name if per_pod_services else pod.dns
-    text = "".join(name if isinstance(p, Ref) else p for p in arg.parts)
-    return text if arg.when is None else Word(parts=(text,), when=arg.when)
+    return host_of
 
 
 def _word_text(arg: Arg) -> str:
@@ -106,31 +101,20 @@ def _word_text(arg: Arg) -> str:
     return text if arg.when is None else "${" + arg.when.var + ":+" + text + "}"
 
 
-def _proxy_command(
-    p: ProcessPlan,
-    plan: Plan,
-    groups: tuple[Group, ...],
-    url: str,
-    changes: list[Change],
-    *,
-    per_pod_services: bool,
-) -> tuple[Arg, ...]:
-    out: list[Arg] = []
-    previous: Arg | None = None
-    for arg in p.command:
-        new = arg
-        if previous == "--host":
-            new = Word(parts=(Ref(var=POD_IP, value=p.host),))
-            why = "listen"
-        elif previous == "--metaserver-url":
-            new, why = url, "metaserver"
-        elif (named := _backend_word(arg, plan, groups, per_pod_services)) is not None:
-            new, why = named, "backend"
-        if new != arg:
-            changes.append(Change(p.name, "argv", _word_text(arg), _word_text(new), why))
-        out.append(new)
-        previous = arg
-    return tuple(out)
+def _proxy_command(p: ProcessPlan, host_of: HostOf, changes: list[Change]) -> tuple[Arg, ...]:
+    """The proxy's command emitted again from its references for the pods, and what
+    changed from the Plan's (word by word: the same fields give the same words)."""
+    assert p.proxy is not None
+    listen = Word(parts=(Ref(var=POD_IP, value=p.host),))
+    callback = p.address() if p.proxy.metaserver is not None else None
+    words = proxy_words(p.proxy, host_of, listen=listen, metaserver=callback)
+    if len(words) != len(p.command):
+        raise ValueError(f"{p.name}: its command is not its wiring's ({len(p.command)} words)")
+    for (field, new), old in zip(words, p.command, strict=True):
+        if new != old:
+            why = FIELD_REASONS[field or ""]
+            changes.append(Change(p.name, "argv", _word_text(old), _word_text(new), why))
+    return tuple(new for _, new in words)
 
 
 def _devices(pod: Pod, text: str) -> str:
@@ -141,13 +125,13 @@ def _devices(pod: Pod, text: str) -> str:
         return text
 
 
-def _engine(p: ProcessPlan, pod: Pod, url: str, changes: list[Change]) -> ProcessPlan:
+def _engine(p: ProcessPlan, pod: Pod, host_of: HostOf, changes: list[Change]) -> ProcessPlan:
     env = dict(p.env)
     for key, value in p.env.items():
         new = value
         why = ""
-        if isinstance(value, NodeUrl):
-            new, why = url, "metaserver"
+        if isinstance(value, AddressUrl):
+            new, why = url(value.address, host_of, value.path), "metaserver"
         elif isinstance(value, str) and value in LOOPBACK:
             new, why = NodeValue(node="ip"), "loopback"
         elif isinstance(value, str) and key in DEVICE_VARS:
@@ -155,7 +139,7 @@ def _engine(p: ProcessPlan, pod: Pod, url: str, changes: list[Change]) -> Proces
         if new != value:
             env[key] = new
             shown = "${NODE_IP}" if isinstance(new, NodeValue) else str(new)
-            old = value.with_host(value.reference) if isinstance(value, NodeUrl) else str(value)
+            old = value.template() if isinstance(value, AddressUrl) else str(value)
             changes.append(Change(p.name, f"env {key}", old, shown, why))
     bind = p.bind_host
     if bind in LOOPBACK:
@@ -173,16 +157,12 @@ def pod_processes(
     (a DisaggregatedSet's pods), not through its LeaderWorkerSet's.
     """
     changes: list[Change] = []
-    proxy = next((p for p in plan.processes if p.kind == "proxy"), None)
-    port = proxy.api_port if proxy is not None and proxy.api_port is not None else 0
-    url = metaserver_url(proxy_service(prefix), port)
+    host_of = pod_hosts(groups, prefix, per_pod_services)
     out: dict[str, ProcessPlan] = {}
     for p in plan.processes:
         if p.kind == "proxy":
-            command = _proxy_command(
-                p, plan, groups, url, changes, per_pod_services=per_pod_services
-            )
+            command = _proxy_command(p, host_of, changes)
             out[p.name] = p.model_copy(update={"command": command})
         else:
-            out[p.name] = _engine(p, pod_of(groups, p.name), url, changes)
+            out[p.name] = _engine(p, pod_of(groups, p.name), host_of, changes)
     return out, changes

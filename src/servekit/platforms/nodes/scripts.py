@@ -14,8 +14,8 @@ from servekit.render import (
     NodePlan,
     Plan,
     bundle_files,
-    process_needs,
     process_script,
+    referenced_nodes,
     script_environment,
     uses_nic,
 )
@@ -24,8 +24,7 @@ from servekit.render import (
 def _referenced_nodes(node: NodePlan) -> list[int]:
     found = {node.index}
     for p in node.processes:
-        names = process_needs(p)
-        found |= {int(n[4:-3]) for n in names if n.startswith("NODE") and n[4:-3].isdigit()}
+        found |= referenced_nodes(p.command)
     return sorted(found)
 
 

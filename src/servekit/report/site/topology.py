@@ -1,7 +1,8 @@
 """Topology of a layout: its class for the index filters and its SVG diagram.
 
-Both come from the Plan (processes per node, DP ranks, the proxy's argv), so the
-picture shows what would actually be launched, not what the prose says.
+Both come from the Plan (processes per node, DP ranks, the proxy's references to
+its backends), so the picture shows what would actually be launched, not what the
+prose says.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Group:
     ranks: tuple[int, ...]
     headless: bool
     devices: tuple[int, ...]
-    ports: tuple[int, ...]
+    processes: tuple[str, ...]
     tp: int
     x: float = 0.0
     y: float = 0.0
@@ -96,7 +97,7 @@ def groups(plan: Plan) -> list[Group]:
                 ranks=ranks,
                 headless=all(p.headless for p in procs),
                 devices=tuple(d for p in procs for d in p.devices),
-                ports=tuple(p.api_port for p in procs if p.api_port is not None),
+                processes=tuple(p.name for p in procs if p.api_port is not None),
                 tp=procs[0].tp,
             )
         )
@@ -118,19 +119,18 @@ def _place(plan: Plan, gs: list[Group]) -> tuple[list[Group], float]:
 
 
 def _proxy_targets(plan: Plan) -> dict[str, int]:
-    """Endpoint URL -> count, from the proxy's backends (what it really fans out to)."""
+    """Process -> how often the proxy lists it among its backends (what it fans out to)."""
     proxy = next((p.proxy for p in plan.processes if p.proxy is not None), None)
     targets: dict[str, int] = {}
     if proxy is None:
         return targets
-    for url in (*proxy.prefill, *proxy.decode, *proxy.replica):
-        targets[url] = targets.get(url, 0) + 1
+    for address in proxy.backends():
+        targets[address.process] = targets.get(address.process, 0) + 1
     return targets
 
 
-def _fanout(plan: Plan, g: Group, targets: dict[str, int]) -> int:
-    host = plan.nodes[g.node].processes[0].host if plan.nodes[g.node].processes else ""
-    return sum(targets.get(f"http://{host}:{port}", 0) for port in g.ports)
+def _fanout(g: Group, targets: dict[str, int]) -> int:
+    return sum(targets.get(name, 0) for name in g.processes)
 
 
 def _esc(text: str) -> str:
@@ -202,7 +202,7 @@ def _proxy_svg(plan: Plan, placed: list[Group], width: float) -> list[str]:
     ]
     targets = _proxy_targets(plan)
     for g in placed:
-        fan = _fanout(plan, g, targets) if proxy is not None else 0
+        fan = _fanout(g, targets) if proxy is not None else 0
         linked = fan > 0 or (proxy is None and g.engine == entry.engine and not g.headless)
         if not linked:
             continue
@@ -242,7 +242,7 @@ def svg(plan: Plan, layout: Layout) -> str:
     parts += _proxy_svg(plan, placed, width)
     entry = plan.process(plan.entry)
     for g in placed:
-        text = _fan_text(g, _fanout(plan, g, targets), bool(targets), entry.engine)
+        text = _fan_text(g, _fanout(g, targets), bool(targets), entry.engine)
         parts += _group_svg(g, text)
     parts.append("</svg>")
     return "\n".join(parts)
