@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "userdirs",
         "safeyaml",
         "logscan",
+        "procgroup",
     ),
     ("vocabulary",),
     ("errors", "lazyface", "__init__"),

@@ -114,6 +114,16 @@ def url_build(tree: ast.AST) -> Iterator[int]:
                 yield node.lineno
 
 
+def detached_group(tree: ast.AST) -> Iterator[int]:
+    """``start_new_session=True`` or ``os.killpg``: a detached process group started or
+    stopped again (servekit.procgroup does both)."""
+    for call in _calls(tree):
+        if _name(call) in (".killpg", "os.killpg") or any(
+            k.arg == "start_new_session" for k in call.keywords
+        ):
+            yield call.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -172,6 +182,14 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
         },
     ),
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
+    "detached process group": (
+        detached_group,
+        "procgroup.py",
+        {
+            # Copied into the fake platform's bin/ and run by python3 -IS without servekit.
+            "importer/platform/reaper.py": "standalone file, runs without servekit",
+        },
+    ),
     "pydantic error reading": (error_reading, "errors.py", {}),
     "file sha256": (file_hash, "vocabulary/reading.py", {}),
 }
@@ -234,6 +252,10 @@ CAUGHT = {
         "return f\"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}\"\n",
         'line = f"curl -s http://{host}:{port}/v1/chat/completions"\n',
     ],
+    "detached process group": [
+        "p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)\n",
+        "with contextlib.suppress(ProcessLookupError):\n    os.killpg(pgid, signum)\n",
+    ],
     "Markdown cell": ['def cell(t):\n    return t.replace("|", "\\\\|")\n'],
     "pydantic error reading": [
         'try:\n    M()\nexcept ValidationError as exc:\n    msg = exc.errors()[0]["msg"]\n'
@@ -262,6 +284,10 @@ KEPT = {
         'key = f"{node}:{port}"\n',
     ],
     "Markdown cell": ['t.replace("-", "_")\n'],
+    "detached process group": [
+        "p = subprocess.Popen(argv, stdout=out)\n",
+        "os.kill(pid, signal.SIGTERM)\n",
+    ],
     "pydantic error reading": ["errors = exc.errors()\nn = len(errors)\n"],
 }
 

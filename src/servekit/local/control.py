@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from servekit import procgroup
 from servekit.deployment import run_roots
 from servekit.errors import UsageError
 from servekit.local import procs
@@ -82,14 +83,7 @@ def start_detached(spec: RunSpec, ready_timeout_s: float) -> subprocess.Popen[by
     run = RunDir(spec.run_dir)
     argv = [sys.executable, "-m", "servekit.local.daemon", str(run.root), str(ready_timeout_s)]
     with open(run.supervisor_log, "ab") as log:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=spec.cwd,
-            start_new_session=True,
-        )
+        return procgroup.start_detached(argv, stdout=log, cwd=spec.cwd)
 
 
 def _current(spec: RunSpec, daemon: subprocess.Popen[bytes]) -> RunState | None:

@@ -1,16 +1,15 @@
 """Start, watch and stop the processes of a run.
 
-Every process gets its own session (so its own process group), stdin from
-/dev/null, and stdout plus stderr appended to one log file. Stopping sends
-SIGTERM to each group, waits a grace period, then SIGKILLs whatever is left,
-including descendants that changed group.
+Every process is detached (:mod:`servekit.procgroup`: its own session, so its
+own process group, stdin from /dev/null), stdout plus stderr appended to one log
+file. Stopping sends SIGTERM to each group, waits a grace period, then SIGKILLs
+whatever is left, including descendants that changed group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from servekit.local import proctree
 from servekit.logscan import last_lines
+from servekit.procgroup import start_detached, stop_groups
 
 
 @dataclass
@@ -45,15 +45,7 @@ def spawn(
     """Start ``argv`` in a new session with output appended to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        popen = subprocess.Popen(
-            list(argv),
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        popen = start_detached(argv, stdout=out, env={**os.environ, **env}, cwd=cwd)
     return Child(name=name, popen=popen, log=log)
 
 
@@ -73,15 +65,6 @@ def first_dead(children: Iterable[Child]) -> Child | None:
     return None
 
 
-def _signal_all(pids: Iterable[int], groups: Iterable[int], sig: signal.Signals) -> None:
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
 def _still_alive(tracked: set[int], roots: set[int]) -> set[int]:
     table = proctree.snapshot()
     live = {pid for pid in tracked if table.get(pid, (0, 0, "Z"))[2] != "Z"}
@@ -94,22 +77,14 @@ def stop_group_pids(roots: set[int], grace_s: float = 10.0) -> set[int]:
     Works on plain pids, so ``servekit down`` can clean up after a supervisor that
     died. Returns the pids still alive at the end (empty on success).
     """
-    tracked = proctree.members(roots)
-    _signal_all(tracked, roots, signal.SIGTERM)
-    alive = _wait_gone(tracked, roots, grace_s)
-    if alive:
-        _signal_all(alive, roots, signal.SIGKILL)
-        alive = _wait_gone(alive, roots, 5.0)
-    return alive
+    seen = proctree.members(roots)
 
+    def alive() -> set[int]:
+        now = _still_alive(seen, roots)
+        seen.update(now)
+        return now
 
-def _wait_gone(tracked: set[int], roots: set[int], timeout_s: float) -> set[int]:
-    deadline = time.monotonic() + timeout_s
-    alive = _still_alive(tracked, roots)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = _still_alive(tracked | alive, roots)
-    return alive
+    return stop_groups(roots, grace_s=grace_s, alive=alive)
 
 
 def stop_children(children: Sequence[Child], grace_s: float = 10.0) -> set[int]:

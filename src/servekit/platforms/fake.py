@@ -28,6 +28,7 @@ from servekit.catalog import Layout
 from servekit.client import ReadyTarget, poll_ready
 from servekit.errors import UsageError
 from servekit.local import port_is_free
+from servekit.procgroup import group_alive, stop_groups
 from servekit.render import build_plan
 
 VLLM_WRAPPER = (
@@ -38,6 +39,7 @@ VLLM_WRAPPER = (
 whatever an editable install elsewhere points at), so the engines are this code's."""
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_TIMEOUT_S = 20.0
+GROUP_GRACE_S = 5.0  # after the entries: their groups' stragglers, then SIGKILL
 POLL_S = 0.25
 
 
@@ -272,16 +274,6 @@ def wait_exits(nodes: Sequence[Node], timeout_s: float, logs: Path) -> list[Node
     ]
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_nodes(nodes: Sequence[Node], timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM every entry (each stops its processes), then their groups; SIGKILL what is left.
 
@@ -296,13 +288,7 @@ def stop_nodes(nodes: Sequence[Node], timeout_s: float = STOP_TIMEOUT_S) -> None
     for popen in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(max(0.1, deadline - time.monotonic()))
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        until = time.monotonic() + 5.0
-        while any(_group_alive(p.pid) for p in running) and time.monotonic() < until:
-            for popen in running:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signum)
-            time.sleep(0.1)
+    stop_groups([p.pid for p in running], grace_s=GROUP_GRACE_S)
     for popen in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(5)
@@ -311,4 +297,4 @@ def stop_nodes(nodes: Sequence[Node], timeout_s: float = STOP_TIMEOUT_S) -> None
 def leftovers(cluster: DryCluster) -> list[int]:
     """Process groups of the cluster that still have a process (empty after teardown)."""
     nodes = [*cluster.nodes, *cluster.reference]
-    return [n.popen.pid for n in nodes if n.popen is not None and _group_alive(n.popen.pid)]
+    return [n.popen.pid for n in nodes if n.popen is not None and group_alive(n.popen.pid)]

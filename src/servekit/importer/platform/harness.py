@@ -46,6 +46,7 @@ from servekit.importer.platform.normalize import (
     node_placeholders,
     process_facts,
 )
+from servekit.procgroup import signal_group, start_detached, stop_groups
 from servekit.vocabulary import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
@@ -453,11 +454,11 @@ class NodeProcess:
     def terminate(self) -> None:
         """SIGTERM the node's whole process group (the reaper forwards and reaps)."""
         if self.popen.poll() is None:
-            _signal_group(self.popen.pid, signal.SIGTERM)
+            signal_group(self.popen.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group and wait until it is gone."""
-        _signal_group(self.popen.pid, signal.SIGKILL)
+        signal_group(self.popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(5.0)
         _wait_group_gone(self.popen.pid)
@@ -469,7 +470,7 @@ class NodeProcess:
             self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _signal_group(self.popen.pid, signal.SIGKILL)
+            signal_group(self.popen.pid, signal.SIGKILL)
             self.popen.wait()
         _wait_group_gone(self.popen.pid)
         folder = self.platform.node_dir(self.index)
@@ -502,21 +503,9 @@ def read_tail(path: Path, limit: int = MAX_OUTPUT) -> str:
         os.close(fd)
 
 
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signum)
-
-
 def _wait_group_gone(pgid: int, limit: float = 5.0) -> None:
     """After the reaper exits, give stragglers of its group a moment, then kill them."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    _signal_group(pgid, signal.SIGKILL)
+    stop_groups([pgid], grace_s=limit, term=False)
 
 
 def start_node(
@@ -540,15 +529,7 @@ def start_node(
     if wrap is not None:
         argv = wrap(index, argv)
     with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
-        popen = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=platform.start_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
+        popen = start_detached(argv, stdout=out, stderr=err, env=env, cwd=platform.start_dir)
     return NodeProcess(platform, index, popen, env)
 
 

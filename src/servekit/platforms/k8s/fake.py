@@ -79,6 +79,7 @@ from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
 from servekit.platforms.k8s.attach import process_hosts
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
+from servekit.procgroup import start_detached
 from servekit.render import build_plan
 from servekit.vocabulary import url_for
 
@@ -537,14 +538,8 @@ class _Cluster:
         env = self._env(pod, container, rootfs, init=False)
         self.env_of[pod.name] = env
         with node.output.open("wb") as out:
-            node.popen = subprocess.Popen(
-                command,
-                env=env,
-                cwd=self._cwd(container, rootfs),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+            node.popen = start_detached(
+                command, stdout=out, env=env, cwd=self._cwd(container, rootfs)
             )
         return node
 

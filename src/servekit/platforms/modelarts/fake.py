@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -57,6 +56,7 @@ from servekit.platforms.fake import (
 from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
 from servekit.platforms.table import write_rendering
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT
+from servekit.procgroup import start_detached
 from servekit.render import PlanOptions, build_plan
 
 
@@ -93,14 +93,11 @@ def _env(root: Path, node: Node, speed: float | None, bin_dir: Path) -> dict[str
 
 def _start(root: Path, node: Node, speed: float | None, bin_dir: Path) -> None:
     with node.output.open("wb") as out:
-        node.popen = subprocess.Popen(
+        node.popen = start_detached(
             ["dash", str(node.entry)],
+            stdout=out,
             env=_env(root, node, speed, bin_dir),
             cwd=root / "start",
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
 
 
