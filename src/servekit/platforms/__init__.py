@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     )
     from servekit.platforms.modelarts.fake import (
         dry_cluster as dry_cluster,
-        rank_table as rank_table,
         refused_cluster as refused_cluster,
     )
     from servekit.platforms.options import RenderOptions as RenderOptions

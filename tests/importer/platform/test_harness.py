@@ -48,7 +48,7 @@ def _tool(platform: FakePlatform, node: int, script: str) -> str:
 
 def test_rank_table_lists_groups_in_order_with_group_zero_first() -> None:
     nodes = fake_nodes(4)
-    doc = rank_table(nodes, (1, 3))
+    doc = rank_table([(n.ip, n.pod) for n in nodes], (1, 3))
     assert doc["status"] == "completed"
     groups = doc["server_group_list"]
     assert [len(g["server_list"]) for g in groups] == [1, 3]
@@ -64,7 +64,7 @@ def test_rank_table_lists_groups_in_order_with_group_zero_first() -> None:
 @pytest.mark.parametrize("sizes", [(1, 2), (3,), (0, 2)])
 def test_rank_table_refuses_groups_that_do_not_split_the_nodes(sizes: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="group sizes"):
-        rank_table(fake_nodes(2), sizes)
+        rank_table([(n.ip, n.pod) for n in fake_nodes(2)], sizes)
 
 
 def test_platform_writes_a_real_rank_table_file(platform: FakePlatform) -> None:

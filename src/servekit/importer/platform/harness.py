@@ -285,42 +285,46 @@ def read_small(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def devices(node: FakeNode, count: int) -> list[dict[str, str]]:
+def devices(count: int) -> list[dict[str, str]]:
     """The NPUs of one server in the rank table: ``count`` (A2: 8, A3: 16), numbered per
     server, with the keys of a real ModelArts table (template/fixtures in the source)."""
-    del node  # every server numbers its own devices from 0, as the real table does
     return [
         {"device_id": str(d), "device_logical_id": str(d), "rank_id": str(d)} for d in range(count)
     ]
 
 
+RankServer = tuple[str, str]
+"""One server of the rank table: its ``server_ip`` and its ``pod_name``."""
+
+
 def rank_table(
-    nodes: Sequence[FakeNode],
+    servers: Sequence[RankServer],
     group_sizes: Sequence[int],
     status: str = "completed",
     devices_per_node: int = 0,
 ) -> dict[str, Any]:
     """A ModelArts ``global_rank_table.json`` document: groups in order, group 0 first.
 
-    The keys are those of a real table (the source's
+    The one writer of the table (the importer's fake platform and the dry-run
+    clusters both write it so). The keys are those of a real table (the source's
     ``template/fixtures/global_rank_table-a3-2nodes.json``): ``server_group_count``,
     ``group_id``, ``server_id`` beside ``server_ip`` (a different address there too).
     """
-    if sum(group_sizes) != len(nodes) or any(size < 1 for size in group_sizes):
-        raise ValueError(f"group sizes {list(group_sizes)} do not split {len(nodes)} nodes")
+    if sum(group_sizes) != len(servers) or any(size < 1 for size in group_sizes):
+        raise ValueError(f"group sizes {list(group_sizes)} do not split {len(servers)} nodes")
     groups: list[dict[str, Any]] = []
     start = 0
     for g, size in enumerate(group_sizes):
-        servers = [
+        listed = [
             {
-                "server_id": n.ip.replace("10.88.", "10.87.", 1),
-                "server_ip": n.ip,
-                "pod_name": n.pod,
-                "device": devices(n, devices_per_node),
+                "server_id": ip.replace("10.88.", "10.87.", 1),
+                "server_ip": ip,
+                "pod_name": pod,
+                "device": devices(devices_per_node),
             }
-            for n in nodes[start : start + size]
+            for ip, pod in servers[start : start + size]
         ]
-        groups.append({"group_id": str(g), "server_count": str(size), "server_list": servers})
+        groups.append({"group_id": str(g), "server_count": str(size), "server_list": listed})
         start += size
     return {
         "version": "1.0",
@@ -330,10 +334,25 @@ def rank_table(
     }
 
 
+def write_rank_table_file(
+    path: Path,
+    servers: Sequence[RankServer],
+    group_sizes: Sequence[int],
+    status: str = "completed",
+    devices_per_node: int = 0,
+) -> None:
+    """Write (or rewrite) a rank table at ``path``, atomically: the entry polling it
+    never reads half a file."""
+    doc = rank_table(servers, group_sizes, status, devices_per_node)
+    atomic_write_text(path, json.dumps(doc, indent=2))
+
+
 def write_rank_table(platform: FakePlatform, status: str = "completed") -> None:
     """(Re)write the platform's rank table, e.g. to flip it to ``completed`` later."""
-    doc = rank_table(platform.nodes, platform.group_sizes, status, platform.devices_per_node)
-    atomic_write_text(platform.rank_table, json.dumps(doc, indent=2))
+    servers = [(n.ip, n.pod) for n in platform.nodes]
+    write_rank_table_file(
+        platform.rank_table, servers, platform.group_sizes, status, platform.devices_per_node
+    )
 
 
 def default_groups(count: int, group0: int = 1) -> tuple[int, ...]:

@@ -31,7 +31,6 @@ simulated ``vllm`` and the teardown are every fake platform's (:mod:`servekit.pl
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import tempfile
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from servekit.catalog import Layout, load
 from servekit.errors import UsageError
+from servekit.importer import default_groups, write_rank_table_file
 from servekit.platforms.fake import (
     DryCluster,
     Node,
@@ -58,24 +58,6 @@ from servekit.platforms.table import write_rendering
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT
 from servekit.procgroup import start_detached
 from servekit.render import PlanOptions, build_plan
-
-
-def rank_table(nodes: Sequence[Node], group0: int = 1) -> dict[str, object]:
-    """A ModelArts global rank table: completed, group 0 first (``group0`` nodes)."""
-    servers = [
-        {"server_id": n.address, "server_ip": n.address, "pod_name": n.pod, "device": []}
-        for n in nodes
-    ]
-    groups = [servers[:group0], servers[group0:]] if len(servers) > group0 else [servers]
-    return {
-        "status": "completed",
-        "version": "1.0",
-        "group_count": str(len(groups)),
-        "server_group_list": [
-            {"group_name": f"group{g}", "server_count": str(len(s)), "server_list": s}
-            for g, s in enumerate(groups)
-        ],
-    }
 
 
 def _env(root: Path, node: Node, speed: float | None, bin_dir: Path) -> dict[str, str]:
@@ -175,8 +157,10 @@ def _prepared(
         for node in nodes if not preflight else ():
             node.env["PREFLIGHT"] = "0"  # the entry's switch, as an operator sets it
         held.enter_context(taken_ports(faults, [n.address for n in nodes]))
-        table = json.dumps(rank_table(nodes), indent=2)
-        (root / "config" / "global_rank_table.json").write_text(table)
+        servers = [(n.address, n.pod) for n in nodes]
+        write_rank_table_file(
+            root / "config" / "global_rank_table.json", servers, default_groups(len(nodes))
+        )
         cluster = DryCluster(name, root, nodes, "", root / "logs")
         plan = build_plan(layout, PlanOptions(hosts=cluster.addresses))
         cluster.entry_url = plan.process(plan.entry).url or ""
