@@ -133,6 +133,14 @@ def rank_table_written(tree: ast.AST) -> Iterator[int]:
             yield node.lineno
 
 
+def rendezvous_hash(tree: ast.AST) -> Iterator[int]:
+    """A hash of a key and an instance's URL: the proxy's rendezvous hash, again."""
+    for call in _calls(tree):
+        hashed = ast.unparse(call)
+        if _name(call) in (".blake2b", ".sha256", ".md5", ".sha1") and ".url" in hashed:
+            yield call.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -192,6 +200,7 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     ),
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
     "rank table writer": (rank_table_written, "importer/platform/harness.py", {}),
+    "rendezvous hash": (rendezvous_hash, "proxy/instances.py", {}),
     "detached process group": (
         detached_group,
         "procgroup.py",
@@ -269,6 +278,10 @@ CAUGHT = {
     "rank table writer": [
         'doc = {"status": "completed", "group_count": "2", "server_group_list": groups}\n',
     ],
+    "rendezvous hash": [
+        "def _tiebreak(key, inst):\n"
+        "    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()\n",
+    ],
     "Markdown cell": ['def cell(t):\n    return t.replace("|", "\\\\|")\n'],
     "pydantic error reading": [
         'try:\n    M()\nexcept ValidationError as exc:\n    msg = exc.errors()[0]["msg"]\n'
@@ -298,6 +311,7 @@ KEPT = {
     ],
     "Markdown cell": ['t.replace("-", "_")\n'],
     "rank table writer": ['groups = data.get("server_group_list") or []\n'],
+    "rendezvous hash": ["d = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()\n"],
     "detached process group": [
         "p = subprocess.Popen(argv, stdout=out)\n",
         "os.kill(pid, signal.SIGTERM)\n",

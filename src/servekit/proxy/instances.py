@@ -27,11 +27,22 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hashlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
+
+
+def rendezvous(key: bytes, inst: Instance) -> bytes:
+    """``inst``'s rendezvous (highest-random-weight) hash for ``key``.
+
+    One key ranks the instances the same way wherever it is asked (a policy's
+    choice, a tie broken between equal costs), and most keys keep their instance
+    when another joins or leaves.
+    """
+    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()
 
 
 class State(enum.Enum):

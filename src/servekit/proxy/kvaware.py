@@ -69,7 +69,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -84,7 +83,7 @@ from servekit.proxy import parsepool
 from servekit.proxy.bodies import parse_answer, read_answer
 from servekit.proxy.config import ProxyConfig
 from servekit.proxy.failures import ProxyError
-from servekit.proxy.instances import Instance
+from servekit.proxy.instances import Instance, rendezvous
 from servekit.proxy.kvevents import Source, Subscriber
 from servekit.proxy.kvindex import (
     MAX_PROMPT_BLOCKS,
@@ -306,10 +305,6 @@ def _ids_of(body: dict[str, Any]) -> list[Any] | None:
     return prompt if isinstance(prompt, list) and prompt else None
 
 
-def _tiebreak(key: bytes, inst: Instance) -> bytes:
-    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()
-
-
 class KvAware:
     """One stage's policy over the shared :class:`KvRouting`."""
 
@@ -378,7 +373,7 @@ class KvAware:
             if inst.tokens > bound:
                 continue
             cost = self._load(inst) + weight * max(tokens - matched, 0)
-            rank = (cost, -matched, inst.requests, _tiebreak(prefix_key, inst))
+            rank = (cost, -matched, inst.requests, rendezvous(prefix_key, inst))
             if best is None or rank < best:
                 best, chosen, chosen_view = rank, inst, (matched, view[1], view[2])
         matched, precise, keys = chosen_view

@@ -7,12 +7,11 @@ prompt weighs what it costs, not what its JSON weighs.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from servekit.proxy.config import KV_POLICY, ProxyConfig
-from servekit.proxy.instances import Instance
+from servekit.proxy.instances import Instance, rendezvous
 
 if TYPE_CHECKING:
     import aiohttp
@@ -54,13 +53,9 @@ class RoundRobin:
         return inst
 
 
-def _score(prefix_key: bytes, inst: Instance) -> bytes:
-    return hashlib.blake2b(prefix_key + inst.url.encode(), digest_size=8).digest()
-
-
 def _inverse_score(prefix_key: bytes, inst: Instance) -> bytes:
-    """Orders like ``_score`` reversed, so ``min`` picks the rendezvous winner."""
-    return bytes(255 - b for b in _score(prefix_key, inst))
+    """Orders like :func:`rendezvous` reversed, so ``min`` picks the rendezvous winner."""
+    return bytes(255 - b for b in rendezvous(prefix_key, inst))
 
 
 class PrefixAffinity:
@@ -77,7 +72,7 @@ class PrefixAffinity:
         self.slack = slack
 
     def choose(self, candidates: Sequence[Instance], prefix_key: bytes) -> Instance:
-        chosen = max(candidates, key=lambda i: _score(prefix_key, i))
+        chosen = max(candidates, key=lambda i: rendezvous(prefix_key, i))
         lightest = LeastLoaded().choose(candidates, prefix_key)
         if chosen.tokens > self.overload * lightest.tokens + self.slack:
             return lightest
