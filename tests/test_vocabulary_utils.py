@@ -141,6 +141,15 @@ def rendezvous_hash(tree: ast.AST) -> Iterator[int]:
             yield call.lineno
 
 
+def node_bound(tree: ast.AST) -> Iterator[int]:
+    """``MAX_NODES = ...``: a second bound on a layout's node count."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "MAX_NODES" for t in node.targets
+        ):
+            yield node.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -201,6 +210,7 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),
     "rank table writer": (rank_table_written, "importer/platform/harness.py", {}),
     "rendezvous hash": (rendezvous_hash, "proxy/instances.py", {}),
+    "node count bound": (node_bound, "catalog/schema.py", {}),
     "detached process group": (
         detached_group,
         "procgroup.py",
@@ -278,6 +288,7 @@ CAUGHT = {
     "rank table writer": [
         'doc = {"status": "completed", "group_count": "2", "server_group_list": groups}\n',
     ],
+    "node count bound": ["MAX_NODES = 250\n"],
     "rendezvous hash": [
         "def _tiebreak(key, inst):\n"
         "    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()\n",
@@ -311,6 +322,7 @@ KEPT = {
     ],
     "Markdown cell": ['t.replace("-", "_")\n'],
     "rank table writer": ['groups = data.get("server_group_list") or []\n'],
+    "node count bound": ["if count > MAX_NODES:\n    raise ValueError(count)\n"],
     "rendezvous hash": ["d = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()\n"],
     "detached process group": [
         "p = subprocess.Popen(argv, stdout=out)\n",

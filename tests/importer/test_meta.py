@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from servekit.catalog import MAX_NODES
 from servekit.importer import ImportRefused, SourceMeta, read_meta
 from servekit.importer.meta import NOT_GIVEN
 
@@ -85,6 +86,13 @@ def test_a_yaml_bomb_is_refused_in_bounded_work(tmp_path: Path) -> None:
 
 def test_nodes_in_meta_is_read(tmp_path: Path) -> None:
     assert _meta(tmp_path, "nodes: 6\n").nodes == 6
+
+
+def test_meta_takes_every_node_count_a_layout_may_have(tmp_path: Path) -> None:
+    """One bound (issue 46): the catalog's MAX_NODES, not a lower one of the importer's."""
+    assert _meta(tmp_path, f"nodes: {MAX_NODES}\n").nodes == MAX_NODES
+    with pytest.raises(ImportRefused, match=f"1..{MAX_NODES}"):
+        _meta(tmp_path, f"nodes: {MAX_NODES + 1}\n")
 
 
 @settings(

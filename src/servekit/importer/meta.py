@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
+from servekit.catalog import MAX_NODES
 from servekit.errors import UsageError
 from servekit.importer.contain import ImportRefused
 from servekit.vocabulary import StrictModel
@@ -75,8 +76,8 @@ def _verified(value: Any, where: str) -> bool | None:
 def _nodes(value: Any, where: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 250:
-        raise ImportRefused(f"{where}: nodes must be a whole number 1..250, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NODES:
+        raise ImportRefused(f"{where}: nodes must be a whole number 1..{MAX_NODES}, got {value!r}")
     return value
 
 

@@ -19,13 +19,12 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from servekit.catalog import name_nodes
+from servekit.catalog import MAX_NODES, name_nodes
 from servekit.importer.contain import FAKE_CPUS, ImportRefused, Write
 from servekit.importer.meta import SourceMeta
 from servekit.vocabulary import StrictModel
 
 ENTRY = "run.sh"
-MAX_NODES = 250
 MAX_SCRIPT_BYTES = 1024 * 1024
 _NNODES_CHECK = re.compile(r"AISHIPBOX_NNODES\"?\s*(?:!=|-ne)\s*\"?(\d+)")
 _RANK_RANGE = re.compile(r"\(want 0\.\.(\d+)\)")

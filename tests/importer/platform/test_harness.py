@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from servekit.catalog import MAX_NODES
 from servekit.importer.platform.harness import (
     RECORDER,
     FakePlatform,
@@ -59,6 +61,15 @@ def test_rank_table_lists_groups_in_order_with_group_zero_first() -> None:
         ("fake-pod-2", "10.88.0.3"),
         ("fake-pod-3", "10.88.0.4"),
     ]
+
+
+def test_fake_nodes_cover_every_node_count_a_layout_may_have() -> None:
+    nodes = fake_nodes(MAX_NODES)
+    ips = [ipaddress.ip_address(n.ip) for n in nodes]
+    assert len(set(ips)) == MAX_NODES and str(ips[0]) == "10.88.0.1"
+    assert str(ips[249]) == "10.88.0.250" and str(ips[250]) == "10.88.1.1"
+    with pytest.raises(ValueError, match=f"1..{MAX_NODES}"):
+        fake_nodes(MAX_NODES + 1)
 
 
 @pytest.mark.parametrize("sizes", [(1, 2), (3,), (0, 2)])

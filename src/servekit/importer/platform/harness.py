@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit.catalog import MAX_NODES
 from servekit.importer.platform.normalize import (
     Placeholders,
     ProcessFacts,
@@ -102,11 +103,13 @@ class FakeNode:
 
 
 def fake_nodes(count: int) -> tuple[FakeNode, ...]:
-    """``count`` nodes with the standard distinctive values."""
-    if not 1 <= count <= 250:
-        raise ValueError(f"node count must be 1..250, got {count}")
+    """``count`` nodes (any count a layout may have) with the standard distinctive values:
+    ``10.88.0.1`` to ``10.88.0.250``, then on to ``10.88.1.1``."""
+    if not 1 <= count <= MAX_NODES:
+        raise ValueError(f"node count must be 1..{MAX_NODES}, got {count}")
     return tuple(
-        FakeNode(k, f"fake-pod-{k}", f"10.88.0.{k + 1}", f"fakenic{k}") for k in range(count)
+        FakeNode(k, f"fake-pod-{k}", f"10.88.{k // 250}.{k % 250 + 1}", f"fakenic{k}")
+        for k in range(count)
     )
 
 
