@@ -150,6 +150,21 @@ def node_bound(tree: ast.AST) -> Iterator[int]:
             yield node.lineno
 
 
+def name_split(tree: ast.AST) -> Iterator[int]:
+    """``name.split("/")``, ``name.count("/")``...: a layout name taken apart by hand."""
+    for call in _calls(tree):
+        func = call.func
+        first = call.args[0] if call.args else None
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("split", "rsplit", "partition", "rpartition", "count")
+            and isinstance(first, ast.Constant)
+            and first.value == "/"
+            and "name" in ast.unparse(func.value).lower()
+        ):
+            yield call.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -211,6 +226,14 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     "rank table writer": (rank_table_written, "importer/platform/harness.py", {}),
     "rendezvous hash": (rendezvous_hash, "proxy/instances.py", {}),
     "node count bound": (node_bound, "catalog/schema.py", {}),
+    "layout name parts": (
+        name_split,
+        "catalog/names.py",
+        {
+            "catalog/families.py": "a profile's name (<hardware>/<family>), not a layout's",
+            "kit/paths.py": "a path inside an image, not a layout's name",
+        },
+    ),
     "detached process group": (
         detached_group,
         "procgroup.py",
@@ -289,6 +312,12 @@ CAUGHT = {
         'doc = {"status": "completed", "group_count": "2", "server_group_list": groups}\n',
     ],
     "node count bound": ["MAX_NODES = 250\n"],
+    "layout name parts": [
+        'hw, model, topology = name.split("/")\n',
+        'hardware = layout.name.split("/", 1)[0]\n',
+        'if name.count("/") != 2:\n    raise UsageError(name)\n',
+        'said = name.rsplit("/", 1)[1]\n',
+    ],
     "rendezvous hash": [
         "def _tiebreak(key, inst):\n"
         "    return hashlib.blake2b(key + inst.url.encode(), digest_size=8).digest()\n",
@@ -322,6 +351,7 @@ KEPT = {
     ],
     "Markdown cell": ['t.replace("-", "_")\n'],
     "rank table writer": ['groups = data.get("server_group_list") or []\n'],
+    "layout name parts": ['folder = ref.folder.rstrip("/").split("/")\n'],
     "node count bound": ["if count > MAX_NODES:\n    raise ValueError(count)\n"],
     "rendezvous hash": ["d = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()\n"],
     "detached process group": [

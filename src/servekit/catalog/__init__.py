@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         parse_layout_text as parse_layout_text,
         resolve_catalog as resolve_catalog,
     )
+    from servekit.catalog.names import LAYOUT_NAME as LAYOUT_NAME, LayoutName as LayoutName
     from servekit.catalog.options import (
         CatalogSiteOptions as CatalogSiteOptions,
         DefaultsOptions as DefaultsOptions,
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
         RoleProfile as RoleProfile,
     )
     from servekit.catalog.schema import (
-        LAYOUT_NAME as LAYOUT_NAME,
         MAX_NODES as MAX_NODES,
         VERIFY_WORKLOADS as VERIFY_WORKLOADS,
         ArgValue as ArgValue,

@@ -21,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from servekit import safeyaml
+from servekit.catalog.names import LayoutName
 from servekit.catalog.profiles import PROFILES_DIR, Profile, merge_layers
 from servekit.catalog.schema import Layout
 from servekit.errors import UsageError, first_error_detail
@@ -117,7 +118,7 @@ class LoadedLayout:
     @property
     def catalog(self) -> Path:
         """The catalog folder it sits in (its name's parts above the folder)."""
-        return self.path.parents[len(self.layout.name.split("/"))]
+        return self.path.parents[len(LayoutName.parse(self.layout.name).parts)]
 
     @property
     def aliases(self) -> list[str]:
@@ -156,7 +157,7 @@ def profiles_dir_of(layout_file: Path, name: str | None = None) -> Path:
     depth is its own, else the nearest ``profiles`` folder above wins.
     """
     if name is not None:
-        return layout_file.parents[name.count("/")] / PROFILES_DIR
+        return layout_file.parents[len(LayoutName.parse(name).parts) - 1] / PROFILES_DIR
     for up in layout_file.parents[1:3]:
         if (up / PROFILES_DIR).is_dir():
             return up / PROFILES_DIR

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from servekit.catalog.names import LAYOUT_NAME
 from servekit.defaults import SettingValue, check_settings
 from servekit.vocabulary import (
     EndpointGroup,
@@ -43,8 +44,6 @@ ENGINE_KIND_OF: dict[Accelerator, EngineKind] = {
     "cpu": "vllm-cpu",
 }
 
-# ``a3/1p1d`` (hand-made) or ``a3/glm5.1/1x2p1x4d`` (imported: hardware, model, topology).
-LAYOUT_NAME = r"^[a-z0-9-]+/[a-z0-9][a-z0-9.-]*(?:/[a-z0-9][a-z0-9.-]*)?$"
 _PORT_RANGE = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")

@@ -19,8 +19,8 @@ from typing import Any
 from servekit import safeyaml
 from servekit.catalog import (
     LAYOUT_FILE,
-    LAYOUT_NAME,
     Layout,
+    LayoutName,
     LayoutsImportOptions,
     layout_names,
     load,
@@ -48,7 +48,11 @@ def name_for(folder: Path) -> str:
 
 
 def _check_name(name: str) -> str:
-    if not re.fullmatch(LAYOUT_NAME, name) or name.count("/") != 2:
+    try:
+        three_part = LayoutName.parse(name).has_model
+    except ValueError:
+        three_part = False
+    if not three_part:
         raise UsageError(
             f"--name {name[:60]!r}: give <hw>/<model>/<topology>, e.g. a3/glm5.1/1x2p1x4d"
         )

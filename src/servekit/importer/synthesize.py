@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servekit.catalog import LayoutName
 from servekit.defaults import SETTINGS_BY_KEY, format_value
 from servekit.importer.platform.normalize import flags_from_json
 from servekit.kvprotocol import LAYERWISE_CONNECTOR
@@ -537,7 +538,7 @@ def synthesize(doc: Mapping[str, Any], name: str) -> Synthesis:
     folder = str(doc["source"]["folder"])
     procs = [_proc(p) for p in doc["processes"]]
     engines = [p for p in procs if p.kind == "engine"]
-    accelerator, per_node = HARDWARE.get(name.split("/", maxsplit=1)[0], HARDWARE["a3"])
+    accelerator, per_node = HARDWARE.get(LayoutName.parse(name).hardware, HARDWARE["a3"])
     groups = _engine_groups(engines)
     model = _common_model(groups, _check_programs(engines, folder, out))
     counts: dict[str, int] = {}

@@ -21,7 +21,13 @@ from typing import Any
 import yaml
 
 from servekit import safeyaml
-from servekit.catalog import LAYOUT_FILE, MERGED_MAPPINGS, PROFILES_DIR, RoleProfile
+from servekit.catalog import (
+    LAYOUT_FILE,
+    MERGED_MAPPINGS,
+    PROFILES_DIR,
+    LayoutName,
+    RoleProfile,
+)
 from servekit.defaults import kv_events_unfit, prefix_caching
 from servekit.errors import UsageError
 from servekit.importer.synthesize import UNSET, Synthesis, unset_names
@@ -81,17 +87,17 @@ PROXY_DEVIATION = {
 
 def profile_name(name: str) -> str:
     """``a3/glm5.1/1x2p1x4d`` -> ``glm5.1-a3``: one profile per model and hardware."""
-    hw, model, _topology = name.split("/")
-    return f"{model}-{hw}"
+    return LayoutName.parse(name).family
 
 
 def profile_file(catalog: Path, name: str) -> Path:
     """The family profile of layout ``name`` in ``catalog``."""
-    return catalog / name.split("/", maxsplit=1)[0] / PROFILES_DIR / f"{profile_name(name)}.yaml"
+    named = LayoutName.parse(name)
+    return catalog / named.hardware / PROFILES_DIR / f"{named.family}.yaml"
 
 
 def _title(name: str, nodes: int) -> str:
-    hw, model, topology = name.split("/")
+    hw, model, topology = LayoutName.parse(name).parts3
     return f"{MODEL_TITLES.get(model, model)} {topology} on {nodes}x {hw.upper()}"
 
 
@@ -159,7 +165,7 @@ def _profile_folder(folder: str) -> str:
 
 
 def _new_profile(name: str, source: Mapping[str, Any]) -> dict[str, Any]:
-    hw, model, _topology = name.split("/")
+    hw, model, _topology = LayoutName.parse(name).parts3
     return {
         "name": profile_name(name),
         "summary": f"{MODEL_TITLES.get(model, model)} on {hw.upper()}: the per-role commands "

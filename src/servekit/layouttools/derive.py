@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import re
 from pathlib import Path
 from typing import Any
 
 from servekit import safeyaml
 from servekit.catalog import (
     LAYOUT_FILE,
-    LAYOUT_NAME,
     MAX_NODES,
     PROFILES_DIR,
+    LayoutName,
     LayoutsNewOptions,
     Topology,
     canonical_name,
@@ -255,8 +254,8 @@ def derive_data(
 
 
 def _names(out: dict[str, Any], base: str, name: str, topo: Topology) -> None:
-    hw = name.split("/", 1)[0].upper()
-    base_topo = base.rsplit("/", 1)[-1]
+    hw = LayoutName.parse(name).hardware.upper()
+    base_topo = LayoutName.parse(base).leaf
     title = str(out.get("title", ""))
     model_title = title.split(f" {base_topo} ", 1)[0] if f" {base_topo} " in title else title
     out["name"] = name
@@ -283,16 +282,24 @@ def _provenance(out: dict[str, Any], base: str, data: dict[str, Any], today: dt.
 
 
 def _check_name(name: str, topo: Topology) -> None:
-    if not re.match(LAYOUT_NAME, name) or name.count("/") != 2:
+    parsed = _three_part(name)
+    if parsed.leaf != topo.name:
+        raise UsageError(
+            f"NAME {name}: says {parsed.leaf!r} but the topology is {topo.name}; name it "
+            f"{parsed.with_leaf(topo.name)} or change --topology"
+        )
+
+
+def _three_part(name: str) -> LayoutName:
+    try:
+        parsed = LayoutName.parse(name)
+    except ValueError:
+        parsed = None
+    if parsed is None or not parsed.has_model:
         raise UsageError(
             f"NAME {name[:80]!r}: expected <hardware>/<model>/<topology>, e.g. a3/glm5.1/1x2p1x2d"
         )
-    said = name.rsplit("/", 1)[1]
-    if said != topo.name:
-        raise UsageError(
-            f"NAME {name}: says {said!r} but the topology is {topo.name}; name it "
-            f"{name.rsplit('/', 1)[0]}/{topo.name} or change --topology"
-        )
+    return parsed
 
 
 def choose_topology(
@@ -310,7 +317,7 @@ def choose_topology(
         if prefill is None or decode is None:
             raise UsageError("--prefill N needs --decode M (and the other way round)")
         return make_topology(prefill, p_nodes, decode, d_nodes)
-    return parse_topology(name.rsplit("/", 1)[-1], "NAME")
+    return parse_topology(_three_part(name).leaf, "NAME")
 
 
 def derive_layout(opts: LayoutsNewOptions, *, today: dt.date | None = None) -> dict[str, Any]:
@@ -323,16 +330,15 @@ def derive_layout(opts: LayoutsNewOptions, *, today: dt.date | None = None) -> d
     counts = (opts.prefill, opts.decode, opts.prefill_nodes, opts.decode_nodes)
     topo = choose_topology(name, opts.topology, counts)
     _check_name(name, topo)
-    if hardware is not None and name.split("/", 1)[0] != hardware:
-        raise UsageError(
-            f"NAME {name}: starts with {name.split('/', 1)[0]} but --hardware is {hardware}"
-        )
+    named = _three_part(name)
+    if hardware is not None and named.hardware != hardware:
+        raise UsageError(f"NAME {name}: starts with {named.hardware} but --hardware is {hardware}")
     real, data = read_base(opts.base, root)
     out = derive_data(
         real, data, name, topo, hardware=hardware, model=opts.model, sets=opts.set, today=today
     )
     _unique_ids(out)
-    hw_dir = root / name.split("/", 1)[0] / PROFILES_DIR
+    hw_dir = root / named.hardware / PROFILES_DIR
     layout = parse_layout_text(dump_yaml(out), f"{name} (derived)", profiles_dir=hw_dir)
     errors = [f for f in check_layout(layout) if f.level == "error"]
     if errors:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from servekit.catalog import LayoutName
 from servekit.deployment import run_dirs_of, run_roots
 from servekit.errors import UsageError
 from servekit.local import procs
@@ -31,18 +32,16 @@ from servekit.logscan import open_log
 
 POLL_S = 0.5
 PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# ``hardware/name``, or ``hardware/model/topology`` (imported and derived layouts).
-LAYOUT_NAME = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
-)
 
 
 def check_layout_name(name: str) -> str:
     """A layout name as ``hardware/name`` (or ``hardware/model/topology``); else exit 2."""
-    if not LAYOUT_NAME.fullmatch(name) or ".." in name.split("/"):
+    try:
+        LayoutName.parse(name)
+    except ValueError:
         raise UsageError(
             f"{name!r} is not a layout name; give it as hardware/name, e.g. local/1p1d"
-        )
+        ) from None
     return name
 
 

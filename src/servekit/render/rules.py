@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from servekit.catalog import Engine, Hardware, Layout, Proxy, Topology
+from servekit.catalog import Engine, Hardware, Layout, LayoutName, Proxy, Topology
 from servekit.defaults import NOT_ROUTED
 from servekit.kvprotocol import LAYERWISE_CONNECTOR, protocol_of
 from servekit.render.plan import (
@@ -71,7 +71,8 @@ def _source_err(layout: Layout, field: str, message: str) -> Finding:
     catalog can hold the source as it is and name its defects.
     """
     recorded = source_caveat(field, message) in layout.provenance.caveats
-    if recorded or (layout.provenance.source_ref is not None and layout.name.count("/") == 2):
+    imported = layout.provenance.source_ref is not None and LayoutName.parse(layout.name).has_model
+    if recorded or imported:
         return _warn(layout, field, f"{message} (the source's own value)")
     return Finding(
         level="error", layout=layout.name, field=field, message=message, source_value=True
@@ -458,10 +459,10 @@ def rule_topology_name(layout: Layout, plan: Plan) -> Iterable[Finding]:
     """A name whose topology part is in the grammar must say the topology its engines
     have; a name outside the grammar (a user's own folder) says none and is not held
     to one."""
-    parts = layout.name.split("/")
-    if len(parts) != 3:
+    named = LayoutName.parse(layout.name)
+    if named.topology is None:
         return
-    said = Topology.parse(parts[2])
+    said = Topology.parse(named.topology)
     if said is None:
         return
     actual = topology_of(layout)
@@ -469,8 +470,8 @@ def rule_topology_name(layout: Layout, plan: Plan) -> Iterable[Finding]:
         yield _err(
             layout,
             "name",
-            f"says {parts[2]} but its engines make {actual} (A/C instances, B/D nodes each "
-            f"instance spans, x1 omitted); rename it {'/'.join(parts[:2])}/{actual}",
+            f"says {named.topology} but its engines make {actual} (A/C instances, B/D nodes "
+            f"each instance spans, x1 omitted); rename it {named.with_leaf(actual)}",
         )
 
 

@@ -20,6 +20,7 @@ from servekit.catalog import (
     ANY_ROLE,
     DefaultsRow,
     Layout,
+    LayoutName,
     LoadedLayout,
     defaults_rows,
     family_users,
@@ -71,9 +72,9 @@ def context_shown(value: int | None) -> str:
 
 def model_of(layout: Layout) -> str:
     """The model a layout serves, as the catalog groups it (the source's model folder)."""
-    parts = layout.name.split("/")
-    if len(parts) == 3:
-        return parts[1]
+    model = LayoutName.parse(layout.name).model
+    if model is not None:
+        return model
     ref = layout.provenance.source_ref
     if ref is not None:
         folder = ref.folder.rstrip("/").split("/")
@@ -93,7 +94,7 @@ def _grouped(loaded: list[LoadedLayout]) -> list[LoadedLayout]:
     """By model, then hardware, then topology (name)."""
     return sorted(
         loaded,
-        key=lambda x: (model_of(x.layout), x.layout.name.split("/")[0], x.layout.name),
+        key=lambda x: (model_of(x.layout), LayoutName.parse(x.layout.name).hardware, x.layout.name),
     )
 
 
@@ -137,7 +138,7 @@ def list_json(catalog: Path | None) -> str:
                 "name": lay.name,
                 "aliases": loaded.aliases,
                 "model": model_of(lay),
-                "hardware": lay.name.split("/")[0],
+                "hardware": LayoutName.parse(lay.name).hardware,
                 "nodes": lay.nodes,
                 "topology": topology(lay),
                 "source": None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from servekit.catalog import (
     Layout,
+    LayoutName,
     LedgerRecord,
     LoadedLayout,
     VerificationStatus,
@@ -122,7 +123,7 @@ def entry_for(loaded: LoadedLayout, out: Path) -> Entry:
     links = tuple(ReportLink(r, _copy_report(r, out, slug, i)) for i, r in enumerate(mine))
     return Entry(
         layout=layout,
-        hardware=layout.name.split("/", 1)[0],
+        hardware=LayoutName.parse(layout.name).hardware,
         topology=classify(layout),
         status=status_from_records(layout, records),
         plan=plan,
