@@ -165,6 +165,17 @@ def name_split(tree: ast.AST) -> Iterator[int]:
             yield call.lineno
 
 
+def shape_vocabulary(tree: ast.AST) -> Iterator[int]:
+    """A second ``Topology`` class, or a shape label of its own (``f"{p}P{d}D"``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Topology":
+            yield node.lineno
+        if isinstance(node, ast.JoinedStr):
+            shape = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            if re.fullmatch(r"\{\}[Pp]\{\}[Dd]", shape):
+                yield node.lineno
+
+
 def markdown_escape(tree: ast.AST) -> Iterator[int]:
     """``text.replace("|", ...)``: Markdown cell escaping, again."""
     for call in _calls(tree):
@@ -226,6 +237,7 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
     "rank table writer": (rank_table_written, "importer/platform/harness.py", {}),
     "rendezvous hash": (rendezvous_hash, "proxy/instances.py", {}),
     "node count bound": (node_bound, "catalog/schema.py", {}),
+    "shape vocabulary": (shape_vocabulary, "catalog/topology.py", {}),
     "layout name parts": (
         name_split,
         "catalog/names.py",
@@ -312,6 +324,10 @@ CAUGHT = {
         'doc = {"status": "completed", "group_count": "2", "server_group_list": groups}\n',
     ],
     "node count bound": ["MAX_NODES = 250\n"],
+    "shape vocabulary": [
+        "@dataclass(frozen=True)\nclass Topology:\n    kind: str\n    label: str\n",
+        'label = f"{p}P{d}D"\n',
+    ],
     "layout name parts": [
         'hw, model, topology = name.split("/")\n',
         'hardware = layout.name.split("/", 1)[0]\n',
@@ -352,6 +368,7 @@ KEPT = {
     "Markdown cell": ['t.replace("-", "_")\n'],
     "rank table writer": ['groups = data.get("server_group_list") or []\n'],
     "layout name parts": ['folder = ref.folder.rstrip("/").split("/")\n'],
+    "shape vocabulary": ['title = f"{model} {topo.name} on {n}x {hw}"\n'],
     "node count bound": ["if count > MAX_NODES:\n    raise ValueError(count)\n"],
     "rendezvous hash": ["d = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()\n"],
     "detached process group": [

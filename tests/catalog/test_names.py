@@ -38,4 +38,3 @@ def test_every_name_of_the_pattern_reads_back_whole(rest: list[str], hardware: s
     name = "/".join([hardware, *rest])
     assert re.fullmatch(LAYOUT_NAME, name)
     assert str(LayoutName.parse(name)) == name
-

@@ -75,15 +75,16 @@ def test_filter_choices_are_the_values_present(site: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "label"),
     [
-        ("a3/1p3d", "1P3D"),
-        ("a3/3p1d", "3P1D"),
-        ("a3/2p1x2d", "2P1D"),
+        ("a3/1p3d", "1p3d"),
+        ("a3/3p1d", "3p1d"),
+        ("a3/2p1x2d", "2p1x2d"),
+        ("a3/glm5.1/1x2p1x4d", "1x2p1x4d"),
         ("a3/2nodes", "DP=8"),
         ("local/dp2", "2 replicas"),
         ("a3/dsv41-tp8", "single"),
     ],
 )
-def test_topology_labels_count_engines(catalog: Path, name: str, label: str) -> None:
+def test_topology_labels_speak_the_grammar(catalog: Path, name: str, label: str) -> None:
     assert classify(load(name, str(catalog)).layout).label == label
 
 

@@ -38,11 +38,11 @@ from servekit.vocabulary import ENGINE_KINDS, ROLES, EngineKind
 
 def topology(layout: Layout) -> str:
     """A short shape: the grammar's name of a PD layout (``1x2p1x4d``, by
-    :class:`servekit.catalog.Topology`), else '4 DP x TP 4', '2 replicas'."""
+    :class:`servekit.catalog.Topology`; ``?`` where the grammar has none), else
+    '4 DP x TP 4', '2 replicas'."""
     roles = Counter(e.role for e in layout.engines)
     if roles["prefill"] or roles["decode"]:
-        named = topology_of(layout)
-        return named if named != "?" else f"{roles['prefill']}P{roles['decode']}D"
+        return topology_of(layout)
     engines = [e for e in layout.engines if e.role == "mixed"]
     if len(engines) > 1 or engines[0].replicas > 1:
         return f"{sum(e.replicas for e in engines)} replicas"

@@ -5,7 +5,7 @@ in the Plan's order (the first, node rank 0, is the LWS leader and its DP
 master; the others are the workers, ``LWS_WORKER_INDEX`` 1, 2, ...). Engines of
 one role whose pods are alike (same size, devices and ports per pod) are one
 group: one LeaderWorkerSet whose ``replicas`` is the number of instances, so a
-``2P1D`` layout is two LeaderWorkerSets (prefill: 2 replicas, decode: 1).
+``2p1d`` layout is two LeaderWorkerSets (prefill: 2 replicas, decode: 1).
 Each pod runs the Plan's processes of its engine on its node, nothing else: two
 engines sharing a ModelArts node become two pods.
 """

@@ -24,7 +24,7 @@ from servekit.render import (
     model_of,
     source_claim,
 )
-from servekit.report.site.topology import Topology, classify, svg
+from servekit.report.site.topology import TopologyClass, classify, svg
 from servekit.report.usage import usage
 from servekit.report.view import Command
 
@@ -59,7 +59,7 @@ class Entry:
 
     layout: Layout
     hardware: str
-    topology: Topology
+    topology: TopologyClass
     status: VerificationStatus
     plan: Plan
     plan_rows: tuple[PlanRow, ...]

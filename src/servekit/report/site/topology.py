@@ -1,5 +1,10 @@
 """Topology of a layout: its class for the index filters and its SVG diagram.
 
+A PD layout is labelled by the topology grammar's own name (``2p1x2d``,
+:class:`servekit.catalog.Topology`, through ``render.topology_of``): the site
+speaks the catalog's one shape vocabulary. A mixed one says its DP ranks or
+replicas (what its grammar name, ``<N>nodes``, does not).
+
 Both come from the Plan (processes per node, DP ranks, the proxy's references to
 its backends), so the picture shows what would actually be launched, not what the
 prose says.
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servekit.catalog import Layout
-from servekit.render import Plan, ProcessPlan, device_span
+from servekit.render import Plan, ProcessPlan, device_span, topology_of
 
 TopologyKind = Literal["single", "dp", "pd"]
 
@@ -26,29 +31,24 @@ TOP = PROXY_H + 60
 
 
 @dataclass(frozen=True)
-class Topology:
-    """What the index filters on: the kind and its label (e.g. ``pd`` / ``2P2D``)."""
+class TopologyClass:
+    """What the index filters on: the kind and its label (e.g. ``pd`` / ``2p1x2d``)."""
 
     kind: TopologyKind
     label: str
 
 
-def _count(layout: Layout, role: str) -> int:
-    return sum(e.replicas for e in layout.engines if e.role == role)
-
-
-def classify(layout: Layout) -> Topology:
-    """single (one engine, one rank), dp (ranks or replicas), pd (xPyD)."""
+def classify(layout: Layout) -> TopologyClass:
+    """single (one engine, one rank), dp (ranks or replicas), pd (the grammar's name)."""
     if layout.is_pd:
-        p, d = _count(layout, "prefill"), _count(layout, "decode")
-        return Topology("pd", f"{p}P{d}D")
+        return TopologyClass("pd", topology_of(layout))
     ranks = sum(e.dp_size * e.replicas for e in layout.engines)
     replicas = sum(e.replicas for e in layout.engines)
     if replicas > 1 and ranks == replicas:
-        return Topology("dp", f"{replicas} replicas")
+        return TopologyClass("dp", f"{replicas} replicas")
     if ranks > 1:
-        return Topology("dp", f"DP={ranks}")
-    return Topology("single", "single")
+        return TopologyClass("dp", f"DP={ranks}")
+    return TopologyClass("single", "single")
 
 
 @dataclass(frozen=True)
