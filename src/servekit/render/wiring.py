@@ -210,11 +210,12 @@ def proxy_words(
     ))  # fmt: skip
     if proxy.kv_events:
         switch = kv_events_switch()
-        roles = {p.engine.role for p in proxy.kv_events}
-        if "prefill" in roles:
-            add("prefill_policy", KV_POLICY, switch)
-        if roles & {"decode", "mixed"}:
-            add("decode_policy", KV_POLICY, switch)
+        prefills = set(proxy.prefill)  # a publisher's engine routed as a prefill or not
+        stages = {"prefill_policy" if p.engine in prefills else "decode_policy"
+                  for p in proxy.kv_events}  # fmt: skip
+        for stage in ("prefill_policy", "decode_policy"):
+            if stage in stages:
+                add(stage, KV_POLICY, switch)
         publishers = tuple(
             joined(url_word(p.engine, host_of), "=", url_word(p.events, host_of))
             for p in proxy.kv_events
