@@ -39,6 +39,7 @@ from servekit.proxy.discovery_spec import DiscoverySpec, RoleSpec
 from servekit.proxy.instances import Instance
 from servekit.proxy.kube import Expired, KubeApi, KubeError, PodView, in_cluster_api, read_small
 from servekit.proxy.membership import Member, Membership, Publisher
+from servekit.vocabulary import url_for
 
 log = logging.getLogger("servekit.proxy.discovery")
 BACKOFF_S = (0.5, 30.0)  # first retry after a failure, then doubled up to this
@@ -66,11 +67,13 @@ def endpoints_of(role: RoleSpec, pods: Iterable[PodView]) -> dict[str, Wanted]:
         if role.bootstrap_port is not None and bootstrap is None:
             continue  # its engine's bootstrap server is not known yet
         for ep in role.endpoints_of(pod.worker_index):
-            url = f"http://{host}:{ep.api_port}"
+            url = url_for(host, ep.api_port)
             publisher = None
             if ep.kv_events_port is not None:
-                replay = f"tcp://{host}:{ep.kv_replay_port}" if ep.kv_replay_port else None
-                publisher = Publisher(f"tcp://{host}:{ep.kv_events_port}", replay)
+                replay = (
+                    url_for(host, ep.kv_replay_port, scheme="tcp") if ep.kv_replay_port else None
+                )
+                publisher = Publisher(url_for(host, ep.kv_events_port, scheme="tcp"), replay)
             member = Member(role.role, url, publisher, bootstrap, pod.name)
             out[url] = Wanted(member, pod.ready and not pod.deleting, pod.deleting)
     return out
@@ -86,7 +89,9 @@ def _bootstrap(role: RoleSpec, pod: PodView, leader: PodView | None) -> tuple[st
         engine = f"{role.engine_id_prefix}{leader.group_index}"
     else:
         engine = f"{role.engine_id_prefix}{leader.name}"
-    return engine, f"http://{leader.host()}:{role.bootstrap_port}"
+    host = leader.host()
+    assert host is not None  # checked above
+    return engine, url_for(host, role.bootstrap_port)
 
 
 class RoleWatch:

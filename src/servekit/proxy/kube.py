@@ -28,6 +28,8 @@ from urllib.parse import quote
 
 import aiohttp
 
+from servekit.vocabulary import url_for
+
 MAX_PAGE_BYTES = 32 << 20
 MAX_EVENT_BYTES = 4 << 20
 MAX_TOKEN_BYTES = 64 << 10
@@ -114,7 +116,7 @@ def in_cluster_api() -> str | None:
     )
     if not host or not port:
         return None
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return url_for(host, port, scheme="https")
 
 
 def read_small(path: str, limit: int) -> str | None:
