@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from servekit.procgroup import group_alive, signal_group, start_detached, stop_groups
 
 # A shell that starts a child in its group and waits; ``stubborn`` ignores SIGTERM
@@ -30,6 +32,7 @@ def _tree(tmp_path: Path, kind: str) -> tuple[subprocess.Popen[bytes], int]:
     raise AssertionError(f"{kind} tree did not start")
 
 
+@pytest.mark.slow  # about 2 s here: the orphaned child is reaped by PID 1 in its own time
 def test_a_detached_process_leads_its_own_group_and_stopping_it_stops_its_children(
     tmp_path: Path,
 ) -> None:
@@ -42,6 +45,7 @@ def test_a_detached_process_leads_its_own_group_and_stopping_it_stops_its_childr
     assert popen.wait(5) == -signal.SIGTERM
 
 
+@pytest.mark.slow  # about 2 s here, as above
 def test_a_group_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     popen, _ = _tree(tmp_path, "stubborn")
     leader = popen.pid
