@@ -10,12 +10,12 @@ forbids is caught, so a rule that silently matches nothing would fail too.
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.modules import parsed_modules
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
 
@@ -259,13 +259,9 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
 }
 
 
-@functools.cache
 def _sources() -> tuple[tuple[str, ast.AST], ...]:
-    """Every module of src/servekit, parsed once for all the rules."""
-    return tuple(
-        (path.relative_to(SRC).as_posix(), ast.parse(path.read_text()))
-        for path in sorted(SRC.rglob("*.py"))
-    )
+    """Every module of src/servekit, parsed once for all the rules (and test_wiring_text's)."""
+    return parsed_modules()
 
 
 @pytest.mark.parametrize("concept", sorted(RULES))

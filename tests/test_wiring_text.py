@@ -23,13 +23,11 @@ import ast
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 import pytest
+from tests.helpers.modules import parsed_modules
 
 from servekit.proxy.config import cli_fields
-
-SRC = Path(__file__).resolve().parents[1] / "src" / "servekit"
 
 Nodes = Sequence[ast.AST]
 Rule = Callable[[Nodes], Iterator[int]]
@@ -163,11 +161,9 @@ RULES: dict[str, tuple[Rule, dict[str, str]]] = {
 
 @functools.cache
 def _sources() -> tuple[tuple[str, Nodes], ...]:
-    """Every module of src/servekit as its nodes, parsed and walked once for all rules."""
-    return tuple(
-        (path.relative_to(SRC).as_posix(), tuple(ast.walk(ast.parse(path.read_text()))))
-        for path in sorted(SRC.rglob("*.py"))
-    )
+    """Every module of src/servekit as its nodes, walked once for all rules (parsed once
+    per session, with test_vocabulary_utils)."""
+    return tuple((rel, tuple(ast.walk(tree))) for rel, tree in parsed_modules())
 
 
 def _nodes(snippet: str) -> Nodes:
