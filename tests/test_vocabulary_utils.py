@@ -231,6 +231,8 @@ RULES: dict[str, tuple[Rule, str, dict[str, str]]] = {
             # Copied byte for byte beside the engines and imported by vLLM's api
             # server, without servekit: it cannot import the vocabulary.
             "guard.py": "standalone file, runs without servekit",
+            # Shipped beside the scripts and run by the node's python3 (3.8) alone.
+            "preflight/node/servekit_preflight_share.py": "standalone file, runs without servekit",
         },
     ),
     "Markdown cell": (markdown_escape, "vocabulary/markdown.py", {}),

@@ -144,6 +144,8 @@ RULES: dict[str, tuple[Rule, dict[str, str]]] = {
             "vocabulary/urls.py": "the one URL check",
             "accept/wire.py": "requests a check sends to a URL it was given",
             "verify/cluster.py": "the URLs the running proxy reports and the user's --target",
+            "preflight/node/servekit_preflight_share.py": "its own HTTP server reading the "
+            "path a peer asks for",
         },
     ),
     "flag compared": (
