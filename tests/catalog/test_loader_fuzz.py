@@ -75,7 +75,11 @@ def outcome(data: bytes, name: str = "local/single") -> str:
             assert message and "\n" not in message, message
             assert "Traceback" not in message
             return _seen("refused")
-        build_plan(layout)
+        try:
+            build_plan(layout)
+        except UsageError as exc:  # parts that disagree: the proxy names no engine's port
+            assert "\n" not in str(exc) and "Traceback" not in str(exc)
+            return _seen("refused")
         check_layout(layout)
     return _seen("accepted")
 

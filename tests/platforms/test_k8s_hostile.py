@@ -89,7 +89,9 @@ def _prove(h: dict[str, str], work: Path) -> None:
     for key, text in maps["sk-proxy-scripts"].get("data", {}).items():
         (proxy_folder / key).write_text(text, encoding="utf-8")
     proxy = _run(["bash", str(proxy_folder / "pod.sh"), "proxy"], {"POD_IP": "10.9.0.100"}, work)
-    assert f"\n--api-key-file\n{h['file']}\n" in proxy
+    # a value starting with - is joined to its flag, so the proxy's parser takes it
+    given = f"\n--api-key-file\n{h['file']}\n", f"\n--api-key-file={h['file']}\n"
+    assert any(g in proxy for g in given)
     assert not any(CANARY.iterdir()), sorted(CANARY.iterdir())
 
 

@@ -30,6 +30,7 @@ from servekit.render import (
     AddressUrl,
     Arg,
     HostOf,
+    NodeRef,
     Plan,
     ProcessPlan,
     Ref,
@@ -101,20 +102,41 @@ def _word_text(arg: Arg) -> str:
     return text if arg.when is None else "${" + arg.when.var + ":+" + text + "}"
 
 
-def _proxy_command(p: ProcessPlan, host_of: HostOf, changes: list[Change]) -> tuple[Arg, ...]:
+def _by_field(words: list[tuple[str | None, Arg]]) -> dict[str | None, list[Arg]]:
+    grouped: dict[str | None, list[Arg]] = {}
+    for field, word in words:
+        grouped.setdefault(field, []).append(word)
+    return grouped
+
+
+def _proxy_command(
+    p: ProcessPlan, plan: Plan, host_of: HostOf, changes: list[Change]
+) -> tuple[Arg, ...]:
     """The proxy's command emitted again from its references for the pods, and what
-    changed from the Plan's (word by word: the same fields give the same words)."""
+    changed from the Plan's, config field by config field (word by word where a field
+    has as many words on both sides; a value joined to its flag, ``--host=-x``, may not)."""
     assert p.proxy is not None
     listen = Word(parts=(Ref(var=POD_IP, value=p.host),))
     callback = p.address() if p.proxy.metaserver is not None else None
     words = proxy_words(p.proxy, host_of, listen=listen, metaserver=callback)
-    if len(words) != len(p.command):
-        raise ValueError(f"{p.name}: its command is not its wiring's ({len(p.command)} words)")
-    for (field, new), old in zip(words, p.command, strict=True):
-        if new != old:
-            why = FIELD_REASONS[field or ""]
-            changes.append(Change(p.name, "argv", _word_text(old), _word_text(new), why))
-    return tuple(new for _, new in words)
+    planned = proxy_words(p.proxy, lambda a: NodeRef.of(a.node, plan.host_of(a)))
+    if tuple(word for _, word in planned) != p.command:
+        raise ValueError(f"{p.name}: its command is not its wiring's")
+    before = _by_field(planned)
+    for field, new in _by_field(words).items():
+        old = before[field]
+        if new == old:
+            continue
+        pairs = (
+            zip(old, new, strict=True)
+            if len(old) == len(new)
+            else [(" ".join(map(_word_text, old)), " ".join(map(_word_text, new)))]
+        )
+        for a, b in pairs:
+            if a != b:
+                why = FIELD_REASONS[field or ""]
+                changes.append(Change(p.name, "argv", _word_text(a), _word_text(b), why))
+    return tuple(word for _, word in words)
 
 
 def _devices(pod: Pod, text: str) -> str:
@@ -161,7 +183,7 @@ def pod_processes(
     out: dict[str, ProcessPlan] = {}
     for p in plan.processes:
         if p.kind == "proxy":
-            command = _proxy_command(p, host_of, changes)
+            command = _proxy_command(p, plan, host_of, changes)
             out[p.name] = p.model_copy(update={"command": command})
         else:
             out[p.name] = _engine(p, pod_of(groups, p.name), host_of, changes)
