@@ -98,7 +98,10 @@ def test_a_pod_per_engine_changes_addresses_and_nothing_else() -> None:
     assert len(before) == len(after)
     changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
     assert changed and all(isinstance(a, str) or a.when is not None for _, a in changed[1:])
-    assert len(changed) == len(k8s.changes) == 1 + len(plan.process("proxy").proxy.backends())  # type: ignore[union-attr]
+    wiring = plan.process("proxy").proxy
+    assert wiring is not None
+    named = len(wiring.backends()) + len(wiring.failure_domains)  # each names a pod now
+    assert len(changed) == len(k8s.changes) == 1 + named
     assert {c.reason for c in k8s.changes if c.process == "proxy"} == {"listen", "backend"}
 
 

@@ -22,6 +22,7 @@ from servekit.advise.shapes import Shape
 from servekit.catalog import (
     PROFILES_DIR,
     Layout,
+    LayoutName,
     LayoutsNewOptions,
     Topology,
     layout_names,
@@ -162,7 +163,7 @@ def derived_layout(opts: LayoutsNewOptions, catalog: Path) -> Layout | None:
         data = derive_layout(opts)
     except UsageError:
         return None
-    hw_dir = catalog / opts.name.split("/", 1)[0] / PROFILES_DIR
+    hw_dir = catalog / LayoutName.parse(opts.name).hardware / PROFILES_DIR
     return parse_layout_text(dump_yaml(data), f"{opts.name} (derived)", profiles_dir=hw_dir)
 
 

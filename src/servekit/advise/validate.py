@@ -25,7 +25,7 @@ from pathlib import Path
 from servekit.advise.candidates import Candidate
 from servekit.advise.predict import Prediction, Slo
 from servekit.advise.rank import Advice
-from servekit.catalog import PROFILES_DIR, resolve_catalog
+from servekit.catalog import PROFILES_DIR, LayoutName, resolve_catalog
 from servekit.errors import UsageError
 
 UP_TIMEOUT_S = 900
@@ -134,7 +134,7 @@ def scratch_catalog(cand: Candidate, source: Path, into: Path) -> Path:
     from servekit.layouttools import derive_layout, write_derived
 
     assert cand.derive is not None
-    hw = cand.name.split("/", 1)[0]
+    hw = LayoutName.parse(cand.name).hardware
     shutil.copytree(source / hw / PROFILES_DIR, into / hw / PROFILES_DIR, dirs_exist_ok=True)
     write_derived(cand.name, derive_layout(cand.derive), into, force=True)
     return into
