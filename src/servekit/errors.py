@@ -25,6 +25,10 @@ class UsageError(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
+        # A value quoted from hostile input (a JSON key, a file name) must not break the
+        # one line: control characters are shown escaped, as repr() would.
+        if not message.isprintable():
+            message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
         super().__init__(message)
         self.message = message
 

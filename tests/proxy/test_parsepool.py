@@ -423,7 +423,7 @@ def prompt_logprobs(mib: int) -> bytes:
 def with_logprobs(big: bytes) -> Callable[[bytes], bytes]:
     """The prefill's answer with ``big`` as its ``prompt_logprobs`` (spliced, not parsed:
     the spy shares the loop being measured)."""
-    return lambda answer: answer.rstrip()[:-1] + b', "prompt_logprobs": ' + big + b"}"
+    return lambda answer: b"".join((answer.rstrip()[:-1], b', "prompt_logprobs": ', big, b"}"))
 
 
 def test_only_the_members_the_proxy_reads_come_back_from_an_answer() -> None:

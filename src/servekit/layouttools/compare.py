@@ -16,8 +16,9 @@ read in the Plan's own terms:
   from). Node addresses are compared placement-free (a node's address reads as
   ``${NODE_IP}``) and the flags that only restate typed facts (ports, DP rank and
   sizes, TP, the engine id and kv port inside the KV config, the proxy's backend
-  lists) are left to those facts, so moving an engine to another node is a
-  placement change, not a flag change;
+  lists and each backend's failure domain, which is its engine and node) are left
+  to those facts, so moving an engine to another node is a placement change, not a
+  flag change;
 - **env** added, removed and changed per process;
 - **fan-out**: the proxy's prefill, decode and replica backends added and removed,
   read from its references (process, node, port), shown at the Plan's addresses.
@@ -69,7 +70,9 @@ FACT_FLAGS = frozenset(
     }
 )
 # The proxy's config fields that restate its typed facts (its port, its backends).
-PROXY_FACT_FIELDS = frozenset({"port", "prefill", "decode", "replica", "kv_events"})
+PROXY_FACT_FIELDS = frozenset(
+    {"port", "prefill", "decode", "replica", "kv_events", "failure_domains"}
+)
 FACT_KEYS = (
     "node",
     "engine",

@@ -179,9 +179,15 @@ class UsageParser(argparse.ArgumentParser):
         self.hint = hint
 
     def error(self, message: str) -> NoReturn:
-        # argparse quotes argv as given; a newline in it must not break the one line.
-        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-        raise UsageError(f"{self.who}: {shown}{self.hint}")
+        # argparse quotes argv as given; UsageError keeps a newline in it on the one line.
+        raise UsageError(f"{self.who}: {message}{self.hint}")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Python 3.11's argparse drops "--" from an option's own value ("--flag=--"),
+        # which left a one-value option holding an empty list: a missing value.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one argument")
+        return super()._get_values(action, arg_strings)
 
 
 def _show_default(spec: OptionSpec) -> str:
