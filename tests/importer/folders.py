@@ -371,7 +371,9 @@ def crashing_launcher(parent: Path, *, proxy: bool) -> Path:
         '#!/bin/sh\nset -e\nhere=$(cd "$(dirname "$0")" && pwd)\n. "$here/setup_rank_env.sh"\n'
         "export PREFILL_MASTER=127.0.0.1 DECODE_MASTER=127.0.0.1 FIRST=0\n"
         + ('(sleep 1; sh "$here/run_proxy.sh") &\n' if proxy else "")
-        + 'sh "$here/run_prefill.sh" &\nexec sh "$here/run_decode.sh"\n'
+        # the prefill's launcher a second later: both launchers' children crashing at
+        # once interleaved their tracebacks line by line on a loaded machine
+        + '(sleep 1; sh "$here/run_prefill.sh") &\nexec sh "$here/run_decode.sh"\n'
     )
     proxy_sh = (
         "#!/bin/sh\nexec python3 /opt/official/pd_proxy.py --host 0.0.0.0 --port 8080 "

@@ -48,7 +48,13 @@ def argvs(flags: list[str]) -> st.SearchStrategy[list[str]]:
     flag = st.sampled_from(flags) | st.from_regex(r"--?[a-z][a-z-]{0,8}", fullmatch=True)
     joined = st.builds(lambda f, v: f"{f}={v}", flag, values)
     tokens = st.lists(st.one_of(flag, flag, joined, values), max_size=10)
-    return tokens.filter(lambda argv: not any(a.split("=", 1)[0] in HELP for a in argv))
+    return tokens.filter(lambda argv: not any(_asks_help(a) for a in argv))
+
+
+def _asks_help(token: str) -> bool:
+    """--help, or -h alone or in a cluster of short flags (argparse reads -hh as -h -h)."""
+    name = token.split("=", 1)[0]
+    return name in HELP or (name.startswith("-") and not name.startswith("--") and "h" in name)
 
 
 def _one_line(exc: UsageError) -> None:
