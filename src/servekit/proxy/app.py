@@ -3,7 +3,7 @@
 Handlers turn the outcome of a :class:`~servekit.proxy.stages.Trip` into a
 response and count it; admin routes live in :mod:`servekit.proxy.admin`, relayed
 engine endpoints (models, tokenizer, prefix cache) in
-:mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.relay`.
+:mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.engine_metrics`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, jsoncodec, parsepool, passthrough, relay
+from servekit.proxy import admin, engine_metrics, jsoncodec, parsepool, passthrough
 from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.budget import Budget, charge, holding, parse_cost, refund
 from servekit.proxy.conns import Connections, track
@@ -36,7 +36,7 @@ BAD_REQUESTS = web.AppKey("bad_requests", RateLimited)
 WORKERS = web.AppKey("parse_workers", Workers)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 # layerwise.PATH: decoders call it without a key; the request id it names is the capability.
-OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH, layerwise.PATH})
+OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", engine_metrics.PATH, layerwise.PATH})
 log = logging.getLogger("servekit.proxy")
 CLIENT_CLOSED = "499"  # nginx's status for "the client closed the connection first"
 
@@ -237,7 +237,7 @@ def build_app(router: Router) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)
-    relay.add_routes(app, ROUTER)
+    engine_metrics.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
     handler = handler_for(cfg.mode)
     if handler is not None:
