@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.migration import Tape
+from servekit.proxy.tape import Tape
 from servekit.proxy.server import RunningProxy, start_proxy
 from servekit.sim.testing import RunningSim, running_sim
 

@@ -33,7 +33,7 @@ from tests.helpers.cutfront import Cutter, cut_fronts
 from tests.helpers.engines import SharedRuns
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.migration import Tape
+from servekit.proxy.tape import Tape
 from servekit.proxy.server import start_proxy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -133,7 +133,7 @@ def test_the_control_issue_43s_continuation_changes_these_answers(
     without max_tokens given its default 16, the JSON schema not carried."""
     monkeypatch.setattr(Tape, "_prefix_blockers", lambda self, model_len: [])
     monkeypatch.setattr(Tape, "_limit", lambda self, model_len: self.body.get("max_tokens", 16))
-    monkeypatch.setattr("servekit.proxy.migration.CARRIED", ("model", "temperature"))
+    monkeypatch.setattr("servekit.proxy.tape.CARRIED", ("model", "temperature"))
     whole, cut, _, posts, cuts = _cut_run(shared_vllm, name)
     assert cuts == 1 and posts[-1] == "/v1/completions"
     assert answer_of(cut) != answer_of(whole)

@@ -56,7 +56,7 @@ from servekit.proxy.carry import ROUTES
 from servekit.proxy.failures import Answer, ProxyError
 from servekit.proxy.instances import Hold, Instance, Lease, acquire
 from servekit.proxy.lease import LeasedBody, margin
-from servekit.proxy.migration import Carry, Tape
+from servekit.proxy.tape import Carry, Tape
 from servekit.proxy.parsepool import Raw, encode_body
 from servekit.proxy.payloads import kv_params_of, prefill_payload
 from servekit.proxy.requests import Ticket

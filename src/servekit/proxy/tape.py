@@ -1,5 +1,7 @@
-"""Request migration: a stream whose decoder fails mid-answer is carried on elsewhere.
+"""The tape of a stream that may migrate: what the client has of the answer, read as relayed.
 
+A stream whose decoder fails mid-answer is carried on elsewhere
+(:mod:`servekit.proxy.migration` starts the new leg); this is what it reads.
 The decode leg asks vLLM for token ids (``return_token_ids: true``, vLLM >= 0.10.2):
 ``prompt_token_ids`` once, in the first event, and ``token_ids`` per event.
 :class:`Tape` reads the stream event by event as it is relayed
@@ -52,7 +54,7 @@ from servekit.proxy.carry import (
 )
 from servekit.proxy.sse import Event, Splitter, read_event
 
-__all__ = ["CARRIED", "Carry", "Continuation", "Sent", "Tape", "dumps"]  # CARRIED: parsepool's
+__all__ = ["Carry", "Continuation", "Sent", "Tape", "dumps"]
 
 S = TypeVar("S", str, list[int])
 REASONING_KEYS = ("reasoning", "reasoning_content")
