@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servekit.bench.sampler import relay_snapshots
-from servekit.proxy.instances import Instance
 from servekit.proxy.engine_metrics import merge
+from servekit.proxy.instances import Instance
 
 
 def sim_page() -> str:

@@ -33,8 +33,8 @@ from tests.helpers.cutfront import Cutter, cut_fronts
 from tests.helpers.engines import SharedRuns
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.tape import Tape
 from servekit.proxy.server import start_proxy
+from servekit.proxy.tape import Tape
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 LAYOUT = "local/1p1d"

@@ -1,7 +1,7 @@
 """The proxy's HTTP surface: generation routes, /health and /metrics.
 
-Handlers turn the outcome of a :class:`~servekit.proxy.stages.Trip` into a
-response and count it; admin routes live in :mod:`servekit.proxy.admin`, relayed
+The generation handler reads and checks the request, runs its flow
+(:mod:`servekit.proxy.flow`) and counts the outcome; admin routes live in :mod:`servekit.proxy.admin`, relayed
 engine endpoints (models, tokenizer, prefix cache) in
 :mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.engine_metrics`.
 """
@@ -21,12 +21,13 @@ from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.budget import Budget, charge, holding, parse_cost, refund
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.flow import serve
 from servekit.proxy.parsepool import Workers
 from servekit.proxy.protocols import handler_for, layerwise
 from servekit.proxy.ratelog import RateLimited, printable
 from servekit.proxy.requests import Ticket, make_ticket
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Progress, Trip
+from servekit.proxy.stages import Progress
 from servekit.proxy.validation import check_request
 from servekit.proxy.workers import every_workers_metrics
 
@@ -96,21 +97,13 @@ async def _read_ticket(
     return make_ticket(request.path, body, cfg.prefix_chars, raw), None
 
 
-async def _run_trip(
-    router: Router, request: web.Request, progress: Progress
-) -> tuple[web.StreamResponse, Trip]:
+async def _serve(router: Router, request: web.Request, progress: Progress) -> web.StreamResponse:
     ticket, keys = await _read_ticket(request, router)
     handler = handler_for(router.config.mode)  # None: replica mode
     if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
         pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable(), keys)
-    trip = Trip(router, request, ticket, progress, handler)
-    try:
-        if handler is None:
-            return await trip.generate("replica", ticket.raw), trip
-        return await handler.serve(trip), trip
-    finally:
-        trip.pulled()  # a prefill kept for a decode that never came is let go
+    return await serve(request, router, ticket, progress, handler)
 
 
 async def generation(request: web.Request) -> web.StreamResponse:
@@ -119,11 +112,11 @@ async def generation(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     progress = Progress()
     try:
-        resp, trip = await _run_trip(router, request, progress)
-        if trip.first_byte_at is not None:
-            router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
+        resp = await _serve(router, request, progress)
+        if progress.first_byte_at is not None:
+            router.metrics.ttft.labels(request.path).observe(progress.first_byte_at - started)
             if router.autoscaler is not None:
-                router.autoscaler.sampler.first_byte(trip.first_byte_at - started)
+                router.autoscaler.sampler.first_byte(progress.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
         log_refusal(request, err)
