@@ -1,8 +1,10 @@
 """The request path's shape, as docs/design.md walks it: each piece calls down, never back.
 
-One request goes app -> flow -> relay -> migration -> protocols -> stages -> router:
-each module imports only those after it (a protocol handler never reaches the flow
-or the relay that called it), the stream relay is written once, and a failure is
+One request goes app -> flow -> (relay | migration) -> protocols -> stages -> router:
+each module imports only those on rows below its own (a protocol handler never
+reaches the flow or the relay that called it; the relay and the migration, side by
+side, import neither each other nor the flow: the flow hands the relay its
+migration as a ``Carrier``), the stream relay is written once, and a failure is
 put on an instance in one place, the router. Read from the source, so a shortcut
 back up fails here with the import that made it.
 """
@@ -15,12 +17,12 @@ from pathlib import Path
 
 PROXY = Path(__file__).resolve().parents[2] / "src" / "servekit" / "proxy"
 
-# Top first; a module may import only the modules on rows below its own.
+# Top first; a module may import only the modules on rows below its own (not its
+# row's others).
 PATH: tuple[tuple[str, ...], ...] = (
     ("app",),
     ("flow",),
-    ("relay",),
-    ("migration",),
+    ("relay", "migration"),
     ("protocols",),
     ("stages",),
     ("router",),
@@ -66,6 +68,13 @@ def test_each_piece_of_the_request_path_imports_only_pieces_below_it() -> None:
     assert [bad for piece in ROW for bad in _upward(piece, _files(piece))] == []
 
 
+def test_the_relay_imports_nothing_of_the_flow_the_migration_or_a_handler() -> None:
+    """The relay is written once for every stage and protocol: it pumps, and asks a
+    ``Carrier`` (the migration, handed to it) what follows a broken leg."""
+    assert _proxy_imports(PROXY / "relay.py") & {"app", "flow", "migration", "protocols"} == set()
+    assert _proxy_imports(PROXY / "migration.py") & {"app", "flow", "relay"} == set()
+
+
 def test_the_check_sees_an_import_back_up(tmp_path: Path) -> None:
     """Positive control: a handler that reaches back into the flow that called it, even
     from inside a function, is caught; one that calls down is not."""
@@ -74,6 +83,9 @@ def test_the_check_sees_an_import_back_up(tmp_path: Path) -> None:
     down = tmp_path / "down.py"
     down.write_text("from servekit.proxy.stages import Stages\n")
     assert _upward("protocols", [back, down]) == ["back.py imports flow"]
+    side = tmp_path / "side.py"
+    side.write_text("from servekit.proxy.migration import Migration\n")
+    assert _upward("relay", [side]) == ["side.py imports migration"]
 
 
 def _calls(pattern: str) -> set[str]:

@@ -9,12 +9,16 @@ status). Then one pump copies each leg's chunks as they come:
   ended with an error event naming the stage; a stream on an instance found
   gone is closed at once (:meth:`Instance.cut`) rather than at
   ``--stream-idle-timeout``;
-- event by event through the stream's tape where it may
-  (:mod:`servekit.proxy.migration`): the client gets what the tape lets out
-  (an event larger than ``--parse-inline-bytes`` is read in a parse worker, so
-  the loop only splits it), the leg's lease says how to cut it (a drain past its
-  grace, a lost node), and a leg that breaks is followed by what the migration
-  says: the next leg, the end of a whole answer, or an error event.
+- event by event through the stream's tape where it may migrate: the client
+  gets what the tape lets out (an event larger than ``--parse-inline-bytes`` is
+  read in a parse worker, so the loop only splits it), the leg's lease says how
+  to cut it (a drain past its grace, a lost node), and a leg that breaks is
+  followed by what its :class:`Carrier` says: the next leg, the end of a whole
+  answer, or an error event.
+
+The relay knows the migration only as a :class:`Carrier` (the flow hands it
+:class:`servekit.proxy.migration.Migration`): it imports nothing from the
+migration, the flow or a protocol, so it calls down to the exchanges alone.
 
 Each leg's lease grows by its events (a decoder's load) and is released when the
 leg ends, however it ends; a client that goes away closes the leg, so the engine
@@ -27,13 +31,13 @@ import contextlib
 import enum
 import time
 from functools import partial
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 
 from servekit.proxy.bodies import parse_off_loop
 from servekit.proxy.failures import ProxyError
-from servekit.proxy.migration import Migration
 from servekit.proxy.sse import read_event
 from servekit.proxy.stages import Opened, Stages
 from servekit.proxy.tape import Tape
@@ -50,6 +54,18 @@ class End(enum.Enum):
     BROKEN = "broken"  # a connection error or a read timeout
 
 
+class Carrier(Protocol):
+    """What carries a stream on when a leg breaks (the migration): the tape its legs
+    are read through, and what follows a leg that ended without ``[DONE]``."""
+
+    @property
+    def tape(self) -> Tape: ...
+
+    async def after(self, leg: Opened) -> Opened | bytes | ProxyError:
+        """The next leg, the bytes that end a whole answer, or the error that ends it."""
+        ...
+
+
 class _ClientGone(Exception):
     """The client closed its connection while we streamed to it."""
 
@@ -64,7 +80,7 @@ class Relay:
     """One client's stream: its head, then each leg pumped into it."""
 
     def __init__(
-        self, request: web.Request, stages: Stages, stage: str, migration: Migration | None
+        self, request: web.Request, stages: Stages, stage: str, migration: Carrier | None
     ) -> None:
         self.request = request
         self.stages = stages
