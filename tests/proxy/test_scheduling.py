@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, strategies as st
+from tests.helpers.cli import servekit_inproc
 
 from servekit.errors import UsageError
 from servekit.proxy.config import ProxyConfig, parse_args
@@ -124,6 +125,29 @@ def test_an_unknown_policy_is_refused_not_made_least_loaded() -> None:
     with pytest.raises(UsageError, match="--prefill-policy: pick one of"):
         ProxyConfig(replica=("http://a:1",), prefill_policy="random")
     assert parse_args(["--replica", "http://a:1", "--decode-policy", "round-robin"])
+
+
+def test_an_unknown_policy_on_the_command_line_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both entries (``servekit proxy``, and ``python -m servekit.proxy`` / the zipapp's
+    ``main``) refuse it before anything starts; the control: a known name passes the
+    option (the mock ``run`` sees its config)."""
+    from servekit.proxy import server
+
+    argv = ["--replica", "http://a:1", "--prefill-policy", "random"]
+    cli = servekit_inproc("proxy", *argv)
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr
+    refusal = cli.stderr.strip()
+    assert "\n" not in refusal and "--prefill-policy" in refusal and "least-loaded" in refusal
+    assert server.main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "--prefill-policy" in line and "'random'" in line
+    seen: list[ProxyConfig] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(server, "run", seen.append)
+        assert server.main([*argv[:3], "round-robin"]) == 0
+    assert [c.prefill_policy for c in seen] == ["round-robin"]
 
 
 def test_prompt_token_estimates() -> None:
