@@ -6,7 +6,7 @@ Two loops carry streams while they read engine metrics, and both do pure
 Python work per read that grows with the engine count:
 
 - the proxy's ``/metrics/engines`` merges every engine's page (parse, label,
-  render: :func:`servekit.proxy.relay.merge`), while it relays client streams;
+  render: :func:`servekit.proxy.engine_metrics.merge`), while it relays client streams;
 - the benchmark's sampler splits that page and parses one snapshot per engine
   (:func:`servekit.bench.sampler.relay_snapshots`) every 0.25 s, while the load
   generator stamps the arrival of the very frames it measures.
@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servekit.bench.sampler import relay_snapshots
+from servekit.proxy.engine_metrics import merge
 from servekit.proxy.instances import Instance
-from servekit.proxy.relay import merge
 
 
 def sim_page() -> str:

@@ -34,9 +34,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from servekit.proxy.migration import Tape  # noqa: E402
 from servekit.proxy.parsepool import Workers  # noqa: E402
 from servekit.proxy.sse import Splitter, read_event  # noqa: E402
+from servekit.proxy.tape import Tape  # noqa: E402
 
 BEFORE = "77bee6b"  # the last commit with the regex-reading Tape
 CHUNK = 64 << 10

@@ -225,7 +225,7 @@ def test_a_prefill_node_lost_while_its_kv_is_pulled_is_retried_on_another(
     suspects no prefill: the retry goes back to the lost node and hangs there."""
     slow_pull = {"name": "pull", "kv_transfer_overhead_s": 0.4}
     if not suspects:
-        monkeypatch.setattr("servekit.proxy.stages.Trip._suspect_prefill", lambda self, why: None)
+        monkeypatch.setattr("servekit.proxy.stages.Stages.suspect_prefill", lambda self, why: None)
 
     async def go() -> None:
         async with cluster(profile=slow_pull) as c:

@@ -131,18 +131,18 @@ def test_an_engine_that_does_not_answer_is_reported_not_waited_for() -> None:
     run(scenario())
 
 
-def test_the_relay_merges_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_engines_metrics_merge_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """The merge is pure CPU (0.3 s at 52 engines); on the loop it would stall every stream."""
-    from servekit.proxy import relay
+    from servekit.proxy import engine_metrics
 
     threads: list[int] = []
-    real = relay.merge
+    real = engine_metrics.merge
 
     def spy(*args: Any) -> bytes:
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(relay, "merge", spy)
+    monkeypatch.setattr(engine_metrics, "merge", spy)
 
     async def scenario() -> None:
         async with stack(prefill=1, decode=1) as s:

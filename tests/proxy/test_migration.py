@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.migration import Tape
 from servekit.proxy.server import RunningProxy, start_proxy
+from servekit.proxy.tape import Tape
 from servekit.sim.testing import RunningSim, running_sim
 
 from .harness import FAST_HEALTH, wait_until

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from servekit.proxy.migration import Tape
+from servekit.proxy.tape import Tape
 
 from .harness import Node, Stack, run, stack, wait_until
 
@@ -252,7 +252,7 @@ def test_a_chat_without_max_tokens_keeps_the_engines_own_default_limit() -> None
 def test_the_control_what_fits_in_the_model_is_longer_than_the_engines_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("servekit.proxy.migration.reproducible", lambda body: False)
+    monkeypatch.setattr("servekit.proxy.tape.reproducible", lambda body: False)
     ((_, whole, cut, route),), _ = scenario([LONG_CHAT], **GENERATION_CONFIG)
     assert route == "/v1/completions" and len(cut) > len(whole)
 
@@ -262,7 +262,7 @@ def test_the_control_without_the_stop_hold_back_the_text_held_back_is_lost(
 ) -> None:
     """vLLM holds back the last max(len(stop)) - 1 characters of a stream; a cut that
     ignored them started the new leg after text the client never got."""
-    monkeypatch.setattr("servekit.proxy.migration.stop_lag", lambda body: 0)
+    monkeypatch.setattr("servekit.proxy.tape.stop_lag", lambda body: 0)
     results, _ = scenario([c for c in CASES if "stop-held-back" in c.name])
     assert all(cut != whole for _, whole, cut, _ in results)
 

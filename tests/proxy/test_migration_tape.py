@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 
 from servekit.proxy.carry import prefix_blockers, reproducible, stop_lag, token_limit
-from servekit.proxy.migration import Tape
+from servekit.proxy.tape import Tape
 
 CHAT = "/v1/chat/completions"
 HEAD = {"object": "chat.completion.chunk", "created": 1, "model": "m"}

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
+from tests.helpers.cli import servekit_inproc
 
+from servekit.errors import UsageError
+from servekit.proxy.config import ProxyConfig, parse_args
 from servekit.proxy.instances import Instance, Pool, State, acquire
-from servekit.proxy.policies import LeastLoaded, PrefixAffinity, RoundRobin, make_policy
+from servekit.proxy.policies import (
+    KV_POLICY,
+    POLICIES,
+    LeastLoaded,
+    Policy,
+    PrefixAffinity,
+    RoundRobin,
+    make_policy,
+)
 from servekit.proxy.requests import make_ticket
+from servekit.vocabulary import dataclass_options
 
 loads = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 50)), min_size=1, max_size=8)
 
@@ -69,6 +82,72 @@ def test_same_prefix_goes_to_the_same_prefill_through_tickets() -> None:
     insts = instances([(0, 0)] * 5)
     policy = make_policy("prefix-affinity")
     assert policy.choose(insts, a.prefix_key) is policy.choose(insts, b.prefix_key)
+
+
+class _Kv:
+    """Stands in for the kv-events indexes: hands out one marked policy per stage."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def policy(self, stage: str) -> Policy:
+        self.asked.append(stage)
+        return RoundRobin()
+
+
+def test_policies_are_chosen_from_one_table_whose_names_the_options_offer() -> None:
+    options = {o.name: o for o in dataclass_options(ProxyConfig)}
+    for field in ("prefill_policy", "decode_policy"):
+        assert options[field].choices == tuple(POLICIES)
+    made = {name: type(make_policy(name)) for name in POLICIES if name != KV_POLICY}
+    assert made == {
+        "least-loaded": LeastLoaded, "round-robin": RoundRobin, "prefix-affinity": PrefixAffinity,
+    }  # fmt: skip
+    kv = _Kv()
+    assert isinstance(make_policy(KV_POLICY, kv, "decode"), RoundRobin)
+    assert kv.asked == ["decode"]
+
+
+def test_an_unknown_policy_is_refused_not_made_least_loaded() -> None:
+    """The if-chain this replaced made any unknown name (and kv-events without its
+    indexes) least-loaded, silently; the control: a known name is made."""
+    for name, kv in (("random", None), ("Least-Loaded", None), (KV_POLICY, None)):
+        with pytest.raises(ValueError) as info:
+            make_policy(name, kv, "prefill")
+        assert "\n" not in str(info.value) and (
+            name in str(info.value) or "--kv-events" in str(info.value)
+        )
+    assert isinstance(make_policy("least-loaded"), LeastLoaded)
+    with pytest.raises(UsageError) as refused:
+        parse_args(["--replica", "http://a:1", "--decode-policy", "random"])
+    line = str(refused.value)
+    assert "--decode-policy" in line and "round-robin" in line and "\n" not in line
+    with pytest.raises(UsageError, match="--prefill-policy: pick one of"):
+        ProxyConfig(replica=("http://a:1",), prefill_policy="random")
+    assert parse_args(["--replica", "http://a:1", "--decode-policy", "round-robin"])
+
+
+def test_an_unknown_policy_on_the_command_line_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both entries (``servekit proxy``, and ``python -m servekit.proxy`` / the zipapp's
+    ``main``) refuse it before anything starts; the control: a known name passes the
+    option (the mock ``run`` sees its config)."""
+    from servekit.proxy import server
+
+    argv = ["--replica", "http://a:1", "--prefill-policy", "random"]
+    cli = servekit_inproc("proxy", *argv)
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr
+    refusal = cli.stderr.strip()
+    assert "\n" not in refusal and "--prefill-policy" in refusal and "least-loaded" in refusal
+    assert server.main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "--prefill-policy" in line and "'random'" in line
+    seen: list[ProxyConfig] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(server, "run", seen.append)
+        assert server.main([*argv[:3], "round-robin"]) == 0
+    assert [c.prefill_policy for c in seen] == ["round-robin"]
 
 
 def test_prompt_token_estimates() -> None:

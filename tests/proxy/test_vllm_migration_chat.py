@@ -33,8 +33,8 @@ from tests.helpers.cutfront import Cutter, cut_fronts
 from tests.helpers.engines import SharedRuns
 
 from servekit.proxy.config import ProxyConfig
-from servekit.proxy.migration import Tape
 from servekit.proxy.server import start_proxy
+from servekit.proxy.tape import Tape
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 LAYOUT = "local/1p1d"
@@ -136,7 +136,7 @@ def test_the_control_issue_43s_continuation_changes_these_answers(
     monkeypatch.setattr(
         Tape, "_limit", lambda self, model_len: self.body.get("max_tokens", self._cut()[0] + 16)
     )
-    monkeypatch.setattr("servekit.proxy.migration.CARRIED", ("model", "temperature"))
+    monkeypatch.setattr("servekit.proxy.tape.CARRIED", ("model", "temperature"))
     for _ in range(3):  # the precondition: the cut landed where the old proxy continued
         whole, cut, counted, posts, cuts = _cut_run(shared_vllm, name)
         if cuts == 1 and posts[-1] == "/v1/completions":

@@ -5,7 +5,7 @@ token-id prompt that ends there, its detokenizer began the new leg with the whol
 prompt's text (seen in CI through the proxy: 'odepath' + the prompt + the answer
 again). The tiny model writes many such byte tokens. The stream is cut right
 after one, as a decoder dying there would cut it, and carried on the way the
-proxy does (:class:`servekit.proxy.migration.Tape`): the client's text must equal
+proxy does (:class:`servekit.proxy.tape.Tape`): the client's text must equal
 the uncut answer. The control carries on from the cut itself and must not.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.engines import SharedRuns
 from tests.helpers.http import post_json
 
-from servekit.proxy.migration import Tape
+from servekit.proxy.tape import Tape
 
 from .test_migration import texts
 

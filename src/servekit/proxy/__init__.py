@@ -16,7 +16,6 @@ from servekit.lazyface import lazy_face
 if TYPE_CHECKING:
     from servekit.proxy.bundle import zipapp_bytes as zipapp_bytes
     from servekit.proxy.config import (
-        KV_POLICY as KV_POLICY,
         ProxyConfig as ProxyConfig,
         config_from_values as config_from_values,
         flag_of as flag_of,
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
         WorkerPorts as WorkerPorts,
         spec_from_doc as spec_from_doc,
     )
+    from servekit.proxy.policies import KV_POLICY as KV_POLICY
     from servekit.proxy.server import run as run
 
 __getattr__, __dir__ = lazy_face(__name__)

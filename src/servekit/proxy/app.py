@@ -1,9 +1,9 @@
 """The proxy's HTTP surface: generation routes, /health and /metrics.
 
-Handlers turn the outcome of a :class:`~servekit.proxy.stages.Trip` into a
-response and count it; admin routes live in :mod:`servekit.proxy.admin`, relayed
+The generation handler reads and checks the request, runs its flow
+(:mod:`servekit.proxy.flow`) and counts the outcome; admin routes live in :mod:`servekit.proxy.admin`, relayed
 engine endpoints (models, tokenizer, prefix cache) in
-:mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.relay`.
+:mod:`servekit.proxy.passthrough`, the engines' metrics in :mod:`servekit.proxy.engine_metrics`.
 """
 
 from __future__ import annotations
@@ -16,17 +16,18 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from servekit.proxy import admin, jsoncodec, parsepool, passthrough, relay
+from servekit.proxy import admin, engine_metrics, jsoncodec, parsepool, passthrough
 from servekit.proxy.bodies import expect_handler, read_request
 from servekit.proxy.budget import Budget, charge, holding, parse_cost, refund
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
+from servekit.proxy.flow import serve
 from servekit.proxy.parsepool import Workers
 from servekit.proxy.protocols import handler_for, layerwise
 from servekit.proxy.ratelog import RateLimited, printable
 from servekit.proxy.requests import Ticket, make_ticket
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Progress, Trip
+from servekit.proxy.stages import Progress
 from servekit.proxy.validation import check_request
 from servekit.proxy.workers import every_workers_metrics
 
@@ -36,7 +37,7 @@ BAD_REQUESTS = web.AppKey("bad_requests", RateLimited)
 WORKERS = web.AppKey("parse_workers", Workers)
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 # layerwise.PATH: decoders call it without a key; the request id it names is the capability.
-OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", relay.PATH, layerwise.PATH})
+OPEN_PATHS = frozenset({"/health", "/healthcheck", "/metrics", engine_metrics.PATH, layerwise.PATH})
 log = logging.getLogger("servekit.proxy")
 CLIENT_CLOSED = "499"  # nginx's status for "the client closed the connection first"
 
@@ -96,21 +97,13 @@ async def _read_ticket(
     return make_ticket(request.path, body, cfg.prefix_chars, raw), None
 
 
-async def _run_trip(
-    router: Router, request: web.Request, progress: Progress
-) -> tuple[web.StreamResponse, Trip]:
+async def _serve(router: Router, request: web.Request, progress: Progress) -> web.StreamResponse:
     ticket, keys = await _read_ticket(request, router)
     handler = handler_for(router.config.mode)  # None: replica mode
     if router.kv is not None:  # the kv-events policy routes by the prompt's token ids
         pool = router.pools["replica" if handler is None else "prefill"]
         ticket = await router.kv.keyed(ticket, pool.routable(), keys)
-    trip = Trip(router, request, ticket, progress, handler)
-    try:
-        if handler is None:
-            return await trip.generate("replica", ticket.raw), trip
-        return await handler.serve(trip), trip
-    finally:
-        trip.pulled()  # a prefill kept for a decode that never came is let go
+    return await serve(request, router, ticket, progress, handler)
 
 
 async def generation(request: web.Request) -> web.StreamResponse:
@@ -119,11 +112,11 @@ async def generation(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     progress = Progress()
     try:
-        resp, trip = await _run_trip(router, request, progress)
-        if trip.first_byte_at is not None:
-            router.metrics.ttft.labels(request.path).observe(trip.first_byte_at - started)
+        resp = await _serve(router, request, progress)
+        if progress.first_byte_at is not None:
+            router.metrics.ttft.labels(request.path).observe(progress.first_byte_at - started)
             if router.autoscaler is not None:
-                router.autoscaler.sampler.first_byte(trip.first_byte_at - started)
+                router.autoscaler.sampler.first_byte(progress.first_byte_at - started)
     except ProxyError as err:
         router.metrics.errors.labels(err.stage, err.kind).inc()
         log_refusal(request, err)
@@ -237,7 +230,7 @@ def build_app(router: Router) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/healthcheck", health)
     app.router.add_get("/metrics", metrics)
-    relay.add_routes(app, ROUTER)
+    engine_metrics.add_routes(app, ROUTER)
     passthrough.add_routes(app, ROUTER)
     handler = handler_for(cfg.mode)
     if handler is not None:

@@ -30,6 +30,7 @@ from servekit.errors import UsageError
 from servekit.guard import metaserver_key
 from servekit.kvprotocol import handoff_of_mode
 from servekit.proxy.discovery_spec import DiscoverySpec, load_spec
+from servekit.proxy.policies import KV_POLICY, POLICY_NAMES
 from servekit.vocabulary import (
     PD_ROLES,
     PROXY_MODES,
@@ -43,8 +44,6 @@ from servekit.vocabulary import (
     parse_values,
 )
 
-KV_POLICY = "kv-events"
-POLICY_NAMES = ("least-loaded", "round-robin", "prefix-affinity", KV_POLICY)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 KEY_FLAGS = ("--api-key", "--admin-key")
 DISCOVERY_SOURCES = ("off", "kubernetes")

@@ -49,9 +49,9 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
 from servekit.proxy import jsoncodec
+from servekit.proxy.carry import CARRIED
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.kvindex import prompt_keys
-from servekit.proxy.migration import CARRIED
 from servekit.proxy.requests import make_ticket
 from servekit.proxy.validation import BY_ROUTE, COMMON, check_request
 

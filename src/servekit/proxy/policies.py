@@ -1,22 +1,20 @@
 """Scheduling policies: pick one instance among the routable ones.
 
 Prefill and decode each get their own policy (``--prefill-policy``,
-``--decode-policy``). Load is outstanding work in tokens, so one 100k-token
-prompt weighs what it costs, not what its JSON weighs.
+``--decode-policy``), chosen by name from one table (:data:`POLICIES`), whose
+names are the options' choices: an unknown name is refused at the option, and
+:func:`make_policy` refuses one too. Load is outstanding work in tokens, so one
+100k-token prompt weighs what it costs, not what its JSON weighs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from servekit.proxy.config import KV_POLICY, ProxyConfig
 from servekit.proxy.instances import Instance, rendezvous
 
-if TYPE_CHECKING:
-    import aiohttp
-
-    from servekit.proxy.kvaware import KvRouting
+KV_POLICY = "kv-events"
 
 
 class Policy(Protocol):
@@ -79,21 +77,32 @@ class PrefixAffinity:
         return chosen
 
 
-def make_policy(name: str, kv: KvRouting | None = None, stage: str = "") -> Policy:
-    """A fresh policy object by its flag name (``kv-events`` needs the shared ``kv``)."""
-    if name == "kv-events" and kv is not None:
-        return kv.policy(stage)
-    if name == "round-robin":
-        return RoundRobin()
-    if name == "prefix-affinity":
-        return PrefixAffinity()
-    return LeastLoaded()
+class KvPolicies(Protocol):
+    """What routes by the engines' cached blocks (:class:`servekit.proxy.kvaware.KvRouting`):
+    one policy per stage over the indexes they share."""
+
+    def policy(self, stage: str) -> Policy: ...
 
 
-def kv_routing(config: ProxyConfig, session: aiohttp.ClientSession) -> KvRouting | None:
-    """The shared state of the ``kv-events`` policy, when a stage uses it (pyzmq imported here)."""
-    if KV_POLICY not in (config.prefill_policy, config.decode_policy):
-        return None
-    from servekit.proxy.kvaware import KvRouting
+def _kv_events(kv: KvPolicies | None, stage: str) -> Policy:
+    if kv is None:
+        raise ValueError(f"the {KV_POLICY} policy needs the engines' KV events (--kv-events)")
+    return kv.policy(stage)
 
-    return KvRouting(config, session)
+
+# name -> a fresh policy for a stage (``kv-events`` draws on the shared indexes)
+POLICIES: dict[str, Callable[[KvPolicies | None, str], Policy]] = {
+    "least-loaded": lambda kv, stage: LeastLoaded(),
+    "round-robin": lambda kv, stage: RoundRobin(),
+    "prefix-affinity": lambda kv, stage: PrefixAffinity(),
+    KV_POLICY: _kv_events,
+}
+POLICY_NAMES = tuple(POLICIES)
+
+
+def make_policy(name: str, kv: KvPolicies | None = None, stage: str = "") -> Policy:
+    """A fresh policy by its option name; an unknown name is a one-line ValueError."""
+    make = POLICIES.get(name)
+    if make is None:
+        raise ValueError(f"unknown policy {name!r}: pick one of {', '.join(POLICY_NAMES)}")
+    return make(kv, stage)

@@ -1,181 +1,204 @@
-"""GET /metrics/engines: every engine's /metrics, scraped through the proxy, labelled.
+"""The stream relay: a generating stage's stream to the client, written once for all.
 
-On a platform where only the proxy's node takes outside traffic, the engines'
-own ports are out of reach; this endpoint scrapes every instance the proxy
-knows (all roles, whatever their health) concurrently, each bounded by
-``--engine-metrics-timeout``, and returns the samples in one Prometheus text
-page with two labels added to every sample: ``engine_url`` (the instance's
-URL, as given to the proxy) and ``engine_role`` (prefill, decode or replica).
-vLLM's own ``engine`` label (the engine core index) is kept as it is.
-``servekit_proxy_engine_scrape_ok{engine_url, engine_role}`` says which
-scrapes worked (1) or failed (0, also for a page over
-``--max-engine-metrics-bytes``); the page is 200 either way.
+The response head goes out once, when the decoder's first bytes are in (before
+them, anything that fails can still be retried or answered with a proper
+status). Then one pump copies each leg's chunks as they come:
 
-The endpoint needs no key (Prometheus scrapes it), so what one GET can cost is
-bounded, not what GETs may come (issue 45: 40 concurrent GETs over 4 engines
-made ``/health`` wait 1.1-2.7 s, each scraping every engine and parsing in a
-thread of its own; 2 GETs over one 10 MB page grew the proxy by 317-405 MB):
+- byte for byte where the stream cannot migrate (a replica, layerwise, a request
+  the tape cannot follow): a stream that breaks, or ends without ``[DONE]``, is
+  ended with an error event naming the stage; a stream on an instance found
+  gone is closed at once (:meth:`Instance.cut`) rather than at
+  ``--stream-idle-timeout``;
+- event by event through the stream's tape where it may migrate: the client
+  gets what the tape lets out (an event larger than ``--parse-inline-bytes`` is
+  read in a parse worker, so the loop only splits it), the leg's lease says how
+  to cut it (a drain past its grace, a lost node), and a leg that breaks is
+  followed by what its :class:`Carrier` says: the next leg, the end of a whole
+  answer, or an error event.
 
-- one page is made at a time (:class:`PageMaker`): a GET that arrives while one
-  is being made waits for the next, made after it arrived, which every GET
-  waiting meanwhile shares; so N concurrent GETs cost at most two rounds of
-  scrapes, and a page is never older than its request (a benchmark's last
-  sample after a run sees the run's counts). ``--engine-metrics-ttl`` lets a
-  page that recent answer later GETs too.
-- each engine's page is read up to ``--max-engine-metrics-bytes`` (4 MiB; vLLM's
-  are tens of KB), and the merge, about :data:`MERGE_COST` times the pages'
-  bytes, is charged to ``--memory-budget`` while it runs (503 ``overloaded``
-  beyond it).
+The relay knows the migration only as a :class:`Carrier` (the flow hands it
+:class:`servekit.proxy.migration.Migration`): it imports nothing from the
+migration, the flow or a protocol, so it calls down to the exchanges alone.
+
+Each leg's lease grows by its events (a decoder's load) and is released when the
+leg ends, however it ends; a client that goes away closes the leg, so the engine
+aborts the request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Iterator
+import enum
+import time
+from functools import partial
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
-from servekit.proxy.bodies import read_answer
-from servekit.proxy.budget import charged, holding
-from servekit.proxy.failures import ProxyError, error_response
-from servekit.proxy.instances import Instance
-from servekit.proxy.router import Router
+from servekit.proxy.bodies import parse_off_loop
+from servekit.proxy.failures import ProxyError
+from servekit.proxy.sse import read_event
+from servekit.proxy.stages import Opened, Stages
+from servekit.proxy.tape import Tape
 
-PATH = "/metrics/engines"
-URL_LABEL = "engine_url"
-ROLE_LABEL = "engine_role"
-MERGE_COST = 16  # bytes of parse per byte of page text (tracemalloc: 14 for counters)
+BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError)
+TAIL_BYTES = 32  # what is kept of a byte-for-byte stream to see its [DONE]
 
 
-async def scrape(router: Router, inst: Instance) -> str | None:
-    """One engine's /metrics text, or None when it could not be read in time and size."""
-    timeout = aiohttp.ClientTimeout(total=router.config.engine_metrics_timeout_s)
-    try:
-        async with router.session.get(
-            inst.url + "/metrics", timeout=timeout, headers=router.headers
-        ) as resp:
-            if resp.status != 200:
-                return None
-            cap = router.config.max_engine_metrics_bytes
-            raw = await read_answer(resp, cap, inst.name, inst.role)
-            return raw.decode("utf-8", "replace")
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-    except ProxyError as err:
-        if err.kind == "answer_too_large":
-            return None
-        raise  # the memory budget: the page cannot be made now
+class End(enum.Enum):
+    """How one leg's stream ended."""
+
+    DONE = "done"  # with [DONE]: the answer went out whole
+    ENDED = "ended"  # the decoder closed it without [DONE] (or the tape stopped it)
+    BROKEN = "broken"  # a connection error or a read timeout
 
 
-class _Page:
-    """Families merged across engines, each sample labelled with its engine."""
+class Carrier(Protocol):
+    """What carries a stream on when a leg breaks (the migration): the tape its legs
+    are read through, and what follows a leg that ended without ``[DONE]``."""
 
-    def __init__(self) -> None:
-        self.families: dict[str, Metric] = {}
-        self.scrape_ok = GaugeMetricFamily(
-            "servekit_proxy_engine_scrape_ok", "1 when the engine's /metrics was read",
-            labels=[URL_LABEL, ROLE_LABEL],
-        )  # fmt: skip
+    @property
+    def tape(self) -> Tape: ...
 
-    def add(self, inst: Instance, text: str | None) -> None:
-        ok = text is not None and self._parse(inst, text)
-        self.scrape_ok.add_metric([inst.url, inst.role], 1.0 if ok else 0.0)
+    async def after(self, leg: Opened) -> Opened | bytes | ProxyError:
+        """The next leg, the bytes that end a whole answer, or the error that ends it."""
+        ...
 
-    def _parse(self, inst: Instance, text: str) -> bool:
+
+class _ClientGone(Exception):
+    """The client closed its connection while we streamed to it."""
+
+
+def cut_stream(resp: aiohttp.ClientResponse) -> None:
+    """End a relayed stream from the proxy's side: its reader sees a broken stream."""
+    resp.content.set_exception(aiohttp.ClientConnectionError("the decoder is leaving"))
+    resp.close()
+
+
+class Relay:
+    """One client's stream: its head, then each leg pumped into it."""
+
+    def __init__(
+        self, request: web.Request, stages: Stages, stage: str, migration: Carrier | None
+    ) -> None:
+        self.request = request
+        self.stages = stages
+        self.stage = stage
+        self.migration = migration
+        self.router = stages.router
+
+    async def stream(self, opened: Opened) -> web.StreamResponse:
+        """Relay ``opened`` (and the legs that carry it on) to the client."""
+        out = web.StreamResponse(
+            headers={
+                "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
+                "X-Request-Id": self.stages.rid,
+            }
+        )
+        self.stages.progress.stage = "stream"
+        leg: Opened | None = opened  # not handed to the pump yet: closed here on failure
         try:
-            families = list(text_string_to_metric_families(text))
-        except ValueError:
-            return False
-        extra = {URL_LABEL: inst.url, ROLE_LABEL: inst.role}
-        for fam in families:
-            merged = self.families.get(fam.name)
-            if merged is None:
-                merged = self.families[fam.name] = Metric(fam.name, fam.documentation, fam.type)
-            merged.samples += [
-                Sample(s.name, {**s.labels, **extra}, s.value, s.timestamp, s.exemplar)
-                for s in fam.samples
-            ]
-        return True
+            await out.prepare(self.request)
+            self.stages.progress.first_byte_at = time.perf_counter()
+            while leg is not None:
+                current, leg = leg, None  # the pump releases it, whatever happens
+                end = await self._pump(out, current)
+                if end is End.DONE:
+                    break
+                after = await self._after(current, end)
+                if isinstance(after, Opened):
+                    leg = after
+                elif isinstance(after, ProxyError):
+                    self.router.metrics.errors.labels(after.stage, after.kind).inc()
+                    await _write(out, after.sse_event())
+                else:
+                    await _write(out, after)
+        except _ClientGone:
+            self.router.metrics.disconnects.labels("stream").inc()
+            return out
+        except BaseException:
+            if leg is not None:
+                leg.resp.close()
+                self.router.release(leg.lease)
+            raise
+        with contextlib.suppress(ConnectionResetError):
+            await out.write_eof()
+        return out
 
-    def collect(self) -> Iterator[Metric]:
-        yield from self.families.values()
-        yield self.scrape_ok
+    async def _after(self, leg: Opened, end: End) -> Opened | bytes | ProxyError:
+        """What follows a leg that did not end with ``[DONE]``."""
+        if self.migration is not None:
+            return await self.migration.after(leg)
+        how = "ended without [DONE]" if end is End.ENDED else "interrupted"
+        return ProxyError("stream_interrupted", self.stage, f"{self.stage} stream {how}")
 
-
-def merge(instances: list[Instance], texts: list[str | None]) -> bytes:
-    """The merged page from the scraped texts (pure CPU: parse, label, render)."""
-    page = _Page()
-    for inst, text in zip(instances, texts, strict=True):
-        page.add(inst, text)
-    return generate_latest(page)
-
-
-async def render(router: Router) -> bytes:
-    """Scrape every instance at once, then merge off the event loop.
-
-    Parsing and rendering 52 engines' pages takes about 0.3 s of pure Python;
-    on the loop that would stall every stream the proxy is relaying for as
-    long (and a benchmark sampling through the relay would measure its own
-    stall as inter-token latency). In a worker thread the loop keeps its turn
-    every switch interval (``benchmarks/metrics_loop_stall.py``). The pages'
-    bytes (as read) and their merge are charged to ``--memory-budget``.
-    """
-    with holding(router.budget):
-        instances = list(router.instances())
-        texts = await asyncio.gather(*(scrape(router, i) for i in instances))
-        with charged(MERGE_COST * sum(len(t) for t in texts if t is not None)):
-            return await asyncio.to_thread(merge, instances, list(texts))
-
-
-class PageMaker:
-    """One page made at a time; a GET is answered by a page whose making started after it
-    arrived (or less than ``ttl_s`` before), and GETs waiting meanwhile share it."""
-
-    def __init__(self, router: Router) -> None:
-        self.router = router
-        self.ttl_s = router.config.engine_metrics_ttl_s
-        self._made: tuple[float, bytes] | None = None  # (when its making started, page)
-        self._making: tuple[float, asyncio.Task[bytes]] | None = None
-
-    async def page(self) -> bytes:
-        loop = asyncio.get_running_loop()
-        fresh_from = loop.time() - self.ttl_s
-        while True:
-            if self._made is not None and self._made[0] >= fresh_from:
-                return self._made[1]
-            if self._making is None:
-                self._making = (loop.time(), loop.create_task(self._make(loop.time())))
-            started, task = self._making
-            if started >= fresh_from:
-                return await asyncio.shield(task)
-            with contextlib.suppress(Exception):  # begun before this GET: the next one
-                await asyncio.shield(task)
-
-    async def _make(self, started: float) -> bytes:
+    async def _pump(self, out: web.StreamResponse, leg: Opened) -> End:
+        """Copy one leg's chunks to the client until it ends (through the tape where the
+        stream may migrate); its lease is released and its response closed here."""
+        resp, lease, chunk = leg.resp, leg.lease, leg.first
+        tape = self.migration.tape if self.migration is not None else None
+        end = End.BROKEN
         try:
-            made = await render(self.router)
+            with self._cuttable(leg):
+                tail = b""
+                while chunk:
+                    data = chunk if tape is None else await self._through(tape, chunk)
+                    if data:
+                        try:
+                            await out.write(data)
+                        except ConnectionResetError as exc:
+                            raise _ClientGone from exc
+                    lease.grow(chunk.count(b"data:"))
+                    if tape is None:
+                        tail = (tail + chunk)[-TAIL_BYTES:]
+                    elif tape.stopped:
+                        break
+                    chunk = await resp.content.readany()
+            done = tape.done if tape is not None else b"[DONE]" in tail
+            end = End.DONE if done else End.ENDED
+        except BROKEN:
+            pass
         finally:
-            self._making = None
-        self._made = (started, made)
-        return made
+            # a stream read to its end gives its connection back; any other is closed
+            whole = end is End.DONE or (tape is None and end is End.ENDED)
+            if whole:
+                resp.release()
+            else:
+                resp.close()
+            self.router.release(lease)
+        return end
+
+    def _cuttable(self, leg: Opened) -> contextlib.AbstractContextManager[None]:
+        """How the leg is cut from the proxy's side: a stream that may migrate by its
+        lease (a leaving or lost decoder: it carries on elsewhere), another by closing
+        it when its instance is found gone."""
+        if self.migration is not None:
+            leg.lease.cuttable(partial(cut_stream, leg.resp))
+            return contextlib.nullcontext()
+        if leg.inst is None:
+            return contextlib.nullcontext()
+        return leg.inst.cuttable(leg.resp.close)
+
+    async def _through(self, tape: Tape, chunk: bytes) -> bytes:
+        """The events ``chunk`` completes, as the client gets them; an event larger than
+        ``--parse-inline-bytes`` is read in a parse worker, so the loop only splits it."""
+        inline = self.router.config.parse_inline_bytes
+        out: list[bytes] = []
+        for raw in tape.split(chunk):
+            if tape.stopped:
+                break
+            if len(raw) <= inline:
+                event = read_event(raw, tape.strips)
+            else:
+                event = await parse_off_loop(
+                    read_event, raw, tape.strips, inline_if_worker_dies=True
+                )
+            out.append(tape.take(raw, event))
+        tape.chunk_done()
+        return b"".join(out)
 
 
-def add_routes(app: web.Application, key: web.AppKey[Router]) -> None:
-    makers: dict[Router, PageMaker] = {}
-
-    async def engines(request: web.Request) -> web.StreamResponse:
-        router = request.app[key]
-        maker = makers.get(router) or makers.setdefault(router, PageMaker(router))
-        try:
-            body = await maker.page()
-        except ProxyError as err:  # the memory budget
-            return error_response(err)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
-
-    app.router.add_get(PATH, engines)
+async def _write(out: web.StreamResponse, data: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await out.write(data)

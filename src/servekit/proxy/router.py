@@ -1,18 +1,24 @@
-"""The router: pools, policies and the retry loop shared by every stage and protocol.
+"""The router: pools, policies, the retry loop and the blame shared by every stage and protocol.
 
 :meth:`Router.attempt` (the one retry loop) picks an instance with the stage's
-policy and runs one exchange on it. A failure that left nothing at the client (a connection error,
-a 5xx, a 200 with an empty body) counts against the instance for outlier
-detection and the exchange is tried on another instance, with exponential
-backoff, up to ``max_attempts``. A timeout, a 4xx or a client disconnect is the
-exchange's own business and is not retried here.
+policy (chosen by name from :data:`~servekit.proxy.policies.POLICIES`) and runs
+one exchange on it. A failure that left nothing at the client (a connection
+error, a 5xx, a 200 with an empty body) is blamed on the instance and the
+exchange is tried on another instance, with exponential backoff, up to
+``max_attempts``. A timeout, a 4xx or a client disconnect is the exchange's own
+business and is not retried here.
+
+:meth:`Router.blame` is the one place a request's failure is put on an
+instance (the retry loop's, and a relayed stream's that broke mid-answer): the
+request does not choose it again, and the failure counts against it (outlier
+detection) and its failure domain (its siblings suspect until probed).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 
@@ -24,14 +30,18 @@ from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Hold, Instance, Lease, Pool, hold
 from servekit.proxy.membership import Membership
 from servekit.proxy.metrics import ProxyMetrics
-from servekit.proxy.policies import Policy, kv_routing, make_policy
+from servekit.proxy.policies import KV_POLICY, Policy, make_policy
 from servekit.proxy.siblings import Siblings
+
+if TYPE_CHECKING:
+    from servekit.proxy.kvaware import KvRouting
 
 T = TypeVar("T")
 
 # Failures where the backend cannot have produced anything the client saw.
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 LEASE_EXPIRED = "kv_lease_expired"  # the handed-over KV's age, not the instance
+STREAM_INTERRUPTED = "stream_interrupted"  # a relayed stream broke mid-answer
 
 
 class Router:
@@ -107,6 +117,21 @@ class Router:
     def describe(self, inst: Instance) -> str:
         return inst.describe(self.config.debug)
 
+    def blame(self, inst: Instance, kind: str, tried: set[Instance] | None = None) -> None:
+        """A request failed on ``inst`` (``kind``): the request does not choose it again
+        (``tried``), and the failure counts against it and its failure domain. A leaving
+        instance's broken stream is its drain's cut, not its failure."""
+        if tried is not None:
+            tried.add(inst)
+        if kind == STREAM_INTERRUPTED and inst.drain is not None:
+            return
+        self.health.request_failed(inst, kind, self.pools[inst.role].members)
+
+    def suspect(self, inst: Instance, reason: str) -> None:
+        """``inst`` may be gone though nothing failed on it yet (a prefill whose KV a
+        failed decode was to read): suspect until a probe finds it alive."""
+        self.health.suspect(inst, reason)
+
     async def attempt(
         self,
         stage: str,
@@ -144,8 +169,7 @@ class Router:
             except Exception as exc:  # sorted by _failed, which re-raises what is not retried
                 last = self._failed(stage, inst, exc, renew=prepare is not None)
                 if last.kind != LEASE_EXPIRED:
-                    self.health.request_failed(inst, last.kind, pool.members)
-                    tried.add(inst)
+                    self.blame(inst, last.kind, tried)
                 continue
             self.health.request_ok(inst)
             return result
@@ -176,7 +200,7 @@ class Router:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):  # a connect timeout: try elsewhere
             return self._unreachable(stage, inst)
         if isinstance(exc, TimeoutError):
-            self.health.request_failed(inst, "timeout", self.pools[stage].members)
+            self.blame(inst, "timeout")
             raise ProxyError("timeout", stage, f"{stage} {self.describe(inst)} timed out") from None
         if isinstance(exc, RETRYABLE):
             return self._unreachable(stage, inst)
@@ -184,3 +208,12 @@ class Router:
 
     def _unreachable(self, stage: str, inst: Instance) -> ProxyError:
         return ProxyError("connect_failed", stage, f"could not reach {stage} {self.describe(inst)}")
+
+
+def kv_routing(config: ProxyConfig, session: aiohttp.ClientSession) -> KvRouting | None:
+    """The shared state of the ``kv-events`` policy, when a stage uses it (pyzmq imported here)."""
+    if KV_POLICY not in (config.prefill_policy, config.decode_policy):
+        return None
+    from servekit.proxy.kvaware import KvRouting
+
+    return KvRouting(config, session)

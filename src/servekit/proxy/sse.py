@@ -1,15 +1,15 @@
 """A decoder's SSE stream read event by event, in time linear in its bytes.
 
-Migration (:mod:`servekit.proxy.migration`) reads every event it relays. Two
-costs used to grow faster than the bytes: the buffer of an event still
-arriving was joined with each new chunk and searched again from its start
-(quadratic in the event's size), and the event's text was found by a regular
-expression that took about 2 s over one 8 MB event, on the event loop. Now
-:class:`Splitter` searches each byte once (the last three bytes of what is
-held, for a separator that straddles two chunks, and the new chunk) and joins
-an event's chunks once; :func:`read_event` is a plain JSON parse (C speed),
-and an event larger than ``--parse-inline-bytes`` is read in a parse worker
-(:mod:`servekit.proxy.parsepool`), so the loop only splits it.
+The tape of a stream that may migrate (:mod:`servekit.proxy.tape`) reads every
+event the relay passes on. Two costs used to grow faster than the bytes: the
+buffer of an event still arriving was joined with each new chunk and searched
+again from its start (quadratic in the event's size), and the event's text was
+found by a regular expression that took about 2 s over one 8 MB event, on the
+event loop. Now :class:`Splitter` searches each byte once (the last three
+bytes of what is held, for a separator that straddles two chunks, and the new
+chunk) and joins an event's chunks once; :func:`read_event` is a plain JSON
+parse (C speed), and an event larger than ``--parse-inline-bytes`` is read in a
+parse worker (:mod:`servekit.proxy.parsepool`), so the loop only splits it.
 
 vLLM's events carry the token ids the proxy asked for (``return_token_ids``):
 ``prompt_token_ids`` once, at the top of a chat event or in a completion

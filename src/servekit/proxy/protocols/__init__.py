@@ -1,8 +1,11 @@
 """One handler per KV handoff protocol, chosen by the proxy mode from servekit.kvprotocol.
 
 ``pull`` (mode ``pd``), ``bootstrap``, ``prompt_keyed`` and ``layerwise``: each
-module says how its protocol hands the KV over; what they share (the retry
-loop, the KV lease, migration, routing) is the trip's and the router's.
+module says how its protocol hands the KV over; what they share is written once:
+the KV lease in :mod:`~servekit.proxy.protocols.base`, the exchanges in
+:mod:`servekit.proxy.stages`, the retry loop and routing in the router. The flow
+(:mod:`servekit.proxy.flow`) and the migration call a handler; a handler calls
+only the stages below it.
 """
 
 from __future__ import annotations

@@ -19,20 +19,20 @@ from servekit.proxy.payloads import (
     decode_payload,
 )
 from servekit.proxy.protocols.base import Handler
-from servekit.proxy.stages import Trip
+from servekit.proxy.stages import Stages
 
 
 class Bootstrap(Handler):
     protocol = "bootstrap"
     one_prompt = True
 
-    async def handoff(self, trip: Trip, body: dict[str, Any]) -> dict[str, Any]:
+    async def handoff(self, stages: Stages, body: dict[str, Any]) -> dict[str, Any]:
         transfer_id = uuid.uuid4().hex
-        await trip.prefill(with_kv_params=True, kv_params=bootstrap_prefill_params(transfer_id))
-        inst = trip.prefilled_on
+        await stages.prefill(with_kv_params=True, kv_params=bootstrap_prefill_params(transfer_id))
+        inst = stages.prefilled_on
         server = inst.bootstrap if inst is not None else None  # flags, admin or discovery
         if server is None:
-            who = "?" if inst is None else trip.router.describe(inst)
+            who = "?" if inst is None else stages.router.describe(inst)
             msg = f"prefill {who} has no known bootstrap server (--prefill-bootstrap)"
             raise ProxyError("missing_kv_transfer_params", "prefill", msg)
         return decode_payload(body, bootstrap_decode_params(transfer_id, *server))

@@ -48,8 +48,9 @@ from servekit.proxy.instances import Instance
 from servekit.proxy.parsepool import Raw, encode_body
 from servekit.proxy.payloads import prefill_payload
 from servekit.proxy.protocols.base import Handler
+from servekit.proxy.requests import Ticket
 from servekit.proxy.router import Router
-from servekit.proxy.stages import Opened, Trip
+from servekit.proxy.stages import Opened, Stages
 
 PATH = "/v1/metaserver"
 CALL_MAX_BYTES = 4 * 1024 * 1024  # 16k-token prompts are ~1k block ids: room to spare
@@ -202,27 +203,26 @@ class Layerwise(Handler):
     protocol = "layerwise"
     migrates = False
 
-    async def serve(self, trip: Trip) -> web.StreamResponse:
-        """One client request through the layerwise flow; retried on another decoder on 5xx."""
-        route = trip.ticket.route
+    def check(self, ticket: Ticket) -> None:
+        route = ticket.route
         if route not in REQUEST_IDS:
             msg = (
                 f"{route}: layerwise mode serves {' and '.join(REQUEST_IDS)} (vLLM names other "
                 "requests itself, so the decoder's metaserver call could not be matched)"
             )
             raise ProxyError("bad_request", "proxy", msg)
-        if trip.ticket.prompts > 1:
+        if ticket.prompts > 1:
             msg = (
                 "prompt: layerwise mode serves one prompt per request; send the prompts separately"
             )
             raise ProxyError("bad_request", "proxy", msg)
-        book = trip.request.app[BOOK]
-        exchange = partial(_attempt, trip, book, url=_advertised(trip.router, trip.request))
-        trip.progress.stage = "decode"
-        out = await trip.router.attempt("decode", trip.ticket.prefix_key, exchange)
-        if isinstance(out, Opened):
-            return await trip.relay("decode", out)
-        return trip.whole_answer(out)
+
+    async def decode_first(self, stages: Stages, request: web.Request) -> Opened | bytes:
+        """The layerwise flow, retried on another decoder on 5xx."""
+        book = request.app[BOOK]
+        exchange = partial(_attempt, stages, book, url=_advertised(stages.router, request))
+        stages.progress.stage = "decode"
+        return await stages.router.attempt("decode", stages.ticket.prefix_key, exchange)
 
     def add_routes(self, app: web.Application, config: ProxyConfig) -> None:
         add_routes(app, config.body_timeout_s)
@@ -236,15 +236,15 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
             await task
 
 
-async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened | bytes:
+async def _attempt(stages: Stages, book: Book, inst: Instance, url: str) -> Opened | bytes:
     """Decode on ``inst``, wait for its metaserver call, prefill into its blocks."""
-    cfg = trip.router.config
+    cfg = stages.router.config
     rid = uuid.uuid4().hex
-    trip.headers["X-Request-Id"] = rid  # the decode and its prefill must share it
-    key = REQUEST_IDS[trip.ticket.route].format(rid=rid)
+    stages.name_request(rid)  # the decode and its prefill must share it
+    key = REQUEST_IDS[stages.ticket.route].format(rid=rid)
     call = book.expect(key)
-    data = encode_body(decode_payload(trip.ticket.body, url))
-    decode: asyncio.Task[Opened | bytes] = asyncio.create_task(_decode(trip, inst, data))
+    data = encode_body(decode_payload(stages.ticket.body, url))
+    decode = asyncio.create_task(stages.decode("decode", inst, data))
     prefill: asyncio.Task[dict[str, Any]] | None = None
     handed_off = False
     try:
@@ -253,7 +253,7 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
             first, timeout=cfg.metaserver_timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
         if call not in done:
-            who = f"decode {trip.router.describe(inst)}"
+            who = f"decode {stages.router.describe(inst)}"
             if decode in done:
                 decode.result()  # its own failure (a 4xx, a 5xx, a connection error)
                 msg = (
@@ -266,9 +266,9 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
                 "(--metaserver-timeout); can it reach that address?"
             )
             raise ProxyError("timeout", "decode", msg)
-        payload = prefill_payload(trip.ticket.route, trip.ticket.body, with_kv_params=False)
+        payload = prefill_payload(stages.ticket.route, stages.ticket.body, with_kv_params=False)
         payload["kv_transfer_params"] = call.result()  # the decoder's call, whole
-        prefill = asyncio.create_task(trip.prefill_on_any(encode_body(payload)))
+        prefill = asyncio.create_task(stages.prefill_on_any(encode_body(payload)))
         both: set[asyncio.Future[Any]] = {decode, prefill}
         done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         if prefill in done and prefill.exception() is not None:
@@ -293,11 +293,3 @@ async def _attempt(trip: Trip, book: Book, inst: Instance, url: str) -> Opened |
 async def _drain(task: asyncio.Task[Any]) -> None:
     with contextlib.suppress(Exception):
         await task
-
-
-async def _decode(trip: Trip, inst: Instance, data: bytes) -> Opened | bytes:
-    """The decode exchange: a stream opened (first bytes in) or the whole answer."""
-    if trip.ticket.stream:
-        return await trip.open_stream("decode", inst, data)
-    whole = await trip.post_whole("decode", inst, data, trip.router.config.decode_timeout_s)
-    return whole.body

@@ -12,13 +12,13 @@ from typing import Any
 
 from servekit.proxy.payloads import prompt_keyed_decode_payload
 from servekit.proxy.protocols.base import Handler
-from servekit.proxy.stages import Trip
+from servekit.proxy.stages import Stages
 
 
 class PromptKeyed(Handler):
     protocol = "prompt"
     fresh_kv = False
 
-    async def handoff(self, trip: Trip, body: dict[str, Any]) -> dict[str, Any]:
-        await trip.prefill(with_kv_params=False)
+    async def handoff(self, stages: Stages, body: dict[str, Any]) -> dict[str, Any]:
+        await stages.prefill(with_kv_params=False)
         return prompt_keyed_decode_payload(body)

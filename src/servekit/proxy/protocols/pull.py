@@ -14,15 +14,15 @@ from typing import Any
 from servekit.proxy.failures import ProxyError
 from servekit.proxy.payloads import decode_payload
 from servekit.proxy.protocols.base import Handler
-from servekit.proxy.stages import Trip
+from servekit.proxy.stages import Stages
 
 
 class Pull(Handler):
     protocol = "params"
     one_prompt = True
 
-    async def handoff(self, trip: Trip, body: dict[str, Any]) -> dict[str, Any]:
-        kv = await trip.prefill(with_kv_params=True)
+    async def handoff(self, stages: Stages, body: dict[str, Any]) -> dict[str, Any]:
+        kv = await stages.prefill(with_kv_params=True)
         if kv is None:
             msg = (
                 "prefill answer carried no kv_transfer_params asking for a remote prefill; "
