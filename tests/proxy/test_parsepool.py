@@ -420,16 +420,16 @@ def prompt_logprobs(mib: int) -> bytes:
     return json.dumps([None, *[one] * n]).encode()
 
 
-def with_logprobs(big: bytes) -> Callable[[bytes], bytes]:
-    """The prefill's answer with ``big`` as its ``prompt_logprobs`` (spliced, not parsed:
-    the spy shares the loop being measured)."""
-    return lambda answer: b"".join((answer.rstrip()[:-1], b', "prompt_logprobs": ', big, b"}"))
+def with_logprobs(big: bytes) -> Callable[[bytes], list[bytes]]:
+    """The prefill's answer with ``big`` as its ``prompt_logprobs``, in parts the spy sends
+    as they are (spliced, not parsed nor joined: the spy shares the loop being measured)."""
+    return lambda answer: [answer.rstrip()[:-1], b', "prompt_logprobs": ', big, b"}"]
 
 
 def test_only_the_members_the_proxy_reads_come_back_from_an_answer() -> None:
     params = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
     answer = json.dumps({"id": "x", "kv_transfer_params": params, "choices": [{}]}).encode()
-    answer = with_logprobs(prompt_logprobs(1))(answer)
+    answer = b"".join(with_logprobs(prompt_logprobs(1))(answer))
     assert parsepool.answer_fields(answer, ("kv_transfer_params",)) == {
         "kv_transfer_params": params
     }
@@ -448,7 +448,7 @@ def test_an_answer_is_read_for_its_members_without_building_the_rest() -> None:
 
     params = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
     answer = json.dumps({"id": "x", "kv_transfer_params": params, "choices": [{}]}).encode()
-    answer = with_logprobs(prompt_logprobs(4))(answer)
+    answer = b"".join(with_logprobs(prompt_logprobs(4))(answer))
     tracemalloc.start()
     got = parsepool.answer_fields(answer, ("kv_transfer_params",))
     _, peak = tracemalloc.get_traced_memory()
@@ -487,7 +487,9 @@ def test_without_msgspec_an_answer_is_parsed_whole_and_held_to_the_budget(
 
     monkeypatch.setattr(jsoncodec, "msgspec", None)
     params = {"do_remote_prefill": True}
-    answer = with_logprobs(prompt_logprobs(1))(json.dumps({"kv_transfer_params": params}).encode())
+    answer = b"".join(
+        with_logprobs(prompt_logprobs(1))(json.dumps({"kv_transfer_params": params}).encode())
+    )
     assert parsepool.answer_fields(answer, ("kv_transfer_params",)) == {
         "kv_transfer_params": params
     }
@@ -553,12 +555,19 @@ def test_a_worker_killed_parsing_an_answer_is_a_503_and_the_decoder_gets_nothing
 
 
 @pytest.mark.slow
-def test_health_answers_while_a_big_prefill_answer_is_parsed_and_waits_without_the_worker() -> None:
-    """A 48 MiB prefill answer of small values (prompt_logprobs): parsed on the loop (the
-    positive control) one probe waits out most of the request; in the worker none does."""
+def test_health_answers_while_a_big_prefill_answer_is_parsed_in_the_worker() -> None:
+    """A 48 MiB prefill answer of small values (prompt_logprobs), read in the parse worker:
+    probes keep answering and none waits a sixth of the request.
+
+    Not a latency control against the loop: since the answer is read for its members
+    only (msgspec), reading 48 MiB on the loop costs about 40 ms here, what copying it
+    to a worker costs (the worker is for memory: test_a_worker_grown_by_a_big_parse...).
+    The positive control is that the worker did the parse, and the loop did not.
+    """
     big = with_logprobs(prompt_logprobs(48))
 
-    async def scenario() -> None:
+    async def scenario() -> dict[bool, tuple[float, float, int, bool]]:
+        seen = {}
         for inline in (True, False):
             config = NEVER_IN_WORKER if inline else {}
             async with stack(**config) as s:
@@ -567,12 +576,13 @@ def test_health_answers_while_a_big_prefill_answer_is_parsed_and_waits_without_t
                     s, s.post("/v1/completions", COMPLETION)
                 )
                 assert status == 200
-                if inline:
-                    assert slowest > 0.3 * took, (slowest, took)
-                else:
-                    assert slowest < 0.15 * took and answered >= 5, (slowest, took, answered)
+                seen[inline] = (took, slowest, answered, bool(s.proxy.runner.app[WORKERS].pids()))
+        return seen
 
-    run(scenario())
+    seen = run(scenario())
+    assert not seen[True][3] and seen[False][3], seen  # where the parse ran
+    took, slowest, answered, _ = seen[False]
+    assert slowest < took / 6 and answered >= 5, seen
 
 
 def test_a_metaserver_call_whose_parse_worker_died_is_read_on_the_loop() -> None:

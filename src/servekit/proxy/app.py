@@ -18,7 +18,7 @@ from aiohttp.typedefs import Middleware
 
 from servekit.proxy import admin, engine_metrics, jsoncodec, parsepool, passthrough
 from servekit.proxy.bodies import expect_handler, read_request
-from servekit.proxy.budget import Budget, charge, holding, parse_cost, refund
+from servekit.proxy.budget import Budget, charge, holding, parse_cost_yielding, refund
 from servekit.proxy.conns import Connections, track
 from servekit.proxy.failures import Answer, ProxyError, error_response
 from servekit.proxy.flow import serve
@@ -54,9 +54,9 @@ def log_refusal(request: web.Request, err: ProxyError) -> None:
         )  # fmt: skip
 
 
-def _too_costly(raw: bytes, limit: int) -> int:
+async def _too_costly(raw: bytes, limit: int) -> int:
     """The parse cost of ``raw``; a 413 when it passes ``--max-parse-bytes``."""
-    cost = parse_cost(raw)
+    cost = await parse_cost_yielding(raw)
     if cost > limit:
         msg = (
             f"request body would take about {cost >> 20} MiB once parsed, more than "
@@ -74,7 +74,7 @@ async def _read_ticket(
     kv-events policy, the worker also keys a token-id prompt's blocks (second item)."""
     cfg = router.config
     raw = await read_request(request, cfg.max_body_bytes, cfg.body_timeout_s)
-    cost = _too_costly(raw, cfg.max_parse_bytes)
+    cost = await _too_costly(raw, cfg.max_parse_bytes)
     charge(cost - len(raw))  # the parsed body lives as long as the request
     workers = request.app[WORKERS]
     if workers.wanted(len(raw)):

@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from servekit.proxy import parsepool
-from servekit.proxy.budget import charge, charged, parse_cost
+from servekit.proxy.budget import charge, charged, parse_cost_yielding
 from servekit.proxy.failures import ProxyError, error_response
 
 T = TypeVar("T")
@@ -121,7 +121,7 @@ async def parse_off_loop(
     worker that died is a 503 ``worker_failed``, or, with ``inline_if_worker_dies``, the
     parse is done on the loop instead."""
     workers = parsepool.CURRENT.get()
-    cost = parse_cost(raw)
+    cost = await parse_cost_yielding(raw)
     with charged(cost - len(raw)):
         if workers is not None and workers.wanted(len(raw)):
             try:
