@@ -15,8 +15,11 @@ def test_the_target_choices_are_the_table() -> None:
     assert tuple(PLATFORMS) == TARGETS == choices == ("modelarts", "nodes", "k8s")
 
 
-def test_each_platform_is_one_folder_with_a_renderer() -> None:
-    for name in PLATFORMS:
-        folder = SRC / ("k8s" if name == "k8s" else name)
+def test_each_platform_is_one_folder_whose_row_is_its_own() -> None:
+    for name, row in PLATFORMS.items():
+        folder = SRC / name
         assert (folder / "__init__.py").is_file(), name
-        assert "def render(" in (folder / "__init__.py").read_text(), name
+        assert row.name == name
+        for part in (row.render, row.start):
+            module = part.__module__
+            assert module.partition(".")[2].startswith(f"platforms.{name}"), (name, module)
