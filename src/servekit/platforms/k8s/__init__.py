@@ -46,9 +46,9 @@ def k8s_requirements(name: str, catalog: Path | None = None) -> list[str]:
 
 
 def attach_hosts(text: str, plan: Plan) -> dict[str, str]:
-    from servekit.platforms.k8s.attach import pod_hosts
+    from servekit.platforms.k8s.attach import attach_pods
 
-    return pod_hosts(text, plan)
+    return attach_pods(text, plan)
 
 
 @contextmanager
