@@ -2,13 +2,14 @@
 
 The test copies servekit's source tree, adds ``platforms/toyplat/`` (renderer,
 start commands, a render flag and a ``--set`` setting, a summary file, an attach
-flag) and its row in ``platforms/table.py``, and checks that nothing else in the
+flag, its requirements) and its row in ``platforms/table.py``, and checks that nothing else in the
 copy differs from the source and that nothing else names the toy. Then, in a
 fresh interpreter running the copy, everything that used to branch on a
 platform's name works for the toy: ``servekit render --target toyplat`` (its flag,
 its setting, its plan.md, the summary it prints), another platform's flag refused
 with it and its flag refused with another target, the report's "how to use it",
-``servekit deployment`` with its attach flag, ``verify``'s attach check and help.
+``servekit deployment`` with its attach flag, ``verify``'s attach check and help,
+``layouts show``'s requirements.
 
 Positive control: without the row ``--target toyplat`` is not a choice, so the
 row is what the toy needs besides its folder. The module is marked slow: one
@@ -87,6 +88,10 @@ def hosts(text: str, plan: Plan) -> dict[str, str]:
     return {p.name: given[p.name] for p in plan.processes}
 
 
+def requirements(name: str, catalog: object) -> list[str]:
+    return [f"toyplat requirement: one controller for {name}"]
+
+
 PLATFORM = Platform(
     name="toyplat",
     describe="a launch list the toy's controller runs",
@@ -103,6 +108,7 @@ PLATFORM = Platform(
         entry="the toy entry's URL",
         hosts=hosts,
     ),
+    requirements=requirements,
 )
 '''
 
@@ -153,6 +159,7 @@ said["plan"] = {p.name: [i + 2, p.api_port] for i, p in enumerate(plan.processes
 said["deployment_missing"] = run("deployment", name, "--toyplat-hosts", "x=1", "--entry",
                                  "http://10.9.0.1:8000", "--out", str(out / "dep2.json"))
 said["verify_help"] = run("verify", "--help")
+said["show"] = run("layouts", "show", name)
 from servekit.verify import VerifyOptions
 from servekit.verify.attach import check_attach_inputs
 opts = VerifyOptions(name=name, target="http://10.9.0.1:8000", toyplat_hosts=hosts)
@@ -285,6 +292,14 @@ def test_its_attach_places_each_process(toy: tuple[Path, dict[str, object]]) -> 
     code, output = said["verify_help"]  # type: ignore[misc]
     assert code == 0 and "--toyplat-hosts" in output
     assert "--target URL (the toy entry's URL)" in str(said["verify_no_target"])
+
+
+def test_layouts_show_prints_its_requirements(toy: tuple[Path, dict[str, object]]) -> None:
+    _, said = toy
+    code, output = said["show"]  # type: ignore[misc]
+    assert code == 0, output
+    assert "toyplat requirement: one controller for a3/deepseekv4-flash/1p1d" in output
+    assert "kubernetes requirement" in output  # the other rows' still print
 
 
 def test_without_its_row_the_folder_alone_is_not_a_platform() -> None:

@@ -23,11 +23,6 @@ if TYPE_CHECKING:
         leftovers as leftovers,
     )
     from servekit.platforms.fakenpu import Faults as Faults
-    from servekit.platforms.k8s import k8s_requirements as k8s_requirements
-    from servekit.platforms.k8s.attach import (
-        parse_pods as parse_pods,
-        process_hosts as process_hosts,
-    )
     from servekit.platforms.k8s.fake import (
         k8s_dry_cluster as k8s_dry_cluster,
         k8s_refused as k8s_refused,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -79,6 +80,9 @@ class Platform:
     summary: str | None = None
     """The rendered file ``servekit render`` prints after writing (``k8s.md``)."""
     attach: Attach | None = None
+    requirements: Callable[[str, Path | None], list[str]] | None = None
+    """What a layout (name, catalog) needs from this platform, one line each with its
+    reason (``servekit layouts show`` prints them)."""
     fake: Callable[..., AbstractContextManager[DryCluster]] | None = None
     """Its fake for dry runs: runs the rendered entry per node or pod here."""
     refused: Callable[..., list[NodeOutcome]] | None = None

@@ -81,6 +81,7 @@ PLATFORM = Platform(
         entry="the proxy Service's URL",
         hosts=attach_hosts,
     ),
+    requirements=k8s_requirements,
     fake=fake,
     refused=refused,
 )
