@@ -20,6 +20,8 @@ def test_each_platform_is_one_folder_whose_row_is_its_own() -> None:
         folder = SRC / name
         assert (folder / "__init__.py").is_file(), name
         assert row.name == name
-        for part in (row.render, row.start):
+        parts = [row.render, row.start, row.fake, row.refused, row.requirements, row.flags]
+        parts += [row.attach.hosts] if row.attach else []
+        for part in [p for p in parts if p is not None]:
             module = part.__module__
             assert module.partition(".")[2].startswith(f"platforms.{name}"), (name, module)

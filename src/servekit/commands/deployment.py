@@ -25,8 +25,8 @@ def _write(opts: DeploymentOptions) -> int:
     dep = write_deployment(opts)
     engines = [e for e in dep.endpoints if e.role != "proxy"]
     by = opts.attached_by()
-    where = opts.nodes or (by[2] if by else "")
-    unit = "nodes" if opts.nodes or by is None else by[1].field
+    where = opts.nodes or (by.text if by else "")
+    unit = "nodes" if opts.nodes or by is None else by.attach.field
     typer.echo(
         f"{opts.out}: {dep.layout} on {len(where.split(','))} {unit}, entry {dep.entry_url}, "
         f"{len(engines)} engine endpoints"

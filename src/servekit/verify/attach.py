@@ -53,12 +53,12 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
         check_url(str(opts.target))
     by = opts.attached_by()
     if by is not None:
-        _, a, text = by
+        a = by.attach
         if opts.nodes is not None or not is_url(opts.target):
             raise UsageError(
                 f"{a.flag}: give --target URL ({a.entry}) and no --nodes; {a.flag} names {a.what}"
             )
-        attached_hosts(a, text, layout)
+        attached_hosts(a, by.text, layout)
     if opts.nodes is not None:
         parse_nodes(opts.nodes, layout)
         if opts.target is not None and not is_url(opts.target):
@@ -104,7 +104,7 @@ def attach_deployment(
     plan = build_plan(layout)
     by = opts.attached_by()
     if by is not None:
-        hosts = attached_hosts(by[1], by[2], layout, plan)
+        hosts = attached_hosts(by.attach, by.text, layout, plan)
         dep = cluster_deployment(
             layout, (), entry=opts.target, logs=opts.logs, engine=engine, process_hosts=hosts,
             plan=plan,

@@ -271,7 +271,7 @@ def write_deployment(opts: DeploymentOptions) -> Deployment:
     layout = load(opts.name, opts.catalog).layout
     plan = build_plan(layout)
     by = opts.attached_by()
-    hosts = attached_hosts(by[1], by[2], layout, plan) if by is not None else None
+    hosts = attached_hosts(by.attach, by.text, layout, plan) if by is not None else None
     dep = cluster_deployment(
         layout,
         parse_nodes(opts.nodes, layout) if opts.nodes is not None else (),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import Field, create_model, field_validator, model_validator
 
@@ -42,15 +42,23 @@ def _attach_fields(entry_flag: str) -> dict[str, Any]:
     }
 
 
+class AttachedBy(NamedTuple):
+    """The platform attach flag given: its row, its attach and the flag's text."""
+
+    platform: Platform
+    attach: Attach
+    text: str
+
+
 class _Attached(StrictModel):
     """What the attach flags share: which platform's flag was given."""
 
-    def attached_by(self) -> tuple[Platform, Attach, str] | None:
+    def attached_by(self) -> AttachedBy | None:
         """The platform whose attach flag was given, with its text; two given are refused."""
-        given = [(p, a, getattr(self, a.field)) for p, a in attaches()]
-        given = [g for g in given if g[2] is not None]
+        given = [AttachedBy(p, a, getattr(self, a.field)) for p, a in attaches()]
+        given = [g for g in given if g.text is not None]
         if len(given) > 1:
-            flags = " and ".join(a.flag for _, a, _ in given)
+            flags = " and ".join(g.attach.flag for g in given)
             raise UsageError(f"{flags}: give one (each names another platform's processes)")
         return given[0] if given else None
 
@@ -246,7 +254,7 @@ class DeploymentOptions(_DeploymentAttach):
             others = "".join(f" or {a.flag} {a.example} ({p.where})" for p, a in attaches())
             raise ValueError(f"give --nodes IP,... (a ModelArts or plain cluster){others}")
         if by is not None and self.entry is None:
-            _, a, _ = by
+            a = by.attach
             raise ValueError(f"{a.flag}: add --entry URL, {a.entry} (how clients reach it)")
         return self
 
