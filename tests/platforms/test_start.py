@@ -3,7 +3,8 @@
 Before (issue 45): a multi-node layout's report and catalog page said
 ``servekit render NAME --out OUT`` (the default target, ModelArts: one flat
 folder) then ``bash OUT/node<i>/run.sh``, a path only ``--target nodes`` writes.
-Now each target states its own start commands once (``servekit.render.start``);
+Now each platform states its own start commands once (its folder's ``start.py``,
+the ``start`` of its row in the platform table);
 the report's and the catalog page's "how to use it" and each rendering's plan.md
 print them. Here every ``servekit render ... --target T --out OUT`` the usage
 prints is rendered for T, and every path under OUT the following lines name (the
@@ -19,8 +20,7 @@ import shlex
 import pytest
 from tests.platforms.rendered import CATALOG, plan
 
-from servekit.platforms import TARGETS, render_files
-from servekit.render import START_TARGETS, start_steps
+from servekit.platforms import PLATFORMS, TARGETS, render_files
 from servekit.report.usage import usage
 
 LAYOUTS = ("a3/glm5.1/1x2p1x4d", "a3/deepseekv4-flash/1p1d", "a3/deepseekv4-flash/1node")
@@ -42,10 +42,6 @@ def _exists(rel: str, files: dict[str, str | bytes]) -> bool:
     return rel == "" or rel in files or any(f.startswith(rel + "/") for f in files)
 
 
-def test_the_start_table_has_every_target() -> None:
-    assert START_TARGETS == TARGETS
-
-
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_every_path_the_usage_prints_is_one_its_target_writes(name: str) -> None:
     p, layout = plan(name), CATALOG[name]
@@ -57,7 +53,7 @@ def test_every_path_the_usage_prints_is_one_its_target_writes(name: str) -> None
         (command,) = renders
         words = shlex.split(command)
         target, out = words[words.index("--target") + 1], words[words.index("--out") + 1]
-        files = render_files(p, target, layout)  # type: ignore[arg-type]
+        files = render_files(p, target, layout)
         named = set()
         for line in (step.title, *step.lines[1:]):
             named |= _paths(line, out, len(p.nodes))
@@ -78,8 +74,9 @@ def test_the_check_catches_the_old_usage() -> None:
 @pytest.mark.parametrize("target", ["modelarts", "nodes"])
 def test_each_renderings_plan_md_prints_the_same_start(target: str) -> None:
     p, layout = plan("a3/glm5.1/1x2p1x4d"), CATALOG["a3/glm5.1/1x2p1x4d"]
-    files = render_files(p, target, layout)  # type: ignore[arg-type]
+    files = render_files(p, target, layout)
     page = str(files["plan.md"])
-    steps = start_steps(p, target, ".")  # type: ignore[arg-type]
+    steps = PLATFORMS[target].start(p, ".")
     assert all(line in page for line in steps.lines)
+    assert steps.note and steps.note in page
     assert all(f in files for f in steps.files)

@@ -15,8 +15,13 @@ def test_the_target_choices_are_the_table() -> None:
     assert tuple(PLATFORMS) == TARGETS == choices == ("modelarts", "nodes", "k8s")
 
 
-def test_each_platform_is_one_folder_with_a_renderer() -> None:
-    for name in PLATFORMS:
-        folder = SRC / ("k8s" if name == "k8s" else name)
+def test_each_platform_is_one_folder_whose_row_is_its_own() -> None:
+    for name, row in PLATFORMS.items():
+        folder = SRC / name
         assert (folder / "__init__.py").is_file(), name
-        assert "def render(" in (folder / "__init__.py").read_text(), name
+        assert row.name == name
+        parts = [row.render, row.start, row.fake, row.refused, row.requirements, row.flags]
+        parts += [row.attach.hosts] if row.attach else []
+        for part in [p for p in parts if p is not None]:
+            module = part.__module__
+            assert module.partition(".")[2].startswith(f"platforms.{name}"), (name, module)

@@ -33,13 +33,14 @@ def _list(opts: LayoutsListOptions) -> int:
 def _show(opts: LayoutsShowOptions) -> int:
     from rich.console import Console
 
-    from servekit.platforms import k8s_requirements
+    from servekit.platforms import PLATFORMS
     from servekit.render import print_show
 
     console = Console()
     print_show(opts.name, opts.catalog, console)
-    for line in k8s_requirements(opts.name, opts.catalog):
-        console.print(line, markup=False, highlight=False)
+    for platform in PLATFORMS.values():
+        for line in platform.requirements(opts.name, opts.catalog) if platform.requirements else []:
+            console.print(line, markup=False, highlight=False)
     return 0
 
 

@@ -1,5 +1,8 @@
 """``servekit deployment NAME --nodes IP,... | --pods POD=IP,... --out FILE``: a cluster's deployment.json.
 
+``--pods`` is the Kubernetes platform's attach flag (its row of the platform
+table); another platform's attach flag works the same way.
+
 A cluster started from ``servekit render``'s scripts writes no deployment.json;
 this command writes the one ``accept``, ``bench`` and ``verify`` take
 (``--target FILE``), from the layout's Plan and the nodes' addresses in rank
@@ -21,8 +24,9 @@ def _write(opts: DeploymentOptions) -> int:
 
     dep = write_deployment(opts)
     engines = [e for e in dep.endpoints if e.role != "proxy"]
-    where = opts.nodes or opts.pods or ""
-    unit = "nodes" if opts.nodes else "pods"
+    by = opts.attached_by()
+    where = opts.nodes or (by.text if by else "")
+    unit = "nodes" if opts.nodes or by is None else by.attach.field
     typer.echo(
         f"{opts.out}: {dep.layout} on {len(where.split(','))} {unit}, entry {dep.entry_url}, "
         f"{len(engines)} engine endpoints"

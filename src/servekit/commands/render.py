@@ -1,4 +1,4 @@
-"""``servekit render NAME --out DIR [--target modelarts|nodes|k8s] [--set KEY=VALUE ...]``."""
+"""``servekit render NAME --out DIR [--target PLATFORM] [--set KEY=VALUE ...]``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _run(opts: RenderOptions) -> int:
         opts.catalog,
         target=opts.target,
         force=opts.force,
-        k8s_kind=opts.k8s_kind,
+        flags=opts.platform_flags(),
         preflight=opts.preflight,
     )
     return 0

@@ -3,7 +3,9 @@
 ``modelarts/`` (one entry every node runs from the rank table), ``nodes/`` (a
 folder per node) and ``k8s/`` (LeaderWorkerSets, the proxy's Deployment and
 Service, kustomize; a fake cluster for dry runs). :data:`PLATFORMS` is the
-table ``servekit render --target`` chooses from.
+table every surface asks (render, usage, verify's attach, the fakes): a row is
+a folder's :class:`Platform`. The fakes named below are the rows' own, kept
+by name for the tests that run them.
 """
 
 from typing import TYPE_CHECKING
@@ -21,11 +23,6 @@ if TYPE_CHECKING:
         leftovers as leftovers,
     )
     from servekit.platforms.fakenpu import Faults as Faults
-    from servekit.platforms.k8s import k8s_requirements as k8s_requirements
-    from servekit.platforms.k8s.attach import (
-        parse_pods as parse_pods,
-        process_hosts as process_hosts,
-    )
     from servekit.platforms.k8s.fake import (
         k8s_dry_cluster as k8s_dry_cluster,
         k8s_refused as k8s_refused,
@@ -35,13 +32,21 @@ if TYPE_CHECKING:
         refused_cluster as refused_cluster,
     )
     from servekit.platforms.options import RenderOptions as RenderOptions
+    from servekit.platforms.platform import (
+        Attach as Attach,
+        Platform as Platform,
+        Start as Start,
+    )
     from servekit.platforms.request import RenderRequest as RenderRequest
     from servekit.platforms.table import (
+        DEFAULT_TARGET as DEFAULT_TARGET,
         PLATFORMS as PLATFORMS,
         TARGETS as TARGETS,
-        Platform as Platform,
         TargetName as TargetName,
+        attaches as attaches,
+        platform as platform,
         render_files as render_files,
+        start_steps as start_steps,
         write_rendering as write_rendering,
     )
 

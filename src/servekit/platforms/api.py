@@ -2,36 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from servekit.catalog import load, packaged_catalog, resolve_catalog
+from servekit.catalog import packaged_catalog, resolve_catalog
 from servekit.errors import UsageError
 from servekit.fsutil import check_output_dir
-from servekit.platforms.request import Files, RenderRequest
-from servekit.platforms.table import PLATFORMS, TargetName
-from servekit.render import apply_overrides, build_plan, check_layout, write_files
+from servekit.platforms.prepare import render_named, split_sets
+from servekit.platforms.request import Files
+from servekit.platforms.table import DEFAULT_TARGET, PLATFORMS, TargetName, platform
+from servekit.render import write_files
 
 
-def _platform_settings(target: TargetName, sets: list[str]) -> tuple[dict[str, str], list[str]]:
-    """``--set <target>.KEY=VALUE`` are the platform's; the rest change the layout."""
+def _flag_settings(target: str, flags: Mapping[str, Any]) -> dict[str, str]:
+    """The target's own flags as its settings; another platform's flag, given, is refused."""
     mine: dict[str, str] = {}
-    rest = []
-    allowed = PLATFORMS[target].settings
-    for item in sets:
-        key, _, value = item.partition("=")
-        head, _, sub = key.strip().partition(".")
-        if head in PLATFORMS:
-            if head != target or sub not in allowed:
-                known = ", ".join(f"{target}.{s}" for s in allowed) or "none"
-                raise UsageError(
-                    f"--set {key.strip()!r}: not a setting of --target {target} (its settings: {known})"
-                )
-            mine[sub] = value.strip()
-        else:
-            rest.append(item)
-    return mine, rest
+    for p in PLATFORMS.values():
+        defaults = p.flag_defaults()
+        for field, setting in p.flag_settings().items():
+            value = flags.get(field, defaults[field])
+            if p.name == target:
+                mine[setting] = str(value)
+            elif value != defaults[field]:
+                flag = "--" + field.replace("_", "-")
+                raise UsageError(f"{flag} is for --target {p.name}")
+    return mine
 
 
 def render_target(
@@ -50,22 +48,12 @@ def render_target(
     render's rules and each caveat the layout records (a difference its import could
     not express renders otherwise than the source, and says so here).
     """
-    settings, layout_sets = _platform_settings(target, sets)
+    p = platform(target)
+    settings, layout_sets = split_sets(target, p.settings, sets, PLATFORMS)
     settings.update(extra or {})
-    layout = apply_overrides(load(name, catalog).layout, layout_sets)
-    findings = check_layout(layout)
-    if notes is not None:
-        notes += [f.line() for f in findings if f.level == "warning"]
-        notes += [f"caveat: {c}" for c in layout.provenance.caveats]
-    errors = [f for f in findings if f.level == "error"]
-    if errors:
-        raise UsageError(
-            f"{errors[0].text()} (fix it or drop the --set; 'servekit layouts check' lists all)"
-        )
-    req = RenderRequest(
-        plan=build_plan(layout), layout=layout, settings=settings, preflight=preflight
+    return render_named(
+        p.render, name, settings, layout_sets, catalog, notes=notes, preflight=preflight
     )
-    return layout.name, PLATFORMS[target].render(req)
 
 
 def render_layout(
@@ -75,21 +63,22 @@ def render_layout(
     catalog: Path | None,
     console: Console | None = None,
     *,
-    target: TargetName = "modelarts",
+    target: TargetName = DEFAULT_TARGET,
     force: bool = False,
-    k8s_kind: str = "leaderworkerset",
+    flags: Mapping[str, Any] | None = None,
     preflight: bool = True,
 ) -> list[Path]:
-    """Render one layout; refuses (exit 2) a layout whose overrides break a rule."""
+    """Render one layout; refuses (exit 2) a layout whose overrides break a rule.
+
+    ``flags``: the platforms' own flags as given (``k8s_kind``: :meth:`RenderOptions.platform_flags`).
+    """
     con = console or Console()
     # Before anything is read: --out may never replace, hold or sit inside the
     # catalog being read or the packaged one (--force or not), or a render of
     # --out CAT --catalog CAT --force deletes every layout it came from.
     inputs = [("catalog", resolve_catalog(catalog)), ("packaged catalog", packaged_catalog())]
     check_output_dir(out, force, "--out", inputs)
-    extra = {"kind": k8s_kind} if target == "k8s" else None
-    if target != "k8s" and k8s_kind != "leaderworkerset":
-        raise UsageError("--k8s-kind is for --target k8s")
+    extra = _flag_settings(target, flags or {})
     notes: list[str] = []
     layout_name, files = render_target(
         name, target, sets, catalog, extra, notes=notes, preflight=preflight
@@ -100,7 +89,7 @@ def render_layout(
         con.print("without the preflight (--no-preflight): nothing is checked before launch")
     for line in notes:
         con.print(line, markup=False, highlight=False)
-    summary = files.get("k8s.md")
+    summary = files.get(platform(target).summary or "")
     if isinstance(summary, str):
         con.print(summary, markup=False, highlight=False)
     return written

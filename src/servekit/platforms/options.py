@@ -1,34 +1,49 @@
-"""The options of ``servekit render``: one model for the CLI, the code and the docs."""
+"""The options of ``servekit render``: one model for the CLI, the code and the docs.
+
+The platform table fills in what is the platforms': ``--target``'s choices and
+help are its rows, and each platform's own flags (``--k8s-kind``) are fields of
+its ``flags`` model, added here after ``--target``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
-from servekit.platforms.table import TargetName
+from servekit.platforms.table import DEFAULT_TARGET, PLATFORMS, TargetName
 from servekit.vocabulary import StrictModel
 
 
-class RenderOptions(StrictModel):
-    """What ``servekit render`` is asked."""
-
+class _Head(StrictModel):
     name: str = Field(description="layout name, e.g. a3/1p1d")
     out: Path = Field(
         description="folder to write (a new or empty folder, or an earlier rendering)"
     )
     target: TargetName = Field(
-        "modelarts",
-        description="modelarts: one entry every node runs from the rank table; "
-        "nodes: a bash folder per node (export NODE<i>_IP); "
-        "k8s: LeaderWorkerSets, the proxy's Deployment and Service, kustomization.yaml",
+        DEFAULT_TARGET,
+        description="; ".join(f"{p.name}: {p.describe}" for p in PLATFORMS.values()),
     )
-    k8s_kind: Literal["leaderworkerset", "disaggregatedset"] = Field(
-        "leaderworkerset",
-        description="k8s: one LeaderWorkerSet per engine group, or one DisaggregatedSet "
-        "(LWS v0.9 or v0.10) with a role per group",
-    )
+
+
+def _platform_flags() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for p in PLATFORMS.values():
+        if p.flags is not None:
+            fields.update({n: (f.annotation, f) for n, f in p.flags.model_fields.items()})
+    return fields
+
+
+if TYPE_CHECKING:
+    _WithFlags = _Head
+else:
+    _WithFlags = create_model("_WithFlags", __base__=_Head, **_platform_flags())
+
+
+class RenderOptions(_WithFlags):
+    """What ``servekit render`` is asked."""
+
     set: tuple[str, ...] = Field(
         (),
         description="override a field, e.g. engines.decode0.settings.max_num_seqs=64; "
@@ -44,3 +59,7 @@ class RenderOptions(StrictModel):
     catalog: Path | None = Field(
         None, description="catalog folder (default: SERVEKIT_CATALOG or the packaged catalog)"
     )
+
+    def platform_flags(self) -> dict[str, Any]:
+        """Every platform's own flags as given (field -> value), for :func:`render_layout`."""
+        return {n: getattr(self, n) for p in PLATFORMS.values() for n in p.flag_settings()}

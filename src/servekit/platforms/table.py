@@ -1,79 +1,78 @@
-"""The render targets, spelled once: name -> how a Plan becomes that platform's files.
+"""The platform table: one row per render target, each row its folder's :data:`PLATFORM`.
 
 A fourth platform (Slurm, Volcano) is one folder beside ``modelarts/``, ``nodes/``
-and ``k8s/`` with a ``render`` function, and one row here; ``TargetName`` is the
-CLI's choice list (tests/platforms checks the two agree).
+and ``k8s/`` whose ``__init__.py`` builds a :class:`~servekit.platforms.platform.Platform`
+(renderer, start commands, fake, attach, flags, summary), and one row here.
+Everything else asks this table: ``servekit render``'s ``--target`` choices and
+its platform flags (:mod:`.options`), the plan page, the report's "how to use
+it", ``verify``/``deployment``'s attach flags and the dry-run fakes
+(``tests/platforms/test_toy_platform.py`` adds a platform this way and checks
+that nothing else needs to change).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal
 
 from servekit.catalog import Layout
-from servekit.platforms.k8s.settings import NAMES as K8S_SETTINGS
+from servekit.errors import UsageError
+from servekit.platforms.k8s import PLATFORM as K8S
+from servekit.platforms.modelarts import PLATFORM as MODELARTS
+from servekit.platforms.nodes import PLATFORM as NODES
+from servekit.platforms.platform import Attach, Platform, Start
 from servekit.platforms.request import Files, RenderRequest
 from servekit.render import Plan
 
-TargetName = Literal["modelarts", "nodes", "k8s"]
+PLATFORMS: dict[str, Platform] = {p.name: p for p in (MODELARTS, NODES, K8S)}
+"""The rows, the default target first."""
+TARGETS: tuple[str, ...] = tuple(PLATFORMS)
+DEFAULT_TARGET = TARGETS[0]
+
+if TYPE_CHECKING:
+    TargetName = str
+else:
+    TargetName = Literal[TARGETS]
+    """The CLI's choice list: the table's names (a pydantic Literal at run time)."""
 
 
-@dataclass(frozen=True)
-class Platform:
-    describe: str
-    render: Callable[[RenderRequest], Files]
-    settings: tuple[str, ...] = ()
+def platform(name: str) -> Platform:
+    """The row of ``name``, or one line naming the choices."""
+    if name not in PLATFORMS:
+        raise UsageError(f"--target {name}: no such platform; choose one of {', '.join(TARGETS)}")
+    return PLATFORMS[name]
 
 
-def _modelarts(req: RenderRequest) -> Files:
-    from servekit.platforms.modelarts import render
-
-    return render(req)
-
-
-def _nodes(req: RenderRequest) -> Files:
-    from servekit.platforms.nodes import render
-
-    return render(req)
+def attaches() -> list[tuple[Platform, Attach]]:
+    """The platforms with an attach flag of their own, in table order."""
+    return [(p, p.attach) for p in PLATFORMS.values() if p.attach is not None]
 
 
-def _k8s(req: RenderRequest) -> Files:
-    from servekit.platforms.k8s import render
-
-    return render(req)
-
-
-PLATFORMS: dict[TargetName, Platform] = {
-    "modelarts": Platform("one entry every node runs from the rank table", _modelarts),
-    "nodes": Platform("a bash folder per node (export NODE<i>_IP)", _nodes),
-    "k8s": Platform(
-        "Kubernetes manifests: a LeaderWorkerSet per engine group, the proxy's Deployment "
-        "and Service, kustomization.yaml",
-        _k8s,
-        settings=K8S_SETTINGS,
-    ),
-}
-TARGETS: tuple[TargetName, ...] = get_args(TargetName)
+def start_steps(plan: Plan, target: str, out: str) -> tuple[str, Start]:
+    """The render command that writes ``plan`` for ``target`` to ``out``, and how it starts."""
+    return (
+        f"servekit render {plan.layout} --target {target} --out {out}",
+        platform(target).start(plan, out),
+    )
 
 
 def render_files(
     plan: Plan,
-    target: TargetName = "modelarts",
+    target: TargetName = DEFAULT_TARGET,
     layout: Layout | None = None,
     settings: dict[str, str] | None = None,
     *,
     preflight: bool = True,
 ) -> Files:
     """Every rendered file of a Plan for one platform, by relative path (pure)."""
-    return PLATFORMS[target].render(RenderRequest(plan, layout, settings or {}, preflight))
+    req = RenderRequest(plan, layout, settings or {}, preflight)
+    return platform(target).render(req)
 
 
 def write_rendering(
     plan: Plan,
     out: Path,
-    target: TargetName = "modelarts",
+    target: TargetName = DEFAULT_TARGET,
     *,
     force: bool = False,
     preflight: bool = True,

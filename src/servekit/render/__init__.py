@@ -53,12 +53,6 @@ if TYPE_CHECKING:
         uses_nic as uses_nic,
         write_files as write_files,
     )
-    from servekit.render.start import (
-        START_TARGETS as START_TARGETS,
-        Start as Start,
-        StartTarget as StartTarget,
-        start_steps as start_steps,
-    )
     from servekit.render.views import (
         list_json as list_json,
         model_of as model_of,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -24,7 +25,6 @@ from servekit.fsutil import staged_dir
 from servekit.render.command import node_var, referenced_nodes, references, shell_words
 from servekit.render.envvalues import shell_value
 from servekit.render.plan import NodePlan, Plan, ProcessPlan
-from servekit.render.start import StartTarget, start_steps
 
 
 def device_span(devices: tuple[int, ...], shortest: int = 2) -> str:
@@ -133,14 +133,11 @@ def _bool_flags(p: ProcessPlan) -> list[tuple[str, str, str]]:
     ]
 
 
-def plan_page(plan: Plan, target: StartTarget) -> str:
-    """``plan.md``: the Plan as a table, and how the target starts it (this folder: ``.``)."""
-    steps = start_steps(plan, target, ".")
-    return (
-        script_environment()
-        .get_template("plan.md.j2")
-        .render(plan=plan, target=target, start=steps)
-    )
+def plan_page(plan: Plan, title: str, lines: Sequence[str], note: str) -> str:
+    """``plan.md``: the Plan as a table, and how its platform starts it (``title``,
+    ``lines``: the platform's start commands for this folder; ``note``: its own words)."""
+    start = {"title": title, "lines": tuple(lines), "note": note}
+    return script_environment().get_template("plan.md.j2").render(plan=plan, start=start)
 
 
 def write_files(files: dict[str, str | bytes], out: Path, *, force: bool = False) -> list[Path]:

@@ -2,8 +2,8 @@
 
 The seeds' release pages spell out unpack, apply, start. Here every line comes
 from the Plan (entry node and port, served model name) and, for a cluster, from
-each render target's own start commands (:mod:`servekit.render.start`, which the
-target's plan.md prints too), so the instructions name only files the renderer
+each platform's own start commands (its row of :data:`servekit.platforms.PLATFORMS`,
+which its plan.md prints too), so the instructions name only files the renderer
 writes and cannot drift from what was verified.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-from servekit.render import Plan, StartTarget, start_steps
+from servekit.platforms import PLATFORMS, start_steps
+from servekit.render import Plan
 from servekit.report.view import Command
 from servekit.vocabulary import url_for
 
@@ -40,10 +41,19 @@ def local_usage(plan: Plan) -> tuple[Command, ...]:
     )
 
 
-def _started(plan: Plan, target: StartTarget, out: str, title: str) -> Command:
-    """Render for one target and start it: the target's own commands (render.start)."""
-    steps = start_steps(plan, target, out)
-    return Command(f"{title}: {steps.title}", (steps.render, *steps.lines))
+def _started(plan: Plan, target: str, out: str, title: str) -> Command:
+    """Render for one platform and start it: the platform's own commands."""
+    render, steps = start_steps(plan, target, out)
+    return Command(f"{title}: {steps.title}", (render, *steps.lines))
+
+
+def _platforms(plan: Plan, out: str) -> list[Command]:
+    """Each platform's render and start, the default target first (into ``out``), then
+    the others, each into its own ``out-<name>``."""
+    first, *rest = PLATFORMS.values()
+    steps = [_started(plan, first.name, out, f"Render and start it (image {plan.image})")]
+    steps += [_started(plan, p.name, f"{out}-{p.name}", f"Or on {p.where}") for p in rest]
+    return steps
 
 
 def cluster_usage(plan: Plan) -> tuple[Command, ...]:
@@ -52,9 +62,7 @@ def cluster_usage(plan: Plan) -> tuple[Command, ...]:
     entry = plan.process(plan.entry)
     host = "${NODE" + str(entry.node) + "_IP}"
     return (
-        _started(plan, "modelarts", out, f"Render and start it (image {plan.image})"),
-        _started(plan, "nodes", f"{out}-nodes", "Or on plain nodes"),
-        _started(plan, "k8s", f"{out}-k8s", "Or on Kubernetes"),
+        *_platforms(plan, out),
         Command(
             f"Send a request to the entry ({entry.name} on node {entry.node})",
             (_request(plan, host, entry.api_port),),

@@ -8,8 +8,9 @@ the deployment a verify run attaches to is built from what the user gave:
 - ``--target URL`` of a layout with a proxy: the node addresses recovered from
   the proxy's ``/metrics/engines``, the engines reached only through it;
 - ``--target URL`` of a layout whose only API server is the entry: that server;
-- ``--target URL --pods POD=IP,...`` (Kubernetes): the proxy Service's URL and each
-  engine pod's address, every endpoint from the Plan on its pod;
+- ``--target URL`` and a platform's attach flag (its row's ``attach``; Kubernetes:
+  ``--pods POD=IP,...``, each engine pod's address): every endpoint from the Plan
+  at the address that platform's folder reads for it;
 - ``--target NAME|FILE``: the deployment.json, with the layout's capabilities
   and model filled in when it lacks them.
 
@@ -34,9 +35,9 @@ from servekit.render import Plan, build_plan
 from servekit.verify.cluster import (
     Fetch,
     RelayMismatch,
+    attached_hosts,
     cluster_deployment,
     parse_nodes,
-    pod_hosts,
     relay_deployment,
     single_entry_nodes,
 )
@@ -50,13 +51,14 @@ def check_attach_inputs(opts: VerifyOptions, layout: Layout) -> None:
     """Bad combinations of --target, --nodes, --logs and --speed, before anything runs."""
     if is_url(opts.target):
         check_url(str(opts.target))
-    if opts.pods is not None:
+    by = opts.attached_by()
+    if by is not None:
+        a = by.attach
         if opts.nodes is not None or not is_url(opts.target):
             raise UsageError(
-                "--pods: give --target URL (the proxy Service's URL) and no --nodes; "
-                "--pods names each engine pod's address"
+                f"{a.flag}: give --target URL ({a.entry}) and no --nodes; {a.flag} names {a.what}"
             )
-        pod_hosts(opts.pods, layout)
+        attached_hosts(a, by.text, layout)
     if opts.nodes is not None:
         parse_nodes(opts.nodes, layout)
         if opts.target is not None and not is_url(opts.target):
@@ -100,8 +102,9 @@ def attach_deployment(
     """
     engine: Any = "external"  # what they are is asked of the engines, never assumed
     plan = build_plan(layout)
-    if opts.pods is not None:
-        hosts = pod_hosts(opts.pods, layout, plan)
+    by = opts.attached_by()
+    if by is not None:
+        hosts = attached_hosts(by.attach, by.text, layout, plan)
         dep = cluster_deployment(
             layout, (), entry=opts.target, logs=opts.logs, engine=engine, process_hosts=hosts,
             plan=plan,

@@ -37,6 +37,7 @@ from servekit.deployment import (
     EngineAccess,
 )
 from servekit.errors import UsageError
+from servekit.platforms import Attach
 from servekit.render import Address, Plan, ProcessPlan, build_plan, url
 from servekit.verify.options import DeploymentOptions
 from servekit.vocabulary import ServedBy, check_url
@@ -55,12 +56,12 @@ class RelayMismatch(Exception):
     """The proxy's backends do not fit the layout's Plan (a verify failure with the reason)."""
 
 
-def pod_hosts(text: str, layout: Layout, plan: Plan | None = None) -> dict[str, str]:
-    """``--pods POD=IP,...`` of a Kubernetes rendering -> process name -> its pod's address."""
-    from servekit.platforms import parse_pods, process_hosts
-
-    plan = plan or build_plan(layout)
-    return process_hosts(plan, parse_pods(text, plan))
+def attached_hosts(
+    attach: Attach, text: str, layout: Layout, plan: Plan | None = None
+) -> dict[str, str]:
+    """A platform's attach flag (``--pods POD=IP,...``) -> process name -> its address,
+    as that platform's folder reads it (its row's ``attach``)."""
+    return attach.hosts(text, plan or build_plan(layout))
 
 
 def node_hosts(plan: Plan, nodes: Sequence[str]) -> dict[str, str]:
@@ -269,7 +270,8 @@ def write_deployment(opts: DeploymentOptions) -> Deployment:
 
     layout = load(opts.name, opts.catalog).layout
     plan = build_plan(layout)
-    hosts = pod_hosts(opts.pods, layout, plan) if opts.pods is not None else None
+    by = opts.attached_by()
+    hosts = attached_hosts(by.attach, by.text, layout, plan) if by is not None else None
     dep = cluster_deployment(
         layout,
         parse_nodes(opts.nodes, layout) if opts.nodes is not None else (),

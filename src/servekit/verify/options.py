@@ -5,6 +5,11 @@ it (:func:`servekit.cliopts.command_from_model`) and docs/verify.md's options
 table is rendered from it, so the flags, the code and the docs say the same.
 ``--kit`` and its ``--kit-*`` flags become ``kit verify``'s own model
 (:meth:`VerifyOptions.kit_options`): one kit verification type, not a second.
+
+Where a running cluster's processes are is ``--nodes`` (the Plan's node order,
+every platform) or a platform's own attach flag (``--pods`` for Kubernetes):
+those fields come from the platform table (each row's ``attach``), after
+``--nodes``, so a platform's attach is its folder's, not this module's.
 """
 
 from __future__ import annotations
@@ -12,18 +17,53 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from servekit.errors import UsageError
 from servekit.kit import KitVerifyOptions
+from servekit.platforms import Attach, Platform, attaches
 from servekit.vocabulary import STARTABLE, Startable, StrictModel
 
 
-class VerifyOptions(StrictModel):
-    """Everything ``servekit verify`` was asked, checked before anything starts."""
+def _attach_fields(entry_flag: str) -> dict[str, Any]:
+    """Each platform's attach flag as a field: ``--pods`` for Kubernetes."""
+    return {
+        a.field: (
+            str | None,
+            Field(
+                None,
+                description=f"{p.where} (render --target {p.name}): {a.what}, {a.example} "
+                f"(with {entry_flag} {a.entry})",
+            ),
+        )
+        for p, a in attaches()
+    }
 
+
+class AttachedBy(NamedTuple):
+    """The platform attach flag given: its row, its attach and the flag's text."""
+
+    platform: Platform
+    attach: Attach
+    text: str
+
+
+class _Attached(StrictModel):
+    """What the attach flags share: which platform's flag was given."""
+
+    def attached_by(self) -> AttachedBy | None:
+        """The platform whose attach flag was given, with its text; two given are refused."""
+        given = [AttachedBy(p, a, getattr(self, a.field)) for p, a in attaches()]
+        given = [g for g in given if g.text is not None]
+        if len(given) > 1:
+            flags = " and ".join(g.attach.flag for g in given)
+            raise UsageError(f"{flags}: give one (each names another platform's processes)")
+        return given[0] if given else None
+
+
+class _VerifyHead(_Attached):
     name: str = Field(description="layout name, e.g. local/1p1d or a3/1p1d")
     engine: Startable | None = Field(
         default=None,
@@ -40,11 +80,19 @@ class VerifyOptions(StrictModel):
         description="the cluster's node addresses in rank order (IP,IP,...): every engine's "
         "endpoint from the Plan (without --target: attach to the Plan's entry)",
     )
-    pods: str | None = Field(
-        default=None,
-        description="Kubernetes (render --target k8s): each engine pod's address, "
-        "POD=IP,... (with --target the proxy Service's URL)",
+
+
+if TYPE_CHECKING:
+    _VerifyAttach = _VerifyHead
+else:
+    _VerifyAttach = create_model(
+        "_VerifyAttach", __base__=_VerifyHead, **_attach_fields("--target")
     )
+
+
+class VerifyOptions(_VerifyAttach):
+    """Everything ``servekit verify`` was asked, checked before anything starts."""
+
     logs: Path | None = Field(
         default=None,
         description="the cluster's log folder, one PROCESS.log per process (run.sh's LOG_DIR), "
@@ -128,7 +176,7 @@ class VerifyOptions(StrictModel):
     @property
     def attached(self) -> bool:
         """Nothing is started here: the run attaches to a deployment that is running."""
-        return self.target is not None or self.nodes is not None or self.pods is not None
+        return self.target is not None or self.nodes is not None or self.attached_by() is not None
 
     @property
     def kit_rows_asked(self) -> bool:
@@ -151,7 +199,22 @@ class VerifyOptions(StrictModel):
         )
 
 
-class DeploymentOptions(StrictModel):
+class _DeploymentHead(_Attached):
+    name: str = Field(description="layout name, e.g. a3/1p1d")
+    nodes: str | None = Field(
+        None, description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
+    )
+
+
+if TYPE_CHECKING:
+    _DeploymentAttach = _DeploymentHead
+else:
+    _DeploymentAttach = create_model(
+        "_DeploymentAttach", __base__=_DeploymentHead, **_attach_fields("--entry")
+    )
+
+
+class DeploymentOptions(_DeploymentAttach):
     """``servekit deployment``: the layout, where its nodes are, and what to write.
 
     Every check of the flags is here (the command and
@@ -159,15 +222,6 @@ class DeploymentOptions(StrictModel):
     the layout (``--nodes`` against its node count) is checked when it loads.
     """
 
-    name: str = Field(description="layout name, e.g. a3/1p1d")
-    nodes: str | None = Field(
-        None, description="the nodes' addresses in rank order (the rank table's): IP,IP,..."
-    )
-    pods: str | None = Field(
-        None,
-        description="Kubernetes (render --target k8s): each engine pod's address, POD=IP,... "
-        "(with --entry the proxy Service's URL)",
-    )
     out: Path = Field(description="the deployment.json to write")
     entry: str | None = Field(
         None, description="the URL clients use, when not the Plan's entry on its node"
@@ -190,15 +244,18 @@ class DeploymentOptions(StrictModel):
 
     @model_validator(mode="after")
     def _where(self) -> DeploymentOptions:
-        """Nodes (rank order) or Kubernetes pods, one of the two; pods need the entry URL."""
-        if (self.nodes is None) == (self.pods is None):
-            raise ValueError(
-                "give --nodes IP,... (a ModelArts or plain cluster) or --pods POD=IP,... (Kubernetes)"
-            )
-        if self.pods is not None and self.entry is None:
-            raise ValueError(
-                "--pods: add --entry URL, the proxy Service's URL (how clients reach it)"
-            )
+        """Nodes (rank order) or a platform's attach (Kubernetes pods), one of the two; an
+        attach needs the entry URL."""
+        try:
+            by = self.attached_by()
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        if (self.nodes is None) == (by is None):
+            others = "".join(f" or {a.flag} {a.example} ({p.where})" for p, a in attaches())
+            raise ValueError(f"give --nodes IP,... (a ModelArts or plain cluster){others}")
+        if by is not None and self.entry is None:
+            a = by.attach
+            raise ValueError(f"{a.flag}: add --entry URL, {a.entry} (how clients reach it)")
         return self
 
     @field_validator("out")

@@ -1,42 +1,28 @@
 """Kubernetes: LeaderWorkerSets (or one DisaggregatedSet), the proxy, kustomize.
 
-See docs/kubernetes.md. :func:`render` is the platform table's entry; the
-dry-run cluster is :mod:`servekit.platforms.k8s.fake`.
+See docs/kubernetes.md. :data:`PLATFORM` is this folder's row of the platform
+table: :func:`render`, how its files start (:mod:`.start`), its ``--k8s-kind``
+flag (:mod:`.flags`) and ``--set k8s.*`` settings (:mod:`.settings`), the
+summary it prints (``k8s.md``), its attach (``--pods``, :mod:`.attach`) and its
+dry-run cluster (:mod:`.fake`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from servekit.errors import UsageError
-from servekit.vocabulary import PD_ROLES
+from servekit.platforms.k8s.entry import render
+from servekit.platforms.k8s.flags import K8sFlags
+from servekit.platforms.k8s.settings import NAMES as SETTINGS
+from servekit.platforms.k8s.start import start
+from servekit.platforms.platform import Attach, Platform
 
 if TYPE_CHECKING:
-    from servekit.platforms.request import Files, RenderRequest
-
-
-def render(req: RenderRequest) -> Files:
-    from servekit.platforms.k8s.build import render_k8s
-    from servekit.platforms.k8s.groups import engine_groups
-    from servekit.platforms.k8s.names import check_names
-    from servekit.platforms.k8s.settings import parse_settings
-    from servekit.render import bundle_files
-
-    if req.layout is None:
-        raise ValueError("a Kubernetes rendering needs the layout (its hardware)")
-    opts = replace(parse_settings(req.settings, req.layout), preflight=req.preflight)
-    check_names(engine_groups(req.plan, opts.prefix), opts.prefix, opts.kind)
-    roles = {p.role for p in req.plan.processes}
-    if opts.kind == "disaggregatedset" and not set(PD_ROLES) <= roles:
-        raise UsageError(
-            f"--k8s-kind disaggregatedset: {req.layout.name} has no prefill/decode proxy; "
-            "render it as leaderworkerset"
-        )
-    files = render_k8s(req.plan, req.layout, opts, bundle_files())
-    files["plan.json"] = req.plan.model_dump_json(indent=2) + "\n"
-    return files
+    from servekit.platforms.fake import DryCluster, NodeOutcome
+    from servekit.render import Plan
 
 
 def k8s_requirements(name: str, catalog: Path | None = None) -> list[str]:
@@ -57,3 +43,45 @@ def k8s_requirements(name: str, catalog: Path | None = None) -> list[str]:
     lines.append(f"kubernetes pod security: the {r.level} level (with the default k8s settings)")
     lines += [f"kubernetes requirement {req.line()}" for req in r.requirements]
     return lines
+
+
+def attach_hosts(text: str, plan: Plan) -> dict[str, str]:
+    from servekit.platforms.k8s.attach import attach_pods
+
+    return attach_pods(text, plan)
+
+
+@contextmanager
+def fake(name: str, **kwargs: Any) -> Iterator[DryCluster]:
+    from servekit.platforms.k8s.fake import k8s_dry_cluster
+
+    with k8s_dry_cluster(name, **kwargs) as cluster:
+        yield cluster
+
+
+def refused(name: str, *args: Any, **kwargs: Any) -> list[NodeOutcome]:
+    from servekit.platforms.k8s.fake import k8s_refused
+
+    return k8s_refused(name, *args, **kwargs)
+
+
+PLATFORM = Platform(
+    name="k8s",
+    describe="LeaderWorkerSets, the proxy's Deployment and Service, kustomization.yaml",
+    where="Kubernetes",
+    render=render,
+    start=start,
+    settings=SETTINGS,
+    flags=K8sFlags,
+    summary="k8s.md",
+    attach=Attach(
+        field="pods",
+        example="POD=IP,...",
+        what="each engine pod's address",
+        entry="the proxy Service's URL",
+        hosts=attach_hosts,
+    ),
+    requirements=k8s_requirements,
+    fake=fake,
+    refused=refused,
+)

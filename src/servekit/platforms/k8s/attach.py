@@ -77,3 +77,8 @@ def process_hosts(plan: Plan, pods: dict[str, str], prefix: str | None = None) -
         for pod in g.pods
         for p in pod.processes
     }
+
+
+def attach_pods(text: str, plan: Plan) -> dict[str, str]:
+    """``--pods POD=IP,...`` -> process name -> its pod's address (the platform's attach)."""
+    return process_hosts(plan, parse_pods(text, plan))

@@ -65,7 +65,6 @@ import yaml
 import servekit
 from servekit.catalog import load
 from servekit.local import engine_env, find_broken, port_is_free
-from servekit.platforms.api import render_target
 from servekit.platforms.fake import (
     DryCluster,
     Node,
@@ -77,7 +76,10 @@ from servekit.platforms.fake import (
 )
 from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
 from servekit.platforms.k8s.attach import process_hosts
+from servekit.platforms.k8s.entry import render
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
+from servekit.platforms.k8s.settings import NAMES as SETTINGS
+from servekit.platforms.prepare import render_named, split_sets
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
 from servekit.procgroup import start_detached
 from servekit.render import build_plan
@@ -647,7 +649,10 @@ class K8sDryCluster(DryCluster):
 def _render(
     name: str, tag: str, kind: str, catalog: str | None, sets: list[str]
 ) -> list[dict[str, Any]]:
-    _, files = render_target(name, "k8s", sets, catalog, {"kind": kind, "prefix": tag})
+    settings, layout_sets = split_sets("k8s", SETTINGS, sets, ("k8s",))
+    _, files = render_named(
+        render, name, {**settings, "kind": kind, "prefix": tag}, layout_sets, catalog
+    )
     objects: list[dict[str, Any]] = []
     for rel, text in files.items():
         if rel.endswith(".yaml") and rel != "kustomization.yaml" and isinstance(text, str):

@@ -54,10 +54,11 @@ from servekit.platforms.fake import (
     wait_ready,
 )
 from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
-from servekit.platforms.table import write_rendering
+from servekit.platforms.modelarts.entry import render
+from servekit.platforms.request import RenderRequest
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT
 from servekit.procgroup import start_detached
-from servekit.render import PlanOptions, build_plan
+from servekit.render import PlanOptions, build_plan, write_files
 
 
 def _env(root: Path, node: Node, speed: float | None, bin_dir: Path) -> dict[str, str]:
@@ -87,7 +88,7 @@ def _layout_nodes(
     root: Path, layout: Layout, prefix: str, first: int, tag: str, *, faults: Faults
 ) -> list[Node]:
     folder = root / tag
-    write_rendering(build_plan(layout), folder / "script", "modelarts")
+    write_files(render(RenderRequest(build_plan(layout))), folder / "script")
     fabric = _fabric(root / "npu" / tag, layout, faults)
     return [
         Node(
