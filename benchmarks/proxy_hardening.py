@@ -53,25 +53,21 @@ import time
 from pathlib import Path
 
 from aiohttp import web
+from proxy_hardening_common import (
+    PULL_PARAMS,
+    free_port,
+    head,
+    health,
+    peak_rss_mb,
+    rss_mb,
+    serve_on_loopback,
+    start_proxy_process,
+    timed_health,
+)
 
 BIG = json.dumps({"choices": [{"text": "x" * (16 << 20)}]}).encode()
-PULL_PARAMS = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_request_id": "r",
-               "remote_host": "127.0.0.1", "remote_port": 5600, "remote_block_ids": [1]}  # fmt: skip
 TIMEOUTS = ["--header-timeout=5", "--body-timeout=1", "--stream-idle-timeout=2",
             "--decode-timeout=5", "--prefill-timeout=5"]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def engine() -> tuple[str, web.AppRunner]:
@@ -102,30 +98,6 @@ async def engine() -> tuple[str, web.AppRunner]:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
     return await serve_on_loopback(app)
-
-
-async def serve_on_loopback(app: web.Application) -> tuple[str, web.AppRunner]:
-    """``app`` served on a free loopback port: its URL, and the runner that stops it."""
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
-
-
-async def health(port: int) -> str:
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /health HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
-        answer = await asyncio.wait_for(reader.read(), 3)
-        writer.close()
-        return answer.split(b"\r\n", 1)[0].decode() or "closed"
-    except (OSError, TimeoutError) as exc:
-        return type(exc).__name__
-
-
-def head(path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
 
 
 async def deaf(port: int, body: bytes, n: int = 4) -> list[asyncio.StreamWriter]:
@@ -218,14 +190,6 @@ async def attack(kind: str, port: int, pid: int) -> dict[str, object]:
     return await nested_attack(port)
 
 
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def children(pid: int) -> list[int]:
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -242,29 +206,6 @@ def small_values(mib: int) -> bytes:
     one = {"role": "user", "content": "x"}
     many = [one] * ((mib << 20) // (len(json.dumps(one)) + 2))
     return json.dumps({"model": "m", "messages": many, "max_tokens": 2}).encode()
-
-
-async def timed_health(port: int) -> float:
-    t0 = time.monotonic()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /health HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n")
-    answer = await asyncio.wait_for(reader.read(), 60)
-    writer.close()
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
-    return time.monotonic() - t0
-
-
-async def start_proxy_process(flags: list[str], src: str, port: int) -> subprocess.Popen[bytes]:
-    """``python -m servekit.proxy FLAGS`` from ``src``, once its /health answers 200 (or 10 s)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servekit.proxy", *flags], env={**os.environ, "PYTHONPATH": src},
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    for _ in range(100):
-        if (await health(port)).endswith("200 OK"):
-            break
-        await asyncio.sleep(0.1)
-    return proc
 
 
 async def parse_run(url: str, body: bytes, inline: bool, src: str) -> dict[str, object]:

@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 import zmq
 from aiohttp import web
-from proxy_hardening import (
+from proxy_hardening_common import (
     PULL_PARAMS,
     free_port,
     head,
