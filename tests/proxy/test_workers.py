@@ -96,6 +96,13 @@ def test_a_worker_killed_mid_stream_costs_only_its_own_streams() -> None:
         async def scenario() -> None:
             async with aiohttp.ClientSession() as c:
                 await until_healthy(c, url)
+                for _ in range(300):  # both workers up (the first answers before the second)
+                    pids = [
+                        v for _, n, v in await metrics(c, url) if n == "servekit_proxy_worker_pid"
+                    ]
+                    if len(pids) == 2:
+                        break
+                    await asyncio.sleep(0.05)
                 spare = sim.urls["d2"]
                 async with c.post(url + "/admin/instances/remove", json={"urls": [spare]}) as r:
                     doc = await r.json()

@@ -42,6 +42,8 @@ class Refused(Exception):
     """The table cannot be used; ``status`` is the exit status, the message one line."""
 
     def __init__(self, why: str, status: int = USABLE_LATER) -> None:
+        # a value it quotes (this node's address, from the environment) stays on the line
+        why = "".join(c if c.isprintable() else repr(c)[1:-1] for c in why)
         super().__init__(why)
         self.why = why
         self.status = status
