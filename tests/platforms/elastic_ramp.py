@@ -148,7 +148,7 @@ async def _one(
                         last = now
                         pieces.append(text)
                         res.tokens += 1
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+    except (TimeoutError, aiohttp.ClientError, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"
     res.text = "".join(pieces)
     res.end = time.monotonic()
@@ -181,7 +181,9 @@ def _wait_ready(cluster: K8sDryCluster, counts: dict[str, int], timeout_s: float
     time.sleep(3.0)  # the proxy's first probe of the new engines
 
 
-def _sample(cluster: K8sDryCluster, stop: threading.Event, out: list[tuple[float, dict[str, int]]]) -> None:
+def _sample(
+    cluster: K8sDryCluster, stop: threading.Event, out: list[tuple[float, dict[str, int]]]
+) -> None:
     elastic = cluster.elastic
     assert elastic is not None
     while not stop.wait(0.5):

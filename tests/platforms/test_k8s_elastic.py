@@ -125,7 +125,9 @@ def test_scaled_objects_aim_at_the_proxys_desired_count_per_role() -> None:
         spec = obj["spec"]
         role = name.removeprefix("sk-")
         assert spec["scaleTargetRef"] == {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "name": name,
         }
         assert spec["minReplicaCount"] == 1
         trigger = spec["triggers"][0]
@@ -198,11 +200,7 @@ def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path:
             first = _commands(outs[(0, w)][0].replace(f"run-{g.name}-0-{w}", "RUN"))
             mine = _commands(out.replace(f"run-{g.name}-{i}-{w}", "RUN"))
             engine_ids = {p.engine_id for p in g.pod(min(i, g.replicas - 1), w).processes}
-            own = (
-                str(rules[g.name].engine_id(i))
-                if i >= g.replicas
-                else next(iter(engine_ids))
-            )
+            own = str(rules[g.name].engine_id(i)) if i >= g.replicas else next(iter(engine_ids))
             first_id = g.pod(0, w).processes[0].engine_id
             if first_id is not None:
                 swapped = [c.replace(f'"engine_id":"{first_id}"', f'"engine_id":"{own}"')
@@ -228,7 +226,7 @@ def test_a_hostile_group_index_is_refused(tmp_path: Path) -> None:
                "SERVEKIT_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1",
                "NODE_NIC": "eth0"}  # fmt: skip
         done = subprocess.run(["bash", str(tmp_path / "pod.sh"), "sk-decode"], env=env,
-                              text=True, capture_output=True, timeout=60)  # fmt: skip
+                              text=True, capture_output=True, timeout=60, check=False)  # fmt: skip
         assert done.returncode == 2, (bad, done.stderr)
         assert "is not a group index" in done.stderr
     assert not canary.exists()

@@ -45,10 +45,10 @@ from servekit.render import (
     ProcessPlan,
     Ref,
     Word,
+    kv_events_switch,
     proxy_words,
     resolved_argv,
 )
-from servekit.render.wiring import kv_events_switch
 
 ENGINE_ID_VAR = "SERVEKIT_ENGINE_ID"
 KUBE_API_VAR = "SERVEKIT_KUBE_API"
@@ -161,7 +161,9 @@ def check_alike(r: K8sRendering) -> None:
         for pod in g.pods:
             first = g.pod(0, pod.worker)
             if len(pod.processes) != len(first.processes):
-                raise UsageError(f"k8s.elastic=on: {pod.name} runs other processes than {first.name}")
+                raise UsageError(
+                    f"k8s.elastic=on: {pod.name} runs other processes than {first.name}"
+                )
             for p, t in zip(pod.processes, first.processes, strict=True):
                 if not _alike(r.processes[p.name], r.processes[t.name]):
                     raise UsageError(

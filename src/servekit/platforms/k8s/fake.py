@@ -87,7 +87,7 @@ from servekit.platforms.prepare import render_named, split_sets
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
 from servekit.procgroup import start_detached
 from servekit.render import build_plan
-from servekit.vocabulary import url_for
+from servekit.vocabulary import atomic_write_text, url_for
 
 NAMESPACE = "default"
 INIT_TIMEOUT_S = 120.0
@@ -224,7 +224,9 @@ def lws_pod(name: str, spec: dict[str, Any], g: int, w: int, ip: str) -> FakePod
     """Pod ``w`` of group ``g`` of one LeaderWorkerSet (name, env and labels as LWS sets them)."""
     tmpl = spec["leaderWorkerTemplate"]
     size = tmpl.get("size", 1)
-    template = tmpl.get("leaderTemplate", tmpl["workerTemplate"]) if w == 0 else tmpl["workerTemplate"]
+    template = (
+        tmpl.get("leaderTemplate", tmpl["workerTemplate"]) if w == 0 else tmpl["workerTemplate"]
+    )
     pod = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
     injected = {
         "LWS_LEADER_ADDRESS": f"{name}-{g}.{name}.{NAMESPACE}",
@@ -440,10 +442,12 @@ class _Cluster:
         out: dict[str, str] = {}
         for item in container.get("env", []):
             if "value" in item:
-                value = str(item["value"])
-                mounted = rootfs / value.lstrip("/")
+                text = str(item["value"])
+                mounted = rootfs / text.lstrip("/")
                 # a path under a mount (SERVEKIT_RUN_DIR) reads through the pod's root folder
-                out[item["name"]] = str(mounted) if value.startswith("/") and mounted.exists() else value
+                out[item["name"]] = (
+                    str(mounted) if text.startswith("/") and mounted.exists() else text
+                )
                 continue
             ref = item["valueFrom"]
             if "secretKeyRef" in ref:
@@ -1020,17 +1024,17 @@ def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
         hosts_file = ready.fake.root / "dns" / "hosts.json"
         hosts = json.loads(hosts_file.read_text())
         hosts.update({n: pod.address for n in pod.dns})
-        tmp = hosts_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(hosts, indent=1))
-        tmp.replace(hosts_file)
+        atomic_write_text(hosts_file, json.dumps(hosts, indent=1))
         return pod
 
     sizes = {n: int(s["leaderWorkerTemplate"].get("size", 1)) for n, s in specs.items()}
-    elastic = Elastic(ready.api, run, make_pod, sizes)
+    elastic = Elastic(ready.api, run, make_pod, sizes, _probe_passes)
     ready.cluster.elastic = elastic
     targets = scale_targets(objects)
     if targets:
-        ready.cluster.autoscaler = Autoscaler(elastic, targets, ready.cluster.entry_url + "/metrics")
+        ready.cluster.autoscaler = Autoscaler(
+            elastic, targets, ready.cluster.entry_url + "/metrics"
+        )
     return elastic
 
 

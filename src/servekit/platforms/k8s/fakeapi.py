@@ -23,6 +23,8 @@ from typing import Any
 
 from aiohttp import web
 
+from servekit.vocabulary import url_for
+
 HISTORY = 4096
 """Events kept for watches that resume from a version (older: 410 Gone, list again)."""
 
@@ -63,7 +65,7 @@ class FakeApi:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self.url = url_for("127.0.0.1", self._runner.addresses[0][1])
 
     async def _stop(self) -> None:
         for queue in list(self._watchers):
@@ -162,9 +164,9 @@ class FakeApi:
             return resp
         queue: asyncio.Queue[tuple[int, str, dict[str, Any]] | None] = asyncio.Queue()
         with self._lock:
-            for event in self.history:
-                if event[0] > since:
-                    queue.put_nowait(event)
+            for past in self.history:
+                if past[0] > since:
+                    queue.put_nowait(past)
         self._watchers.add(queue)
         timeout = float(request.query.get("timeoutSeconds", "60"))
         try:

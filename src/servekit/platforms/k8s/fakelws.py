@@ -39,15 +39,14 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from servekit.platforms.fake import stop_nodes
 from servekit.platforms.k8s.fakeapi import FakeApi
 
-if TYPE_CHECKING:
-    from servekit.platforms.k8s.fake import FakePod, _Running
+FakePod = Any  # servekit.platforms.k8s.fake.FakePod (that module imports this one)
 
 KUBELET_PERIOD_S = 0.5
 METRICS_BYTES = 4 << 20
@@ -58,11 +57,14 @@ class Elastic:
     """The API server, the kubelet's readiness and LWS's scaling over a running fake cluster."""
 
     api: FakeApi
-    run: _Running
+    run: Any
+    """The fake cluster while it runs (``fake._Running``: its pods, their processes)."""
     make_pod: Callable[[str, int, int], FakePod]
     """(LeaderWorkerSet, group index, worker index) -> the pod LWS would create."""
     sizes: dict[str, int]
     """LeaderWorkerSet -> pods per group."""
+    probe_passes: Callable[[FakePod, dict[str, Any], dict[str, str]], bool]
+    """Whether a pod's probe passes, as the kubelet runs it (``fake._probe_passes``)."""
     events: list[tuple[float, str, str]] = field(default_factory=list)
     """(time, pod, what): added, ready, terminating, drained (the hook's end), deleted."""
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -92,8 +94,6 @@ class Elastic:
         self._note(pod.name, "added")
 
     def _probe_loop(self) -> None:
-        from servekit.platforms.k8s.fake import _probe_passes
-
         while not self._stop.wait(KUBELET_PERIOD_S):
             with self._lock:
                 pods = [p for p in self.run.pods_of["sk"] if p.name in self.run.nodes]
@@ -102,7 +102,7 @@ class Elastic:
                     continue
                 probe = pod.template["spec"]["containers"][0].get("readinessProbe")
                 env = self.run.fake.env_of.get(pod.name, {})
-                if probe is None or _probe_passes(pod, probe, env):
+                if probe is None or self.probe_passes(pod, probe, env):
                     self.api.ready(pod.name)
                     self._note(pod.name, "ready")
 
@@ -325,8 +325,8 @@ class Autoscaler:
         policy = t.behavior["scaleUp"]["policies"][0]
         moved = self._moved(t, now, policy["periodSeconds"], +1)
         start = current - moved
-        allowed = math.ceil(start * policy["value"] / 100) if policy["type"] == "Percent" else (
-            policy["value"])  # fmt: skip
+        value = int(policy["value"])
+        allowed = math.ceil(start * value / 100) if policy["type"] == "Percent" else value
         return start + max(allowed, 1 if policy["type"] == "Percent" else 0)
 
     def _down_limit(self, t: ScaleTarget, current: int, now: float) -> int:

@@ -399,7 +399,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "drain_wait",
         "120",
         "elastic: seconds the preStop hook waits for the proxies beyond the grace (unstreamed "
-        "answers, KV not yet pulled); terminationGracePeriodSeconds is grace + wait + 30",
+        "answers, KV not yet pulled); terminationGracePeriodSeconds is grace + wait + 35",
     ),
     SettingSpec(
         "admin_secret",
@@ -621,16 +621,17 @@ def _elastic(get: Getter, raw: Mapping[str, str], identity: Fields) -> Fields:
     if "slo" in raw:
         ttft, sep, tpot = get("slo", "").partition(",")
         number = r"^[0-9]{1,4}(\.[0-9]{1,4})?$"
-        if not sep or not re.match(number, ttft) or not re.match(number, tpot) or not (
-            float(ttft) > 0 and float(tpot) > 0
+        if (
+            not sep
+            or not re.match(number, ttft)
+            or not re.match(number, tpot)
+            or not (float(ttft) > 0 and float(tpot) > 0)
         ):
             raise _refuse("slo", get("slo", ""), "give TTFT,TPOT in seconds, e.g. 2,0.1")
         slo = (float(ttft), float(tpot))
     if "prometheus" in raw and autoscale != "keda":
         raise _refuse("prometheus", prometheus, "is KEDA's; add k8s.autoscale=keda or drop it")
-    secret = _secret(
-        get("admin_secret", f"{identity['prefix']}-admin:key"), "admin_secret", "key"
-    )
+    secret = _secret(get("admin_secret", f"{identity['prefix']}-admin:key"), "admin_secret", "key")
     return {
         "elastic": elastic,
         "drain_grace": _seconds("drain_grace", get("drain_grace", "30"), 0, 3600),
