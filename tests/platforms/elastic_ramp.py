@@ -19,10 +19,12 @@ import json
 import random
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from servekit.platforms.k8s.fake import K8sDryCluster, k8s_dry_cluster
 
@@ -63,6 +65,8 @@ class Run:
     history: list[tuple[float, str, int, float]] = field(default_factory=list)
     events: list[tuple[float, str, str]] = field(default_factory=list)
     deleted: str = ""
+    served: dict[str, set[str]] = field(default_factory=dict)
+    """Role -> every engine the proxy had requests in flight on."""
 
     def in_flight_at(self, t: float) -> int:
         return sum(1 for r in self.results if r.sent <= t <= r.end)
@@ -182,12 +186,29 @@ def _wait_ready(cluster: K8sDryCluster, counts: dict[str, int], timeout_s: float
 
 
 def _sample(
-    cluster: K8sDryCluster, stop: threading.Event, out: list[tuple[float, dict[str, int]]]
+    cluster: K8sDryCluster,
+    stop: threading.Event,
+    out: list[tuple[float, dict[str, int]]],
+    served: dict[str, set[str]],
 ) -> None:
+    """The instances of each role over time, and each engine seen with requests in flight
+    (the proxy's ``servekit_proxy_inflight_requests``: it routed to it)."""
     elastic = cluster.elastic
     assert elastic is not None
     while not stop.wait(0.5):
         out.append((time.monotonic(), {r: elastic.replicas(lws) for r, lws in ROLES.items()}))
+        try:
+            with urllib.request.urlopen(cluster.entry_url + "/metrics", timeout=5) as resp:
+                text = resp.read(4 << 20).decode("utf-8", "replace")
+        except OSError:
+            continue
+        for family in text_string_to_metric_families(text):
+            if family.name == "servekit_proxy_inflight_requests":
+                for sample in family.samples:
+                    if sample.value > 0:
+                        served.setdefault(sample.labels["role"], set()).add(
+                            sample.labels["instance"]
+                        )
 
 
 def _engine_seconds(
@@ -254,7 +275,10 @@ def run(
             cluster.autoscaler.start()
         stop = threading.Event()
         timeline: list[tuple[float, dict[str, int]]] = []
-        sampler = threading.Thread(target=_sample, args=(cluster, stop, timeline), daemon=True)
+        served: dict[str, set[str]] = {}
+        sampler = threading.Thread(
+            target=_sample, args=(cluster, stop, timeline, served), daemon=True
+        )
         sampler.start()
         deleted = ""
         killer = None
@@ -280,7 +304,7 @@ def run(
             cluster.autoscaler.stop()
         elastic.wait_gone()
         events = list(elastic.events)
-    out = Run(label, results, (t0, t1), timeline, {}, history, events, deleted)
+    out = Run(label, results, (t0, t1), timeline, {}, history, events, deleted, served)
     out.engine_seconds = _engine_seconds(events, (t0, t1), start)
     return out
 
@@ -304,5 +328,6 @@ def summary(r: Run, slo: tuple[float, float]) -> dict[str, Any]:
         "replicas_min": low,
         "replicas_max": peak,
         "deleted": r.deleted,
+        "engines_served": {role: len(v) for role, v in r.served.items()},
         "span_s": round(r.span[1] - r.span[0], 1),
     }

@@ -147,6 +147,8 @@ def test_engine_pods_drain_before_they_stop() -> None:
         hook = container["lifecycle"]["preStop"]["exec"]["command"]
         assert hook == ["/bin/bash", "/servekit/pod.sh", lws["metadata"]["name"], "prestop"]
         assert pod["terminationGracePeriodSeconds"] > 45 + 100
+        rollout = lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+        assert rollout == {"maxSurge": 1, "maxUnavailable": 0}
         names = {e["name"] for e in container["env"]}
         assert {"POD_NAME", elastic.ADMIN_KEY_ENV} <= names
     deployment = next(o for o in objs if o["kind"] == "Deployment")
@@ -266,3 +268,39 @@ def test_a_layout_without_a_proxy_is_refused_in_one_line() -> None:
     with pytest.raises(UsageError, match="no proxy") as caught:
         files(name, "leaderworkerset", ELASTIC)
     assert "\n" not in str(caught.value)
+
+
+class _Lws:
+    """What the emulated HPA scales: a count."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def replicas(self, lws: str) -> int:
+        return self.n
+
+    def scale(self, lws: str, n: int) -> None:
+        self.n = n
+
+
+def test_the_emulated_hpa_follows_the_rendered_behavior() -> None:
+    """Up: the lowest need of the up window, at most doubling per period; down: the
+    highest of the down window, one per period; never below minReplicaCount 1."""
+    from servekit.platforms.k8s.fakelws import Autoscaler, scale_targets
+
+    objs = _objects(PD, (*ELASTIC, ("scale_timing", "1,2,4,6,3")))
+    target = next(t for t in scale_targets(objs) if t.role == "decode")
+    assert (target.min_replicas, target.max_replicas) == (1, 16)
+    lws = _Lws(1)
+    hpa = Autoscaler(lws, [target], "http://unused")  # type: ignore[arg-type]
+    assert hpa.step(target, 9.0, 0.0) == 2  # doubling at most: 1 -> 2 in this period
+    assert hpa.step(target, 9.0, 2.5) == 2  # the period's doubling is spent
+    assert hpa.step(target, 9.0, 7.0) == 4  # the next period: 2 -> 4
+    assert hpa.step(target, 0.0, 8.0) == 4  # down takes the highest need of the 6 s window
+    assert hpa.step(target, 0.0, 12.5) == 4  # t=7.0's 9 is still in it
+    assert hpa.step(target, 0.0, 13.5) == 3  # then one instance per 3 s period
+    assert hpa.step(target, 0.0, 14.0) == 3
+    assert hpa.step(target, 0.0, 16.6) == 2
+    assert hpa.step(target, 0.0, 19.7) == 1
+    assert hpa.step(target, 0.0, 30.0) == 1  # never below minReplicaCount 1
+    assert lws.n == 1

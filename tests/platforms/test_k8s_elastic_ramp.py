@@ -36,6 +36,8 @@ def test_a_ramp_scales_both_roles_and_loses_nothing() -> None:
     assert changed(elastic, static) == []
     peak = {role: max(c[role] for _, c in elastic.timeline) for role in ("prefill", "decode")}
     assert peak["prefill"] > 1 and peak["decode"] > 1, peak
+    # the proxy routed to the new engines, found without a restart
+    assert len(elastic.served["prefill"]) > 1 and len(elastic.served["decode"]) > 1
     downs = [(lws, n) for _, lws, n, _ in elastic.history]
     assert any(n < max(m for l2, m in downs if l2 == lws) for lws, n in downs), downs
     leaving = dict(elastic.leaving_under_load())

@@ -380,11 +380,19 @@ def lws_spec(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
         "restartPolicy": "RecreateGroupOnPodRestart",
         "workerTemplate": templates["workerTemplate"],
     }
-    return {
+    spec: dict[str, Any] = {
         "replicas": group.replicas,
         "startupPolicy": "LeaderCreated",
         "leaderWorkerTemplate": template,
     }
+    if r.options.elastic:
+        # a rollout adds a group (at an index beyond replicas, which any index runs)
+        # before an old one leaves, drained by its preStop hook: no capacity lost
+        spec["rolloutStrategy"] = {
+            "type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+        }
+    return spec
 
 
 def leaderworkerset(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
