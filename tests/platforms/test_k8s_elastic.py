@@ -248,7 +248,6 @@ def test_id_rule_is_unique_across_groups_and_indexes() -> None:
     [
         ({"autoscale": "keda"}, "k8s.autoscale"),
         ({"drain_grace": "5"}, "k8s.drain_grace"),
-        ({"elastic": "on", "kind": "disaggregatedset"}, "k8s.elastic"),
         ({"elastic": "on", "max_replicas": "0"}, "k8s.max_replicas"),
         ({"elastic": "on", "autoscale": "yes"}, "k8s.autoscale"),
         ({"elastic": "on", "prometheus": "http://p:9090"}, "k8s.prometheus"),
@@ -261,6 +260,35 @@ def test_bad_elastic_options_are_refused_naming_the_option(
 ) -> None:
     with pytest.raises(UsageError, match=named.replace(".", r"\.")):
         parse_settings(settings, CATALOG[PD])
+
+
+def test_a_disaggregatedset_role_scales_through_its_role_scaler() -> None:
+    """LWS v0.10: each role ``scaling.mode: External``, its replicas unset, and the
+    ScaledObject on the DisaggregatedSetRoleScaler ``<set>-<role>`` the controller makes;
+    the set passes v0.10's CRD schema (v0.9's has no ``scaling``: it needs v0.10)."""
+    from tests.platforms.k8s_schemas import crd_validator
+
+    objs = []
+    for path, text in files(PD, "disaggregatedset", ELASTIC).items():
+        if path.endswith(".yaml") and path != "kustomization.yaml":
+            assert isinstance(text, str)
+            objs += [o for o in yaml.load_all(text, Loader=yaml.CSafeLoader) if o]
+    ds = next(o for o in objs if o["kind"] == "DisaggregatedSet")
+    for role in ds["spec"]["roles"]:
+        assert role["scaling"] == {"mode": "External"} and "replicas" not in role["spec"]
+    assert list(crd_validator("disaggregatedset-v0.10.schema.json").iter_errors(ds)) == []
+    assert list(crd_validator("disaggregatedset-v1.schema.json").iter_errors(ds)), "v0.9 took it"
+    targets = {o["spec"]["scaleTargetRef"]["name"]: o for o in objs if o["kind"] == "ScaledObject"}
+    assert set(targets) == {"sk-prefill", "sk-decode"}
+    for obj in targets.values():
+        assert obj["spec"]["scaleTargetRef"]["kind"] == "DisaggregatedSetRoleScaler"
+        assert problems(obj) == []
+    scaler = {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSetRoleScaler",
+              "metadata": {"name": "sk-decode"}, "spec": {"replicas": 2}}  # fmt: skip
+    assert (
+        list(crd_validator("disaggregatedsetrolescaler-v0.10.schema.json").iter_errors(scaler))
+        == []
+    )
 
 
 def test_a_layout_without_a_proxy_is_refused_in_one_line() -> None:

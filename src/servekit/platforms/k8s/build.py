@@ -465,19 +465,23 @@ def disaggregatedset(r: K8sRendering, mounted: dict[str, Mounted]) -> dict[str, 
     The proxy reaches its pods through :func:`pod_services` (the child LWS names
     carry a revision hash); ``LWS_LEADER_ADDRESS`` is injected by LWS as ever.
     """
+    roles = []
+    for g in r.groups:
+        role: dict[str, Any] = {
+            "name": g.name.removeprefix(r.options.prefix + "-"),
+            "spec": lws_spec(r, g, mounted[g.name]),
+        }
+        if r.options.autoscale != "off":
+            # LWS v0.10: the controller makes a DisaggregatedSetRoleScaler <set>-<role>
+            # whose /scale an HPA drives; the role's own replicas must then be unset
+            role["scaling"] = {"mode": "External"}
+            del role["spec"]["replicas"]
+        roles.append(role)
     return {
         "apiVersion": DS_API,
         "kind": "DisaggregatedSet",
         "metadata": {"name": r.options.prefix, "labels": r.labels("engines")},
-        "spec": {
-            "roles": [
-                {
-                    "name": g.name.removeprefix(r.options.prefix + "-"),
-                    "spec": lws_spec(r, g, mounted[g.name]),
-                }
-                for g in r.groups
-            ]
-        },
+        "spec": {"roles": roles},
     }
 
 
@@ -815,6 +819,23 @@ def _object_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
             f"- ConfigMaps: {len(sizes)}, the largest {biggest[0]} at {biggest[1]} of "
             f"kubectl apply's {ANNOTATION_CAP} annotation bytes"
         )
+    if r.options.elastic:
+        from servekit.platforms.k8s import elastic
+
+        o = r.options
+        secret, key = elastic.admin_secret(o)
+        lines.append(
+            "- elastic: any group index runs (kubectl scale lws/NAME); the proxy discovers "
+            f"the pods (ServiceAccount {elastic.service_account(o.prefix)}); each engine pod's "
+            f"preStop drains it through {elastic.peers_service(o.prefix)} within "
+            f"{elastic.hook_wait(o)} s (grace period {elastic.grace_period(o)} s); create the "
+            f"admin key first: kubectl create secret generic {secret} --from-literal={key}=..."
+        )
+        if o.autoscale != "off":
+            lines.append(
+                f"- autoscale: {o.autoscale} on each LeaderWorkerSet, 1 to {o.max_replicas} "
+                "instances, from the proxy's servekit_desired_replicas{role}"
+            )
     return lines
 
 

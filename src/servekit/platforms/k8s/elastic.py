@@ -60,6 +60,7 @@ SPEC_FILE = "servekit-discovery.json"
 ADMIN_KEY_ENV = "SERVEKIT_ADMIN_KEY"
 PROXY_ZIPAPP = "servekit-proxy.pyz"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+DS_API = "disaggregatedset.x-k8s.io/v1"
 KEDA_API = "keda.sh/v1alpha1"
 SHUTDOWN_S = 30
 """What the engine itself gets after the hook, before SIGKILL (vLLM's shutdown)."""
@@ -422,12 +423,16 @@ def behavior(o: K8sSettings) -> dict[str, Any]:
 
 
 def autoscalers(r: K8sRendering) -> list[dict[str, Any]]:
-    """Per LeaderWorkerSet a KEDA ScaledObject or an HPA on its scale subresource,
-    aiming at exactly the proxy's desired count (AverageValue 1 per replica)."""
+    """Per LeaderWorkerSet a KEDA ScaledObject or an HPA on its scale subresource (per
+    DisaggregatedSet role: on its DisaggregatedSetRoleScaler), aiming at exactly the
+    proxy's desired count (AverageValue 1 per replica)."""
     o = r.options
     out = []
     for g in r.groups:
         target = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": g.name}
+        if o.kind == "disaggregatedset":  # the role scaler LWS v0.10's controller makes
+            target = {"apiVersion": DS_API, "kind": "DisaggregatedSetRoleScaler",
+                      "name": f"{o.prefix}-{g.name.removeprefix(o.prefix + '-')}"}  # fmt: skip
         meta = {"name": g.name, "labels": r.labels(g.role)}
         if o.autoscale == "keda":
             out.append({

@@ -595,10 +595,6 @@ def _elastic(get: Getter, raw: Mapping[str, str], identity: Fields) -> Fields:
     given = next((k for k in needs if k in raw), None)
     if given is not None and not elastic:
         raise _refuse(given, raw[given], "is for k8s.elastic=on; add it or drop this option")
-    if elastic and identity["kind"] != "leaderworkerset":
-        raise _refuse(
-            "elastic", "on", "scales LeaderWorkerSets; render with k8s.kind=leaderworkerset"
-        )
     autoscale = _choice("autoscale", get("autoscale", "off"), ("off", "keda", "hpa"))
     text = get("max_replicas", "16")
     if not re.match(r"^[0-9]{1,4}$", text) or not 1 <= int(text) <= 1000:
