@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings, strategies as st
 from tests.platforms.k8s_schemas import problems
 from tests.platforms.rendered import CATALOG, PD_LAYOUTS, files
 
@@ -177,6 +178,9 @@ def test_the_proxy_discovers_instead_of_a_list(tmp_path: Path) -> None:
     assert "--prefill" not in argv and "--decode" not in argv
     os.environ.setdefault(elastic.ADMIN_KEY_ENV, "test")
     config = parse_args(argv, read_keys=False)
+    r = decide(build_plan(CATALOG[PD]), CATALOG[PD], parse_settings(dict(ELASTIC), CATALOG[PD]))
+    reasons = [c.reason for c in r.changes if c.process == "proxy"]
+    assert reasons.count("elastic") == 1 and "backend" not in reasons, reasons
     assert config.discovery == "kubernetes" and config.autoscale and config.admin
     assert config.discovery_spec == str(tmp_path / elastic.SPEC_FILE)
 
@@ -332,3 +336,17 @@ def test_the_emulated_hpa_follows_the_rendered_behavior() -> None:
     assert hpa.step(target, 0.0, 19.7) == 1
     assert hpa.step(target, 0.0, 30.0) == 1  # never below minReplicaCount 1
     assert lws.n == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    key=st.sampled_from(["drain_grace", "drain_wait", "admin_secret", "autoscale",
+                         "max_replicas", "prometheus", "scale_timing", "slo"]),
+    value=st.text(max_size=40),
+)  # fmt: skip
+def test_any_elastic_option_text_parses_or_is_refused_in_one_line(key: str, value: str) -> None:
+    extra = {"autoscale": "keda"} if key in ("scale_timing", "slo", "prometheus") else {}
+    try:
+        parse_settings({"elastic": "on", **extra, key: value}, CATALOG[PD])
+    except UsageError as e:
+        assert f"k8s.{key}" in str(e) and "\n" not in str(e)

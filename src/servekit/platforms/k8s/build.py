@@ -161,6 +161,8 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
         proxy = r.proxy
         assert proxy is not None
         host_of = pod_hosts(groups, options.prefix, per_pod_services)
+        # the backend lists are gone, and with them their changes
+        changes[:] = [c for c in changes if (c.process, c.reason) != (proxy.name, "backend")]
         command = elastic.proxy_command(r, proxy, host_of, changes)
         processes[proxy.name] = processes[proxy.name].model_copy(update={"command": command})
     if options.network == "host":
