@@ -27,6 +27,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from servekit.platforms.k8s.fake import K8sDryCluster, k8s_dry_cluster
+from servekit.vocabulary import url_for
+from servekit.vocabulary.metrics import GENERATION_TOKENS, PROMPT_TOKENS
 
 LAYOUT = "a3/dsv41-ced-pd"  # 1 prefill + 1 decode engine, one process each
 ROLES = {"prefill": "sk-prefill", "decode": "sk-decode"}
@@ -66,7 +68,7 @@ class Run:
     events: list[tuple[float, str, str]] = field(default_factory=list)
     deleted: str = ""
     served: dict[str, set[str]] = field(default_factory=dict)
-    """Role -> every engine the proxy had requests in flight on."""
+    """Role -> every engine pod that processed tokens (the proxy routed to it)."""
 
     def in_flight_at(self, t: float) -> int:
         return sum(1 for r in self.results if r.sent <= t <= r.end)
@@ -185,30 +187,45 @@ def _wait_ready(cluster: K8sDryCluster, counts: dict[str, int], timeout_s: float
     time.sleep(3.0)  # the proxy's first probe of the new engines
 
 
+def _metrics(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            text: str = resp.read(4 << 20).decode("utf-8", "replace")
+            return text
+    except OSError:
+        return None
+
+
 def _sample(
     cluster: K8sDryCluster,
     stop: threading.Event,
     out: list[tuple[float, dict[str, int]]],
     served: dict[str, set[str]],
 ) -> None:
-    """The instances of each role over time, and each engine seen with requests in flight
-    (the proxy's ``servekit_proxy_inflight_requests``: it routed to it)."""
+    """The instances of each role over time, and each engine pod that processed tokens
+    (its own ``vllm:prompt_tokens`` and ``vllm:generation_tokens``: the proxy routed to it)."""
     elastic = cluster.elastic
     assert elastic is not None
     while not stop.wait(0.5):
         out.append((time.monotonic(), {r: elastic.replicas(lws) for r, lws in ROLES.items()}))
-        try:
-            with urllib.request.urlopen(cluster.entry_url + "/metrics", timeout=5) as resp:
-                text = resp.read(4 << 20).decode("utf-8", "replace")
-        except OSError:
-            continue
-        for family in text_string_to_metric_families(text):
-            if family.name == "servekit_proxy_inflight_requests":
-                for sample in family.samples:
-                    if sample.value > 0:
-                        served.setdefault(sample.labels["role"], set()).add(
-                            sample.labels["instance"]
-                        )
+        for pod in list(elastic.run.pods_of["sk"]):
+            role = pod.labels.get("app.kubernetes.io/component", "")
+            ports = [p["containerPort"] for p in pod.template["spec"]["containers"][0]["ports"]
+                     if str(p.get("name", "")).startswith("api-")]  # fmt: skip
+            if role not in ROLES or not ports or pod.name in served.get(role, set()):
+                continue
+            text = _metrics(url_for(pod.address, ports[0]))
+            if text is None:
+                continue
+            tokens = sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                if family.name in (PROMPT_TOKENS, GENERATION_TOKENS)
+                for sample in family.samples
+                if sample.name.endswith("_total")
+            )
+            if tokens > 0:
+                served.setdefault(role, set()).add(pod.name)
 
 
 def _engine_seconds(
