@@ -84,6 +84,7 @@ def _commands(out: str) -> list[str]:
     return [line for line in out.splitlines() if not line.startswith(("[servekit]", "# "))]
 
 
+@pytest.mark.slow
 def test_elastic_layouts_pass_the_schemas_and_bootstrap_ones_are_refused() -> None:
     """Every PD layout with a proxy renders elastic with KEDA; its objects, the
     ScaledObjects (KEDA v2.20.2's CRD), Role and ServiceAccount included, pass."""
@@ -185,6 +186,7 @@ def test_the_proxy_discovers_instead_of_a_list(tmp_path: Path) -> None:
     assert config.discovery_spec == str(tmp_path / elastic.SPEC_FILE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [PD, WIDE])
 def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path: Path) -> None:
     """Index 0, the last rendered and three beyond: the same commands as instance 0's
@@ -223,6 +225,7 @@ def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path:
     assert len(ids) >= 4 * len(with_ids)
 
 
+@pytest.mark.slow
 def test_a_hostile_group_index_is_refused(tmp_path: Path) -> None:
     objs = _objects(PD)
     _mount(objs, ("sk-decode-scripts", "sk-bundle"), tmp_path)
