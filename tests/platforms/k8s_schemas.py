@@ -10,8 +10,8 @@ tests/fixtures/k8s), made strict the way the API server prunes (an object with
 ``properties`` and no ``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields``
 takes no other field), plus the rules LWS's webhook enforces beyond the schema.
 LeaderWorkerSet and DisaggregatedSet are checked against both v0.9.0's and v0.10.0's
-CRDs (a cluster may run either); PodMonitor (Prometheus Operator) and Volcano's
-PodGroup against theirs (/work/shared/reference/k8s, copied here).
+CRDs (a cluster may run either); PodMonitor (Prometheus Operator), Volcano's
+PodGroup and KEDA's ScaledObject (v2.20.2) against theirs (/work/shared/reference/k8s, copied here).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ CRDS: dict[str, tuple[str, ...]] = {
     "DisaggregatedSet": ("disaggregatedset-v1.schema.json", "disaggregatedset-v0.10.schema.json"),
     "PodMonitor": ("prometheus-podmonitor.schema.json",),
     "PodGroup": ("volcano-podgroup.schema.json",),
+    "ScaledObject": ("keda-scaledobject.schema.json",),
 }
 """Kind -> its CRD schemas (LWS: v0.9.0's, named v1, and v0.10.0's); an object passes all."""
 
@@ -122,7 +123,7 @@ def pod_templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def problems(obj: dict[str, Any]) -> list[Problem]:
     """Every refusal of one rendered object (empty: it passes)."""
     kind = obj.get("kind", "")
-    if kind in ("PodMonitor", "PodGroup"):
+    if kind in ("PodMonitor", "PodGroup", "ScaledObject"):
         return [p for file in CRDS[kind] for p in _errors(crd_validator(file), obj, "")]
     if kind in CRDS:
         found = [

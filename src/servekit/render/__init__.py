@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         Address as Address,
         HostOf as HostOf,
         ProxyWiring as ProxyWiring,
+        kv_events_switch as kv_events_switch,
         proxy_words as proxy_words,
         script_host as script_host,
         url as url,

@@ -24,6 +24,7 @@ checked and compared with every engine pod (:mod:`servekit.preflight`; its units
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -152,6 +153,18 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
     per_pod_services = options.kind == "disaggregatedset"
     processes, changes = pod_processes(plan, groups, options.prefix, per_pod_services)
     r = K8sRendering(plan, layout, options, groups, processes, changes)
+    if options.elastic:
+        from servekit.platforms.k8s import elastic
+        from servekit.platforms.k8s.wiring import pod_hosts
+
+        elastic.refuse_unfit(r)
+        proxy = r.proxy
+        assert proxy is not None
+        host_of = pod_hosts(groups, options.prefix, per_pod_services)
+        # the backend lists are gone, and with them their changes
+        changes[:] = [c for c in changes if (c.process, c.reason) != (proxy.name, "backend")]
+        command = elastic.proxy_command(r, proxy, host_of, changes)
+        processes[proxy.name] = processes[proxy.name].model_copy(update={"command": command})
     if options.network == "host":
         r.host_network_groups = tuple(g.name for g in groups if _crosses_pods(g))
     if options.rdma is not None:
@@ -231,7 +244,20 @@ _ENV = jinja2.Environment(
 
 def pod_script(r: K8sRendering, rows: list[dict[str, Any]], joins: list[Split]) -> str:
     """``pod.sh`` of one group (or the proxy): its rows of the pod table, and the files it joins."""
+    from servekit.platforms.k8s import elastic
+
+    prestop = None
+    if r.options.elastic and r.proxy is not None and r.proxy.api_port is not None:
+        prestop = {
+            "proxies": elastic.peers_service(r.options.prefix),
+            "port": r.proxy.api_port,
+            "wait": elastic.hook_wait(r.options),
+            "key_env": elastic.ADMIN_KEY_ENV,
+            "zipapp": elastic.PROXY_ZIPAPP,
+            "var": elastic.ENGINE_ID_VAR,
+        }
     return _ENV.get_template("pod.sh.j2").render(
+        prestop=prestop,
         layout=r.plan.layout,
         version=__version__,
         pods=rows,
@@ -269,7 +295,9 @@ def configmaps(
     ``pod.sh`` names the parts it must join, so a group's set is packed once without it
     to learn them, then again with it.
     """
-    engine_bundle = {n: c for n, c in bundled.items() if not n.endswith(".pyz")}
+    engine_bundle = {
+        n: c for n, c in bundled.items() if not n.endswith(".pyz") or r.options.elastic
+    }  # elastic: the preStop hook runs servekit.proxy.prestop from the proxy's zipapp
     engine_bundle[FETCH_FILE] = fetch_source()
     if r.options.preflight:
         for name, content in preflight_files(r.plan, preflight_units(r)).items():
@@ -283,6 +311,12 @@ def configmaps(
             for p in pod.processes
         }
         rows = [_entry_row(r, pod, g) for pod in g.pods]
+        if r.options.elastic:
+            from servekit.platforms.k8s import elastic
+
+            for t in elastic.template_scripts(r, g):
+                scripts[f"{t.name}.sh"] = process_script(r.plan, t).encode()
+            rows += elastic.pod_rows(r, g, rows)
         base = f"{g.name}-scripts"
         first = _packed(r, base, {**scripts, "pod.sh": b""}, g.role, budget)
         joins = first.splits + bundle.splits
@@ -299,6 +333,11 @@ def configmaps(
             **{n: c for n, c in bundled.items() if n.endswith(".pyz")},
             "pod.sh": b"",
         }
+        if r.options.elastic:
+            from servekit.platforms.k8s import elastic
+
+            spec = elastic.discovery_spec(r).to_doc()
+            files[elastic.SPEC_FILE] = (json.dumps(spec, indent=1) + "\n").encode()
         base = f"{r.options.prefix}-proxy-scripts"
         first = _packed(r, base, files, "proxy", budget)
         files["pod.sh"] = pod_script(r, [_proxy_row(r.proxy)], first.splits).encode()
@@ -313,7 +352,7 @@ def _templates(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any
     workers = [p for p in group.pods if p.worker > 0]
 
     def make(pods: list[Pod]) -> dict[str, Any]:
-        return engine_template(
+        template = engine_template(
             r,
             group,
             pods,
@@ -321,6 +360,11 @@ def _templates(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any
             joins=bool(mounted.splits),
             digest=mounted.digest,
         )
+        if r.options.elastic:
+            from servekit.platforms.k8s import elastic
+
+            elastic.engine_pod(r, group, template)
+        return template
 
     if not workers:
         return {"workerTemplate": make(leaders)}
@@ -338,11 +382,19 @@ def lws_spec(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
         "restartPolicy": "RecreateGroupOnPodRestart",
         "workerTemplate": templates["workerTemplate"],
     }
-    return {
+    spec: dict[str, Any] = {
         "replicas": group.replicas,
         "startupPolicy": "LeaderCreated",
         "leaderWorkerTemplate": template,
     }
+    if r.options.elastic:
+        # a rollout adds a group (at an index beyond replicas, which any index runs)
+        # before an old one leaves, drained by its preStop hook: no capacity lost
+        spec["rolloutStrategy"] = {
+            "type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+        }
+    return spec
 
 
 def leaderworkerset(r: K8sRendering, group: Group, mounted: Mounted) -> dict[str, Any]:
@@ -415,19 +467,23 @@ def disaggregatedset(r: K8sRendering, mounted: dict[str, Mounted]) -> dict[str, 
     The proxy reaches its pods through :func:`pod_services` (the child LWS names
     carry a revision hash); ``LWS_LEADER_ADDRESS`` is injected by LWS as ever.
     """
+    roles = []
+    for g in r.groups:
+        role: dict[str, Any] = {
+            "name": g.name.removeprefix(r.options.prefix + "-"),
+            "spec": lws_spec(r, g, mounted[g.name]),
+        }
+        if r.options.autoscale != "off":
+            # LWS v0.10: the controller makes a DisaggregatedSetRoleScaler <set>-<role>
+            # whose /scale an HPA drives; the role's own replicas must then be unset
+            role["scaling"] = {"mode": "External"}
+            del role["spec"]["replicas"]
+        roles.append(role)
     return {
         "apiVersion": DS_API,
         "kind": "DisaggregatedSet",
         "metadata": {"name": r.options.prefix, "labels": r.labels("engines")},
-        "spec": {
-            "roles": [
-                {
-                    "name": g.name.removeprefix(r.options.prefix + "-"),
-                    "spec": lws_spec(r, g, mounted[g.name]),
-                }
-                for g in r.groups
-            ]
-        },
+        "spec": {"roles": roles},
     }
 
 
@@ -457,6 +513,13 @@ def _proxy_objects(r: K8sRendering, mounted: Mounted | None) -> list[dict[str, A
     }
     if proxy is None or mounted is None:
         return [service]
+    template = proxy_template(r, port, mounted.names, bool(mounted.splits), mounted.digest)
+    extra: list[dict[str, Any]] = []
+    if r.options.elastic:
+        from servekit.platforms.k8s import elastic
+
+        elastic.proxy_pod(r, template)
+        extra = elastic.objects(r, port)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -464,12 +527,10 @@ def _proxy_objects(r: K8sRendering, mounted: Mounted | None) -> list[dict[str, A
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": proxy_template(
-                r, port, mounted.names, bool(mounted.splits), mounted.digest
-            ),
+            "template": template,
         },
     }
-    return [deployment, service]
+    return [deployment, service, *extra]
 
 
 def podmonitor(r: K8sRendering) -> dict[str, Any]:
@@ -611,8 +672,12 @@ def manifests(r: K8sRendering, bundled: dict[str, bytes], budget: int = BUDGET) 
             lws.append(obj)
             files[f"{g.name.removeprefix(r.options.prefix + '-')}.yaml"] = [obj]
     files["proxy.yaml"] = _proxy_objects(r, proxy)
-    if r.options.podmonitor:
+    if r.options.podmonitor or r.options.autoscale != "off":
         files["podmonitor.yaml"] = [podmonitor(r)]
+    if r.options.autoscale != "off":
+        from servekit.platforms.k8s import elastic
+
+        files["autoscaling.yaml"] = elastic.autoscalers(r)
     return Manifests(files, volcano_podgroups(r, lws) if r.options.gang == "volcano" else [])
 
 
@@ -756,6 +821,23 @@ def _object_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
             f"- ConfigMaps: {len(sizes)}, the largest {biggest[0]} at {biggest[1]} of "
             f"kubectl apply's {ANNOTATION_CAP} annotation bytes"
         )
+    if r.options.elastic:
+        from servekit.platforms.k8s import elastic
+
+        o = r.options
+        secret, key = elastic.admin_secret(o)
+        lines.append(
+            "- elastic: any group index runs (kubectl scale lws/NAME); the proxy discovers "
+            f"the pods (ServiceAccount {elastic.service_account(o.prefix)}); each engine pod's "
+            f"preStop drains it through {elastic.peers_service(o.prefix)} within "
+            f"{elastic.hook_wait(o)} s (grace period {elastic.grace_period(o)} s); create the "
+            f"admin key first: kubectl create secret generic {secret} --from-literal={key}=..."
+        )
+        if o.autoscale != "off":
+            lines.append(
+                f"- autoscale: {o.autoscale} on each LeaderWorkerSet, 1 to {o.max_replicas} "
+                "instances, from the proxy's servekit_desired_replicas{role}"
+            )
     return lines
 
 

@@ -48,6 +48,7 @@ import base64
 import concurrent.futures
 import contextlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -76,14 +77,17 @@ from servekit.platforms.fake import (
 )
 from servekit.platforms.fakenpu import HEALTHY, Fabric, Faults, taken_ports
 from servekit.platforms.k8s.attach import process_hosts
+from servekit.platforms.k8s.elastic import KUBE_API_VAR, KUBE_TOKEN_VAR
 from servekit.platforms.k8s.entry import render
+from servekit.platforms.k8s.fakeapi import FakeApi
+from servekit.platforms.k8s.fakelws import Autoscaler, Elastic, scale_targets
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
 from servekit.platforms.k8s.settings import NAMES as SETTINGS
 from servekit.platforms.prepare import render_named, split_sets
 from servekit.preflight import PLATFORM_OF, PORT_BASE as PREFLIGHT_PORT, SPEC_FILE
 from servekit.procgroup import start_detached
 from servekit.render import build_plan
-from servekit.vocabulary import url_for
+from servekit.vocabulary import atomic_write_text, url_for
 
 NAMESPACE = "default"
 INIT_TIMEOUT_S = 120.0
@@ -216,36 +220,40 @@ def _names(short: str) -> tuple[str, ...]:
     )
 
 
-def _lws_pods(name: str, spec: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
-    """The pods LWS creates for one LeaderWorkerSet (names, env and labels as LWS sets them)."""
+def lws_pod(name: str, spec: dict[str, Any], g: int, w: int, ip: str) -> FakePod:
+    """Pod ``w`` of group ``g`` of one LeaderWorkerSet (name, env and labels as LWS sets them)."""
     tmpl = spec["leaderWorkerTemplate"]
     size = tmpl.get("size", 1)
-    pods = []
-    for g in range(spec.get("replicas", 1)):
-        for w in range(size):
-            template = (
-                tmpl.get("leaderTemplate", tmpl["workerTemplate"])
-                if w == 0
-                else tmpl["workerTemplate"]
-            )
-            pod = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
-            injected = {
-                "LWS_LEADER_ADDRESS": f"{name}-{g}.{name}.{NAMESPACE}",
-                "LWS_GROUP_SIZE": str(size),
-                "LWS_WORKER_INDEX": str(w),
-                "HOSTNAME": pod,
-            }
-            labels = {
-                **template["metadata"].get("labels", {}),
-                "leaderworkerset.sigs.k8s.io/name": name,
-                GROUP_INDEX_LABEL: str(g),
-                "leaderworkerset.sigs.k8s.io/worker-index": str(w),
-            }
-            group = labels.get(GROUP_LABEL, name)
-            key = f"{group}-{g}" if w == 0 else f"{group}-{g}-{w}"
-            dns = _names(f"{pod}.{name}")
-            pods.append(FakePod(pod, next(ips), template, injected, dns, labels, key, name, g))
-    return pods
+    template = (
+        tmpl.get("leaderTemplate", tmpl["workerTemplate"]) if w == 0 else tmpl["workerTemplate"]
+    )
+    pod = f"{name}-{g}" if w == 0 else f"{name}-{g}-{w}"
+    injected = {
+        "LWS_LEADER_ADDRESS": f"{name}-{g}.{name}.{NAMESPACE}",
+        "LWS_GROUP_SIZE": str(size),
+        "LWS_WORKER_INDEX": str(w),
+        "HOSTNAME": pod,
+    }
+    labels = {
+        **template["metadata"].get("labels", {}),
+        "leaderworkerset.sigs.k8s.io/name": name,
+        GROUP_INDEX_LABEL: str(g),
+        "leaderworkerset.sigs.k8s.io/worker-index": str(w),
+    }
+    group = labels.get(GROUP_LABEL, name)
+    key = f"{group}-{g}" if w == 0 else f"{group}-{g}-{w}"
+    dns = _names(f"{pod}.{name}")
+    return FakePod(pod, ip, template, injected, dns, labels, key, name, g)
+
+
+def _lws_pods(name: str, spec: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
+    """The pods LWS creates for one LeaderWorkerSet."""
+    size = spec["leaderWorkerTemplate"].get("size", 1)
+    return [
+        lws_pod(name, spec, g, w, next(ips))
+        for g in range(spec.get("replicas", 1))
+        for w in range(size)
+    ]
 
 
 def _deployment_pods(obj: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
@@ -331,6 +339,7 @@ class _Cluster:
     secrets: dict[str, dict[str, str]]
     configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     env_of: dict[str, dict[str, str]] = field(default_factory=dict)
+    volumes_of: dict[str, dict[str, Path]] = field(default_factory=dict)
     generation: int = 0
     fabric_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """pod name -> its node's filesystem and NPU fabric (fakenpu), for its init containers"""
@@ -433,7 +442,12 @@ class _Cluster:
         out: dict[str, str] = {}
         for item in container.get("env", []):
             if "value" in item:
-                out[item["name"]] = str(item["value"])
+                text = str(item["value"])
+                mounted = rootfs / text.lstrip("/")
+                # a path under a mount (SERVEKIT_RUN_DIR) reads through the pod's root folder
+                out[item["name"]] = (
+                    str(mounted) if text.startswith("/") and mounted.exists() else text
+                )
                 continue
             ref = item["valueFrom"]
             if "secretKeyRef" in ref:
@@ -450,6 +464,8 @@ class _Cluster:
                 out[item["name"]] = pod.address
             elif path == f"metadata.labels['{GROUP_INDEX_LABEL}']":
                 out[item["name"]] = str(pod.group_index)
+            elif path == "metadata.name":
+                out[item["name"]] = pod.name
             else:
                 raise PodFailed(f"the fake cluster does not know fieldRef {path}")
         python_path = [str(self.root / "dns")]
@@ -539,6 +555,7 @@ class _Cluster:
         node.entry.parent.mkdir(parents=True, exist_ok=True)
         env = self._env(pod, container, rootfs, init=False)
         self.env_of[pod.name] = env
+        self.volumes_of[pod.name] = pending.volumes
         with node.output.open("wb") as out:
             node.popen = start_detached(
                 command, stdout=out, env=env, cwd=self._cwd(container, rootfs)
@@ -628,6 +645,10 @@ class K8sDryCluster(DryCluster):
     pods_arg: str = ""
     reference_pods: str = ""
     fake_pods: list[FakePod] = field(default_factory=list)
+    elastic: Elastic | None = None
+    """With ``k8s.elastic=on``: the API server, LWS's scaling and the kubelet (fakelws)."""
+    autoscaler: Autoscaler | None = None
+    """With ``k8s.autoscale``: the HPA over the rendered objects (started by the caller)."""
     apply: Callable[[list[str]], list[str]] = field(default=lambda sets: [])
     """Render the layout again with these ``--set``s and roll out what changed (the
     workloads whose pod template differs); returns the recreated pods' names."""
@@ -847,6 +868,29 @@ class _Setup:
     rendered: dict[str, tuple[str, list[dict[str, Any]]]]
     pods_of: dict[str, list[FakePod]]
     targets: list[tuple[str, dict[str, int]]]
+    api: FakeApi | None = None
+
+
+def _elastic_api(
+    root: Path, objects: list[dict[str, Any]], pods: list[FakePod], held: contextlib.ExitStack
+) -> FakeApi | None:
+    """An elastic rendering's API server (its proxy has a ServiceAccount), the service
+    account's token and namespace where the proxy reads them, the proxy pointed at it."""
+    if not any(o["kind"] == "ServiceAccount" for o in objects):
+        return None
+    token = "fake-" + os.urandom(12).hex()
+    api = FakeApi(NAMESPACE, token)
+    api.start()
+    held.callback(api.stop)
+    sa = root / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(token)
+    (sa / "namespace").write_text(NAMESPACE)
+    for pod in pods:
+        if pod.template["spec"].get("serviceAccountName"):
+            pod.injected = {**pod.injected, KUBE_API_VAR: api.url,
+                            KUBE_TOKEN_VAR: str(sa / "token")}  # fmt: skip
+    return api
 
 
 @contextlib.contextmanager
@@ -878,7 +922,11 @@ def _setup(
         hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
         (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
         extra = _real_engine_env(root) if engine == "vllm" else {}
-        fake = _Cluster(root, bin_dir, speed, extra, cwd, host_paths, secrets or {})
+        api = _elastic_api(root, rendered["sk"][1], pods_of["sk"], held)
+        secrets = dict(secrets or {})
+        if api is not None:  # the operator's `kubectl create secret generic sk-admin`
+            secrets.setdefault("sk-admin", {"key": "fake-admin-" + os.urandom(8).hex()})
+        fake = _Cluster(root, bin_dir, speed, extra, cwd, host_paths, secrets)
         for _, objects in rendered.values():
             fake.configmaps.update(_configmaps(objects))
         _fabric(fake, rendered, pods_of, faults=faults, catalog=catalog, held=held)
@@ -893,7 +941,7 @@ def _setup(
                 cluster.entry_url, cluster.pods_arg, cluster.pods = url, engine_pods, addresses
             else:
                 cluster.reference_url, cluster.reference_pods = url, engine_pods
-        yield _Setup(fake, cluster, rendered, pods_of, all_targets)
+        yield _Setup(fake, cluster, rendered, pods_of, all_targets, api)
     finally:
         held.close()
         if not keep:
@@ -944,13 +992,50 @@ def k8s_dry_cluster(
             ready_timeout_s,
         )
         ready.cluster.apply = run.apply
+        elastic = _elastic(run, ready)
         started = time.perf_counter()
         try:
+            if elastic is not None:
+                elastic.start()
             run.start_all()
             ready.cluster.started_s = time.perf_counter() - started
             yield ready.cluster
         finally:
+            if ready.cluster.autoscaler is not None:
+                ready.cluster.autoscaler.stop()
+            if elastic is not None:
+                elastic.stop()
             stop_nodes(run.running())
+
+
+def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
+    """LWS's scaling, the kubelet and (with autoscaling objects) the HPA over the pods."""
+    if ready.api is None:
+        return None
+    objects = ready.rendered["sk"][1]
+    specs = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "LeaderWorkerSet"}
+    used = [p.address for pods in ready.pods_of.values() for p in pods]
+    prefix = used[0].rsplit(".", 1)[0]
+    last = max(int(a.rsplit(".", 1)[1]) for a in used)
+    ips = iter(f"{prefix}.{i}" for i in range(last + 1, 255))
+
+    def make_pod(lws: str, g: int, w: int) -> FakePod:
+        pod = lws_pod(lws, specs[lws], g, w, next(ips))
+        hosts_file = ready.fake.root / "dns" / "hosts.json"
+        hosts = json.loads(hosts_file.read_text())
+        hosts.update({n: pod.address for n in pod.dns})
+        atomic_write_text(hosts_file, json.dumps(hosts, indent=1))
+        return pod
+
+    sizes = {n: int(s["leaderWorkerTemplate"].get("size", 1)) for n, s in specs.items()}
+    elastic = Elastic(ready.api, run, make_pod, sizes, _probe_passes)
+    ready.cluster.elastic = elastic
+    targets = scale_targets(objects)
+    if targets:
+        ready.cluster.autoscaler = Autoscaler(
+            elastic, targets, ready.cluster.entry_url + "/metrics"
+        )
+    return elastic
 
 
 def k8s_refused(

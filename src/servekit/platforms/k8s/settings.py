@@ -31,6 +31,11 @@ ACCELERATORS: dict[str, str | None] = {
 """Device-plugin resource per hardware: Huawei CCE names A3 NPUs ``ascend-1980``,
 MindCluster ``Ascend910``; clusters differ, so ``--set k8s.accelerator=NAME`` overrides."""
 
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+"""Where KEDA's prometheus trigger asks (the Prometheus Operator's Service in ``monitoring``)."""
+DEFAULT_TIMING = (5, 15, 30, 300, 60)
+"""The autoscaler's interval, scale-up window and period, scale-down window and period
+(s): the proxy's own defaults."""
 K8sKind = Literal["leaderworkerset", "disaggregatedset"]
 KINDS: tuple[K8sKind, ...] = ("leaderworkerset", "disaggregatedset")
 WORKDIR = "/workspace"
@@ -176,6 +181,15 @@ class K8sSettings:
     tolerations: tuple[Toleration, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     podmonitor: bool = False
+    elastic: bool = False
+    drain_grace: int = 30
+    drain_wait: int = 120
+    autoscale: Literal["off", "keda", "hpa"] = "off"
+    max_replicas: int = 16
+    scale_timing: tuple[int, int, int, int, int] = DEFAULT_TIMING
+    slo: tuple[float, float] | None = None
+    prometheus: str = DEFAULT_PROMETHEUS
+    admin_secret: tuple[str, str] = ("", "key")
     given: frozenset[str] = field(default_factory=frozenset)
     """The options the operator set (the rest are defaults), for the summary."""
     preflight: bool = True
@@ -369,6 +383,51 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
         "podmonitor", "off", "on: a PodMonitor (Prometheus Operator) for the engines and the proxy"
     ),
+    SettingSpec(
+        "elastic",
+        "off",
+        "on: any group index runs (kubectl scale lws/NAME works), the proxy discovers the "
+        "engine pods through the API and drains a pod that leaves (preStop hook)",
+    ),
+    SettingSpec(
+        "drain_grace",
+        "30",
+        "elastic: seconds a leaving engine's streams run on it before they migrate "
+        "(the proxy's --drain-grace)",
+    ),
+    SettingSpec(
+        "drain_wait",
+        "120",
+        "elastic: seconds the preStop hook waits for the proxies beyond the grace (unstreamed "
+        "answers, KV not yet pulled); terminationGracePeriodSeconds is grace + wait + 35",
+    ),
+    SettingSpec(
+        "admin_secret",
+        "PREFIX-admin:key",
+        "elastic: the Secret (NAME[:KEY]) holding the proxy's admin key, read by the proxy "
+        "and the engines' preStop hook",
+    ),
+    SettingSpec(
+        "autoscale",
+        "off",
+        "elastic: keda (a ScaledObject per LeaderWorkerSet) or hpa (an autoscaling/v2 HPA, "
+        "external metric) scaling each role to the proxy's servekit_desired_replicas",
+    ),
+    SettingSpec("max_replicas", "16", "autoscale: most instances of a role"),
+    SettingSpec(
+        "scale_timing",
+        "5,15,30,300,60",
+        "autoscale: seconds between the proxy's computations, the scale-up window and period, "
+        "the scale-down window and period (the proxy's flags and the HPA's behavior alike)",
+    ),
+    SettingSpec(
+        "slo",
+        "the proxy's (2,0.1)",
+        "autoscale: TTFT,TPOT objectives in seconds the roles are sized for",
+    ),
+    SettingSpec(
+        "prometheus", DEFAULT_PROMETHEUS, "autoscale keda: the Prometheus the trigger queries"
+    ),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in SETTINGS)
 
@@ -413,13 +472,15 @@ def _identity(get: Getter, layout: Layout) -> Fields:
     }
 
 
-def _secret(text: str) -> tuple[str, str] | None:
+def _secret(
+    text: str, option: str = "model_secret", default_key: str = "HF_TOKEN"
+) -> tuple[str, str] | None:
     if not text:
         return None
     name, _, key = text.partition(":")
     if not _DNS_SUBDOMAIN.match(name) or (key and not re.match(r"^[-._A-Za-z0-9]{1,253}$", key)):
-        raise _refuse("model_secret", text, "give NAME or NAME:KEY of a Secret in the namespace")
-    return name, key or "HF_TOKEN"
+        raise _refuse(option, text, "give NAME or NAME:KEY of a Secret in the namespace")
+    return name, key or default_key
 
 
 def _weights(get: Getter, raw: Mapping[str, str]) -> Fields:
@@ -518,6 +579,68 @@ def _placement(get: Getter, kind: str) -> Fields:
     }
 
 
+_URL = re.compile(r"^https?://[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?(/[-A-Za-z0-9._~/]{0,200})?$")
+
+
+def _seconds(name: str, value: str, low: int, high: int) -> int:
+    if not re.match(r"^[0-9]{1,6}$", value) or not low <= int(value) <= high:
+        raise _refuse(name, value, f"give whole seconds from {low} to {high}")
+    return int(value)
+
+
+def _elastic(get: Getter, raw: Mapping[str, str], identity: Fields) -> Fields:
+    elastic = _choice("elastic", get("elastic", "off"), ("on", "off")) == "on"
+    needs = ("drain_grace", "drain_wait", "admin_secret", "autoscale", "max_replicas",
+             "prometheus", "scale_timing", "slo")  # fmt: skip
+    given = next((k for k in needs if k in raw), None)
+    if given is not None and not elastic:
+        raise _refuse(given, raw[given], "is for k8s.elastic=on; add it or drop this option")
+    autoscale = _choice("autoscale", get("autoscale", "off"), ("off", "keda", "hpa"))
+    text = get("max_replicas", "16")
+    if not re.match(r"^[0-9]{1,4}$", text) or not 1 <= int(text) <= 1000:
+        raise _refuse("max_replicas", text, "give a count from 1 to 1000")
+    prometheus = get("prometheus", DEFAULT_PROMETHEUS)
+    if not _URL.match(prometheus):
+        raise _refuse("prometheus", prometheus, "give http(s)://HOST[:PORT][/PATH]")
+    for key in ("scale_timing", "slo"):
+        if key in raw and autoscale == "off":
+            raise _refuse(key, raw[key], "is for k8s.autoscale=keda|hpa; add it or drop this")
+    timing_text = get("scale_timing", ",".join(map(str, DEFAULT_TIMING)))
+    parts = timing_text.split(",")
+    if len(parts) != 5 or not all(re.match(r"^[0-9]{1,5}$", x) for x in parts):
+        raise _refuse("scale_timing", timing_text, "give five whole seconds: "
+                      "INTERVAL,UP_WINDOW,UP_PERIOD,DOWN_WINDOW,DOWN_PERIOD")  # fmt: skip
+    timing = tuple(int(x) for x in parts)
+    if timing[0] < 1 or timing[2] < 1 or timing[4] < 1 or max(timing) > 3600:
+        raise _refuse("scale_timing", timing_text, "interval and periods from 1 s, all to 3600")
+    slo = None
+    if "slo" in raw:
+        ttft, sep, tpot = get("slo", "").partition(",")
+        number = r"^[0-9]{1,4}(\.[0-9]{1,4})?$"
+        if (
+            not sep
+            or not re.match(number, ttft)
+            or not re.match(number, tpot)
+            or not (float(ttft) > 0 and float(tpot) > 0)
+        ):
+            raise _refuse("slo", get("slo", ""), "give TTFT,TPOT in seconds, e.g. 2,0.1")
+        slo = (float(ttft), float(tpot))
+    if "prometheus" in raw and autoscale != "keda":
+        raise _refuse("prometheus", prometheus, "is KEDA's; add k8s.autoscale=keda or drop it")
+    secret = _secret(get("admin_secret", f"{identity['prefix']}-admin:key"), "admin_secret", "key")
+    return {
+        "elastic": elastic,
+        "drain_grace": _seconds("drain_grace", get("drain_grace", "30"), 0, 3600),
+        "drain_wait": _seconds("drain_wait", get("drain_wait", "120"), 0, 3600),
+        "admin_secret": secret if secret is not None else ("", "key"),
+        "autoscale": autoscale,
+        "max_replicas": int(text),
+        "scale_timing": timing,
+        "slo": slo,
+        "prometheus": prometheus,
+    }
+
+
 def parse_settings(raw: Mapping[str, str], layout: Layout) -> K8sSettings:
     """The operator's ``k8s.*`` strings as :class:`K8sSettings`, defaults resolved for the layout."""
     _bounded(raw)
@@ -532,6 +655,7 @@ def parse_settings(raw: Mapping[str, str], layout: Layout) -> K8sSettings:
         **_network(get, layout),
         **_resources(get),
         **_placement(get, identity["kind"]),
+        **_elastic(get, raw, identity),
         given=frozenset(raw),
     )
 
