@@ -96,7 +96,10 @@ def node_env(
 
     The simulated ``vllm`` first on the PATH, this interpreter next; a home, temp,
     work and log folder under the dry run's ``root``; the node's own loopback
-    address to bind; and the simulator's speed, when asked for, over everything.
+    address to bind; the folder its simulated engines share the prompts they answered
+    through (a stream migrated to another engine process goes on with the rest of its
+    answer: ``servekit.sim.resume``); and the simulator's speed, when asked for, over
+    everything.
     """
     env = {
         "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{SYSTEM_PATH}",
@@ -107,6 +110,7 @@ def node_env(
         "NODE_NIC": "lo",
         "WORK_DIR": str(root / "work" / name),
         "LOG_DIR": str(root / "logs"),
+        "SERVEKIT_SIM_TRANSCRIPTS": str(root / "sim-transcripts"),
         **platform,
     }
     if speed is not None:

@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         description="One simulated engine from a 'vllm serve' command line. Flags not "
         "listed are accepted and recorded (engine log, GET /sim/state). Environment: "
-        "SERVEKIT_SIM_PROFILE, SERVEKIT_SIM_SPEED, SERVEKIT_SIM_FAULTS (docs/sim.md).",
+        "SERVEKIT_SIM_PROFILE, SERVEKIT_SIM_SPEED, SERVEKIT_SIM_FAULTS, SERVEKIT_SIM_TRANSCRIPTS "
+        "(docs/sim.md).",
     )
 
 

@@ -13,7 +13,11 @@ The environment picks what the command line cannot say:
   ``cpu-tiny`` when MODEL is a local tiny model: a folder whose
   ``config.json`` has ``hidden_size`` <= 1024);
 - ``SERVEKIT_SIM_SPEED``: virtual seconds per wall second (``--speed`` wins);
-- ``SERVEKIT_SIM_FAULTS``: a JSON object of fault fields for this engine.
+- ``SERVEKIT_SIM_FAULTS``: a JSON object of fault fields for this engine;
+- ``SERVEKIT_SIM_TRANSCRIPTS``: a folder the engine processes of one deployment
+  share the prompts they answered through, so that a stream migrated to another
+  engine process is carried on with the rest of its answer
+  (:mod:`servekit.sim.resume`); the fake platforms set it.
 """
 
 from __future__ import annotations
@@ -235,7 +239,11 @@ def serve_main(argv: list[str], env: dict[str, str] | None = None) -> int:
         asyncio.run(_headless(launch))
         return 0
     spec = build_spec(launch, environ)
+    from servekit.sim.resume import SHARED_ENV, TRANSCRIPTS
     from servekit.sim.server import run
+
+    if environ.get(SHARED_ENV):
+        TRANSCRIPTS.share(Path(environ[SHARED_ENV]))
 
     run(spec)
     return 0

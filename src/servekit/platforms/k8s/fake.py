@@ -173,14 +173,18 @@ if [ ! -f "$where/config.json" ]; then
 fi
 PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}
 export PYTHONPATH
+# every engine of the cluster answers a migrated stream's continuation (servekit.sim.resume)
+SERVEKIT_SIM_TRANSCRIPTS=${{SERVEKIT_SIM_TRANSCRIPTS:-{transcripts}}}
+export SERVEKIT_SIM_TRANSCRIPTS
 exec {python} -m servekit.sim serve "$@"
 """
 
 
 def _fake_vllm(bin_dir: Path) -> None:
     code = shlex.quote(str(Path(servekit.__file__).resolve().parent.parent))
+    transcripts = shlex.quote(str(bin_dir.parent / "sim-transcripts"))
     (bin_dir / "vllm").write_text(
-        VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code)
+        VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code, transcripts=transcripts)
     )
     (bin_dir / "vllm").chmod(0o755)
 
