@@ -69,6 +69,8 @@ class Run:
     deleted: str = ""
     served: dict[str, set[str]] = field(default_factory=dict)
     """Role -> every engine pod that processed tokens (the proxy routed to it)."""
+    migrations: dict[str, int] = field(default_factory=dict)
+    """The proxy's migrations by outcome (ok, diverged, refused, ...)."""
 
     def in_flight_at(self, t: float) -> int:
         return sum(1 for r in self.results if r.sent <= t <= r.end)
@@ -196,6 +198,17 @@ def _metrics(url: str) -> str | None:
         return None
 
 
+def _migrations(text: str) -> dict[str, int]:
+    """The proxy's ``servekit_proxy_migrations_total`` by outcome (ok, diverged, ...)."""
+    return {
+        sample.labels["outcome"]: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "servekit_proxy_migrations"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
 def _sample(
     cluster: K8sDryCluster,
     stop: threading.Event,
@@ -312,6 +325,7 @@ def run(
         t0 = time.monotonic()
         results = asyncio.run(replay(cluster.entry_url, trace))
         t1 = time.monotonic()
+        migrations = _migrations(_metrics(cluster.entry_url) or "")
         if killer is not None:
             killer.join()
         stop.set()
@@ -322,6 +336,7 @@ def run(
         elastic.wait_gone()
         events = list(elastic.events)
     out = Run(label, results, (t0, t1), timeline, {}, history, events, deleted, served)
+    out.migrations = migrations
     out.engine_seconds = _engine_seconds(events, (t0, t1), start)
     return out
 
@@ -346,5 +361,6 @@ def summary(r: Run, slo: tuple[float, float]) -> dict[str, Any]:
         "replicas_max": peak,
         "deleted": r.deleted,
         "engines_served": {role: len(v) for role, v in r.served.items()},
+        "migrations": dict(r.migrations),
         "span_s": round(r.span[1] - r.span[0], 1),
     }
