@@ -41,6 +41,7 @@ from typing import Any
 
 from servekit.sim.openai import GenRequest
 from servekit.textcontract import piece_ids
+from servekit.vocabulary import atomic_write_text
 
 CAPACITY = 65_536
 _HEAD = 16  # prompts are indexed by their first tokens and their length
@@ -134,9 +135,8 @@ def _folder(root: Path, head: list[int]) -> Path:
 
 
 def _write_shared(root: Path, ids: list[int], seen: _Seen) -> None:
-    """``seen`` as ``<folder of its head>/<length>_<digest>.json``, written whole (temp, rename):
-    a process reading it meanwhile sees it whole or not at all. Not synced to disk: the
-    folder is as short-lived as the processes sharing it."""
+    """``seen`` as ``<folder of its head>/<length>_<digest>.json``, written whole (temp,
+    rename): a process reading it meanwhile sees it whole or not at all."""
     folder = _folder(root, ids[:_HEAD])
     path = folder / _name(seen.length, seen.digest)
     if path.exists():  # another engine (or this one) answered this prompt before
@@ -145,10 +145,7 @@ def _write_shared(root: Path, ids: list[int], seen: _Seen) -> None:
            "question_text": seen.question_text, "thinking": seen.thinking,
            "tool": seen.tool}  # fmt: skip
     try:
-        folder.mkdir(exist_ok=True)
-        temp = folder / f".{seen.length}.{os.getpid()}.tmp"
-        temp.write_text(json.dumps(doc), encoding="utf-8")
-        os.replace(temp, path)
+        atomic_write_text(path, json.dumps(doc))
     except OSError:
         return  # a full or removed folder: this prompt is not shared (answers stay whole)
 
