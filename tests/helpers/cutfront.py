@@ -79,11 +79,13 @@ class CutFront:
             while data := up.recv(65536):
                 if data.startswith(b"HTTP/1."):  # the next answer on a kept-alive connection
                     seen, chosen = 0, None
-                seen += data.count(b"data: ")
+                before, seen = seen, seen + data.count(b"data: ")
                 if chosen is None and seen >= self._cutter.events:
                     chosen = self._cutter.take()
                     if chosen:
-                        conn.sendall(data)
+                        # up to the start of the event after the chosen one: one read may
+                        # hold the rest of the answer, [DONE] too, on a loaded machine
+                        conn.sendall(data[: _event_start(data, self._cutter.events - before)])
                         _reset(conn)
                         _reset(up)
                         return
@@ -100,6 +102,16 @@ class CutFront:
                 up.sendall(data)
         with contextlib.suppress(OSError):
             up.shutdown(socket.SHUT_WR)
+
+
+def _event_start(data: bytes, n: int) -> int:
+    """Where the event after the ``n``-th of ``data`` starts (its end when there is none)."""
+    at = -1
+    for _ in range(n + 1):
+        at = data.find(b"data: ", at + 1)
+        if at < 0:
+            return len(data)
+    return at
 
 
 def _reset(sock: socket.socket) -> None:

@@ -386,7 +386,10 @@ def test_a_decoder_killed_mid_answer_leaves_every_stream_whole_and_byte_identica
         _kill_tree(run, "local/decode-spare", "decode")
         for thread in threads:
             thread.join(CLIENT_TIMEOUT_S)
+        # carried on mid-answer (a migration) or, killed before its first byte, sent
+        # to the other decoder with a new prefill (a retry)
         migrated = _metric(proxy, 'servekit_proxy_migrations_total{outcome="ok"}')
+        migrated += _metric(proxy, 'servekit_proxy_retries_total{stage="decode"}')
     assert sorted(results) == list(range(len(prompts))), "a stream hung"
     for i, (text, whole) in sorted(results.items()):
         assert whole, f"stream {i} ended without [DONE]: {text!r}"
