@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from servekit.platforms.k8s.fakeapi import _matches, _ready, _selector, _send, _status
 
 LWS = "leaderworkerset.sigs.k8s.io"
 
@@ -182,30 +183,3 @@ class FakeKube:
         finally:
             self._watchers.discard(queue)
         return resp
-
-
-async def _send(resp: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:
-    await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod["status"].get("conditions", []))  # fmt: skip
-
-
-def _selector(text: str) -> dict[str, str]:
-    out = {}
-    for term in filter(None, text.split(",")):
-        key, _, value = term.replace("==", "=").partition("=")
-        out[key] = value
-    return out
-
-
-def _matches(pod: dict[str, Any], wanted: dict[str, str]) -> bool:
-    labels = pod["metadata"].get("labels", {})
-    return all(labels.get(k) == v for k, v in wanted.items())
-
-
-def _status(code: int, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-            "reason": "Expired" if code == 410 else "Unauthorized", "code": code}  # fmt: skip
