@@ -15,11 +15,13 @@ deployment's answer to the same prompt.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +41,22 @@ class Request:
     at: float
     prompt: str
     max_tokens: int
+    tail: bool = False
+    """Sent only until a scale-down began (:func:`run`'s ``tail_until_down``)."""
+
+    @property
+    def key(self) -> str:
+        """``request N``: the same request in every replay."""
+        return self.prompt.partition(":")[0]
 
 
 @dataclass
 class Result:
     index: int
     sent: float
+    key: str = ""
+    skipped: bool = False
+    """A tail request not sent: the scale-down it was there for had begun."""
     ok: bool = False
     error: str = ""
     text: str = ""
@@ -81,7 +93,13 @@ class Run:
                 if what == "terminating" and self.span[0] <= at <= self.span[1]]  # fmt: skip
 
     def failed(self) -> int:
-        return sum(1 for r in self.results if not r.ok)
+        return sum(1 for r in self.results if not r.ok and not r.skipped)
+
+    def sent(self, trace: list[Request]) -> list[Request]:
+        """The requests of ``trace`` this replay sent, none a tail one any more (a
+        reference replays every one of them)."""
+        return [dataclasses.replace(req, tail=False)
+                for req, r in zip(trace, self.results, strict=True) if not r.skipped]  # fmt: skip
 
     def goodput(self, slo_ttft: float, slo_tpot: float) -> float:
         good = sum(
@@ -108,27 +126,41 @@ def rate_at(t: float, span: float, low: float) -> float:
 
 
 def ramp_trace(
-    span: float, low: float, prompt_words: int, max_tokens: int, seed: int = 41
+    span: float,
+    low: float,
+    prompt_words: int,
+    max_tokens: int,
+    seed: int = 41,
+    *,
+    late_tokens: int | None = None,
+    tail_s: float = 0.0,
 ) -> list[Request]:
-    """Poisson arrivals at :func:`rate_at`, each prompt its own."""
+    """Poisson arrivals at :func:`rate_at`, each prompt its own; ``tail_s`` more of the
+    low rate after the span (tail requests); from the ramp down on, each answer
+    ``late_tokens`` long (given: streams run across the scale-down that follows)."""
     rng = random.Random(seed)
     out, t = [], 0.0
     while True:
         t += rng.expovariate(max(rate_at(t, span, low), 1e-6))
-        if t >= span:
+        if t >= span + tail_s:
             return out
         words = " ".join(f"w{rng.randrange(10_000)}" for _ in range(prompt_words))
-        out.append(Request(t, f"request {len(out)}: {words}", max_tokens))
+        late = late_tokens is not None and t >= 0.6 * span
+        tokens = late_tokens if late and late_tokens is not None else max_tokens
+        out.append(Request(t, f"request {len(out)}: {words}", tokens, tail=t >= span))
 
 
 async def _one(
-    session: aiohttp.ClientSession, url: str, model: str, i: int, req: Request, t0: float
-) -> Result:
+    session: aiohttp.ClientSession, url: str, model: str, i: int, req: Request, t0: float,
+    enough: Callable[[], bool],
+) -> Result:  # fmt: skip
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, t0 + req.at - loop.time()))
+    if req.tail and enough():
+        return Result(i, time.monotonic(), req.key, skipped=True)
     body = {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens,
             "temperature": 0, "ignore_eos": True, "stream": True}  # fmt: skip
-    res = Result(i, time.monotonic())
+    res = Result(i, time.monotonic(), req.key)
     first = last = None
     pieces: list[str] = []
     try:
@@ -168,13 +200,16 @@ async def _one(
     return res
 
 
-async def replay(url: str, trace: list[Request]) -> list[Result]:
+async def replay(
+    url: str, trace: list[Request], enough: Callable[[], bool] = lambda: True
+) -> list[Result]:
+    """Every request at its time (a tail one only while ``enough()`` is false)."""
     timeout = aiohttp.ClientTimeout(total=300, sock_read=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         async with session.get(f"{url}/v1/models") as resp:
             model = (await resp.json())["data"][0]["id"]
         t0 = asyncio.get_running_loop().time()
-        return list(await asyncio.gather(*(_one(session, url, model, i, r, t0)
+        return list(await asyncio.gather(*(_one(session, url, model, i, r, t0, enough)
                                            for i, r in enumerate(trace))))  # fmt: skip
 
 
@@ -287,7 +322,10 @@ def run(
     delete_at: float | None = None,
     speed: float | None = None,
 ) -> Run:
-    """Replay ``trace`` through a fresh fake cluster: autoscaled, or at ``fixed`` counts."""
+    """Replay ``trace`` through a fresh fake cluster: autoscaled, or at ``fixed`` counts.
+
+    Its tail requests are sent until a pod other than the deleted one has begun leaving
+    (a scale-down under way while streams run, however late a loaded host makes it)."""
     with k8s_dry_cluster(LAYOUT, reference=False, sets=sets, speed=speed,
                          ready_timeout_s=180) as cluster:  # fmt: skip
         elastic = cluster.elastic
@@ -322,8 +360,13 @@ def run(
 
             killer = threading.Thread(target=delete, daemon=True)
             killer.start()
+
+        def scaled_down() -> bool:
+            return any(what == "terminating" and pod != deleted
+                       for _, pod, what in list(elastic.events))  # fmt: skip
+
         t0 = time.monotonic()
-        results = asyncio.run(replay(cluster.entry_url, trace))
+        results = asyncio.run(replay(cluster.entry_url, trace, scaled_down))
         t1 = time.monotonic()
         migrations = _migrations(_metrics(cluster.entry_url) or "")
         if killer is not None:
@@ -343,8 +386,9 @@ def run(
 
 def changed(a: Run, b: Run) -> list[int]:
     """Requests answered by both whose texts differ."""
-    return [x.index for x, y in zip(a.results, b.results, strict=True)
-            if x.ok and y.ok and x.text != y.text]  # fmt: skip
+    theirs = {y.key: y for y in b.results if y.ok}
+    return [x.index for x in a.results
+            if x.ok and x.key in theirs and x.text != theirs[x.key].text]  # fmt: skip
 
 
 def summary(r: Run, slo: tuple[float, float]) -> dict[str, Any]:
@@ -352,7 +396,7 @@ def summary(r: Run, slo: tuple[float, float]) -> dict[str, Any]:
     low = {role: min((c[role] for _, c in r.timeline), default=0) for role in ROLES}
     return {
         "label": r.label,
-        "requests": len(r.results),
+        "requests": sum(1 for x in r.results if not x.skipped),
         "failed": r.failed(),
         "cut": sum(1 for x in r.results if x.done and not x.ok),
         "goodput_rps": round(r.goodput(*slo), 3),

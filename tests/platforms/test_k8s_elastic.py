@@ -184,6 +184,7 @@ def test_the_proxy_discovers_instead_of_a_list(tmp_path: Path) -> None:
     assert reasons.count("elastic") == 1 and "backend" not in reasons, reasons
     assert config.discovery == "kubernetes" and config.autoscale and config.admin
     assert config.discovery_spec == str(tmp_path / elastic.SPEC_FILE)
+    assert config.pool_wait_s == 60  # k8s.pool_wait's default: a replaced pod is waited for
 
 
 @pytest.mark.slow
@@ -343,7 +344,7 @@ def test_the_emulated_hpa_follows_the_rendered_behavior() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    key=st.sampled_from(["drain_grace", "drain_wait", "admin_secret", "autoscale",
+    key=st.sampled_from(["drain_grace", "drain_wait", "pool_wait", "admin_secret", "autoscale",
                          "max_replicas", "prometheus", "scale_timing", "slo"]),
     value=st.text(max_size=40),
 )  # fmt: skip

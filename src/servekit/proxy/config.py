@@ -155,6 +155,11 @@ class ProxyConfig:
     drain_grace_s: float = opt(30.0, "a leaving engine's streams run on it at most this long; "
                                "then those that can migrate (--migration-limit) are carried on "
                                "elsewhere, the rest finish there", ge=0, le=86400)  # fmt: skip
+    pool_wait_s: float = opt(0.0, "a request that finds no engine of a stage routable waits "
+                             "this long for one to join or come back (a role's only pod "
+                             "replaced, new pods not probed yet) before it gets 503 "
+                             "no_healthy_instance; 0: refused at once", ge=0,
+                             le=3600)  # fmt: skip
     health_interval_s: float = opt(2.0, "between probe rounds", gt=0)
     health_timeout_s: float = opt(2.0, "a slower probe fails", gt=0)
     eject_after: int = opt(3, "failed probes before ejection", ge=1)

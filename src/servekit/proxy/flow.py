@@ -58,6 +58,8 @@ async def serve(
             migration = migration_for(handler, stages)
             body = ticket.body if migration is None else migration.decode_body()
             hand_over = partial(handler.hand_over, stages, body)
+            if not handler.fresh_kv and not await router.routable(stage, stages.tried):
+                raise router.none_routable(stage)  # no prefill KV pinned for nobody
             out = await generate(
                 stages, stage, hand_over if handler.fresh_kv else await hand_over()
             )

@@ -149,6 +149,16 @@ class ProxyMetrics:
             "instance at --drain-grace's end, cut there and carried on by another engine",
             ["role"], registry=r,
         )  # fmt: skip
+        self.pool_waits = Counter(
+            "servekit_proxy_pool_waits", "Requests that found no engine of a stage routable and "
+            "waited for one (--pool-wait), by stage and outcome (found: one joined or came back; "
+            "timeout: none did in time, 503 no_healthy_instance)", ["stage", "outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.pool_wait_seconds = Histogram(
+            "servekit_proxy_pool_wait_seconds", "How long a request waited for a stage's empty "
+            "pool (--pool-wait)", ["stage"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.latency = Histogram(
             "servekit_proxy_request_seconds", "Client request duration through the proxy",
             ["route"], buckets=LATENCY_BUCKETS, registry=r,

@@ -101,7 +101,7 @@ class Migration:
         stages.ticket = dataclasses.replace(
             self.original, route=made.route, body=body, prompt_tokens=tokens
         )
-        if not router.pools[STAGE].routable(frozenset(stages.tried)):
+        if not await router.routable(STAGE, stages.tried):
             outcomes.labels("failed").inc()  # no decoder left: pin no prefill KV for nobody
             return None
         try:

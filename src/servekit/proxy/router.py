@@ -17,6 +17,7 @@ detection) and its failure domain (its siblings suspect until probed).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
@@ -42,6 +43,7 @@ T = TypeVar("T")
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 LEASE_EXPIRED = "kv_lease_expired"  # the handed-over KV's age, not the instance
 STREAM_INTERRUPTED = "stream_interrupted"  # a relayed stream broke mid-answer
+POOL_POLL_S = 0.1  # --pool-wait: how often an empty pool is looked at again
 
 
 class Router:
@@ -154,7 +156,7 @@ class Router:
         tried = set() if tried is None else tried
         last: ProxyError | None = None
         for n in range(self.config.max_attempts if attempts is None else attempts):
-            if not pool.routable(frozenset(tried)):
+            if not await self.routable(stage, tried):
                 break  # nothing left: prepare nothing (no prefill KV pinned for nobody)
             if n:
                 await self.backoff(stage, n)
@@ -175,7 +177,37 @@ class Router:
             return result
         if last is not None:
             raise last
-        raise ProxyError("no_healthy_instance", stage, f"no healthy {stage} instance")
+        raise self.none_routable(stage)
+
+    @staticmethod
+    def none_routable(stage: str) -> ProxyError:
+        """The refusal when ``stage`` has no engine to take a request (503)."""
+        return ProxyError("no_healthy_instance", stage, f"no healthy {stage} instance")
+
+    async def routable(self, stage: str, tried: set[Instance] | None = None) -> list[Instance]:
+        """``stage``'s routable instances but ``tried``; when there are none, what joins or
+        comes back within ``--pool-wait``.
+
+        A role's pool empties for a moment in normal operation: its only pod replaced
+        (``kubectl delete pod``, a node drain), a leaving engine whose successor is not
+        probed yet. Refusing then turns a planned change into client errors; waiting a
+        bounded time turns it into latency. The pool is looked at every
+        :data:`POOL_POLL_S`: a member becomes routable only on a probe (seconds apart),
+        so a poll costs little latency and needs no hook in every place state changes.
+        """
+        exclude = frozenset(tried or ())
+        pool = self.pools[stage]
+        found = pool.routable(exclude)
+        wait = self.config.pool_wait_s
+        if found or wait <= 0:
+            return found
+        t0 = time.monotonic()
+        while not found and (left := t0 + wait - time.monotonic()) > 0:
+            await asyncio.sleep(min(POOL_POLL_S, left))
+            found = pool.routable(exclude)
+        self.metrics.pool_waits.labels(stage, "found" if found else "timeout").inc()
+        self.metrics.pool_wait_seconds.labels(stage).observe(time.monotonic() - t0)
+        return found
 
     def _failed(self, stage: str, inst: Instance, exc: Exception, *, renew: bool) -> ProxyError:
         """The error a failed exchange leaves to retry after; what is not retried is raised.

@@ -299,6 +299,7 @@ def elastic_words(r: K8sRendering, wiring_has_events: bool) -> list[tuple[str, A
     spec = Word(parts=(Ref(var="BUNDLE_DIR", value=MOUNT), "/" + SPEC_FILE))
     add("discovery_spec", spec)
     add("drain_grace_s", float(o.drain_grace))
+    add("pool_wait_s", float(o.pool_wait))
     for name, var in (("kube_api", KUBE_API_VAR), ("kube_token_file", KUBE_TOKEN_VAR)):
         ref = Ref(var=var, value="")
         add(name, Word(parts=(ref,)), ref)

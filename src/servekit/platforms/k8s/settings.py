@@ -184,6 +184,7 @@ class K8sSettings:
     elastic: bool = False
     drain_grace: int = 30
     drain_wait: int = 120
+    pool_wait: int = 60
     autoscale: Literal["off", "keda", "hpa"] = "off"
     max_replicas: int = 16
     scale_timing: tuple[int, int, int, int, int] = DEFAULT_TIMING
@@ -402,6 +403,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "answers, KV not yet pulled); terminationGracePeriodSeconds is grace + wait + 35",
     ),
     SettingSpec(
+        "pool_wait",
+        "60",
+        "elastic: seconds a request waits for a role with no ready engine (its only pod "
+        "replaced, a new one not ready yet) before 503 (the proxy's --pool-wait)",
+    ),
+    SettingSpec(
         "admin_secret",
         "PREFIX-admin:key",
         "elastic: the Secret (NAME[:KEY]) holding the proxy's admin key, read by the proxy "
@@ -590,8 +597,8 @@ def _seconds(name: str, value: str, low: int, high: int) -> int:
 
 def _elastic(get: Getter, raw: Mapping[str, str], identity: Fields) -> Fields:
     elastic = _choice("elastic", get("elastic", "off"), ("on", "off")) == "on"
-    needs = ("drain_grace", "drain_wait", "admin_secret", "autoscale", "max_replicas",
-             "prometheus", "scale_timing", "slo")  # fmt: skip
+    needs = ("drain_grace", "drain_wait", "pool_wait", "admin_secret", "autoscale",
+             "max_replicas", "prometheus", "scale_timing", "slo")  # fmt: skip
     given = next((k for k in needs if k in raw), None)
     if given is not None and not elastic:
         raise _refuse(given, raw[given], "is for k8s.elastic=on; add it or drop this option")
@@ -632,6 +639,7 @@ def _elastic(get: Getter, raw: Mapping[str, str], identity: Fields) -> Fields:
         "elastic": elastic,
         "drain_grace": _seconds("drain_grace", get("drain_grace", "30"), 0, 3600),
         "drain_wait": _seconds("drain_wait", get("drain_wait", "120"), 0, 3600),
+        "pool_wait": _seconds("pool_wait", get("pool_wait", "60"), 0, 3600),
         "admin_secret": secret if secret is not None else ("", "key"),
         "autoscale": autoscale,
         "max_replicas": int(text),
