@@ -17,7 +17,7 @@ import pytest
 from servekit.proxy.instances import State
 from servekit.sim.testing import running_sim
 
-from .harness import wait_until
+from .harness import stack, wait_until
 from .test_discovery import cluster
 from .test_migration import CREATED, ask, completion, metric, proxy_for, spec
 
@@ -110,5 +110,32 @@ def test_a_stream_cut_while_no_other_decoder_is_routable_waits_and_carries_on() 
         assert raw == whole and moved == 1
         whole, raw, moved = await cut(0.0)  # the control
         assert raw != whole and b'"error"' in raw and moved == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("wait_s", [30.0, 0.0])
+def test_the_only_decoder_leaving_during_the_prefill_is_waited_out(wait_s: float) -> None:
+    """The decoder was routable when the request came and left while its prefill ran
+    (the race the elastic ramp met when its only decoder's pod was deleted): with a
+    wait the request is served by the decoder once back; without one (the control) it
+    is refused the moment the prefill ends."""
+    slow_prefill = {"name": "slow-prefill", "prefill_overhead_s": 0.5}
+
+    async def scenario() -> None:
+        async with stack(1, 1, sim={"profile": slow_prefill}, pool_wait_s=wait_s) as s:
+            router = s.proxy.router
+            d0 = router.pools["decode"].members[0]
+            body = {**completion(3)[1], "max_tokens": 4}
+            asked = asyncio.ensure_future(s.post("/v1/completions", body))
+            await wait_until(s.prefill[0].busy, "the prefill running")
+            await router.members.drain(d0, "test").done.wait()  # gone mid-prefill
+            await asyncio.sleep(0.8)  # past the prefill's end
+            router.members.undrain(d0)
+            status, raw = await asked
+            if wait_s:
+                assert status == 200 and raw.rstrip().endswith(b"data: [DONE]"), raw[-200:]
+            else:
+                assert status == 503 and b"no_healthy_instance" in raw
 
     asyncio.run(scenario())

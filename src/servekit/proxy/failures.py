@@ -94,6 +94,15 @@ class ProxyError(Exception):
         return b"data: " + self.body() + b"\n\ndata: [DONE]\n\n"
 
 
+STREAM_INTERRUPTED = "stream_interrupted"  # a relayed stream broke mid-answer
+
+
+def stream_interrupted(stage: str, how: str = "interrupted") -> ProxyError:
+    """The error that ends a stream broken mid-answer: a 502 before its first byte, an
+    error event after (the one way it is worded, wherever the stream broke)."""
+    return ProxyError(STREAM_INTERRUPTED, stage, f"{stage} stream {how}")
+
+
 def error_response(err: ProxyError) -> web.Response:
     """The JSON response of a proxy-made error; closing the connection where its body is unread."""
     resp = web.Response(status=err.status, body=err.body(), content_type="application/json")

@@ -27,10 +27,9 @@ from functools import partial
 from typing import Any
 
 from servekit.proxy.carry import ROUTES
-from servekit.proxy.failures import Answer, ProxyError
+from servekit.proxy.failures import STREAM_INTERRUPTED, Answer, ProxyError, stream_interrupted
 from servekit.proxy.parsepool import Raw
 from servekit.proxy.protocols.base import Handler
-from servekit.proxy.router import STREAM_INTERRUPTED
 from servekit.proxy.stages import Opened, Stages
 from servekit.proxy.tape import Carry, Tape
 
@@ -74,14 +73,13 @@ class Migration:
             return tape.completion()
         if carry.how == "refused":
             outcomes.labels("diverged" if tape.diverged else "refused").inc()
-            msg = f"{STAGE} stream interrupted and not carried on: {carry.reason}"
-            return ProxyError("stream_interrupted", STAGE, msg)
+            return stream_interrupted(STAGE, f"interrupted and not carried on: {carry.reason}")
         while self.moved < self.limit:
             self.moved += 1
             opened = await self._new_leg(carry)
             if opened is not None:
                 return opened
-        return ProxyError("stream_interrupted", STAGE, f"{STAGE} stream interrupted")
+        return stream_interrupted(STAGE)
 
     async def _new_leg(self, carry: Carry) -> Opened | None:
         """One try at carrying the stream on: a new prefill and another decoder for the

@@ -37,7 +37,7 @@ import aiohttp
 from aiohttp import web
 
 from servekit.proxy.bodies import parse_off_loop
-from servekit.proxy.failures import ProxyError
+from servekit.proxy.failures import ProxyError, stream_interrupted
 from servekit.proxy.sse import read_event
 from servekit.proxy.stages import Opened, Stages
 from servekit.proxy.tape import Tape
@@ -131,7 +131,7 @@ class Relay:
         if self.migration is not None:
             return await self.migration.after(leg)
         how = "ended without [DONE]" if end is End.ENDED else "interrupted"
-        return ProxyError("stream_interrupted", self.stage, f"{self.stage} stream {how}")
+        return stream_interrupted(self.stage, how)
 
     async def _pump(self, out: web.StreamResponse, leg: Opened) -> End:
         """Copy one leg's chunks to the client until it ends (through the tape where the

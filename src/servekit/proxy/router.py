@@ -26,7 +26,7 @@ import aiohttp
 from servekit.proxy.budget import Budget
 from servekit.proxy.config import ProxyConfig, parse_bootstrap
 from servekit.proxy.demand import Autoscaler
-from servekit.proxy.failures import Answer, OtherStageFailed, ProxyError
+from servekit.proxy.failures import STREAM_INTERRUPTED, Answer, OtherStageFailed, ProxyError
 from servekit.proxy.health import HealthChecker
 from servekit.proxy.instances import Hold, Instance, Lease, Pool, hold
 from servekit.proxy.membership import Membership
@@ -42,7 +42,6 @@ T = TypeVar("T")
 # Failures where the backend cannot have produced anything the client saw.
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 LEASE_EXPIRED = "kv_lease_expired"  # the handed-over KV's age, not the instance
-STREAM_INTERRUPTED = "stream_interrupted"  # a relayed stream broke mid-answer
 POOL_POLL_S = 0.1  # --pool-wait: how often an empty pool is looked at again
 
 
@@ -152,7 +151,6 @@ class Router:
         it hands over is consumed once); a body that outlived the KV lease is
         then tried again with new KV, and the instance is not blamed.
         """
-        pool = self.pools[stage]
         tried = set() if tried is None else tried
         last: ProxyError | None = None
         for n in range(self.config.max_attempts if attempts is None else attempts):
@@ -162,7 +160,7 @@ class Router:
                 await self.backoff(stage, n)
             if prepare is not None:
                 await prepare()
-            candidates = pool.routable(frozenset(tried))
+            candidates = await self.routable(stage, tried)  # the last may have left meanwhile
             if not candidates:
                 break
             inst = self.policies[stage].choose(candidates, prefix_key)

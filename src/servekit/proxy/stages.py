@@ -95,6 +95,21 @@ def _raise_if_stale(data: Body, stage: str) -> None:
         raise ProxyError("kv_lease_expired", stage, msg) from None
 
 
+@contextlib.contextmanager
+def _failed_post(data: Body, stage: str, gone: Gone) -> Iterator[None]:
+    """What a failed POST to an engine means, worded once for both exchanges (a whole
+    answer, a stream's opening): a body that outlived its KV lease is that (nothing was
+    sent, nobody to blame), and a timeout that was the instance's cut is its death."""
+    try:
+        yield
+    except aiohttp.ClientError:
+        _raise_if_stale(data, stage)
+        raise
+    except TimeoutError:
+        gone.reraise()
+        raise
+
+
 class Stages:
     """The exchanges of one client request with its engines.
 
@@ -138,24 +153,19 @@ class Stages:
         who = self._who(stage, inst)
         gone = Gone(inst)
         try:
-            async with asyncio.timeout(None) as scope:
-                with gone.cutting(scope):
-                    async with self.router.session.post(
-                        inst.url + self.ticket.route, data=data, headers=self.headers,
-                        timeout=self._timeout(total),
-                    ) as resp:  # fmt: skip
-                        body = await read_answer(
-                            resp, self.router.config.max_answer_bytes, who, stage
-                        )
-                        ctype = resp.headers.get("Content-Type", "application/json")
-                        _check_status(who, stage, resp.status, body, ctype)
+            with _failed_post(data, stage, gone):
+                async with asyncio.timeout(None) as scope:
+                    with gone.cutting(scope):
+                        async with self.router.session.post(
+                            inst.url + self.ticket.route, data=data, headers=self.headers,
+                            timeout=self._timeout(total),
+                        ) as resp:  # fmt: skip
+                            body = await read_answer(
+                                resp, self.router.config.max_answer_bytes, who, stage
+                            )
+                            ctype = resp.headers.get("Content-Type", "application/json")
+                            _check_status(who, stage, resp.status, body, ctype)
             return Whole(body, await parse_answer(body, who, stage, keys))
-        except aiohttp.ClientError:
-            _raise_if_stale(data, stage)
-            raise
-        except TimeoutError:
-            gone.reraise()
-            raise
         finally:
             self.router.release(lease)
 
@@ -169,29 +179,26 @@ class Stages:
         resp: aiohttp.ClientResponse | None = None
         gone = Gone(inst)
         try:
-            async with asyncio.timeout(self.router.config.decode_timeout_s) as scope:
-                with gone.cutting(scope):
-                    resp = await self.router.session.post(
-                        inst.url + self.ticket.route, data=data, headers=self.headers,
-                        timeout=self._timeout(None),
-                    )  # fmt: skip
-                    if resp.status != 200:
-                        body = await resp.read()
-                        ctype = resp.headers.get("Content-Type", "application/json")
-                        _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
-                    first = await resp.content.readany()
+            with _failed_post(data, stage, gone):
+                async with asyncio.timeout(self.router.config.decode_timeout_s) as scope:
+                    with gone.cutting(scope):
+                        resp = await self.router.session.post(
+                            inst.url + self.ticket.route, data=data, headers=self.headers,
+                            timeout=self._timeout(None),
+                        )  # fmt: skip
+                        if resp.status != 200:
+                            body = await resp.read()
+                            ctype = resp.headers.get("Content-Type", "application/json")
+                            _check_status(self._who(stage, inst), stage, resp.status, body, ctype)
+                        first = await resp.content.readany()
             _check_status(self._who(stage, inst), stage, 200, first, "")
             self.pulled()  # a decoder's first byte comes after it pulled the KV
             return Opened(lease, resp, first, inst)
-        except BaseException as exc:
+        except BaseException:
             self.pulled()
             if resp is not None:
                 resp.close()
             self.router.release(lease)
-            if isinstance(exc, aiohttp.ClientError):
-                _raise_if_stale(data, stage)
-            if isinstance(exc, TimeoutError):
-                gone.reraise()
             raise
 
     async def decode(self, stage: str, inst: Instance, data: Body) -> Opened | bytes:
