@@ -99,6 +99,8 @@ PLATFORM = Platform(
     render=render,
     start=start,
     settings=("region",),
+    set_examples=("toyplat.region=eu",),
+    settings_page="the toy's manual",
     flags=ToyplatFlags,
     summary="toyplat.md",
     attach=Attach(
@@ -160,6 +162,8 @@ said["deployment_missing"] = run("deployment", name, "--toyplat-hosts", "x=1", "
                                  "http://10.9.0.1:8000", "--out", str(out / "dep2.json"))
 said["verify_help"] = run("verify", "--help")
 said["show"] = run("layouts", "show", name)
+from servekit.platforms.options import RenderOptions
+said["set_help"] = RenderOptions.model_fields["set"].description
 from servekit.verify import VerifyOptions
 from servekit.verify.attach import check_attach_inputs
 opts = VerifyOptions(name=name, target="http://10.9.0.1:8000", toyplat_hosts=hosts)
@@ -247,6 +251,13 @@ def test_render_takes_its_target_flag_setting_and_prints_its_summary(
     assert "toyplat-launch ./launch.toyplat" in page
     assert "Toyplat starts each process from launch.toyplat." in page
     assert "rank table" not in page and "NODE<i>_IP" not in page  # no other platform's words
+
+
+def test_set_help_names_its_settings(toy: tuple[Path, dict[str, object]]) -> None:
+    _, said = toy
+    text = str(said["set_help"])
+    assert "toyplat.KEY=VALUE for --target toyplat, e.g. toyplat.region=eu" in text
+    assert "(the toy's manual lists them)" in text and "k8s.KEY=VALUE" in text
 
 
 def test_each_platform_flag_is_refused_with_another_target(

@@ -46,9 +46,11 @@ class RenderOptions(_WithFlags):
 
     set: tuple[str, ...] = Field(
         (),
-        description="override a field, e.g. engines.decode0.settings.max_num_seqs=64; "
-        "k8s.KEY=VALUE for --target k8s, e.g. k8s.model=pvc:CLAIM or k8s.network=host "
-        "(docs/kubernetes.md lists them) (repeatable)",
+        description="; ".join(
+            ["override a field, e.g. engines.decode0.settings.max_num_seqs=64"]
+            + [p.set_help() for p in PLATFORMS.values() if p.settings]
+        )
+        + " (repeatable)",
     )
     preflight: bool = Field(
         True,

@@ -74,6 +74,10 @@ class Platform:
     """How a rendering of the Plan written to ``out`` (as printed) is started."""
     settings: tuple[str, ...] = ()
     """The ``--set <name>.KEY=VALUE`` keys it reads."""
+    set_examples: tuple[str, ...] = ()
+    """A few of them as given (``k8s.network=host``), for ``--set``'s help."""
+    settings_page: str = ""
+    """The page that lists them (``docs/kubernetes.md``), for ``--set``'s help."""
     flags: type[BaseModel] | None = None
     """Its own ``servekit render`` flags: each field ``<name>_<setting>`` (``k8s_kind``)
     becomes that setting; given with another target it is refused."""
@@ -87,6 +91,15 @@ class Platform:
     """Its fake for dry runs: runs the rendered entry per node or pod here."""
     refused: Callable[..., list[NodeOutcome]] | None = None
     """Its fake run to the preflight's refusal (a fault injected), one outcome per node."""
+
+    def set_help(self) -> str:
+        """What ``--set``'s help says of its settings ("" when it reads none)."""
+        if not self.settings:
+            return ""
+        examples = " or ".join(self.set_examples)
+        listed = f" ({self.settings_page} lists them)" if self.settings_page else ""
+        example = f", e.g. {examples}" if examples else ""
+        return f"{self.name}.KEY=VALUE for --target {self.name}{example}{listed}"
 
     def flag_settings(self) -> dict[str, str]:
         """Its render flags' field -> the setting each one sets."""

@@ -72,6 +72,8 @@ PLATFORM = Platform(
     render=render,
     start=start,
     settings=SETTINGS,
+    set_examples=("k8s.model=pvc:CLAIM", "k8s.network=host"),
+    settings_page="docs/kubernetes.md",
     flags=K8sFlags,
     summary="k8s.md",
     attach=Attach(
