@@ -88,6 +88,22 @@ def test_transcripts_shared_through_a_folder_are_found_by_a_fresh_one(tmp_path: 
         assert Transcripts().origin(cont) is None  # nothing shared: nothing found
 
 
+def test_a_process_shares_no_more_than_its_budget(tmp_path: Path) -> None:
+    """Past its budget a process writes nothing more to the shared folder: the prompts
+    before are found by another process, the one after is not (answered afresh)."""
+    one = Transcripts(shared=tmp_path, budget=1)  # the first write passes the budget
+    other = Transcripts(shared=tmp_path)
+    found = []
+    for text in ("first prompt", "second prompt"):
+        req = parse_generation("completion", {"prompt": text, "max_tokens": 8})
+        one.record(req, hash(tuple(req.prompt_ids)))
+        cont = parse_generation("completion", {"prompt": [*req.prompt_ids, 5], "max_tokens": 4})
+        found.append(other.origin(cont) is not None)
+    assert found == [True, False]
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    assert one.shared_bytes == (next(tmp_path.rglob("*.json"))).stat().st_size
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.binary(max_size=300))
 def test_a_damaged_shared_transcript_is_not_used(data: bytes) -> None:

@@ -47,6 +47,10 @@ CAPACITY = 65_536
 _HEAD = 16  # prompts are indexed by their first tokens and their length
 SHARED_ENV = "SERVEKIT_SIM_TRANSCRIPTS"  # the folder the simulator processes share
 MAX_SHARED_BYTES = 64 * 1024 * 1024  # a transcript file larger than this is not read
+SHARED_BUDGET = 512 * 1024 * 1024
+"""Bytes one process writes to the shared folder at most; past them it shares no more
+(a continuation of a later prompt on another process is answered afresh, which the
+proxy refuses visibly): a long campaign cannot fill the disk through it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +66,14 @@ class _Seen:
 class Transcripts:
     """Prompts answered, so a continuation of one can be recognised."""
 
-    def __init__(self, capacity: int = CAPACITY, shared: Path | None = None) -> None:
+    def __init__(
+        self, capacity: int = CAPACITY, shared: Path | None = None, budget: int = SHARED_BUDGET
+    ) -> None:
         self._capacity = capacity
         self._seen: OrderedDict[tuple[tuple[int, ...], int], _Seen] = OrderedDict()
         self.shared = shared
+        self.budget = budget
+        self.shared_bytes = 0  # written to the shared folder by this process
 
     def share(self, folder: Path | None) -> None:
         """Share transcripts with the other simulator processes using ``folder``."""
@@ -84,8 +92,8 @@ class Transcripts:
         ids = req.prompt_ids
         seen = _Seen(len(ids), digest, req.prompt_text, req.question_text, req.thinking, req.tool)
         self._remember(ids, seen)
-        if self.shared is not None:
-            _write_shared(self.shared, ids, seen)
+        if self.shared is not None and self.shared_bytes < self.budget:
+            self.shared_bytes += _write_shared(self.shared, ids, seen)
 
     def _remember(self, ids: list[int], seen: _Seen) -> None:
         """Keep ``seen`` (the last CAPACITY)."""
@@ -134,20 +142,23 @@ def _folder(root: Path, head: list[int]) -> Path:
     return root / hashlib.blake2b(repr(tuple(head)).encode(), digest_size=10).hexdigest()
 
 
-def _write_shared(root: Path, ids: list[int], seen: _Seen) -> None:
+def _write_shared(root: Path, ids: list[int], seen: _Seen) -> int:
     """``seen`` as ``<folder of its head>/<length>_<digest>.json``, written whole (temp,
-    rename): a process reading it meanwhile sees it whole or not at all."""
+    rename): a process reading it meanwhile sees it whole or not at all. The bytes
+    written (0: there already, or not written)."""
     folder = _folder(root, ids[:_HEAD])
     path = folder / _name(seen.length, seen.digest)
     if path.exists():  # another engine (or this one) answered this prompt before
-        return
+        return 0
     doc = {"digest": seen.digest, "prompt_text": seen.prompt_text,
            "question_text": seen.question_text, "thinking": seen.thinking,
            "tool": seen.tool}  # fmt: skip
+    text = json.dumps(doc)
     try:
-        atomic_write_text(path, json.dumps(doc))
+        atomic_write_text(path, text)
     except OSError:
-        return  # a full or removed folder: this prompt is not shared (answers stay whole)
+        return 0  # a full or removed folder: this prompt is not shared (answers stay whole)
+    return len(text.encode())
 
 
 def _read_shared(root: Path, ids: list[int]) -> _Seen | None:
