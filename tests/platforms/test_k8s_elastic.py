@@ -8,6 +8,7 @@ commands printed, nothing started), from the ConfigMaps as the kubelet mounts th
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from tests.platforms.k8s_schemas import problems
 from tests.platforms.rendered import CATALOG, PD_LAYOUTS, files
 
@@ -24,12 +25,14 @@ from servekit.errors import UsageError
 from servekit.platforms.k8s import elastic
 from servekit.platforms.k8s.build import decide
 from servekit.platforms.k8s.settings import parse_settings
+from servekit.proxy import spec_from_doc
 from servekit.proxy.config import parse_args
 from servekit.render import build_plan
 
 ELASTIC = (("elastic", "on"), ("autoscale", "keda"))
 PD = "a3/deepseekv4-flash/2p2d"
 WIDE = "a3/glm5.1/1x2p1x4d"  # instances of several pods (LWS workers)
+BOOTSTRAP = "local/1p1d-mooncake"  # vLLM's MooncakeConnector: the proxy names engine ids
 
 
 def _objects(name: str, settings: tuple[tuple[str, str], ...] = ELASTIC) -> list[dict[str, Any]]:
@@ -39,15 +42,6 @@ def _objects(name: str, settings: tuple[tuple[str, str], ...] = ELASTIC) -> list
             assert isinstance(text, str)
             out += [o for o in yaml.load_all(text, Loader=yaml.CSafeLoader) if o]
     return out
-
-
-def _fits(name: str) -> bool:
-    """Layouts elastic rendering takes: a proxy, not in bootstrap mode."""
-    try:
-        files(name, "leaderworkerset", ELASTIC)
-    except UsageError:
-        return False
-    return True
 
 
 def _mount(objs: list[dict[str, Any]], prefixes: tuple[str, ...], folder: Path) -> None:
@@ -85,12 +79,16 @@ def _commands(out: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_elastic_layouts_pass_the_schemas_and_bootstrap_ones_are_refused() -> None:
-    """Every PD layout with a proxy renders elastic with KEDA; its objects, the
-    ScaledObjects (KEDA v2.20.2's CRD), Role and ServiceAccount included, pass."""
+def test_elastic_layouts_pass_the_schemas_bootstrap_ones_included() -> None:
+    """Every PD layout with a proxy renders elastic with KEDA, the bootstrap-mode one
+    included; its objects, the ScaledObjects (KEDA v2.20.2's CRD), Role and
+    ServiceAccount included, pass."""
     refused, taken, kinds = {}, [], set()
     for name in PD_LAYOUTS:
-        if not _fits(name):
+        try:
+            files(name, "leaderworkerset", ELASTIC)
+        except UsageError as exc:  # only autoscaling's: a role of several LeaderWorkerSets
+            assert exc.message.startswith("k8s.autoscale: role"), (name, exc.message)
             continue
         taken.append(name)
         for obj in _objects(name):
@@ -99,7 +97,7 @@ def test_elastic_layouts_pass_the_schemas_and_bootstrap_ones_are_refused() -> No
             if found:
                 refused[f"{name} {obj['kind']} {obj['metadata']['name']}"] = found[:3]
     assert not refused, refused
-    assert PD in taken and WIDE in taken
+    assert PD in taken and WIDE in taken and BOOTSTRAP in taken
     assert {"ScaledObject", "ServiceAccount", "Role", "RoleBinding", "PodMonitor"} <= kinds
 
 
@@ -188,7 +186,7 @@ def test_the_proxy_discovers_instead_of_a_list(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [PD, WIDE])
+@pytest.mark.parametrize("name", [PD, WIDE, BOOTSTRAP])
 def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path: Path) -> None:
     """Index 0, the last rendered and three beyond: the same commands as instance 0's
     but for the engine id, ids unique over every group and index."""
@@ -209,7 +207,7 @@ def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path:
             first = _commands(outs[(0, w)][0].replace(f"run-{g.name}-0-{w}", "RUN"))
             mine = _commands(out.replace(f"run-{g.name}-{i}-{w}", "RUN"))
             engine_ids = {p.engine_id for p in g.pod(min(i, g.replicas - 1), w).processes}
-            own = str(rules[g.name].engine_id(i)) if i >= g.replicas else next(iter(engine_ids))
+            own = rules[g.name].engine_id(i) if i >= g.replicas else next(iter(engine_ids))
             first_id = g.pod(0, w).processes[0].engine_id
             if first_id is not None:
                 swapped = [c.replace(f'"engine_id":"{first_id}"', f'"engine_id":"{own}"')
@@ -231,7 +229,7 @@ def test_a_hostile_group_index_is_refused(tmp_path: Path) -> None:
     objs = _objects(PD)
     _mount(objs, ("sk-decode-scripts", "sk-bundle"), tmp_path)
     canary = tmp_path / "canary"
-    for bad in ("1;touch " + str(canary), "$(id)", "-1", "12345678", "1 2"):
+    for bad in ("1;touch " + str(canary), "$(id)", "-1", "12345678", "1 2", "00", "010", "²"):
         env = {"PATH": os.environ["PATH"], "POD_IP": "10.0.0.9", "SERVEKIT_GROUP_INDEX": bad,
                "SERVEKIT_RUN_DIR": str(tmp_path / "run"), "DRY_RUN": "1",
                "NODE_NIC": "eth0"}  # fmt: skip
@@ -246,9 +244,102 @@ def test_id_rule_is_unique_across_groups_and_indexes() -> None:
     r = decide(build_plan(CATALOG[PD]), CATALOG[PD], parse_settings(dict(ELASTIC), CATALOG[PD]))
     rules = elastic.id_rules(r.plan, r.groups)
     rendered = {p.engine_id for p in r.plan.processes if p.engine_id is not None}
-    derived = [str(rules[g.name].engine_id(i)) for g in r.groups for i in range(g.replicas, 500)]
+    derived = [rules[g.name].engine_id(i) for g in r.groups for i in range(g.replicas, 500)]
     assert len(set(derived)) == len(derived)
     assert not rendered & set(derived)
+    for g in r.groups:  # the rendered instances keep the ids the layout gives them
+        assert [rules[g.name].engine_id(i) for i in range(g.replicas)] == [
+            g.pod(i, 0).processes[0].engine_id for i in range(g.replicas)
+        ]
+
+
+def _rendering(name: str) -> Any:
+    return decide(build_plan(CATALOG[name]), CATALOG[name],
+                  parse_settings(dict(ELASTIC), CATALOG[name]))  # fmt: skip
+
+
+def test_the_bootstrap_spec_names_each_prefill_by_the_rule_its_pods_follow(tmp_path: Path) -> None:
+    """The spec in the proxy's ConfigMap: the prefill group's bootstrap port (the Plan's,
+    what its pods export as VLLM_MOONCAKE_BOOTSTRAP_PORT) and the very rule that numbers
+    its pods; the proxy's command names no prefill (and no --prefill-bootstrap)."""
+    r = _rendering(BOOTSTRAP)
+    objs = _objects(BOOTSTRAP)
+    _mount(objs, ("sk-proxy-scripts",), tmp_path)
+    doc = json.loads((tmp_path / elastic.SPEC_FILE).read_text())
+    spec = spec_from_doc(doc)
+    prefill = next(role for role in spec.roles if role.role == "prefill")
+    decode = next(role for role in spec.roles if role.role == "decode")
+    rules = elastic.id_rules(r.plan, r.groups)
+    assert prefill.engine_id_from == "id_rule" and prefill.engine_ids == rules["sk-prefill"]
+    assert decode.bootstrap_port is None and decode.engine_ids is None
+    wiring = r.proxy.proxy
+    assert [b.engine_id for b in wiring.bootstrap] == list(prefill.engine_ids.ids)
+    assert prefill.bootstrap_port == wiring.bootstrap[0].server.port
+    assert r.processes["prefill"].env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == str(prefill.bootstrap_port)
+    argv = [elastic._text(a) for a in r.processes["proxy"].command]
+    assert argv[argv.index("--mode") + 1] == "bootstrap"
+    assert "--prefill" not in argv and "--prefill-bootstrap" not in argv, argv
+
+
+def test_a_bootstrap_layout_whose_spec_the_proxy_would_refuse_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = _rendering(BOOTSTRAP)
+    real = elastic.id_rules
+
+    def clashing(plan: Any, groups: Any) -> dict[str, Any]:  # a rendered id the rule derives
+        rules = real(plan, groups)
+        rule = rules["sk-prefill"]
+        rules["sk-prefill"] = type(rule)(rule.rendered, 0, rule.step, 0, rule.ids)
+        return rules
+
+    monkeypatch.setattr(elastic, "id_rules", clashing)
+    with pytest.raises(UsageError, match="would be refused by the proxy") as caught:
+        elastic.discovery_spec(r)
+    assert "\n" not in caught.value.message
+
+
+def test_a_bootstrap_prefill_spanning_pods_is_refused_in_one_line() -> None:
+    """Its DP ranks on a worker pod have their own bootstrap servers in the Plan (the
+    static proxy names each), and discovery names the leader's: refused, not guessed."""
+    layout = CATALOG[BOOTSTRAP]
+    doc = layout.model_dump(mode="json", exclude_none=True)
+    doc["nodes"] = 2
+    doc["engines"][0].update({"nodes": [0, 1], "dp_size": 2, "launch": "external-dp"})
+    doc["proxy"]["prefill"] = [{"node": 0, "ports": 8100}, {"node": 1, "ports": 8100}]
+    wide = type(layout).model_validate(doc)
+    with pytest.raises(UsageError, match="has its own bootstrap server") as caught:
+        decide(build_plan(wide), wide, parse_settings({"elastic": "on"}, wide))
+    assert "\n" not in caught.value.message
+
+
+@pytest.fixture(scope="module")
+def bootstrap_prefill(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bootstrap layout's prefill pod's mounts, as the kubelet writes them."""
+    folder = tmp_path_factory.mktemp("bootstrap-prefill")
+    _mount(_objects(BOOTSTRAP), ("sk-prefill-scripts", "sk-bundle"), folder)
+    return folder
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(index=st.integers(1, 999_999))
+@example(index=1)
+@example(index=999_999)
+def test_pod_sh_numbers_any_index_as_the_spec_names_it(bootstrap_prefill: Path, index: int) -> None:
+    """pod.sh's shell arithmetic and the spec's IdRule (what the proxy names), over the
+    group indexes pod.sh takes: the same engine id."""
+    rule = elastic.id_rules(*_plan_groups(BOOTSTRAP))["sk-prefill"]
+    run = bootstrap_prefill / f"run-{index}"
+    out, err = _dry(bootstrap_prefill, run, "sk-prefill", index).communicate(timeout=60)
+    assert f'"engine_id":"{rule.engine_id(index)}"' in out, err
+    assert f"engine id {rule.engine_id(index)} (derived" in out
+
+
+@functools.cache
+def _plan_groups(name: str) -> tuple[Any, Any]:
+    r = _rendering(name)
+    return r.plan, r.groups
 
 
 @pytest.mark.parametrize(

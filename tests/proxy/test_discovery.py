@@ -27,6 +27,7 @@ from servekit.proxy.discovery import endpoints_of
 from servekit.proxy.discovery_spec import (
     DiscoverySpec,
     Endpoint,
+    IdRule,
     RoleSpec,
     WorkerPorts,
     load_spec,
@@ -243,6 +244,48 @@ def test_bootstrap_mode_names_the_engine_and_its_leaders_bootstrap_server() -> N
     assert endpoints_of(two, [worker]) == {}  # its leader (the bootstrap server) not known yet
 
 
+RULE = IdRule(2, 10, 3, 1, ("0", "4"))  # two rendered instances (ids 0, 4), then 11, 14, 17...
+
+
+def test_an_id_rule_names_rendered_instances_by_their_ids_and_the_rest_by_the_rule() -> None:
+    by_rule = role_spec("prefill", 8000, bootstrap_port=8998, engine_id_prefix="pf-",
+                        engine_id_from="id_rule", engine_ids=RULE)  # fmt: skip
+    names = {}
+    for g in (0, 1, 2, 3, 999_999_999):
+        leader = pod(f"sk-prefill-{g}", role_labels("prefill", g, 0), "10.0.0.5")
+        names[g] = endpoints_of(by_rule, [leader])["http://10.0.0.5:8000"].member.bootstrap
+    assert names == {
+        0: ("pf-0", "http://10.0.0.5:8998"),
+        1: ("pf-4", "http://10.0.0.5:8998"),
+        2: ("pf-11", "http://10.0.0.5:8998"),
+        3: ("pf-14", "http://10.0.0.5:8998"),
+        999_999_999: (f"pf-{10 + (999_999_999 - 2) * 3 + 1}", "http://10.0.0.5:8998"),
+    }
+    for label in ("010", "00", "-1", "1e3", "\u00b2", "\u0663", "1234567890"):  # not LWS's decimal
+        odd = pod("sk-prefill-x", {**role_labels("prefill"), "leaderworkerset.sigs.k8s.io/"
+                                   "group-index": label}, "10.0.0.5")  # fmt: skip
+        assert odd.group_index is None, label
+        assert endpoints_of(by_rule, [odd]) == {}, label  # no id: not routed under a guess
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**9), st.integers(0, 2**20), st.integers(1, 64), st.data())
+def test_an_id_rule_read_from_its_document_names_what_its_formula_gives(
+    index: int, base: int, step: int, data: st.DataObject
+) -> None:
+    offset = data.draw(st.integers(0, step - 1))
+    rendered = data.draw(st.lists(st.text("abc:-_.", min_size=1, max_size=6), min_size=1,
+                                  max_size=5, unique=True))  # fmt: skip
+    doc = spec_doc()
+    doc["roles"][0]["engine_ids"] = {"rendered": rendered, "base": base, "step": step,
+                                     "offset": offset}  # fmt: skip
+    rule = spec_from_doc(doc).roles[0].engine_ids
+    assert rule is not None and rule.rendered == len(rendered)
+    want = rendered[index] if index < len(rendered) else str(
+        base + (index - len(rendered)) * step + offset)  # fmt: skip
+    assert rule.engine_id(index) == want
+
+
 def test_pod_view_reads_only_what_it_trusts() -> None:
     good = {"metadata": {"name": "a", "labels": {"k": "v", "n": 3}, "deletionTimestamp": "t"},
             "status": {"podIP": "10.1.2.3", "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
@@ -255,10 +298,9 @@ def test_pod_view_reads_only_what_it_trusts() -> None:
 
 
 def spec_doc() -> dict[str, Any]:
-    return DiscoverySpec(
-        (role_spec("prefill", 8000, 5557, bootstrap_port=8998), role_spec("decode", 8000)),
-        namespace="serving",
-    ).to_doc()
+    prefill = role_spec("prefill", 8000, 5557, bootstrap_port=8998, engine_id_from="id_rule",
+                        engine_ids=RULE)  # fmt: skip
+    return DiscoverySpec((prefill, role_spec("decode", 8000)), namespace="serving").to_doc()
 
 
 def test_the_spec_round_trips_and_bad_specs_name_the_field(tmp_path: Path) -> None:
@@ -279,9 +321,35 @@ def test_the_spec_round_trips_and_bad_specs_name_the_field(tmp_path: Path) -> No
                          ({"workers": [{"worker_index": 0, "endpoints": [{"api_port": 1}]}] * 2},
                           "worker_index")]:  # fmt: skip
         cases.append(({**doc, "roles": [doc["roles"][0], {**role, **patch}]}, field))
+    rule = doc["roles"][0]["engine_ids"]
+    prefill = doc["roles"][0]
+    for patch, field in [
+        ({"engine_id_from": "leader_pod"}, "engine_ids: applies to engine_id_from id_rule"),
+        ({"engine_ids": None}, "engine_ids: expected an object"),
+        ({"engine_ids": {**rule, "offset": 3}}, "offset: expected a whole number from 0 to 2"),
+        ({"engine_ids": {**rule, "step": 0}}, "step"),
+        ({"engine_ids": {**rule, "base": -1}}, "base"),
+        ({"engine_ids": {**rule, "base": True}}, "base"),
+        ({"engine_ids": {**rule, "base": 1 << 41}}, "base"),
+        ({"engine_ids": {**rule, "rendered": []}}, "rendered: expected a list of 1"),
+        ({"engine_ids": {**rule, "rendered": ["0", "0"]}}, "given twice"),
+        ({"engine_ids": {**rule, "rendered": ["a b"]}}, r"rendered\[0\]"),
+        ({"engine_ids": {**rule, "rendered": ["0", "14"]}}, "would get engine id 14"),
+        ({"engine_ids": {**rule, "extra": 1}}, "unknown field 'extra'"),
+    ]:
+        cases.append(({**doc, "roles": [{**prefill, **patch}, role]}, field))
+    no_id = {k: v for k, v in prefill.items() if k != "engine_ids"}
+    cases.append(({**doc, "roles": [no_id, role]}, "engine_id_from id_rule needs the rule"))
+    no_port = {k: v for k, v in prefill.items() if k != "bootstrap_port"}
+    cases.append(({**doc, "roles": [no_port, role]}, "give bootstrap_port"))
+    twin = {**prefill, "selector": {"servekit.io/group": "sk-prefill1"}}
+    cases.append(({**doc, "roles": [prefill, twin, role]}, "meet those of roles\\[1\\]"))
+    other = {**twin, "engine_ids": {**rule, "rendered": ["7"], "offset": 2}}
+    assert len(spec_from_doc({**doc, "roles": [prefill, other, role]}).roles) == 3  # 11+3k, 12+3k
     for bad, field in cases:
-        with pytest.raises(UsageError, match=field):
+        with pytest.raises(UsageError, match=field) as caught:
             spec_from_doc(bad)
+        assert "\n" not in caught.value.message
     path = tmp_path / "spec.json"
     path.write_text("{")
     with pytest.raises(UsageError, match="not JSON"):
@@ -291,6 +359,17 @@ def test_the_spec_round_trips_and_bad_specs_name_the_field(tmp_path: Path) -> No
     assert cfg.discovered == spec_from_doc(doc) and cfg.mode == "pd"
     with pytest.raises(UsageError, match="--discovery-spec"):
         parse_args(["--discovery", "kubernetes"])
+    bootstrap = ["--mode", "bootstrap", "--discovery", "kubernetes", "--discovery-spec", str(path)]
+    assert parse_args(bootstrap).discovered == spec_from_doc(doc)
+    path.write_text(json.dumps({**doc, "roles": [no_port, role]}))
+    with pytest.raises(UsageError, match="bootstrap_port"):
+        parse_args(bootstrap)
+    plain = {k: v for k, v in no_port.items() if not k.startswith("engine_id")}
+    path.write_text(json.dumps({**doc, "roles": [plain, role]}))
+    with pytest.raises(
+        UsageError, match=r"--mode bootstrap: prefill role .* has no bootstrap_port"
+    ):
+        parse_args(bootstrap)
     with pytest.raises(UsageError, match="--discovery kubernetes"):
         parse_args(["--prefill", "http://a:1", "--decode", "http://b:1", "--discovery-spec", "x"])
 
@@ -304,11 +383,16 @@ JSONISH = st.recursive(
 
 
 @settings(max_examples=200, deadline=None)
-@given(JSONISH, st.sampled_from(["roles", "workers", "selector", "endpoints", "top"]))
+@given(JSONISH, st.sampled_from(["roles", "workers", "selector", "endpoints", "top",
+                                  "engine_ids", "rendered", "base", "step", "offset"]))  # fmt: skip
 def test_any_spec_document_is_read_or_refused_in_one_line(junk: Any, where: str) -> None:
     doc = spec_doc()
     if where == "top":
         doc = junk
+    elif where == "engine_ids":
+        doc["roles"][0]["engine_ids"] = junk
+    elif where in ("rendered", "base", "step", "offset"):
+        doc["roles"][0]["engine_ids"][where] = junk
     elif where == "roles":
         doc["roles"][0] = junk
     elif where == "workers":

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from servekit.proxy.discovery_spec import (
         DiscoverySpec as DiscoverySpec,
         Endpoint as Endpoint,
+        IdRule as IdRule,
         RoleSpec as RoleSpec,
         WorkerPorts as WorkerPorts,
         spec_from_doc as spec_from_doc,

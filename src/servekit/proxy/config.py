@@ -328,6 +328,13 @@ def _check_discovery(config: ProxyConfig) -> None:
     if spec is not None and set(spec.role_names()) - set(config.stage_roles):
         _bad("discovery_spec", f"roles {sorted(spec.role_names())} do not fit --mode "
              f"{config.mode} (PD: prefill and decode; replica: replica only)")  # fmt: skip
+    handoff = handoff_of_mode(config.mode)
+    if spec is not None and handoff is not None and handoff.bootstrap_server:
+        for role in spec.roles:
+            if role.role == "prefill" and role.bootstrap_port is None:
+                _bad("discovery_spec", f"--mode {config.mode}: prefill role "
+                     f"{role.label_selector()} has no bootstrap_port, so no engine of it could "
+                     "be named to a decoder; give it bootstrap_port")  # fmt: skip
 
 
 def flag_of(name: str) -> str:

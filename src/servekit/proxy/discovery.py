@@ -9,8 +9,8 @@ to :class:`~servekit.proxy.membership.Membership`:
 
 - a pod that is Ready, not terminating and has an IP serves the endpoints its
   worker index has in the spec (``http://POD_IP:API_PORT``, its publisher
-  ``tcp://POD_IP:PORT``, in bootstrap mode its engine id and the leader's
-  bootstrap server); they join, and take work once the proxy's own probe of each
+  ``tcp://POD_IP:PORT``, in bootstrap mode its engine id, by the spec's
+  ``engine_id_from``, and the leader's bootstrap server); they join, and take work once the proxy's own probe of each
   answered 200;
 - a pod that is terminating (deleted, evicted, scaled down, rolled) or gone:
   its endpoints leave at once (no new requests) and are drained;
@@ -83,12 +83,17 @@ def _bootstrap(role: RoleSpec, pod: PodView, leader: PodView | None) -> tuple[st
     """(engine id, bootstrap URL) of the engine ``pod`` belongs to (bootstrap mode)."""
     if role.bootstrap_port is None or leader is None or leader.host() is None:
         return None
-    if role.engine_id_from == "group_index":
-        if leader.group_index is None:
-            return None
-        engine = f"{role.engine_id_prefix}{leader.group_index}"
-    else:
+    if role.engine_id_from == "leader_pod":
         engine = f"{role.engine_id_prefix}{leader.name}"
+    else:
+        index = leader.group_index
+        if index is None:
+            return None
+        rule = role.engine_ids
+        own = str(index) if rule is None else rule.engine_id(index)
+        if own is None:
+            return None
+        engine = f"{role.engine_id_prefix}{own}"
     host = leader.host()
     assert host is not None  # checked above
     return engine, url_for(host, role.bootstrap_port)

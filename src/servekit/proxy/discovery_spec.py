@@ -10,8 +10,15 @@ there, each with its KV-event publisher's port and replay port when it
 publishes. In bootstrap mode (vLLM's MooncakeConnector) every endpoint of an
 engine names the engine's id and its bootstrap server, which runs on the
 engine's leader (worker 0) at ``bootstrap_port``; the id is ``engine_id_prefix``
-followed by the leader pod's name (unique across groups and rollout revisions)
-or by its group index.
+followed by one of (``engine_id_from``):
+
+- ``leader_pod``: the leader pod's name (unique across groups and rollout revisions);
+- ``group_index``: its LeaderWorkerSet group index;
+- ``id_rule``: the id the group index is given by ``engine_ids`` (an :class:`IdRule`):
+  the rendered instances' own ids, and beyond them ``base + (g - rendered) x step +
+  offset``. This is what ``k8s.elastic=on`` renders: the same :class:`IdRule` object
+  gives the pods their ids (``pod.sh``'s numbers) and the proxy its names, so the
+  two cannot drift apart.
 
 The renderer writes the file with :meth:`DiscoverySpec.to_doc` from the Plan;
 the proxy reads it with :func:`load_spec`, which refuses anything else in one
@@ -21,6 +28,7 @@ line naming the field. Standard library only (the zipapp carries it).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +43,44 @@ MAX_ROLES = 32
 MAX_WORKERS = 1024  # worker indexes per role
 MAX_ENDPOINTS = 512  # API ports per pod
 MAX_LABELS = 16
-ENGINE_ID_FROM = ("leader_pod", "group_index")
+ENGINE_ID_FROM = ("leader_pod", "group_index", "id_rule")
+MAX_RENDERED = 1024  # rendered instances an id rule names by their own id
+MAX_ID_BASE = 1 << 40  # ids stay far inside pod.sh's 64-bit shell arithmetic
+MAX_ID_STEP = 1 << 16
 # Kubernetes label syntax: a name of 63 characters at most, an optional DNS-subdomain prefix.
 _NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
 LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
 LABEL_VALUE = re.compile(rf"{_NAME}?")
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 PREFIX = re.compile(r"[-A-Za-z0-9_.:]{0,128}")
+ENGINE_ID = re.compile(r"[-A-Za-z0-9_.:]{1,128}")
+
+
+@dataclass(frozen=True)
+class IdRule:
+    """The engine id of each group index of one LeaderWorkerSet.
+
+    Indexes below ``rendered`` are the rendered instances, each with the id the layout
+    gives it (``ids``; empty where the layout gives none); index ``g`` beyond them gets
+    :meth:`derived` ``(g)``, which ``pod.sh`` computes for the pod and discovery for the
+    proxy: one rule, written once here.
+    """
+
+    rendered: int
+    base: int
+    step: int
+    offset: int
+    ids: tuple[str, ...] = ()
+
+    def derived(self, index: int) -> int:
+        """``base + (index - rendered) x step + offset`` (an index beyond the rendered)."""
+        return self.base + (index - self.rendered) * self.step + self.offset
+
+    def engine_id(self, index: int) -> str | None:
+        """The id group index ``index`` serves under (None: a rendered one without an id)."""
+        if index < self.rendered:
+            return self.ids[index] if self.ids else None
+        return str(self.derived(index))
 
 
 @dataclass(frozen=True)
@@ -71,6 +110,8 @@ class RoleSpec:
     bootstrap_port: int | None = None
     engine_id_prefix: str = ""
     engine_id_from: str = "leader_pod"
+    engine_ids: IdRule | None = None
+    """``engine_id_from: id_rule``: the rule (its ``ids`` one per rendered instance)."""
 
     def endpoints_of(self, worker_index: int) -> tuple[Endpoint, ...]:
         """The API endpoints a pod at ``worker_index`` serves (none: it serves no API)."""
@@ -115,6 +156,10 @@ def _role_doc(role: RoleSpec) -> dict[str, Any]:
             engine_id_prefix=role.engine_id_prefix,
             engine_id_from=role.engine_id_from,
         )
+    if role.engine_ids is not None:
+        rule = role.engine_ids
+        doc["engine_ids"] = {"rendered": list(rule.ids), "base": rule.base, "step": rule.step,
+                             "offset": rule.offset}  # fmt: skip
     return doc
 
 
@@ -191,8 +236,31 @@ def _selector(value: Any, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(value.items()))
 
 
+def _number(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageError(f"{where}: expected a whole number from {low} to {high}")
+    return value
+
+
+def _id_rule(doc: Any, where: str) -> IdRule:
+    """``engine_ids``: the rendered instances' ids, then base + (g - rendered) x step + offset."""
+    d = _fields(doc, where, ("rendered", "base", "step", "offset"), ())
+    ids = _list(d["rendered"], f"{where}.rendered", MAX_RENDERED)
+    for i, engine in enumerate(ids):
+        if not isinstance(engine, str) or not ENGINE_ID.fullmatch(engine):
+            raise UsageError(f"{where}.rendered[{i}]: an engine id is 1 to 128 of "
+                             "A-Z a-z 0-9 - _ . :")  # fmt: skip
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"{where}.rendered: an engine id is given twice; each instance has "
+                         "its own")  # fmt: skip
+    base = _number(d["base"], f"{where}.base", 0, MAX_ID_BASE)
+    step = _number(d["step"], f"{where}.step", 1, MAX_ID_STEP)
+    offset = _number(d["offset"], f"{where}.offset", 0, step - 1)
+    return IdRule(len(ids), base, step, offset, tuple(ids))
+
+
 def _role(doc: Any, where: str) -> RoleSpec:
-    optional = ("bootstrap_port", "engine_id_prefix", "engine_id_from")
+    optional = ("bootstrap_port", "engine_id_prefix", "engine_id_from", "engine_ids")
     d = _fields(doc, where, ("role", "selector", "workers"), optional)
     role = d["role"]
     if role not in PROXY_POOLS:
@@ -209,8 +277,20 @@ def _role(doc: Any, where: str) -> RoleSpec:
     bootstrap = _port(d.get("bootstrap_port"), f"{where}.bootstrap_port", optional=True)
     if bootstrap is not None and role != "prefill":
         raise UsageError(f"{where}.bootstrap_port: only a prefill role has a bootstrap server")
+    rule = None
+    if source == "id_rule":
+        if "engine_ids" not in d:
+            raise UsageError(f"{where}.engine_ids: engine_id_from id_rule needs the rule "
+                             "(rendered, base, step, offset)")  # fmt: skip
+        if bootstrap is None:
+            raise UsageError(f"{where}.engine_ids: engine ids name bootstrap servers; give "
+                             "bootstrap_port")  # fmt: skip
+        rule = _id_rule(d["engine_ids"], f"{where}.engine_ids")
+    elif "engine_ids" in d:
+        raise UsageError(f"{where}.engine_ids: applies to engine_id_from id_rule; drop it "
+                         "or set engine_id_from: id_rule")  # fmt: skip
     selector = _selector(d["selector"], f"{where}.selector")
-    return RoleSpec(role, selector, workers, bootstrap, prefix, source)
+    return RoleSpec(role, selector, workers, bootstrap, prefix, source, rule)
 
 
 def spec_from_doc(doc: Any) -> DiscoverySpec:
@@ -228,7 +308,36 @@ def spec_from_doc(doc: Any) -> DiscoverySpec:
     names = {r.role for r in roles}
     if names not in (set(PD_ROLES), set(PROXY_POOLS) - set(PD_ROLES)):
         raise UsageError("discovery spec.roles: give prefill and decode roles (PD) or replica only")
+    _check_unique_ids(roles)
     return DiscoverySpec(roles, namespace)
+
+
+def _check_unique_ids(roles: tuple[RoleSpec, ...]) -> None:
+    """No two group indexes of the id rules (of roles with one prefix) get one engine id.
+
+    Two derived sequences ``s + g x step`` meet for some indexes exactly when their starts
+    are congruent modulo the gcd of their steps; a rendered id meets a rule's derived ones
+    when it is one of them."""
+    ruled = [(i, r, r.engine_ids) for i, r in enumerate(roles) if r.engine_ids is not None]
+    numbers = {i: [(e, int(e)) for e in rule.ids if e.isdigit() and str(int(e)) == e]
+               for i, _, rule in ruled}  # fmt: skip
+    for i, a, rule_a in ruled:
+        where = f"discovery spec.roles[{i}].engine_ids"
+        start = rule_a.base + rule_a.offset
+        for j, b, rule_b in ruled:
+            if a.engine_id_prefix != b.engine_id_prefix:
+                continue
+            for engine, n in numbers[j]:
+                if n >= start and (n - start) % rule_a.step == 0:
+                    raise UsageError(f"{where}: a group index beyond the rendered ones would get "
+                                     f"engine id {engine}, which roles[{j}] renders; raise base "
+                                     f"above it")  # fmt: skip
+            if j <= i:
+                continue
+            start_b = rule_b.base + rule_b.offset
+            if (start_b - start) % math.gcd(rule_a.step, rule_b.step) == 0:
+                raise UsageError(f"{where}: its derived engine ids meet those of roles[{j}] "
+                                 "(give each role its own offset below one shared step)")  # fmt: skip
 
 
 def load_spec(path: str) -> DiscoverySpec:

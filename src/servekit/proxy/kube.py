@@ -79,7 +79,11 @@ class PodView:
 
 
 def _index(value: str | None) -> int | None:
-    if value is None or not value.isdigit() or len(value) > 9:
+    """A LeaderWorkerSet index label as LWS writes it (decimal, no leading zero), else None
+    (``pod.sh`` refuses the same labels, so both read one index or none)."""
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 9:
+        return None
+    if len(value) > 1 and value.startswith("0"):
         return None
     return int(value)
 

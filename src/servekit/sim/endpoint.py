@@ -192,6 +192,8 @@ class SimEndpoint:
             "label": self.profile.label,
             "launch": self.spec.launch,
             "kv_events": None if self.kv_events is None else self.kv_events.endpoint,
+            # bootstrap mode across processes: the engine ids bootstrap servers confirmed
+            "remote_engines": list(self.kvreg.remote_engines),
         }
 
     # -- requests ----------------------------------------------------------

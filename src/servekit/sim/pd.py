@@ -199,6 +199,10 @@ class KvRegistry:
         self.pushes = PushBoard()  # the layerwise connector's pushes (sim.protocols.layerwise)
         self.down: set[Producer] = set()  # producers dead or unreachable: their KV is gone
         self.pulling: dict[tuple[str, str], Producer] = {}  # (decoder, request) -> source
+        # bootstrap mode across processes: the engine ids bootstrap servers named (the
+        # connector's _remote_agents), and the query running per server
+        self.remote_engines: dict[str, None] = {}
+        self.bootstrap_queries: dict[str, asyncio.Future[None]] = {}
 
     def add_producer(self, producer: Producer) -> None:
         self._producers.setdefault(producer.engine_id, []).append(producer)

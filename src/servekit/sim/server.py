@@ -22,6 +22,7 @@ from servekit.sim.clock import Clock
 from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.http import build_app
 from servekit.sim.pd import KvRegistry
+from servekit.sim.protocols.bootstrap import bootstrap_app, serves_bootstrap
 from servekit.sim.spec import SimSpec
 from servekit.vocabulary import atomic_write_text, url_for
 
@@ -51,6 +52,8 @@ class SimServer:
         try:
             for ep in self.endpoints.values():
                 ep.url = await self._bind(build_app(ep), ep.spec.host, ep.spec.port)
+                if serves_bootstrap(ep.spec):  # vLLM's MooncakeConnector, across processes
+                    await self._bind(bootstrap_app(ep), ep.spec.host, ep.spec.side_port)
                 ep.start()
             if self.spec.admin is not None:
                 admin = self.spec.admin

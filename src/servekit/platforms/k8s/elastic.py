@@ -10,12 +10,17 @@ gave a group whose pods exit 2 ("has nothing to run"). With it:
   engine id as a variable (``scaled.<process>.sh``, ``SERVEKIT_ENGINE_ID``) and a row
   of ``pod.sh``'s table for every other index; the leader's address comes from LWS as
   for every instance. The rendered instances keep their scripts and ids; index ``g``
-  beyond them gets ``base + (g - rendered) x groups + k`` (:class:`IdRule`), above
-  every id the layout gives, so ids stay unique across any number of instances of
-  every group;
+  beyond them gets ``base + (g - rendered) x groups + k`` (:class:`~servekit.proxy.IdRule`),
+  above every id the layout gives, so ids stay unique across any number of instances
+  of every group;
 - **the proxy learns the pods** (``--discovery kubernetes``) from the spec this module
   writes from the Plan (:func:`discovery_spec`: per group its labels, per worker index
-  the API and KV-event ports), with a ServiceAccount allowed to get/list/watch pods;
+  the API and KV-event ports), with a ServiceAccount allowed to get/list/watch pods.
+  In bootstrap mode (vLLM's MooncakeConnector) a decoder is told each prefill's engine
+  id and bootstrap server: the spec carries each prefill group's bootstrap port (the
+  Plan's, on the group's leader) and the very :class:`~servekit.proxy.IdRule` that
+  numbers its pods (``engine_id_from: id_rule``), so the proxy names the id each pod
+  serves, rendered or derived;
 - **a pod that leaves is drained first**: its preStop hook (``pod.sh GROUP prestop``)
   calls every proxy's ``POST /admin/instances/leave`` through the headless Service
   ``<prefix>-proxy-peers`` (``python3 -m servekit.proxy.prestop`` from the zipapp the
@@ -28,7 +33,6 @@ gave a group whose pods exit 2 ("has nothing to run"). With it:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from servekit.errors import UsageError
@@ -37,7 +41,16 @@ from servekit.platforms.k8s.podspec import GROUP_LABEL, MOUNT
 from servekit.platforms.k8s.rendering import K8sRendering
 from servekit.platforms.k8s.settings import DEFAULT_TIMING, K8sSettings
 from servekit.platforms.k8s.wiring import POD_IP, Change, proxy_service
-from servekit.proxy import KV_POLICY, DiscoverySpec, Endpoint, RoleSpec, WorkerPorts, option_words
+from servekit.proxy import (
+    KV_POLICY,
+    DiscoverySpec,
+    Endpoint,
+    IdRule,
+    RoleSpec,
+    WorkerPorts,
+    option_words,
+    spec_from_doc,
+)
 from servekit.render import (
     Arg,
     HostOf,
@@ -66,24 +79,27 @@ SHUTDOWN_S = 30
 """What the engine itself gets after the hook, before SIGKILL (vLLM's shutdown)."""
 
 
-@dataclass(frozen=True)
-class IdRule:
-    """The engine id of group index ``g`` of one group (beyond the rendered instances)."""
-
-    rendered: int
-    base: int
-    step: int
-    offset: int
-
-    def engine_id(self, index: int) -> int:
-        return self.base + (index - self.rendered) * self.step + self.offset
-
-
 def id_rules(plan: Plan, groups: tuple[Group, ...]) -> dict[str, IdRule]:
-    """Each group's rule; every derived id is above every numeric id the layout gives."""
+    """Each group's rule; every derived id is above every numeric id the layout gives.
+
+    A rule's ``ids`` are its rendered instances' own ids, by group index, where each
+    instance names exactly one (empty otherwise: nothing names them).
+    """
     numeric = [int(p.engine_id) for p in plan.processes if p.engine_id and p.engine_id.isdigit()]
     base = max(numeric, default=-1) + 1
-    return {g.name: IdRule(g.replicas, base, len(groups), k) for k, g in enumerate(groups)}
+    out = {}
+    for k, g in enumerate(groups):
+        named = [_instance_ids(g, i) for i in range(g.replicas)]
+        ids = tuple(n[0] for n in named) if all(len(n) == 1 for n in named) else ()
+        out[g.name] = IdRule(g.replicas, base, len(groups), k, ids)
+    return out
+
+
+def _instance_ids(g: Group, instance: int) -> list[str]:
+    """The engine ids the processes of one rendered instance name (one, for an engine)."""
+    found = [p.engine_id for pod in g.pods if pod.instance == instance for p in pod.processes
+             if p.engine_id is not None]  # fmt: skip
+    return list(dict.fromkeys(found))
 
 
 def _kv_config_index(p: ProcessPlan) -> int | None:
@@ -203,10 +219,16 @@ def template_scripts(r: K8sRendering, g: Group) -> list[ProcessPlan]:
 
 
 def discovery_spec(r: K8sRendering) -> DiscoverySpec:
-    """Per group its pods' labels and, per worker index, the API and KV-event ports."""
+    """Per group its pods' labels and, per worker index, the API and KV-event ports; in
+    bootstrap mode, per prefill group its bootstrap port and the rule of its engine ids.
+
+    The spec goes through the proxy's own reader before it is written, so a rendering
+    never ships a spec its proxy would refuse."""
     proxy = r.proxy
     assert proxy is not None and proxy.proxy is not None
     publishers = {p.engine.process: p.events.port for p in proxy.proxy.kv_events}
+    bootstrap = bootstrap_ports(r)
+    rules = id_rules(r.plan, r.groups)
     roles = []
     for g in r.groups:
         workers = []
@@ -218,10 +240,72 @@ def discovery_spec(r: K8sRendering) -> DiscoverySpec:
                 for p in pod.processes
                 if p.api_port is not None
             )
-            workers.append(WorkerPorts(pod.worker, endpoints))
+            if endpoints:  # a pod serving no API (headless ranks) is a worker index unnamed
+                workers.append(WorkerPorts(pod.worker, endpoints))
         selector = (("app.kubernetes.io/instance", r.options.prefix), (GROUP_LABEL, g.name))
-        roles.append(RoleSpec(g.role, selector, tuple(workers)))
-    return DiscoverySpec(tuple(roles))
+        if g.name in bootstrap:
+            roles.append(RoleSpec(g.role, selector, tuple(workers), bootstrap[g.name],
+                                  engine_id_from="id_rule", engine_ids=rules[g.name]))  # fmt: skip
+        else:
+            roles.append(RoleSpec(g.role, selector, tuple(workers)))
+    spec = DiscoverySpec(tuple(roles))
+    try:
+        spec_from_doc(spec.to_doc())
+    except UsageError as exc:
+        raise UsageError(f"k8s.elastic=on: the discovery spec would be refused by the proxy "
+                         f"({exc.message}); render without k8s.elastic") from None  # fmt: skip
+    return spec
+
+
+def bootstrap_ports(r: K8sRendering) -> dict[str, int]:
+    """Bootstrap mode: each prefill group's bootstrap port, read from the Plan's wiring
+    (each prefill's :class:`~servekit.render.wiring.Bootstrap`); empty in other modes.
+
+    Discovery names one bootstrap server per instance, on its leader, and one engine id
+    per instance (its :class:`IdRule`'s): a group whose rendering says otherwise is
+    refused in one line rather than discovered under names its engines do not have."""
+    proxy = r.proxy
+    if proxy is None or proxy.proxy is None or not proxy.proxy.bootstrap:
+        return {}
+    servers = {b.server.process: b for b in proxy.proxy.bootstrap}  # by prefill endpoint
+    rules = id_rules(r.plan, r.groups)
+    out = {}
+    for g in r.groups:
+        if g.role != "prefill":
+            continue
+        rule = rules[g.name]
+        if len(rule.ids) != g.replicas:
+            named = next(i for i in range(g.replicas) if len(_instance_ids(g, i)) != 1)
+            raise UsageError(
+                f"k8s.elastic=on: instance {named} of {g.name} names "
+                f"{len(_instance_ids(g, named))} engine ids; a bootstrap-mode proxy names one "
+                "per instance; render without k8s.elastic"
+            )
+        ports = set()
+        for pod in g.pods:
+            for p in pod.processes:
+                b = servers.get(p.name)
+                if b is None:
+                    continue
+                if pod.worker != 0:
+                    raise UsageError(
+                        f"k8s.elastic=on: {p.name} on {pod.name} has its own bootstrap server, "
+                        "and discovery names the leader's (worker 0); render without k8s.elastic"
+                    )
+                if b.engine_id != rule.ids[pod.instance]:  # the proxy's name is the rule's
+                    raise UsageError(
+                        f"k8s.elastic=on: the proxy names {p.name} engine {b.engine_id}, its "
+                        f"instance serves {rule.ids[pod.instance]}; render without k8s.elastic"
+                    )
+                ports.add(b.server.port)
+        if len(ports) != 1:
+            raise UsageError(
+                f"k8s.elastic=on: the prefills of {g.name} have bootstrap servers on "
+                f"{len(ports)} ports {sorted(ports)}; discovery names one per instance; "
+                "render without k8s.elastic"
+            )
+        out[g.name] = ports.pop()
+    return out
 
 
 def refuse_unfit(r: K8sRendering) -> None:
@@ -229,11 +313,6 @@ def refuse_unfit(r: K8sRendering) -> None:
     proxy = r.proxy
     if proxy is None or proxy.proxy is None:
         raise UsageError("k8s.elastic=on: this layout has no proxy to discover its engines")
-    if proxy.proxy.bootstrap:
-        raise UsageError(
-            "k8s.elastic=on: a bootstrap-mode proxy names each prefill's engine id, which "
-            "the derived ids do not follow yet; render without k8s.elastic"
-        )
     if r.options.autoscale != "off":
         roles = [g.role for g in r.groups]
         twice = sorted({x for x in roles if roles.count(x) > 1})
@@ -243,6 +322,7 @@ def refuse_unfit(r: K8sRendering) -> None:
                 "different shapes); the proxy's desired count is per role: drop k8s.autoscale"
             )
     check_alike(r)
+    bootstrap_ports(r)
 
 
 def proxy_command(
@@ -257,6 +337,7 @@ def proxy_command(
             "prefill": (),
             "decode": (),
             "replica": (),
+            "bootstrap": (),
             "failure_domains": (),
             "kv_events": (),
             "admin": True,

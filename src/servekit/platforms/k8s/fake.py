@@ -39,7 +39,9 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
    rolling update does; pods of unchanged workloads keep running.
 
 ``/dev/shm``, accelerators, resources, ``hostNetwork`` and schedulers are not emulated;
-``servekit sim serve`` is ``vllm`` unless ``engine="vllm"`` (the real engine on the CPU).
+``servekit sim serve`` is ``vllm`` unless ``engine="vllm"`` (the real engine on the CPU), and
+``python3 -m vllm.entrypoints.openai.api_server`` (the CPU layouts' command) too: a stand-in
+``vllm`` module first on the engine pods' ``PYTHONPATH`` (:data:`API_SERVER_STUB`).
 """
 
 from __future__ import annotations
@@ -180,6 +182,28 @@ exec {python} -m servekit.sim serve "$@"
 """
 
 
+API_SERVER_STUB = '''"""The fake cluster's ``python3 -m vllm.entrypoints.openai.api_server`` (the command of
+the CPU layouts): the simulated ``vllm serve`` on the PATH, the model its first word."""
+import os
+import sys
+
+args = sys.argv[1:]
+model = []
+for i, arg in enumerate(args):
+    if arg == "--model" and i + 1 < len(args):
+        model, args = [args[i + 1]], args[:i] + args[i + 2 :]
+        break
+    if arg.startswith("--model="):
+        model, args = [arg.split("=", 1)[1]], args[:i] + args[i + 1 :]
+        break
+os.execvp("vllm", ["vllm", "serve", *model, *args])
+'''
+SIM_MODULES = "sim-vllm"
+"""The folder first on the engine pods' PYTHONPATH with ``engine="sim"``: a ``vllm`` package
+holding only :data:`API_SERVER_STUB`, so a layout that starts vLLM as a module runs the
+simulator as one that runs ``vllm serve`` does."""
+
+
 def _fake_vllm(bin_dir: Path) -> None:
     code = shlex.quote(str(Path(servekit.__file__).resolve().parent.parent))
     transcripts = shlex.quote(str(bin_dir.parent / "sim-transcripts"))
@@ -187,6 +211,11 @@ def _fake_vllm(bin_dir: Path) -> None:
         VLLM_WRAPPER.format(python=shlex.quote(sys.executable), code=code, transcripts=transcripts)
     )
     (bin_dir / "vllm").chmod(0o755)
+    package = bin_dir.parent / SIM_MODULES / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for folder in (package, package.parent, package.parent.parent):
+        (folder / "__init__.py").write_text("")
+    (package / "api_server.py").write_text(API_SERVER_STUB)
 
 
 @dataclass
@@ -695,6 +724,11 @@ def _real_engine_env(root: Path) -> dict[str, str]:
     return engine_env(find_broken(), pythonpath=str(root / "dns"))
 
 
+def _sim_engine_env(root: Path) -> dict[str, str]:
+    """The simulator here: the stand-in ``vllm`` module first, the fake DNS after it."""
+    return {"PYTHONPATH": f"{root / SIM_MODULES}:{root / 'dns'}"}
+
+
 def _targets(
     plan_name: str, tag: str, pods: list[FakePod], catalog: str | None
 ) -> tuple[list[tuple[str, dict[str, int]]], str, str, dict[str, str], FakePod | None]:
@@ -925,7 +959,7 @@ def _setup(
         pods_of = _place(held, rendered)
         hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
         (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
-        extra = _real_engine_env(root) if engine == "vllm" else {}
+        extra = _real_engine_env(root) if engine == "vllm" else _sim_engine_env(root)
         api = _elastic_api(root, rendered["sk"][1], pods_of["sk"], held)
         secrets = dict(secrets or {})
         if api is not None:  # the operator's `kubectl create secret generic sk-admin`
