@@ -66,6 +66,15 @@ class Carrier(Protocol):
         ...
 
 
+class _Stream(web.StreamResponse):
+    """A streamed answer whose head goes out with its first bytes, and whose last bytes
+    go out with its end: one write (one send) for a stream that came in one chunk,
+    where aiohttp's default sends the head, each chunk and the end on their own. The
+    relay prepares it only when it holds the first bytes, so nothing waits for it."""
+
+    _send_headers_immediately = False  # as aiohttp's own web.Response
+
+
 class _ClientGone(Exception):
     """The client closed its connection while we streamed to it."""
 
@@ -87,10 +96,11 @@ class Relay:
         self.stage = stage
         self.migration = migration
         self.router = stages.router
+        self._last = b""  # the bytes that carry [DONE], written with the stream's end
 
     async def stream(self, opened: Opened) -> web.StreamResponse:
         """Relay ``opened`` (and the legs that carry it on) to the client."""
-        out = web.StreamResponse(
+        out = _Stream(
             headers={
                 "Content-Type": opened.resp.headers.get("Content-Type", "text/event-stream"),
                 "X-Request-Id": self.stages.rid,
@@ -123,7 +133,7 @@ class Relay:
                 self.router.release(leg.lease)
             raise
         with contextlib.suppress(ConnectionResetError):
-            await out.write_eof()
+            await out.write_eof(self._last)
         return out
 
     async def _after(self, leg: Opened, end: End) -> Opened | bytes | ProxyError:
@@ -138,30 +148,34 @@ class Relay:
         stream may migrate); its lease is released and its response closed here."""
         resp, lease, chunk = leg.resp, leg.lease, leg.first
         tape = self.migration.tape if self.migration is not None else None
-        end = End.BROKEN
+        end, broken = End.BROKEN, False
         try:
             with self._cuttable(leg):
                 tail = b""
                 while chunk:
                     data = chunk if tape is None else await self._through(tape, chunk)
-                    if data:
+                    if tape is None:
+                        tail = (tail + chunk)[-TAIL_BYTES:]
+                    if tape.done if tape is not None else b"[DONE]" in tail:
+                        self._last += data  # the answer's end: written with the stream's
+                    elif data:
                         try:
                             await out.write(data)
                         except ConnectionResetError as exc:
                             raise _ClientGone from exc
                     lease.grow(chunk.count(b"data:"))
-                    if tape is None:
-                        tail = (tail + chunk)[-TAIL_BYTES:]
-                    elif tape.stopped:
+                    if tape is not None and tape.stopped:
                         break
                     chunk = await resp.content.readany()
             done = tape.done if tape is not None else b"[DONE]" in tail
             end = End.DONE if done else End.ENDED
         except BROKEN:
-            pass
+            broken = True
+            if self._last:  # broken after its [DONE]: the client's answer is whole
+                end = End.DONE
         finally:
             # a stream read to its end gives its connection back; any other is closed
-            whole = end is End.DONE or (tape is None and end is End.ENDED)
+            whole = not broken and (end is End.DONE or (tape is None and end is End.ENDED))
             if whole:
                 resp.release()
             else:
