@@ -147,3 +147,17 @@ def test_a_worker_killed_mid_stream_costs_only_its_own_streams() -> None:
                 assert all(isinstance(a, bytes) and a.endswith(b"[DONE]\n\n") for a in after)
 
         asyncio.run(scenario())
+
+
+def test_a_layerwise_proxy_refuses_several_workers() -> None:
+    """A layerwise decoder calls the proxy back at /v1/metaserver: the kernel would hand
+    that call to any worker, not the one waiting for it. Control: one worker starts."""
+    from servekit.errors import UsageError
+    from servekit.proxy.config import parse_args
+
+    argv = ["--mode", "layerwise", "--prefill", "http://127.0.0.1:9000",
+            "--decode", "http://127.0.0.1:9001", "--host", "127.0.0.1"]  # fmt: skip
+    with pytest.raises(UsageError, match=r"^--workers: 2: in layerwise mode") as caught:
+        parse_args([*argv, "--workers", "2"], read_keys=False)
+    assert "\n" not in str(caught.value)
+    assert parse_args(argv, read_keys=False).workers == 1
