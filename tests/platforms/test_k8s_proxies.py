@@ -305,7 +305,7 @@ class ScaleDown:
     """Per proxy pod: streams whose decoder failed mid-answer during it."""
     after_hook: dict[str, list[float]]
     """Per proxy pod: its streams on the leaving decoder in each sample read once the
-    hook had ended (then the kubelet's SIGTERM; real vLLM ends its streams there, the
+    hook had ended (then the kubelet's SIGTERM: an engine that stops there ends them, the
     simulator finishes them)."""
 
     def problems(self) -> list[str]:
@@ -326,9 +326,13 @@ class ScaleDown:
         return out
 
 
-def _scale_down_under_streams(cluster: K8sDryCluster, senders: list[str]) -> ScaleDown:
+def _scale_down_under_streams(
+    cluster: K8sDryCluster, senders: list[str], *, control: bool = False
+) -> ScaleDown:
     """Streams through ``senders`` (each pod's on both decoders), then decode 2 -> 1,
-    each proxy pod's streams on the leaving decoder sampled all along."""
+    each proxy pod's streams on the leaving decoder sampled all along. ``control``:
+    streams far longer than the hook's start, cut by the client once each proxy pod
+    was read twice after the hook ended (what they show then is all the control needs)."""
     e = cluster.elastic
     assert e is not None
     urls = list(cluster.proxies.values())
@@ -346,31 +350,53 @@ def _scale_down_under_streams(cluster: K8sDryCluster, senders: list[str]) -> Sca
                 with contextlib.suppress(OSError, ValueError):
                     samples.append((at, url, _on_leaving(url)))
 
+    def hook_ended() -> float | None:
+        ended = [at for at, pod, what in list(e.events)
+                 if pod == "sk-decode-1" and what == "drained" and at >= started]  # fmt: skip
+        return ended[-1] if ended else None
+
+    def read_after_hook(timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            end = hook_ended()
+            if end is not None and all(
+                sum(1 for at, url, _ in list(samples) if url == u and at > end) >= 2 for u in urls
+            ):
+                return
+            time.sleep(0.1)
+
     async def run() -> list[str]:
+        tokens = 50 * TOKENS if control else TOKENS
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
-            tasks = [asyncio.create_task(_stream(s, senders[i % len(senders)], i, TOKENS))
+            tasks = [asyncio.create_task(_stream(s, senders[i % len(senders)], i, tokens))
                      for i in range(4 * len(senders))]  # fmt: skip
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, _on_every_decoder, senders, 2)
             sampler.start()
             await loop.run_in_executor(None, e.scale, "sk-decode", 1)
+            if control:
+                await loop.run_in_executor(None, read_after_hook)
+                for task in tasks:
+                    task.cancel()
+                done = await asyncio.gather(*tasks, return_exceptions=True)
+                return [r if isinstance(r, str) else "cut by the client" for r in done]
             return list(await asyncio.gather(*tasks))
 
     sampler = threading.Thread(target=sample, daemon=True)
     started = time.monotonic()
     fates = asyncio.run(run())
     e.wait_gone(60)
+    read_after_hook()  # each pod read after the hook, however late a loaded host reads
     stop.set()
     sampler.join()
-    ended = [at for at, pod, what in e.events if pod == "sk-decode-1" and what == "drained"
-             and at >= started]  # fmt: skip
-    assert ended, "the leaving pod's hook never ended"
+    end = hook_ended()
+    assert end is not None, "the leaving pod's hook never ended"
     return ScaleDown(
         fates,
         log.read_bytes()[before:].decode(errors="replace"),
         {u: _counts(u, "servekit_proxy_drains_total", role="decode") - drains[u] for u in urls},
         {u: _counts(u, "servekit_proxy_migrations_total") - failed[u] for u in urls},
-        {u: [n for at, url, n in samples if url == u and at > ended[-1]] for u in urls},
+        {u: [n for at, url, n in samples if url == u and at > end] for u in urls},
     )  # fmt: skip
 
 
@@ -418,7 +444,7 @@ def test_two_proxy_pods_drain_a_leaving_decoder_and_lose_only_their_own_streams(
         _wait_decoders(cluster, 2)
 
         both = _scale_down_under_streams(cluster, [first, second])
-        assert both.problems() == [], both
+        assert both.problems() == [], (both.problems(), both)
 
         hosts_file = cluster.root / "dns" / "hosts.json"
         hosts = json.loads(hosts_file.read_text())
@@ -428,7 +454,7 @@ def test_two_proxy_pods_drain_a_leaving_decoder_and_lose_only_their_own_streams(
         hosts_file.write_text(json.dumps(hosts))
         e.scale("sk-decode", 2)
         _wait_decoders(cluster, 2)
-        control = _scale_down_under_streams(cluster, [second])
+        control = _scale_down_under_streams(cluster, [second], control=True)
         found = control.problems()
         print("drains", both.drains, "control", found)
         address = second.removeprefix("http://")
@@ -438,7 +464,10 @@ def test_two_proxy_pods_drain_a_leaving_decoder_and_lose_only_their_own_streams(
         async def last() -> tuple[list[str], list[str], str]:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
                 keep = [asyncio.create_task(_stream(s, first, i, TOKENS)) for i in range(3)]
-                lost = [asyncio.create_task(_stream(s, second, 10 + i, TOKENS)) for i in range(3)]
+                # the killed pod's streams: far longer than the kill takes to come
+                lost = [
+                    asyncio.create_task(_stream(s, second, 10 + i, 50 * TOKENS)) for i in range(3)
+                ]
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(None, _on_every_decoder, [first, second], 1)
                 _kill(cluster, "sk-proxy-fake1")
