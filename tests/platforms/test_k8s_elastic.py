@@ -419,7 +419,7 @@ def test_the_emulated_hpa_follows_the_rendered_behavior() -> None:
     target = next(t for t in scale_targets(objs) if t.role == "decode")
     assert (target.min_replicas, target.max_replicas) == (1, 16)
     lws = _Lws(1)
-    hpa = Autoscaler(lws, [target], "http://unused")  # type: ignore[arg-type]
+    hpa = Autoscaler(lws, [target], {})  # type: ignore[arg-type]
     assert hpa.step(target, 9.0, 0.0) == 2  # doubling at most: 1 -> 2 in this period
     assert hpa.step(target, 9.0, 2.5) == 2  # the period's doubling is spent
     assert hpa.step(target, 9.0, 7.0) == 4  # the next period: 2 -> 4

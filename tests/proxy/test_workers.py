@@ -147,3 +147,43 @@ def test_a_worker_killed_mid_stream_costs_only_its_own_streams() -> None:
                 assert all(isinstance(a, bytes) and a.endswith(b"[DONE]\n\n") for a in after)
 
         asyncio.run(scenario())
+
+
+def test_a_layerwise_proxy_refuses_several_workers() -> None:
+    """A layerwise decoder calls the proxy back at /v1/metaserver: the kernel would hand
+    that call to any worker, not the one waiting for it. Control: one worker starts."""
+    from servekit.errors import UsageError
+    from servekit.proxy.config import parse_args
+
+    argv = ["--mode", "layerwise", "--prefill", "http://127.0.0.1:9000",
+            "--decode", "http://127.0.0.1:9001", "--host", "127.0.0.1"]  # fmt: skip
+    with pytest.raises(UsageError, match=r"^--workers: 2: in layerwise mode") as caught:
+        parse_args([*argv, "--workers", "2"], read_keys=False)
+    assert "\n" not in str(caught.value)
+    assert parse_args(argv, read_keys=False).workers == 1
+
+
+def test_the_workers_port_is_taken_again_while_old_connections_are_in_time_wait() -> None:
+    """A proxy started again on its address (a restarted container keeps the pod's
+    network) binds its port though the old connections linger in TIME_WAIT, as a
+    single-process proxy (asyncio's SO_REUSEADDR) does. Control: SO_REUSEPORT alone
+    is refused there, so the TIME_WAIT was made."""
+    import socket
+    import time
+
+    from servekit.proxy.workers import reserve_port
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server's side closes first: its end waits in TIME_WAIT
+    time.sleep(0.05)
+    client.close()
+    server.close()
+    bare = socket.socket()
+    bare.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    with pytest.raises(OSError):
+        bare.bind(("127.0.0.1", port))
+    bare.close()
+    reserve_port("127.0.0.1", port).close()

@@ -291,6 +291,10 @@ def _check_layerwise(config: ProxyConfig) -> None:
         _bad("host", f"{config.host} is a wildcard, and decoders call the proxy back at "
              "HOST:PORT/v1/metaserver in layerwise mode; give --metaserver-url "
              "http://ADDRESS:PORT/v1/metaserver with an address they reach")  # fmt: skip
+    if calls_back and config.workers > 1:
+        _bad("workers", f"{config.workers}: in layerwise mode each decoder calls the proxy "
+             "back at /v1/metaserver, and the kernel hands that call to any worker, not "
+             "the one waiting for it; give --workers 1")  # fmt: skip
 
 
 def _check_kv_events(config: ProxyConfig) -> None:

@@ -57,9 +57,12 @@ STABLE_S = 30.0  # a worker that lived this long starts its backoff again
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` with SO_REUSEPORT, never listening: it holds the
-    port (port 0: picks one) for the workers, which bind it beside it."""
+    port (port 0: picks one) for the workers, which bind it beside it. SO_REUSEADDR as
+    every listener of asyncio has it: a proxy started again on its address (a restarted
+    container keeps its pod's network) binds while its old connections are in TIME_WAIT."""
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host.strip("[]"), port))
     return sock

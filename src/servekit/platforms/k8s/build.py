@@ -25,7 +25,6 @@ checked and compared with every engine pod (:mod:`servekit.preflight`; its units
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -35,6 +34,7 @@ import yaml
 
 from servekit import __version__
 from servekit.catalog import Layout, NodeValue
+from servekit.errors import UsageError
 from servekit.platforms.k8s.configmaps import (
     ANNOTATION_CAP,
     BUDGET,
@@ -59,12 +59,15 @@ from servekit.platforms.k8s.rendering import K8sRendering, Level, Requirement
 from servekit.platforms.k8s.settings import (
     ACCELERATORS,
     ASCEND_HOST_FILES,
+    BINARY,
     NODE_SHARES,
     K8sKind,
     K8sSettings,
+    quantity_value,
 )
 from servekit.platforms.k8s.wiring import Change, pod_processes, proxy_service
 from servekit.preflight import ENTRY_FILE, SPEC_FILE, Unit, preflight_files
+from servekit.proxy import option_words
 from servekit.render import Plan, ProcessPlan, process_script, referenced_nodes
 
 __all__ = [
@@ -165,6 +168,7 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
         changes[:] = [c for c in changes if (c.process, c.reason) != (proxy.name, "backend")]
         command = elastic.proxy_command(r, proxy, host_of, changes)
         processes[proxy.name] = processes[proxy.name].model_copy(update={"command": command})
+    _proxy_processes(r)
     if options.network == "host":
         r.host_network_groups = tuple(g.name for g in groups if _crosses_pods(g))
     if options.rdma is not None:
@@ -173,6 +177,34 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
         )
     r.requirements = requirements(r)
     return r
+
+
+def _proxy_processes(r: K8sRendering) -> None:
+    """``k8s.proxy_replicas`` and ``k8s.proxy_workers``: several proxy processes, or a
+    refusal in one line where a layout cannot have them; ``--workers`` recorded."""
+    o = r.options
+    several = [(k, v) for k, v in (("proxy_replicas", o.proxy_replicas),
+                                   ("proxy_workers", o.proxy_workers)) if v > 1]  # fmt: skip
+    proxy = r.proxy
+    if several and (proxy is None or proxy.proxy is None):
+        key, value = several[0]
+        raise UsageError(
+            f"--set k8s.{key}={value}: this layout has no proxy (its entry engine serves); drop it"
+        )
+    if several and proxy is not None and proxy.proxy is not None and proxy.proxy.metaserver:
+        key, value = several[0]
+        raise UsageError(
+            f"--set k8s.{key}={value}: a layerwise proxy waits for each decoder's call back "
+            "(/v1/metaserver through its Service), which would reach any of several proxy "
+            "processes, not the one waiting; keep 1"
+        )
+    if proxy is None or o.proxy_workers == 1:
+        return
+    words = tuple(option_words("workers", o.proxy_workers))
+    command = (*r.processes[proxy.name].command, *words)
+    r.processes[proxy.name] = r.processes[proxy.name].model_copy(update={"command": command})
+    shown = " ".join(w for w in words if isinstance(w, str))
+    r.changes.append(Change(proxy.name, "argv", "one process", shown, "workers"))
 
 
 def _entry_row(r: K8sRendering, pod: Pod, group: Group) -> dict[str, Any]:
@@ -525,7 +557,7 @@ def _proxy_objects(r: K8sRendering, mounted: Mounted | None) -> list[dict[str, A
         "kind": "Deployment",
         "metadata": {"name": proxy_service(r.options.prefix), "labels": labels},
         "spec": {
-            "replicas": 1,
+            "replicas": r.options.proxy_replicas,
             "selector": {"matchLabels": labels},
             "template": template,
         },
@@ -563,33 +595,11 @@ def podmonitor(r: K8sRendering) -> dict[str, Any]:
     }
 
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL: dict[str, Fraction] = {
-    "m": Fraction(1, 1000),
-    **{suffix: Fraction(1000**i) for i, suffix in enumerate("kMGTPE", start=1)},
-}
-
-
-def quantity_value(text: str) -> Fraction:
-    """A Kubernetes quantity as a number (``500m`` -> 1/2, ``2Gi`` -> 2147483648)."""
-    for suffix, factor in _BINARY.items():
-        if text.endswith(suffix):
-            return Fraction(text[: -len(suffix)]) * factor
-    exp = re.search(r"[eE]([+-]?[0-9]+)$", text)
-    if exp is not None:
-        power = int(exp.group(1))
-        scale = Fraction(10) ** power
-        return Fraction(text[: exp.start()]) * scale
-    if text[-1:] in _DECIMAL:
-        return Fraction(text[:-1]) * _DECIMAL[text[-1]]
-    return Fraction(text)
-
-
 def _quantity_text(value: Fraction, memory: bool) -> str:
     if memory:
         for suffix in ("Ti", "Gi", "Mi", "Ki"):
-            if value % _BINARY[suffix] == 0:
-                return f"{value // _BINARY[suffix]}{suffix}"
+            if value % BINARY[suffix] == 0:
+                return f"{value // BINARY[suffix]}{suffix}"
         return str(int(value))
     if value.denominator == 1:
         return str(value.numerator)
@@ -751,6 +761,14 @@ def _group_lines(r: K8sRendering) -> list[str]:
             f"memory {res['memory']}, ephemeral-storage {res['ephemeral-storage']}, "
             f"/dev/shm {res['shm']} (requests = limits: Guaranteed)"
         )
+    if r.proxy is not None:
+        o = r.options
+        lines.append(
+            f"- proxy: {o.proxy_replicas} pod{'s' if o.proxy_replicas > 1 else ''} "
+            f"(Deployment replicas) of {o.proxy_workers} process"
+            f"{'es (--workers)' if o.proxy_workers > 1 else ''}; per pod cpu {o.proxy_cpu}, "
+            f"memory {o.proxy_memory} (requests = limits: Guaranteed)"
+        )
     share = NODE_SHARES[r.layout.hardware.accelerator]
     lines.append(
         f"- resources: {_chosen(r, 'cpu', 'the node share')}: a whole node asks cpu {share.cpu}, "
@@ -836,7 +854,7 @@ def _object_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
         if o.autoscale != "off":
             lines.append(
                 f"- autoscale: {o.autoscale} on each LeaderWorkerSet, 1 to {o.max_replicas} "
-                "instances, from the proxy's servekit_desired_replicas{role}"
+                f"instances, from {elastic.autoscale_reads(o)}"
             )
     return lines
 

@@ -482,11 +482,55 @@ def objects(r: K8sRendering, proxy_port: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _series(r: K8sRendering, metric: str, role: str) -> str:
+    return f'{metric}{{role="{role}",pod=~"{proxy_service(r.options.prefix)}-.*"}}'
+
+
 def _query(r: K8sRendering, role: str) -> str:
-    return (
-        f'max(servekit_desired_replicas{{role="{role}",'
-        f'pod=~"{proxy_service(r.options.prefix)}-.*"}})'
-    )
+    return f"max({_series(r, 'servekit_desired_replicas', role)})"
+
+
+def _need_query(r: K8sRendering, role: str) -> str:
+    return f"ceil(sum({_series(r, 'servekit_autoscale_need', role)}))"
+
+
+def _triggers(r: K8sRendering, role: str) -> list[dict[str, Any]]:
+    """KEDA's prometheus triggers for one role (its HPA takes the larger count).
+
+    One proxy pod: its desired count (``max``: every worker's series says the pod's).
+    Several: each pod's desired count is sized for its own share of the traffic, so
+    the pods' needs are added up (``ceil(sum(...))``, additive over pods and workers);
+    the pods' desired counts stay as a second trigger, never summed, for what a need
+    does not carry: a count held while nothing is measured yet, and one engine more
+    than there are while the objective is missed."""
+    o = r.options
+    queries = [("desired", _query(r, role))]
+    if o.proxy_replicas > 1:
+        queries.insert(0, ("need", _need_query(r, role)))
+    return [
+        {"type": "prometheus", **({"name": name} if len(queries) > 1 else {}),
+         "metricType": "AverageValue",
+         "metadata": {"serverAddress": o.prometheus, "query": query, "threshold": "1"}}
+        for name, query in queries
+    ]  # fmt: skip
+
+
+def autoscale_reads(o: K8sSettings) -> str:
+    """What the autoscalers read, in words (the rendering's summary)."""
+    if o.proxy_replicas == 1 and (o.autoscale == "keda" or o.proxy_workers == 1):
+        return "the proxy's servekit_desired_replicas{role}"
+    if o.autoscale == "keda":
+        return ("the proxy pods' servekit_autoscale_need{role} added up, or the largest "
+                "of their servekit_desired_replicas{role} when that is more")  # fmt: skip
+    return "every proxy process's servekit_autoscale_need{role} added up"
+
+
+def _external_metric(o: K8sSettings) -> str:
+    """The HPA's external metric: it adds up the value of every series the adapter
+    gives it (``AverageValue``), so one proxy process's desired count, or else every
+    process's need (a share of the traffic each: their sum is the role's)."""
+    single = o.proxy_replicas == 1 and o.proxy_workers == 1
+    return "servekit_desired_replicas" if single else "servekit_autoscale_need"
 
 
 def behavior(o: K8sSettings) -> dict[str, Any]:
@@ -524,11 +568,7 @@ def autoscalers(r: K8sRendering) -> list[dict[str, Any]]:
                     "minReplicaCount": 1, "maxReplicaCount": o.max_replicas,
                     "pollingInterval": o.scale_timing[0],
                     "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(o)}},
-                    "triggers": [{
-                        "type": "prometheus", "metricType": "AverageValue",
-                        "metadata": {"serverAddress": o.prometheus,
-                                     "query": _query(r, g.role), "threshold": "1"},
-                    }],
+                    "triggers": _triggers(r, g.role),
                 },
             })  # fmt: skip
         else:
@@ -540,7 +580,7 @@ def autoscalers(r: K8sRendering) -> list[dict[str, Any]]:
                     "minReplicas": 1, "maxReplicas": o.max_replicas,
                     "behavior": behavior(o),
                     "metrics": [{"type": "External", "external": {
-                        "metric": {"name": "servekit_desired_replicas",
+                        "metric": {"name": _external_metric(o),
                                    "selector": {"matchLabels": {"role": g.role}}},
                         "target": {"type": "AverageValue", "averageValue": "1"}}}],
                 },

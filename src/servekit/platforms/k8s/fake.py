@@ -31,7 +31,11 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
 6. DNS: every pod's name through its LWS's headless Service and every Service name
    (short and qualified) resolve to the pod's address through a hosts table that a
    ``sitecustomize`` on ``PYTHONPATH`` serves to ``socket.getaddrinfo`` and
-   ``gethostbyname``; a Service resolves straight to its one ready pod;
+   ``gethostbyname``; a Service resolves straight to its first pod, a headless
+   Service to every pod it selects (the proxy pods of ``<prefix>-proxy-peers``), as
+   its A records do; the pods' ``python3`` puts the shim last on any ``PYTHONPATH``
+   a script sets, so every Python process of a pod resolves through it (the preStop
+   hook's path is the proxy's zipapp alone);
 7. probes: every pod's readiness and liveness probes (``httpGet`` or ``exec``) must
    pass before the cluster is ready;
 8. :meth:`K8sDryCluster.apply` renders again and recreates the pods of every
@@ -95,7 +99,8 @@ NAMESPACE = "default"
 INIT_TIMEOUT_S = 120.0
 SETTLE_S = 10.0
 PROBE_TIMEOUT_S = 10.0
-DNS_SHIM = '''"""servekit's fake cluster DNS: names in SERVEKIT_FAKE_HOSTS (JSON name -> address)."""
+DNS_SHIM = '''"""servekit's fake cluster DNS: names in SERVEKIT_FAKE_HOSTS (JSON name -> its
+addresses: one for a pod or a Service, every pod's for a headless Service)."""
 import json
 import os
 import socket
@@ -109,20 +114,22 @@ _getaddrinfo = socket.getaddrinfo
 _gethostbyname = socket.gethostbyname
 
 
-def _name(host):
+def _names(host):
     if isinstance(host, bytes):
         host = host.decode("ascii", "replace")
     if isinstance(host, str):
-        return _HOSTS.get(host.rstrip(".").lower(), host)
-    return host
+        found = _HOSTS.get(host.rstrip(".").lower())
+        if isinstance(found, list) and found:
+            return found
+    return [host]
 
 
 def getaddrinfo(host, *args, **kwargs):
-    return _getaddrinfo(_name(host), *args, **kwargs)
+    return [info for name in _names(host) for info in _getaddrinfo(name, *args, **kwargs)]
 
 
 def gethostbyname(host):
-    return _gethostbyname(_name(host))
+    return _gethostbyname(_names(host)[0])
 
 
 socket.getaddrinfo = getaddrinfo
@@ -136,10 +143,20 @@ if uvloop is not None:
 
     class _Loop(uvloop.Loop):
         async def getaddrinfo(self, host, *args, **kwargs):
-            return await super().getaddrinfo(_name(host), *args, **kwargs)
+            out = []
+            for name in _names(host):
+                out += await super().getaddrinfo(name, *args, **kwargs)
+            return out
 
     uvloop.Loop = _Loop
 '''
+PYTHON_WRAPPER = """#!/bin/sh
+# The fake cluster's python3: a pod's DNS answers every process in it, whatever PYTHONPATH
+# it sets (the preStop hook's is the proxy's zipapp alone), so the shim comes last on it.
+PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{dns}
+export PYTHONPATH
+exec {python} "$@"
+"""
 HUB_STUB = '''"""The fake cluster's huggingface_hub: no hub is reachable here, so a download writes a
 small model and records what the init container passed (the repository, the revision,
 whether a token came, the mirror)."""
@@ -237,6 +254,9 @@ class FakePod:
     key: str
     workload: str
     group_index: int = 0
+    logs: str = ""
+    """Its processes' logs' folder under the cluster's ``logs`` ("": that folder): a
+    Deployment's second and later replicas run processes of the first's names."""
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -296,7 +316,8 @@ def _deployment_pods(obj: dict[str, Any], ips: Iterator[str]) -> list[FakePod]:
     for r in range(obj["spec"].get("replicas", 1)):
         pod = f"{name}-fake{r}"
         labels = dict(template["metadata"]["labels"])
-        pods.append(FakePod(pod, next(ips), template, {"HOSTNAME": pod}, (), labels, pod, name))
+        pods.append(FakePod(pod, next(ips), template, {"HOSTNAME": pod}, (), labels, pod, name,
+                            logs=pod if r else ""))  # fmt: skip
     return pods
 
 
@@ -323,10 +344,20 @@ def _workload_pods(objects: list[dict[str, Any]], ips: Iterator[str]) -> list[Fa
         if obj["kind"] != "Service":
             continue
         sel = obj["spec"]["selector"]
-        match = next((p for p in pods if all(p.labels.get(k) == v for k, v in sel.items())), None)
-        if match is not None:
+        matches = [p for p in pods if all(p.labels.get(k) == v for k, v in sel.items())]
+        headless = obj["spec"].get("clusterIP") == "None"
+        for match in matches if headless else matches[:1]:
             match.dns = match.dns + _names(obj["metadata"]["name"])
     return pods
+
+
+def hosts_table(pods: list[FakePod]) -> dict[str, list[str]]:
+    """Name -> its addresses, in the pods' order (several: a headless Service's pods)."""
+    out: dict[str, list[str]] = {}
+    for pod in pods:
+        for name in pod.dns:
+            out.setdefault(name, []).append(pod.address)
+    return out
 
 
 def _workloads(objects: list[dict[str, Any]]) -> dict[str, str]:
@@ -524,6 +555,8 @@ class _Cluster:
         )
         if not init:
             env.update(self.extra_env)
+        if pod.logs:
+            env["LOG_DIR"] = str(self.root / "logs" / pod.logs)
         return env
 
     def _command(self, container: dict[str, Any], mounts: dict[str, Path]) -> list[str]:
@@ -682,6 +715,9 @@ class K8sDryCluster(DryCluster):
     """With ``k8s.elastic=on``: the API server, LWS's scaling and the kubelet (fakelws)."""
     autoscaler: Autoscaler | None = None
     """With ``k8s.autoscale``: the HPA over the rendered objects (started by the caller)."""
+    proxies: dict[str, str] = field(default_factory=dict)
+    """Each proxy pod's name and URL (``k8s.proxy_replicas``); ``entry_url`` is the
+    first's (the proxy Service resolves to its first pod here)."""
     apply: Callable[[list[str]], list[str]] = field(default=lambda sets: [])
     """Render the layout again with these ``--set``s and roll out what changed (the
     workloads whose pod template differs); returns the recreated pods' names."""
@@ -729,22 +765,30 @@ def _sim_engine_env(root: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{root / SIM_MODULES}:{root / 'dns'}"}
 
 
+def proxy_urls(pods: list[FakePod], tag: str = "sk") -> dict[str, str]:
+    """Each proxy pod's name and URL (the Deployment's replicas), in the pods' order."""
+    return {p.name: url_for(p.address, str(p.ports[0]))
+            for p in pods if p.name.startswith(f"{tag}-proxy") and p.ports}  # fmt: skip
+
+
 def _targets(
     plan_name: str, tag: str, pods: list[FakePod], catalog: str | None
 ) -> tuple[list[tuple[str, dict[str, int]]], str, str, dict[str, str], FakePod | None]:
     plan = build_plan(load(plan_name, catalog).layout)
     addresses = {p.key: p.address for p in pods}
     by_process = process_hosts(plan, addresses, tag)
-    proxy_pod = next((p for p in pods if p.name.startswith(f"{tag}-proxy")), None)
+    proxy_pods = [p for p in pods if p.name.startswith(f"{tag}-proxy")]
+    proxy_pod = proxy_pods[0] if proxy_pods else None
     targets = []
     for proc in plan.api_processes():
-        host = proxy_pod.address if proc.kind == "proxy" and proxy_pod else by_process[proc.name]
         counts = proc.proxy.backend_counts() if proc.proxy else {}
-        targets.append((url_for(host, str(proc.api_port)), counts))
+        hosts = [p.address for p in proxy_pods] if proc.kind == "proxy" and proxy_pods else []
+        for host in hosts or [by_process[proc.name]]:  # every proxy pod (its replicas)
+            targets.append((url_for(host, str(proc.api_port)), counts))
     entry = plan.process(plan.entry)
     entry_host = proxy_pod.address if proxy_pod else by_process[entry.name]
     url = url_for(entry_host, str(entry.api_port))
-    engine_pods = ",".join(f"{p.key}={p.address}" for p in pods if p is not proxy_pod)
+    engine_pods = ",".join(f"{p.key}={p.address}" for p in pods if p not in proxy_pods)
     return targets, url, engine_pods, addresses, proxy_pod
 
 
@@ -844,6 +888,10 @@ def _prepare(root: Path, engine: str) -> Path:
     if engine == "sim":
         _fake_vllm(root / "bin")
     (root / "dns" / "sitecustomize.py").write_text(DNS_SHIM)
+    python = root / "bin" / "python3"
+    dns, interpreter = shlex.quote(str(root / "dns")), shlex.quote(sys.executable)
+    python.write_text(PYTHON_WRAPPER.format(dns=dns, python=interpreter))
+    python.chmod(0o755)
     (root / "hub" / "huggingface_hub" / "__init__.py").write_text(HUB_STUB)
     return root / "bin"
 
@@ -957,7 +1005,7 @@ def _setup(
         tags = [("sk", name, list(sets or [])), *([("ref", ref_name, [])] if ref_name else [])]
         rendered = {tag: (n, _render(n, tag, kind, catalog, s)) for tag, n, s in tags}
         pods_of = _place(held, rendered)
-        hosts = {n: p.address for pods in pods_of.values() for p in pods for n in p.dns}
+        hosts = hosts_table([p for pods in pods_of.values() for p in pods])
         (root / "dns" / "hosts.json").write_text(json.dumps(hosts, indent=1))
         extra = _real_engine_env(root) if engine == "vllm" else _sim_engine_env(root)
         api = _elastic_api(root, rendered["sk"][1], pods_of["sk"], held)
@@ -977,6 +1025,7 @@ def _setup(
             all_targets += targets
             if tag == "sk":
                 cluster.entry_url, cluster.pods_arg, cluster.pods = url, engine_pods, addresses
+                cluster.proxies = proxy_urls(pods_of[tag], tag)
             else:
                 cluster.reference_url, cluster.reference_pods = url, engine_pods
         yield _Setup(fake, cluster, rendered, pods_of, all_targets, api)
@@ -1061,7 +1110,7 @@ def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
         pod = lws_pod(lws, specs[lws], g, w, next(ips))
         hosts_file = ready.fake.root / "dns" / "hosts.json"
         hosts = json.loads(hosts_file.read_text())
-        hosts.update({n: pod.address for n in pod.dns})
+        hosts.update({n: [pod.address] for n in pod.dns})
         atomic_write_text(hosts_file, json.dumps(hosts, indent=1))
         return pod
 
@@ -1070,9 +1119,8 @@ def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
     ready.cluster.elastic = elastic
     targets = scale_targets(objects)
     if targets:
-        ready.cluster.autoscaler = Autoscaler(
-            elastic, targets, ready.cluster.entry_url + "/metrics"
-        )
+        pages = {name: url + "/metrics" for name, url in ready.cluster.proxies.items()}
+        ready.cluster.autoscaler = Autoscaler(elastic, targets, pages)
     return elastic
 
 

@@ -18,14 +18,20 @@ also runs, with :class:`Elastic`:
 - **a pod deleted** (:meth:`Elastic.delete_pod`, ``kubectl delete pod``): the same
   graceful termination, then LWS makes the pod again under its name;
 - **an autoscaler** (:class:`Autoscaler`): what KEDA's HPA does with the rendered
-  ScaledObject or HPA: every polling interval it reads the proxy's
-  ``servekit_desired_replicas{role}`` from ``/metrics`` (the query's ``max``),
-  applies the object's ``behavior`` (stabilization windows, the Percent policy up,
-  the Pods policy down, per period), bounds it by min and max, and scales the
-  LeaderWorkerSet; every change is recorded with its time.
+  ScaledObject or HPA: every polling interval it scrapes every proxy pod's
+  ``/metrics`` (as Prometheus does, each series then carrying its pod's name) and
+  reads each trigger's query as PromQL would (:class:`Reading`: ``max(...)`` or
+  ``ceil(sum(...))`` of the series whose labels match, the ``pod=~`` pattern
+  included), or the HPA's external metric as the HPA does (every matching series
+  added up), over the target (``AverageValue``); with several triggers the largest
+  count wins, as the HPA takes the largest of its metrics. It applies the object's
+  ``behavior`` (stabilization windows, the Percent policy up, the Pods policy down,
+  per period), bounds it by min and max, and scales the LeaderWorkerSet; every
+  change is recorded with its time.
 
-Not emulated: kube-proxy and Service virtual IPs, the HPA's tolerance (10%) and its
-metric averaging across pods (one proxy pod here), KEDA's own activation threshold,
+Not emulated: kube-proxy and Service virtual IPs, the HPA's tolerance (10%),
+KEDA's own activation threshold, a metric that cannot be read (it is left out; the
+HPA would then scale up only),
 surge pods of a rolling update (``maxSurge``: LWS creates them at indexes beyond
 ``replicas``, which this scaling runs the same way), and scheduling.
 """
@@ -33,15 +39,17 @@ surge pods of a rolling update (``maxSurge``: LWS creates them at indexes beyond
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from servekit.platforms.fake import stop_nodes
 from servekit.platforms.k8s.fakeapi import FakeApi
@@ -208,9 +216,67 @@ class Elastic:
 WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
+Pages = dict[str, list[Sample]]
+"""Proxy pod name -> the samples of its ``/metrics`` page (what Prometheus scraped)."""
+_QUERY = re.compile(
+    r"^(?P<ceil>ceil\()?(?P<agg>max|sum)\((?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)"
+    r"\{(?P<selector>[^{}]*)\}\)(?(ceil)\))$"
+)
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)(=~|=)"([^"\\]*)"\s*(?:,|$)')
+_SELECTOR = re.compile(r'(?:\s*[A-Za-z_][A-Za-z0-9_]*=~?"[^"\\]*"\s*(?:,|$))*')
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One metric an autoscaler reads: the series of ``metric`` whose labels match, from
+    the pods whose name matches ``pods``, their largest or their sum, rounded up or
+    not, over the target value (``AverageValue``)."""
+
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    pods: str
+    aggregate: Literal["max", "sum"]
+    ceil: bool
+    per: float
+
+    def value(self, pages: Pages) -> float | None:
+        """The count it asks for (None: no series, as an empty PromQL answer)."""
+        values = [
+            s.value
+            for pod, samples in pages.items()
+            if re.fullmatch(self.pods, pod)
+            for s in samples
+            if s.name == self.metric and all(s.labels.get(k) == v for k, v in self.labels)
+        ]
+        if not values:
+            return None
+        total = max(values) if self.aggregate == "max" else math.fsum(values)
+        return (math.ceil(total) if self.ceil else total) / self.per
+
+
+def query_reading(query: str, threshold: str) -> Reading:
+    """A KEDA prometheus trigger's query as :class:`Reading` (the forms rendered:
+    ``max(M{...})`` and ``ceil(sum(M{...}))``; another is refused, not guessed)."""
+    found = _QUERY.match(query)
+    if found is None or not _SELECTOR.fullmatch(found["selector"]):
+        raise ValueError(f"the fake autoscaler reads max(M{{...}}) or ceil(sum(M{{...}})): {query}")
+    labels, pods = [], ".*"
+    for key, op, value in _MATCHER.findall(found["selector"]):
+        if key == "pod" and op == "=~":
+            pods = value
+        elif op == "=":
+            labels.append((key, value))
+        else:
+            raise ValueError(f"the fake autoscaler matches pod=~ and label=, not {key}{op}")
+    agg: Literal["max", "sum"] = "max" if found["agg"] == "max" else "sum"
+    return Reading(found["metric"], tuple(labels), pods, agg, bool(found["ceil"]),
+                   float(threshold))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ScaleTarget:
-    """One rendered ScaledObject or HPA: what it scales, its role, bounds and behavior."""
+    """One rendered ScaledObject or HPA: what it scales, its role, bounds and behavior,
+    and the metrics it reads (the HPA takes the largest count of them)."""
 
     lws: str
     role: str
@@ -218,6 +284,12 @@ class ScaleTarget:
     max_replicas: int
     period_s: float
     behavior: dict[str, Any]
+    readings: tuple[Reading, ...] = ()
+
+    def metric(self, pages: Pages) -> float | None:
+        """The largest count its readings ask for (None: none has a series)."""
+        values = [v for r in self.readings if (v := r.value(pages)) is not None]
+        return max(values) if values else None
 
 
 def scale_targets(objects: list[dict[str, Any]]) -> list[ScaleTarget]:
@@ -226,30 +298,37 @@ def scale_targets(objects: list[dict[str, Any]]) -> list[ScaleTarget]:
     for o in objects:
         spec = o.get("spec", {})
         if o["kind"] == "ScaledObject":
-            query = spec["triggers"][0]["metadata"]["query"]
-            role = query.split('role="', 1)[1].split('"', 1)[0]
+            readings = tuple(query_reading(tr["metadata"]["query"], tr["metadata"]["threshold"])
+                             for tr in spec["triggers"])  # fmt: skip
+            role = dict(readings[0].labels)["role"]
             out.append(ScaleTarget(
                 spec["scaleTargetRef"]["name"], role, spec["minReplicaCount"],
                 spec["maxReplicaCount"], float(spec.get("pollingInterval", 30)),
-                spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]))  # fmt: skip
+                spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"],
+                readings))  # fmt: skip
         elif o["kind"] == "HorizontalPodAutoscaler":
-            metric = spec["metrics"][0]["external"]["metric"]
+            externals = [m["external"] for m in spec["metrics"]]
+            # External, AverageValue: every series the adapter gives added up, over the target
+            readings = tuple(
+                Reading(e["metric"]["name"],
+                        tuple(sorted(e["metric"]["selector"]["matchLabels"].items())),
+                        ".*", "sum", False, float(e["target"]["averageValue"]))
+                for e in externals
+            )  # fmt: skip
+            role = dict(readings[0].labels)["role"]
             out.append(ScaleTarget(
-                spec["scaleTargetRef"]["name"], metric["selector"]["matchLabels"]["role"],
-                spec["minReplicas"], spec["maxReplicas"], 15.0, spec["behavior"]))  # fmt: skip
+                spec["scaleTargetRef"]["name"], role,
+                spec["minReplicas"], spec["maxReplicas"], 15.0, spec["behavior"],
+                readings))  # fmt: skip
     return out
 
 
-def desired_from_metrics(text: str) -> dict[str, float]:
-    """``max(servekit_desired_replicas)`` per role from a ``/metrics`` page."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "servekit_desired_replicas":
-            continue
-        for sample in family.samples:
-            role = sample.labels.get("role", "")
-            out[role] = max(out.get(role, 0.0), sample.value)
-    return out
+def metric_samples(text: str) -> list[Sample]:
+    """Every sample of a ``/metrics`` page (a page that does not parse: none)."""
+    try:
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError:
+        return []
 
 
 @dataclass
@@ -258,7 +337,8 @@ class Autoscaler:
 
     elastic: Elastic
     targets: list[ScaleTarget]
-    metrics_url: str
+    pages: dict[str, str]
+    """Each proxy pod's name and its ``/metrics`` URL: what Prometheus scrapes."""
     history: list[tuple[float, str, int, float]] = field(default_factory=list)
     """(time, LeaderWorkerSet, replicas set, the metric read)."""
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -275,22 +355,26 @@ class Autoscaler:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def _read(self) -> dict[str, float] | None:
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
-                return desired_from_metrics(r.read(METRICS_BYTES).decode("utf-8", "replace"))
-        except (OSError, ValueError):
-            return None
+    def scrape(self) -> Pages:
+        """Every proxy pod's samples (a pod that does not answer is left out, as a
+        failed scrape leaves Prometheus without its fresh series)."""
+        out: Pages = {}
+        for pod, url in self.pages.items():
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    out[pod] = metric_samples(r.read(METRICS_BYTES).decode("utf-8", "replace"))
+            except (OSError, ValueError):
+                continue
+        return out
 
     def _loop(self) -> None:
         period = min(t.period_s for t in self.targets)
         while not self._stop.wait(period):
-            desired = self._read()
-            if desired is None:
-                continue
+            pages = self.scrape()
             for t in self.targets:
-                if t.role in desired:
-                    self.step(t, desired[t.role], time.monotonic())
+                metric = t.metric(pages)
+                if metric is not None:
+                    self.step(t, metric, time.monotonic())
 
     def step(self, t: ScaleTarget, metric: float, now: float) -> int:
         """One reconciliation: the HPA's recommendation (AverageValue 1 per replica:

@@ -174,6 +174,8 @@ class K8sSettings:
     shm: str | None = None
     proxy_cpu: str = PROXY_DEFAULTS["cpu"]
     proxy_memory: str = PROXY_DEFAULTS["memory"]
+    proxy_replicas: int = 1
+    proxy_workers: int = 1
     gang: Literal["none", "volcano"] = "none"
     volcano_queue: str = ""
     exclusive_topology: str = ""
@@ -195,6 +197,28 @@ class K8sSettings:
     """The options the operator set (the rest are defaults), for the summary."""
     preflight: bool = True
     """Each engine pod's preflight initContainer (``render --no-preflight``: none)."""
+
+
+BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL: dict[str, Fraction] = {
+    "m": Fraction(1, 1000),
+    **{suffix: Fraction(1000**i) for i, suffix in enumerate("kMGTPE", start=1)},
+}
+
+
+def quantity_value(text: str) -> Fraction:
+    """A Kubernetes quantity as a number (``500m`` -> 1/2, ``2Gi`` -> 2147483648)."""
+    for suffix, factor in BINARY.items():
+        if text.endswith(suffix):
+            return Fraction(text[: -len(suffix)]) * factor
+    exp = re.search(r"[eE]([+-]?[0-9]+)$", text)
+    if exp is not None:
+        power = int(exp.group(1))
+        scale = Fraction(10) ** power
+        return Fraction(text[: exp.start()]) * scale
+    if text[-1:] in _DECIMAL:
+        return Fraction(text[:-1]) * _DECIMAL[text[-1]]
+    return Fraction(text)
 
 
 def _refuse(name: str, value: str, why: str) -> UsageError:
@@ -362,6 +386,20 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("proxy_cpu", PROXY_DEFAULTS["cpu"], "cpu of the proxy pod (requests = limits)"),
     SettingSpec(
         "proxy_memory", PROXY_DEFAULTS["memory"], "memory of the proxy pod (requests = limits)"
+    ),
+    SettingSpec(
+        "proxy_replicas",
+        "1",
+        "proxy pods (the Deployment's replicas, 1 to 64): each routes, migrates and (elastic) "
+        "discovers and drains on its own, so a lost one costs only its own connections; "
+        "autoscaling then adds up the pods' servekit_autoscale_need",
+    ),
+    SettingSpec(
+        "proxy_workers",
+        "1",
+        "proxy processes in each proxy pod (the proxy's --workers, one port through "
+        "SO_REUSEPORT), 1 to 64: each is one event loop on one core, so more than "
+        "k8s.proxy_cpu's whole cores is refused (they would only share its CPU quota)",
     ),
     SettingSpec(
         "gang",
@@ -545,17 +583,47 @@ def _network(get: Getter, layout: Layout) -> Fields:
     }
 
 
+def _count(name: str, value: str, high: int) -> int:
+    if not re.match(r"^[0-9]{1,4}$", value) or not 1 <= int(value) <= high:
+        raise _refuse(name, value, f"give a count from 1 to {high}")
+    return int(value)
+
+
+MAX_PROXIES = 64
+"""Most proxy pods and most processes per pod (the proxy's own ``--workers`` bound)."""
+
+
+def _proxies(get: Getter, cpu: str) -> Fields:
+    """How many proxy pods, and processes in each: one per whole core of the pod."""
+    workers = _count("proxy_workers", get("proxy_workers", "1"), MAX_PROXIES)
+    whole = int(quantity_value(cpu))
+    if workers > max(1, whole):
+        raise _refuse(
+            "proxy_workers",
+            str(workers),
+            f"each worker is one event loop on a core of its own and k8s.proxy_cpu={cpu} "
+            f"gives {whole} whole core{'' if whole == 1 else 's'}; give at most "
+            f"{max(1, whole)} or raise k8s.proxy_cpu",
+        )
+    return {
+        "proxy_replicas": _count("proxy_replicas", get("proxy_replicas", "1"), MAX_PROXIES),
+        "proxy_workers": workers,
+    }
+
+
 def _resources(get: Getter) -> Fields:
     def quantity_or_auto(key: str) -> str | None:
         value = get(key, "")
         return _quantity(key, value) if value else None
 
+    proxy_cpu = _quantity("proxy_cpu", get("proxy_cpu", PROXY_DEFAULTS["cpu"]))
     return {
+        **_proxies(get, proxy_cpu),
         "cpu": quantity_or_auto("cpu"),
         "memory": quantity_or_auto("memory"),
         "ephemeral_storage": quantity_or_auto("ephemeral_storage"),
         "shm": quantity_or_auto("shm"),
-        "proxy_cpu": _quantity("proxy_cpu", get("proxy_cpu", PROXY_DEFAULTS["cpu"])),
+        "proxy_cpu": proxy_cpu,
         "proxy_memory": _quantity("proxy_memory", get("proxy_memory", PROXY_DEFAULTS["memory"])),
     }
 

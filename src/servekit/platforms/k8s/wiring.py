@@ -51,6 +51,8 @@ REASONS = {
     "loopback": "a pod's loopback is reachable only from inside the pod; the pod's IP "
     "(downward API) is the address other pods reach",
     "devices": "the device plugin gives each pod its own devices, numbered from 0 in the pod",
+    "workers": "k8s.proxy_workers: that many proxy processes share the proxy pod's port "
+    "(SO_REUSEPORT), one per core",
     "elastic": "k8s.elastic=on: the proxy discovers each role's engine pods through the API "
     "(any number of instances) and drains one that leaves, instead of a fixed list",
 }
