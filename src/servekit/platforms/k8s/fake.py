@@ -38,9 +38,12 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
    hook's path is the proxy's zipapp alone);
 7. probes: every pod's readiness and liveness probes (``httpGet`` or ``exec``) must
    pass before the cluster is ready;
-8. :meth:`K8sDryCluster.apply` renders again and recreates the pods of every
-   workload whose pod template changed (the ConfigMaps' hash is in it), as LWS's
-   rolling update does; pods of unchanged workloads keep running.
+8. :meth:`K8sDryCluster.apply` renders again and replaces the pods of every
+   workload whose pod template changed (the ConfigMaps' hash is in it); pods of
+   unchanged workloads keep running. An elastic rendering's LeaderWorkerSets roll as
+   LWS's controller rolls them (:mod:`.fakelws`, :mod:`.fakerollout`: surge groups,
+   the partition from the highest index down, each old pod drained by its preStop
+   hook); otherwise a changed workload's pods are recreated together.
 
 ``/dev/shm``, accelerators, resources, ``hostNetwork`` and schedulers are not emulated;
 ``servekit sim serve`` is ``vllm`` unless ``engine="vllm"`` (the real engine on the CPU), and
@@ -62,10 +65,11 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -87,6 +91,7 @@ from servekit.platforms.k8s.elastic import KUBE_API_VAR, KUBE_TOKEN_VAR
 from servekit.platforms.k8s.entry import render
 from servekit.platforms.k8s.fakeapi import FakeApi
 from servekit.platforms.k8s.fakelws import Autoscaler, Elastic, scale_targets
+from servekit.platforms.k8s.fakerollout import REVISION_LABEL, revision
 from servekit.platforms.k8s.podspec import GROUP_INDEX_LABEL, GROUP_LABEL, MODEL_VOLUME
 from servekit.platforms.k8s.settings import NAMES as SETTINGS
 from servekit.platforms.prepare import render_named, split_sets
@@ -292,6 +297,7 @@ def lws_pod(name: str, spec: dict[str, Any], g: int, w: int, ip: str) -> FakePod
         "leaderworkerset.sigs.k8s.io/name": name,
         GROUP_INDEX_LABEL: str(g),
         "leaderworkerset.sigs.k8s.io/worker-index": str(w),
+        REVISION_LABEL: revision(spec),
     }
     group = labels.get(GROUP_LABEL, name)
     key = f"{group}-{g}" if w == 0 else f"{group}-{g}-{w}"
@@ -703,6 +709,14 @@ def _wait_probes(pods: list[FakePod], env_of: dict[str, dict[str, str]], timeout
         time.sleep(0.5)
 
 
+class Apply(Protocol):
+    """``K8sDryCluster.apply``: render again, edit, ``kubectl apply``; the replaced pods."""
+
+    def __call__(
+        self, sets: list[str], edit: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[str]: ...
+
+
 @dataclass
 class K8sDryCluster(DryCluster):
     """A running fake Kubernetes cluster: the proxy Service's endpoint and each pod's address."""
@@ -718,9 +732,11 @@ class K8sDryCluster(DryCluster):
     proxies: dict[str, str] = field(default_factory=dict)
     """Each proxy pod's name and URL (``k8s.proxy_replicas``); ``entry_url`` is the
     first's (the proxy Service resolves to its first pod here)."""
-    apply: Callable[[list[str]], list[str]] = field(default=lambda sets: [])
-    """Render the layout again with these ``--set``s and roll out what changed (the
-    workloads whose pod template differs); returns the recreated pods' names."""
+    apply: Apply = field(default=lambda sets, edit=None: [])
+    """Render the layout again with these ``--set``s (each object then given to ``edit``)
+    and roll out what changed (the workloads whose pod template differs); the replaced
+    pods' names. With ``k8s.elastic=on`` each changed LeaderWorkerSet rolls as LWS's
+    controller rolls it (its ``rolloutStrategy``: surge groups, partition), until done."""
 
     def verify_args(self) -> list[str]:
         """``servekit verify NAME --target URL --pods POD=IP,... --logs DIR``."""
@@ -806,6 +822,7 @@ class _Running:
     targets: list[tuple[str, dict[str, int]]]
     ready_timeout_s: float
     nodes: dict[str, Node] = field(default_factory=dict)
+    elastic: Elastic | None = None
 
     def running(self) -> list[Node]:
         return list(self.nodes.values())
@@ -825,15 +842,23 @@ class _Running:
         self._sync()
         self._ready(every)
 
-    def apply(self, sets: list[str]) -> list[str]:
-        """Render again with ``sets``; recreate the pods of each workload whose template
-        changed, as LWS's rolling update does; the recreated pods' names."""
+    def apply(
+        self, sets: list[str], edit: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[str]:
+        """Render again with ``sets`` (each object then passed to ``edit``: an operator's
+        own change to the manifests) and apply: the pods of each workload whose template
+        changed are replaced; the replaced pods' names."""
         old = _workloads(self.rendered["sk"][1])
         objects = _render(self.name, "sk", self.kind, self.catalog, sets)
+        if edit is not None:
+            for obj in objects:
+                edit(obj)
         new = _workloads(objects)
         if set(old) != set(new):
             raise RuntimeError("the fake cluster rolls out changed templates, not new workloads")
         changed = {w for w in new if new[w] != old[w]}
+        if self.elastic is not None:
+            return self._roll(objects, changed)
         current = self.pods_of["sk"]
         fresh = _workload_pods(objects, iter(p.address for p in current))
         if [p.name for p in fresh] != [p.name for p in current]:
@@ -850,6 +875,26 @@ class _Running:
         self._ready(fresh)
         self._settle()
         return [p.name for p in gone]
+
+    def _roll(self, objects: list[dict[str, Any]], changed: set[str]) -> list[str]:
+        """An elastic rendering applied: its LeaderWorkerSets to the emulated controllers
+        (each changed template a rolling update, :mod:`.fakerollout`), until each is done."""
+        elastic = self.elastic
+        assert elastic is not None
+        specs = {
+            o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "LeaderWorkerSet"
+        }
+        if changed - set(specs):
+            raise RuntimeError(
+                f"the fake cluster rolls an elastic rendering's LeaderWorkerSets, not "
+                f"{sorted(changed - set(specs))}"
+            )
+        self.fake.configmaps.update(_configmaps(objects))
+        self.rendered["sk"] = (self.name, objects)
+        before = {n: len(elastic.sets[n].replaced) for n in changed}
+        elastic.apply(specs)
+        elastic.wait_rolled(sorted(changed), self.ready_timeout_s)
+        return [pod for n in sorted(changed) for pod in elastic.sets[n].replaced[before[n] :]]
 
     def _settle(self) -> None:
         """Until the proxy has counted every backend healthy for :data:`SETTLE_S` in a row.
@@ -1096,7 +1141,7 @@ def k8s_dry_cluster(
 
 
 def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
-    """LWS's scaling, the kubelet and (with autoscaling objects) the HPA over the pods."""
+    """LWS's controllers, the kubelet and (with autoscaling objects) the HPA over the pods."""
     if ready.api is None:
         return None
     objects = ready.rendered["sk"][1]
@@ -1104,19 +1149,29 @@ def _elastic(run: _Running, ready: _Setup) -> Elastic | None:
     used = [p.address for pods in ready.pods_of.values() for p in pods]
     prefix = used[0].rsplit(".", 1)[0]
     last = max(int(a.rsplit(".", 1)[1]) for a in used)
-    ips = iter(f"{prefix}.{i}" for i in range(last + 1, 255))
+    fresh = iter(f"{prefix}.{i}" for i in range(last + 1, 255))
+    freed: deque[str] = deque()
 
-    def make_pod(lws: str, g: int, w: int) -> FakePod:
-        pod = lws_pod(lws, specs[lws], g, w, next(ips))
+    def address() -> str:
+        """A new pod's address: one never used, else the one freed longest ago."""
+        found = next(fresh, None)
+        if found is None:
+            if not freed:
+                raise PodFailed(f"no address left on {prefix}.0/24 for a new pod")
+            found = freed.popleft()
+        return found
+
+    def make_pod(lws: str, spec: dict[str, Any], g: int, w: int) -> FakePod:
+        pod = lws_pod(lws, spec, g, w, address())
         hosts_file = ready.fake.root / "dns" / "hosts.json"
         hosts = json.loads(hosts_file.read_text())
         hosts.update({n: [pod.address] for n in pod.dns})
         atomic_write_text(hosts_file, json.dumps(hosts, indent=1))
         return pod
 
-    sizes = {n: int(s["leaderWorkerTemplate"].get("size", 1)) for n, s in specs.items()}
-    elastic = Elastic(ready.api, run, make_pod, sizes, _probe_passes)
+    elastic = Elastic(ready.api, run, make_pod, specs, _probe_passes, freed.append)
     ready.cluster.elastic = elastic
+    run.elastic = elastic
     targets = scale_targets(objects)
     if targets:
         pages = {name: url + "/metrics" for name, url in ready.cluster.proxies.items()}
