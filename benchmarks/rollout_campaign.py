@@ -15,8 +15,9 @@ every ``--interval`` seconds (tests/platforms/rollout.py, the same run
 rendered ``rolloutStrategy`` (LWS's defaults: ``maxUnavailable: 1, maxSurge: 0``).
 
 Per rollout: requests sent, failed, cut, answers that differ from the deployment's at
-rest, the fewest groups that could serve, the proxy's drains (and those with streams in
-flight), whether the surge group served, the rollout's seconds, and every finding of
+rest, the fewest groups that could serve, the requests that found the proxy without
+an engine of the role (they wait, ``k8s.pool_wait``), the proxy's drains (and those
+with streams in flight), whether the surge group served, the rollout's seconds, and every finding of
 ``problems``.
 """
 
@@ -53,8 +54,9 @@ def summary(r: Rollout) -> dict[str, Any]:
         "cut": len(r.cut()),
         "changed": len(r.changed()),
         "fewest_serving": r.fewest_serving(),
-        "drains": r.drains[0],
-        "drains_with_streams": r.drains[1],
+        "drains": r.counted.drains,
+        "drains_with_streams": r.counted.waited_drains,
+        "pool_waits": r.counted.pool_waits,
         "surge_served": r.surge_pod in r.served if r.max_surge else None,
         "rollout_s": round(r.span[1] - r.span[0], 1),
         "problems": problems(r),
@@ -92,8 +94,9 @@ def main() -> int:
     for replicas in (int(x) for x in args.replicas.split(",")):
         rows += campaign(args, replicas)
     print("\n| decode groups | maxSurge | rollouts | requests | failed | cut | changed "
-          "| fewest serving | drains (with streams) | surge served | seconds |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| fewest serving | waited for an engine | drains (with streams) | surge served "
+          "| seconds |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for replicas in sorted({r["replicas"] for r in rows}):
         mine = [r for r in rows if r["replicas"] == replicas]
         served = [r["surge_served"] for r in mine if r["surge_served"] is not None]
@@ -103,6 +106,7 @@ def main() -> int:
             f"| {sum(r['requests'] for r in mine)} | {sum(r['failed'] for r in mine)} "
             f"| {sum(r['cut'] for r in mine)} | {sum(r['changed'] for r in mine)} "
             f"| {min(r['fewest_serving'] for r in mine)} "
+            f"| {sum(r['pool_waits'] for r in mine)} "
             f"| {sum(r['drains'] for r in mine)} ({sum(r['drains_with_streams'] for r in mine)}) "
             f"| {f'{sum(served)}/{len(served)}' if served else '-'} "
             f"| {min(secs)}-{max(secs)} |"

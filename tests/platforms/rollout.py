@@ -16,7 +16,8 @@ What :func:`problems` checks, each named in its finding:
 - with ``maxSurge``: the surge group (index ``replicas``) was made, served tokens the
   proxy routed to it (found through discovery while it ran), and was removed;
 - the groups that can serve (every pod Ready, none leaving) never fell below
-  ``replicas`` (``maxUnavailable: 0``);
+  ``replicas`` (``maxUnavailable: 0``), and no request found the proxy without an
+  engine of the role to route to (it would wait, ``--pool-wait``, or be refused);
 - every old group was replaced, the highest index first, and every pod that left was
   drained by its preStop hook (the proxy answered drained) before its SIGTERM.
 """
@@ -44,20 +45,35 @@ IDLE_DRAIN_S = "0.05"
 """A drain longer than this (a bucket bound of the proxy's histogram) waited for streams."""
 
 
-def drains(url: str, role: str) -> tuple[int, int]:
-    """The proxy's drains of ``role`` so far, and those longer than :data:`IDLE_DRAIN_S`."""
-    total = quick = 0
+@dataclass(frozen=True)
+class ProxyCounts:
+    """What the proxy counted for one role so far (``/metrics``)."""
+
+    drains: int = 0
+    waited_drains: int = 0
+    """drains longer than :data:`IDLE_DRAIN_S`: streams were running on the engine"""
+    pool_waits: int = 0
+    """requests that found no engine of the role routable and waited (``--pool-wait``)"""
+
+    def __sub__(self, other: ProxyCounts) -> ProxyCounts:
+        return ProxyCounts(self.drains - other.drains,
+                           self.waited_drains - other.waited_drains,
+                           self.pool_waits - other.pool_waits)  # fmt: skip
+
+
+def proxy_counts(url: str, role: str) -> ProxyCounts:
+    total = quick = waits = 0
     for family in text_string_to_metric_families(_metrics(url) or ""):
-        if family.name != "servekit_proxy_drain_seconds":
-            continue
         for sample in family.samples:
-            if sample.labels.get("role") != role:
+            if family.name == "servekit_proxy_pool_waits" and sample.name.endswith("_total"):
+                waits += int(sample.value) if sample.labels.get("stage") == role else 0
+            if family.name != "servekit_proxy_drain_seconds" or sample.labels.get("role") != role:
                 continue
             if sample.name.endswith("_count"):
                 total = int(sample.value)
             elif sample.name.endswith("_bucket") and sample.labels.get("le") == IDLE_DRAIN_S:
                 quick = int(sample.value)
-    return total, total - quick
+    return ProxyCounts(total, total - quick, waits)
 
 
 @dataclass
@@ -81,9 +97,8 @@ class Rollout:
     served: set[str] = field(default_factory=set)
     """engine pods of the role that processed tokens while the load ran"""
     prompts: list[str] = field(default_factory=list)
-    drains: tuple[int, int] = (0, 0)
-    """The proxy's drains of the role's engines during the rollout, and those that
-    waited for streams in flight (longer than :data:`IDLE_DRAIN_S`)."""
+    counted: ProxyCounts = field(default_factory=ProxyCounts)
+    """What the proxy counted for the role during the rollout."""
 
     @property
     def surge_pod(self) -> str:
@@ -137,7 +152,7 @@ async def _stream(
             if done.is_set():
                 break
             req = Request(i * interval, text, max_tokens)
-            tasks.append(asyncio.create_task(_one(session, url, model, i, req, t0)))
+            tasks.append(asyncio.create_task(_one(session, url, model, i, req, t0, lambda: False)))
             await asyncio.sleep(max(0.0, t0 + (i + 1) * interval - loop.time()))
         return list(await asyncio.gather(*tasks))
 
@@ -174,7 +189,7 @@ def roll(
 
     role = next(iter(p.labels["app.kubernetes.io/component"] for p in elastic.run.pods_of["sk"]
                      if p.workload == lws))  # fmt: skip
-    drained_before = drains(cluster.entry_url, role)
+    before = proxy_counts(cluster.entry_url, role)
     stop = threading.Event()
     served: dict[str, set[str]] = {}
     sampler = threading.Thread(target=_sample, args=(cluster, stop, [], served), daemon=True)
@@ -190,7 +205,7 @@ def roll(
         sampler.join()
     if "error" in box:
         raise box["error"]
-    drained_after = drains(cluster.entry_url, role)
+    counted = proxy_counts(cluster.entry_url, role) - before
     sent = texts[: len(results)]
     again = asyncio.run(replay(cluster.entry_url, [Request(0.0, t, max_tokens) for t in sent]))
     bad = [r.error for r in again if not r.ok]
@@ -212,7 +227,7 @@ def roll(
         size=st.size,
         served=served.get(role, set()),
         prompts=sent,
-        drains=(drained_after[0] - drained_before[0], drained_after[1] - drained_before[1]),
+        counted=counted,
     )
 
 
@@ -235,6 +250,9 @@ def _answers(r: Rollout) -> list[str]:
 
 def _groups(r: Rollout) -> list[str]:
     out = []
+    if r.counted.pool_waits:
+        out.append(f"empty pool: {r.counted.pool_waits} requests found no engine of the role "
+                   f"routable and waited for one (the proxy's --pool-wait)")  # fmt: skip
     fewest = r.fewest_serving()
     if fewest < r.replicas:
         out.append(f"unavailable: {fewest} of {r.replicas} groups could serve during the rollout")
@@ -267,9 +285,11 @@ def _surge(r: Rollout) -> list[str]:
 def _drains(r: Rollout) -> list[str]:
     out = []
     leaving = [*r.replaced, *([r.surge_pod] if r.max_surge else [])]
-    if r.drains[0] < len(leaving) or r.drains[1] == 0:
-        out.append(f"drain: the proxy drained {r.drains[0]} of the {len(leaving)} leaving "
-                   f"engines, {r.drains[1]} with streams in flight (none: the load missed them)")  # fmt: skip
+    c = r.counted
+    if c.drains < len(leaving) or c.waited_drains == 0:
+        out.append(f"drain: the proxy drained {c.drains} of the {len(leaving)} leaving "
+                   f"engines, {c.waited_drains} with streams in flight (none: the load "
+                   f"missed them)")  # fmt: skip
     steps = ("terminating", "drained", "sigterm", "deleted")
     for pod in leaving:
         seen = [w for w in r.of(pod) if w in steps
