@@ -290,10 +290,10 @@ def _drains(r: Rollout) -> list[str]:
         out.append(f"drain: the proxy drained {c.drains} of the {len(leaving)} leaving "
                    f"engines, {c.waited_drains} with streams in flight (none: the load "
                    f"missed them)")  # fmt: skip
-    steps = ("terminating", "drained", "sigterm", "deleted")
+    steps = ("terminating", "preStop exit 0", "drained", "sigterm", "deleted")
     for pod in leaving:
-        seen = [w for w in r.of(pod) if w in steps
-                or w.startswith(("not drained", "no preStop", "preStop past"))]  # fmt: skip
-        if tuple(seen[:4]) != steps:
+        seen = [w for w in r.of(pod)
+                if w in steps or w.startswith(("preStop", "no preStop"))]  # fmt: skip
+        if tuple(seen[: len(steps)]) != steps:
             out.append(f"drain: {pod} left as {seen}, not drained before its SIGTERM")
     return out

@@ -11,8 +11,8 @@ also runs, with :class:`Elastic`:
 - **the kubelet** starting a created pod in the background (volumes, init
   containers, container) and terminating one gracefully: the deletion timestamp,
   the template's preStop hook (the rendered ``pod.sh GROUP prestop``, which asks the
-  proxy to drain it; recorded ``drained`` when every proxy answered so) for at most
-  ``terminationGracePeriodSeconds``, then SIGTERM, then the pod is gone;
+  proxy to drain it; recorded ``preStop exit 0`` when every proxy answered so) for at
+  most ``terminationGracePeriodSeconds``, then SIGTERM, then the pod is gone;
 - **the LeaderWorkerSet and StatefulSet controllers** (:meth:`Elastic._reconcile`,
   the rules in :mod:`.fakerollout`, read from LWS's and Kubernetes' code): on every
   pod change (and every 0.5 s) each LWS's leader StatefulSet gets its ``replicas``
@@ -146,8 +146,10 @@ class Elastic:
     release: Callable[[str], None] = lambda address: None
     """Give a deleted pod's address back (the network reuses it, oldest first)."""
     events: list[tuple[float, str, str]] = field(default_factory=list)
-    """(time, pod, what): added, ready, terminating, drained (the preStop hook told the
-    proxy and it answered drained) or its failure, sigterm, deleted; failed (its start)."""
+    """(time, pod, what): added, ready, terminating, the preStop hook's outcome (``preStop
+    exit 0``: every proxy answered it drained the pod; ``preStop exit N``, ``preStop past
+    its grace``, ``no preStop``), drained (the hook's end, however it ended), sigterm,
+    deleted; failed (its start)."""
     sets: dict[str, _Lws] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -255,6 +257,7 @@ class Elastic:
             if starting is not None:
                 starting.join()
             self._note(pod.name, self._pre_stop(pod))
+            self._note(pod.name, "drained")  # the hook's end, however it ended
             with self._lock:
                 node = self.run.nodes.get(pod.name)
             self._note(pod.name, "sigterm")
@@ -274,7 +277,7 @@ class Elastic:
 
     def _pre_stop(self, pod: FakePod) -> str:
         """The template's preStop hook in the pod's environment, for at most its grace:
-        ``drained`` when it exited 0 (every proxy answered that it drained the pod)."""
+        ``preStop exit 0`` when every proxy answered that it drained the pod."""
         import subprocess
 
         spec = pod.template["spec"]
@@ -296,9 +299,7 @@ class Elastic:
             except subprocess.TimeoutExpired:
                 out.write(b"preStop ran past terminationGracePeriodSeconds\n")
                 return "preStop past its grace"
-        return (
-            "drained" if done.returncode == 0 else f"not drained (preStop exit {done.returncode})"
-        )
+        return f"preStop exit {done.returncode}"
 
     # -- what an operator does ------------------------------------------------
 
