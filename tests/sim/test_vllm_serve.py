@@ -340,3 +340,40 @@ def test_redaction_hides_values_of_secret_flags_only(argv: list[str], shown: lis
     from servekit.sim.vllmserve import redacted_argv
 
     assert redacted_argv(argv) == shown
+
+
+def _stream_then_sigterm(proc: subprocess.Popen[str], url: str) -> tuple[int, bool]:
+    """A streamed answer of 200 tokens; SIGTERM after its fifth event: (events, [DONE] seen)."""
+    body = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 200, "temperature": 0,
+                       "ignore_eos": True, "stream": True}).encode()  # fmt: skip
+    conn = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30)
+    conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)  # fmt: skip
+    events, done, raw = 0, False, b""
+    with conn:
+        while chunk := conn.recv(65536):
+            raw += chunk
+            seen = raw.count(b"data: ")
+            if events < 5 <= seen:
+                proc.send_signal(signal.SIGTERM)
+            events, done = seen, b"data: [DONE]" in raw
+    return events, done
+
+
+@pytest.mark.parametrize(("flags", "finished"), [([], False), (["--shutdown-timeout", "30"], True)])
+def test_sigterm_cuts_requests_in_flight_as_vllm_does_unless_given_time(
+    flags: list[str], finished: bool, wrapper_path: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    """vLLM's API server aborts what is in flight on SIGTERM (``--shutdown-timeout`` 0, its
+    default) and lets it finish for N s otherwise; the simulated engine does the same, so
+    a platform's drain-before-stop is tested against what a real engine does without it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start(procs, ["vllm", "serve", "m", "--port", str(port), "--host", "127.0.0.1",
+                         *flags], wrapper_path)  # fmt: skip
+    wait_healthy(url, proc)
+    events, done = _stream_then_sigterm(proc, url)
+    assert done is finished, events
+    assert finished or events < 20, events  # cut right after the SIGTERM (about 70 events whole)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0

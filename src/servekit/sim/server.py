@@ -27,13 +27,17 @@ from servekit.sim.spec import SimSpec
 from servekit.vocabulary import atomic_write_text, url_for
 
 log = logging.getLogger("servekit.sim")
+ABORT_S = 0.01
 
 
 class SimServer:
     """A running simulator: its endpoints by name and their base URLs."""
 
-    def __init__(self, spec: SimSpec) -> None:
+    def __init__(self, spec: SimSpec, *, shutdown_timeout_s: float = 60.0) -> None:
         self.spec = spec
+        self.shutdown_timeout_s = shutdown_timeout_s
+        """How long a stop lets requests in flight finish before it cancels them (aiohttp's
+        graceful shutdown); ``servekit sim serve`` passes vLLM's ``--shutdown-timeout``."""
         self.clock = Clock(spec.time_scale)
         self.kv_registry = KvRegistry()
         self.endpoints: dict[str, SimEndpoint] = {
@@ -76,8 +80,10 @@ class SimServer:
         # handler_cancellation: a client that goes away cancels its handler, so the
         # engine drops the sequence (vLLM aborts requests on disconnect too).
         runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, handler_cancellation=True
-        )
+            app, access_log=None, handle_signals=False, handler_cancellation=True,
+            # aiohttp reads a timeout of 0 as none at all: cut at once is the least above it
+            shutdown_timeout=max(self.shutdown_timeout_s, ABORT_S),
+        )  # fmt: skip
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -101,24 +107,25 @@ def _ready(state: dict[str, Any]) -> dict[str, Any]:
     return {k: state[k] for k in ("name", "role", "engine_id", "url", "profile", "label")}
 
 
-async def serve(spec: SimSpec) -> SimServer:
+async def serve(spec: SimSpec, *, shutdown_timeout_s: float = 60.0) -> SimServer:
     """Start a simulator in the running event loop; ``await server.stop()`` ends it."""
-    server = SimServer(spec)
+    server = SimServer(spec, shutdown_timeout_s=shutdown_timeout_s)
     await server.start()
     return server
 
 
-def run(spec: SimSpec, ready_file: Path | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then close every port cleanly."""
-    asyncio.run(_run(spec, ready_file))
+def run(spec: SimSpec, ready_file: Path | None = None, *, shutdown_timeout_s: float = 60.0) -> None:
+    """Serve until SIGTERM or SIGINT, then close every port: requests still in flight
+    may finish for ``shutdown_timeout_s`` (0: they are cut at once)."""
+    asyncio.run(_run(spec, ready_file, shutdown_timeout_s))
 
 
-async def _run(spec: SimSpec, ready_file: Path | None) -> None:
+async def _run(spec: SimSpec, ready_file: Path | None, shutdown_timeout_s: float) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = await serve(spec)
+    server = await serve(spec, shutdown_timeout_s=shutdown_timeout_s)
     try:
         info = server.describe()
         for ep in info["endpoints"]:

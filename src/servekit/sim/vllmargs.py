@@ -69,6 +69,9 @@ class VllmLaunch(StrictModel):
         default=None, description="--kv-events-config when it publishes (sim.kvevents)"
     )
     speed: float | None = Field(gt=0, description="the simulator's own --speed")
+    shutdown_timeout: int = Field(
+        default=0, ge=0, description="--shutdown-timeout: seconds requests may finish after SIGTERM"
+    )
     ignored: Flags = Field(description="flags the simulator does not act on, as given")
 
     @model_validator(mode="after")
@@ -110,6 +113,10 @@ class VllmFlags:
     middleware: tuple[str, ...] = option((), "...DecodeGuardMiddleware: guard")
     enable_prefix_caching: bool | None = option(None, "prefix cache")
     speed: float | None = option(None, "virtual seconds per wall second (the simulator's own)")
+    shutdown_timeout: int = option(
+        0, "seconds in-flight requests may finish after SIGTERM; 0 (vLLM's default) aborts "
+        "them at once", ge=0,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,5 +292,6 @@ def _launch(argv: list[str], ns: VllmFlags, unknown: list[str], *, model: str) -
             else ns.data_parallel_start_rank,
         ),
         speed=ns.speed,
+        shutdown_timeout=ns.shutdown_timeout,
         ignored=group_flags(unknown),
     )

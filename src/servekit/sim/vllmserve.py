@@ -245,5 +245,7 @@ def serve_main(argv: list[str], env: dict[str, str] | None = None) -> int:
     if environ.get(SHARED_ENV):
         TRANSCRIPTS.share(Path(environ[SHARED_ENV]))
 
-    run(spec)
+    # vLLM's API server on SIGTERM: --shutdown-timeout 0 (its default) aborts the requests
+    # in flight at once, N lets them finish for N s (vllm/entrypoints/launchers/launcher.py)
+    run(spec, shutdown_timeout_s=float(launch.shutdown_timeout))
     return 0
