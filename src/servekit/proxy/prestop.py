@@ -43,7 +43,28 @@ from servekit.vocabulary import (
 )
 
 MAX_ANSWER_BYTES = 4 << 20
+MAX_KEY_BYTES = 64 << 10
 SLACK_S = 5.0  # beyond --wait: the answer's own way back
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Straight to the proxies: an engine machine's ``http_proxy`` (a site's web proxy) is
+not the way to a proxy on the cluster's own network."""
+
+
+def admin_key(env: str | None, path: str | None) -> str | None:
+    """The admin key named by ``--key-env`` or ``--key-file`` (its first line), stripped;
+    None when neither gives one (the proxy then answers loopback clients only)."""
+    if env:
+        return os.environ.get(env, "").strip() or None
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(MAX_KEY_BYTES)
+    except OSError as exc:
+        print(f"prestop: --key-file {path}: {exc.strerror}", file=sys.stderr)
+        return None
+    first = head.decode("utf-8", "replace").partition("\n")[0].strip()
+    return first or None
 
 
 def addresses(names: list[str], port: int) -> list[str]:
@@ -73,7 +94,7 @@ def leave(address: str, body: dict[str, Any], key: str | None, wait_s: float) ->
         headers=headers, method="POST",
     )  # fmt: skip
     try:
-        with urllib.request.urlopen(request, timeout=wait_s + SLACK_S) as resp:
+        with OPENER.open(request, timeout=wait_s + SLACK_S) as resp:
             doc = json.loads(resp.read(MAX_ANSWER_BYTES))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"prestop: {address}: {exc}", file=sys.stderr)
@@ -96,9 +117,12 @@ class PrestopOptions:
                                 nargs="+")  # fmt: skip
     wait: float = opt(60.0, "seconds each proxy may take to drain the engine", ge=0, le=3600)
     key_env: str | None = opt(None, "environment variable holding the admin key", metavar="NAME")
+    key_file: str | None = opt(None, "file whose first line is the admin key", metavar="PATH")
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.key_env and self.key_file:
+            raise UsageError("--key-env, --key-file: give one of them")
         if not self.proxies:
             raise UsageError("--proxies: name the proxies (a headless Service's name)")
         if (self.pod is None) == (not self.urls):
@@ -117,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    key = os.environ.get(args.key_env, "").strip() if args.key_env else None
+    key = admin_key(args.key_env, args.key_file)
     body: dict[str, Any] = {"wait_s": args.wait}
     body.update({"pod": args.pod} if args.pod else {"urls": list(args.urls)})
     found = addresses(list(args.proxies), args.port)

@@ -15,11 +15,14 @@ if TYPE_CHECKING:
     from servekit.render.command import (
         Arg as Arg,
         NodeRef as NodeRef,
+        Part as Part,
         Ref as Ref,
         Word as Word,
+        joined as joined,
         referenced_nodes as referenced_nodes,
         references as references,
         resolved_argv as resolved_argv,
+        shell_words as shell_words,
     )
     from servekit.render.envvalues import AddressUrl as AddressUrl, resolve_env as resolve_env
     from servekit.render.overrides import (
