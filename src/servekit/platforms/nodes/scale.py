@@ -13,8 +13,8 @@ Everything it runs is the group's first instance taken from the Plan, typed:
   instance's ``j``-th node, ``N`` the rendered node count; ``run.sh`` sets them from
   its arguments), the engine id a variable (``SERVEKIT_ENGINE_ID``, as
   :func:`servekit.platforms.k8s.elastic.template_process` writes it);
-- its engine id is ``base + (g - rendered) x groups + k`` (:class:`IdRule`, the
-  Kubernetes rule): above every id the layout gives, so unique across any number
+- its engine id is ``base + (g - rendered) x groups + k`` (:class:`servekit.proxy.IdRule`,
+  the Kubernetes rule): above every id the layout gives, so unique across any number
   of instances of every group;
 - its join (``POST /admin/instances/add``: role, URLs, KV-event publishers and,
   in bootstrap mode, the engine id and bootstrap server) and its leave name the
@@ -32,10 +32,10 @@ import ipaddress
 from dataclasses import dataclass
 
 from servekit.errors import UsageError
-from servekit.platforms.k8s.elastic import ENGINE_ID_VAR, IdRule, id_rules, template_process
+from servekit.platforms.k8s.elastic import ENGINE_ID_VAR, id_rules, template_process
 from servekit.platforms.k8s.groups import engine_groups
 from servekit.platforms.nodes.settings import ADMIN_KEY_ENV, NodesSettings
-from servekit.proxy import option_words
+from servekit.proxy import IdRule, option_words
 from servekit.render import (
     Address,
     AddressUrl,
