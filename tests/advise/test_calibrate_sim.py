@@ -27,6 +27,7 @@ from servekit.advise import (
     run_advise,
     run_calibrate,
 )
+from servekit.advise.calibrate import PROBES_FILE
 from servekit.advise.fit import prefill_seconds
 from servekit.advise.observe import PrefillObs
 from servekit.catalog import LedgerRecord, append_record, load
@@ -126,6 +127,10 @@ def test_a_ledger_records_bench_results_fit_the_same_engine(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     report = tmp_path / "report"
     shutil.copytree(fit.sources[0], report / "bench")
+    # and the probes the calibration wrote beside it (the engine's running limit):
+    # without them the limit is read from the observations, which on a loaded host
+    # need not reach the engine's own 8 (CI once fitted 6.6 ms a step against 4.0)
+    shutil.copy(Path(fit.sources[0]).parent / PROBES_FILE, report / PROBES_FILE)
     record = LedgerRecord(
         layout="local/single", image="x", servekit_version="test", engine="sim", result="pass",
         date=dt.datetime.now(dt.UTC), evidence_sha256="0" * 64, report=str(report),

@@ -150,15 +150,19 @@ def test_a_rank_down_alone_is_told_from_its_engine_and_its_sibling_serves_on() -
     async def go() -> None:
         async with cluster() as c:
             c.ep("a0").kill("this rank alone")
-            for n in range(12):
+            # until a request met the dead rank (one of four decoders: twelve requests
+            # missed it about one run in thirty), every one answered all the same
+            for n in range(200):
                 status, _ = await c.ask(body(n))
                 assert status == 200
+                if n >= 11 and c.counted("instance") >= 1:
+                    break
             await wait_until(lambda: c.counted("instance") >= 1, "the rank reported down")
             assert c.counted("node") == c.counted("engine") == 0
             await wait_until(lambda: all(i.suspect_since is None for i in c.proxy.router.instances()
                                          if i.url != c.ep("a0").url), "siblings cleared")  # fmt: skip
             before = c.served("a1")
-            for n in range(12, 40):
+            for n in range(200, 228):
                 await c.ask(body(n))
             assert c.served("a1") > before  # back in service once its probe answered
 

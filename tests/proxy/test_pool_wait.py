@@ -139,3 +139,20 @@ def test_the_only_decoder_leaving_during_the_prefill_is_waited_out(wait_s: float
                 assert status == 503 and b"no_healthy_instance" in raw
 
     asyncio.run(scenario())
+
+
+def test_a_request_its_only_decoder_failed_does_not_wait_out_the_pool() -> None:
+    """The decoder answered this request with 500s and stays routable (alive, the pool's
+    last): no engine is coming to change that, so the request ends once probes had time
+    to eject it, not at --pool-wait's end."""
+
+    async def scenario() -> None:
+        async with stack(1, 1, pool_wait_s=30.0) as s:
+            s.decode[0].fault(error_rate=1.0, error_status=500)
+            status, raw = await s.post("/v1/completions", {**completion(4)[1], "max_tokens": 4})
+            assert status == 502, raw[:200]
+            tried = await metric(s.client, s.url, WAITS + '{outcome="tried",stage="decode"}')
+            timeout = await metric(s.client, s.url, WAITS + '{outcome="timeout",stage="decode"}')
+            assert (tried, timeout) == (1, 0)
+
+    asyncio.run(scenario())

@@ -152,7 +152,8 @@ class ProxyMetrics:
         self.pool_waits = Counter(
             "servekit_proxy_pool_waits", "Requests that found no engine of a stage routable and "
             "waited for one (--pool-wait), by stage and outcome (found: one joined or came back; "
-            "timeout: none did in time, 503 no_healthy_instance)", ["stage", "outcome"],
+            "timeout: none did in time, 503 no_healthy_instance; tried: only engines that failed "
+            "the request stayed routable, alive, so it ended sooner)", ["stage", "outcome"],
             registry=r,
         )  # fmt: skip
         self.pool_wait_seconds = Histogram(

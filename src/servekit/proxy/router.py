@@ -189,7 +189,10 @@ class Router:
         A role's pool empties for a moment in normal operation: its only pod replaced
         (``kubectl delete pod``, a node drain), a leaving engine whose successor is not
         probed yet. Refusing then turns a planned change into client errors; waiting a
-        bounded time turns it into latency. The pool is looked at every
+        bounded time turns it into latency. Where the only engines left are ones that
+        failed this request, the wait ends once probes had time to eject them (``--eject-after``
+        rounds): still routable then, they are alive and failed the request itself, which
+        no new engine is coming to change. The pool is looked at every
         :data:`POOL_POLL_S`: a member becomes routable only on a probe (seconds apart),
         so a poll costs little latency and needs no hook in every place state changes.
         """
@@ -199,11 +202,16 @@ class Router:
         wait = self.config.pool_wait_s
         if found or wait <= 0:
             return found
-        t0 = time.monotonic()
+        t0, outcome = time.monotonic(), "timeout"
+        cfg = self.config
+        settle = cfg.eject_after * cfg.health_interval_s + cfg.health_timeout_s
         while not found and (left := t0 + wait - time.monotonic()) > 0:
             await asyncio.sleep(min(POOL_POLL_S, left))
             found = pool.routable(exclude)
-        self.metrics.pool_waits.labels(stage, "found" if found else "timeout").inc()
+            if not found and pool.routable() and time.monotonic() - t0 >= settle:
+                outcome = "tried"  # what failed this request still takes work: it is alive
+                break
+        self.metrics.pool_waits.labels(stage, "found" if found else outcome).inc()
         self.metrics.pool_wait_seconds.labels(stage).observe(time.monotonic() - t0)
         return found
 
