@@ -249,10 +249,17 @@ def _replaced(
         before = asyncio.run(_ask(cluster.entry_url, 3, "before"))  # the decoder meets it
         old_uid = _uid(cluster, "sk-prefill-0")
         lws.delete_pod("sk-prefill-0")
-        _wait("the prefill made again", lambda: _uid(cluster, "sk-prefill-0") != old_uid
-              and lws.api.is_ready("sk-prefill-0"))  # fmt: skip
+
+        def made_again() -> bool:  # the new pod, Ready, in the API under its own uid
+            uid = _uid(cluster, "sk-prefill-0")
+            pod = lws.api.pods.get("sk-prefill-0") or {}
+            same = pod.get("metadata", {}).get("uid") == uid
+            return uid not in ("", old_uid) and same and lws.api.is_ready("sk-prefill-0")
+
+        _wait("the prefill made again", made_again)
         _wait("the rendered proxy admitted it again",
               lambda: _healthy(cluster.entry_url).get("prefill_instances") == 1)  # fmt: skip
+        prefill = url_for(_pod(cluster, "sk-prefill-0"), PREFILL_PORT)
         served.append(_get(prefill + "/sim/state")["engine_id"])
         after = asyncio.run(_ask(cluster.entry_url, 3, "after"))
         logs = _decode_logs(cluster)
