@@ -139,3 +139,22 @@ def kv_port_env(connector: str, engine_kind: str = "vllm") -> str | None:
 def guard_mode_of(connector: str, engine_kind: str = "vllm") -> GuardMode:
     """The decode guard's mode for a decoder whose connector is ``connector``."""
     return "prompt-keyed" if protocol_of(connector, engine_kind) == "prompt" else "strict"
+
+
+# vLLM's KV connectors go by an engine id per DP rank: when an engine's data_parallel_size
+# is above 1 (or its rank above 0), each rank's engine core sets kv_transfer_config.engine_id
+# to ``<engine_id>_dp<rank>`` (vllm/v1/engine/core.py run_engine_core; Ray's
+# _apply_dp_identity_suffix in vllm/v1/engine/utils.py), ``rank`` the global DP rank (its
+# --data-parallel-rank, or its start rank plus its local index). The MooncakeConnector's
+# bootstrap server answers one entry per registered rank under that id, so a decoder must
+# be told the suffixed one.
+DP_SUFFIX = "_dp"
+BOOTSTRAP_PORT_DEFAULT = 8998  # vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT when unset (envs.py)
+
+
+def kv_engine_id(engine_id: str, dp_rank: int | None, dp_size: int | None) -> str:
+    """The engine id rank ``dp_rank`` of an engine of ``dp_size`` ranks registers its KV
+    under (vLLM's suffix); ``engine_id`` itself without DP."""
+    if (dp_size or 1) > 1 or (dp_rank or 0) > 0:
+        return f"{engine_id}{DP_SUFFIX}{dp_rank or 0}"
+    return engine_id

@@ -23,7 +23,7 @@ from tests.platforms.rendered import CATALOG, PD_LAYOUTS, files
 
 from servekit.errors import UsageError
 from servekit.platforms.k8s import elastic
-from servekit.platforms.k8s.build import decide
+from servekit.platforms.k8s.build import decide, summary
 from servekit.platforms.k8s.settings import parse_settings
 from servekit.proxy import spec_from_doc
 from servekit.proxy.config import parse_args
@@ -56,10 +56,16 @@ def _mount(objs: list[dict[str, Any]], prefixes: tuple[str, ...], folder: Path) 
             (folder / key).write_bytes(base64.b64decode(value))
 
 
+def pod_uid(index: int, worker: int = 0) -> str:
+    """A pod uid of the API server's shape, one per (index, worker)."""
+    return f"{index:08x}-0000-4000-8000-{worker:012x}"
+
+
 def _dry(folder: Path, run: Path, group: str, index: int, worker: int = 0) -> subprocess.Popen[str]:
     env = {
         "PATH": os.environ["PATH"],
         "POD_IP": "10.0.0.9",
+        elastic.POD_UID_VAR: pod_uid(index, worker),
         "SERVEKIT_GROUP_INDEX": str(index),
         "LWS_WORKER_INDEX": str(worker),
         "LWS_LEADER_ADDRESS": "127.0.0.1",
@@ -208,8 +214,12 @@ def test_any_group_index_runs_its_first_instances_processes(name: str, tmp_path:
             mine = _commands(out.replace(f"run-{g.name}-{i}-{w}", "RUN"))
             engine_ids = {p.engine_id for p in g.pod(min(i, g.replicas - 1), w).processes}
             own = rules[g.name].engine_id(i) if i >= g.replicas else next(iter(engine_ids))
+            if g.name in elastic.incarnation_groups(r):  # the pod's own incarnation
+                own = f"{own}-{pod_uid(i, w)}"
             first_id = g.pod(0, w).processes[0].engine_id
             if first_id is not None:
+                if g.name in elastic.incarnation_groups(r):
+                    first_id = f"{first_id}-{pod_uid(0, w)}"
                 swapped = [c.replace(f'"engine_id":"{first_id}"', f'"engine_id":"{own}"')
                            for c in first]  # fmt: skip
                 assert mine == swapped or i < g.replicas, (g.name, i, w)
@@ -259,9 +269,11 @@ def _rendering(name: str) -> Any:
 
 
 def test_the_bootstrap_spec_names_each_prefill_by_the_rule_its_pods_follow(tmp_path: Path) -> None:
-    """The spec in the proxy's ConfigMap: the prefill group's bootstrap port (the Plan's,
-    what its pods export as VLLM_MOONCAKE_BOOTSTRAP_PORT) and the very rule that numbers
-    its pods; the proxy's command names no prefill (and no --prefill-bootstrap)."""
+    """The spec in the proxy's ConfigMap: each prefill API server's bootstrap port (the
+    Plan's, what its pod exports as VLLM_MOONCAKE_BOOTSTRAP_PORT), the very rule that
+    numbers its pods and the pod uid that follows it (the pod gets it from the downward
+    API, its script reads the id pod.sh makes); the proxy's command names no prefill (and
+    no --prefill-bootstrap)."""
     r = _rendering(BOOTSTRAP)
     objs = _objects(BOOTSTRAP)
     _mount(objs, ("sk-proxy-scripts",), tmp_path)
@@ -274,8 +286,17 @@ def test_the_bootstrap_spec_names_each_prefill_by_the_rule_its_pods_follow(tmp_p
     assert decode.bootstrap_port is None and decode.engine_ids is None
     wiring = r.proxy.proxy
     assert [b.engine_id for b in wiring.bootstrap] == list(prefill.engine_ids.ids)
-    assert prefill.bootstrap_port == wiring.bootstrap[0].server.port
-    assert r.processes["prefill"].env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == str(prefill.bootstrap_port)
+    port = prefill.workers[0].endpoints[0].bootstrap_port
+    assert prefill.bootstrap_port is None and port == wiring.bootstrap[0].server.port
+    assert r.processes["prefill"].env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == str(port)
+    assert prefill.engine_id_pod_uid and not decode.engine_id_pod_uid
+    assert prefill.workers[0].endpoints[0].dp_rank is None  # DP 1: vLLM adds no suffix
+    pods = {o["metadata"]["name"]: o for o in objs if o["kind"] == "LeaderWorkerSet"}
+    env = pods["sk-prefill"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"][
+        "containers"][0]["env"]  # fmt: skip
+    assert {"name": elastic.POD_UID_VAR,
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}} in env  # fmt: skip
+    assert any(c.reason == "incarnation" and c.process == "prefill" for c in r.changes)
     argv = [elastic._text(a) for a in r.processes["proxy"].command]
     assert argv[argv.index("--mode") + 1] == "bootstrap"
     assert "--prefill" not in argv and "--prefill-bootstrap" not in argv, argv
@@ -299,18 +320,34 @@ def test_a_bootstrap_layout_whose_spec_the_proxy_would_refuse_is_refused_in_one_
     assert "\n" not in caught.value.message
 
 
-def test_a_bootstrap_prefill_spanning_pods_is_refused_in_one_line() -> None:
-    """Its DP ranks on a worker pod have their own bootstrap servers in the Plan (the
-    static proxy names each), and discovery names the leader's: refused, not guessed."""
+def test_a_bootstrap_prefill_spanning_pods_names_each_ranks_own_server_and_id() -> None:
+    """External-DP ranks over two pods: each rank's API server has its own bootstrap
+    server on its own pod (the static proxy names each), and the spec names each by its
+    port and DP rank (vLLM's ``<id>_dp<rank>``), on the pod that serves it."""
     layout = CATALOG[BOOTSTRAP]
     doc = layout.model_dump(mode="json", exclude_none=True)
     doc["nodes"] = 2
     doc["engines"][0].update({"nodes": [0, 1], "dp_size": 2, "launch": "external-dp"})
     doc["proxy"]["prefill"] = [{"node": 0, "ports": 8100}, {"node": 1, "ports": 8100}]
     wide = type(layout).model_validate(doc)
-    with pytest.raises(UsageError, match="has its own bootstrap server") as caught:
-        decide(build_plan(wide), wide, parse_settings({"elastic": "on"}, wide))
-    assert "\n" not in caught.value.message
+    r = decide(build_plan(wide), wide, parse_settings({"elastic": "on"}, wide))
+    assert [(b.engine_id, b.server.port) for b in r.proxy.proxy.bootstrap] == [
+        ("0_dp0", 8998), ("0_dp1", 8999)]  # fmt: skip
+    prefill = next(role for role in elastic.discovery_spec(r).roles if role.role == "prefill")
+    assert [(w.worker_index, e.dp_rank, e.bootstrap_port) for w in prefill.workers
+            for e in w.endpoints] == [(0, 0, 8998), (1, 1, 8999)]  # fmt: skip
+
+
+def test_a_static_bootstrap_rendering_states_its_fixed_ids_limit() -> None:
+    """Without k8s.elastic the proxy names fixed ids, which a recreated prefill pod
+    reuses: the render summary says so and names the remedy; elastic renderings do not
+    have the limit and do not say it."""
+    layout = CATALOG[BOOTSTRAP]
+    static = summary(decide(build_plan(layout), layout, parse_settings({}, layout)))
+    assert "bootstrap mode: the prefills' engine ids are fixed (0)" in static
+    assert "render with k8s.elastic=on" in static
+    assert "engine ids are fixed" not in summary(_rendering(BOOTSTRAP))
+    assert "engine ids are fixed" not in summary(_rendering(PD))
 
 
 @pytest.fixture(scope="module")
@@ -332,8 +369,26 @@ def test_pod_sh_numbers_any_index_as_the_spec_names_it(bootstrap_prefill: Path, 
     rule = elastic.id_rules(*_plan_groups(BOOTSTRAP))["sk-prefill"]
     run = bootstrap_prefill / f"run-{index}"
     out, err = _dry(bootstrap_prefill, run, "sk-prefill", index).communicate(timeout=60)
-    assert f'"engine_id":"{rule.engine_id(index)}"' in out, err
-    assert f"engine id {rule.engine_id(index)} (derived" in out
+    own = f"{rule.engine_id(index)}-{pod_uid(index)}"  # what discovery names that pod
+    assert f'"engine_id":"{own}"' in out, err
+    assert f"engine id {own} (derived" in out
+
+
+@pytest.mark.slow
+def test_pod_sh_refuses_a_pod_uid_it_cannot_name_an_engine_by(bootstrap_prefill: Path) -> None:
+    """A per-incarnation pod without a uid of the API server's shape exits 2 before
+    anything starts (a hostile value is never run or put into the id)."""
+    canary = bootstrap_prefill / "canary"
+    for bad in ("", "$(touch " + str(canary) + ")", "AB-CD", "-1", "a" * 65, "a\nb", "a b"):
+        env = {"PATH": os.environ["PATH"], "POD_IP": "10.0.0.9", "SERVEKIT_GROUP_INDEX": "0",
+               "SERVEKIT_RUN_DIR": str(bootstrap_prefill / "run-bad"), "DRY_RUN": "1",
+               elastic.POD_UID_VAR: bad}  # fmt: skip
+        done = subprocess.run(["bash", str(bootstrap_prefill / "pod.sh"), "sk-prefill"],
+                              env=env, text=True, capture_output=True, timeout=60,
+                              check=False)  # fmt: skip
+        assert done.returncode == 2, (bad, done.stderr)
+        assert "not a pod uid" in done.stderr or "longer than a pod uid" in done.stderr, bad
+    assert not canary.exists()
 
 
 @functools.cache

@@ -1,19 +1,26 @@
-"""``k8s.elastic=on`` in bootstrap mode (issue 41): a scaled-up prefill serves under the
-engine id the proxy names, on the fake cluster.
+"""``k8s.elastic=on`` in bootstrap mode (issue 41): the engine ids the proxy names are the
+ones the prefill pods serve, on the fake cluster.
 
-``local/1p1d-mooncake`` (vLLM's MooncakeConnector: the proxy tells the decoder the
-prefill's engine id and bootstrap server) is rendered with ``k8s.elastic=on`` and
-started from its manifests (:mod:`servekit.platforms.k8s.fake`: every pod runs the
-rendered ``pod.sh``, the engines are ``servekit sim serve``), then both
-LeaderWorkerSets are scaled to 2. The simulated engines do across processes what
-vLLM's connector does: the prefill's bootstrap server answers ``/query`` with the
-engine id on its own command line (for group index 1: the one ``pod.sh`` derived),
-and a decoder told an id that server does not name fails the request
-(:mod:`servekit.sim.protocols.bootstrap`). So requests served by the new prefill
-through the rendered proxy show that the id the proxy names (the discovery spec's
-rule) is the id the pod serves (``pod.sh``'s number); the positive control is a proxy
-on the same cluster whose spec names the new prefill by its group index, the rule
-before this change: every request it sends there fails, for that reason.
+Layouts of vLLM's MooncakeConnector (the proxy tells the decoder the prefill's engine id
+and bootstrap server) are rendered with ``k8s.elastic=on`` and started from their
+manifests (:mod:`servekit.platforms.k8s.fake`: every pod runs the rendered ``pod.sh``, the
+engines are ``servekit sim serve``). The simulated engines do across processes what
+vLLM's connector does (:mod:`servekit.sim.protocols.bootstrap`): the prefill's bootstrap
+server answers ``/query`` with the engine id of its command line (per DP rank
+``<id>_dp<rank>``, as vLLM's engine core makes it), a decoder told an id that server does
+not name fails the request, and a decoder keeps the worker address it learned for an id
+and pulls from it, so a prefill made again under an id it met fails its pulls. Each test
+has its positive control, failing for the reason it names:
+
+- a scaled-up prefill: served under the rule's id and its pod's uid; a proxy naming the
+  new prefill by its group index (the rule before the id rule) fails ("not found");
+- a prefill pod deleted (``kubectl delete pod``: LWS makes it again, a new uid, a new
+  side channel): requests after it are served under the new incarnation's id; the same
+  cluster rendered with fixed ids (the rendering before this change) fails them
+  ("transfer failed": the decoders pull from the old pod's address);
+- a prefill of two external-DP ranks (a test fixture layout): served under
+  ``<id>-<uid>_dp<rank>``; a proxy whose spec names the ranks without their DP rank
+  (the plain id) fails ("not found").
 """
 
 from __future__ import annotations
@@ -107,10 +114,11 @@ def _pod(cluster: K8sDryCluster, name: str) -> str:
 
 
 async def _control_proxy(
-    cluster: K8sDryCluster, api: FakeApi, spec: dict[str, Any], tmp: Path, n: int
-) -> list[tuple[int, str]]:
-    """A second proxy on the same cluster, its prefill role only group index 1 (the new
-    prefill), ``spec`` its discovery spec; what ``n`` requests through it answered."""
+    cluster: K8sDryCluster, api: FakeApi, spec: dict[str, Any], tmp: Path, n: int,
+    engines: tuple[int, int] = (1, 2),
+) -> list[tuple[int, str]]:  # fmt: skip
+    """A second proxy on the same cluster, ``spec`` its discovery spec; what ``n``
+    requests through it answered once it counts ``engines`` (prefill, decode) healthy."""
     path = tmp / "spec.json"
     path.write_text(json.dumps(spec))
     token = cluster.root / "serviceaccount" / "token"
@@ -122,7 +130,7 @@ async def _control_proxy(
     pools = proxy.router.pools
     try:
         deadline = time.monotonic() + 30
-        while (pools["prefill"].healthy_count(), pools["decode"].healthy_count()) != (1, 2):
+        while (pools["prefill"].healthy_count(), pools["decode"].healthy_count()) != engines:
             assert time.monotonic() < deadline, "the control proxy never admitted the engines"
             await asyncio.sleep(0.2)
         return await _ask(proxy.url, n, "control")
@@ -141,6 +149,23 @@ def _restricted(spec: dict[str, Any], rule: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _spec(cluster: K8sDryCluster) -> dict[str, Any]:
+    """The discovery spec the rendered proxy reads (its pod's mount)."""
+    spec_file = next(cluster.root.glob(f"pods/sk-proxy-*/volumes/*/{elastic.SPEC_FILE}"))
+    doc: dict[str, Any] = json.loads(spec_file.read_text())
+    return doc
+
+
+def _uid(cluster: K8sDryCluster, name: str) -> str:
+    """The metadata.uid of the pod of that name now (the downward API's and the API's)."""
+    assert cluster.elastic is not None
+    return str(next((p.uid for p in cluster.elastic.run.pods_of["sk"] if p.name == name), ""))
+
+
+def _decode_logs(cluster: K8sDryCluster) -> str:
+    return "".join(p.read_text(errors="replace") for p in cluster.logs.glob("*decode*.log"))
+
+
 def test_a_scaled_up_prefill_serves_under_the_engine_id_the_proxy_names(tmp_path: Path) -> None:
     model = _model(tmp_path / "tiny")
     with k8s_dry_cluster(
@@ -149,10 +174,9 @@ def test_a_scaled_up_prefill_serves_under_the_engine_id_the_proxy_names(tmp_path
     ) as cluster:  # fmt: skip
         lws = cluster.elastic
         assert lws is not None
-        spec_file = next(cluster.root.glob(f"pods/sk-proxy-*/volumes/*/{elastic.SPEC_FILE}"))
-        spec = json.loads(spec_file.read_text())
+        spec = _spec(cluster)
         prefill_role = next(r for r in spec["roles"] if r["role"] == "prefill")
-        assert prefill_role["engine_id_from"] == "id_rule" and prefill_role["bootstrap_port"]
+        assert prefill_role["engine_id_from"] == "id_rule" and prefill_role["engine_id_pod_uid"]
         rule = prefill_role["engine_ids"]
         parsed = next(r for r in spec_from_doc(spec).roles if r.role == "prefill").engine_ids
         assert parsed is not None
@@ -171,7 +195,9 @@ def test_a_scaled_up_prefill_serves_under_the_engine_id_the_proxy_names(tmp_path
         address = _pod(cluster, "sk-prefill-1")
         new_prefill = url_for(address, PREFILL_PORT)
         new_decode = url_for(_pod(cluster, "sk-decode-1"), DECODE_PORT)
-        assert _get(new_prefill + "/sim/state")["engine_id"] == derived  # pod.sh's number
+        uid = _uid(cluster, "sk-prefill-1")
+        served = f"{derived}-{uid}"  # pod.sh's number, then the pod's uid
+        assert _get(new_prefill + "/sim/state")["engine_id"] == served
 
         # through the rendered proxy, until the new prefill has served (bounded)
         answers: list[tuple[int, str]] = []
@@ -184,16 +210,118 @@ def test_a_scaled_up_prefill_serves_under_the_engine_id_the_proxy_names(tmp_path
         named = {e for d in ("sk-decode-0", "sk-decode-1")
                  for e in _get(url_for(_pod(cluster, d), DECODE_PORT) + "/sim/state")
                  ["remote_engines"]}  # fmt: skip
-        assert derived in named, named  # a decoder was told it, and its bootstrap server agreed
+        assert served in named, named  # a decoder was told it, and its bootstrap server agreed
 
         api = lws.api
         good = _restricted(spec, {"engine_id_from": "id_rule", "engine_ids": rule})
         wrong = _restricted(spec, {"engine_id_from": "group_index"})  # the rule before
         right = asyncio.run(_control_proxy(cluster, api, good, tmp_path, 3))
         failed = asyncio.run(_control_proxy(cluster, api, wrong, tmp_path, 3))
-        logs = "".join(p.read_text(errors="replace") for p in cluster.logs.glob("*decode*.log"))
+        logs = _decode_logs(cluster)
     assert [s for s, _ in right] == [200] * 3, right
     assert all(s >= 500 for s, _ in failed), failed
-    server = url_for(address, int(prefill_role["bootstrap_port"]))
-    reason = f"remote engine_id 1 not found from bootstrap server {server}"
+    port = prefill_role["workers"][0]["endpoints"][0]["bootstrap_port"]
+    server = url_for(address, int(port))
+    reason = f"remote engine_id 1-{uid} not found from bootstrap server {server}"
     assert reason in logs, "the decoders never refused the wrong id"
+
+
+def _replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_incarnation: bool
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]], tuple[str, str], str]:
+    """The bootstrap layout, elastic, at 1p1d: requests through the rendered proxy before
+    and after ``kubectl delete pod sk-prefill-0`` (LWS makes it again under its name: a
+    new uid, a new process); the answers before and after, the engine ids the prefill
+    served before and after, and the decoders' logs. ``per_incarnation=False`` renders
+    the rule before this change: every incarnation of a pod serves its fixed id."""
+    if not per_incarnation:
+        monkeypatch.setattr(elastic, "incarnation_groups", lambda r: frozenset())
+    # k8s.pool_wait=0: a request the one decoder failed is not held for another to come
+    sets = ["k8s.elastic=on", "k8s.pool_wait=0"]
+    with k8s_dry_cluster(
+        LAYOUT, reference=False, sets=sets, speed=50, ready_timeout_s=120,
+        host_paths={"/workspace/.servekit/models/tiny": _model(tmp_path / "tiny")},
+    ) as cluster:  # fmt: skip
+        lws = cluster.elastic
+        assert lws is not None
+        prefill = url_for(_pod(cluster, "sk-prefill-0"), PREFILL_PORT)
+        served = [_get(prefill + "/sim/state")["engine_id"]]
+        before = asyncio.run(_ask(cluster.entry_url, 3, "before"))  # the decoder meets it
+        old_uid = _uid(cluster, "sk-prefill-0")
+        lws.delete_pod("sk-prefill-0")
+
+        def made_again() -> bool:  # the new pod, Ready, in the API under its own uid
+            uid = _uid(cluster, "sk-prefill-0")
+            pod = lws.api.pods.get("sk-prefill-0") or {}
+            same = pod.get("metadata", {}).get("uid") == uid
+            return uid not in ("", old_uid) and same and lws.api.is_ready("sk-prefill-0")
+
+        _wait("the prefill made again", made_again)
+        _wait("the rendered proxy admitted it again",
+              lambda: _healthy(cluster.entry_url).get("prefill_instances") == 1)  # fmt: skip
+        prefill = url_for(_pod(cluster, "sk-prefill-0"), PREFILL_PORT)
+        served.append(_get(prefill + "/sim/state")["engine_id"])
+        after = asyncio.run(_ask(cluster.entry_url, 3, "after"))
+        logs = _decode_logs(cluster)
+    return before, after, (served[0], served[1]), logs
+
+
+def test_a_recreated_prefill_serves_under_an_id_of_its_own_a_fixed_id_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before, after, served, logs = _replaced(tmp_path / "uid", monkeypatch, per_incarnation=True)
+    assert [s for s, _ in before + after] == [200] * 6, (before, after)
+    assert "transfer failed" not in logs
+    assert served[0] != served[1] and all(i.startswith("0-") for i in served), served
+    # the control: the same cluster rendered with fixed ids, the same deletion
+    before, after, served, logs = _replaced(tmp_path / "fixed", monkeypatch,
+                                            per_incarnation=False)  # fmt: skip
+    assert [s for s, _ in before] == [200] * 3, before
+    assert served == ("0", "0")
+    assert after and all(s >= 500 for s, _ in after), after
+    assert "failed: transfer failed:" in logs, "the decoders never pulled from the old address"
+
+
+DP_CATALOG = str(Path(__file__).parents[1] / "fixtures" / "bootstrap_dp")
+DP_LAYOUT = "local/mooncake-dp2/1p1d"  # its prefill: two external-DP ranks on one pod
+
+
+def test_dp_ranks_are_discovered_under_vllms_suffixed_ids(tmp_path: Path) -> None:
+    """The rendered proxy names each rank ``<id>-<uid>_dp<rank>`` at its own bootstrap
+    server, as each rank's engine serves it; a proxy whose spec names the ranks without
+    their DP rank (the plain id, ``<id>-<uid>``) fails there (the control)."""
+    with k8s_dry_cluster(
+        DP_LAYOUT, catalog=DP_CATALOG, reference=False, sets=["k8s.elastic=on"], speed=50,
+        ready_timeout_s=120,
+        host_paths={"/workspace/.servekit/models/tiny": _model(tmp_path / "tiny")},
+    ) as cluster:  # fmt: skip
+        lws = cluster.elastic
+        assert lws is not None
+        spec = _spec(cluster)
+        role = next(r for r in spec["roles"] if r["role"] == "prefill")
+        ranks = role["workers"][0]["endpoints"]
+        assert [(e["dp_rank"], e["bootstrap_port"]) for e in ranks] == [(0, 8998), (1, 8999)]
+        uid = _uid(cluster, "sk-prefill-0")
+        address = _pod(cluster, "sk-prefill-0")
+        served = [_get(url_for(address, e["api_port"]) + "/sim/state")["engine_id"]
+                  for e in ranks]  # fmt: skip
+        assert served == [f"0-{uid}"] * 2  # each rank's command line; vLLM adds _dp<rank>
+        urls = [url_for(address, e["api_port"]) for e in ranks]
+        answers: list[tuple[int, str]] = []
+        for _ in range(10):  # until both ranks have prefilled (bounded)
+            answers += asyncio.run(_ask(cluster.entry_url, 4, f"round {len(answers)}"))
+            if all(_tokens(u) > 0 for u in urls):
+                break
+        assert [s for s, _ in answers] == [200] * len(answers), answers
+        assert all(_tokens(u) > 0 for u in urls), "a rank never prefilled"
+        named = set(_get(url_for(_pod(cluster, "sk-decode-0"), DECODE_PORT) + "/sim/state")
+                    ["remote_engines"])  # fmt: skip
+        assert named == {f"0-{uid}_dp0", f"0-{uid}_dp1"}, named
+        plain = json.loads(json.dumps(spec))
+        for e in next(r for r in plain["roles"] if r["role"] == "prefill")["workers"][0][
+                "endpoints"]:  # fmt: skip
+            e.pop("dp_rank")
+        failed = asyncio.run(_control_proxy(cluster, lws.api, plain, tmp_path, 4, (2, 1)))
+        logs = _decode_logs(cluster)
+    assert all(s >= 500 for s, _ in failed), failed
+    assert f"remote engine_id 0-{uid} not found from bootstrap server" in logs

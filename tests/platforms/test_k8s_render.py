@@ -125,9 +125,10 @@ def test_every_process_equals_modelarts_but_for_recorded_changes() -> None:
                 assert any(c[:2] == (ma.name, "BIND_HOST") for c in recorded)
             assert ma.settings == k8s.settings and ma.devices == k8s.devices
     # the catalog exercises every kind of change (so none is dead code)
-    # (elastic: only with k8s.elastic=on, recorded there: tests/platforms/test_k8s_elastic.py;
-    # workers: only with k8s.proxy_workers, tests/platforms/test_k8s_proxies.py)
-    assert set(seen) == set(REASONS) - {"elastic", "workers"}, seen
+    # (elastic, incarnation: only with k8s.elastic=on, recorded there:
+    # tests/platforms/test_k8s_elastic.py; workers: only with k8s.proxy_workers,
+    # tests/platforms/test_k8s_proxies.py)
+    assert set(seen) == set(REASONS) - {"elastic", "incarnation", "workers"}, seen
 
 
 def _dry(script: Path, env: dict[str, str]) -> str:

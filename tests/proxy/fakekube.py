@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import ssl
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,7 @@ class FakeKube:
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels),
+                         "uid": str(uuid.uuid4()),  # a pod made again: a new one
                          "managedFields": [{"manager": "kubelet", "x": "y" * 200}]},
             "spec": {"containers": [{"name": "engine", "command": ["bash", "pod.sh"]}]},
             "status": {"phase": "Running"},

@@ -197,8 +197,8 @@ def test_kv_event_subscriptions_follow_discovered_engines(tmp_path: Path) -> Non
 
 
 def pod(name: str, labels: dict[str, str], ip: str | None = "10.0.0.1", ready: bool = True,
-        deleting: bool = False) -> PodView:  # fmt: skip
-    return PodView(name, labels, ip, ready, deleting)
+        deleting: bool = False, uid: str | None = None) -> PodView:  # fmt: skip
+    return PodView(name, labels, ip, ready, deleting, uid)
 
 
 def test_each_worker_index_serves_the_ports_the_spec_gives_it() -> None:
@@ -242,6 +242,39 @@ def test_bootstrap_mode_names_the_engine_and_its_leaders_bootstrap_server() -> N
     both = endpoints_of(two, [leader, worker])
     assert both["http://10.0.0.6:8000"].member.bootstrap == ("sk-prefill-3", "http://10.0.0.5:8998")
     assert endpoints_of(two, [worker]) == {}  # its leader (the bootstrap server) not known yet
+
+
+def test_dp_ranks_and_pod_incarnations_are_named_as_the_engines_register_them() -> None:
+    """External-DP ranks each with its own bootstrap server on its pod (the endpoint's
+    port) are named ``<id>-<pod uid>_dp<rank>``: vLLM's suffix per rank, and the uid of
+    the pod serving it, so a pod made again under its name is a new id; a pod whose uid
+    is not known (or not a uid) is not routed rather than named without it."""
+    ranks = (Endpoint(8100, dp_rank=0, bootstrap_port=8998),
+             Endpoint(8101, dp_rank=1, bootstrap_port=8999))  # fmt: skip
+    spec = RoleSpec("prefill", role_spec("prefill", 1).selector, (WorkerPorts(0, ranks),),
+                    engine_id_from="id_rule", engine_ids=RULE, engine_id_pod_uid=True)  # fmt: skip
+    first, again = "0b5e-aa", "77c1-ff"
+    made = pod("sk-prefill-1", role_labels("prefill", 1, 0), "10.0.0.5", uid=first)
+    got = {u: w.member.bootstrap for u, w in endpoints_of(spec, [made]).items()}
+    assert got == {"http://10.0.0.5:8100": (f"4-{first}_dp0", "http://10.0.0.5:8998"),
+                   "http://10.0.0.5:8101": (f"4-{first}_dp1", "http://10.0.0.5:8999")}  # fmt: skip
+    remade = pod("sk-prefill-1", role_labels("prefill", 1, 0), "10.0.0.5", uid=again)
+    assert endpoints_of(spec, [remade])["http://10.0.0.5:8101"].member.bootstrap == (
+        f"4-{again}_dp1", "http://10.0.0.5:8999")  # fmt: skip
+    assert endpoints_of(spec, [pod("sk-prefill-1", role_labels("prefill", 1, 0))]) == {}
+    restarted = pod_view({"metadata": {"name": "sk-prefill-1", "uid": again,
+                                       "labels": role_labels("prefill", 1, 0)},
+                          "status": {"podIP": "10.0.0.5",
+                                     "conditions": [{"type": "Ready", "status": "True"}],
+                                     "containerStatuses": [{"restartCount": 1}]}})  # fmt: skip
+    assert restarted is not None and restarted.restarted and restarted.ready
+    assert not any(w.ready for w in endpoints_of(spec, [restarted]).values())  # until LWS remakes
+    doc = DiscoverySpec((spec, role_spec("decode", 8000))).to_doc()
+    assert spec_from_doc(doc).roles[0] == spec  # the document says all of it
+    for bad in ("", "UPPER", "a b", "x" * 65, "-lead", "0b5e;rm"):
+        view = pod_view({"metadata": {"name": "p", "uid": bad}})
+        assert view is not None and view.uid is None, bad
+    assert pod_view({"metadata": {"name": "p", "uid": first}}).uid == first  # type: ignore[union-attr]
 
 
 RULE = IdRule(2, 10, 3, 1, ("0", "4"))  # two rendered instances (ids 0, 4), then 11, 14, 17...
@@ -319,7 +352,16 @@ def test_the_spec_round_trips_and_bad_specs_name_the_field(tmp_path: Path) -> No
                          ({"workers": [{"worker_index": 0, "endpoints": [{"api_port": 0}]}]},
                           "api_port"),
                          ({"workers": [{"worker_index": 0, "endpoints": [{"api_port": 1}]}] * 2},
-                          "worker_index")]:  # fmt: skip
+                          "worker_index"),
+                         ({"workers": [{"worker_index": 0, "endpoints": [
+                             {"api_port": 1, "bootstrap_port": 2}]}]},
+                          r"endpoints\[0\]\.bootstrap_port: only a prefill role"),
+                         ({"workers": [{"worker_index": 0, "endpoints": [
+                             {"api_port": 1, "dp_rank": 1}]}]}, "dp_rank: names a DP rank"),
+                         ({"workers": [{"worker_index": 0, "endpoints": [
+                             {"api_port": 1, "dp_rank": -1}]}]}, "dp_rank: expected"),
+                         ({"engine_id_pod_uid": True}, "engine_id_pod_uid: engine ids name"),
+                         ({"engine_id_pod_uid": "yes"}, "engine_id_pod_uid: expected true")]:  # fmt: skip
         cases.append(({**doc, "roles": [doc["roles"][0], {**role, **patch}]}, field))
     rule = doc["roles"][0]["engine_ids"]
     prefill = doc["roles"][0]

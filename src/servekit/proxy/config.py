@@ -335,10 +335,12 @@ def _check_discovery(config: ProxyConfig) -> None:
     handoff = handoff_of_mode(config.mode)
     if spec is not None and handoff is not None and handoff.bootstrap_server:
         for role in spec.roles:
-            if role.role == "prefill" and role.bootstrap_port is None:
+            unnamed = [e for w in role.workers for e in w.endpoints if e.bootstrap_port is None]
+            if role.role == "prefill" and role.bootstrap_port is None and unnamed:
                 _bad("discovery_spec", f"--mode {config.mode}: prefill role "
                      f"{role.label_selector()} has no bootstrap_port, so no engine of it could "
-                     "be named to a decoder; give it bootstrap_port")  # fmt: skip
+                     "be named to a decoder; give it bootstrap_port (the role's, on the "
+                     "leader, or each endpoint's own)")  # fmt: skip
 
 
 def flag_of(name: str) -> str:

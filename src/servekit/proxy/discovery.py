@@ -15,7 +15,10 @@ to :class:`~servekit.proxy.membership.Membership`:
 - a pod that is terminating (deleted, evicted, scaled down, rolled) or gone:
   its endpoints leave at once (no new requests) and are drained;
 - a pod that is no longer Ready: its endpoints are drained but kept (Ready
-  again takes them back).
+  again takes them back); so is, where engine ids are per pod incarnation
+  (``engine_id_pod_uid``), a pod whose container restarted in place (same pod,
+  same uid, a new engine): LeaderWorkerSet's RecreateGroupOnPodRestart makes its
+  group again, with new uids.
 
 Why the API and not the LeaderWorkerSet's headless Service in DNS (as Envoy's
 STRICT_DNS clusters do): DNS gives addresses only, without the labels that say
@@ -35,7 +38,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from servekit.proxy.discovery_spec import DiscoverySpec, RoleSpec
+from servekit.kvprotocol import DP_SUFFIX
+from servekit.proxy.discovery_spec import UID_SEP, DiscoverySpec, Endpoint, RoleSpec
 from servekit.proxy.instances import Instance
 from servekit.proxy.kube import Expired, KubeApi, KubeError, PodView, in_cluster_api, read_small
 from servekit.proxy.membership import Member, Membership, Publisher
@@ -63,10 +67,10 @@ def endpoints_of(role: RoleSpec, pods: Iterable[PodView]) -> dict[str, Wanted]:
         host = pod.host()
         if host is None:
             continue
-        bootstrap = _bootstrap(role, pod, leaders.get(pod.group))
-        if role.bootstrap_port is not None and bootstrap is None:
-            continue  # its engine's bootstrap server is not known yet
         for ep in role.endpoints_of(pod.worker_index):
+            bootstrap = _bootstrap(role, ep, pod, leaders.get(pod.group))
+            if bootstrap is None and (ep.bootstrap_port or role.bootstrap_port) is not None:
+                continue  # its engine's bootstrap server or id is not known yet
             url = url_for(host, ep.api_port)
             publisher = None
             if ep.kv_events_port is not None:
@@ -75,13 +79,27 @@ def endpoints_of(role: RoleSpec, pods: Iterable[PodView]) -> dict[str, Wanted]:
                 )
                 publisher = Publisher(url_for(host, ep.kv_events_port, scheme="tcp"), replay)
             member = Member(role.role, url, publisher, bootstrap, pod.name)
-            out[url] = Wanted(member, pod.ready and not pod.deleting, pod.deleting)
+            # an engine restarted in place serves a new side channel under its pod's id (the
+            # uid is the pod's): kept out until LWS makes the group again (new pods, new uids)
+            stale = role.engine_id_pod_uid and pod.restarted
+            out[url] = Wanted(member, pod.ready and not pod.deleting and not stale, pod.deleting)
     return out
 
 
-def _bootstrap(role: RoleSpec, pod: PodView, leader: PodView | None) -> tuple[str, str] | None:
-    """(engine id, bootstrap URL) of the engine ``pod`` belongs to (bootstrap mode)."""
-    if role.bootstrap_port is None or leader is None or leader.host() is None:
+def _bootstrap(
+    role: RoleSpec, ep: Endpoint, pod: PodView, leader: PodView | None
+) -> tuple[str, str] | None:
+    """(engine id, bootstrap URL) of the engine ``ep`` of ``pod`` serves (bootstrap mode):
+    its own server on its pod, else the role's on the group's leader; None when either
+    is not known (yet)."""
+    if ep.bootstrap_port is not None:
+        server, port = pod, ep.bootstrap_port
+    elif role.bootstrap_port is not None and leader is not None:
+        server, port = leader, role.bootstrap_port
+    else:
+        return None
+    host = server.host()
+    if host is None or leader is None:
         return None
     if role.engine_id_from == "leader_pod":
         engine = f"{role.engine_id_prefix}{leader.name}"
@@ -94,9 +112,13 @@ def _bootstrap(role: RoleSpec, pod: PodView, leader: PodView | None) -> tuple[st
         if own is None:
             return None
         engine = f"{role.engine_id_prefix}{own}"
-    host = leader.host()
-    assert host is not None  # checked above
-    return engine, url_for(host, role.bootstrap_port)
+    if role.engine_id_pod_uid:
+        if server.uid is None:
+            return None  # no incarnation to name: not routed rather than a stale id
+        engine = f"{engine}{UID_SEP}{server.uid}"
+    if ep.dp_rank is not None:  # given for an engine of DP > 1: vLLM's per-rank id
+        engine = f"{engine}{DP_SUFFIX}{ep.dp_rank}"
+    return engine, url_for(host, port)
 
 
 class RoleWatch:

@@ -8,9 +8,11 @@ index (the pod's ``leaderworkerset.sigs.k8s.io/worker-index`` label; a pod
 without it is worker 0), the API ports that pod serves, one per DP rank placed
 there, each with its KV-event publisher's port and replay port when it
 publishes. In bootstrap mode (vLLM's MooncakeConnector) every endpoint of an
-engine names the engine's id and its bootstrap server, which runs on the
-engine's leader (worker 0) at ``bootstrap_port``; the id is ``engine_id_prefix``
-followed by one of (``engine_id_from``):
+engine names the engine's id and its bootstrap server: the role's
+``bootstrap_port`` on the engine's leader (worker 0), or the endpoint's own
+``bootstrap_port`` on its own pod (vLLM's external DP: each rank's API server has
+its engine's server). The id is ``engine_id_prefix`` followed by one of
+(``engine_id_from``):
 
 - ``leader_pod``: the leader pod's name (unique across groups and rollout revisions);
 - ``group_index``: its LeaderWorkerSet group index;
@@ -18,7 +20,14 @@ followed by one of (``engine_id_from``):
   the rendered instances' own ids, and beyond them ``base + (g - rendered) x step +
   offset``. This is what ``k8s.elastic=on`` renders: the same :class:`IdRule` object
   gives the pods their ids (``pod.sh``'s numbers) and the proxy its names, so the
-  two cannot drift apart.
+  two cannot drift apart;
+
+then, with ``engine_id_pod_uid``, ``-`` and the ``metadata.uid`` of the pod whose
+bootstrap server it is (each incarnation of a pod its own id: vLLM's connector keeps
+the workers' address it learned for an id for good, so a pod made again under an id
+a decoder met would be pulled from at its old address), and, for an endpoint with a
+``dp_rank``, vLLM's ``_dp<rank>`` (:func:`servekit.kvprotocol.kv_engine_id`: an engine
+of DP > 1 registers each rank under its own id).
 
 The renderer writes the file with :meth:`DiscoverySpec.to_doc` from the Plan;
 the proxy reads it with :func:`load_spec`, which refuses anything else in one
@@ -47,6 +56,7 @@ ENGINE_ID_FROM = ("leader_pod", "group_index", "id_rule")
 MAX_RENDERED = 1024  # rendered instances an id rule names by their own id
 MAX_ID_BASE = 1 << 40  # ids stay far inside pod.sh's 64-bit shell arithmetic
 MAX_ID_STEP = 1 << 16
+MAX_DP_RANK = 1 << 16  # a DP rank an endpoint names (vLLM's data_parallel_size is far below)
 # Kubernetes label syntax: a name of 63 characters at most, an optional DNS-subdomain prefix.
 _NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
 LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}")
@@ -54,6 +64,7 @@ LABEL_VALUE = re.compile(rf"{_NAME}?")
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 PREFIX = re.compile(r"[-A-Za-z0-9_.:]{0,128}")
 ENGINE_ID = re.compile(r"[-A-Za-z0-9_.:]{1,128}")
+UID_SEP = "-"  # between an engine's id and its pod's uid (engine_id_pod_uid)
 
 
 @dataclass(frozen=True)
@@ -85,11 +96,16 @@ class IdRule:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One API server of a pod (a DP rank), and where its KV events come from."""
+    """One API server of a pod (a DP rank), where its KV events come from and, in
+    bootstrap mode, its DP rank (vLLM's id suffix) and its own bootstrap server's port."""
 
     api_port: int
     kv_events_port: int | None = None
     kv_replay_port: int | None = None
+    dp_rank: int | None = None
+    """Given for an engine of DP > 1: its id gets ``_dp<dp_rank>``."""
+    bootstrap_port: int | None = None
+    """Its engine's own bootstrap server, on its pod (else the role's, on the leader)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,14 @@ class RoleSpec:
     engine_id_from: str = "leader_pod"
     engine_ids: IdRule | None = None
     """``engine_id_from: id_rule``: the rule (its ``ids`` one per rendered instance)."""
+    engine_id_pod_uid: bool = False
+    """Each incarnation its own id: ``-<uid>`` of the pod running the bootstrap server."""
+
+    def names_bootstrap(self) -> bool:
+        """Whether the role names bootstrap servers (the role's, or its endpoints' own)."""
+        return self.bootstrap_port is not None or any(
+            e.bootstrap_port is not None for w in self.workers for e in w.endpoints
+        )
 
     def endpoints_of(self, worker_index: int) -> tuple[Endpoint, ...]:
         """The API endpoints a pod at ``worker_index`` serves (none: it serves no API)."""
@@ -151,11 +175,11 @@ def _role_doc(role: RoleSpec) -> dict[str, Any]:
         ],
     }
     if role.bootstrap_port is not None:
-        doc.update(
-            bootstrap_port=role.bootstrap_port,
-            engine_id_prefix=role.engine_id_prefix,
-            engine_id_from=role.engine_id_from,
-        )
+        doc["bootstrap_port"] = role.bootstrap_port
+    if role.names_bootstrap():
+        doc.update(engine_id_prefix=role.engine_id_prefix, engine_id_from=role.engine_id_from)
+    if role.engine_id_pod_uid:
+        doc["engine_id_pod_uid"] = True
     if role.engine_ids is not None:
         rule = role.engine_ids
         doc["engine_ids"] = {"rendered": list(rule.ids), "base": rule.base, "step": rule.step,
@@ -169,6 +193,10 @@ def _endpoint_doc(e: Endpoint) -> dict[str, Any]:
         doc["kv_events_port"] = e.kv_events_port
     if e.kv_replay_port is not None:
         doc["kv_replay_port"] = e.kv_replay_port
+    if e.dp_rank is not None:
+        doc["dp_rank"] = e.dp_rank
+    if e.bootstrap_port is not None:
+        doc["bootstrap_port"] = e.bootstrap_port
     return doc
 
 
@@ -202,14 +230,19 @@ def _list(value: Any, where: str, most: int) -> list[Any]:
 
 
 def _endpoint(doc: Any, where: str) -> Endpoint:
-    d = _fields(doc, where, ("api_port",), ("kv_events_port", "kv_replay_port"))
+    optional = ("kv_events_port", "kv_replay_port", "dp_rank", "bootstrap_port")
+    d = _fields(doc, where, ("api_port",), optional)
     kv = _port(d.get("kv_events_port"), f"{where}.kv_events_port", optional=True)
     replay = _port(d.get("kv_replay_port"), f"{where}.kv_replay_port", optional=True)
     if replay is not None and kv is None:
         raise UsageError(f"{where}.kv_replay_port: needs kv_events_port")
     api = _port(d["api_port"], f"{where}.api_port")
     assert api is not None
-    return Endpoint(api, kv, replay)
+    rank = d.get("dp_rank")
+    if rank is not None:
+        rank = _number(rank, f"{where}.dp_rank", 0, MAX_DP_RANK)
+    bootstrap = _port(d.get("bootstrap_port"), f"{where}.bootstrap_port", optional=True)
+    return Endpoint(api, kv, replay, rank, bootstrap)
 
 
 def _worker(doc: Any, where: str) -> WorkerPorts:
@@ -260,7 +293,8 @@ def _id_rule(doc: Any, where: str) -> IdRule:
 
 
 def _role(doc: Any, where: str) -> RoleSpec:
-    optional = ("bootstrap_port", "engine_id_prefix", "engine_id_from", "engine_ids")
+    optional = ("bootstrap_port", "engine_id_prefix", "engine_id_from", "engine_ids",
+                "engine_id_pod_uid")  # fmt: skip
     d = _fields(doc, where, ("role", "selector", "workers"), optional)
     role = d["role"]
     if role not in PROXY_POOLS:
@@ -275,14 +309,19 @@ def _role(doc: Any, where: str) -> RoleSpec:
     if source not in ENGINE_ID_FROM:
         raise UsageError(f"{where}.engine_id_from: pick one of {', '.join(ENGINE_ID_FROM)}")
     bootstrap = _port(d.get("bootstrap_port"), f"{where}.bootstrap_port", optional=True)
-    if bootstrap is not None and role != "prefill":
-        raise UsageError(f"{where}.bootstrap_port: only a prefill role has a bootstrap server")
+    names = _names_bootstrap(role, bootstrap, workers, where)
+    uid = d.get("engine_id_pod_uid", False)
+    if not isinstance(uid, bool):
+        raise UsageError(f"{where}.engine_id_pod_uid: expected true or false")
+    if uid and not names:
+        raise UsageError(f"{where}.engine_id_pod_uid: engine ids name bootstrap servers; "
+                         "give bootstrap_port")  # fmt: skip
     rule = None
     if source == "id_rule":
         if "engine_ids" not in d:
             raise UsageError(f"{where}.engine_ids: engine_id_from id_rule needs the rule "
                              "(rendered, base, step, offset)")  # fmt: skip
-        if bootstrap is None:
+        if not names:
             raise UsageError(f"{where}.engine_ids: engine ids name bootstrap servers; give "
                              "bootstrap_port")  # fmt: skip
         rule = _id_rule(d["engine_ids"], f"{where}.engine_ids")
@@ -290,7 +329,27 @@ def _role(doc: Any, where: str) -> RoleSpec:
         raise UsageError(f"{where}.engine_ids: applies to engine_id_from id_rule; drop it "
                          "or set engine_id_from: id_rule")  # fmt: skip
     selector = _selector(d["selector"], f"{where}.selector")
-    return RoleSpec(role, selector, workers, bootstrap, prefix, source, rule)
+    return RoleSpec(role, selector, workers, bootstrap, prefix, source, rule, uid)
+
+
+def _names_bootstrap(
+    role: str, bootstrap: int | None, workers: tuple[WorkerPorts, ...], where: str
+) -> bool:
+    """Whether the role names bootstrap servers (its own port or its endpoints'); a
+    bootstrap port outside a prefill role, or a DP rank where none is named, refused."""
+    at = [(f"workers[{i}].endpoints[{j}]", e) for i, w in enumerate(workers)
+          for j, e in enumerate(w.endpoints)]  # fmt: skip
+    own = [path for path, e in at if e.bootstrap_port is not None]
+    if (bootstrap is not None or own) and role != "prefill":
+        field = f"{own[0]}.bootstrap_port" if own else "bootstrap_port"
+        raise UsageError(f"{where}.{field}: only a prefill role has a bootstrap server")
+    names = bootstrap is not None or bool(own)
+    ranked = [path for path, e in at if e.dp_rank is not None]
+    if ranked and not names:
+        raise UsageError(f"{where}.{ranked[0]}.dp_rank: names a DP rank's engine id, which "
+                         "only a role naming bootstrap servers has; give bootstrap_port or "
+                         "drop dp_rank")  # fmt: skip
+    return names
 
 
 def spec_from_doc(doc: Any) -> DiscoverySpec:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ WATCH_S = 290  # the server ends a watch after this; the client then watches aga
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+POD_UID = re.compile(r"[0-9a-f][-0-9a-f]{0,63}")
+"""A pod's metadata.uid as the API server writes it (a UUID: lower-case hex and dashes);
+``pod.sh`` accepts the same, so both sides name an incarnation alike or not at all."""
 
 
 class KubeError(Exception):
@@ -57,6 +61,8 @@ class PodView:
     ip: str | None  # status.podIP, checked as an IP address
     ready: bool  # condition Ready is True
     deleting: bool  # metadata.deletionTimestamp is set (the pod is terminating)
+    uid: str | None = None  # metadata.uid (a fresh one each time a pod is made), checked
+    restarted: bool = False  # a container of it restarted in place (same pod, same uid)
 
     @property
     def worker_index(self) -> int:
@@ -109,7 +115,25 @@ def pod_view(obj: Any) -> PodView | None:
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in conditions
     )
-    return PodView(name, labels, ip, ready, meta.get("deletionTimestamp") is not None)
+    uid = meta.get("uid")
+    uid = uid if isinstance(uid, str) and POD_UID.fullmatch(uid) else None
+    deleting = meta.get("deletionTimestamp") is not None
+    return PodView(name, labels, ip, ready, deleting, uid, _restarted(status))
+
+
+def _restarted(status: dict[str, Any]) -> bool:
+    """Whether a container of the pod restarted in place (``restartCount`` above 0), as
+    LeaderWorkerSet's RecreateGroupOnPodRestart reads it before it makes the group again."""
+    found = False
+    for key in ("containerStatuses", "initContainerStatuses"):
+        items = status.get(key)
+        if isinstance(items, list):
+            found = found or any(
+                isinstance(c, dict) and isinstance(c.get("restartCount"), int)
+                and not isinstance(c.get("restartCount"), bool) and c["restartCount"] > 0
+                for c in items[:64]
+            )  # fmt: skip
+    return found
 
 
 def in_cluster_api() -> str | None:

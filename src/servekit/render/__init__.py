@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     )
     from servekit.render.wiring import (
         Address as Address,
+        Bootstrap as Bootstrap,
         HostOf as HostOf,
         ProxyWiring as ProxyWiring,
         kv_events_switch as kv_events_switch,

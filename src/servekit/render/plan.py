@@ -42,7 +42,13 @@ from servekit.defaults import (
 )
 from servekit.errors import UsageError
 from servekit.guard import ENV_SWITCH as GUARD_ENV, METASERVER_ENV, metaserver_url
-from servekit.kvprotocol import guard_mode_of, kv_port_env, lease_source, protocol_of
+from servekit.kvprotocol import (
+    guard_mode_of,
+    kv_engine_id,
+    kv_port_env,
+    lease_source,
+    protocol_of,
+)
 from servekit.render.bundle import PROXY_FILE
 from servekit.render.command import Arg, NodeRef, Ref, Word, node_var, resolved_argv, var
 from servekit.render.envvalues import BUNDLE_REF, AddressUrl, BundlePrepend
@@ -403,6 +409,26 @@ def _kv_env(
         env[GUARD_ENV] = "prompt-keyed"
 
 
+def connector_port(
+    kind: EngineKind, engine: Engine, kv_port: int | None, dp_rank: int | None
+) -> int | None:
+    """The port in the connector's variable: the engine's (mapped) kv_port, but for each
+    external-DP rank of vLLM's MooncakeConnector its own, ``kv_port + rank x tp``.
+
+    vLLM's NIXL side channel adds the rank's offset itself; the Mooncake bootstrap
+    server does not: under external load balancing every rank runs its own server on
+    exactly ``VLLM_MOONCAKE_BOOTSTRAP_PORT`` ("each instance needs a unique port on its
+    host"), so ranks sharing a node need ports of their own. ``kv_port + rank x tp`` is
+    the rank's slot of the side-channel window the preflight and pods already reserve.
+    """
+    conn = engine.kv_connector
+    if kv_port is None or conn is None or engine.launch != "external-dp" or dp_rank is None:
+        return kv_port
+    if protocol_of(conn.name, kind) != "bootstrap":
+        return kv_port
+    return kv_port + dp_rank * engine.tp
+
+
 def _guard(ctx: _Context, args: _Args, env: dict[str, PlanEnvValue], on: bool) -> None:
     """The decode guard: a module file shipped beside the scripts, on PYTHONPATH.
 
@@ -589,7 +615,7 @@ def _process(
     engine publishes KV events (its DP rank for external DP, which vLLM adds itself)."""
     env: dict[str, PlanEnvValue] = {**ctx.layout.env, **engine.env}
     kv_port = ctx.port(node, engine.kv_port) if engine.kv_port is not None else None
-    _kv_env(ctx, engine, env, kv_port)
+    _kv_env(ctx, engine, env, connector_port(ctx.kind, engine, kv_port, dp_rank))
     settings = engine_settings(ctx.layout, engine)
     if headless:
         settings.pop("guard", None)  # a headless rank serves no API for the guard to sit in
@@ -767,8 +793,18 @@ def _backends(
     return tuple(found)
 
 
+class UnnamedRank(UsageError):
+    """A bootstrap-mode prefill API server fronts several DP ranks: vLLM picks the rank per
+    request and each rank's connector has its own engine id, so no id can be named."""
+
+
 def _bootstraps(ctx: _Context, prefills: tuple[ProcessPlan, ...]) -> tuple[Bootstrap, ...]:
-    """Each prefill endpoint's bootstrap server (its kv port), by its engine id."""
+    """Each prefill endpoint's bootstrap server, by the engine id its rank registers under.
+
+    vLLM suffixes a DP rank's id (``<id>_dp<rank>``, :func:`~servekit.kvprotocol.kv_engine_id`);
+    an external-DP rank runs its own server on its own port (:func:`connector_port`).
+    """
+    engines = {e.name: e for e in ctx.layout.engines}
     found = []
     for p in prefills:
         if p.kv_port is None or p.engine_id is None:
@@ -776,7 +812,22 @@ def _bootstraps(ctx: _Context, prefills: tuple[ProcessPlan, ...]) -> tuple[Boots
                 f"proxy.prefill {p.name}: a bootstrap connector needs the prefill "
                 "engine's engine_id and kv_port (its bootstrap server)"
             )
-        found.append(Bootstrap(engine_id=p.engine_id, server=p.address("bootstrap")))
+        engine = engines[p.engine] if p.engine is not None else None
+        if engine is not None and engine.launch == "builtin-dp" and engine.dp_size > 1:
+            raise UnnamedRank(
+                f"{ctx.layout.name}: proxy.prefill {p.name} is the API server of all "
+                f"{engine.dp_size} DP ranks of engine {engine.name} (launch builtin-dp: vLLM "
+                "picks the rank per request), and vLLM's MooncakeConnector names each rank "
+                f"{p.engine_id}_dp<rank>, so the proxy cannot name the one that prefilled; "
+                "launch it external-dp (an API server per rank)"
+            )
+        port = p.kv_port
+        if engine is not None:
+            port = connector_port(ctx.kind, engine, p.kv_port, p.dp_rank) or p.kv_port
+        server = Address(process=p.name, node=p.node, port=port, role=p.role,
+                         listener="bootstrap")  # fmt: skip
+        engine_id = kv_engine_id(p.engine_id, p.dp_rank, p.dp_size)
+        found.append(Bootstrap(engine_id=engine_id, server=server))
     return tuple(found)
 
 

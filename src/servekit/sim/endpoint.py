@@ -71,10 +71,14 @@ class SimEndpoint:
         self.log = _endpoint_logger(spec)
         self.handoff = HANDLERS[spec.kv_mode]  # what this endpoint does with kv_transfer_params
         self.producer: Producer | None = None
+        self.worker_addr: str | None = None  # bootstrap mode across processes: its side channel
         if spec.role == "prefill":
+            bootstrap = HANDOFFS[spec.kv_mode].bootstrap_server
+            # vLLM's MooncakeConnector names each DP rank <id>_dp<rank> at its bootstrap server
             self.producer = Producer(
-                spec.engine, spec.host, spec.side_port, spec.tp, connector=spec.kv_connector,
-                bootstrap=HANDOFFS[spec.kv_mode].bootstrap_server,
+                spec.kv_engine_id if bootstrap else spec.engine, spec.host,
+                spec.bootstrap_server_port if bootstrap else spec.side_port, spec.tp,
+                connector=spec.kv_connector, bootstrap=bootstrap,
             )  # fmt: skip
             kvreg.add_producer(self.producer)
         cache_info = {

@@ -37,6 +37,7 @@ from servekit.vocabulary import url_for
 
 PROMPT_KEYED_MAX = 4096
 TRANSFER_KEY = "transfer:"
+MAX_TRANSFER_WAITS = 4096  # pulls a side channel holds open for KV not offered yet
 NIXL_NAMES = frozenset({"NixlConnector", "NixlPullConnector"})
 
 
@@ -199,10 +200,12 @@ class KvRegistry:
         self.pushes = PushBoard()  # the layerwise connector's pushes (sim.protocols.layerwise)
         self.down: set[Producer] = set()  # producers dead or unreachable: their KV is gone
         self.pulling: dict[tuple[str, str], Producer] = {}  # (decoder, request) -> source
-        # bootstrap mode across processes: the engine ids bootstrap servers named (the
-        # connector's _remote_agents), and the query running per server
-        self.remote_engines: dict[str, None] = {}
+        # bootstrap mode across processes: the engine ids bootstrap servers named, each with
+        # its workers' addresses, kept for good (the connector's _remote_agents), the query
+        # running per server, and the pulls a prefill's side channel waits to serve
+        self.remote_engines: dict[str, tuple[str, ...]] = {}
         self.bootstrap_queries: dict[str, asyncio.Future[None]] = {}
+        self._transfer_waits: dict[tuple[str, str], asyncio.Event] = {}
 
     def add_producer(self, producer: Producer) -> None:
         self._producers.setdefault(producer.engine_id, []).append(producer)
@@ -235,6 +238,9 @@ class KvRegistry:
             old.release()
         self._offers[key] = Offer(producer, digest, prompt_len, ids, expires, release)
         if producer.bootstrap:
+            waiting = self._transfer_waits.get(key)
+            if waiting is not None:
+                waiting.set()
             return None
         return pull_params(producer, request_id, ids, prompt_len, None)
 
@@ -297,6 +303,29 @@ class KvRegistry:
         if offer is None or offer.block_ids != _flat_blocks(params.get("remote_block_ids")):
             raise KvTransferError("remote_block_ids were never produced by that engine")
         return offer
+
+    async def send_transfer(self, producer: Producer, transfer_id: str, wait_s: float) -> bool:
+        """A decoder's pull reached ``producer``'s side channel: the KV it holds under
+        ``transfer_id`` is sent (consumed). Not held yet, it waits up to ``wait_s`` wall
+        seconds for the prefill to offer it, as vLLM's sender waits for the request to be
+        ready (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT); False when it never was."""
+        key = (producer.engine_id, TRANSFER_KEY + transfer_id)
+        offer = self._offers.get(key)
+        free = len(self._transfer_waits) < MAX_TRANSFER_WAITS
+        if offer is None and key not in self._transfer_waits and wait_s > 0 and free:
+            event = self._transfer_waits[key] = asyncio.Event()
+            try:
+                await asyncio.wait_for(event.wait(), wait_s)
+            except TimeoutError:
+                pass
+            finally:
+                self._transfer_waits.pop(key, None)
+            offer = self._offers.get(key)
+        if offer is None or offer.consumed:
+            return False
+        offer.consumed = True
+        offer.release()
+        return True
 
     def collect(self, now: float) -> None:
         """Forget expired offers, releasing the blocks nobody claimed (vLLM's abort timeout)."""

@@ -22,7 +22,12 @@ from servekit.sim.clock import Clock
 from servekit.sim.endpoint import SimEndpoint
 from servekit.sim.http import build_app
 from servekit.sim.pd import KvRegistry
-from servekit.sim.protocols.bootstrap import bootstrap_app, serves_bootstrap
+from servekit.sim.protocols.bootstrap import (
+    bootstrap_app,
+    has_side_channel,
+    serves_bootstrap,
+    side_channel_app,
+)
 from servekit.sim.spec import SimSpec
 from servekit.vocabulary import atomic_write_text, url_for
 
@@ -56,8 +61,12 @@ class SimServer:
         try:
             for ep in self.endpoints.values():
                 ep.url = await self._bind(build_app(ep), ep.spec.host, ep.spec.port)
-                if serves_bootstrap(ep.spec):  # vLLM's MooncakeConnector, across processes
-                    await self._bind(bootstrap_app(ep), ep.spec.host, ep.spec.side_port)
+                if has_side_channel(ep.spec):  # vLLM's MooncakeConnector, across processes
+                    bound = await self._bind(side_channel_app(ep), ep.spec.host, 0)
+                    port = int(bound.rsplit(":", 1)[1])  # the system's pick, as the connector's
+                    ep.worker_addr = url_for(ep.spec.worker_host, port, scheme="tcp")
+                if serves_bootstrap(ep.spec):
+                    await self._bind(bootstrap_app(ep), ep.spec.host, ep.spec.bootstrap_server_port)
                 ep.start()
             if self.spec.admin is not None:
                 admin = self.spec.admin

@@ -16,11 +16,13 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from servekit import safeyaml
 from servekit.errors import UsageError, first_error
+from servekit.kvprotocol import kv_engine_id
 from servekit.sim.faults import FaultSpec
 from servekit.sim.profile import Profile, load_profile
 from servekit.vocabulary import GuardMode, KvProtocol, Role, StrictModel
 
 KvPeers = Literal["process", "any"]
+MAX_BOOTSTRAP_RANKS = 1024  # DP ranks one bootstrap server answers for
 
 
 def _bind_address(host: str) -> str:
@@ -79,6 +81,21 @@ class EndpointSpec(StrictModel):
     dp_rank: int = Field(default=0, ge=0)
     dp_size: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
+    bootstrap_port: int | None = Field(
+        default=None, ge=1, le=65535, description="bootstrap mode, a prefill: where its "
+        "bootstrap server listens (vLLM: VLLM_MOONCAKE_BOOTSTRAP_PORT); default its side_port "
+        "(kv_port + dp_rank x tp)",
+    )  # fmt: skip
+    bootstrap_ranks: dict[str, int] | None = Field(
+        default=None, description="bootstrap mode: the entries its bootstrap server's /query "
+        "answers, key -> the global DP rank whose engine id it names (vLLM's internal load "
+        "balancing: every rank of the engine registers with rank 0's server, keyed by rank); "
+        "default {'0': dp_rank} (each API server its own server, as external load balancing)",
+    )  # fmt: skip
+    kv_host: str | None = Field(
+        default=None, description="the address its KV workers advertise (vLLM: VLLM_HOST_IP); "
+        "default its host, 127.0.0.1 where that is a wildcard",
+    )  # fmt: skip
     served_model_name: str = "sim-model"
     max_model_len: int = Field(default=32768, ge=16)
     profile: str | Profile = "zero"
@@ -127,6 +144,11 @@ class EndpointSpec(StrictModel):
             raise ValueError(f"dp_rank {self.dp_rank} must be below dp_size {self.dp_size}")
         if self.unguarded_incident and self.role != "decode":
             raise ValueError("unguarded_incident applies to role decode only")
+        ranks = self.bootstrap_ranks
+        if ranks is not None and (not ranks or len(ranks) > MAX_BOOTSTRAP_RANKS):
+            raise ValueError(f"bootstrap_ranks: give 1 to {MAX_BOOTSTRAP_RANKS} entries")
+        if ranks is not None and any(not 0 <= r < self.dp_size for r in ranks.values()):
+            raise ValueError(f"bootstrap_ranks: every rank must be below dp_size {self.dp_size}")
         return self
 
     @property
@@ -137,6 +159,23 @@ class EndpointSpec(StrictModel):
     def side_port(self) -> int:
         """The KV side-channel port a prefill instance advertises (kv_port + dp_rank x tp)."""
         return self.kv_port + self.dp_rank * self.tp
+
+    @property
+    def kv_engine_id(self) -> str:
+        """The engine id its KV connector goes by: vLLM's ``<id>_dp<rank>`` under DP."""
+        return kv_engine_id(self.engine, self.dp_rank, self.dp_size)
+
+    @property
+    def bootstrap_server_port(self) -> int:
+        """Where its bootstrap server listens (bootstrap mode)."""
+        return self.bootstrap_port if self.bootstrap_port is not None else self.side_port
+
+    @property
+    def worker_host(self) -> str:
+        """The address its KV workers advertise to decoders."""
+        if self.kv_host:
+            return self.kv_host
+        return "127.0.0.1" if self.host.strip("[]") in ("0.0.0.0", "::") else self.host
 
     def resolved_profile(self) -> Profile:
         return self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)

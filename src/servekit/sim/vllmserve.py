@@ -17,7 +17,10 @@ The environment picks what the command line cannot say:
 - ``SERVEKIT_SIM_TRANSCRIPTS``: a folder the engine processes of one deployment
   share the prompts they answered through, so that a stream migrated to another
   engine process is carried on with the rest of its answer
-  (:mod:`servekit.sim.resume`); the fake platforms set it.
+  (:mod:`servekit.sim.resume`); the fake platforms set it;
+- vLLM's own ``VLLM_MOONCAKE_BOOTSTRAP_PORT`` and ``VLLM_HOST_IP``, read as vLLM's
+  MooncakeConnector reads them (a bootstrap-mode prefill's server and workers:
+  :func:`bootstrap_fields`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 from servekit.errors import UsageError
 from servekit.guard import METASERVER_ENV
+from servekit.kvprotocol import BOOTSTRAP_PORT_DEFAULT, KV_PORT_ENV
 from servekit.sim.faults import FaultSpec, patch_faults
 from servekit.sim.options import configure_logging
 from servekit.sim.profile import Profile, load_profile
@@ -46,6 +50,7 @@ FAULTS_ENV = "SERVEKIT_SIM_FAULTS"
 DEFAULT_PROFILE = "a3-dsv4-flash"
 TINY_PROFILE = "cpu-tiny"
 TINY_HIDDEN_SIZE = 1024
+BOOTSTRAP_PORT_ENV = KV_PORT_ENV["MooncakeConnector"]
 
 log = logging.getLogger("servekit.sim.serve")
 
@@ -186,12 +191,43 @@ def build_spec(launch: VllmLaunch, env: dict[str, str]) -> SimSpec:
         "faults": env_faults(env).model_dump(),
         "launch": launch_record(launch, profile, speed),
     }
+    if launch.kv_mode == "bootstrap" and launch.role == "prefill":
+        endpoint.update(bootstrap_fields(launch, env))
     if launch.max_model_len is not None:
         endpoint["max_model_len"] = launch.max_model_len
     if launch.kv_events is not None:
         endpoint["kv_events"] = launch.kv_events
     spec = spec_from_mapping({"endpoints": [endpoint]}, where="sim serve")
     return spec.at_speed(speed)
+
+
+def bootstrap_fields(launch: VllmLaunch, env: Mapping[str, str]) -> dict[str, Any]:
+    """What vLLM 0.32's MooncakeConnector takes from outside the command line, and
+    whose ranks its bootstrap server names.
+
+    The server listens on ``VLLM_MOONCAKE_BOOTSTRAP_PORT`` (8998 unset; its
+    ``kv_port`` is not read) and the workers advertise ``VLLM_HOST_IP``. Under external
+    load balancing (``--data-parallel-rank``) each API server's engine runs its own
+    server, naming its one rank under key 0; otherwise (one API server fronting ranks)
+    the process of global rank 0 runs the one server every rank of the engine registers
+    with, keyed by rank (the headless nodes' ranks included), and a process whose first
+    rank is above 0 (hybrid load balancing) runs its own for its ranks, keyed by local
+    index (``should_launch_bootstrap_server``, ``get_mooncake_bootstrap_addr``).
+    """
+    raw = env.get(BOOTSTRAP_PORT_ENV, "").strip() or str(BOOTSTRAP_PORT_DEFAULT)
+    if not raw.isdigit() or not 0 < int(raw) <= 65535:
+        raise UsageError(f"{BOOTSTRAP_PORT_ENV} {raw[:40]!r}: expected a port (1-65535)")
+    out: dict[str, Any] = {"bootstrap_port": int(raw)}
+    host = env.get("VLLM_HOST_IP", "").strip()
+    if host:
+        out["kv_host"] = host
+    if launch.dp_rank is None and launch.dp_size > 1:
+        ranks = launch.ranks
+        if ranks[0] == 0:
+            out["bootstrap_ranks"] = {str(r): r for r in range(launch.dp_size)}
+        else:
+            out["bootstrap_ranks"] = {str(i): r for i, r in enumerate(ranks)}
+    return out
 
 
 def describe(launch: VllmLaunch) -> str:

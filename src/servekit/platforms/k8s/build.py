@@ -161,6 +161,7 @@ def decide(plan: Plan, layout: Layout, options: K8sSettings) -> K8sRendering:
         from servekit.platforms.k8s.wiring import pod_hosts
 
         elastic.refuse_unfit(r)
+        elastic.incarnation_processes(r, changes)
         proxy = r.proxy
         assert proxy is not None
         host_of = pod_hosts(groups, options.prefix, per_pod_services)
@@ -287,6 +288,7 @@ def pod_script(r: K8sRendering, rows: list[dict[str, Any]], joins: list[Split]) 
             "key_env": elastic.ADMIN_KEY_ENV,
             "zipapp": elastic.PROXY_ZIPAPP,
             "var": elastic.ENGINE_ID_VAR,
+            "uid_var": elastic.POD_UID_VAR,
         }
     return _ENV.get_template("pod.sh.j2").render(
         prestop=prestop,
@@ -838,6 +840,17 @@ def _object_lines(r: K8sRendering, made: Manifests | None) -> list[str]:
         lines.append(
             f"- ConfigMaps: {len(sizes)}, the largest {biggest[0]} at {biggest[1]} of "
             f"kubectl apply's {ANNOTATION_CAP} annotation bytes"
+        )
+    wiring = r.proxy.proxy if r.proxy is not None else None
+    if wiring is not None and wiring.bootstrap and not r.options.elastic:
+        ids = ", ".join(b.engine_id for b in wiring.bootstrap)
+        lines.append(
+            f"- bootstrap mode: the prefills' engine ids are fixed ({ids}); vLLM's "
+            "MooncakeConnector keeps the address it learned for an id for good, so after a "
+            "prefill pod is made again (kubectl delete pod, LWS recreating its group) every "
+            "decoder that met it fails the requests routed to that prefill (each after "
+            "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT + 60 s) until the decoder restarts: restart "
+            "the decode pods then, or render with k8s.elastic=on (an id per pod incarnation)"
         )
     if r.options.elastic:
         from servekit.platforms.k8s import elastic

@@ -17,10 +17,15 @@ gave a group whose pods exit 2 ("has nothing to run"). With it:
   writes from the Plan (:func:`discovery_spec`: per group its labels, per worker index
   the API and KV-event ports), with a ServiceAccount allowed to get/list/watch pods.
   In bootstrap mode (vLLM's MooncakeConnector) a decoder is told each prefill's engine
-  id and bootstrap server: the spec carries each prefill group's bootstrap port (the
-  Plan's, on the group's leader) and the very :class:`~servekit.proxy.IdRule` that
-  numbers its pods (``engine_id_from: id_rule``), so the proxy names the id each pod
-  serves, rendered or derived;
+  id and bootstrap server: the spec carries each prefill API server's bootstrap port
+  (the Plan's, on its own pod) and DP rank (vLLM names each rank ``<id>_dp<rank>``),
+  the very :class:`~servekit.proxy.IdRule` that numbers its pods (``engine_id_from:
+  id_rule``) and ``engine_id_pod_uid``: every prefill pod serves under its rule's id
+  followed by ``-`` and its own ``metadata.uid`` (downward API ``SERVEKIT_POD_UID``,
+  :func:`incarnation_processes`), which discovery reads from the pod object, so a pod
+  made again (``kubectl delete pod``, a rollout, LWS recreating a group) is an engine id
+  no decoder met: vLLM's connector keeps the worker address it learned for an id for
+  good, and would pull from the old pod under a reused one;
 - **a pod that leaves is drained first**: its preStop hook (``pod.sh GROUP prestop``)
   calls every proxy's ``POST /admin/instances/leave`` through the headless Service
   ``<prefix>-proxy-peers`` (``python3 -m servekit.proxy.prestop`` from the zipapp the
@@ -36,6 +41,7 @@ import json
 from typing import Any
 
 from servekit.errors import UsageError
+from servekit.kvprotocol import kv_engine_id
 from servekit.platforms.k8s.groups import Group
 from servekit.platforms.k8s.podspec import GROUP_LABEL, MOUNT
 from servekit.platforms.k8s.rendering import K8sRendering
@@ -53,6 +59,7 @@ from servekit.proxy import (
 )
 from servekit.render import (
     Arg,
+    Bootstrap,
     HostOf,
     Plan,
     ProcessPlan,
@@ -64,6 +71,8 @@ from servekit.render import (
 )
 
 ENGINE_ID_VAR = "SERVEKIT_ENGINE_ID"
+POD_UID_VAR = "SERVEKIT_POD_UID"
+"""The pod's metadata.uid (downward API): ``pod.sh`` appends it to a prefill's engine id."""
 KUBE_API_VAR = "SERVEKIT_KUBE_API"
 KUBE_TOKEN_VAR = "SERVEKIT_KUBE_TOKEN_FILE"
 """Set in the proxy pod's environment, they point discovery at another API server than
@@ -119,9 +128,20 @@ def _kv_config_index(p: ProcessPlan) -> int | None:
     return None
 
 
+def _reads_id(p: ProcessPlan) -> bool:
+    """Whether ``p``'s command already reads its engine id from ``SERVEKIT_ENGINE_ID``."""
+    return any(isinstance(a, Word) and any(isinstance(part, Ref) and part.var == ENGINE_ID_VAR
+                                           for part in a.parts) for a in p.command)  # fmt: skip
+
+
+def variable_id(p: ProcessPlan) -> ProcessPlan:
+    """``p`` (same name) with its engine id read from ``SERVEKIT_ENGINE_ID``."""
+    return template_process(p).model_copy(update={"name": p.name})
+
+
 def template_process(p: ProcessPlan) -> ProcessPlan:
     """``p`` with its engine id read from ``SERVEKIT_ENGINE_ID`` (its value here: ``p``'s)."""
-    if p.engine_id is None:
+    if p.engine_id is None or _reads_id(p):
         return p.model_copy(update={"name": SCALED + p.name})
     index = _kv_config_index(p)
     if index is None:
@@ -190,26 +210,55 @@ def check_alike(r: K8sRendering) -> None:
 
 
 def pod_rows(r: K8sRendering, g: Group, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``pod.sh``'s rows for every group index beyond the rendered ones (a ``*`` index)."""
+    """``pod.sh``'s rows for every group index beyond the rendered ones (a ``*`` index);
+    for a group whose pods serve per incarnation (:func:`incarnation_groups`), each
+    rendered row's id too, and the uid's switch on every row."""
     rule = id_rules(r.plan, r.groups)[g.name]
+    uid = g.name in incarnation_groups(r)
+    if uid:
+        for row in rows:
+            row.update(id_fixed=rule.ids[int(row["instance"])], id_uid=1)
     out = []
     for row in rows:
         if row["instance"] != 0:
             continue
         procs = " ".join(SCALED + name for name in str(row["procs"]).split())
-        out.append(
-            {
-                **row,
-                "instance": "*",
-                "procs": procs,
-                "unit": "",
-                "id_base": rule.base,
-                "id_step": rule.step,
-                "id_offset": rule.offset,
-                "rendered": rule.rendered,
-            }
-        )
+        fresh = {k: v for k, v in row.items() if k != "id_fixed"}
+        fresh.update(instance="*", procs=procs, unit="", id_base=rule.base, id_step=rule.step,
+                     id_offset=rule.offset, rendered=rule.rendered)  # fmt: skip
+        out.append(fresh)
     return out
+
+
+def bootstrap_groups(r: K8sRendering) -> frozenset[str]:
+    """The groups whose API servers a decoder is told by engine id: bootstrap mode's
+    prefills."""
+    servers = bootstrap_servers(r)
+    return frozenset(g.name for g in r.groups
+                     if any(p.name in servers for pod in g.pods for p in pod.processes))  # fmt: skip
+
+
+def incarnation_groups(r: K8sRendering) -> frozenset[str]:
+    """The groups whose engine ids are per pod incarnation: every bootstrap group."""
+    return bootstrap_groups(r)
+
+
+def incarnation_processes(r: K8sRendering, changes: list[Change]) -> None:
+    """Every process of a per-incarnation group reads its engine id from ``pod.sh``
+    (the rule's id, ``-``, the pod's uid), each such change recorded."""
+    uid_groups = incarnation_groups(r)
+    for g in r.groups:
+        if g.name not in uid_groups:
+            continue
+        for pod in g.pods:
+            for proc in pod.processes:
+                p = r.processes[proc.name]
+                if p.engine_id is None:
+                    continue
+                r.processes[p.name] = variable_id(p)
+                changes.append(Change(p.name, "argv", f"engine_id {p.engine_id}",
+                                      f"engine_id {p.engine_id}-${{{POD_UID_VAR}}}",
+                                      "incarnation"))  # fmt: skip
 
 
 def template_scripts(r: K8sRendering, g: Group) -> list[ProcessPlan]:
@@ -220,14 +269,16 @@ def template_scripts(r: K8sRendering, g: Group) -> list[ProcessPlan]:
 
 def discovery_spec(r: K8sRendering) -> DiscoverySpec:
     """Per group its pods' labels and, per worker index, the API and KV-event ports; in
-    bootstrap mode, per prefill group its bootstrap port and the rule of its engine ids.
+    bootstrap mode, per prefill API server its bootstrap port and DP rank, and per
+    prefill group the rule of its engine ids and their pod-uid suffix.
 
     The spec goes through the proxy's own reader before it is written, so a rendering
     never ships a spec its proxy would refuse."""
     proxy = r.proxy
     assert proxy is not None and proxy.proxy is not None
     publishers = {p.engine.process: p.events.port for p in proxy.proxy.kv_events}
-    bootstrap = bootstrap_ports(r)
+    servers = bootstrap_servers(r)
+    named, uid_groups = bootstrap_groups(r), incarnation_groups(r)
     rules = id_rules(r.plan, r.groups)
     roles = []
     for g in r.groups:
@@ -236,16 +287,17 @@ def discovery_spec(r: K8sRendering) -> DiscoverySpec:
             if pod.instance != 0:
                 continue
             endpoints = tuple(
-                Endpoint(p.api_port, publishers.get(p.name))
+                _endpoint(p, publishers.get(p.name), servers.get(p.name))
                 for p in pod.processes
                 if p.api_port is not None
             )
             if endpoints:  # a pod serving no API (headless ranks) is a worker index unnamed
                 workers.append(WorkerPorts(pod.worker, endpoints))
         selector = (("app.kubernetes.io/instance", r.options.prefix), (GROUP_LABEL, g.name))
-        if g.name in bootstrap:
-            roles.append(RoleSpec(g.role, selector, tuple(workers), bootstrap[g.name],
-                                  engine_id_from="id_rule", engine_ids=rules[g.name]))  # fmt: skip
+        if g.name in named:
+            roles.append(RoleSpec(g.role, selector, tuple(workers), engine_id_from="id_rule",
+                                  engine_ids=rules[g.name],
+                                  engine_id_pod_uid=g.name in uid_groups))  # fmt: skip
         else:
             roles.append(RoleSpec(g.role, selector, tuple(workers)))
     spec = DiscoverySpec(tuple(roles))
@@ -257,17 +309,30 @@ def discovery_spec(r: K8sRendering) -> DiscoverySpec:
     return spec
 
 
-def bootstrap_ports(r: K8sRendering) -> dict[str, int]:
-    """Bootstrap mode: each prefill group's bootstrap port, read from the Plan's wiring
-    (each prefill's :class:`~servekit.render.wiring.Bootstrap`); empty in other modes.
+def _endpoint(p: ProcessPlan, events: int | None, server: Bootstrap | None) -> Endpoint:
+    """One API server in the spec: its ports, and in bootstrap mode its own server's port
+    and, under DP, its rank (vLLM's ``_dp<rank>``)."""
+    assert p.api_port is not None
+    if server is None:
+        return Endpoint(p.api_port, events)
+    rank = p.dp_rank if (p.dp_size or 1) > 1 else None
+    return Endpoint(p.api_port, events, dp_rank=rank, bootstrap_port=server.server.port)
 
-    Discovery names one bootstrap server per instance, on its leader, and one engine id
-    per instance (its :class:`IdRule`'s): a group whose rendering says otherwise is
-    refused in one line rather than discovered under names its engines do not have."""
+
+def bootstrap_servers(r: K8sRendering) -> dict[str, Bootstrap]:
+    """Bootstrap mode: each prefill API server's :class:`~servekit.render.wiring.Bootstrap`
+    (read from the Plan's wiring), by its process; empty in other modes.
+
+    Discovery names, for each API server, the bootstrap server of its own process on
+    its own pod and the id its instance's :class:`IdRule` gives (with vLLM's DP suffix):
+    a group whose rendering says otherwise is refused in one line rather than discovered
+    under names its engines do not have."""
     proxy = r.proxy
     if proxy is None or proxy.proxy is None or not proxy.proxy.bootstrap:
         return {}
-    servers = {b.server.process: b for b in proxy.proxy.bootstrap}  # by prefill endpoint
+    by_process = {b.server.process: b for b in proxy.proxy.bootstrap}
+    named = dict(zip((a.process for a in proxy.proxy.prefill), proxy.proxy.bootstrap,
+                     strict=True))  # fmt: skip
     rules = id_rules(r.plan, r.groups)
     out = {}
     for g in r.groups:
@@ -275,36 +340,36 @@ def bootstrap_ports(r: K8sRendering) -> dict[str, int]:
             continue
         rule = rules[g.name]
         if len(rule.ids) != g.replicas:
-            named = next(i for i in range(g.replicas) if len(_instance_ids(g, i)) != 1)
+            bad = next(i for i in range(g.replicas) if len(_instance_ids(g, i)) != 1)
             raise UsageError(
-                f"k8s.elastic=on: instance {named} of {g.name} names "
-                f"{len(_instance_ids(g, named))} engine ids; a bootstrap-mode proxy names one "
+                f"k8s.elastic=on: instance {bad} of {g.name} names "
+                f"{len(_instance_ids(g, bad))} engine ids; a bootstrap-mode proxy names one "
                 "per instance; render without k8s.elastic"
             )
-        ports = set()
         for pod in g.pods:
             for p in pod.processes:
-                b = servers.get(p.name)
+                b = named.get(p.name)
                 if b is None:
+                    if p.name in by_process:
+                        raise UsageError(
+                            f"k8s.elastic=on: {p.name} on {pod.name} runs the bootstrap server "
+                            "of another API server; discovery names each API server's own; "
+                            "render without k8s.elastic"
+                        )
                     continue
-                if pod.worker != 0:
+                if b.server.process != p.name:
                     raise UsageError(
-                        f"k8s.elastic=on: {p.name} on {pod.name} has its own bootstrap server, "
-                        "and discovery names the leader's (worker 0); render without k8s.elastic"
+                        f"k8s.elastic=on: the proxy names {p.name}'s bootstrap server on "
+                        f"{b.server.process}, and discovery names each API server's own; "
+                        "render without k8s.elastic"
                     )
-                if b.engine_id != rule.ids[pod.instance]:  # the proxy's name is the rule's
+                own = kv_engine_id(rule.ids[pod.instance], p.dp_rank, p.dp_size)
+                if b.engine_id != own:  # the proxy's name is the rule's
                     raise UsageError(
                         f"k8s.elastic=on: the proxy names {p.name} engine {b.engine_id}, its "
-                        f"instance serves {rule.ids[pod.instance]}; render without k8s.elastic"
+                        f"instance serves {own}; render without k8s.elastic"
                     )
-                ports.add(b.server.port)
-        if len(ports) != 1:
-            raise UsageError(
-                f"k8s.elastic=on: the prefills of {g.name} have bootstrap servers on "
-                f"{len(ports)} ports {sorted(ports)}; discovery names one per instance; "
-                "render without k8s.elastic"
-            )
-        out[g.name] = ports.pop()
+                out[p.name] = b
     return out
 
 
@@ -322,7 +387,7 @@ def refuse_unfit(r: K8sRendering) -> None:
                 "different shapes); the proxy's desired count is per role: drop k8s.autoscale"
             )
     check_alike(r)
-    bootstrap_ports(r)
+    bootstrap_servers(r)
 
 
 def proxy_command(
@@ -431,6 +496,10 @@ def engine_pod(r: K8sRendering, group: Group, template: dict[str, Any]) -> None:
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}},
     ]
+    if group.name in incarnation_groups(r):
+        container["env"].append(
+            {"name": POD_UID_VAR, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+        )
     container["lifecycle"] = {
         "preStop": {"exec": {"command": ["/bin/bash", f"{MOUNT}/pod.sh", group.name, "prestop"]}}
     }

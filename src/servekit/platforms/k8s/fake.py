@@ -10,7 +10,8 @@ What the cluster does, done here with nothing faked but the engine, the hub and 
    Deployment replica; each pod gets its own loopback address (127.0.0.2, ...);
 3. give each pod the environment LWS and the kubelet inject: its template's ``env``
    with the downward API and Secrets resolved (``status.podIP``, the group-index
-   label, ``secretKeyRef`` from ``secrets``), ``LWS_LEADER_ADDRESS``
+   label, ``metadata.name``, ``metadata.uid``: a fresh one for every pod made,
+   ``secretKeyRef`` from ``secrets``), ``LWS_LEADER_ADDRESS``
    (``<lws>-<i>.<lws>.<namespace>``), ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX``, ``HOSTNAME``;
 4. its volumes, as the kubelet makes them, in a folder per pod: a ConfigMap or a
    projected volume of ConfigMaps as their files (mode 0755), an emptyDir empty, a
@@ -65,6 +66,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -262,6 +264,8 @@ class FakePod:
     logs: str = ""
     """Its processes' logs' folder under the cluster's ``logs`` ("": that folder): a
     Deployment's second and later replicas run processes of the first's names."""
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    """metadata.uid: a fresh one for every pod made, as the API server gives it."""
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -536,6 +540,8 @@ class _Cluster:
                 out[item["name"]] = str(pod.group_index)
             elif path == "metadata.name":
                 out[item["name"]] = pod.name
+            elif path == "metadata.uid":
+                out[item["name"]] = pod.uid
             else:
                 raise PodFailed(f"the fake cluster does not know fieldRef {path}")
         python_path = [str(self.root / "dns")]

@@ -5,7 +5,8 @@ runs an elastic rendering (``k8s.elastic=on``): ``GET /api/v1/namespaces/NS/pods
 with an equality ``labelSelector`` (and ``limit``/``continue`` pages), and
 ``watch=1&resourceVersion=RV`` streaming one JSON event per line (ADDED, MODIFIED,
 DELETED; BOOKMARK when a watch's time ends), behind the service account's bearer
-token. It runs on its own event loop in a thread, so the fake cluster's controllers
+token. Every pod has its ``metadata.uid``, a new one each time a pod is made again under
+its name, as a real API server gives. It runs on its own event loop in a thread, so the fake cluster's controllers
 (plain threads) change pods as the kubelet and LWS do: :meth:`FakeApi.add` a pod
 (not ready), :meth:`ready` once its readiness probe passes, :meth:`terminate` (the
 deletion timestamp a scale-down, a rollout or ``kubectl delete pod`` sets first) and
@@ -19,6 +20,7 @@ import asyncio
 import copy
 import json
 import threading
+import uuid
 from typing import Any
 
 from aiohttp import web
@@ -75,10 +77,12 @@ class FakeApi:
 
     # -- what the cluster does (from any thread) ---------------------------
 
-    def add(self, name: str, labels: dict[str, str], ip: str) -> None:
+    def add(self, name: str, labels: dict[str, str], ip: str, uid: str | None = None) -> None:
+        """A pod made: its ``uid`` (the one its downward API gave it), else a fresh one."""
         pod = {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
+            "metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels),
+                         "uid": uid or str(uuid.uuid4())},
             "status": {"phase": "Running", "podIP": ip,
                        "conditions": [{"type": "Ready", "status": "False"}]},
         }  # fmt: skip

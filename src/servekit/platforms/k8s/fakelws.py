@@ -202,7 +202,7 @@ class Elastic:
 
     def _add(self, pod: FakePod) -> None:
         self._record_change(pod.name, "added", partial(self.api.add, pod.name, pod.labels,
-                                                       pod.address))  # fmt: skip
+                                                       pod.address, pod.uid))  # fmt: skip
 
     # -- the kubelet ----------------------------------------------------------
 

@@ -55,6 +55,9 @@ REASONS = {
     "(SO_REUSEPORT), one per core",
     "elastic": "k8s.elastic=on: the proxy discovers each role's engine pods through the API "
     "(any number of instances) and drains one that leaves, instead of a fixed list",
+    "incarnation": "k8s.elastic=on, bootstrap mode: each incarnation of a prefill pod serves "
+    "under an engine id of its own (the pod's uid appended), which discovery names too: vLLM's "
+    "MooncakeConnector keeps the address it learned for an engine id for good",
 }
 
 

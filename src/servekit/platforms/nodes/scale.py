@@ -32,6 +32,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from servekit.errors import UsageError
+from servekit.kvprotocol import kv_engine_id
 from servekit.platforms.k8s.elastic import ENGINE_ID_VAR, id_rules, template_process
 from servekit.platforms.k8s.groups import engine_groups
 from servekit.platforms.nodes.settings import ADMIN_KEY_ENV, NodesSettings
@@ -314,15 +315,17 @@ def membership(plan: Plan, proxy: ProcessPlan, group: ScaleGroup, rank: int) -> 
                                                     script_host)))  # fmt: skip
         boot = bootstraps.get(original.name)
         if boot is not None:
-            if boot.engine_id != original.engine_id:
+            # under DP vLLM names each rank's KV engine <engine_id>_dp<rank> (the Plan's too)
+            own = kv_engine_id(str(original.engine_id), original.dp_rank, original.dp_size)
+            if boot.engine_id != own:
                 raise UsageError(
                     f"nodes.elastic=on: the proxy names {original.name}'s bootstrap engine "
-                    f"{boot.engine_id}, not its engine id {original.engine_id}; render "
-                    "without nodes.elastic"
+                    f"{boot.engine_id}, not its engine id {own}; render without nodes.elastic"
                 )
             server = url_word(_moved_address(boot.server, moved), script_host)
             engine_id = Ref(var=ENGINE_ID_VAR, value=str(original.engine_id))
-            boots.append(joined(url, "=", engine_id, "=", server))
+            suffix = own.removeprefix(str(original.engine_id))
+            boots.append(joined(url, "=", engine_id, suffix, "=", server))
     join += ["--urls", *urls]
     if events:
         switch = kv_events_switch()

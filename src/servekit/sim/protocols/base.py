@@ -56,6 +56,7 @@ class Endpoint(Protocol):
     log: logging.Logger
     producer: Producer | None
     dead: bool
+    worker_addr: str | None  # bootstrap mode across processes: its KV side channel
 
     clock: Clock
 
