@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class SettingSpec:
+    """One ``--set <platform>.KEY``: its default as written and what it does (the
+    platform's settings table, its docs table and its refusals read it)."""
+
+    name: str
+    default: str
+    help: str
+
+
+@dataclass(frozen=True)
 class Start:
     """How a rendering is started: said once, printed by its plan.md, the release
     report and the catalog page ("how to use it")."""

@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from servekit.errors import UsageError
-from servekit.proxy.prestop import MAX_ANSWER_BYTES, OPENER, addresses, admin_key
+from servekit.proxy.prestop import (
+    MAX_ANSWER_BYTES,
+    OPENER,
+    addresses,
+    admin_key,
+    admin_request,
+)
 from servekit.vocabulary import (
     PROXY_POOLS,
     build_parser,
@@ -163,13 +169,7 @@ def wait_healthy(
 
 def add(address: str, body: dict[str, Any], key: str | None) -> tuple[bool, bool, str]:
     """POST the add to one proxy: (taken, worth asking again, what it said)."""
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://{address}/admin/instances/add", data=json.dumps(body).encode(),
-        headers=headers, method="POST",
-    )  # fmt: skip
+    request = admin_request(address, "add", body, key)
     try:
         with OPENER.open(request, timeout=PROBE_TIMEOUT_S * 6) as resp:
             resp.read(MAX_ANSWER_BYTES)

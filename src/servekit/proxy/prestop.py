@@ -84,15 +84,23 @@ def addresses(names: list[str], port: int) -> list[str]:
     return found
 
 
-def leave(address: str, body: dict[str, Any], key: str | None, wait_s: float) -> bool:
-    """POST the leave to one proxy; True when it answered that the engine is drained."""
+def admin_request(
+    address: str, action: str, body: dict[str, Any], key: str | None
+) -> urllib.request.Request:
+    """``POST /admin/instances/<action>`` to one proxy: the body as JSON, the admin key
+    as Bearer (the one way the leave and the join speak to it)."""
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://{address}/admin/instances/leave", data=json.dumps(body).encode(),
+    return urllib.request.Request(
+        f"http://{address}/admin/instances/{action}", data=json.dumps(body).encode(),
         headers=headers, method="POST",
     )  # fmt: skip
+
+
+def leave(address: str, body: dict[str, Any], key: str | None, wait_s: float) -> bool:
+    """POST the leave to one proxy; True when it answered that the engine is drained."""
+    request = admin_request(address, "leave", body, key)
     try:
         with OPENER.open(request, timeout=wait_s + SLACK_S) as resp:
             doc = json.loads(resp.read(MAX_ANSWER_BYTES))

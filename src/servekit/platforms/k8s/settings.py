@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from servekit.catalog import Layout
 from servekit.errors import UsageError
+from servekit.platforms.platform import SettingSpec
 
 ACCELERATORS: dict[str, str | None] = {
     "ascend-a3": "huawei.com/ascend-1980",
@@ -309,15 +310,6 @@ def _names(name: str, value: str) -> tuple[str, ...]:
             name, value, "give Secret names (lowercase, digits, '-', '.'), comma-separated"
         )
     return out
-
-
-@dataclass(frozen=True)
-class SettingSpec:
-    """One ``k8s.KEY``: its default as written, what it does, and where it came from."""
-
-    name: str
-    default: str
-    help: str
 
 
 SETTINGS: tuple[SettingSpec, ...] = (

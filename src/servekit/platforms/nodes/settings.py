@@ -14,20 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from servekit.errors import UsageError
+from servekit.platforms.platform import SettingSpec
 
 ADMIN_KEY_ENV = "SERVEKIT_ADMIN_KEY"
 """Where the proxy and the scaled instances read the admin key unless a file is named."""
 MAX_VALUE = 4096
 _PATH = re.compile(r"^(/[A-Za-z0-9._+@-]{1,255}){1,32}$")
-
-
-@dataclass(frozen=True)
-class SettingSpec:
-    """One ``nodes.KEY``: its default as written and what it does."""
-
-    name: str
-    default: str
-    help: str
 
 
 SETTINGS: tuple[SettingSpec, ...] = (
