@@ -50,6 +50,8 @@ def test_a_ramp_scales_both_roles_and_loses_nothing() -> None:
     assert len(served["prefill"]) > 1 or len(served["decode"]) > 1, served
     downs = [(lws, n) for _, lws, n, _ in elastic.history]
     assert any(n < max(m for l2, m in downs if l2 == lws) for lws, n in downs), downs
-    leaving = dict(elastic.leaving_under_load())
-    assert elastic.deleted in leaving and leaving[elastic.deleted] > 0, leaving
-    assert any(n > 0 for pod, n in leaving.items() if pod != elastic.deleted), leaving
+    # (a list: a pod name made again by a scale-up can leave twice; CI once had
+    # sk-prefill-2 leave with 7 streams in flight, then again with 0)
+    leaving = elastic.leaving_under_load()
+    assert any(pod == elastic.deleted and n > 0 for pod, n in leaving), leaving
+    assert any(n > 0 for pod, n in leaving if pod != elastic.deleted), leaving

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         WorkerPorts as WorkerPorts,
         spec_from_doc as spec_from_doc,
     )
+    from servekit.proxy.join import join_flag as join_flag
     from servekit.proxy.policies import KV_POLICY as KV_POLICY
     from servekit.proxy.server import run as run
 

@@ -118,6 +118,12 @@ class JoinOptions:
         return doc
 
 
+def join_flag(name: str) -> str:
+    """A join option's flag, spelled by its field table (the rendering that writes a join
+    command spells none)."""
+    return next(spec.flag for spec in dataclass_options(JoinOptions) if spec.name == name)
+
+
 def parse(argv: list[str]) -> JoinOptions:
     parser = build_parser(dataclass_options(JoinOptions), prog="servekit.proxy.join",
                           who="join", description=__doc__.split("\n")[0])  # fmt: skip

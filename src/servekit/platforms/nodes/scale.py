@@ -36,7 +36,7 @@ from servekit.kvprotocol import kv_engine_id
 from servekit.platforms.k8s.elastic import ENGINE_ID_VAR, id_rules, template_process
 from servekit.platforms.k8s.groups import engine_groups
 from servekit.platforms.nodes.settings import ADMIN_KEY_ENV, NodesSettings
-from servekit.proxy import IdRule, option_words
+from servekit.proxy import IdRule, join_flag, option_words
 from servekit.render import (
     Address,
     AddressUrl,
@@ -302,7 +302,7 @@ def membership(plan: Plan, proxy: ProcessPlan, group: ScaleGroup, rank: int) -> 
     bootstraps = dict(zip((a.process for a in wiring.prefill), wiring.bootstrap, strict=False))
     key = _key_words(wiring)
     where = _proxy_words(plan, proxy)
-    join: list[Arg] = [*where, "--role", group.pool]
+    join: list[Arg] = [*where, join_flag("role"), group.pool]
     urls: list[Arg] = []
     events: list[Arg] = []
     boots: list[Arg] = []
@@ -326,12 +326,12 @@ def membership(plan: Plan, proxy: ProcessPlan, group: ScaleGroup, rank: int) -> 
             engine_id = Ref(var=ENGINE_ID_VAR, value=str(original.engine_id))
             suffix = own.removeprefix(str(original.engine_id))
             boots.append(joined(url, "=", engine_id, suffix, "=", server))
-    join += ["--urls", *urls]
+    join += [join_flag("urls"), *urls]
     if events:
         switch = kv_events_switch()
-        join += [joined(w, when=switch) for w in ("--kv-events", *events)]
+        join += [joined(w, when=switch) for w in (join_flag("kv_events"), *events)]
     if boots:
-        join += ["--bootstrap", *boots]
+        join += [join_flag("bootstrap"), *boots]
     join += key
     every = [
         url_word(t.address("api"), script_host)
